@@ -1,0 +1,337 @@
+package gitutil
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sort"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// ErrInsecureCredentials is returned when credentials would be sent over
+// plain http:// and the caller did not set [Auth.AllowInsecureHTTP].
+var ErrInsecureCredentials = errors.New("gitutil: credentials refused over plain http")
+
+// ErrInvalidAuth is returned (wrapped) for credentials that cannot be used:
+// a malformed key, missing known_hosts, credentials of the wrong kind for
+// the URL's scheme.
+var ErrInvalidAuth = errors.New("gitutil: invalid credentials")
+
+// Auth is how to authenticate to one remote. The zero value is anonymous
+// access. Its fields are secrets: Auth never formats them, and errors about
+// them name the field, never the value.
+type Auth struct {
+	// Username and Password are HTTP basic credentials. For SSH, Username is
+	// the login user (default: the user in the URL, then "git").
+	Username string
+	Password string
+	// BearerToken is sent as "Authorization: Bearer" over HTTP.
+	BearerToken string
+
+	// SSHPrivateKey is a PEM private key; SSHPassphrase decrypts it.
+	SSHPrivateKey []byte
+	SSHPassphrase string
+	// KnownHosts is a known_hosts file's content. SSH refuses to connect
+	// without it unless InsecureIgnoreHostKey is set.
+	KnownHosts []byte
+	// InsecureIgnoreHostKey accepts any SSH host key. Only for tests.
+	InsecureIgnoreHostKey bool
+
+	// CABundle is PEM certificates trusted for HTTPS on top of the system
+	// pool.
+	CABundle []byte
+	// InsecureSkipTLSVerify disables HTTPS certificate verification.
+	InsecureSkipTLSVerify bool
+	// AllowInsecureHTTP lets credentials travel over plain http://. Without
+	// it, credentials and an http:// URL are refused.
+	AllowInsecureHTTP bool
+}
+
+// String never shows a secret.
+func (a *Auth) String() string {
+	if a == nil {
+		return "anonymous"
+	}
+	var kinds []string
+	if a.Username != "" || a.Password != "" {
+		kinds = append(kinds, "basic")
+	}
+	if a.BearerToken != "" {
+		kinds = append(kinds, "bearer")
+	}
+	if len(a.SSHPrivateKey) > 0 {
+		kinds = append(kinds, "ssh-key")
+	}
+	if len(kinds) == 0 {
+		return "anonymous"
+	}
+	return strings.Join(kinds, "+")
+}
+
+// hasSecret reports whether a carries anything that authenticates.
+func (a *Auth) hasSecret() bool {
+	return a != nil && (a.Username != "" || a.Password != "" || a.BearerToken != "" || len(a.SSHPrivateKey) > 0)
+}
+
+// Identity is a short, stable digest of everything in a that changes who the
+// remote sees or how it is reached. Two Auths with the same Identity can share
+// one poller and one mirror; the digest reveals nothing of the secrets.
+func (a *Auth) Identity() string {
+	if a == nil {
+		return "anonymous"
+	}
+	h := sha256.New()
+	for _, part := range [][]byte{
+		[]byte(a.Username), []byte(a.Password), []byte(a.BearerToken),
+		a.SSHPrivateKey, []byte(a.SSHPassphrase), a.KnownHosts, a.CABundle,
+		[]byte(fmt.Sprint(a.InsecureIgnoreHostKey, a.InsecureSkipTLSVerify, a.AllowInsecureHTTP)),
+	} {
+		fmt.Fprintf(h, "%d:", len(part))
+		h.Write(part)
+	}
+	if !a.hasSecret() && len(a.CABundle) == 0 && len(a.KnownHosts) == 0 && !a.InsecureSkipTLSVerify && !a.InsecureIgnoreHostKey {
+		return "anonymous"
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// transportOptions is what go-git needs to reach one URL with a.
+type transportOptions struct {
+	auth            transport.AuthMethod
+	caBundle        []byte
+	insecureSkipTLS bool
+}
+
+// forEndpoint checks a against the URL's scheme and builds go-git's auth.
+func (a *Auth) forEndpoint(e Endpoint) (transportOptions, error) {
+	if a == nil {
+		a = &Auth{}
+	}
+	opts := transportOptions{caBundle: a.CABundle, insecureSkipTLS: a.InsecureSkipTLSVerify}
+	switch e.Scheme {
+	case "http", "https":
+		if len(a.SSHPrivateKey) > 0 {
+			return opts, fmt.Errorf("%w: an SSH key cannot be used with an %s URL", ErrInvalidAuth, e.Scheme)
+		}
+		if e.Scheme == "http" && a.hasSecret() && !a.AllowInsecureHTTP {
+			return opts, ErrInsecureCredentials
+		}
+		switch {
+		case a.BearerToken != "":
+			opts.auth = &githttp.TokenAuth{Token: a.BearerToken}
+		case a.Username != "" || a.Password != "":
+			user := a.Username
+			if user == "" {
+				// Tokens used as passwords still need a non-empty user.
+				user = "git"
+			}
+			opts.auth = &githttp.BasicAuth{Username: user, Password: a.Password}
+		}
+	case "ssh":
+		user := a.Username
+		if user == "" {
+			user = e.User
+		}
+		if user == "" {
+			user = "git"
+		}
+		cb, err := a.hostKeyCallback()
+		if err != nil {
+			return opts, err
+		}
+		if len(a.SSHPrivateKey) > 0 {
+			pk, err := gitssh.NewPublicKeys(user, a.SSHPrivateKey, a.SSHPassphrase)
+			if err != nil {
+				// The ssh package's message never contains key material.
+				return opts, fmt.Errorf("%w: SSH private key: %v", ErrInvalidAuth, err)
+			}
+			pk.HostKeyCallback = cb
+			opts.auth = pk
+		} else {
+			return opts, fmt.Errorf("%w: an ssh URL needs an SSH private key", ErrInvalidAuth)
+		}
+	case "git", "file":
+		if a.hasSecret() {
+			return opts, fmt.Errorf("%w: %s URLs take no credentials", ErrInvalidAuth, e.Scheme)
+		}
+	}
+	return opts, nil
+}
+
+func (a *Auth) hostKeyCallback() (ssh.HostKeyCallback, error) {
+	if a.InsecureIgnoreHostKey {
+		return ssh.InsecureIgnoreHostKey(), nil //nolint:gosec // opted out by the caller
+	}
+	if len(a.KnownHosts) == 0 {
+		return nil, fmt.Errorf("%w: SSH needs known_hosts (or InsecureIgnoreHostKey)", ErrInvalidAuth)
+	}
+	return knownHostsCallback(a.KnownHosts)
+}
+
+type knownHost struct {
+	marker string
+	hosts  []string
+	key    ssh.PublicKey
+}
+
+// knownHostsCallback checks host keys against known_hosts content, plain or
+// hashed host names, with the "@revoked" marker honoured.
+func knownHostsCallback(content []byte) (ssh.HostKeyCallback, error) {
+	var entries []knownHost
+	rest := content
+	for len(bytes.TrimSpace(rest)) > 0 {
+		marker, hosts, key, _, next, err := ssh.ParseKnownHosts(rest)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, fmt.Errorf("%w: known_hosts: %v", ErrInvalidAuth, err)
+		}
+		entries = append(entries, knownHost{marker: marker, hosts: hosts, key: key})
+		rest = next
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("%w: known_hosts has no entries", ErrInvalidAuth)
+	}
+	return func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+		names := []string{knownhosts.Normalize(hostname)}
+		if remote != nil {
+			names = append(names, knownhosts.Normalize(remote.String()))
+		}
+		matched := false
+		for _, e := range entries {
+			if !hostMatches(e.hosts, names) {
+				continue
+			}
+			same := bytes.Equal(e.key.Marshal(), key.Marshal())
+			if e.marker == "revoked" && same {
+				return fmt.Errorf("gitutil: host key for %s is revoked", hostname)
+			}
+			if e.marker == "" && same {
+				matched = true
+			}
+		}
+		if !matched {
+			return fmt.Errorf("gitutil: host key for %s is not in known_hosts", hostname)
+		}
+		return nil
+	}, nil
+}
+
+func hostMatches(patterns, names []string) bool {
+	for _, p := range patterns {
+		for _, n := range names {
+			if strings.HasPrefix(p, "|1|") {
+				if hashedMatch(p, n) {
+					return true
+				}
+				continue
+			}
+			if knownhosts.Normalize(p) == n {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hashedMatch checks a "|1|salt|hash" pattern against a host name.
+func hashedMatch(pattern, host string) bool {
+	parts := strings.Split(pattern, "|")
+	if len(parts) != 4 {
+		return false
+	}
+	return hashWithSalt(parts[2], host) == parts[3]
+}
+
+// CredentialResolver finds the credentials for a repository URL. A nil Auth
+// with a nil error means anonymous access. Implementations must be safe for
+// concurrent use and should honour ctx, since they may read Secrets.
+type CredentialResolver interface {
+	Resolve(ctx context.Context, repoURL string) (*Auth, error)
+}
+
+// CredentialResolverFunc adapts a function to [CredentialResolver].
+type CredentialResolverFunc func(ctx context.Context, repoURL string) (*Auth, error)
+
+// Resolve calls f.
+func (f CredentialResolverFunc) Resolve(ctx context.Context, repoURL string) (*Auth, error) {
+	return f(ctx, repoURL)
+}
+
+// StaticCredentials maps URL prefixes to credentials; the longest matching
+// prefix wins. Prefixes and URLs are compared in their normalised form
+// ([NormalizeURL]), so "https://git.example.com/platform" matches
+// "git@git.example.com:platform/control.git". A prefix matches whole path
+// segments only: "example.com/team" does not match "example.com/teamB/repo".
+type StaticCredentials struct {
+	entries []credEntry
+}
+
+type credEntry struct {
+	prefix string
+	auth   *Auth
+}
+
+// NewStaticCredentials builds a resolver from prefix → credentials. A prefix
+// may be a full URL, an scp-like URL or a bare "host/path".
+func NewStaticCredentials(byPrefix map[string]*Auth) (*StaticCredentials, error) {
+	s := &StaticCredentials{}
+	for p, a := range byPrefix {
+		key, err := normalizePrefix(p)
+		if err != nil {
+			return nil, err
+		}
+		s.entries = append(s.entries, credEntry{prefix: key, auth: a})
+	}
+	sort.Slice(s.entries, func(i, j int) bool { return len(s.entries[i].prefix) > len(s.entries[j].prefix) })
+	return s, nil
+}
+
+func normalizePrefix(p string) (string, error) {
+	if strings.Contains(p, "://") || scpLike.MatchString(p) {
+		if key, err := NormalizeURL(p); err == nil {
+			return key, nil
+		}
+	}
+	key := strings.Trim(strings.ToLower(strings.TrimSpace(p)), "/")
+	key = strings.TrimSuffix(key, ".git")
+	if key == "" {
+		return "", fmt.Errorf("%w: empty credential prefix", ErrInvalidURL)
+	}
+	// Keep path case as written; only the host is case-insensitive.
+	if i := strings.Index(strings.TrimSpace(p), "/"); i >= 0 {
+		trimmed := strings.Trim(strings.TrimSpace(p), "/")
+		j := strings.Index(trimmed, "/")
+		if j >= 0 {
+			key = strings.ToLower(trimmed[:j]) + trimmed[j:]
+			key = strings.TrimSuffix(key, ".git")
+		}
+	}
+	return key, nil
+}
+
+// Resolve returns the credentials of the longest prefix matching repoURL.
+func (s *StaticCredentials) Resolve(_ context.Context, repoURL string) (*Auth, error) {
+	key, err := NormalizeURL(repoURL)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range s.entries {
+		if key == e.prefix || strings.HasPrefix(key, e.prefix+"/") {
+			return e.auth, nil
+		}
+	}
+	return nil, nil
+}

@@ -1,0 +1,371 @@
+package gitutil
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-billy/v5/osfs"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+)
+
+// ErrSymlinkEscape is returned (wrapped in a *fs.PathError) when a symlink
+// in the tree points outside the root of the [io/fs.FS].
+var ErrSymlinkEscape = errors.New("gitutil: symlink points outside the tree")
+
+const maxSymlinkHops = 40
+
+// FS returns a read-only file system of the tree at path p in commit, read
+// straight from the object store, with no checkout. Symlinks inside the tree
+// are followed when they stay inside it and are an error ([ErrSymlinkEscape])
+// when they point outside or are absolute; submodules are left out. The FS
+// implements fs.ReadDirFS, fs.ReadFileFS, fs.StatFS and fs.ReadLinkFS and is
+// safe for concurrent use. It has its own view of the mirror's store, so
+// reading it never waits on a fetch.
+func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
+	m.mu.Lock()
+	tree, e, err := m.entryAt(commit, p)
+	var when time.Time
+	if err == nil {
+		if c, cerr := m.commit(commit); cerr == nil {
+			when = c.Committer.When
+		}
+	}
+	m.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if tree == nil {
+		return nil, fmt.Errorf("%w: %q at %s is a %s, not a directory", ErrPathNotFound, p, commit, e.Mode)
+	}
+	st := filesystem.NewStorage(osfs.New(m.dir), cache.NewObjectLRU(8*cache.MiByte))
+	root, err := object.GetTree(st, tree.Hash)
+	if err != nil {
+		return nil, fmt.Errorf("gitutil: open tree %s: %w", tree.Hash, err)
+	}
+	return &treeFS{st: st, root: root, modTime: when}, nil
+}
+
+type treeFS struct {
+	mu      sync.Mutex // go-git's object storage is not safe for concurrent use
+	st      *filesystem.Storage
+	root    *object.Tree
+	modTime time.Time
+}
+
+var (
+	_ fs.ReadDirFS   = (*treeFS)(nil)
+	_ fs.ReadFileFS  = (*treeFS)(nil)
+	_ fs.StatFS      = (*treeFS)(nil)
+	_ fs.ReadLinkFS  = (*treeFS)(nil)
+	_ fs.ReadDirFile = (*dirFile)(nil)
+)
+
+// node is a resolved name: a tree, or a blob entry.
+type node struct {
+	name  string // base name
+	mode  filemode.FileMode
+	hash  plumbing.Hash
+	tree  *object.Tree // for directories
+	isDir bool
+}
+
+// resolve walks name from the root, following symlinks that stay inside
+// (the last element only when followLast), caller holds f.mu.
+func (f *treeFS) resolve(op, name string, followLast bool) (node, error) {
+	if !fs.ValidPath(name) {
+		return node{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	parts := splitPath(name)
+	var cur []string
+	tree := f.root
+	hops := 0
+	for i := 0; i < len(parts); {
+		e, err := tree.FindEntry(parts[i])
+		if err != nil {
+			return node{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+		}
+		last := i == len(parts)-1
+		switch {
+		case e.Mode == filemode.Symlink && (!last || followLast):
+			hops++
+			if hops > maxSymlinkHops {
+				return node{}, &fs.PathError{Op: op, Path: name, Err: errors.New("too many levels of symbolic links")}
+			}
+			target, err := f.blob(e.Hash)
+			if err != nil {
+				return node{}, &fs.PathError{Op: op, Path: name, Err: err}
+			}
+			next, ok := joinInside(cur, string(target), parts[i+1:])
+			if !ok {
+				return node{}, &fs.PathError{Op: op, Path: name, Err: ErrSymlinkEscape}
+			}
+			parts, cur, tree, i = splitPath(next), nil, f.root, 0
+		case e.Mode == filemode.Dir:
+			sub, err := object.GetTree(f.st, e.Hash)
+			if err != nil {
+				return node{}, &fs.PathError{Op: op, Path: name, Err: err}
+			}
+			if last {
+				return node{name: e.Name, mode: e.Mode, hash: e.Hash, tree: sub, isDir: true}, nil
+			}
+			tree, cur, i = sub, append(cur, parts[i]), i+1
+		case e.Mode == filemode.Submodule:
+			return node{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+		default:
+			if !last {
+				return node{}, &fs.PathError{Op: op, Path: name, Err: errors.New("not a directory")}
+			}
+			return node{name: e.Name, mode: e.Mode, hash: e.Hash}, nil
+		}
+	}
+	return node{name: ".", mode: filemode.Dir, hash: tree.Hash, tree: tree, isDir: true}, nil
+}
+
+func splitPath(name string) []string {
+	if name == "." || name == "" {
+		return nil
+	}
+	return strings.Split(name, "/")
+}
+
+// joinInside resolves a symlink target relative to the link's directory and
+// appends the rest of the path; ok is false when the result leaves the root.
+func joinInside(dir []string, target string, rest []string) (string, bool) {
+	if target == "" || path.IsAbs(target) || strings.ContainsRune(target, 0) {
+		return "", false
+	}
+	full := path.Join(append(append(append([]string{}, dir...), target), rest...)...)
+	if full == ".." || strings.HasPrefix(full, "../") {
+		return "", false
+	}
+	return full, true
+}
+
+func (f *treeFS) blob(h plumbing.Hash) ([]byte, error) {
+	b, err := object.GetBlob(f.st, h)
+	if err != nil {
+		return nil, err
+	}
+	r, err := b.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
+}
+
+func (f *treeFS) info(n node) (fileInfo, error) {
+	fi := fileInfo{name: n.name, mode: goMode(n.mode), modTime: f.modTime}
+	if !n.isDir {
+		size, err := f.st.EncodedObjectSize(n.hash)
+		if err != nil {
+			return fi, err
+		}
+		fi.size = size
+	}
+	return fi, nil
+}
+
+func goMode(m filemode.FileMode) fs.FileMode {
+	switch m {
+	case filemode.Dir:
+		return fs.ModeDir | 0o555
+	case filemode.Executable:
+		return 0o555
+	case filemode.Symlink:
+		return fs.ModeSymlink | 0o777
+	default:
+		return 0o444
+	}
+}
+
+// Open opens a file or directory, following symlinks that stay inside.
+func (f *treeFS) Open(name string) (fs.File, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, err := f.resolve("open", name, true)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.info(n)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	if n.isDir {
+		entries, err := f.readDir(n.tree)
+		if err != nil {
+			return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+		}
+		return &dirFile{info: fi, entries: entries}, nil
+	}
+	data, err := f.blob(n.hash)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	return &blobFile{info: fi, r: bytes.NewReader(data)}, nil
+}
+
+// ReadFile reads a whole file.
+func (f *treeFS) ReadFile(name string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, err := f.resolve("readfile", name, true)
+	if err != nil {
+		return nil, err
+	}
+	if n.isDir {
+		return nil, &fs.PathError{Op: "readfile", Path: name, Err: errors.New("is a directory")}
+	}
+	data, err := f.blob(n.hash)
+	if err != nil {
+		return nil, &fs.PathError{Op: "readfile", Path: name, Err: err}
+	}
+	return data, nil
+}
+
+// ReadDir lists a directory, sorted by name; symlinks are listed as such.
+func (f *treeFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, err := f.resolve("readdir", name, true)
+	if err != nil {
+		return nil, err
+	}
+	if !n.isDir {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: errors.New("not a directory")}
+	}
+	entries, err := f.readDir(n.tree)
+	if err != nil {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
+	}
+	return entries, nil
+}
+
+func (f *treeFS) readDir(t *object.Tree) ([]fs.DirEntry, error) {
+	out := make([]fs.DirEntry, 0, len(t.Entries))
+	for _, e := range t.Entries {
+		if e.Mode == filemode.Submodule {
+			continue
+		}
+		n := node{name: e.Name, mode: e.Mode, hash: e.Hash, isDir: e.Mode == filemode.Dir}
+		fi, err := f.info(n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, fs.FileInfoToDirEntry(fi))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out, nil
+}
+
+// Stat describes a file, following symlinks that stay inside.
+func (f *treeFS) Stat(name string) (fs.FileInfo, error) {
+	return f.stat("stat", name, true)
+}
+
+// Lstat describes a file without following a final symlink.
+func (f *treeFS) Lstat(name string) (fs.FileInfo, error) {
+	return f.stat("lstat", name, false)
+}
+
+func (f *treeFS) stat(op, name string, follow bool) (fs.FileInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, err := f.resolve(op, name, follow)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.info(n)
+	if err != nil {
+		return nil, &fs.PathError{Op: op, Path: name, Err: err}
+	}
+	return fi, nil
+}
+
+// ReadLink returns a symlink's target, only when it stays inside the tree.
+func (f *treeFS) ReadLink(name string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, err := f.resolve("readlink", name, false)
+	if err != nil {
+		return "", err
+	}
+	if n.mode != filemode.Symlink {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrInvalid}
+	}
+	target, err := f.blob(n.hash)
+	if err != nil {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
+	}
+	if _, ok := joinInside(splitPath(path.Dir(name)), string(target), nil); !ok {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: ErrSymlinkEscape}
+	}
+	return string(target), nil
+}
+
+type fileInfo struct {
+	name    string
+	size    int64
+	mode    fs.FileMode
+	modTime time.Time
+}
+
+func (i fileInfo) Name() string       { return i.name }
+func (i fileInfo) Size() int64        { return i.size }
+func (i fileInfo) Mode() fs.FileMode  { return i.mode }
+func (i fileInfo) ModTime() time.Time { return i.modTime }
+func (i fileInfo) IsDir() bool        { return i.mode.IsDir() }
+func (i fileInfo) Sys() any           { return nil }
+
+type blobFile struct {
+	info fileInfo
+	r    *bytes.Reader
+}
+
+func (b *blobFile) Stat() (fs.FileInfo, error) { return b.info, nil }
+func (b *blobFile) Read(p []byte) (int, error) { return b.r.Read(p) }
+func (b *blobFile) Close() error               { return nil }
+
+// Seek and ReadAt make files usable with http.FileServer and friends.
+func (b *blobFile) Seek(off int64, whence int) (int64, error) { return b.r.Seek(off, whence) }
+func (b *blobFile) ReadAt(p []byte, off int64) (int, error)   { return b.r.ReadAt(p, off) }
+
+type dirFile struct {
+	info    fileInfo
+	entries []fs.DirEntry
+	off     int
+}
+
+func (d *dirFile) Stat() (fs.FileInfo, error) { return d.info, nil }
+func (d *dirFile) Read([]byte) (int, error) {
+	return 0, &fs.PathError{Op: "read", Path: d.info.name, Err: errors.New("is a directory")}
+}
+func (d *dirFile) Close() error { return nil }
+
+func (d *dirFile) ReadDir(n int) ([]fs.DirEntry, error) {
+	rest := d.entries[d.off:]
+	if n <= 0 {
+		d.off = len(d.entries)
+		return rest, nil
+	}
+	if len(rest) == 0 {
+		return nil, io.EOF
+	}
+	if n > len(rest) {
+		n = len(rest)
+	}
+	d.off += n
+	return rest[:n], nil
+}

@@ -1,0 +1,406 @@
+package gitutil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-billy/v5/osfs"
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+)
+
+// DefaultFetchTimeout bounds a fetch whose ctx carries no deadline.
+const DefaultFetchTimeout = 10 * time.Minute
+
+// ErrCorrupt is returned (wrapped) when the mirror's object store cannot be
+// read. The next [Mirror.Fetch] rebuilds the mirror.
+var ErrCorrupt = errors.New("gitutil: mirror is corrupt")
+
+// ErrCommitNotFound is returned (wrapped) when a commit is not in the mirror.
+var ErrCommitNotFound = errors.New("gitutil: commit not in mirror")
+
+// MirrorOptions tune a [Mirror].
+type MirrorOptions struct {
+	// FirstFetchDepth limits the history of the first fetch into an empty
+	// mirror; 0 fetches full history. Later fetches are incremental and
+	// complete. Ancestry questions that reach the shallow boundary are
+	// answered as "not an ancestor" (see [Mirror.IsAncestor]).
+	FirstFetchDepth int
+}
+
+// Mirror is a bare repository on disk that mirrors the refs of one remote
+// that the caller asks for. It is fetched into incrementally, never
+// re-cloned, and rebuilds itself when it finds stale lock files at open or a
+// corrupt object store. Its methods are safe for concurrent use; fetches are
+// serialized.
+type Mirror struct {
+	dir  string
+	url  string
+	opts MirrorOptions
+
+	mu     sync.Mutex
+	repo   *git.Repository
+	broken error // set when a read found corruption; the next Fetch rebuilds
+	// rebuilt is why OpenMirror rebuilt the mirror, reported by the next Fetch.
+	rebuilt error
+}
+
+// FetchResult says what a fetch did.
+type FetchResult struct {
+	// Refs maps each requested ref to the commit it points at in the mirror
+	// after the fetch (annotated tags peeled).
+	Refs map[string]plumbing.Hash
+	// Fetched reports whether anything was transferred.
+	Fetched bool
+	// Rebuilt is non-nil when the mirror was rebuilt from scratch first, and
+	// says why.
+	Rebuilt error
+}
+
+// OpenMirror opens the mirror in dir for repoURL, creating it when absent.
+// A directory left with stale "*.lock" files (a crash mid-write) or that is
+// not a readable repository is rebuilt empty; the first [Mirror.Fetch]
+// reports why in [FetchResult.Rebuilt].
+func OpenMirror(dir, repoURL string, opts MirrorOptions) (*Mirror, error) {
+	if _, err := ParseURL(repoURL); err != nil {
+		return nil, err
+	}
+	m := &Mirror{dir: dir, url: repoURL, opts: opts}
+	var rebuilt error
+	if locks := staleLocks(dir); len(locks) > 0 {
+		rebuilt = fmt.Errorf("stale lock files: %s", strings.Join(locks, ", "))
+	}
+	if rebuilt == nil {
+		repo, err := git.PlainOpen(dir)
+		switch {
+		case err == nil:
+			if cfg, cerr := repo.Config(); cerr != nil || !cfg.Core.IsBare {
+				rebuilt = fmt.Errorf("not a bare repository")
+			} else {
+				m.repo = repo
+			}
+		case errors.Is(err, git.ErrRepositoryNotExists) && isEmptyDir(dir):
+		default:
+			rebuilt = fmt.Errorf("cannot open: %v", err)
+		}
+	}
+	if m.repo == nil {
+		if err := m.reinit(); err != nil {
+			return nil, err
+		}
+	}
+	m.rebuilt = rebuilt
+	return m, nil
+}
+
+func isEmptyDir(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	return errors.Is(err, fs.ErrNotExist) || (err == nil && len(entries) == 0)
+}
+
+// staleLocks finds git lock files in a mirror directory. A mirror has one
+// writer (its own process, serialized by Mirror.mu), so any lock found at
+// open is a leftover from a crash.
+func staleLocks(dir string) []string {
+	var locks []string
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && d.Name() == "objects" {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(d.Name(), ".lock") {
+			rel, _ := filepath.Rel(dir, p)
+			locks = append(locks, rel)
+		}
+		return nil
+	})
+	return locks
+}
+
+// reinit empties dir and initialises a bare repository in it.
+func (m *Mirror) reinit() error {
+	if err := os.RemoveAll(m.dir); err != nil {
+		return fmt.Errorf("gitutil: remove mirror %s: %w", m.dir, err)
+	}
+	if err := os.MkdirAll(m.dir, 0o755); err != nil {
+		return fmt.Errorf("gitutil: create mirror %s: %w", m.dir, err)
+	}
+	st := filesystem.NewStorage(osfs.New(m.dir), cache.NewObjectLRUDefault())
+	repo, err := git.Init(st, nil)
+	if err != nil {
+		return fmt.Errorf("gitutil: init mirror %s: %w", m.dir, err)
+	}
+	cfg, err := repo.Config()
+	if err != nil {
+		return fmt.Errorf("gitutil: init mirror %s: %w", m.dir, err)
+	}
+	cfg.Core.IsBare = true
+	if err := repo.SetConfig(cfg); err != nil {
+		return fmt.Errorf("gitutil: init mirror %s: %w", m.dir, err)
+	}
+	m.repo = repo
+	m.broken = nil
+	return nil
+}
+
+// Dir is the mirror's directory.
+func (m *Mirror) Dir() string { return m.dir }
+
+// Fetch brings the named refs ("refs/heads/main", "refs/tags/v1") up to
+// date from the remote, transferring only objects the mirror lacks. A
+// corrupt mirror is rebuilt first (see [FetchResult.Rebuilt]); a fetch that
+// fails because of what is on disk is retried once on a rebuilt mirror. It
+// honours ctx and applies [DefaultFetchTimeout] when ctx has no deadline.
+func (m *Mirror) Fetch(ctx context.Context, auth *Auth, refs []string) (FetchResult, error) {
+	e, err := ParseURL(m.url)
+	if err != nil {
+		return FetchResult{}, err
+	}
+	topts, err := auth.forEndpoint(e)
+	if err != nil {
+		return FetchResult{}, fmt.Errorf("fetch %s: %w", RedactURL(m.url), err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultFetchTimeout)
+		defer cancel()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	res := FetchResult{Refs: map[string]plumbing.Hash{}, Rebuilt: m.rebuilt}
+	m.rebuilt = nil
+	if m.broken != nil {
+		res.Rebuilt = m.broken
+		if err := m.reinit(); err != nil {
+			return res, err
+		}
+	}
+	fetched, err := m.fetch(ctx, topts, refs)
+	if err == nil {
+		err = m.verify(refs, res.Refs)
+	}
+	if err != nil && res.Rebuilt == nil && isCorruption(err) {
+		res.Rebuilt = err
+		if rerr := m.reinit(); rerr != nil {
+			return res, rerr
+		}
+		fetched, err = m.fetch(ctx, topts, refs)
+		if err == nil {
+			err = m.verify(refs, res.Refs)
+		}
+	}
+	if err != nil {
+		return res, &RemoteError{Op: "fetch", URL: m.url, Err: err}
+	}
+	res.Fetched = fetched
+	return res, nil
+}
+
+// verify checks that every ref names a commit that is readable, and records
+// it in out. A ref whose commit is missing means the store lost objects.
+func (m *Mirror) verify(refs []string, out map[string]plumbing.Hash) error {
+	for _, name := range refs {
+		h, err := m.refCommit(name)
+		if err != nil {
+			return err
+		}
+		if _, err := m.repo.CommitObject(h); err != nil {
+			return fmt.Errorf("ref %s points at unreadable commit %s: %w", name, h, err)
+		}
+		out[name] = h
+	}
+	return nil
+}
+
+func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []string) (bool, error) {
+	if len(refs) == 0 {
+		return false, nil
+	}
+	specs := make([]config.RefSpec, 0, len(refs))
+	for _, r := range refs {
+		spec := config.RefSpec("+" + r + ":" + r)
+		if err := spec.Validate(); err != nil {
+			return false, fmt.Errorf("ref %q: %w", r, err)
+		}
+		specs = append(specs, spec)
+	}
+	depth := 0
+	if m.opts.FirstFetchDepth > 0 && m.isEmpty() {
+		depth = m.opts.FirstFetchDepth
+	}
+	remote := git.NewRemote(m.repo.Storer, &config.RemoteConfig{Name: "origin", URLs: []string{m.url}})
+	err := remote.FetchContext(ctx, &git.FetchOptions{
+		RefSpecs:        specs,
+		Depth:           depth,
+		Auth:            topts.auth,
+		CABundle:        topts.caBundle,
+		InsecureSkipTLS: topts.insecureSkipTLS,
+		Tags:            git.NoTags,
+		Force:           true,
+	})
+	switch {
+	case errors.Is(err, git.NoErrAlreadyUpToDate):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
+}
+
+// FetchCommit makes sure a commit that no ref may point at is in the
+// mirror, asking the remote for it by SHA. It does nothing when the commit is
+// already there.
+func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, commit plumbing.Hash) (FetchResult, error) {
+	if m.HasCommit(commit) {
+		return FetchResult{}, nil
+	}
+	name := "refs/modwatch/commits/" + commit.String()
+	e, err := ParseURL(m.url)
+	if err != nil {
+		return FetchResult{}, err
+	}
+	topts, err := auth.forEndpoint(e)
+	if err != nil {
+		return FetchResult{}, fmt.Errorf("fetch %s: %w", RedactURL(m.url), err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultFetchTimeout)
+		defer cancel()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	remote := git.NewRemote(m.repo.Storer, &config.RemoteConfig{Name: "origin", URLs: []string{m.url}})
+	err = remote.FetchContext(ctx, &git.FetchOptions{
+		RefSpecs:        []config.RefSpec{config.RefSpec(commit.String() + ":" + name)},
+		Auth:            topts.auth,
+		CABundle:        topts.caBundle,
+		InsecureSkipTLS: topts.insecureSkipTLS,
+		Tags:            git.NoTags,
+	})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return FetchResult{}, &RemoteError{Op: "fetch commit " + commit.String(), URL: m.url, Err: err}
+	}
+	if _, err := m.repo.CommitObject(commit); err != nil {
+		return FetchResult{}, fmt.Errorf("fetch %s: %w: %s", RedactURL(m.url), ErrCommitNotFound, commit)
+	}
+	return FetchResult{Fetched: true, Refs: map[string]plumbing.Hash{name: commit}}, nil
+}
+
+func (m *Mirror) isEmpty() bool {
+	iter, err := m.repo.References()
+	if err != nil {
+		return true
+	}
+	defer iter.Close()
+	empty := true
+	_ = iter.ForEach(func(r *plumbing.Reference) error {
+		if r.Type() == plumbing.HashReference {
+			empty = false
+			return errStop
+		}
+		return nil
+	})
+	return empty
+}
+
+var errStop = errors.New("stop")
+
+// refCommit is the commit a local ref points at, peeling annotated tags.
+// Callers hold m.mu.
+func (m *Mirror) refCommit(name string) (plumbing.Hash, error) {
+	ref, err := m.repo.Reference(plumbing.ReferenceName(name), true)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("ref %s: %w", name, err)
+	}
+	h := ref.Hash()
+	for range 10 {
+		tag, err := m.repo.TagObject(h)
+		if errors.Is(err, plumbing.ErrObjectNotFound) {
+			break
+		}
+		if err != nil {
+			return plumbing.ZeroHash, m.markCorrupt(err)
+		}
+		if tag.TargetType != plumbing.CommitObject && tag.TargetType != plumbing.TagObject {
+			return plumbing.ZeroHash, fmt.Errorf("ref %s: tag points at a %s, not a commit", name, tag.TargetType)
+		}
+		h = tag.Target
+	}
+	return h, nil
+}
+
+// HasCommit reports whether commit is in the mirror.
+func (m *Mirror) HasCommit(commit plumbing.Hash) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, err := m.repo.CommitObject(commit)
+	return err == nil
+}
+
+// commit reads a commit; callers hold m.mu.
+func (m *Mirror) commit(h plumbing.Hash) (*object.Commit, error) {
+	c, err := m.repo.CommitObject(h)
+	if errors.Is(err, plumbing.ErrObjectNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrCommitNotFound, h)
+	}
+	if err != nil {
+		return nil, m.markCorrupt(err)
+	}
+	return c, nil
+}
+
+// markCorrupt records a read failure that means the store is damaged, so
+// the next Fetch rebuilds.
+func (m *Mirror) markCorrupt(err error) error {
+	if isCorruption(err) {
+		m.broken = err
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return err
+}
+
+// isCorruption tells errors caused by what is on disk from network, auth
+// and context errors.
+func isCorruption(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	for _, target := range []error{
+		transport.ErrAuthenticationRequired, transport.ErrAuthorizationFailed,
+		transport.ErrRepositoryNotFound, transport.ErrEmptyRemoteRepository,
+		transport.ErrInvalidAuthMethod,
+	} {
+		if errors.Is(err, target) {
+			return false
+		}
+	}
+	var perr *packfile.Error
+	if errors.As(err, &perr) || errors.Is(err, packfile.ErrZLib) || errors.Is(err, plumbing.ErrObjectNotFound) ||
+		errors.Is(err, plumbing.ErrInvalidType) {
+		return true
+	}
+	msg := err.Error()
+	for _, s := range []string{"zlib", "checksum", "malformed", "invalid pack", "idx file", "bad object"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,299 @@
+package gitutil
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestListRefsPeelsTags(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one", gittest.File("a.txt", "a"))
+	repo.Tag(t, "v1.0.0", true)
+	repo.Tag(t, "light", false)
+
+	refs, err := ListRefs(ctxT(t), repo.URL(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "refs/heads/main", refs.Head)
+	got, ok := refs.Commit("refs/tags/v1.0.0")
+	require.True(t, ok)
+	assert.Equal(t, c1, got.String())
+	assert.NotEqual(t, c1, refs.Refs["refs/tags/v1.0.0"].String(), "the tag object itself is listed unpeeled")
+	got, _ = refs.Commit("refs/tags/light")
+	assert.Equal(t, c1, got.String())
+	assert.EqualValues(t, 1, repo.Counts().Lists.Load())
+	assert.EqualValues(t, 0, repo.Counts().Fetches.Load())
+}
+
+func TestListRefsErrorsNameRemoteNotSecret(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/private")
+	repo.Commit(t, "one", gittest.File("a", "a"))
+	srv.SetBasicAuth("deploy", "right")
+
+	_, err := ListRefs(ctxT(t), repo.URL(), &Auth{Username: "deploy", Password: "wrong-s3cret", AllowInsecureHTTP: true})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "g/private")
+	assert.NotContains(t, err.Error(), "wrong-s3cret")
+
+	_, err = ListRefs(ctxT(t), repo.URL(), &Auth{Username: "deploy", Password: "right"})
+	require.ErrorIs(t, err, ErrInsecureCredentials, "credentials over http need an opt-in")
+
+	refs, err := ListRefs(ctxT(t), repo.URL(), &Auth{Username: "deploy", Password: "right", AllowInsecureHTTP: true})
+	require.NoError(t, err)
+	assert.Contains(t, refs.Refs, "refs/heads/main")
+
+	u := "http://deploy:url-s3cret@" + srv.URL()[len("http://"):] + "/g/private.git"
+	_, err = ListRefs(ctxT(t), u, nil)
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "url-s3cret")
+}
+
+func TestListRefsHonoursContext(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := ListRefs(ctx, repo.URL(), nil)
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestMirrorIncrementalFetchAndTreeQueries(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one",
+		gittest.File("apps/a/deploy.yaml", "a1"),
+		gittest.File("apps/b/deploy.yaml", "b1"),
+		gittest.File("README", "hi"))
+
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	require.True(t, res.Fetched)
+	assert.Nil(t, res.Rebuilt)
+	assert.Equal(t, c1, res.Refs["refs/heads/main"].String())
+
+	// Nothing moved: the fetch transfers nothing.
+	res, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	assert.False(t, res.Fetched)
+
+	c2 := repo.Commit(t, "two", gittest.File("apps/b/deploy.yaml", "b2"), gittest.File("README", "hello"))
+	res, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	require.True(t, res.Fetched)
+	assert.Equal(t, c2, res.Refs["refs/heads/main"].String())
+
+	h1, h2 := plumbing.NewHash(c1), plumbing.NewHash(c2)
+	ta1, err := m.TreeHash(h1, "apps/a")
+	require.NoError(t, err)
+	ta2, err := m.TreeHash(h2, "apps/a/")
+	require.NoError(t, err)
+	assert.Equal(t, ta1, ta2, "apps/a is untouched by c2")
+	tb1, _ := m.TreeHash(h1, "apps/b")
+	tb2, _ := m.TreeHash(h2, "./apps/b")
+	assert.NotEqual(t, tb1, tb2)
+
+	_, err = m.TreeHash(h2, "nope")
+	require.ErrorIs(t, err, ErrPathNotFound)
+	_, err = m.TreeHash(h2, "../etc")
+	require.ErrorIs(t, err, ErrInvalidPath)
+
+	paths, err := m.ChangedPaths(ctxT(t), h1, h2, "apps")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"b/deploy.yaml"}, paths)
+	paths, err = m.ChangedPaths(ctxT(t), h1, h2, "")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"README", "apps/b/deploy.yaml"}, paths)
+	paths, err = m.ChangedPaths(ctxT(t), h1, h2, "apps/a")
+	require.NoError(t, err)
+	assert.Empty(t, paths)
+
+	ok, err := m.IsAncestor(ctxT(t), h1, h2)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	ok, err = m.IsAncestor(ctxT(t), h2, h1)
+	require.NoError(t, err)
+	assert.False(t, ok)
+}
+
+func TestMirrorForcePushIsNotAncestor(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	base := repo.Commit(t, "base", gittest.File("a", "1"))
+	old := repo.Commit(t, "old", gittest.File("a", "2"))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{FirstFetchDepth: 1})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+
+	repo.Reset(t, base)
+	rewritten := repo.Commit(t, "rewritten", gittest.File("a", "3"))
+	res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	assert.Equal(t, rewritten, res.Refs["refs/heads/main"].String())
+
+	ok, err := m.IsAncestor(ctxT(t), plumbing.NewHash(old), plumbing.NewHash(rewritten))
+	require.NoError(t, err)
+	assert.False(t, ok)
+
+	// A normal push after a shallow first fetch is found to descend.
+	next := repo.Commit(t, "next", gittest.File("a", "4"))
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	ok, err = m.IsAncestor(ctxT(t), plumbing.NewHash(rewritten), plumbing.NewHash(next))
+	require.NoError(t, err)
+	assert.True(t, ok)
+	paths, err := m.ChangedPaths(ctxT(t), plumbing.NewHash(old), plumbing.NewHash(next), "")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a"}, paths)
+}
+
+func TestMirrorTagsAndCommits(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one", gittest.File("a", "1"))
+	repo.Tag(t, "v1", true)
+	c2 := repo.Commit(t, "two", gittest.File("a", "2"))
+	repo.Commit(t, "three", gittest.File("a", "3"))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{FirstFetchDepth: 1})
+	require.NoError(t, err)
+	res, err := m.Fetch(ctxT(t), nil, []string{"refs/tags/v1"})
+	require.NoError(t, err)
+	assert.Equal(t, c1, res.Refs["refs/tags/v1"].String(), "annotated tag peeled to its commit")
+
+	assert.False(t, m.HasCommit(plumbing.NewHash(c2)))
+	res, err = m.FetchCommit(ctxT(t), nil, plumbing.NewHash(c2))
+	require.NoError(t, err)
+	assert.True(t, res.Fetched)
+	assert.True(t, m.HasCommit(plumbing.NewHash(c2)))
+}
+
+func TestMirrorRebuildsAfterStaleLockAndCorruption(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one", gittest.File("a", "1"))
+	dir := t.TempDir()
+	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+
+	// A crash left a lock file behind.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "packed-refs.lock"), nil, 0o644))
+	m, err = OpenMirror(dir, repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	require.Error(t, res.Rebuilt)
+	assert.Contains(t, res.Rebuilt.Error(), "packed-refs.lock")
+	assert.Equal(t, c1, res.Refs["refs/heads/main"].String())
+	assert.NoFileExists(t, filepath.Join(dir, "packed-refs.lock"))
+
+	// Every pack is truncated: reads fail, the next fetch rebuilds.
+	packs, err := filepath.Glob(filepath.Join(dir, "objects", "pack", "*.pack"))
+	require.NoError(t, err)
+	require.NotEmpty(t, packs)
+	for _, p := range packs {
+		require.NoError(t, os.WriteFile(p, []byte("PACK garbage"), 0o644))
+	}
+	m, err = OpenMirror(dir, repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.TreeHash(plumbing.NewHash(c1), "")
+	require.Error(t, err)
+	t.Log(err)
+	res, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	require.Error(t, res.Rebuilt, "a corrupt store is rebuilt")
+	_, err = m.TreeHash(plumbing.NewHash(c1), "")
+	require.NoError(t, err)
+}
+
+func TestFS(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c := repo.Commit(t, "tree",
+		gittest.File("app/deploy.yaml", "kind: Deployment\n"),
+		gittest.File("app/sub/cm.yaml", "kind: ConfigMap\n"),
+		gittest.Symlink("app/link.yaml", "sub/cm.yaml"),
+		gittest.Symlink("app/sub/up.yaml", "../deploy.yaml"),
+		gittest.Symlink("app/escape", "../secret.txt"),
+		gittest.Symlink("app/abs", "/etc/passwd"),
+		gittest.Symlink("app/loop", "loop"),
+		gittest.File("secret.txt", "outside"))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+
+	fsys, err := m.FS(plumbing.NewHash(c), "app")
+	require.NoError(t, err)
+
+	data, err := fs.ReadFile(fsys, "link.yaml")
+	require.NoError(t, err)
+	assert.Equal(t, "kind: ConfigMap\n", string(data))
+	data, err = fs.ReadFile(fsys, "sub/up.yaml")
+	require.NoError(t, err)
+	assert.Equal(t, "kind: Deployment\n", string(data))
+
+	for _, name := range []string{"escape", "abs"} {
+		_, err = fs.ReadFile(fsys, name)
+		require.ErrorIs(t, err, ErrSymlinkEscape, name)
+		_, err = fsys.(fs.ReadLinkFS).ReadLink(name)
+		require.ErrorIs(t, err, ErrSymlinkEscape, name)
+	}
+	_, err = fs.ReadFile(fsys, "loop")
+	require.Error(t, err)
+	_, err = fs.ReadFile(fsys, "../secret.txt")
+	require.ErrorIs(t, err, fs.ErrInvalid)
+
+	target, err := fsys.(fs.ReadLinkFS).ReadLink("link.yaml")
+	require.NoError(t, err)
+	assert.Equal(t, "sub/cm.yaml", target)
+	fi, err := fsys.(fs.ReadLinkFS).Lstat("link.yaml")
+	require.NoError(t, err)
+	assert.Equal(t, fs.ModeSymlink, fi.Mode().Type())
+
+	var files []string
+	require.NoError(t, fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		require.NoError(t, err)
+		if d.Type().IsRegular() {
+			files = append(files, p)
+		}
+		return nil
+	}))
+	assert.Equal(t, []string{"deploy.yaml", "sub/cm.yaml"}, files)
+
+	// The standard conformance checks, on a tree with no symlinks.
+	plain, err := m.FS(plumbing.NewHash(c), "app/sub/../sub")
+	require.Error(t, err, "'..' is rejected even when it would stay inside")
+	require.ErrorIs(t, err, ErrInvalidPath)
+	_ = plain
+	c2 := repo.Commit(t, "plain", gittest.Delete("app"), gittest.File("app/x/y.txt", "y"), gittest.File("app/z.txt", "z"))
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	plain, err = m.FS(plumbing.NewHash(c2), "app")
+	require.NoError(t, err)
+	require.NoError(t, fstest.TestFS(plain, "x/y.txt", "z.txt"))
+
+	_, err = m.FS(plumbing.NewHash(c2), "app/z.txt")
+	require.ErrorIs(t, err, ErrPathNotFound, "a file is not a tree")
+}

@@ -1,0 +1,102 @@
+package gitutil
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/storage/memory"
+)
+
+// DefaultListTimeout bounds a ref listing whose ctx carries no deadline.
+const DefaultListTimeout = 30 * time.Second
+
+// RefList is a remote's ref advertisement.
+type RefList struct {
+	// Refs maps full ref names ("refs/heads/main", "refs/tags/v1") to the
+	// object they point at: a commit, or the tag object of an annotated tag.
+	Refs map[string]plumbing.Hash
+	// Peeled maps the names of annotated tags to the commit they point at.
+	Peeled map[string]plumbing.Hash
+	// Head is the ref the remote's HEAD points at ("refs/heads/main"), or ""
+	// when the remote did not say.
+	Head string
+}
+
+// Commit returns the commit a ref names, peeling annotated tags.
+func (l RefList) Commit(name string) (plumbing.Hash, bool) {
+	if h, ok := l.Peeled[name]; ok {
+		return h, true
+	}
+	h, ok := l.Refs[name]
+	return h, ok
+}
+
+// ListRefs lists the refs of the remote at repoURL in one request (the
+// equivalent of git ls-remote), with annotated tags peeled. It honours ctx
+// and applies [DefaultListTimeout] when ctx has no deadline.
+func ListRefs(ctx context.Context, repoURL string, auth *Auth) (RefList, error) {
+	e, err := ParseURL(repoURL)
+	if err != nil {
+		return RefList{}, err
+	}
+	topts, err := auth.forEndpoint(e)
+	if err != nil {
+		return RefList{}, fmt.Errorf("list refs of %s: %w", RedactURL(repoURL), err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultListTimeout)
+		defer cancel()
+	}
+	remote := git.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{repoURL}})
+	refs, err := remote.ListContext(ctx, &git.ListOptions{
+		Auth:            topts.auth,
+		CABundle:        topts.caBundle,
+		InsecureSkipTLS: topts.insecureSkipTLS,
+		PeelingOption:   git.AppendPeeled,
+	})
+	if err != nil {
+		return RefList{}, &RemoteError{Op: "list refs", URL: repoURL, Err: err}
+	}
+	out := RefList{Refs: make(map[string]plumbing.Hash, len(refs)), Peeled: map[string]plumbing.Hash{}}
+	for _, r := range refs {
+		name := r.Name().String()
+		switch {
+		case name == "HEAD" && r.Type() == plumbing.SymbolicReference:
+			out.Head = r.Target().String()
+		case strings.HasSuffix(name, "^{}"):
+			out.Peeled[strings.TrimSuffix(name, "^{}")] = r.Hash()
+		case r.Type() == plumbing.HashReference:
+			out.Refs[name] = r.Hash()
+		}
+	}
+	return out, nil
+}
+
+// RemoteError is a failed network operation on a remote. Its message carries
+// the redacted URL, never a credential.
+type RemoteError struct {
+	Op  string
+	URL string
+	Err error
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("%s %s: %s", e.Op, RedactURL(e.URL), scrub(e.Err.Error(), e.URL))
+}
+
+func (e *RemoteError) Unwrap() error { return e.Err }
+
+// scrub removes the raw URL (which may carry credentials) from a message
+// produced by a lower layer.
+func scrub(msg, rawURL string) string {
+	if rawURL != "" && rawURL != RedactURL(rawURL) {
+		msg = strings.ReplaceAll(msg, rawURL, RedactURL(rawURL))
+	}
+	return msg
+}

@@ -1,0 +1,121 @@
+package gitutil
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func h(c byte) plumbing.Hash { return plumbing.NewHash(strings.Repeat(string(c), 40)) }
+
+var testRefs = RefList{
+	Head: "refs/heads/main",
+	Refs: map[string]plumbing.Hash{
+		"refs/heads/main":      h('a'),
+		"refs/heads/dev":       h('b'),
+		"refs/heads/both":      h('c'),
+		"refs/tags/both":       h('d'),
+		"refs/tags/v1.0.0":     h('1'),
+		"refs/tags/v1.2.0":     h('e'), // annotated
+		"refs/tags/1.3.0-rc.1": h('3'),
+		"refs/tags/v2.0.0":     h('2'),
+		"refs/heads/abcdef1":   h('f'),
+	},
+	Peeled: map[string]plumbing.Hash{"refs/tags/v1.2.0": h('5')},
+}
+
+func TestResolve(t *testing.T) {
+	for _, tc := range []struct {
+		name, rev string
+		wantRef   string
+		want      plumbing.Hash
+		wantErr   error
+	}{
+		{name: "head", rev: "", wantRef: "refs/heads/main", want: h('a')},
+		{name: "HEAD", rev: "HEAD", wantRef: "refs/heads/main", want: h('a')},
+		{name: "branch", rev: "dev", wantRef: "refs/heads/dev", want: h('b')},
+		{name: "full ref", rev: "refs/heads/dev", wantRef: "refs/heads/dev", want: h('b')},
+		{name: "lightweight tag", rev: "v1.0.0", wantRef: "refs/tags/v1.0.0", want: h('1')},
+		{name: "annotated tag is peeled", rev: "v1.2.0", wantRef: "refs/tags/v1.2.0", want: h('5')},
+		{name: "full sha", rev: strings.Repeat("9", 40), want: h('9')},
+		{name: "upper-case sha", rev: strings.Repeat("A", 40), want: h('a')},
+		{name: "semver range", rev: ">=1.0.0 <2.0.0", wantRef: "refs/tags/v1.2.0", want: h('5')},
+		{name: "semver tilde", rev: "~1.0", wantRef: "refs/tags/v1.0.0", want: h('1')},
+		{name: "semver x", rev: "2.x", wantRef: "refs/tags/v2.0.0", want: h('2')},
+		{name: "branch that looks like a sha", rev: "abcdef1", wantRef: "refs/heads/abcdef1", want: h('f')},
+		{name: "ambiguous", rev: "both", wantErr: ErrAmbiguousRevision},
+		{name: "abbreviated sha", rev: "abc1234", wantErr: ErrAbbreviatedSHA},
+		{name: "missing branch", rev: "nope", wantErr: ErrRefNotFound},
+		{name: "missing full ref", rev: "refs/heads/nope", wantErr: ErrRefNotFound},
+		{name: "no tag in range", rev: ">=3", wantErr: ErrNoMatchingTag},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rev, err := ParseRevision(tc.rev)
+			require.NoError(t, err)
+			got, err := Resolve(rev, testRefs)
+			if tc.wantErr != nil {
+				require.ErrorIs(t, err, tc.wantErr)
+				var rerr *RevisionError
+				require.ErrorAs(t, err, &rerr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantRef, got.Ref)
+			assert.Equal(t, tc.want, got.Commit)
+		})
+	}
+}
+
+func TestResolveHeadUnknown(t *testing.T) {
+	rev, err := ParseRevision("")
+	require.NoError(t, err)
+	_, err = Resolve(rev, RefList{Refs: testRefs.Refs})
+	require.ErrorIs(t, err, ErrRefNotFound)
+}
+
+func TestParseRevisionRejects(t *testing.T) {
+	for _, bad := range []string{
+		"refs/heads/a..b", "refs/heads/", "a b", "a:b", "~~", "refs/heads/x.lock",
+		strings.Repeat("a", 64), "x\x00y", strings.Repeat("b", 2000),
+	} {
+		t.Run(bad[:min(len(bad), 20)], func(t *testing.T) {
+			_, err := ParseRevision(bad)
+			require.ErrorIs(t, err, ErrInvalidRevision)
+		})
+	}
+}
+
+func FuzzParseRevision(f *testing.F) {
+	for _, s := range []string{"", "main", "refs/tags/v1", ">=1.0 <2", strings.Repeat("a", 40), "abc", "~1.2", "a..b", "v1.2.3", "1.x || 2.x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		rev, err := ParseRevision(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRevision) {
+				t.Fatalf("parse error of the wrong kind: %v", err)
+			}
+			return
+		}
+		got, err := Resolve(rev, testRefs)
+		if err != nil {
+			var rerr *RevisionError
+			if !errors.As(err, &rerr) {
+				t.Fatalf("resolve error is not a *RevisionError: %v", err)
+			}
+			return
+		}
+		if got.Commit.IsZero() {
+			t.Fatalf("%q resolved to the zero hash", s)
+		}
+		if got.Ref != "" {
+			if _, ok := testRefs.Refs[got.Ref]; !ok {
+				t.Fatalf("%q resolved to a ref that does not exist: %s", s, got.Ref)
+			}
+		}
+	})
+}

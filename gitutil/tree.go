@@ -1,0 +1,175 @@
+package gitutil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+)
+
+// ErrInvalidPath is returned (wrapped) for a target path that is absolute
+// in a way git cannot express, or that climbs out with "..".
+var ErrInvalidPath = errors.New("gitutil: invalid path")
+
+// ErrPathNotFound is returned (wrapped) when a path does not exist at a
+// commit.
+var ErrPathNotFound = errors.New("gitutil: path not found")
+
+// CleanPath validates and normalises a path inside a repository: "", "."
+// and "/" mean the root and become ""; "./a//b/" becomes "a/b". A ".."
+// element, a backslash or a NUL byte is an error, so a target can never name
+// something outside the repository.
+func CleanPath(p string) (string, error) {
+	if strings.ContainsAny(p, "\x00\\") {
+		return "", fmt.Errorf("%w: %q contains a NUL byte or a backslash", ErrInvalidPath, p)
+	}
+	for _, elem := range strings.Split(p, "/") {
+		if elem == ".." {
+			return "", fmt.Errorf("%w: %q contains \"..\"", ErrInvalidPath, p)
+		}
+	}
+	c := strings.Trim(path.Clean("/"+p), "/")
+	return c, nil
+}
+
+// subtree returns the tree at p under the commit's root tree; callers hold
+// m.mu. A path that names a file is ErrPathNotFound wrapped with "not a
+// directory".
+func (m *Mirror) entryAt(commit plumbing.Hash, p string) (*object.Tree, *object.TreeEntry, error) {
+	p, err := CleanPath(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := m.commit(commit)
+	if err != nil {
+		return nil, nil, err
+	}
+	root, err := c.Tree()
+	if err != nil {
+		return nil, nil, m.markCorrupt(err)
+	}
+	if p == "" {
+		return root, &object.TreeEntry{Mode: filemode.Dir, Hash: root.Hash}, nil
+	}
+	e, err := root.FindEntry(p)
+	if err != nil {
+		if errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
+			return nil, nil, fmt.Errorf("%w: %q at %s", ErrPathNotFound, p, commit)
+		}
+		return nil, nil, m.markCorrupt(err)
+	}
+	if e.Mode != filemode.Dir {
+		return nil, e, nil
+	}
+	t, err := m.repo.TreeObject(e.Hash)
+	if err != nil {
+		return nil, nil, m.markCorrupt(err)
+	}
+	return t, e, nil
+}
+
+// TreeHash returns the hash of the tree (or blob) at path p in commit. Two
+// commits with the same TreeHash for a path have identical content under it,
+// which is how the watcher skips commits that do not touch a target.
+func (m *Mirror) TreeHash(commit plumbing.Hash, p string) (plumbing.Hash, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, e, err := m.entryAt(commit, p)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return e.Hash, nil
+}
+
+// ChangedPaths lists, sorted, the files added, modified or deleted under
+// prefix between commits from and to, relative to prefix. It diffs trees
+// (skipping identical subtrees by hash) and never reads blobs. A prefix
+// missing at from counts as empty; missing at to is ErrPathNotFound.
+func (m *Mirror) ChangedPaths(ctx context.Context, from, to plumbing.Hash, prefix string) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	toTree, toEntry, err := m.entryAt(to, prefix)
+	if err != nil {
+		return nil, err
+	}
+	fromTree, fromEntry, err := m.entryAt(from, prefix)
+	if err != nil && !errors.Is(err, ErrPathNotFound) {
+		return nil, err
+	}
+	if toTree == nil || (fromEntry != nil && fromTree == nil) {
+		// A file target (or a file that became a directory): one path.
+		if fromEntry != nil && fromEntry.Hash == toEntry.Hash {
+			return nil, nil
+		}
+		return []string{path.Base(prefix)}, nil
+	}
+	if fromTree == nil {
+		fromTree = &object.Tree{}
+	}
+	changes, err := object.DiffTreeWithOptions(ctx, fromTree, toTree, nil)
+	if err != nil {
+		return nil, m.markCorrupt(err)
+	}
+	seen := make(map[string]struct{}, len(changes))
+	out := make([]string, 0, len(changes))
+	for _, ch := range changes {
+		for _, name := range []string{ch.From.Name, ch.To.Name} {
+			if name == "" {
+				continue
+			}
+			if _, ok := seen[name]; !ok {
+				seen[name] = struct{}{}
+				out = append(out, name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// IsAncestor reports whether ancestor is reachable from commit by following
+// parents (a commit is its own ancestor). A walk that reaches the boundary
+// of a shallow fetch without finding ancestor answers false: the caller
+// treats that like a force-push and delivers, which is safe.
+func (m *Mirror) IsAncestor(ctx context.Context, ancestor, commit plumbing.Hash) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ancestor == commit {
+		return true, nil
+	}
+	if _, err := m.commit(commit); err != nil {
+		return false, err
+	}
+	seen := map[plumbing.Hash]struct{}{commit: {}}
+	queue := []plumbing.Hash{commit}
+	for len(queue) > 0 {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		h := queue[0]
+		queue = queue[1:]
+		c, err := m.repo.CommitObject(h)
+		if errors.Is(err, plumbing.ErrObjectNotFound) {
+			continue // shallow boundary
+		}
+		if err != nil {
+			return false, m.markCorrupt(err)
+		}
+		for _, p := range c.ParentHashes {
+			if p == ancestor {
+				return true, nil
+			}
+			if _, ok := seen[p]; !ok {
+				seen[p] = struct{}{}
+				queue = append(queue, p)
+			}
+		}
+	}
+	return false, nil
+}

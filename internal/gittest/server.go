@@ -1,0 +1,148 @@
+package gittest
+
+import (
+	"net/http"
+	"net/http/cgi"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// Server is a git smart-HTTP server on loopback serving every bare
+// repository under its root.
+type Server struct {
+	root    string
+	httpSrv *httptest.Server
+
+	mu       sync.Mutex
+	user     string
+	password string
+	down     bool
+	counts   map[string]*Counts
+}
+
+// Counts are the requests a repository received.
+type Counts struct {
+	// Lists counts ref advertisements (GET info/refs?service=git-upload-pack).
+	Lists atomic.Int64
+	// Fetches counts pack negotiations (POST git-upload-pack).
+	Fetches atomic.Int64
+}
+
+// NewServer starts a server whose repositories live in a temporary
+// directory; it is stopped when the test ends.
+func NewServer(t testing.TB) *Server {
+	t.Helper()
+	backend, err := exec.Command("git", "--exec-path").Output()
+	if err != nil {
+		t.Fatalf("gittest: git is needed on PATH: %v", err)
+	}
+	s := &Server{root: t.TempDir(), counts: map[string]*Counts{}}
+	h := &cgi.Handler{
+		Path: filepath.Join(strings.TrimSpace(string(backend)), "git-http-backend"),
+		Env: []string{
+			"GIT_PROJECT_ROOT=" + s.root,
+			"GIT_HTTP_EXPORT_ALL=1",
+			"GIT_CONFIG_NOSYSTEM=1",
+			"HOME=" + s.root,
+			"GIT_CONFIG_COUNT=2",
+			"GIT_CONFIG_KEY_0=uploadpack.allowAnySHA1InWant", "GIT_CONFIG_VALUE_0=true",
+			"GIT_CONFIG_KEY_1=uploadpack.allowFilter", "GIT_CONFIG_VALUE_1=true",
+		},
+	}
+	s.httpSrv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		user, pass, down := s.user, s.password, s.down
+		s.mu.Unlock()
+		if down {
+			http.Error(w, "down for the test", http.StatusServiceUnavailable)
+			return
+		}
+		if user != "" {
+			u, p, ok := r.BasicAuth()
+			if !ok || u != user || p != pass {
+				w.Header().Set("WWW-Authenticate", `Basic realm="gittest"`)
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				return
+			}
+		}
+		s.count(r)
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s.httpSrv.Close)
+	return s
+}
+
+func (s *Server) count(r *http.Request) {
+	p := r.URL.Path
+	var repo string
+	var list bool
+	switch {
+	case strings.HasSuffix(p, "/info/refs") && r.URL.Query().Get("service") == "git-upload-pack":
+		repo, list = strings.TrimSuffix(p, "/info/refs"), true
+	case strings.HasSuffix(p, "/git-upload-pack") && r.Method == http.MethodPost:
+		repo = strings.TrimSuffix(p, "/git-upload-pack")
+	default:
+		return
+	}
+	c := s.Counts(strings.TrimPrefix(repo, "/"))
+	if list {
+		c.Lists.Add(1)
+	} else {
+		c.Fetches.Add(1)
+	}
+}
+
+// Counts returns the request counters of the repository at name
+// ("group/app.git").
+func (s *Server) Counts(name string) *Counts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.counts[name]
+	if !ok {
+		c = &Counts{}
+		s.counts[name] = c
+	}
+	return c
+}
+
+// URL is the server's base URL ("http://127.0.0.1:port").
+func (s *Server) URL() string { return s.httpSrv.URL }
+
+// Root is the directory holding the bare repositories.
+func (s *Server) Root() string { return s.root }
+
+// SetBasicAuth makes every request need these credentials ("" turns auth
+// off).
+func (s *Server) SetBasicAuth(user, password string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.user, s.password = user, password
+}
+
+// SetDown makes every request fail with 503 while down is true.
+func (s *Server) SetDown(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = down
+}
+
+// gitEnv is a deterministic environment for the git CLI.
+func gitEnv(home string) []string {
+	env := []string{
+		"HOME=" + home,
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=gittest", "GIT_AUTHOR_EMAIL=gittest@example.com",
+		"GIT_COMMITTER_NAME=gittest", "GIT_COMMITTER_EMAIL=gittest@example.com",
+		"GIT_TERMINAL_PROMPT=0",
+	}
+	if p, ok := os.LookupEnv("PATH"); ok {
+		env = append(env, "PATH="+p)
+	}
+	return env
+}
