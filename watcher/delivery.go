@@ -1,0 +1,272 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/modwatch/modwatch/gitutil"
+)
+
+// desired is what a poller wants a sink to have.
+type desired struct {
+	target Target
+	ref    string
+	commit plumbing.Hash
+	tree   plumbing.Hash
+	mirror *gitutil.Mirror
+	remote string // redacted URL
+}
+
+// deliverer serializes the deliveries of one target to one sink. It holds at
+// most one pending desire: a newer one replaces it (latest wins).
+type deliverer struct {
+	w    *Watcher
+	key  string // checkpoint key: target ID and sink name
+	sink namedSink
+	prev *deliverer // a deliverer of the same key still removing
+	wake chan struct{}
+	done chan struct{}
+
+	mu      sync.Mutex
+	target  Target // the target as last seen, for Remove
+	pending *desired
+	resync  bool
+	removed bool
+}
+
+func newDeliverer(w *Watcher, t Target, s namedSink, prev *deliverer) *deliverer {
+	return &deliverer{
+		w: w, key: t.ID + "/" + s.name, sink: s, prev: prev, target: t,
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+}
+
+func (d *deliverer) signal() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// offer makes want the next thing to deliver, replacing any pending one.
+func (d *deliverer) offer(want desired) {
+	d.mu.Lock()
+	d.pending, d.target = &want, want.target
+	d.mu.Unlock()
+	d.signal()
+}
+
+func (d *deliverer) requestResync() {
+	d.mu.Lock()
+	d.resync = true
+	d.mu.Unlock()
+	d.signal()
+}
+
+// remove tells the deliverer its target is gone: it calls the sink's
+// Remove, forgets the checkpoint and ends.
+func (d *deliverer) remove() {
+	d.mu.Lock()
+	d.removed = true
+	d.mu.Unlock()
+	d.signal()
+}
+
+func (d *deliverer) run(ctx context.Context, dkey string) error {
+	defer d.w.removed(dkey, d)
+	defer close(d.done)
+	if d.prev != nil {
+		select {
+		case <-d.prev.done:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	clock := d.w.opts.clock
+	var (
+		want    *desired // latest desire taken
+		resync  bool
+		attempt int
+		retry   Timer
+	)
+	stopRetry := func() {
+		if retry != nil {
+			retry.Stop()
+			retry = nil
+		}
+	}
+	defer stopRetry()
+	for {
+		var retryC <-chan time.Time
+		if retry != nil {
+			retryC = retry.C()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-retryC:
+			retry = nil
+		case <-d.wake:
+			d.mu.Lock()
+			next, rs, rm, target := d.pending, d.resync, d.removed, d.target
+			d.pending, d.resync = nil, false
+			d.mu.Unlock()
+			if rm {
+				stopRetry()
+				d.doRemove(ctx, target)
+				return nil
+			}
+			if next != nil {
+				want, attempt = next, 0
+			}
+			resync = resync || rs
+			if want == nil || (next == nil && !rs) {
+				continue
+			}
+			stopRetry()
+		}
+		err := d.deliver(ctx, want, resync, attempt+1)
+		switch {
+		case err == nil:
+			resync, attempt = false, 0
+		case ctx.Err() != nil:
+			return nil
+		case IsPermanent(err):
+			// Wait for the next commit or resync; do not retry this one.
+			resync, attempt = false, 0
+		default:
+			attempt++
+			retry = clock.NewTimer(backoff(attempt, d.w.opts.retryMin, d.w.opts.retryMax))
+		}
+	}
+}
+
+// deliver hands want to the sink unless its checkpoint says it has it.
+func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, attempt int) error {
+	w := d.w
+	t := want.target
+	commit, tree, fp := want.commit.String(), want.tree.String(), t.fingerprint()
+	ev := Event{Target: &t, Sink: d.sink.name, Remote: want.remote, Ref: want.ref, Commit: commit, Attempt: attempt}
+	failed := func(c *Change, err error) error {
+		ev.Type, ev.Change, ev.Err = EventDeliveryFailed, c, err
+		w.emit(ev)
+		w.log.Error(err, "delivery failed", "target", t.ID, "sink", d.sink.name, "commit", short(commit), "attempt", attempt)
+		return err
+	}
+
+	cp, ok, err := w.opts.store.Get(ctx, d.key)
+	if err != nil {
+		return failed(nil, err)
+	}
+	if ok && cp.Target == fp && !resync {
+		if cp.Commit == commit {
+			return nil
+		}
+		if cp.Tree == tree {
+			cp.Commit, cp.Time = commit, w.opts.clock.Now()
+			if err := w.opts.store.Put(ctx, d.key, cp); err != nil {
+				return failed(nil, err)
+			}
+			ev.Type = EventUpToDate
+			w.emit(ev)
+			return nil
+		}
+	}
+
+	c := Change{Target: t, Ref: want.ref, To: commit}
+	switch {
+	case !ok:
+		c.Reason = ReasonInitial
+	case cp.Target != fp:
+		c.Reason, c.From = ReasonTargetChanged, cp.Commit
+	case cp.Commit == commit:
+		c.Reason, c.From = ReasonResync, cp.Commit
+	default:
+		c.From = cp.Commit
+		from := plumbing.NewHash(cp.Commit)
+		c.Reason = ReasonNewCommit
+		if anc, aerr := want.mirror.IsAncestor(ctx, from, want.commit); aerr == nil {
+			if !anc {
+				c.Reason = ReasonForcePush
+			}
+			if paths, perr := want.mirror.ChangedPaths(ctx, from, want.commit, t.Path); perr == nil {
+				c.Paths = paths
+			}
+		}
+	}
+	fsys, err := want.mirror.FS(want.commit, t.Path)
+	if err != nil {
+		return failed(&c, err)
+	}
+	c.FS = fsys
+
+	select {
+	case w.deliverSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	start := w.opts.clock.Now()
+	dctx, cancel := context.WithTimeout(ctx, w.opts.deliverTimeout)
+	err = safeDeliver(dctx, d.sink.sink, c)
+	cancel()
+	<-w.deliverSem
+	ev.Duration = w.opts.clock.Now().Sub(start)
+	if err != nil {
+		return failed(&c, err)
+	}
+	if err := w.opts.store.Put(ctx, d.key, Checkpoint{Commit: commit, Tree: tree, Target: fp, Time: w.opts.clock.Now()}); err != nil {
+		// Delivered but not recorded: deliver again rather than lose it.
+		return failed(&c, err)
+	}
+	ev.Type, ev.Change = EventDelivered, &c
+	w.emit(ev)
+	w.log.V(1).Info("delivered", "target", t.ID, "sink", d.sink.name, "commit", short(commit), "reason", c.Reason)
+	return nil
+}
+
+// safeDeliver turns a sink's panic into an error, so that one bad sink
+// cannot take the watcher down.
+func safeDeliver(ctx context.Context, s Sink, c Change) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = Permanent(fmt.Errorf("watcher: sink panicked: %v", p))
+		}
+	}()
+	return s.Deliver(ctx, c)
+}
+
+// doRemove tells a Remover sink, retrying with backoff while ctx lasts, and
+// forgets the checkpoint.
+func (d *deliverer) doRemove(ctx context.Context, t Target) {
+	w := d.w
+	if rm, ok := d.sink.sink.(Remover); ok {
+		for attempt := 1; ; attempt++ {
+			rctx, cancel := context.WithTimeout(ctx, w.opts.deliverTimeout)
+			err := rm.Remove(rctx, t)
+			cancel()
+			w.emit(Event{Type: EventRemoved, Target: &t, Sink: d.sink.name, Remote: gitutil.RedactURL(t.URL), Attempt: attempt, Err: err})
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			timer := w.opts.clock.NewTimer(backoff(attempt, w.opts.retryMin, w.opts.retryMax))
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C():
+			}
+		}
+	} else {
+		w.emit(Event{Type: EventRemoved, Target: &t, Sink: d.sink.name, Remote: gitutil.RedactURL(t.URL)})
+	}
+	if err := w.opts.store.Delete(ctx, d.key); err != nil {
+		w.log.Error(err, "forget checkpoint", "target", t.ID, "sink", d.sink.name)
+	}
+}

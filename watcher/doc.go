@@ -1,0 +1,22 @@
+// Package watcher notices new commits in git repositories and tells the
+// parts that act on them.
+//
+// Data moves one way: a [Source] says what to watch (the whole desired set of
+// [Target]s, each time it changes); the [Watcher] polls each remote once per
+// cycle for all its targets, fetches only what moved into a persistent mirror
+// on disk, checks whether each target's path actually changed, and hands a
+// [Change] to every [Sink] of the target's route. Delivery is per (target,
+// sink), serialized and latest-wins; failures are retried with backoff and
+// jitter, and the [Checkpoint] in the [Store] advances only after success.
+// [Observer]s hear every outcome.
+//
+// A program wires it in a few lines:
+//
+//	w := watcher.New(watcher.WithLogger(log), watcher.WithCacheDir(dir))
+//	w.Route(static.New(targets...), dir.New(out))
+//	err := w.Run(ctx)
+//
+// The package has no Kubernetes imports. Sources and sinks live in their own
+// packages under source/ and sink/; fakes for users' tests live in
+// watcher/watchertest.
+package watcher

@@ -1,0 +1,112 @@
+package watcher
+
+import (
+	"fmt"
+	"time"
+)
+
+// EventType is what an Event reports.
+type EventType string
+
+// The events a watcher reports.
+const (
+	// EventInvalidTarget: a source gave a target that failed validation; it
+	// is not watched.
+	EventInvalidTarget EventType = "InvalidTarget"
+	// EventPolled: one poll of a remote ended (Err says whether it failed).
+	// Target is nil.
+	EventPolled EventType = "Polled"
+	// EventFetched: objects were fetched into a remote's mirror (Err on
+	// failure). Target is nil.
+	EventFetched EventType = "Fetched"
+	// EventMirrorRebuilt: a remote's mirror was rebuilt; Err says why.
+	EventMirrorRebuilt EventType = "MirrorRebuilt"
+	// EventTargetFailed: the target could not be brought to a commit: the
+	// remote failed, the revision does not resolve, the path is missing, the
+	// credentials could not be found. Nothing was delivered; the target is
+	// tried again on the next poll.
+	EventTargetFailed EventType = "TargetFailed"
+	// EventRefVanished: the ref a target resolved to before is gone from
+	// the remote. The last delivery stays in place.
+	EventRefVanished EventType = "RefVanished"
+	// EventUpToDate: the target resolved to a commit whose tree at Path is
+	// what the sink has; the checkpoint records the commit, nothing is
+	// delivered.
+	EventUpToDate EventType = "UpToDate"
+	// EventDelivered: a sink accepted Change.
+	EventDelivered EventType = "Delivered"
+	// EventDeliveryFailed: a sink returned Err for Change; Attempt counts the
+	// failures of this delivery so far.
+	EventDeliveryFailed EventType = "DeliveryFailed"
+	// EventRemoved: the target disappeared and the sink was told (Err on
+	// failure of Remove).
+	EventRemoved EventType = "Removed"
+)
+
+// Event is one outcome, reported to observers.
+type Event struct {
+	Type EventType
+	Time time.Time
+	// Remote is the repository URL, redacted.
+	Remote string
+	// Target is the target concerned, nil for remote-wide events.
+	Target *Target
+	// Sink is the sink's name, for delivery events.
+	Sink string
+	// Ref and Commit are what the target resolved to, when known.
+	Ref, Commit string
+	// Change is the change handed to the sink, for delivery events.
+	Change *Change
+	// Attempt counts failures of the same delivery.
+	Attempt int
+	// Duration is how long the poll, fetch or delivery took.
+	Duration time.Duration
+	// Err is the failure, if any. It never contains a secret.
+	Err error
+}
+
+// String is a one-line summary for logs and test failures.
+func (e Event) String() string {
+	s := string(e.Type)
+	if e.Target != nil {
+		s += " target=" + e.Target.ID
+	}
+	if e.Sink != "" {
+		s += " sink=" + e.Sink
+	}
+	if e.Remote != "" {
+		s += " remote=" + e.Remote
+	}
+	if e.Commit != "" {
+		s += " commit=" + short(e.Commit)
+	}
+	if e.Change != nil {
+		s += fmt.Sprintf(" reason=%s", e.Change.Reason)
+	}
+	if e.Err != nil {
+		s += " err=" + e.Err.Error()
+	}
+	return s
+}
+
+func short(commit string) string {
+	if len(commit) > 12 {
+		return commit[:12]
+	}
+	return commit
+}
+
+// Observer hears each outcome: this is how status write-back, metrics and
+// events are built without sinks knowing about each other.
+type Observer interface {
+	// Observe is called synchronously from the watcher's goroutines, in
+	// order for any one target and sink; it must be quick and safe for
+	// concurrent use.
+	Observe(e Event)
+}
+
+// ObserverFunc adapts a function to [Observer].
+type ObserverFunc func(e Event)
+
+// Observe calls f.
+func (f ObserverFunc) Observe(e Event) { f(e) }

@@ -1,0 +1,181 @@
+package watcher
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/modwatch/modwatch/gitutil"
+)
+
+// Option configures a Watcher.
+type Option func(*options)
+
+type options struct {
+	log              logr.Logger
+	interval         time.Duration
+	jitter           float64
+	cacheDir         string
+	fetchLimit       int
+	deliverLimit     int
+	clock            Clock
+	creds            gitutil.CredentialResolver
+	store            Store
+	resync           time.Duration
+	observers        []Observer
+	retryMin         time.Duration
+	retryMax         time.Duration
+	listTimeout      time.Duration
+	fetchTimeout     time.Duration
+	deliverTimeout   time.Duration
+	firstFetchDepth  int
+	credentialsRetry time.Duration
+}
+
+func defaultOptions() options {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	return options{
+		log:              logr.Discard(),
+		interval:         time.Minute,
+		jitter:           0.1,
+		cacheDir:         filepath.Join(cache, "modwatch", "mirrors"),
+		fetchLimit:       4,
+		deliverLimit:     8,
+		clock:            realClock{},
+		store:            NewMemoryStore(),
+		retryMin:         time.Second,
+		retryMax:         5 * time.Minute,
+		listTimeout:      30 * time.Second,
+		fetchTimeout:     10 * time.Minute,
+		deliverTimeout:   10 * time.Minute,
+		firstFetchDepth:  1,
+		credentialsRetry: 30 * time.Second,
+	}
+}
+
+// WithLogger sets the logger; the default discards. The watcher logs quietly
+// at V(0) (failures, rebuilds) and per poll and delivery at V(1).
+func WithLogger(l logr.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithInterval sets how often each remote is polled when its targets do not
+// say (default 1m).
+func WithInterval(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.interval = d
+		}
+	}
+}
+
+// WithJitter spreads polls by ±fraction of the interval (default 0.1, at
+// most 0.5), so that many watchers started together do not poll together.
+func WithJitter(fraction float64) Option {
+	return func(o *options) { o.jitter = min(max(fraction, 0), 0.5) }
+}
+
+// WithCacheDir sets the directory holding one bare mirror per remote
+// (default: the user cache directory + "modwatch/mirrors"). Mirrors persist
+// across restarts; one watcher per directory at a time.
+func WithCacheDir(dir string) Option { return func(o *options) { o.cacheDir = dir } }
+
+// WithConcurrency bounds how many fetches (default 4) and deliveries
+// (default 8) run at once across all remotes and sinks.
+func WithConcurrency(fetches, deliveries int) Option {
+	return func(o *options) {
+		if fetches > 0 {
+			o.fetchLimit = fetches
+		}
+		if deliveries > 0 {
+			o.deliverLimit = deliveries
+		}
+	}
+}
+
+// WithClock sets the clock used for intervals, backoff and event times
+// (default: the system clock).
+func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithCredentials sets how credentials are found for a URL (default: none,
+// anonymous access). A target's own Auth takes precedence.
+func WithCredentials(r gitutil.CredentialResolver) Option {
+	return func(o *options) { o.creds = r }
+}
+
+// WithStore sets where checkpoints are kept (default: in memory, so every
+// target is delivered once after a restart). Use [NewFileStore] to survive
+// restarts.
+func WithStore(s Store) Option { return func(o *options) { o.store = s } }
+
+// WithResync delivers every target's current commit again at this interval
+// (Reason [ReasonResync]), so that sinks can correct drift; 0 (the default)
+// turns it off.
+func WithResync(d time.Duration) Option { return func(o *options) { o.resync = max(d, 0) } }
+
+// WithObserver adds observers that hear every outcome.
+func WithObserver(obs ...Observer) Option {
+	return func(o *options) { o.observers = append(o.observers, obs...) }
+}
+
+// WithRetryBackoff sets the bounds of the exponential backoff between
+// failed deliveries and failed polls of a remote (default 1s to 5m; a failed
+// poll never waits less than the poll interval).
+func WithRetryBackoff(minDelay, maxDelay time.Duration) Option {
+	return func(o *options) {
+		if minDelay > 0 {
+			o.retryMin = minDelay
+		}
+		if maxDelay >= o.retryMin {
+			o.retryMax = maxDelay
+		}
+	}
+}
+
+// WithTimeouts bounds one ref listing (default 30s), one fetch (default
+// 10m) and one delivery (default 10m). Zero keeps a default.
+func WithTimeouts(list, fetch, deliver time.Duration) Option {
+	return func(o *options) {
+		if list > 0 {
+			o.listTimeout = list
+		}
+		if fetch > 0 {
+			o.fetchTimeout = fetch
+		}
+		if deliver > 0 {
+			o.deliverTimeout = deliver
+		}
+	}
+}
+
+// WithFirstFetchDepth limits the history of the first fetch into an empty
+// mirror (default 1: a shallow first fetch, several times faster and
+// smaller than a full one on large repositories); 0 fetches full history.
+// Later fetches are incremental and complete.
+func WithFirstFetchDepth(depth int) Option {
+	return func(o *options) { o.firstFetchDepth = max(depth, 0) }
+}
+
+// jittered spreads d by ±fraction.
+func jittered(d time.Duration, fraction float64) time.Duration {
+	if fraction <= 0 || d <= 0 {
+		return d
+	}
+	f := 1 + fraction*(2*rand.Float64()-1)
+	return time.Duration(float64(d) * f)
+}
+
+// backoff is the delay before retry number attempt (1-based): exponential
+// from lo, capped at hi, with jitter in [d/2, d].
+func backoff(attempt int, lo, hi time.Duration) time.Duration {
+	d := lo
+	for i := 1; i < attempt && d < hi; i++ {
+		d *= 2
+	}
+	d = min(d, hi)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}

@@ -1,0 +1,286 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/modwatch/modwatch/gitutil"
+)
+
+// remote polls one repository (URL and credentials) for all the targets on
+// it: one ref listing per cycle, a fetch only of what moved.
+type remote struct {
+	w        *Watcher
+	key      string // normalised URL and credential identity
+	urlKey   string // normalised URL, for Trigger
+	url      string
+	redacted string
+	auth     *gitutil.Auth
+	mirror   *gitutil.Mirror
+	trigger  chan struct{}
+	cancel   context.CancelFunc
+
+	mu      sync.Mutex
+	targets map[string]*polled
+}
+
+// polled is a target's state in its poller.
+type polled struct {
+	b       *bound
+	offered plumbing.Hash // commit last handed to the deliverers
+	ref     string        // ref it last resolved to
+}
+
+func newRemote(w *Watcher, key string, spec *remoteSpec, m *gitutil.Mirror) *remote {
+	r := &remote{
+		w: w, key: key, urlKey: spec.urlKey, url: spec.url, redacted: gitutil.RedactURL(spec.url),
+		auth: spec.auth, mirror: m, trigger: make(chan struct{}, 1), targets: map[string]*polled{},
+	}
+	r.setTargets(spec.targets)
+	return r
+}
+
+// poke asks for a poll now; pokes during a poll coalesce into one more.
+func (r *remote) poke() {
+	select {
+	case r.trigger <- struct{}{}:
+	default:
+	}
+}
+
+func (r *remote) stop() {
+	if r.cancel != nil {
+		r.cancel()
+	}
+}
+
+func (r *remote) has(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.targets[key]
+	return ok
+}
+
+// setTargets replaces the target set; new or changed targets are polled at
+// once.
+func (r *remote) setTargets(ts map[string]*bound) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := make(map[string]*polled, len(ts))
+	poll := false
+	for key, b := range ts {
+		if old, ok := r.targets[key]; ok && sameTargets(old.b, b) {
+			next[key] = old
+			continue
+		}
+		next[key] = &polled{b: b}
+		poll = true
+	}
+	r.targets = next
+	if poll {
+		r.poke()
+	}
+}
+
+func (r *remote) interval() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.w.opts.interval
+	for _, p := range r.targets {
+		if iv := p.b.t.Interval; iv > 0 && iv < d {
+			d = iv
+		}
+	}
+	return d
+}
+
+func (r *remote) run(ctx context.Context) error {
+	clock := r.w.opts.clock
+	log := r.w.log.WithValues("remote", r.redacted)
+	timer := clock.NewTimer(0)
+	defer func() { timer.Stop() }()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C():
+		case <-r.trigger:
+			timer.Stop()
+		}
+		iv := r.interval()
+		wait := jittered(iv, r.w.opts.jitter)
+		if err := r.poll(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			failures++
+			wait = max(iv, backoff(failures, r.w.opts.retryMin, r.w.opts.retryMax))
+			log.Error(err, "poll failed", "failures", failures, "retryIn", wait)
+		} else {
+			failures = 0
+		}
+		timer = clock.NewTimer(wait)
+	}
+}
+
+// poll runs one cycle: list refs once, resolve every target, fetch what the
+// mirror lacks, and offer each target whose commit moved to its deliverers.
+func (r *remote) poll(ctx context.Context) (err error) {
+	w := r.w
+	start := w.opts.clock.Now()
+	defer func() {
+		w.emit(Event{Type: EventPolled, Remote: r.redacted, Duration: w.opts.clock.Now().Sub(start), Err: err})
+	}()
+
+	r.mu.Lock()
+	targets := make([]*polled, 0, len(r.targets))
+	for _, p := range r.targets {
+		targets = append(targets, p)
+	}
+	r.mu.Unlock()
+	sort.Slice(targets, func(i, j int) bool { return targets[i].b.key < targets[j].b.key })
+
+	var refs gitutil.RefList
+	needList := false
+	for _, p := range targets {
+		if p.b.rev.Kind != gitutil.RevisionCommit {
+			needList = true
+		}
+	}
+	if needList {
+		lctx, cancel := context.WithTimeout(ctx, w.opts.listTimeout)
+		refs, err = gitutil.ListRefs(lctx, r.url, r.auth)
+		cancel()
+		if err != nil {
+			for _, p := range targets {
+				r.fail(p, err)
+			}
+			return err
+		}
+	}
+
+	// Resolve, and collect what the mirror lacks.
+	type job struct {
+		p   *polled
+		res gitutil.Resolved
+	}
+	var jobs []job
+	wantRefs := map[string]bool{}
+	var wantCommits []plumbing.Hash
+	for _, p := range targets {
+		res, rerr := gitutil.Resolve(p.b.rev, refs)
+		if rerr != nil {
+			r.mu.Lock()
+			lastRef := p.ref
+			r.mu.Unlock()
+			if lastRef != "" && errors.Is(rerr, gitutil.ErrRefNotFound) {
+				t := p.b.t
+				w.emit(Event{Type: EventRefVanished, Target: &t, Remote: r.redacted, Ref: lastRef, Err: rerr})
+			} else {
+				r.fail(p, rerr)
+			}
+			continue
+		}
+		if !r.mirror.HasCommit(res.Commit) {
+			if res.Ref != "" {
+				wantRefs[res.Ref] = true
+			} else {
+				wantCommits = append(wantCommits, res.Commit)
+			}
+		}
+		jobs = append(jobs, job{p, res})
+	}
+
+	fetchFailed := map[string]error{}
+	if len(wantRefs) > 0 || len(wantCommits) > 0 {
+		fetched, ferr := r.fetch(ctx, wantRefs, wantCommits)
+		if ferr != nil {
+			err = ferr
+		}
+		for i := range jobs {
+			j := &jobs[i]
+			if h, ok := fetched[j.res.Ref]; ok && j.res.Ref != "" {
+				j.res.Commit = h // the ref may have moved on since the listing
+			}
+			if ferr != nil && !r.mirror.HasCommit(j.res.Commit) {
+				fetchFailed[j.p.b.key] = ferr
+			}
+		}
+	}
+
+	for _, j := range jobs {
+		if ferr, failed := fetchFailed[j.p.b.key]; failed {
+			r.fail(j.p, ferr)
+			continue
+		}
+		r.mu.Lock()
+		unchanged := j.p.offered == j.res.Commit
+		r.mu.Unlock()
+		if unchanged {
+			continue
+		}
+		tree, terr := r.mirror.TreeHash(j.res.Commit, j.p.b.t.Path)
+		if terr != nil {
+			r.fail(j.p, terr)
+			continue
+		}
+		d := desired{target: j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree, mirror: r.mirror, remote: r.redacted}
+		for _, s := range j.p.b.sinks {
+			s.offer(d)
+		}
+		r.mu.Lock()
+		j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
+		r.mu.Unlock()
+	}
+	return err
+}
+
+// fetch brings the wanted refs and commits into the mirror, within the
+// watcher's fetch concurrency limit.
+func (r *remote) fetch(ctx context.Context, refs map[string]bool, commits []plumbing.Hash) (map[string]plumbing.Hash, error) {
+	w := r.w
+	select {
+	case w.fetchSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-w.fetchSem }()
+
+	start := w.opts.clock.Now()
+	names := make([]string, 0, len(refs))
+	for n := range refs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fctx, cancel := context.WithTimeout(ctx, w.opts.fetchTimeout)
+	defer cancel()
+	res, err := r.mirror.Fetch(fctx, r.auth, names)
+	if res.Rebuilt != nil {
+		w.log.Info("mirror rebuilt", "remote", r.redacted, "reason", res.Rebuilt.Error())
+		w.emit(Event{Type: EventMirrorRebuilt, Remote: r.redacted, Err: res.Rebuilt})
+	}
+	for _, c := range commits {
+		if err != nil {
+			break
+		}
+		_, err = r.mirror.FetchCommit(fctx, r.auth, c)
+	}
+	if err != nil {
+		err = fmt.Errorf("watcher: fetch %s: %w", r.redacted, err)
+	}
+	w.emit(Event{Type: EventFetched, Remote: r.redacted, Duration: w.opts.clock.Now().Sub(start), Err: err})
+	return res.Refs, err
+}
+
+// fail reports that a target could not be brought to a commit this cycle.
+func (r *remote) fail(p *polled, err error) {
+	t := p.b.t
+	r.w.emit(Event{Type: EventTargetFailed, Target: &t, Remote: r.redacted, Err: err})
+}

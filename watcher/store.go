@@ -1,0 +1,175 @@
+package watcher
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Checkpoint is what a sink was last given for a target.
+type Checkpoint struct {
+	// Commit is the commit delivered (or found to leave the target's tree
+	// unchanged).
+	Commit string `json:"commit"`
+	// Tree is the hash of the target's path at Commit.
+	Tree string `json:"tree"`
+	// Target is a digest of the target spec it was delivered for; a
+	// different digest means the target changed and is delivered again.
+	Target string `json:"target"`
+	// Time is when it was recorded.
+	Time time.Time `json:"time"`
+}
+
+// Store keeps checkpoints by key (a target ID and a sink name). Methods are
+// called concurrently for different keys, never for the same key.
+type Store interface {
+	// Get returns the checkpoint for key; ok is false when there is none.
+	Get(ctx context.Context, key string) (cp Checkpoint, ok bool, err error)
+	// Put records cp for key; it returns only once cp is durable.
+	Put(ctx context.Context, key string, cp Checkpoint) error
+	// Delete forgets key; deleting a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+}
+
+// MemoryStore keeps checkpoints in memory: they do not survive a restart.
+type MemoryStore struct {
+	mu sync.Mutex
+	m  map[string]Checkpoint
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// NewMemoryStore returns an empty in-memory store.
+func NewMemoryStore() *MemoryStore { return &MemoryStore{m: map[string]Checkpoint{}} }
+
+// Get implements Store.
+func (s *MemoryStore) Get(_ context.Context, key string) (Checkpoint, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cp, ok := s.m[key]
+	return cp, ok, nil
+}
+
+// Put implements Store.
+func (s *MemoryStore) Put(_ context.Context, key string, cp Checkpoint) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[key] = cp
+	return nil
+}
+
+// Delete implements Store.
+func (s *MemoryStore) Delete(_ context.Context, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, key)
+	return nil
+}
+
+// FileStore keeps one small JSON file per key in a directory. Each write
+// goes to a temporary file that is synced and renamed over the old one, so
+// a crash mid-write leaves the previous checkpoint intact.
+type FileStore struct {
+	dir string
+}
+
+var _ Store = (*FileStore)(nil)
+
+// NewFileStore returns a store in dir, creating it when needed.
+func NewFileStore(dir string) (*FileStore, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("watcher: checkpoint store: %w", err)
+	}
+	return &FileStore{dir: dir}, nil
+}
+
+type fileRecord struct {
+	Key        string     `json:"key"`
+	Checkpoint Checkpoint `json:"checkpoint"`
+}
+
+func (s *FileStore) path(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return filepath.Join(s.dir, hex.EncodeToString(sum[:16])+".json")
+}
+
+// Get implements Store. A file that cannot be parsed (a torn write on a
+// file system without atomic rename) is an error naming the key.
+func (s *FileStore) Get(_ context.Context, key string) (Checkpoint, bool, error) {
+	data, err := os.ReadFile(s.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Checkpoint{}, false, nil
+	}
+	if err != nil {
+		return Checkpoint{}, false, fmt.Errorf("watcher: read checkpoint %s: %w", key, err)
+	}
+	var rec fileRecord
+	if err := json.Unmarshal(data, &rec); err != nil || rec.Key != key {
+		return Checkpoint{}, false, fmt.Errorf("watcher: checkpoint %s in %s is unreadable", key, s.path(key))
+	}
+	return rec.Checkpoint, true, nil
+}
+
+// Put implements Store.
+func (s *FileStore) Put(_ context.Context, key string, cp Checkpoint) error {
+	data, err := json.Marshal(fileRecord{Key: key, Checkpoint: cp})
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(s.path(key), data); err != nil {
+		return fmt.Errorf("watcher: write checkpoint %s: %w", key, err)
+	}
+	return nil
+}
+
+// Delete implements Store.
+func (s *FileStore) Delete(_ context.Context, key string) error {
+	err := os.Remove(s.path(key))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("watcher: delete checkpoint %s: %w", key, err)
+	}
+	return nil
+}
+
+// writeAtomic writes data to path through a synced temporary file and a
+// rename, then syncs the directory.
+func writeAtomic(path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(f.Name())
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,182 @@
+package watcher
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/modwatch/modwatch/gitutil"
+)
+
+// Target is one thing to watch: a path in a repository at a revision.
+type Target struct {
+	// ID names the target, stable and unique across the watcher's sources
+	// (for instance "gitsync/<namespace>/<name>"). Checkpoints are kept by ID.
+	ID string
+	// URL is the repository, in any form git accepts.
+	URL string
+	// Revision is a branch, tag, full ref, full commit SHA or semver range
+	// over tags; "" follows the remote's HEAD. See [gitutil.ParseRevision].
+	Revision string
+	// Path is the directory inside the repository to watch; "" is the whole
+	// repository. It may not contain "..".
+	Path string
+	// Interval is how often to poll; 0 uses the watcher's interval. A remote
+	// is polled at the shortest interval of its targets.
+	Interval time.Duration
+	// Auth, when set, is used instead of what the watcher's
+	// [gitutil.CredentialResolver] finds for URL.
+	Auth *gitutil.Auth
+	// Payload is opaque to the watcher and passed to sinks in the Change
+	// (for instance a render type and a destination). A change of Payload is
+	// a change of the target: it is delivered again.
+	Payload any
+}
+
+// ErrInvalidTarget is returned (wrapped) by [Target.Validate].
+var ErrInvalidTarget = errors.New("watcher: invalid target")
+
+// Validate checks the target and says which field is wrong.
+func (t Target) Validate() error {
+	if t.ID == "" {
+		return fmt.Errorf("%w: id is empty", ErrInvalidTarget)
+	}
+	if _, err := gitutil.ParseURL(t.URL); err != nil {
+		return fmt.Errorf("%w %s: url: %w", ErrInvalidTarget, t.ID, err)
+	}
+	if _, err := gitutil.ParseRevision(t.Revision); err != nil {
+		return fmt.Errorf("%w %s: revision: %w", ErrInvalidTarget, t.ID, err)
+	}
+	if _, err := gitutil.CleanPath(t.Path); err != nil {
+		return fmt.Errorf("%w %s: path: %w", ErrInvalidTarget, t.ID, err)
+	}
+	if t.Interval < 0 {
+		return fmt.Errorf("%w %s: interval is negative", ErrInvalidTarget, t.ID)
+	}
+	return nil
+}
+
+// fingerprint digests what, besides the commit, decides what a sink does
+// with a target; a different fingerprint means the target changed.
+func (t Target) fingerprint() string {
+	p, _ := gitutil.CleanPath(t.Path)
+	key, err := gitutil.NormalizeURL(t.URL)
+	if err != nil {
+		key = t.URL
+	}
+	payload, err := json.Marshal(t.Payload)
+	if err != nil {
+		payload = fmt.Appendf(nil, "%#v", t.Payload)
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s", key, t.Revision, p, payload))
+	return hex.EncodeToString(sum[:12])
+}
+
+// Reason says why a Change is delivered.
+type Reason string
+
+// The reasons for a delivery.
+const (
+	// ReasonInitial: the sink has no checkpoint for the target.
+	ReasonInitial Reason = "Initial"
+	// ReasonNewCommit: the revision moved forward and the path changed.
+	ReasonNewCommit Reason = "NewCommit"
+	// ReasonForcePush: the new commit does not descend from the delivered
+	// one (history was rewritten, or a tag moved back).
+	ReasonForcePush Reason = "ForcePush"
+	// ReasonTargetChanged: the target's revision, path, URL or payload
+	// changed.
+	ReasonTargetChanged Reason = "TargetChanged"
+	// ReasonResync: a periodic delivery of the same commit, for drift
+	// correction.
+	ReasonResync Reason = "Resync"
+)
+
+// Change is what a sink is handed: a target at a commit.
+type Change struct {
+	Target Target
+	// Ref is the full ref the commit was resolved from ("refs/heads/main"),
+	// or "" for a commit-pinned target.
+	Ref string
+	// From is the commit delivered before to this sink, "" on the first
+	// delivery. To is the commit to act on.
+	From, To string
+	Reason   Reason
+	// Paths are the files added, changed or deleted under Target.Path
+	// between From and To, relative to Target.Path; nil when unknown (first
+	// delivery, resync, or From no longer in the mirror).
+	Paths []string
+	// FS is a read-only view of Target.Path at To. It stays valid after
+	// Deliver returns and is safe for concurrent use.
+	FS fs.FS
+}
+
+// Source says what to watch.
+type Source interface {
+	// Run blocks until ctx is done, calling update with the whole desired
+	// set of targets at start and each time it changes (level-based: a
+	// missed event is repaired by the next set). update does not block for
+	// long and may be called from any goroutine. Run returns nil when ctx
+	// ends; any other error stops the watcher.
+	Run(ctx context.Context, update func([]Target)) error
+}
+
+// SourceFunc adapts a function to [Source].
+type SourceFunc func(ctx context.Context, update func([]Target)) error
+
+// Run calls f.
+func (f SourceFunc) Run(ctx context.Context, update func([]Target)) error { return f(ctx, update) }
+
+// Sink acts on a change.
+type Sink interface {
+	// Deliver acts on c. It blocks until done or ctx ends (ctx carries the
+	// watcher's delivery timeout). An error is retried with backoff unless
+	// it is [Permanent]; the checkpoint advances only when Deliver returns
+	// nil. Deliver is never called concurrently for the same target.
+	Deliver(ctx context.Context, c Change) error
+}
+
+// SinkFunc adapts a function to [Sink].
+type SinkFunc func(ctx context.Context, c Change) error
+
+// Deliver calls f.
+func (f SinkFunc) Deliver(ctx context.Context, c Change) error { return f(ctx, c) }
+
+// Remover is a Sink that wants to hear when a target disappears from its
+// route, for instance to prune what it applied.
+type Remover interface {
+	// Remove forgets t. An error is retried with backoff while the watcher
+	// runs.
+	Remove(ctx context.Context, t Target) error
+}
+
+// Namer is a Sink with a name for logs, observers and checkpoint keys. A
+// sink without one is named by its type.
+type Namer interface {
+	Name() string
+}
+
+// Permanent marks err so that the watcher does not retry the delivery: the
+// failure is reported and the target waits for its next commit or resync.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// IsPermanent reports whether err was marked with [Permanent].
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}

@@ -1,0 +1,404 @@
+package watcher
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/modwatch/modwatch/gitutil"
+)
+
+// Errors of the Watcher's own API, for errors.Is.
+var (
+	// ErrStarted is returned by Route after Run, and by a second Run.
+	ErrStarted = errors.New("watcher: already running")
+	// ErrNoRoutes is returned by Run when no route was added.
+	ErrNoRoutes = errors.New("watcher: no routes")
+)
+
+// Watcher polls the remotes of all its routes' targets and delivers changes
+// to their sinks. Create it with [New], add routes with [Watcher.Route],
+// then call [Watcher.Run] once.
+type Watcher struct {
+	opts       options
+	log        logr.Logger
+	fetchSem   chan struct{}
+	deliverSem chan struct{}
+	changed    chan struct{} // a source updated its set: reconcile
+
+	mu         sync.Mutex
+	routes     []*route
+	started    bool
+	group      *errgroup.Group
+	remotes    map[string]*remote    // by remote key
+	deliverers map[string]*deliverer // by route, target and sink
+	removing   map[string]*deliverer // deliverers told to remove, until done
+}
+
+type route struct {
+	idx     int
+	source  Source
+	sinks   []namedSink
+	targets []Target // the source's last valid set; guarded by Watcher.mu
+}
+
+type namedSink struct {
+	name string
+	sink Sink
+}
+
+// New returns a Watcher configured by opts.
+func New(opts ...Option) *Watcher {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Watcher{
+		opts:       o,
+		log:        o.log.WithName("watcher"),
+		fetchSem:   make(chan struct{}, o.fetchLimit),
+		deliverSem: make(chan struct{}, o.deliverLimit),
+		changed:    make(chan struct{}, 1),
+		remotes:    map[string]*remote{},
+		deliverers: map[string]*deliverer{},
+		removing:   map[string]*deliverer{},
+	}
+}
+
+// Route sends the targets of src to sinks. Many routes share the watcher's
+// pollers, so routes watching the same repository cost one poll. Route must
+// be called before Run.
+func (w *Watcher) Route(src Source, sinks ...Sink) error {
+	if src == nil || len(sinks) == 0 {
+		return errors.New("watcher: a route needs a source and at least one sink")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return ErrStarted
+	}
+	r := &route{idx: len(w.routes), source: src}
+	seen := map[string]int{}
+	for _, s := range sinks {
+		if s == nil {
+			return errors.New("watcher: nil sink")
+		}
+		name := sinkName(s)
+		seen[name]++
+		if n := seen[name]; n > 1 {
+			name = fmt.Sprintf("%s#%d", name, n)
+		}
+		r.sinks = append(r.sinks, namedSink{name: name, sink: s})
+	}
+	w.routes = append(w.routes, r)
+	return nil
+}
+
+func sinkName(s Sink) string {
+	if n, ok := s.(Namer); ok && n.Name() != "" {
+		return n.Name()
+	}
+	return strings.TrimPrefix(fmt.Sprintf("%T", s), "*")
+}
+
+// Run watches until ctx is done. It returns nil then, or the error of a
+// source that failed (which stops everything). Every goroutine it started
+// has stopped when it returns.
+func (w *Watcher) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return ErrStarted
+	}
+	w.started = true
+	routes := w.routes
+	if len(routes) == 0 {
+		w.mu.Unlock()
+		return ErrNoRoutes
+	}
+	if err := os.MkdirAll(w.opts.cacheDir, 0o755); err != nil {
+		w.mu.Unlock()
+		return fmt.Errorf("watcher: cache directory: %w", err)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	w.group = g
+	w.mu.Unlock()
+
+	for _, r := range routes {
+		g.Go(func() error {
+			err := r.source.Run(gctx, func(ts []Target) { w.update(r, ts) })
+			if err != nil && gctx.Err() == nil {
+				return fmt.Errorf("watcher: source of route %d: %w", r.idx, err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error { return w.reconcileLoop(gctx) })
+	err := g.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// Trigger is a push hint: it makes the watcher poll the remotes of repoURL
+// at once (in any URL form; see [gitutil.NormalizeURL]). Hints that arrive
+// while a poll runs are coalesced into one more poll. It reports whether any
+// watched remote matched.
+func (w *Watcher) Trigger(repoURL string) bool {
+	key, err := gitutil.NormalizeURL(repoURL)
+	if err != nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	matched := false
+	for _, r := range w.remotes {
+		if r.urlKey == key {
+			r.poke()
+			matched = true
+		}
+	}
+	return matched
+}
+
+// update takes a source's new set: valid targets replace the route's set,
+// invalid ones are reported and left out.
+func (w *Watcher) update(r *route, ts []Target) {
+	valid := make([]Target, 0, len(ts))
+	ids := map[string]bool{}
+	for _, t := range ts {
+		err := t.Validate()
+		if err == nil && ids[t.ID] {
+			err = fmt.Errorf("%w %s: duplicate id in one source's set", ErrInvalidTarget, t.ID)
+		}
+		if err != nil {
+			t := t
+			w.emit(Event{Type: EventInvalidTarget, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
+			continue
+		}
+		ids[t.ID] = true
+		t.Path, _ = gitutil.CleanPath(t.Path)
+		valid = append(valid, t)
+	}
+	w.mu.Lock()
+	r.targets = valid
+	w.mu.Unlock()
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) reconcileLoop(ctx context.Context) error {
+	var resync <-chan time.Time
+	var resyncTimer Timer
+	if w.opts.resync > 0 {
+		resyncTimer = w.opts.clock.NewTimer(w.opts.resync)
+		resync = resyncTimer.C()
+	}
+	var retry Timer
+	defer func() {
+		if resyncTimer != nil {
+			resyncTimer.Stop()
+		}
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	for {
+		var retryC <-chan time.Time
+		if retry != nil {
+			retryC = retry.C()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.changed:
+		case <-retryC:
+		case <-resync:
+			w.resyncAll()
+			resyncTimer = w.opts.clock.NewTimer(w.opts.resync)
+			resync = resyncTimer.C()
+			continue
+		}
+		if retry != nil {
+			retry.Stop()
+			retry = nil
+		}
+		if !w.reconcile(ctx) {
+			// Some credentials or mirrors could not be had: try again.
+			retry = w.opts.clock.NewTimer(jittered(w.opts.credentialsRetry, w.opts.jitter))
+		}
+	}
+}
+
+// bound is a target of a route, with the deliverers of the route's sinks.
+type bound struct {
+	key   string // route index and target ID
+	t     Target
+	rev   gitutil.Revision
+	sinks []*deliverer
+}
+
+type remoteSpec struct {
+	url     string
+	urlKey  string
+	auth    *gitutil.Auth
+	targets map[string]*bound
+}
+
+// reconcile brings pollers and deliverers in line with the routes' target
+// sets. It reports false when something must be retried.
+func (w *Watcher) reconcile(ctx context.Context) bool {
+	w.mu.Lock()
+	var all []*bound
+	for _, r := range w.routes {
+		for _, t := range r.targets {
+			rev, _ := gitutil.ParseRevision(t.Revision) // validated in update
+			b := &bound{key: fmt.Sprintf("%d\x00%s", r.idx, t.ID), t: t, rev: rev}
+			for i, s := range r.sinks {
+				dkey := fmt.Sprintf("%s\x00%d", b.key, i)
+				d, ok := w.deliverers[dkey]
+				if !ok {
+					d = newDeliverer(w, t, s, w.removing[dkey])
+					w.deliverers[dkey] = d
+					w.group.Go(func() error { return d.run(ctx, dkey) })
+				}
+				b.sinks = append(b.sinks, d)
+			}
+			all = append(all, b)
+		}
+	}
+	wanted := map[string]bool{}
+	for _, b := range all {
+		for i := range b.sinks {
+			wanted[fmt.Sprintf("%s\x00%d", b.key, i)] = true
+		}
+	}
+	for dkey, d := range w.deliverers {
+		if !wanted[dkey] {
+			delete(w.deliverers, dkey)
+			w.removing[dkey] = d
+			d.remove()
+		}
+	}
+	w.mu.Unlock()
+
+	ok := true
+	specs := map[string]*remoteSpec{}
+	for _, b := range all {
+		auth, err := w.credentials(ctx, b.t)
+		if err != nil {
+			ok = false
+			t := b.t
+			w.emit(Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL),
+				Err: fmt.Errorf("watcher: credentials for %s: %w", gitutil.RedactURL(t.URL), err)})
+			// Keep the target where it was, with the credentials it had.
+			w.mu.Lock()
+			for key, r := range w.remotes {
+				if r.has(b.key) {
+					spec := specs[key]
+					if spec == nil {
+						spec = &remoteSpec{url: r.url, urlKey: r.urlKey, auth: r.auth, targets: map[string]*bound{}}
+						specs[key] = spec
+					}
+					spec.targets[b.key] = b
+				}
+			}
+			w.mu.Unlock()
+			continue
+		}
+		ep, _ := gitutil.ParseURL(b.t.URL)
+		key := ep.Key() + "#" + auth.Identity()
+		spec := specs[key]
+		if spec == nil {
+			spec = &remoteSpec{url: b.t.URL, urlKey: ep.Key(), auth: auth, targets: map[string]*bound{}}
+			specs[key] = spec
+		}
+		spec.targets[b.key] = b
+	}
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for key, r := range w.remotes {
+		if _, keep := specs[key]; !keep {
+			r.stop()
+			delete(w.remotes, key)
+		}
+	}
+	for key, spec := range specs {
+		if r, ok := w.remotes[key]; ok {
+			r.setTargets(spec.targets)
+			continue
+		}
+		sum := sha256.Sum256([]byte(key))
+		dir := filepath.Join(w.opts.cacheDir, hex.EncodeToString(sum[:12]))
+		m, err := gitutil.OpenMirror(dir, spec.url, gitutil.MirrorOptions{FirstFetchDepth: w.opts.firstFetchDepth})
+		if err != nil {
+			ok = false
+			for _, b := range spec.targets {
+				t := b.t
+				w.emit(Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
+			}
+			continue
+		}
+		r := newRemote(w, key, spec, m)
+		w.remotes[key] = r
+		rctx, cancel := context.WithCancel(ctx)
+		r.cancel = cancel
+		w.group.Go(func() error { return r.run(rctx) })
+	}
+	return ok
+}
+
+func (w *Watcher) credentials(ctx context.Context, t Target) (*gitutil.Auth, error) {
+	if t.Auth != nil || w.opts.creds == nil {
+		return t.Auth, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.opts.listTimeout)
+	defer cancel()
+	return w.opts.creds.Resolve(ctx, t.URL)
+}
+
+// removed is called by a deliverer when it has finished.
+func (w *Watcher) removed(dkey string, d *deliverer) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.removing[dkey] == d {
+		delete(w.removing, dkey)
+	}
+}
+
+func (w *Watcher) resyncAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, d := range w.deliverers {
+		d.requestResync()
+	}
+}
+
+// emit stamps e and hands it to every observer.
+func (w *Watcher) emit(e Event) {
+	e.Time = w.opts.clock.Now()
+	for _, o := range w.opts.observers {
+		o.Observe(e)
+	}
+}
+
+// sameTargets reports whether two bound targets watch the same thing
+// through the same deliverers.
+func sameTargets(a, b *bound) bool {
+	return reflect.DeepEqual(a.t, b.t) && reflect.DeepEqual(a.sinks, b.sinks)
+}

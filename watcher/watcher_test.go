@@ -1,0 +1,451 @@
+package watcher_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// Idle keep-alive connections of go-git's shared HTTP transport.
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// start runs w until the test ends and checks that Run returns cleanly.
+func start(t *testing.T, w *watcher.Watcher) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return after its context ended")
+		}
+	})
+}
+
+// newWatcher has a long interval, so that polls happen only at start, when
+// targets change and on Trigger, and fast retries.
+func newWatcher(t *testing.T, obs *watchertest.Observer, opts ...watcher.Option) *watcher.Watcher {
+	base := []watcher.Option{
+		watcher.WithCacheDir(t.TempDir()),
+		watcher.WithInterval(time.Hour),
+		watcher.WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond),
+		watcher.WithObserver(obs),
+	}
+	return watcher.New(append(base, opts...)...)
+}
+
+func polls(obs *watchertest.Observer) int {
+	return obs.Count(watchertest.Is(watcher.EventPolled, ""))
+}
+
+// pollNow triggers a poll of url and waits for it to finish.
+func pollNow(t *testing.T, w *watcher.Watcher, obs *watchertest.Observer, url string) {
+	t.Helper()
+	before := polls(obs)
+	require.True(t, w.Trigger(url), "no remote matches %s", url)
+	obs.WaitCount(t, "a poll", before+1, watchertest.Is(watcher.EventPolled, ""))
+}
+
+func TestOneListingPerRemotePerCycle(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/mono")
+	const n = 20
+	var changes []gittest.Change
+	var targets []watcher.Target
+	for i := range n {
+		changes = append(changes, gittest.File(fmt.Sprintf("apps/%d/cm.yaml", i), "v1"))
+		targets = append(targets, watcher.Target{ID: fmt.Sprintf("app-%d", i), URL: repo.URL(), Revision: "main", Path: fmt.Sprintf("apps/%d", i)})
+	}
+	c1 := repo.Commit(t, "init", changes...)
+
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	w := newWatcher(t, obs)
+	// Two routes on the same repository share its poller.
+	require.NoError(t, w.Route(watchertest.NewSource(targets[:n/2]...), sink))
+	require.NoError(t, w.Route(watchertest.NewSource(targets[n/2:]...), sink))
+	start(t, w)
+	for _, c := range sink.WaitDelivered(t, n) {
+		assert.Equal(t, c1, c.To)
+		assert.Equal(t, watcher.ReasonInitial, c.Reason)
+	}
+
+	lists, fetches := repo.Counts().Lists.Load(), repo.Counts().Fetches.Load()
+	for range 3 {
+		pollNow(t, w, obs, repo.URL())
+	}
+	assert.Equal(t, lists+3, repo.Counts().Lists.Load(), "one ref listing per cycle for %d targets", n)
+	assert.Equal(t, fetches, repo.Counts().Fetches.Load(), "nothing moved: nothing fetched")
+	assert.Len(t, sink.Delivered(), n)
+
+	// One commit touching one app: one fetch, one delivery.
+	c2 := repo.Commit(t, "bump 3", gittest.File("apps/3/cm.yaml", "v2"))
+	pollNow(t, w, obs, repo.URL())
+	got := sink.WaitCommit(t, "app-3", c2)
+	assert.Equal(t, watcher.ReasonNewCommit, got.Reason)
+	assert.Equal(t, c1, got.From)
+	assert.Equal(t, []string{"cm.yaml"}, got.Paths)
+	assert.Equal(t, fetches+1, repo.Counts().Fetches.Load())
+	// Every other app is up to date at c2 without a delivery.
+	obs.WaitCount(t, "the others up to date", n-1, watchertest.Is(watcher.EventUpToDate, ""))
+	assert.Len(t, sink.Delivered(), n+1)
+}
+
+func TestCommitOutsidePathIsNotDelivered(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "init", gittest.File("deploy/app.yaml", "a"), gittest.File("docs/README", "x"))
+
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	w := newWatcher(t, obs)
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Path: "deploy"}), sink))
+	start(t, w)
+	first := sink.WaitCommit(t, "t", c1)
+	data, err := readFile(first, "app.yaml")
+	require.NoError(t, err)
+	assert.Equal(t, "a", data)
+
+	c2 := repo.Commit(t, "docs only", gittest.File("docs/README", "y"))
+	pollNow(t, w, obs, repo.URL())
+	e := obs.WaitFor(t, "up to date at c2", func(e watcher.Event) bool {
+		return e.Type == watcher.EventUpToDate && e.Commit == c2
+	})
+	assert.Equal(t, "rec", e.Sink)
+	assert.Len(t, sink.Delivered(), 1, "a commit outside Path is not delivered")
+
+	// The next change inside the path is diffed against what was delivered.
+	c3 := repo.Commit(t, "app", gittest.File("deploy/app.yaml", "b"))
+	pollNow(t, w, obs, repo.URL())
+	got := sink.WaitCommit(t, "t", c3)
+	assert.Equal(t, c2, got.From, "the checkpoint recorded c2")
+	assert.Equal(t, []string{"app.yaml"}, got.Paths)
+}
+
+func TestLatestWins(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("slow")
+	release := make(chan struct{})
+	var calls atomic.Int32
+	sink.SetHook(func(ctx context.Context, c watcher.Change) error {
+		if calls.Add(1) == 1 {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	w := newWatcher(t, obs)
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), sink))
+	start(t, w)
+	sink.WaitAttempts(t, 1) // busy with c1
+
+	var last string
+	for i := 2; i <= 4; i++ {
+		last = repo.Commit(t, fmt.Sprint(i), gittest.File("f", fmt.Sprint(i)))
+		pollNow(t, w, obs, repo.URL())
+	}
+	close(release)
+	got := sink.WaitCommit(t, "t", last)
+	assert.Equal(t, c1, got.From)
+	ds := sink.Delivered()
+	require.Len(t, ds, 2, "the sink sees the first and the last commit only")
+	assert.Equal(t, c1, ds[0].To)
+	assert.Equal(t, last, ds[1].To)
+}
+
+func TestFailingSinkIsRetriedAndCheckpointWaits(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+
+	obs := watchertest.NewObserver()
+	store := watcher.NewMemoryStore()
+	sink := watchertest.NewSink("flaky")
+	var fails atomic.Int32
+	fails.Store(3)
+	sink.SetHook(func(context.Context, watcher.Change) error {
+		if fails.Add(-1) >= 0 {
+			return errors.New("apiserver unavailable")
+		}
+		return nil
+	})
+	w := newWatcher(t, obs, watcher.WithStore(store))
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), sink))
+	start(t, w)
+
+	obs.WaitCount(t, "three failures", 3, watchertest.Is(watcher.EventDeliveryFailed, "t"))
+	failed := obs.Events()
+	for _, e := range failed {
+		if e.Type == watcher.EventDeliveryFailed {
+			assert.ErrorContains(t, e.Err, "apiserver unavailable")
+		}
+	}
+	sink.WaitCommit(t, "t", c1)
+	cp, ok, err := store.Get(context.Background(), "t/flaky")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, c1, cp.Commit)
+	assert.Len(t, sink.Attempts(), 4)
+	var attempts []int
+	for _, e := range obs.Events() {
+		if e.Type == watcher.EventDeliveryFailed {
+			attempts = append(attempts, e.Attempt)
+		}
+	}
+	assert.Equal(t, []int{1, 2, 3}, attempts)
+}
+
+func TestCheckpointDoesNotMoveOnFailure(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+
+	obs := watchertest.NewObserver()
+	store := watcher.NewMemoryStore()
+	sink := watchertest.NewSink("rec")
+	w := newWatcher(t, obs, watcher.WithStore(store), watcher.WithRetryBackoff(time.Hour, time.Hour))
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), sink))
+	start(t, w)
+	sink.WaitCommit(t, "t", c1)
+
+	sink.SetHook(func(context.Context, watcher.Change) error { return errors.New("boom") })
+	c2 := repo.Commit(t, "2", gittest.File("f", "2"))
+	pollNow(t, w, obs, repo.URL())
+	obs.WaitFor(t, "a failure", watchertest.Is(watcher.EventDeliveryFailed, "t"))
+	cp, _, err := store.Get(context.Background(), "t/rec")
+	require.NoError(t, err)
+	assert.Equal(t, c1, cp.Commit, "the checkpoint stays at the last success")
+
+	// A permanent error is reported once and not retried.
+	sink.SetHook(func(context.Context, watcher.Change) error { return watcher.Permanent(errors.New("bad manifest")) })
+	c3 := repo.Commit(t, "3", gittest.File("f", "3"))
+	pollNow(t, w, obs, repo.URL())
+	e := obs.WaitFor(t, "a permanent failure", func(e watcher.Event) bool {
+		return e.Type == watcher.EventDeliveryFailed && e.Commit == c3
+	})
+	assert.True(t, watcher.IsPermanent(e.Err))
+	_ = c2
+}
+
+func TestRestartWithFileStoreDoesNotRedeliver(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+	storeDir, cacheDir := t.TempDir(), t.TempDir()
+	target := watcher.Target{ID: "t", URL: repo.URL()}
+
+	run := func(t *testing.T, sink *watchertest.Sink, obs *watchertest.Observer) (stop func()) {
+		store, err := watcher.NewFileStore(storeDir)
+		require.NoError(t, err)
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithStore(store), watcher.WithInterval(time.Hour), watcher.WithObserver(obs))
+		require.NoError(t, w.Route(watchertest.NewSource(target), sink))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		return func() { cancel(); require.NoError(t, <-done) }
+	}
+
+	sink1 := watchertest.NewSink("rec")
+	stop := run(t, sink1, watchertest.NewObserver())
+	sink1.WaitCommit(t, "t", c1)
+	stop()
+
+	sink2, obs2 := watchertest.NewSink("rec"), watchertest.NewObserver()
+	stop = run(t, sink2, obs2)
+	obs2.WaitFor(t, "a poll", watchertest.Is(watcher.EventPolled, ""))
+	stop()
+	assert.Empty(t, sink2.Attempts(), "the store says c1 was delivered")
+
+	c2 := repo.Commit(t, "2", gittest.File("f", "2"))
+	sink3 := watchertest.NewSink("rec")
+	stop = run(t, sink3, watchertest.NewObserver())
+	got := sink3.WaitCommit(t, "t", c2)
+	stop()
+	assert.Equal(t, c1, got.From)
+	assert.Equal(t, watcher.ReasonNewCommit, got.Reason)
+}
+
+func TestForcePushIsReported(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	base := repo.Commit(t, "base", gittest.File("f", "0"))
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	w := newWatcher(t, obs)
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Revision: "main"}), sink))
+	start(t, w)
+	sink.WaitCommit(t, "t", c1)
+
+	repo.Reset(t, base)
+	rewritten := repo.Commit(t, "rewritten", gittest.File("f", "2"))
+	pollNow(t, w, obs, repo.URL())
+	got := sink.WaitCommit(t, "t", rewritten)
+	assert.Equal(t, watcher.ReasonForcePush, got.Reason)
+	assert.Equal(t, c1, got.From)
+	e := obs.WaitFor(t, "the delivery event", func(e watcher.Event) bool {
+		return e.Type == watcher.EventDelivered && e.Commit == rewritten
+	})
+	assert.Equal(t, watcher.ReasonForcePush, e.Change.Reason)
+}
+
+func TestRemovedTargetCallsRemove(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("a/f", "1"), gittest.File("b/f", "1"))
+
+	obs := watchertest.NewObserver()
+	store := watcher.NewMemoryStore()
+	sink := watchertest.NewSink("rec")
+	src := watchertest.NewSource(
+		watcher.Target{ID: "a", URL: repo.URL(), Path: "a"},
+		watcher.Target{ID: "b", URL: repo.URL(), Path: "b"})
+	w := newWatcher(t, obs, watcher.WithStore(store))
+	require.NoError(t, w.Route(src, sink))
+	start(t, w)
+	sink.WaitDelivered(t, 2)
+
+	src.Set(watcher.Target{ID: "a", URL: repo.URL(), Path: "a"})
+	sink.WaitRemoved(t, "b")
+	assert.Equal(t, "b", sink.Removed()[0].Path)
+	obs.WaitFor(t, "removed event", watchertest.Is(watcher.EventRemoved, "b"))
+	_, ok, err := store.Get(context.Background(), "b/rec")
+	require.NoError(t, err)
+	assert.False(t, ok, "the checkpoint is forgotten")
+
+	// Changing a target's path delivers it again as a changed target.
+	src.Set(watcher.Target{ID: "a", URL: repo.URL(), Path: "b"})
+	got := sink.WaitDelivery(t, func(c watcher.Change) bool { return c.Reason == watcher.ReasonTargetChanged })
+	assert.Equal(t, "a", got.Target.ID)
+	assert.Equal(t, c1, got.To)
+	assert.Empty(t, sink.Removed()[1:], "a changed target is not removed")
+}
+
+func TestTriggerPollsAtOnce(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	repo.Commit(t, "1", gittest.File("f", "1"))
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	w := newWatcher(t, obs) // an hour between polls
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), sink))
+	assert.False(t, w.Trigger(repo.URL()), "nothing is watched before Run")
+	start(t, w)
+	sink.WaitDelivered(t, 1)
+
+	c2 := repo.Commit(t, "2", gittest.File("f", "2"))
+	// Any form of the URL matches the remote.
+	require.True(t, w.Trigger(repo.URL()+"/"))
+	sink.WaitCommit(t, "t", c2)
+	assert.False(t, w.Trigger("https://elsewhere.example.com/x/y"))
+}
+
+func TestBadTargetsDoNotStopOthers(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	w := newWatcher(t, obs)
+	require.NoError(t, w.Route(watchertest.NewSource(
+		watcher.Target{ID: "good", URL: repo.URL()},
+		watcher.Target{ID: "bad-rev", URL: repo.URL(), Revision: "no-such-branch"},
+		watcher.Target{ID: "bad-path", URL: repo.URL(), Path: "missing"},
+		watcher.Target{ID: "unreachable", URL: "http://127.0.0.1:1/nothing.git"},
+		watcher.Target{ID: "invalid", URL: "ftp://x/y"},
+	), sink))
+	start(t, w)
+	sink.WaitCommit(t, "good", c1)
+	for _, id := range []string{"bad-rev", "bad-path", "unreachable"} {
+		e := obs.WaitFor(t, id+" failed", watchertest.Is(watcher.EventTargetFailed, id))
+		assert.Error(t, e.Err, id)
+	}
+	e := obs.WaitFor(t, "invalid reported", watchertest.Is(watcher.EventInvalidTarget, "invalid"))
+	assert.ErrorIs(t, e.Err, watcher.ErrInvalidTarget)
+	obs.WaitFor(t, "the unreachable remote's failed poll", func(e watcher.Event) bool {
+		return e.Type == watcher.EventPolled && e.Err != nil
+	})
+
+	// The good target keeps going.
+	c2 := repo.Commit(t, "2", gittest.File("f", "2"))
+	pollNow(t, w, obs, repo.URL())
+	sink.WaitCommit(t, "good", c2)
+	assert.Len(t, sink.Delivered(), 2)
+}
+
+func TestVanishedRefIsReported(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	repo.Commit(t, "1", gittest.File("f", "1"))
+	repo.Checkout(t, "feature")
+	c2 := repo.Commit(t, "2", gittest.File("f", "2"))
+	repo.Checkout(t, "main")
+
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	w := newWatcher(t, obs)
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Revision: "feature"}), sink))
+	start(t, w)
+	sink.WaitCommit(t, "t", c2)
+
+	repo.DeleteRef(t, "refs/heads/feature")
+	pollNow(t, w, obs, repo.URL())
+	e := obs.WaitFor(t, "vanished", watchertest.Is(watcher.EventRefVanished, "t"))
+	assert.Equal(t, "refs/heads/feature", e.Ref)
+}
+
+func TestResyncRedelivers(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	w := newWatcher(t, obs, watcher.WithResync(50*time.Millisecond))
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), sink))
+	start(t, w)
+	got := sink.WaitDelivery(t, func(c watcher.Change) bool { return c.Reason == watcher.ReasonResync })
+	assert.Equal(t, c1, got.To)
+	assert.Equal(t, c1, got.From)
+}
+
+func TestRouteAndRunErrors(t *testing.T) {
+	w := watcher.New(watcher.WithCacheDir(t.TempDir()))
+	require.ErrorIs(t, w.Run(context.Background()), watcher.ErrNoRoutes)
+	require.ErrorIs(t, w.Route(watchertest.NewSource(), watchertest.NewSink("s")), watcher.ErrStarted)
+
+	w = watcher.New(watcher.WithCacheDir(t.TempDir()))
+	require.Error(t, w.Route(watchertest.NewSource()))
+	boom := errors.New("source broke")
+	require.NoError(t, w.Route(watcher.SourceFunc(func(context.Context, func([]watcher.Target)) error { return boom }), watchertest.NewSink("s")))
+	require.ErrorIs(t, w.Run(context.Background()), boom, "a failing source stops the watcher")
+}
