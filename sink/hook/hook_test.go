@@ -1,0 +1,112 @@
+package hook_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/modwatch/modwatch/sink/hook"
+	"github.com/modwatch/modwatch/watcher"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+var change = watcher.Change{
+	Target: watcher.Target{ID: "app", URL: "https://deploy:s3cret@git.example.com/g/r.git", Path: "deploy"},
+	Ref:    "refs/heads/main", From: strings.Repeat("a", 40), To: strings.Repeat("b", 40),
+	Reason: watcher.ReasonNewCommit, Paths: []string{"x.yaml"},
+}
+
+func TestExecEnvironment(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "env")
+	h := hook.Command("sh", []string{"-c", `env | grep ^MODWATCH_ | sort > "$OUT"`})
+	t.Setenv("OUT", out)
+	require.NoError(t, h.Deliver(context.Background(), change))
+	data, err := os.ReadFile(out)
+	require.NoError(t, err)
+	env := string(data)
+	for _, want := range []string{
+		"MODWATCH_TARGET=app", "MODWATCH_PATH=deploy", "MODWATCH_REF=refs/heads/main",
+		"MODWATCH_COMMIT=" + change.To, "MODWATCH_FROM=" + change.From, "MODWATCH_REASON=NewCommit",
+		"MODWATCH_URL=https://deploy:redacted@git.example.com/g/r.git",
+	} {
+		assert.Contains(t, env, want+"\n")
+	}
+	assert.NotContains(t, env, "s3cret")
+}
+
+func TestExecFailures(t *testing.T) {
+	err := hook.Command("sh", []string{"-c", "echo broken >&2; exit 3"}).Deliver(context.Background(), change)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "exit status 3")
+	assert.Contains(t, err.Error(), "broken")
+
+	start := time.Now()
+	err = hook.Command("sleep", []string{"30"}, hook.WithExecTimeout(100*time.Millisecond)).Deliver(context.Background(), change)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "timed out")
+	assert.Less(t, time.Since(start), 20*time.Second, "the timeout stops the command")
+
+	err = hook.Command("/no/such/binary", nil).Deliver(context.Background(), change)
+	require.Error(t, err)
+}
+
+func TestHTTP(t *testing.T) {
+	var got hook.Payload
+	var auth string
+	status := http.StatusOK
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth = r.Header.Get("Authorization")
+		assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&got))
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte("nope"))
+	}))
+	defer srv.Close()
+
+	h := hook.Post(srv.URL+"/hook", hook.WithHeader("Authorization", "Bearer t"))
+	require.NoError(t, h.Deliver(context.Background(), change))
+	assert.Equal(t, "Bearer t", auth)
+	assert.Equal(t, hook.Payload{
+		Target: "app", URL: "https://deploy:redacted@git.example.com/g/r.git", Path: "deploy",
+		Ref: "refs/heads/main", From: change.From, To: change.To, Reason: "NewCommit", Paths: []string{"x.yaml"},
+	}, got)
+
+	status = http.StatusBadGateway
+	err := h.Deliver(context.Background(), change)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "502")
+	assert.False(t, watcher.IsPermanent(err), "a failed post is retried")
+}
+
+func TestHTTPTimeoutAndSecrets(t *testing.T) {
+	block := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(block)
+	u := strings.Replace(srv.URL, "http://", "http://user:hooks3cret@", 1)
+	err := hook.Post(u, hook.WithHTTPTimeout(100*time.Millisecond)).Deliver(context.Background(), change)
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "hooks3cret")
+}

@@ -1,0 +1,112 @@
+package hook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/watcher"
+)
+
+// Payload is the JSON body HTTP posts.
+type Payload struct {
+	Target string   `json:"target"`
+	URL    string   `json:"url"`
+	Path   string   `json:"path"`
+	Ref    string   `json:"ref"`
+	From   string   `json:"from,omitempty"`
+	To     string   `json:"to"`
+	Reason string   `json:"reason"`
+	Paths  []string `json:"paths,omitempty"`
+}
+
+// HTTP posts each change as a JSON [Payload].
+type HTTP struct {
+	url     string
+	client  *http.Client
+	header  http.Header
+	timeout time.Duration
+}
+
+var (
+	_ watcher.Sink  = (*HTTP)(nil)
+	_ watcher.Namer = (*HTTP)(nil)
+)
+
+// HTTPOption configures an HTTP hook.
+type HTTPOption func(*HTTP)
+
+// WithClient sets the HTTP client (default: a client with no timeout of its
+// own; the hook's timeout bounds each request).
+func WithClient(c *http.Client) HTTPOption { return func(h *HTTP) { h.client = c } }
+
+// WithHeader adds a header to every request (for instance Authorization).
+func WithHeader(key, value string) HTTPOption {
+	return func(h *HTTP) { h.header.Add(key, value) }
+}
+
+// WithHTTPTimeout bounds one request (default [DefaultTimeout]).
+func WithHTTPTimeout(d time.Duration) HTTPOption {
+	return func(h *HTTP) {
+		if d > 0 {
+			h.timeout = d
+		}
+	}
+}
+
+// Post returns a sink that posts each change to url.
+func Post(url string, opts ...HTTPOption) *HTTP {
+	h := &HTTP{url: url, client: &http.Client{}, header: http.Header{}, timeout: DefaultTimeout}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+// Name implements watcher.Namer.
+func (h *HTTP) Name() string { return "http:" + gitutil.RedactURL(h.url) }
+
+// Deliver posts the change; any answer but 2xx is an error.
+func (h *HTTP) Deliver(ctx context.Context, c watcher.Change) error {
+	body, err := json.Marshal(Payload{
+		Target: c.Target.ID, URL: gitutil.RedactURL(c.Target.URL), Path: c.Target.Path, Ref: c.Ref,
+		From: c.From, To: c.To, Reason: string(c.Reason), Paths: c.Paths,
+	})
+	if err != nil {
+		return watcher.Permanent(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	if err != nil {
+		return watcher.Permanent(fmt.Errorf("hook: %s: %w", gitutil.RedactURL(h.url), err))
+	}
+	for k, vs := range h.header {
+		req.Header[k] = vs
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("hook: post %s for %s: %w", gitutil.RedactURL(h.url), c.Target.ID, scrubURL(err, h.url))
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("hook: post %s for %s: %s: %s", gitutil.RedactURL(h.url), c.Target.ID, resp.Status, bytes.TrimSpace(msg))
+	}
+	return nil
+}
+
+// scrubURL drops the raw URL (which may hold credentials) from a client
+// error, which quotes it.
+func scrubURL(err error, raw string) error {
+	if red := gitutil.RedactURL(raw); red != raw {
+		return fmt.Errorf("%s", bytes.ReplaceAll([]byte(err.Error()), []byte(raw), []byte(red)))
+	}
+	return err
+}
