@@ -152,6 +152,9 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	commit, tree, fp := want.commit.String(), want.tree.String(), t.fingerprint()
 	ev := Event{Target: &t, Sink: d.sink.name, Remote: want.remote, Ref: want.ref, Commit: commit, Attempt: attempt}
 	failed := func(c *Change, err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err() // shutting down: not a failure of the sink
+		}
 		ev.Type, ev.Change, ev.Err = EventDeliveryFailed, c, err
 		w.emit(ev)
 		w.log.Error(err, "delivery failed", "target", t.ID, "sink", d.sink.name, "commit", short(commit), "attempt", attempt)

@@ -3,3 +3,12 @@
 // request counter per repository, and helpers that create repositories and
 // commits quickly with the git CLI.
 package gittest
+
+// TB is the part of testing.TB the helpers use, so that programs other
+// than tests (the quickstart) can use them too.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	TempDir() string
+	Cleanup(func())
+}

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 )
 
 // Repo is a bare repository served by a [Server], with a work tree that
@@ -23,7 +22,7 @@ type Repo struct {
 
 // NewRepo creates an empty bare repository at name (".git" is appended when
 // missing) whose default branch is main.
-func (s *Server) NewRepo(t testing.TB, name string) *Repo {
+func (s *Server) NewRepo(t TB, name string) *Repo {
 	t.Helper()
 	if !strings.HasSuffix(name, ".git") {
 		name += ".git"
@@ -48,50 +47,50 @@ func (r *Repo) Counts() *Counts { return r.srv.Counts(r.name) }
 func (r *Repo) BareDir() string { return r.bare }
 
 // A Change edits the work tree before a commit.
-type Change func(t testing.TB, work string)
+type Change func(t TB, work string)
 
 // File writes a file (creating directories).
 func File(path, content string) Change {
-	return func(t testing.TB, work string) {
+	return func(t TB, work string) {
 		t.Helper()
 		p := filepath.Join(work, filepath.FromSlash(path))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
+			t.Fatalf("gittest: %v", err)
 		}
 		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
+			t.Fatalf("gittest: %v", err)
 		}
 	}
 }
 
 // Delete removes a file or directory.
 func Delete(path string) Change {
-	return func(t testing.TB, work string) {
+	return func(t TB, work string) {
 		t.Helper()
 		if err := os.RemoveAll(filepath.Join(work, filepath.FromSlash(path))); err != nil {
-			t.Fatal(err)
+			t.Fatalf("gittest: %v", err)
 		}
 	}
 }
 
 // Symlink creates a symbolic link at path pointing at target, verbatim.
 func Symlink(path, target string) Change {
-	return func(t testing.TB, work string) {
+	return func(t TB, work string) {
 		t.Helper()
 		p := filepath.Join(work, filepath.FromSlash(path))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
+			t.Fatalf("gittest: %v", err)
 		}
 		_ = os.Remove(p)
 		if err := os.Symlink(target, p); err != nil {
-			t.Fatal(err)
+			t.Fatalf("gittest: %v", err)
 		}
 	}
 }
 
 // Commit applies changes, commits them on the current branch and pushes it;
 // it returns the new commit's SHA.
-func (r *Repo) Commit(t testing.TB, msg string, changes ...Change) string {
+func (r *Repo) Commit(t TB, msg string, changes ...Change) string {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -106,7 +105,7 @@ func (r *Repo) Commit(t testing.TB, msg string, changes ...Change) string {
 
 // Checkout switches the work tree to branch, creating it from the current
 // commit when it does not exist.
-func (r *Repo) Checkout(t testing.TB, branch string) {
+func (r *Repo) Checkout(t TB, branch string) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -119,7 +118,7 @@ func (r *Repo) Checkout(t testing.TB, branch string) {
 
 // Reset moves the current branch to commit and force-pushes it: a rewrite
 // of history as a force-push makes it.
-func (r *Repo) Reset(t testing.TB, commit string) {
+func (r *Repo) Reset(t TB, commit string) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -129,7 +128,7 @@ func (r *Repo) Reset(t testing.TB, commit string) {
 
 // Tag creates a tag at the current commit and pushes it; annotated tags get
 // a message.
-func (r *Repo) Tag(t testing.TB, name string, annotated bool) {
+func (r *Repo) Tag(t TB, name string, annotated bool) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -142,7 +141,7 @@ func (r *Repo) Tag(t testing.TB, name string, annotated bool) {
 }
 
 // DeleteRef deletes a branch or tag on the server.
-func (r *Repo) DeleteRef(t testing.TB, ref string) {
+func (r *Repo) DeleteRef(t TB, ref string) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -150,14 +149,14 @@ func (r *Repo) DeleteRef(t testing.TB, ref string) {
 }
 
 // Git runs a git command in the work tree and returns its trimmed output.
-func (r *Repo) Git(t testing.TB, args ...string) string {
+func (r *Repo) Git(t TB, args ...string) string {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.git(t, r.work, args...)
 }
 
-func (r *Repo) git(t testing.TB, dir string, args ...string) string {
+func (r *Repo) git(t TB, dir string, args ...string) string {
 	t.Helper()
 	out, err := r.run(dir, args...)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 )
 
 // Server is a git smart-HTTP server on loopback serving every bare
@@ -36,7 +35,7 @@ type Counts struct {
 
 // NewServer starts a server whose repositories live in a temporary
 // directory; it is stopped when the test ends.
-func NewServer(t testing.TB) *Server {
+func NewServer(t TB) *Server {
 	t.Helper()
 	backend, err := exec.Command("git", "--exec-path").Output()
 	if err != nil {
