@@ -110,7 +110,9 @@ type demoFailure string
 
 func (e *demoEnv) Helper() {}
 
-func (e *demoEnv) Fatalf(format string, args ...any) { panic(demoFailure(fmt.Sprintf(format, args...))) }
+func (e *demoEnv) Fatalf(format string, args ...any) {
+	panic(demoFailure(fmt.Sprintf(format, args...)))
+}
 
 func (e *demoEnv) TempDir() string {
 	d, err := os.MkdirTemp("", "modwatch-demo-")
