@@ -1,0 +1,218 @@
+// Package testenv starts a real Kubernetes control plane (kube-apiserver and
+// etcd, through controller-runtime's envtest) for the tests of one package,
+// with the project's CRDs installed.
+//
+// The binaries are built from Go modules by `make testbin` into
+// .cache/testbin/k8s-<KubernetesVersion> at the repository root; testenv
+// finds them there by itself, or in $KUBEBUILDER_ASSETS when set. When they
+// are missing, Start fails with a message naming the make target: tests
+// never skip silently.
+//
+// Use it from TestMain:
+//
+//	var env *testenv.Env
+//
+//	func TestMain(m *testing.M) { testenv.Main(m, &env) }
+package testenv
+
+import (
+	"bufio"
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+)
+
+// KubernetesVersion is the version of kube-apiserver the Makefile builds.
+const KubernetesVersion = "1.37.2"
+
+//go:embed crds/*.yaml
+var crdFiles embed.FS
+
+// Env is a running control plane.
+type Env struct {
+	// Config reaches the apiserver as an administrator.
+	Config *rest.Config
+	// Kube is a typed clientset, Dynamic a dynamic client.
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+	// Mapper maps kinds to resources; call Reset after installing CRDs.
+	Mapper meta.ResettableRESTMapper
+
+	env *envtest.Environment
+}
+
+// ErrNoBinaries is returned when kube-apiserver or etcd cannot be found.
+var ErrNoBinaries = errors.New("testenv: control plane binaries not found; run `make testbin` (or `make test`) first")
+
+// AssetsDir returns the directory holding kube-apiserver and etcd:
+// $KUBEBUILDER_ASSETS when set, else .cache/testbin/k8s-<version> at the
+// repository root.
+func AssetsDir() (string, error) {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		root, err := repoRoot()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(root, ".cache", "testbin", "k8s-"+KubernetesVersion)
+	}
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if fi, err := os.Stat(filepath.Join(dir, bin)); err != nil || fi.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("%w (looked for %s in %s)", ErrNoBinaries, bin, dir)
+		}
+	}
+	return dir, nil
+}
+
+// repoRoot walks up from the working directory to the module root.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.HasPrefix(bytes.TrimSpace(data), []byte("module github.com/modwatch/modwatch\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("testenv: no github.com/modwatch/modwatch go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// CRDs returns the CustomResourceDefinitions shipped in crds/: GitSync,
+// Flux's GitRepository and Receiver.
+func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	var out []*apiextensionsv1.CustomResourceDefinition
+	err := fs.WalkDir(crdFiles, "crds", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := crdFiles.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+		for {
+			doc, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+			if len(bytes.TrimSpace(doc)) == 0 {
+				continue
+			}
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := yaml.UnmarshalStrict(doc, crd); err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+			out = append(out, crd)
+		}
+	})
+	return out, err
+}
+
+// Start starts kube-apiserver and etcd and installs the CRDs.
+func Start() (*Env, error) {
+	dir, err := AssetsDir()
+	if err != nil {
+		return nil, err
+	}
+	crds, err := CRDs()
+	if err != nil {
+		return nil, err
+	}
+	te := &envtest.Environment{
+		BinaryAssetsDirectory:    dir,
+		CRDs:                     crds,
+		ErrorIfCRDPathMissing:    true,
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+	}
+	cfg, err := te.Start()
+	if err != nil {
+		return nil, fmt.Errorf("testenv: start control plane from %s: %w", dir, err)
+	}
+	e := &Env{Config: cfg, env: te}
+	if e.Kube, err = kubernetes.NewForConfig(cfg); err == nil {
+		e.Dynamic, err = dynamic.NewForConfig(cfg)
+	}
+	if err != nil {
+		_ = te.Stop()
+		return nil, err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		_ = te.Stop()
+		return nil, err
+	}
+	e.Mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	return e, nil
+}
+
+// Stop stops the control plane and removes its data.
+func (e *Env) Stop() error {
+	if e == nil || e.env == nil {
+		return nil
+	}
+	return e.env.Stop()
+}
+
+// Main starts a control plane into *env, runs the package's tests, stops it
+// and exits. A control plane that cannot start fails the run with the
+// reason (for instance ErrNoBinaries).
+func Main(m *testing.M, env **Env) {
+	e, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, strings.TrimSpace(err.Error()))
+		os.Exit(1)
+	}
+	*env = e
+	code := m.Run()
+	if err := e.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "testenv: stop:", err)
+		code = max(code, 1)
+	}
+	if code == 0 {
+		if err := goleak.Find(LeakOptions...); err != nil {
+			fmt.Fprintln(os.Stderr, "testenv: goroutines outlived the tests:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// LeakOptions ignore the goroutines that are not the tests' own: idle
+// keep-alive connections of shared HTTP transports and klog's flush daemon.
+var LeakOptions = []goleak.Option{
+	goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+	goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	goleak.IgnoreAnyFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+}
