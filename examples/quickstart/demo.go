@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,17 +19,9 @@ import (
 func demo(ctx context.Context, log logr.Logger) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	env := &demoEnv{}
-	defer env.close()
-	defer func() {
-		if r := recover(); r != nil {
-			if f, ok := r.(demoFailure); ok {
-				err = errors.New(string(f))
-				return
-			}
-			panic(r)
-		}
-	}()
+	env := &gittest.Standalone{}
+	defer env.Close()
+	defer env.Recover(&err)
 
 	srv := gittest.NewServer(env)
 	repo := srv.NewRepo(env, "demo/app")
@@ -101,32 +92,4 @@ func demo(ctx context.Context, log logr.Logger) (err error) {
 	fmt.Printf("published %s/configmap.yaml:\n%s", publish.Path(target), published)
 	fmt.Println("demo done: 2 commits delivered, 1 commit outside the path skipped")
 	return nil
-}
-
-// demoEnv gives the test helpers what they need outside a test.
-type demoEnv struct{ cleanups []func() }
-
-type demoFailure string
-
-func (e *demoEnv) Helper() {}
-
-func (e *demoEnv) Fatalf(format string, args ...any) {
-	panic(demoFailure(fmt.Sprintf(format, args...)))
-}
-
-func (e *demoEnv) TempDir() string {
-	d, err := os.MkdirTemp("", "modwatch-demo-")
-	if err != nil {
-		e.Fatalf("%v", err)
-	}
-	e.Cleanup(func() { _ = os.RemoveAll(d) })
-	return d
-}
-
-func (e *demoEnv) Cleanup(f func()) { e.cleanups = append(e.cleanups, f) }
-
-func (e *demoEnv) close() {
-	for i := len(e.cleanups) - 1; i >= 0; i-- {
-		e.cleanups[i]()
-	}
 }
