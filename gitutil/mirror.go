@@ -35,9 +35,13 @@ var ErrCommitNotFound = errors.New("gitutil: commit not in mirror")
 // MirrorOptions tune a [Mirror].
 type MirrorOptions struct {
 	// FirstFetchDepth limits the history of the first fetch into an empty
-	// mirror; 0 fetches full history. Later fetches are incremental and
-	// complete. Ancestry questions that reach the shallow boundary are
-	// answered as "not an ancestor" (see [Mirror.IsAncestor]).
+	// mirror; 0 (the default) fetches full history. A shallow mirror is
+	// cheaper to create but go-git v5 does not tell the server about its
+	// shallow boundary on later fetches, so ancestry questions that reach
+	// the boundary are unanswerable ([ErrHistoryIncomplete]) and a commit
+	// that brings back an object last seen before the boundary can arrive
+	// incomplete (reads then fail and the mirror is rebuilt). Use it only
+	// for very large repositories whose history is not rewritten.
 	FirstFetchDepth int
 }
 

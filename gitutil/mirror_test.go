@@ -135,7 +135,36 @@ func TestMirrorIncrementalFetchAndTreeQueries(t *testing.T) {
 	assert.False(t, ok)
 }
 
-func TestMirrorForcePushIsNotAncestor(t *testing.T) {
+func TestMirrorFullHistoryAnswersAncestry(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	base := repo.Commit(t, "base", gittest.File("a", "1"), gittest.File("b", "old blob"))
+	old := repo.Commit(t, "old", gittest.File("a", "2"), gittest.File("b", "changed"))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+
+	repo.Reset(t, base)
+	rewritten := repo.Commit(t, "rewritten", gittest.File("a", "3"))
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	ok, err := m.IsAncestor(ctxT(t), plumbing.NewHash(old), plumbing.NewHash(rewritten))
+	require.NoError(t, err)
+	assert.False(t, ok, "a force-push is told apart")
+	ok, err = m.IsAncestor(ctxT(t), plumbing.NewHash(base), plumbing.NewHash(rewritten))
+	require.NoError(t, err)
+	assert.True(t, ok)
+
+	// The rewritten history brings back a blob only older commits had.
+	fsys, err := m.FS(plumbing.NewHash(rewritten), "")
+	require.NoError(t, err)
+	data, err := fs.ReadFile(fsys, "b")
+	require.NoError(t, err)
+	assert.Equal(t, "old blob", string(data))
+}
+
+func TestShallowMirror(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
 	base := repo.Commit(t, "base", gittest.File("a", "1"))
@@ -151,8 +180,9 @@ func TestMirrorForcePushIsNotAncestor(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, rewritten, res.Refs["refs/heads/main"].String())
 
+	// A shallow mirror cannot tell.
 	ok, err := m.IsAncestor(ctxT(t), plumbing.NewHash(old), plumbing.NewHash(rewritten))
-	require.NoError(t, err)
+	require.ErrorIs(t, err, ErrHistoryIncomplete)
 	assert.False(t, ok)
 
 	// A normal push after a shallow first fetch is found to descend.

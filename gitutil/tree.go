@@ -133,10 +133,16 @@ func (m *Mirror) ChangedPaths(ctx context.Context, from, to plumbing.Hash, prefi
 	return out, nil
 }
 
+// ErrHistoryIncomplete is returned by [Mirror.IsAncestor] when the walk
+// reached the boundary of a shallow fetch without finding the ancestor, so
+// the answer is unknown.
+var ErrHistoryIncomplete = errors.New("gitutil: history incomplete (shallow mirror)")
+
 // IsAncestor reports whether ancestor is reachable from commit by following
-// parents (a commit is its own ancestor). A walk that reaches the boundary
-// of a shallow fetch without finding ancestor answers false: the caller
-// treats that like a force-push and delivers, which is safe.
+// parents (a commit is its own ancestor). When the walk reaches the
+// boundary of a shallow fetch without finding ancestor, it returns false
+// and [ErrHistoryIncomplete]: the caller cannot tell a force-push from a
+// commit it has no history for.
 func (m *Mirror) IsAncestor(ctx context.Context, ancestor, commit plumbing.Hash) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -148,6 +154,7 @@ func (m *Mirror) IsAncestor(ctx context.Context, ancestor, commit plumbing.Hash)
 	}
 	seen := map[plumbing.Hash]struct{}{commit: {}}
 	queue := []plumbing.Hash{commit}
+	incomplete := false
 	for len(queue) > 0 {
 		if err := ctx.Err(); err != nil {
 			return false, err
@@ -156,7 +163,8 @@ func (m *Mirror) IsAncestor(ctx context.Context, ancestor, commit plumbing.Hash)
 		queue = queue[1:]
 		c, err := m.repo.CommitObject(h)
 		if errors.Is(err, plumbing.ErrObjectNotFound) {
-			continue // shallow boundary
+			incomplete = true // shallow boundary
+			continue
 		}
 		if err != nil {
 			return false, m.markCorrupt(err)
@@ -170,6 +178,9 @@ func (m *Mirror) IsAncestor(ctx context.Context, ancestor, commit plumbing.Hash)
 				queue = append(queue, p)
 			}
 		}
+	}
+	if incomplete {
+		return false, ErrHistoryIncomplete
 	}
 	return false, nil
 }

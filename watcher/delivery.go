@@ -192,13 +192,13 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 		c.From = cp.Commit
 		from := plumbing.NewHash(cp.Commit)
 		c.Reason = ReasonNewCommit
-		if anc, aerr := want.mirror.IsAncestor(ctx, from, want.commit); aerr == nil {
-			if !anc {
-				c.Reason = ReasonForcePush
-			}
-			if paths, perr := want.mirror.ChangedPaths(ctx, from, want.commit, t.Path); perr == nil {
-				c.Paths = paths
-			}
+		// Unknown ancestry (a shallow mirror) counts as a new commit; a
+		// missing From (a rebuilt mirror) leaves Paths unknown.
+		if anc, aerr := want.mirror.IsAncestor(ctx, from, want.commit); aerr == nil && !anc {
+			c.Reason = ReasonForcePush
+		}
+		if paths, perr := want.mirror.ChangedPaths(ctx, from, want.commit, t.Path); perr == nil {
+			c.Paths = paths
 		}
 	}
 	fsys, err := want.mirror.FS(want.commit, t.Path)

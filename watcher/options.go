@@ -54,7 +54,6 @@ func defaultOptions() options {
 		listTimeout:      30 * time.Second,
 		fetchTimeout:     10 * time.Minute,
 		deliverTimeout:   10 * time.Minute,
-		firstFetchDepth:  1,
 		credentialsRetry: 30 * time.Second,
 	}
 }
@@ -153,9 +152,10 @@ func WithTimeouts(list, fetch, deliver time.Duration) Option {
 }
 
 // WithFirstFetchDepth limits the history of the first fetch into an empty
-// mirror (default 1: a shallow first fetch, several times faster and
-// smaller than a full one on large repositories); 0 fetches full history.
-// Later fetches are incremental and complete.
+// mirror; 0 (the default) fetches full history. See
+// [gitutil.MirrorOptions.FirstFetchDepth] for what a shallow mirror cannot
+// do: force-pushes are then delivered as new commits without changed
+// paths.
 func WithFirstFetchDepth(depth int) Option {
 	return func(o *options) { o.firstFetchDepth = max(depth, 0) }
 }

@@ -456,3 +456,24 @@ func TestRouteAndRunErrors(t *testing.T) {
 	require.NoError(t, w.Route(watcher.SourceFunc(func(context.Context, func([]watcher.Target)) error { return boom }), watchertest.NewSink("s")))
 	require.ErrorIs(t, w.Run(context.Background()), boom, "a failing source stops the watcher")
 }
+
+func TestCommitPinnedTargetNeedsNoListing(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+	repo.Commit(t, "2", gittest.File("f", "2")) // c1 is no longer a branch tip
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	w := newWatcher(t, obs)
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "pinned", URL: repo.URL(), Revision: c1}), sink))
+	start(t, w)
+	got := sink.WaitCommit(t, "pinned", c1)
+	assert.Empty(t, got.Ref)
+	assert.Equal(t, repo.Counts().Fetches.Load(), repo.Counts().Lists.Load(), "no listing but the one inside the fetch by SHA")
+
+	settle(t, w, obs, repo.URL())
+	lists, fetches := repo.Counts().Lists.Load(), repo.Counts().Fetches.Load()
+	pollNow(t, w, obs, repo.URL())
+	assert.Equal(t, lists, repo.Counts().Lists.Load(), "a commit-pinned target in the mirror needs no listing")
+	assert.Equal(t, fetches, repo.Counts().Fetches.Load())
+}
