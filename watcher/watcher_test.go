@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
@@ -476,4 +477,28 @@ func TestCommitPinnedTargetNeedsNoListing(t *testing.T) {
 	pollNow(t, w, obs, repo.URL())
 	assert.Equal(t, lists, repo.Counts().Lists.Load(), "a commit-pinned target in the mirror needs no listing")
 	assert.Equal(t, fetches, repo.Counts().Fetches.Load())
+}
+
+func TestPrivateRepositoryThroughCredentials(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "team/private")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+	srv.SetBasicAuth("deploy", "right-pw")
+
+	good, err := gitutil.NewStaticCredentials(map[string]*gitutil.Auth{
+		srv.URL() + "/team": {Username: "deploy", Password: "right-pw", AllowInsecureHTTP: true},
+	})
+	require.NoError(t, err)
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	w := newWatcher(t, obs, watcher.WithCredentials(good))
+	require.NoError(t, w.Route(watchertest.NewSource(
+		watcher.Target{ID: "resolved", URL: repo.URL()},
+		watcher.Target{ID: "own-auth", URL: repo.URL(), Auth: &gitutil.Auth{Username: "deploy", Password: "wrong-pw", AllowInsecureHTTP: true}},
+	), sink))
+	start(t, w)
+	sink.WaitCommit(t, "resolved", c1)
+	e := obs.WaitFor(t, "the wrong password fails", watchertest.Is(watcher.EventTargetFailed, "own-auth"))
+	assert.NotContains(t, e.Err.Error(), "wrong-pw")
+	assert.NotContains(t, e.String(), "wrong-pw")
 }
