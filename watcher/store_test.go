@@ -1,0 +1,78 @@
+package watcher
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStores(t *testing.T) {
+	fileStore, err := NewFileStore(filepath.Join(t.TempDir(), "cp"))
+	require.NoError(t, err)
+	for name, s := range map[string]Store{"memory": NewMemoryStore(), "file": fileStore} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			_, ok, err := s.Get(ctx, "t/sink")
+			require.NoError(t, err)
+			assert.False(t, ok)
+			cp := Checkpoint{Commit: "c1", Tree: "t1", Target: "f", Time: time.Unix(1700000000, 0).UTC()}
+			require.NoError(t, s.Put(ctx, "t/sink", cp))
+			require.NoError(t, s.Put(ctx, "other/sink", Checkpoint{Commit: "x"}))
+			got, ok, err := s.Get(ctx, "t/sink")
+			require.NoError(t, err)
+			require.True(t, ok)
+			assert.Equal(t, cp, got)
+			require.NoError(t, s.Delete(ctx, "t/sink"))
+			require.NoError(t, s.Delete(ctx, "t/sink"), "deleting twice is fine")
+			_, ok, _ = s.Get(ctx, "t/sink")
+			assert.False(t, ok)
+			_, ok, _ = s.Get(ctx, "other/sink")
+			assert.True(t, ok)
+		})
+	}
+}
+
+func TestFileStoreSurvivesACrashMidWrite(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewFileStore(dir)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, s.Put(ctx, "k", Checkpoint{Commit: "good"}))
+
+	// A crash between writing the temporary file and renaming it leaves the
+	// temporary file behind and the checkpoint as it was.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ".tmp-123"), []byte(`{"key":"k","checkpoint":{"commit":"ha`), 0o644))
+	s, err = NewFileStore(dir)
+	require.NoError(t, err)
+	got, ok, err := s.Get(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, "good", got.Commit)
+
+	// A torn file (a file system without atomic rename) is an error that
+	// names the key, never a silent "not delivered".
+	require.NoError(t, os.WriteFile(s.path("k"), []byte(`{"key":"k","checkp`), 0o644))
+	_, _, err = s.Get(ctx, "k")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "checkpoint k")
+}
+
+func TestBackoffAndJitterStayInBounds(t *testing.T) {
+	for attempt := 1; attempt <= 40; attempt++ {
+		d := backoff(attempt, time.Second, time.Minute)
+		want := min(time.Second<<min(attempt-1, 20), time.Minute)
+		assert.GreaterOrEqual(t, d, want/2, "attempt %d", attempt)
+		assert.LessOrEqual(t, d, want, "attempt %d", attempt)
+	}
+	for range 100 {
+		d := jittered(time.Minute, 0.1)
+		assert.GreaterOrEqual(t, d, 54*time.Second)
+		assert.LessOrEqual(t, d, 66*time.Second)
+	}
+	assert.Equal(t, time.Minute, jittered(time.Minute, 0))
+}
