@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -501,4 +503,40 @@ func TestPrivateRepositoryThroughCredentials(t *testing.T) {
 	e := obs.WaitFor(t, "the wrong password fails", watchertest.Is(watcher.EventTargetFailed, "own-auth"))
 	assert.NotContains(t, e.Err.Error(), "wrong-pw")
 	assert.NotContains(t, e.String(), "wrong-pw")
+}
+
+func TestLockedMirrorIsRebuiltWithoutRedelivery(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+	cacheDir := t.TempDir()
+	store := watcher.NewMemoryStore()
+	target := watcher.Target{ID: "t", URL: repo.URL()}
+	runOnce := func(sink *watchertest.Sink, obs *watchertest.Observer, until func()) {
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithStore(store), watcher.WithInterval(time.Hour), watcher.WithObserver(obs))
+		require.NoError(t, w.Route(watchertest.NewSource(target), sink))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		until()
+		cancel()
+		require.NoError(t, <-done)
+	}
+	sink := watchertest.NewSink("rec")
+	runOnce(sink, watchertest.NewObserver(), func() { sink.WaitCommit(t, "t", c1) })
+
+	// A crash left a lock file in the mirror.
+	mirrors, err := os.ReadDir(cacheDir)
+	require.NoError(t, err)
+	require.Len(t, mirrors, 1)
+	require.NoError(t, os.WriteFile(filepath.Join(cacheDir, mirrors[0].Name(), "shallow.lock"), nil, 0o644))
+
+	obs, sink2 := watchertest.NewObserver(), watchertest.NewSink("rec")
+	runOnce(sink2, obs, func() {
+		e := obs.WaitFor(t, "the rebuild", watchertest.Is(watcher.EventMirrorRebuilt, ""))
+		assert.ErrorContains(t, e.Err, "shallow.lock")
+		obs.WaitFor(t, "a poll", watchertest.Is(watcher.EventPolled, ""))
+	})
+	assert.Empty(t, sink2.Attempts(), "the delivered state survives the rebuild")
+	assert.NoFileExists(t, filepath.Join(cacheDir, mirrors[0].Name(), "shallow.lock"))
 }
