@@ -108,6 +108,7 @@ func (a *Auth) Identity() string {
 
 // transportOptions is what go-git needs to reach one URL with a.
 type transportOptions struct {
+	orig            *Auth // what they were made from, checked
 	auth            transport.AuthMethod
 	caBundle        []byte
 	insecureSkipTLS bool
@@ -118,7 +119,7 @@ func (a *Auth) forEndpoint(e Endpoint) (transportOptions, error) {
 	if a == nil {
 		a = &Auth{}
 	}
-	opts := transportOptions{caBundle: a.CABundle, insecureSkipTLS: a.InsecureSkipTLSVerify}
+	opts := transportOptions{orig: a, caBundle: a.CABundle, insecureSkipTLS: a.InsecureSkipTLSVerify}
 	switch e.Scheme {
 	case "http", "https":
 		if len(a.SSHPrivateKey) > 0 {

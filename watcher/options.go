@@ -3,6 +3,7 @@ package watcher
 import (
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -32,6 +33,7 @@ type options struct {
 	fetchTimeout     time.Duration
 	deliverTimeout   time.Duration
 	firstFetchDepth  int
+	gitCLI           string
 	credentialsRetry time.Duration
 }
 
@@ -40,6 +42,7 @@ func defaultOptions() options {
 	if err != nil {
 		cache = os.TempDir()
 	}
+	gitCLI, _ := exec.LookPath("git")
 	return options{
 		log:              logr.Discard(),
 		interval:         time.Minute,
@@ -55,6 +58,7 @@ func defaultOptions() options {
 		fetchTimeout:     10 * time.Minute,
 		deliverTimeout:   10 * time.Minute,
 		credentialsRetry: 30 * time.Second,
+		gitCLI:           gitCLI,
 	}
 }
 
@@ -159,6 +163,13 @@ func WithTimeouts(list, fetch, deliver time.Duration) Option {
 func WithFirstFetchDepth(depth int) Option {
 	return func(o *options) { o.firstFetchDepth = max(depth, 0) }
 }
+
+// WithGitCLI sets the git binary that makes the first fetch into an empty
+// mirror (default: "git" from PATH when there is one); "" makes every fetch
+// go-git's. On a large repository the CLI's first fetch is several times
+// faster and smaller than go-git's (see README); every later fetch is
+// go-git's, incremental, and as cheap as the CLI's.
+func WithGitCLI(path string) Option { return func(o *options) { o.gitCLI = path } }
 
 // jittered spreads d by ±fraction.
 func jittered(d time.Duration, fraction float64) time.Duration {

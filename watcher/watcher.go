@@ -345,7 +345,7 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 		}
 		sum := sha256.Sum256([]byte(key))
 		dir := filepath.Join(w.opts.cacheDir, hex.EncodeToString(sum[:12]))
-		m, err := gitutil.OpenMirror(dir, spec.url, gitutil.MirrorOptions{FirstFetchDepth: w.opts.firstFetchDepth})
+		m, err := gitutil.OpenMirror(dir, spec.url, gitutil.MirrorOptions{FirstFetchDepth: w.opts.firstFetchDepth, GitCLI: w.opts.gitCLI})
 		if err != nil {
 			ok = false
 			for _, b := range spec.targets {

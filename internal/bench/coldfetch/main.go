@@ -30,13 +30,14 @@ func main() {
 	child := flag.String("child", "", "internal: run one go-git fetch (url) into -dir")
 	dir := flag.String("dir", "", "internal: mirror directory for -child")
 	depth := flag.Int("depth", 0, "internal: first fetch depth for -child")
+	cli := flag.Bool("cli", false, "internal: let -child make its first fetch with the git CLI")
 	commits := flag.Int("commits", 10000, "commits in the generated repository")
 	files := flag.Int("files", 10000, "files in the generated repository")
 	size := flag.Int("size", 4096, "bytes per file")
 	runs := flag.Int("runs", 3, "runs per measurement (the median is reported)")
 	flag.Parse()
 	if *child != "" {
-		if err := fetchChild(*child, *dir, *depth); err != nil {
+		if err := fetchChild(*child, *dir, *depth, *cli); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -48,8 +49,12 @@ func main() {
 	}
 }
 
-func fetchChild(url, dir string, depth int) error {
-	m, err := gitutil.OpenMirror(dir, url, gitutil.MirrorOptions{FirstFetchDepth: depth})
+func fetchChild(url, dir string, depth int, cli bool) error {
+	opts := gitutil.MirrorOptions{FirstFetchDepth: depth}
+	if cli {
+		opts.GitCLI = "git"
+	}
+	m, err := gitutil.OpenMirror(dir, url, opts)
 	if err != nil {
 		return err
 	}
@@ -152,7 +157,8 @@ func run(commits, files, size, runs int) (err error) {
 		{"git clone --bare (baseline)", func() []string { return []string{"git", "clone", "-q", "--bare", url, fresh()} }},
 		{"git clone --bare --depth 1", func() []string { return []string{"git", "clone", "-q", "--bare", "--depth", "1", url, fresh()} }},
 		{"go-git mirror, full history", func() []string { return []string{self, "-child", url, "-dir", fresh()} }},
-		{"go-git mirror, depth 1 (default)", func() []string { return []string{self, "-child", url, "-dir", fresh(), "-depth", "1"} }},
+		{"go-git mirror, depth 1", func() []string { return []string{self, "-child", url, "-dir", fresh(), "-depth", "1"} }},
+		{"mirror, first fetch by git CLI (default)", func() []string { return []string{self, "-child", url, "-dir", fresh(), "-cli"} }},
 	}
 	for _, s := range steps {
 		if err := add(s.name, s.prep); err != nil {
@@ -167,7 +173,7 @@ func run(commits, files, size, runs int) (err error) {
 	if out, err := exec.Command("git", "clone", "-q", "--bare", url, cliMirror).CombinedOutput(); err != nil {
 		return fmt.Errorf("git clone: %v: %s", err, out)
 	}
-	if out, err := exec.Command(self, "-child", url, "-dir", gogitMirror, "-depth", "1").CombinedOutput(); err != nil {
+	if out, err := exec.Command(self, "-child", url, "-dir", gogitMirror, "-cli").CombinedOutput(); err != nil {
 		return fmt.Errorf("go-git fetch: %v: %s", err, out)
 	}
 	i := 0

@@ -1,0 +1,62 @@
+package gitutil
+
+import (
+	"os/exec"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+)
+
+func TestFirstFetchWithGitCLI(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err, "the tests need git")
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/private")
+	c1 := repo.Commit(t, "one", gittest.File("a/x", "1"))
+	repo.Tag(t, "v1", true)
+	srv.SetBasicAuth("deploy", "cli-s3cret")
+	auth := &Auth{Username: "deploy", Password: "cli-s3cret", AllowInsecureHTTP: true}
+
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: gitBin})
+	require.NoError(t, err)
+	fetches := repo.Counts().Fetches.Load()
+	res, err := m.Fetch(ctxT(t), auth, []string{"refs/heads/main", "refs/tags/v1"})
+	require.NoError(t, err)
+	assert.True(t, res.Fetched)
+	assert.Equal(t, c1, res.Refs["refs/heads/main"].String())
+	assert.Equal(t, c1, res.Refs["refs/tags/v1"].String(), "annotated tag peeled")
+	// The CLI speaks protocol v2: ls-refs and fetch are two POSTs (go-git,
+	// on v0, makes one).
+	assert.Equal(t, fetches+2, repo.Counts().Fetches.Load(), "the first fetch was the CLI's")
+
+	// Later fetches are go-git's, into what the CLI wrote.
+	c2 := repo.Commit(t, "two", gittest.File("a/x", "2"))
+	res, err = m.Fetch(ctxT(t), auth, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	assert.Equal(t, c2, res.Refs["refs/heads/main"].String())
+	paths, err := m.ChangedPaths(ctxT(t), plumbing.NewHash(c1), plumbing.NewHash(c2), "a")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"x"}, paths)
+
+	// A wrong password fails without showing it, after the go-git retry.
+	m2, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: gitBin})
+	require.NoError(t, err)
+	_, err = m2.Fetch(ctxT(t), &Auth{Username: "deploy", Password: "bad-s3cret", AllowInsecureHTTP: true}, []string{"refs/heads/main"})
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "bad-s3cret")
+}
+
+func TestFirstFetchFallsBackToGoGit(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one", gittest.File("x", "1"))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: "/nonexistent/git"})
+	require.NoError(t, err)
+	res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	assert.Equal(t, c1, res.Refs["refs/heads/main"].String())
+}
