@@ -177,19 +177,11 @@ func (m *Mirror) Dir() string { return m.dir }
 // fails because of what is on disk is retried once on a rebuilt mirror. It
 // honours ctx and applies [DefaultFetchTimeout] when ctx has no deadline.
 func (m *Mirror) Fetch(ctx context.Context, auth *Auth, refs []string) (FetchResult, error) {
-	e, err := ParseURL(m.url)
+	ctx, cancel, topts, err := m.prepare(ctx, auth)
 	if err != nil {
 		return FetchResult{}, err
 	}
-	topts, err := auth.forEndpoint(e)
-	if err != nil {
-		return FetchResult{}, fmt.Errorf("fetch %s: %w", RedactURL(m.url), err)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultFetchTimeout)
-		defer cancel()
-	}
+	defer cancel()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 
@@ -269,6 +261,30 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 	if m.opts.FirstFetchDepth > 0 && empty {
 		depth = m.opts.FirstFetchDepth
 	}
+	return m.goGitFetch(ctx, topts, specs, depth)
+}
+
+// prepare checks auth against the URL and bounds ctx by
+// DefaultFetchTimeout when it has no deadline.
+func (m *Mirror) prepare(ctx context.Context, auth *Auth) (context.Context, context.CancelFunc, transportOptions, error) {
+	e, err := ParseURL(m.url)
+	if err != nil {
+		return ctx, nil, transportOptions{}, err
+	}
+	topts, err := auth.forEndpoint(e)
+	if err != nil {
+		return ctx, nil, topts, fmt.Errorf("fetch %s: %w", RedactURL(m.url), err)
+	}
+	cancel := context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		ctx, cancel = context.WithTimeout(ctx, DefaultFetchTimeout)
+	}
+	return ctx, cancel, topts, nil
+}
+
+// goGitFetch fetches specs with go-git; it reports whether anything was
+// transferred. Callers hold m.mu.
+func (m *Mirror) goGitFetch(ctx context.Context, topts transportOptions, specs []config.RefSpec, depth int) (bool, error) {
 	remote := git.NewRemote(m.repo.Storer, &config.RemoteConfig{Name: "origin", URLs: []string{m.url}})
 	err := remote.FetchContext(ctx, &git.FetchOptions{
 		RefSpecs:        specs,
@@ -296,30 +312,14 @@ func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, commit plumbing.Ha
 		return FetchResult{}, nil
 	}
 	name := "refs/modwatch/commits/" + commit.String()
-	e, err := ParseURL(m.url)
+	ctx, cancel, topts, err := m.prepare(ctx, auth)
 	if err != nil {
 		return FetchResult{}, err
 	}
-	topts, err := auth.forEndpoint(e)
-	if err != nil {
-		return FetchResult{}, fmt.Errorf("fetch %s: %w", RedactURL(m.url), err)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultFetchTimeout)
-		defer cancel()
-	}
+	defer cancel()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	remote := git.NewRemote(m.repo.Storer, &config.RemoteConfig{Name: "origin", URLs: []string{m.url}})
-	err = remote.FetchContext(ctx, &git.FetchOptions{
-		RefSpecs:        []config.RefSpec{config.RefSpec(commit.String() + ":" + name)},
-		Auth:            topts.auth,
-		CABundle:        topts.caBundle,
-		InsecureSkipTLS: topts.insecureSkipTLS,
-		Tags:            git.NoTags,
-	})
-	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+	if _, err := m.goGitFetch(ctx, topts, []config.RefSpec{config.RefSpec(commit.String() + ":" + name)}, 0); err != nil {
 		return FetchResult{}, &RemoteError{Op: "fetch commit " + commit.String(), URL: m.url, Err: err}
 	}
 	if _, err := m.repo.CommitObject(commit); err != nil {

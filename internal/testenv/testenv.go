@@ -25,11 +25,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/modwatch/modwatch/internal/gittest"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -210,9 +213,5 @@ func Main(m *testing.M, env **Env) {
 
 // LeakOptions ignore the goroutines that are not the tests' own: idle
 // keep-alive connections of shared HTTP transports and klog's flush daemon.
-var LeakOptions = []goleak.Option{
-	goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-	goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	goleak.IgnoreAnyFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-}
+var LeakOptions = append(slices.Clone(gittest.LeakOptions),
+	goleak.IgnoreAnyFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"))

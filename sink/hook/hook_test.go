@@ -15,16 +15,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/modwatch/modwatch/internal/gittest"
+
 	"github.com/modwatch/modwatch/sink/hook"
 	"github.com/modwatch/modwatch/watcher"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	goleak.VerifyTestMain(m, gittest.LeakOptions...)
 }
 
 var change = watcher.Change{
