@@ -1,7 +1,10 @@
 package gitutil
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -11,9 +14,25 @@ import (
 	"github.com/modwatch/modwatch/internal/gittest"
 )
 
-func TestFirstFetchWithGitCLI(t *testing.T) {
+// recordingGit is a git wrapper that appends each exit status to a file,
+// so a test can tell that the CLI ran and succeeded (a failure would be
+// hidden by the fallback to go-git).
+func recordingGit(t *testing.T) (bin string, statuses func() string) {
 	gitBin, err := exec.LookPath("git")
 	require.NoError(t, err, "the tests need git")
+	dir := t.TempDir()
+	mark := filepath.Join(dir, "statuses")
+	bin = filepath.Join(dir, "git")
+	script := fmt.Sprintf("#!/bin/sh\n%q \"$@\"\nrc=$?\necho $rc >> %q\nexit $rc\n", gitBin, mark)
+	require.NoError(t, os.WriteFile(bin, []byte(script), 0o755))
+	return bin, func() string {
+		data, _ := os.ReadFile(mark)
+		return string(data)
+	}
+}
+
+func TestFirstFetchWithGitCLI(t *testing.T) {
+	gitBin, statuses := recordingGit(t)
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/private")
 	c1 := repo.Commit(t, "one", gittest.File("a/x", "1"))
@@ -32,6 +51,7 @@ func TestFirstFetchWithGitCLI(t *testing.T) {
 	// The CLI speaks protocol v2: ls-refs and fetch are two POSTs (go-git,
 	// on v0, makes one).
 	assert.Equal(t, fetches+2, repo.Counts().Fetches.Load(), "the first fetch was the CLI's")
+	assert.Equal(t, "0\n", statuses())
 
 	// Later fetches are go-git's, into what the CLI wrote.
 	c2 := repo.Commit(t, "two", gittest.File("a/x", "2"))
@@ -48,6 +68,7 @@ func TestFirstFetchWithGitCLI(t *testing.T) {
 	_, err = m2.Fetch(ctxT(t), &Auth{Username: "deploy", Password: "bad-s3cret", AllowInsecureHTTP: true}, []string{"refs/heads/main"})
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "bad-s3cret")
+	assert.Equal(t, "0\n128\n", statuses(), "the CLI failed, then go-git did")
 }
 
 func TestFirstFetchFallsBackToGoGit(t *testing.T) {

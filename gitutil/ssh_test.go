@@ -1,0 +1,63 @@
+package gitutil
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+)
+
+// sshKey returns a new key pair: PEM private key and public key.
+func sshKey(t *testing.T) ([]byte, ssh.PublicKey) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	require.NoError(t, err)
+	sshPub, err := ssh.NewPublicKey(pub)
+	require.NoError(t, err)
+	return pem.EncodeToMemory(block), sshPub
+}
+
+func TestSSHWithKnownHosts(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one", gittest.File("a", "1"))
+	key, pub := sshKey(t)
+	sshSrv := srv.StartSSH(t, pub)
+	url := sshSrv.URL(repo.Name())
+	auth := &Auth{SSHPrivateKey: key, KnownHosts: sshSrv.KnownHosts()}
+
+	refs, err := ListRefs(ctxT(t), url, auth)
+	require.NoError(t, err)
+	got, _ := refs.Commit("refs/heads/main")
+	assert.Equal(t, c1, got.String())
+
+	// With go-git, then with the git CLI (the system ssh) for the first fetch.
+	gitBin, statuses := recordingGit(t)
+	for _, cli := range []string{"", gitBin} {
+		m, err := OpenMirror(t.TempDir(), url, MirrorOptions{GitCLI: cli})
+		require.NoError(t, err)
+		res, err := m.Fetch(ctxT(t), auth, []string{"refs/heads/main"})
+		require.NoError(t, err, "cli=%q", cli)
+		assert.Equal(t, c1, res.Refs["refs/heads/main"].String())
+	}
+	assert.Equal(t, "0\n", statuses(), "the CLI fetched over ssh")
+
+	// A host key that is not the server's is refused.
+	_, otherPub := sshKey(t)
+	other := &Auth{SSHPrivateKey: key, KnownHosts: []byte("[127.0.0.1]:1 " + string(ssh.MarshalAuthorizedKey(otherPub)))}
+	_, err = ListRefs(ctxT(t), url, other)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "known_hosts")
+
+	// A key the server does not know is refused.
+	otherKey, _ := sshKey(t)
+	_, err = ListRefs(ctxT(t), url, &Auth{SSHPrivateKey: otherKey, KnownHosts: sshSrv.KnownHosts()})
+	require.Error(t, err)
+}
