@@ -136,7 +136,11 @@ func (r *remote) poll(ctx context.Context) (err error) {
 	w := r.w
 	start := w.opts.clock.Now()
 	defer func() {
-		w.emit(Event{Type: EventPolled, Remote: r.redacted, Duration: w.opts.clock.Now().Sub(start), Err: err})
+		d := w.opts.clock.Now().Sub(start)
+		w.emit(Event{Type: EventPolled, Remote: r.redacted, Duration: d, Err: err})
+		if err == nil {
+			w.log.V(1).Info("polled", "remote", r.redacted, "duration", d)
+		}
 	}()
 
 	r.mu.Lock()

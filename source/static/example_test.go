@@ -1,0 +1,19 @@
+package static_test
+
+import (
+	"fmt"
+
+	"github.com/modwatch/modwatch/source/static"
+)
+
+func ExampleParse() {
+	_, err := static.Parse([]byte(`
+targets:
+  - id: app
+    url: https://git.example.com/platform/app.git
+    path: ../secrets
+`))
+	fmt.Println(err)
+	// Output:
+	// static: invalid target file: targets[0].path: gitutil: invalid path: "../secrets" contains ".."
+}
