@@ -7,7 +7,7 @@ import (
 )
 
 // DefaultTimeout is how long the Wait helpers wait before failing the test.
-var DefaultTimeout = 30 * time.Second
+const DefaultTimeout = 30 * time.Second
 
 // broadcast wakes every waiter each time something is recorded.
 type broadcast struct {

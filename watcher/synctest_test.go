@@ -1,0 +1,60 @@
+package watcher_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+// The retry schedule runs on the watcher's default backoff (1s doubling up
+// to 5m) in a synctest bubble, so fake time measures the waits exactly and
+// the test takes no real time for them.
+func TestRetryBackoffSchedule(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+	url := "file://" + repo.BareDir()
+	cacheDir := t.TempDir()
+
+	synctest.Test(t, func(t *testing.T) {
+		const failures = 10
+		var attempts []time.Time
+		succeeded := make(chan struct{})
+		sink := watchertest.NewSink("flaky")
+		sink.SetHook(func(context.Context, watcher.Change) error {
+			attempts = append(attempts, time.Now())
+			if len(attempts) <= failures {
+				return errors.New("not yet")
+			}
+			close(succeeded)
+			return nil
+		})
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGitCLI(""))
+		require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: url}), sink))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+
+		<-succeeded // durably blocked: the bubble's clock jumps to each retry
+		synctest.Wait()
+		cancel()
+		require.NoError(t, <-done)
+		assert.Equal(t, c1, sink.Delivered()[0].To)
+		require.Len(t, attempts, failures+1)
+		for i := 1; i < len(attempts); i++ {
+			gap := attempts[i].Sub(attempts[i-1])
+			full := min(time.Second<<(i-1), 5*time.Minute)
+			assert.GreaterOrEqual(t, gap, full/2, "wait before attempt %d", i+1)
+			assert.LessOrEqual(t, gap, full, "wait before attempt %d", i+1)
+		}
+	})
+}
