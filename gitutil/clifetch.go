@@ -10,14 +10,34 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/go-git/go-git/v5"
 )
 
-// cliFetch fetches refs into the mirror with the git CLI. It is used for
-// the first fetch into an empty mirror only: go-git's full first fetch of a
-// large repository takes several times the CLI's time and memory, while its
-// incremental fetches are as cheap. Credentials reach git through the
+// cliClone replaces the empty mirror with a bare clone of the first
+// branch or tag in refs made by the git CLI; the caller then fetches every
+// ref with go-git, which transfers little since the history is there. It
+// is used for the first fetch only: go-git's full first fetch of a large
+// repository takes several times the CLI's time and memory, while its
+// incremental fetches are as cheap. A clone, not a fetch into the empty
+// repository: git fetch runs a connectivity check over all history that
+// costs about 8 times clone's memory. Credentials reach git through the
 // environment and private temporary files, never its command line.
-func (m *Mirror) cliFetch(ctx context.Context, e Endpoint, a *Auth, refs []string) error {
+func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []string) error {
+	var branch string
+	for _, r := range refs {
+		if name, ok := strings.CutPrefix(r, "refs/heads/"); ok {
+			branch = name
+			break
+		}
+		if name, ok := strings.CutPrefix(r, "refs/tags/"); ok {
+			branch = name
+			break
+		}
+	}
+	if branch == "" {
+		return fmt.Errorf("no branch or tag to clone")
+	}
 	if a == nil {
 		a = &Auth{}
 	}
@@ -74,10 +94,12 @@ func (m *Mirror) cliFetch(ctx context.Context, e Endpoint, a *Auth, refs []strin
 		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))
 	}
 
-	args := []string{"-C", m.dir, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--", m.url}
-	for _, r := range refs {
-		args = append(args, "+"+r+":"+r)
+	clone := m.dir + ".clone"
+	if err := os.RemoveAll(clone); err != nil {
+		return err
 	}
+	defer os.RemoveAll(clone)
+	args := []string{"clone", "--quiet", "--bare", "--no-tags", "--single-branch", "--branch", branch, "--", m.url, clone}
 	cmd := exec.CommandContext(ctx, m.opts.GitCLI, args...)
 	cmd.Env = env
 	cmd.WaitDelay = 5 * time.Second
@@ -88,7 +110,18 @@ func (m *Mirror) cliFetch(ctx context.Context, e Endpoint, a *Auth, refs []strin
 		if len(msg) > 1024 {
 			msg = msg[len(msg)-1024:]
 		}
-		return fmt.Errorf("git fetch: %w: %s", err, scrub(msg, m.url))
+		return fmt.Errorf("git clone: %w: %s", err, scrub(msg, m.url))
 	}
+	if err := os.RemoveAll(m.dir); err != nil {
+		return err
+	}
+	if err := os.Rename(clone, m.dir); err != nil {
+		return err
+	}
+	repo, err := git.PlainOpen(m.dir)
+	if err != nil {
+		return err
+	}
+	m.repo = repo
 	return nil
 }

@@ -243,25 +243,27 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 		specs = append(specs, spec)
 	}
 	empty := m.isEmpty()
+	cloned := false
 	if empty && m.opts.GitCLI != "" && m.opts.FirstFetchDepth == 0 {
 		e, _ := ParseURL(m.url)
-		err := m.cliFetch(ctx, e, topts.orig, refs)
-		if err == nil {
-			return true, nil
-		}
-		if ctx.Err() != nil {
+		err := m.cliClone(ctx, e, topts.orig, refs)
+		if err != nil && ctx.Err() != nil {
 			return false, err
 		}
-		// Fall back to go-git on an empty mirror again.
-		if rerr := m.reinit(); rerr != nil {
-			return false, rerr
+		// On failure, go-git fetches into an empty mirror again.
+		if err != nil {
+			if rerr := m.reinit(); rerr != nil {
+				return false, rerr
+			}
 		}
+		cloned = err == nil
 	}
 	depth := 0
 	if m.opts.FirstFetchDepth > 0 && empty {
 		depth = m.opts.FirstFetchDepth
 	}
-	return m.goGitFetch(ctx, topts, specs, depth)
+	fetched, err := m.goGitFetch(ctx, topts, specs, depth)
+	return fetched || cloned, err
 }
 
 // prepare checks auth against the URL and bounds ctx by

@@ -156,6 +156,10 @@ func run(commits, files, size, runs int) (err error) {
 	}{
 		{"git clone --bare (baseline)", func() []string { return []string{"git", "clone", "-q", "--bare", url, fresh()} }},
 		{"git clone --bare --depth 1", func() []string { return []string{"git", "clone", "-q", "--bare", "--depth", "1", url, fresh()} }},
+		{"git init --bare; git fetch", func() []string {
+			d := fresh()
+			return []string{"sh", "-c", `git init -q --bare "$1" && git -C "$1" fetch -q --no-tags "$2" +refs/heads/main:refs/heads/main`, "sh", d, url}
+		}},
 		{"go-git mirror, full history", func() []string { return []string{self, "-child", url, "-dir", fresh()} }},
 		{"go-git mirror, depth 1", func() []string { return []string{self, "-child", url, "-dir", fresh(), "-depth", "1"} }},
 		{"mirror, first fetch by git CLI (default)", func() []string { return []string{self, "-child", url, "-dir", fresh(), "-cli"} }},
