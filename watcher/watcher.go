@@ -184,7 +184,6 @@ func (w *Watcher) update(r *route, ts []Target) {
 			err = fmt.Errorf("%w %s: duplicate id in one source's set", ErrInvalidTarget, t.ID)
 		}
 		if err != nil {
-			t := t
 			w.emit(Event{Type: EventInvalidTarget, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
 			continue
 		}
@@ -298,8 +297,20 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 
 	ok := true
 	specs := map[string]*remoteSpec{}
+	type found struct {
+		auth *gitutil.Auth
+		err  error
+	}
+	resolved := map[string]found{} // one resolver call per URL per pass
 	for _, b := range all {
-		auth, err := w.credentials(ctx, b.t)
+		f, seen := resolved[b.t.URL]
+		if !seen || b.t.Auth != nil {
+			f.auth, f.err = w.credentials(ctx, b.t)
+			if b.t.Auth == nil {
+				resolved[b.t.URL] = f
+			}
+		}
+		auth, err := f.auth, f.err
 		if err != nil {
 			ok = false
 			t := b.t
