@@ -161,3 +161,25 @@ func newKeyPEM(t *testing.T) []byte {
 	require.NoError(t, err)
 	return pem.EncodeToMemory(block)
 }
+
+func TestCABundle(t *testing.T) {
+	srv := gittest.NewTLSServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c := repo.Commit(t, "one", gittest.File("a", "a"))
+	_, err := ListRefs(ctxT(t), repo.URL(), nil)
+	require.Error(t, err, "an unknown CA is refused")
+	refs, err := ListRefs(ctxT(t), repo.URL(), &Auth{CABundle: srv.CACert()})
+	require.NoError(t, err)
+	got, _ := refs.Commit("refs/heads/main")
+	assert.Equal(t, c, got.String())
+	_, err = ListRefs(ctxT(t), repo.URL(), &Auth{InsecureSkipTLSVerify: true})
+	require.NoError(t, err)
+
+	// The git CLI gets the bundle too.
+	gitBin, statuses := recordingGit(t)
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: gitBin})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), &Auth{CABundle: srv.CACert()}, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	assert.Equal(t, "0\n", statuses())
+}

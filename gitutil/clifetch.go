@@ -70,10 +70,10 @@ func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []strin
 			if err := os.WriteFile(p, a.CABundle, 0o600); err != nil {
 				return err
 			}
-			cfg = append(cfg, [2]string{"http.sslCAInfo", p})
+			env = append(env, "GIT_SSL_CAINFO="+p)
 		}
 		if a.InsecureSkipTLSVerify {
-			cfg = append(cfg, [2]string{"http.sslVerify", "false"})
+			env = append(env, "GIT_SSL_NO_VERIFY=1")
 		}
 	case "ssh":
 		key, kh := filepath.Join(tmp, "key"), filepath.Join(tmp, "known_hosts")

@@ -1,6 +1,7 @@
 package gittest
 
 import (
+	"encoding/pem"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -37,6 +38,22 @@ type Counts struct {
 // directory; it is stopped when the test ends.
 func NewServer(t TB) *Server {
 	t.Helper()
+	return newServer(t, httptest.NewServer)
+}
+
+// NewTLSServer is NewServer over HTTPS, with a certificate that only
+// [Server.CACert] vouches for.
+func NewTLSServer(t TB) *Server {
+	t.Helper()
+	return newServer(t, httptest.NewTLSServer)
+}
+
+// CACert is the PEM certificate of a TLS server, to trust it.
+func (s *Server) CACert() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.httpSrv.Certificate().Raw})
+}
+
+func newServer(t TB, start func(http.Handler) *httptest.Server) *Server {
 	backend, err := exec.Command("git", "--exec-path").Output()
 	if err != nil {
 		t.Fatalf("gittest: git is needed on PATH: %v", err)
@@ -54,7 +71,7 @@ func NewServer(t TB) *Server {
 			"GIT_CONFIG_KEY_1=uploadpack.allowFilter", "GIT_CONFIG_VALUE_1=true",
 		},
 	}
-	s.httpSrv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.httpSrv = start(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		user, pass, down := s.user, s.password, s.down
 		s.mu.Unlock()
