@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -31,14 +32,22 @@ func main() {
 	dir := flag.String("dir", "", "internal: mirror directory for -child")
 	depth := flag.Int("depth", 0, "internal: first fetch depth for -child")
 	cli := flag.Bool("cli", false, "internal: let -child make its first fetch with the git CLI")
+	cpuProfile := flag.String("cpuprofile", "", "internal: write -child's CPU profile here")
 	commits := flag.Int("commits", 10000, "commits in the generated repository")
 	files := flag.Int("files", 10000, "files in the generated repository")
 	size := flag.Int("size", 4096, "bytes per file")
 	runs := flag.Int("runs", 3, "runs per measurement (the median is reported)")
 	flag.Parse()
 	if *child != "" {
+		if *cpuProfile != "" {
+			f, err := os.Create(*cpuProfile)
+			if err == nil && pprof.StartCPUProfile(f) == nil {
+				defer pprof.StopCPUProfile()
+			}
+		}
 		if err := fetchChild(*child, *dir, *depth, *cli); err != nil {
 			fmt.Fprintln(os.Stderr, err)
+			pprof.StopCPUProfile()
 			os.Exit(1)
 		}
 		return
