@@ -7,7 +7,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,11 +57,18 @@ func TestExecFailures(t *testing.T) {
 	assert.Contains(t, err.Error(), "exit status 3")
 	assert.Contains(t, err.Error(), "broken")
 
-	start := time.Now()
-	err = hook.Command("sleep", []string{"30"}, hook.WithExecTimeout(100*time.Millisecond)).Deliver(context.Background(), change)
+	// The timeout kills the command: its process is gone when Deliver
+	// returns.
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	err = hook.Command("sh", []string{"-c", `echo $$ > "$1"; exec sleep 600`, "sh", pidFile},
+		hook.WithExecTimeout(100*time.Millisecond)).Deliver(context.Background(), change)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "timed out")
-	assert.Less(t, time.Since(start), 20*time.Second, "the timeout stops the command")
+	data, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	require.NoError(t, err)
+	assert.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "the hook's process was killed and reaped")
 
 	err = hook.Command("/no/such/binary", nil).Deliver(context.Background(), change)
 	require.Error(t, err)
