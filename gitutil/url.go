@@ -145,3 +145,14 @@ func RedactURL(raw string) string {
 	}
 	return raw
 }
+
+// StripCredentials returns raw without any user information when it is a
+// URL with a scheme ("https://user:token@host/r" becomes "https://host/r");
+// scp-like and unparseable strings are returned redacted (see RedactURL).
+func StripCredentials(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.Scheme != "" && u.Host != "" {
+		u.User = nil
+		return u.String()
+	}
+	return RedactURL(raw)
+}

@@ -63,6 +63,12 @@ func TestRedactURL(t *testing.T) {
 	assert.NotContains(t, RedactURL("https://tok:s3c%zzret@host/r"), "s3c")
 }
 
+func TestStripCredentials(t *testing.T) {
+	assert.Equal(t, "https://example.com/r", StripCredentials("https://user:s3cret@example.com/r"))
+	assert.Equal(t, "ssh://example.com/r", StripCredentials("ssh://git@example.com/r"))
+	assert.Equal(t, "git@example.com:r", StripCredentials("git@example.com:r"))
+}
+
 func FuzzNormalizeURL(f *testing.F) {
 	for _, s := range []string{
 		"https://example.com/g/r.git", "git@example.com:g/r", "ssh://git@h:22/r", "file:///x",

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,7 @@ type Watcher struct {
 	started    bool
 	group      *errgroup.Group
 	remotes    map[string]*remote    // by remote key
+	remotesGen chan struct{}          // closed and replaced when remotes change
 	deliverers map[string]*deliverer // by route, target and sink
 	removing   map[string]*deliverer // deliverers told to remove, until done
 }
@@ -71,6 +73,7 @@ func New(opts ...Option) *Watcher {
 		deliverSem: make(chan struct{}, o.deliverLimit),
 		changed:    make(chan struct{}, 1),
 		remotes:    map[string]*remote{},
+		remotesGen: make(chan struct{}),
 		deliverers: map[string]*deliverer{},
 		removing:   map[string]*deliverer{},
 	}
@@ -171,6 +174,23 @@ func (w *Watcher) Trigger(repoURL string) bool {
 		}
 	}
 	return matched
+}
+
+// Remotes returns the repositories being polled (one URL per remote, with
+// no credentials) and a channel that is closed when that set next changes.
+// Push-hint subscriptions use it to subscribe to exactly what is watched.
+func (w *Watcher) Remotes() (urls []string, changed <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen := map[string]bool{}
+	for _, r := range w.remotes {
+		if !seen[r.urlKey] {
+			seen[r.urlKey] = true
+			urls = append(urls, gitutil.StripCredentials(r.url))
+		}
+	}
+	sort.Strings(urls)
+	return urls, w.remotesGen
 }
 
 // update takes a source's new set: valid targets replace the route's set,
@@ -343,12 +363,21 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	before := len(w.remotes)
+	changed := false
 	for key, r := range w.remotes {
 		if _, keep := specs[key]; !keep {
 			r.stop()
 			delete(w.remotes, key)
+			changed = true
 		}
 	}
+	defer func() {
+		if changed || len(w.remotes) != before {
+			close(w.remotesGen)
+			w.remotesGen = make(chan struct{})
+		}
+	}()
 	for key, spec := range specs {
 		if r, ok := w.remotes[key]; ok {
 			r.setTargets(spec.targets)

@@ -535,3 +535,25 @@ func TestLockedMirrorIsRebuiltWithoutRedelivery(t *testing.T) {
 	assert.Empty(t, sink2.Attempts(), "the delivered state survives the rebuild")
 	assert.NoFileExists(t, filepath.Join(cacheDir, mirrors[0].Name(), "shallow.lock"))
 }
+
+func TestRemotesAndTheirChanges(t *testing.T) {
+	srv := gittest.NewServer(t)
+	a, b := srv.NewRepo(t, "g/a"), srv.NewRepo(t, "g/b")
+	a.Commit(t, "1", gittest.File("f", "1"))
+	b.Commit(t, "1", gittest.File("f", "1"))
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	src := watchertest.NewSource(watcher.Target{ID: "a", URL: a.URL()}, watcher.Target{ID: "a2", URL: a.URL() + "/", Path: "x"})
+	w := newWatcher(t, obs)
+	require.NoError(t, w.Route(src, sink))
+	_, changed := w.Remotes()
+	start(t, w)
+	<-changed
+	urls, changed := w.Remotes()
+	assert.Equal(t, []string{a.URL()}, urls, "two targets, one remote")
+
+	src.Set(watcher.Target{ID: "a", URL: a.URL()}, watcher.Target{ID: "b", URL: b.URL()})
+	<-changed
+	urls, _ = w.Remotes()
+	assert.Equal(t, []string{a.URL(), b.URL()}, urls)
+}
