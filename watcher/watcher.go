@@ -43,7 +43,7 @@ type Watcher struct {
 	started    bool
 	group      *errgroup.Group
 	remotes    map[string]*remote    // by remote key
-	remotesGen chan struct{}          // closed and replaced when remotes change
+	remotesGen chan struct{}         // closed and replaced when remotes change
 	deliverers map[string]*deliverer // by route, target and sink
 	removing   map[string]*deliverer // deliverers told to remove, until done
 }
