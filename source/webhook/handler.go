@@ -1,0 +1,229 @@
+package webhook
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/modwatch/modwatch/gitutil"
+)
+
+// Triggerer is what a hint is given to; *watcher.Watcher is one.
+type Triggerer interface {
+	// Trigger asks for a poll of repoURL now and reports whether it is
+	// watched.
+	Trigger(repoURL string) bool
+}
+
+// Config holds the secrets of the providers to accept and the limits. A
+// provider without a secret is not accepted: an unsigned webhook never
+// triggers anything.
+type Config struct {
+	// GitHubSecret verifies X-Hub-Signature-256.
+	GitHubSecret string `json:"githubSecret,omitempty"`
+	// GitLabToken is compared with X-Gitlab-Token.
+	GitLabToken string `json:"gitlabToken,omitempty"`
+	// GiteaSecret verifies X-Gitea-Signature (Gitea) and X-Forgejo-Signature
+	// (Forgejo).
+	GiteaSecret string `json:"giteaSecret,omitempty"`
+	// GogsSecret verifies X-Gogs-Signature.
+	GogsSecret string `json:"gogsSecret,omitempty"`
+	// BitbucketSecret verifies X-Hub-Signature from Bitbucket Cloud and
+	// Bitbucket Server / Data Center.
+	BitbucketSecret string `json:"bitbucketSecret,omitempty"`
+	// GenericSecret verifies X-Signature ("sha256=<hex HMAC-SHA256 of the
+	// body>") on a body of {"repository": URL} or {"repositories": [URL...]}.
+	GenericSecret string `json:"genericSecret,omitempty"`
+	// MaxBodyBytes caps a request body (default 1 MiB); larger is 413.
+	MaxBodyBytes int64 `json:"maxBodyBytes,omitempty"`
+	// MinInterval is the shortest time between two hints for one
+	// repository (default 1s); hints in between are coalesced into one at
+	// the end of the interval.
+	MinInterval time.Duration `json:"minInterval,omitempty"`
+}
+
+// Default fills in the limits left at zero.
+func (c *Config) Default() {
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.MinInterval == 0 {
+		c.MinInterval = time.Second
+	}
+}
+
+// ErrNoSecret is returned by Validate when no provider has a secret.
+var ErrNoSecret = errors.New("webhook: no provider has a secret; configure at least one")
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.GitHubSecret == "" && c.GitLabToken == "" && c.GiteaSecret == "" && c.GogsSecret == "" &&
+		c.BitbucketSecret == "" && c.GenericSecret == "" {
+		return ErrNoSecret
+	}
+	if c.MaxBodyBytes < 0 || c.MinInterval < 0 {
+		return errors.New("webhook: maxBodyBytes and minInterval cannot be negative")
+	}
+	return nil
+}
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l logr.Logger) Option { return func(h *Handler) { h.log = l } }
+
+// Handler receives provider webhooks and triggers polls.
+type Handler struct {
+	cfg       Config
+	providers []provider
+	limiter   *limiter
+	log       logr.Logger
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// New returns a handler that gives hints to t.
+func New(cfg Config, t Triggerer, opts ...Option) (*Handler, error) {
+	cfg.Default()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	h := &Handler{cfg: cfg, log: logr.Discard()}
+	for _, o := range opts {
+		o(h)
+	}
+	h.log = h.log.WithName("webhook")
+	h.limiter = newLimiter(cfg.MinInterval, t)
+	h.providers = providers(cfg)
+	return h, nil
+}
+
+// Close stops hints that wait for the end of their repository's interval.
+func (h *Handler) Close() { h.limiter.close() }
+
+// ServeHTTP verifies the request, answers at once, and triggers a poll for
+// every watched URL of the pushed repository.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "POST only", http.StatusMethodNotAllowed)
+		return
+	}
+	p, known := h.detect(r.Header)
+	if p == nil {
+		if known {
+			http.Error(w, "this provider is not enabled", http.StatusForbidden)
+		} else {
+			http.Error(w, "not a webhook of a known provider", http.StatusBadRequest)
+		}
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "cannot read body", http.StatusBadRequest)
+		return
+	}
+	if status, err := p.verify(r.Header, body); err != nil {
+		h.log.Info("rejected webhook", "provider", p.name, "reason", err.Error(), "remote", r.RemoteAddr)
+		http.Error(w, err.Error(), status)
+		return
+	}
+	event := r.Header.Get(p.eventHeader)
+	if !p.handles(event) {
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprintf(w, "ignored %s event %q\n", p.name, event)
+		return
+	}
+	urls, err := p.urls(body)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("%s payload: %v", p.name, err), http.StatusBadRequest)
+		return
+	}
+	hinted := h.hint(urls)
+	h.log.V(1).Info("push hint", "provider", p.name, "event", event, "urls", urls, "watched", hinted)
+	w.WriteHeader(http.StatusAccepted)
+	if hinted {
+		fmt.Fprintln(w, "poll scheduled")
+	} else {
+		fmt.Fprintln(w, "repository not watched")
+	}
+}
+
+// hint triggers each URL (rate-limited); it reports whether any is watched.
+func (h *Handler) hint(urls []string) bool {
+	seen := map[string]bool{}
+	any := false
+	for _, u := range urls {
+		key, err := gitutil.NormalizeURL(u)
+		if err != nil || seen[key] {
+			continue
+		}
+		seen[key] = true
+		if h.limiter.hint(key, u) {
+			any = true
+		}
+	}
+	return any
+}
+
+// detect finds the provider of a request: the first, most specific, whose
+// event header is present and whose secret is set. known reports whether
+// any provider's header was present.
+func (h *Handler) detect(hdr http.Header) (p *provider, known bool) {
+	for i := range h.providers {
+		q := &h.providers[i]
+		if hdr.Get(q.eventHeader) == "" {
+			continue
+		}
+		known = true
+		if q.enabled {
+			return q, true
+		}
+	}
+	return nil, known
+}
+
+// verifyHMAC checks a hex HMAC-SHA256 of body, with an optional prefix
+// ("sha256=").
+func verifyHMAC(secret, got, prefix string, body []byte) (int, error) {
+	if got == "" {
+		return http.StatusUnauthorized, errors.New("missing signature")
+	}
+	sig, ok := strings.CutPrefix(got, prefix)
+	if !ok {
+		return http.StatusForbidden, errors.New("malformed signature")
+	}
+	want := hmac.New(sha256.New, []byte(secret))
+	want.Write(body)
+	raw, err := hex.DecodeString(strings.TrimSpace(sig))
+	if err != nil || !hmac.Equal(raw, want.Sum(nil)) {
+		return http.StatusForbidden, errors.New("signature does not match")
+	}
+	return 0, nil
+}
+
+// verifyToken compares a shared token in constant time.
+func verifyToken(secret, got string) (int, error) {
+	if got == "" {
+		return http.StatusUnauthorized, errors.New("missing token")
+	}
+	if subtle.ConstantTimeCompare([]byte(secret), []byte(got)) != 1 {
+		return http.StatusForbidden, errors.New("token does not match")
+	}
+	return 0, nil
+}
