@@ -42,7 +42,7 @@ func mac(secret string, body []byte) string {
 // delivery is a provider's webhook request as the provider sends it.
 type delivery struct {
 	provider, fixture string
-	headers          func(body []byte) map[string]string
+	headers           func(body []byte) map[string]string
 }
 
 var deliveries = []delivery{
