@@ -9,6 +9,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/backoff"
 )
 
 // desired is what a poller wants a sink to have.
@@ -140,7 +141,7 @@ func (d *deliverer) run(ctx context.Context, dkey string) error {
 			resync, attempt = false, 0
 		default:
 			attempt++
-			retry = clock.NewTimer(backoff(attempt, d.w.opts.retryMin, d.w.opts.retryMax))
+			retry = clock.NewTimer(backoff.Delay(attempt, d.w.opts.retryMin, d.w.opts.retryMax))
 		}
 	}
 }
@@ -258,7 +259,7 @@ func (d *deliverer) doRemove(ctx context.Context, t Target) {
 			if ctx.Err() != nil {
 				return
 			}
-			timer := w.opts.clock.NewTimer(backoff(attempt, w.opts.retryMin, w.opts.retryMax))
+			timer := w.opts.clock.NewTimer(backoff.Delay(attempt, w.opts.retryMin, w.opts.retryMax))
 			select {
 			case <-ctx.Done():
 				timer.Stop()

@@ -1,7 +1,6 @@
 package watcher
 
 import (
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,23 +169,3 @@ func WithFirstFetchDepth(depth int) Option {
 // faster and smaller than go-git's (see README); every later fetch is
 // go-git's, incremental, and as cheap as the CLI's.
 func WithGitCLI(path string) Option { return func(o *options) { o.gitCLI = path } }
-
-// jittered spreads d by ±fraction.
-func jittered(d time.Duration, fraction float64) time.Duration {
-	if fraction <= 0 || d <= 0 {
-		return d
-	}
-	f := 1 + fraction*(2*rand.Float64()-1)
-	return time.Duration(float64(d) * f)
-}
-
-// backoff is the delay before retry number attempt (1-based): exponential
-// from lo, capped at hi, with jitter in [d/2, d].
-func backoff(attempt int, lo, hi time.Duration) time.Duration {
-	d := lo
-	for i := 1; i < attempt && d < hi; i++ {
-		d *= 2
-	}
-	d = min(d, hi)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
-}

@@ -11,6 +11,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/backoff"
 )
 
 // remote polls one repository (URL and credentials) for all the targets on
@@ -115,13 +116,13 @@ func (r *remote) run(ctx context.Context) error {
 			timer.Stop()
 		}
 		iv := r.interval()
-		wait := jittered(iv, r.w.opts.jitter)
+		wait := backoff.Jitter(iv, r.w.opts.jitter)
 		if err := r.poll(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			failures++
-			wait = max(iv, backoff(failures, r.w.opts.retryMin, r.w.opts.retryMax))
+			wait = max(iv, backoff.Delay(failures, r.w.opts.retryMin, r.w.opts.retryMax))
 			log.Error(err, "poll failed", "failures", failures, "retryIn", wait)
 		} else {
 			failures = 0

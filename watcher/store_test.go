@@ -61,18 +61,3 @@ func TestFileStoreSurvivesACrashMidWrite(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "checkpoint k")
 }
-
-func TestBackoffAndJitterStayInBounds(t *testing.T) {
-	for attempt := 1; attempt <= 40; attempt++ {
-		d := backoff(attempt, time.Second, time.Minute)
-		want := min(time.Second<<min(attempt-1, 20), time.Minute)
-		assert.GreaterOrEqual(t, d, want/2, "attempt %d", attempt)
-		assert.LessOrEqual(t, d, want, "attempt %d", attempt)
-	}
-	for range 100 {
-		d := jittered(time.Minute, 0.1)
-		assert.GreaterOrEqual(t, d, 54*time.Second)
-		assert.LessOrEqual(t, d, 66*time.Second)
-	}
-	assert.Equal(t, time.Minute, jittered(time.Minute, 0))
-}

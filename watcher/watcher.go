@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/backoff"
 )
 
 // Errors of the Watcher's own API, for errors.Is.
@@ -258,7 +259,7 @@ func (w *Watcher) reconcileLoop(ctx context.Context) error {
 		}
 		if !w.reconcile(ctx) {
 			// Some credentials or mirrors could not be had: try again.
-			retry = w.opts.clock.NewTimer(jittered(w.opts.credentialsRetry, w.opts.jitter))
+			retry = w.opts.clock.NewTimer(backoff.Jitter(w.opts.credentialsRetry, w.opts.jitter))
 		}
 	}
 }
