@@ -1,0 +1,185 @@
+package webhook
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modwatch/modwatch/gitutil"
+)
+
+// SSE is a Stream over server-sent events. Subscribe POSTs
+// {"repositories": [URL...]} to the endpoint, with a bearer token when one
+// is set, and reads a text/event-stream answer:
+//
+//	event: hint
+//	data: {"repository": "https://git.example.com/platform/app.git"}
+//
+// Comment lines (": ping") keep an idle connection alive; an event named
+// "close" (data {"reason": ...}) or the end of the body ends the stream
+// cleanly. A stream silent for longer than the idle timeout is an error.
+type SSE struct {
+	url         string
+	client      *http.Client
+	token       string
+	idleTimeout time.Duration
+}
+
+var _ Stream = (*SSE)(nil)
+
+// SSEOption configures an SSE stream.
+type SSEOption func(*SSE)
+
+// WithToken sends "Authorization: Bearer <token>".
+func WithToken(token string) SSEOption { return func(s *SSE) { s.token = token } }
+
+// WithHTTPClient sets the client (default: one whose transport bounds the
+// connection and the wait for response headers to 30s; the stream itself
+// has no overall timeout).
+func WithHTTPClient(c *http.Client) SSEOption { return func(s *SSE) { s.client = c } }
+
+// WithIdleTimeout sets how long the stream may be silent, keep-alives
+// included, before it is considered dead (default 90s).
+func WithIdleTimeout(d time.Duration) SSEOption {
+	return func(s *SSE) {
+		if d > 0 {
+			s.idleTimeout = d
+		}
+	}
+}
+
+// NewSSE returns a stream from the subscription endpoint url.
+func NewSSE(url string, opts ...SSEOption) *SSE {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = 30 * time.Second
+	s := &SSE{url: url, client: &http.Client{Transport: tr}, idleTimeout: 90 * time.Second}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// maxEventBytes bounds one event's data.
+const maxEventBytes = 64 << 10
+
+// Subscribe implements Stream.
+func (s *SSE) Subscribe(ctx context.Context, repos []string, hint func(string)) error {
+	body, err := json.Marshal(map[string][]string{"repositories": repos})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idle := time.AfterFunc(s.idleTimeout, cancel)
+	defer idle.Stop()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("webhook: subscribe %s: %w", gitutil.RedactURL(s.url), err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("webhook: subscribe %s: %w", gitutil.RedactURL(s.url), err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("webhook: subscribe %s: %s: %s", gitutil.RedactURL(s.url), resp.Status, bytes.TrimSpace(msg))
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		return fmt.Errorf("webhook: subscribe %s: content type %q, want text/event-stream", gitutil.RedactURL(s.url), mt)
+	}
+
+	r := bufio.NewReaderSize(resp.Body, 4096)
+	var event string
+	var data bytes.Buffer
+	for {
+		line, err := readLine(r)
+		if err != nil {
+			if errors.Is(err, io.EOF) && ctx.Err() == nil {
+				return nil // the server ended the stream
+			}
+			if ctx.Err() != nil && !idle.Stop() {
+				return fmt.Errorf("webhook: stream %s silent for %s", gitutil.RedactURL(s.url), s.idleTimeout)
+			}
+			return fmt.Errorf("webhook: stream %s: %w", gitutil.RedactURL(s.url), err)
+		}
+		idle.Reset(s.idleTimeout)
+		switch {
+		case line == "":
+			if data.Len() > 0 || event != "" {
+				if done := dispatch(event, data.Bytes(), hint); done {
+					return nil
+				}
+			}
+			event = ""
+			data.Reset()
+		case strings.HasPrefix(line, ":"):
+			// keep-alive comment
+		default:
+			field, value, _ := strings.Cut(line, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch field {
+			case "event":
+				event = value
+			case "data":
+				if data.Len()+len(value) > maxEventBytes {
+					return fmt.Errorf("webhook: stream %s: event larger than %d bytes", gitutil.RedactURL(s.url), maxEventBytes)
+				}
+				if data.Len() > 0 {
+					data.WriteByte('\n')
+				}
+				data.WriteString(value)
+			}
+		}
+	}
+}
+
+// dispatch handles one event; it reports whether the stream is to end.
+func dispatch(event string, data []byte, hint func(string)) bool {
+	switch event {
+	case "close":
+		return true
+	case "", "hint":
+		var h struct {
+			Repository string `json:"repository"`
+		}
+		if json.Unmarshal(data, &h) == nil && h.Repository != "" {
+			hint(h.Repository)
+		} else if u := strings.TrimSpace(string(data)); u != "" && !strings.HasPrefix(u, "{") {
+			hint(u)
+		}
+	}
+	return false
+}
+
+// readLine reads one line without its end ("\n" or "\r\n"), refusing
+// lines longer than maxEventBytes.
+func readLine(r *bufio.Reader) (string, error) {
+	var b []byte
+	for {
+		chunk, isPrefix, err := r.ReadLine()
+		if err != nil {
+			return "", err
+		}
+		b = append(b, chunk...)
+		if len(b) > maxEventBytes {
+			return "", fmt.Errorf("line longer than %d bytes", maxEventBytes)
+		}
+		if !isPrefix {
+			return string(b), nil
+		}
+	}
+}
