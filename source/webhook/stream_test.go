@@ -149,9 +149,9 @@ type sseServer struct {
 	token      string
 	subscribed chan struct{} // one send per subscription accepted
 	mu         sync.Mutex
-	subs  []chan string // one per live subscription; "" closes it
-	seen  [][]string
-	fail  int // answer the next n subscriptions with 503
+	subs       []chan string // one per live subscription; "" closes it
+	seen       [][]string
+	fail       int // answer the next n subscriptions with 503
 }
 
 func (s *sseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
