@@ -247,18 +247,21 @@ func safeDeliver(ctx context.Context, s Sink, c Change) (err error) {
 // forgets the checkpoint.
 func (d *deliverer) doRemove(ctx context.Context, t Target) {
 	w := d.w
+	ev := Event{Type: EventRemoved, Target: &t, Sink: d.sink.name, Remote: gitutil.RedactURL(t.URL)}
 	if rm, ok := d.sink.sink.(Remover); ok {
 		for attempt := 1; ; attempt++ {
 			rctx, cancel := context.WithTimeout(ctx, w.opts.deliverTimeout)
 			err := rm.Remove(rctx, t)
 			cancel()
-			w.emit(Event{Type: EventRemoved, Target: &t, Sink: d.sink.name, Remote: gitutil.RedactURL(t.URL), Attempt: attempt, Err: err})
+			ev.Attempt = attempt
 			if err == nil {
 				break
 			}
 			if ctx.Err() != nil {
 				return
 			}
+			ev.Err = err
+			w.emit(ev)
 			timer := w.opts.clock.NewTimer(backoff.Delay(attempt, w.opts.retryMin, w.opts.retryMax))
 			select {
 			case <-ctx.Done():
@@ -267,10 +270,11 @@ func (d *deliverer) doRemove(ctx context.Context, t Target) {
 			case <-timer.C():
 			}
 		}
-	} else {
-		w.emit(Event{Type: EventRemoved, Target: &t, Sink: d.sink.name, Remote: gitutil.RedactURL(t.URL)})
 	}
+	// Forgotten before it is reported, so observers see the final state.
 	if err := w.opts.store.Delete(ctx, d.key); err != nil {
 		w.log.Error(err, "forget checkpoint", "target", t.ID, "sink", d.sink.name)
 	}
+	ev.Err = nil
+	w.emit(ev)
 }

@@ -43,7 +43,9 @@ func newRemote(w *Watcher, key string, spec *remoteSpec, m *gitutil.Mirror) *rem
 		w: w, key: key, urlKey: spec.urlKey, url: spec.url, redacted: gitutil.RedactURL(spec.url),
 		auth: spec.auth, mirror: m, trigger: make(chan struct{}, 1), targets: map[string]*polled{},
 	}
-	r.setTargets(spec.targets)
+	for k, b := range spec.targets {
+		r.targets[k] = &polled{b: b} // the first poll starts at once anyway
+	}
 	return r
 }
 
