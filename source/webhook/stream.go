@@ -97,7 +97,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 				continue
 			}
 		}
-		err, next, ok := s.subscribe(ctx, repos, changed)
+		next, ok, err := s.subscribe(ctx, repos, changed)
 		if !ok {
 			return nil
 		}
@@ -125,7 +125,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 // subscribe runs one subscription. It returns with next set when the set
 // of repositories changed, with the stream's error when the stream ended,
 // and ok false when ctx ended.
-func (s *Subscriber) subscribe(ctx context.Context, repos []string, changed <-chan struct{}) (err error, next, ok bool) {
+func (s *Subscriber) subscribe(ctx context.Context, repos []string, changed <-chan struct{}) (next, ok bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -135,20 +135,20 @@ func (s *Subscriber) subscribe(ctx context.Context, repos []string, changed <-ch
 		case <-ctx.Done():
 			cancel()
 			<-errc
-			return nil, false, false
+			return false, false, nil
 		case err := <-errc:
-			return err, false, true
+			return false, true, err
 		case <-changed:
 			now, ch, settled := s.settle(ctx, changed)
 			if !settled {
 				cancel()
 				<-errc
-				return nil, false, false
+				return false, false, nil
 			}
 			if !slices.Equal(now, repos) {
 				cancel()
 				<-errc
-				return nil, true, true
+				return true, true, nil
 			}
 			changed = ch
 		}

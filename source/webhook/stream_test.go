@@ -114,7 +114,7 @@ func TestSubscriberLifecycle(t *testing.T) {
 		second.end <- nil
 		third := <-stream.calls
 		assert.Equal(t, second.repos, third.repos)
-		assert.Zero(t, third.at.Sub(time.Now()))
+		assert.Zero(t, time.Until(third.at))
 
 		// Errors back off exponentially, with jitter.
 		var gaps []time.Duration
