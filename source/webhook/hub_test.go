@@ -270,3 +270,20 @@ func TestHubRestart(t *testing.T) {
 	githubPush(t, hub2.Webhooks(), repo.URL())
 	a.sink.WaitCommit(t, "a", c2)
 }
+
+// Keep-alives hold an idle subscription open past the client's idle
+// timeout; the maximum age ends it cleanly, with a reason.
+func TestHubKeepAliveAndMaxAge(t *testing.T) {
+	hub, err := webhook.NewHub(webhook.HubConfig{
+		Webhook: webhook.Config{GitHubSecret: "s"}, Tokens: []string{"t"},
+		KeepAlive: 20 * time.Millisecond, MaxConnectionAge: 400 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	srv := httptest.NewServer(hub)
+	defer srv.Close()
+	defer hub.Close()
+	err = webhook.NewSSE(srv.URL, webhook.WithToken("t"), webhook.WithIdleTimeout(100*time.Millisecond)).
+		Subscribe(context.Background(), []string{"https://h/a"}, func(string) {})
+	require.NoError(t, err, "a clean end, not an idle timeout")
+	assert.Equal(t, 1.0, testutil.ToFloat64(hub.Metrics().Disconnects.WithLabelValues("max-age")))
+}
