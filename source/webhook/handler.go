@@ -198,6 +198,15 @@ func (h *Handler) detect(hdr http.Header) (p *provider, known bool) {
 	return nil, known
 }
 
+// Sign returns the X-Signature header value of a generic webhook:
+// "sha256=" and the hex HMAC-SHA256 of body keyed by secret (the form
+// GitHub's X-Hub-Signature-256 and Flux's generic-hmac receivers use).
+func Sign(secret string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
 // verifyHMAC checks a hex HMAC-SHA256 of body, with an optional prefix
 // ("sha256=").
 func verifyHMAC(secret, got, prefix string, body []byte) (int, error) {

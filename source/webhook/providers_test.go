@@ -39,3 +39,13 @@ func FuzzPayloads(f *testing.F) {
 		}
 	})
 }
+
+func TestSignIsWhatTheGenericProviderChecks(t *testing.T) {
+	body := []byte(`{"repository": "https://h/r"}`)
+	if _, err := verifyHMAC("k", Sign("k", body), "sha256=", body); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verifyHMAC("other", Sign("k", body), "sha256=", body); err == nil {
+		t.Fatal("a signature with another key was accepted")
+	}
+}

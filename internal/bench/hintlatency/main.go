@@ -9,9 +9,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -76,9 +73,7 @@ func run(pushes, polled int, interval time.Duration) (err error) {
 	hookSrv := httptest.NewServer(hooks)
 	defer hookSrv.Close()
 	body, _ := json.Marshal(map[string]string{"repository": repo.URL()})
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	sig := "sha256=" + hex.EncodeToString(m.Sum(nil))
+	sig := webhook.Sign(secret, body)
 
 	waitFor := func(commit string, limit time.Duration) error {
 		timeout := time.NewTimer(limit)

@@ -8,9 +8,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"net/http"
@@ -78,9 +75,7 @@ func run(subscribers, pushes int, debounce time.Duration) error {
 	}
 
 	body := []byte(`{"repository": "` + repo + `"}`)
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	sig := "sha256=" + hex.EncodeToString(m.Sum(nil))
+	sig := webhook.Sign(secret, body)
 	var lat []time.Duration
 	for range pushes {
 		req, _ := http.NewRequest(http.MethodPost, hooks.URL, bytes.NewReader(body))
