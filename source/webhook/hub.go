@@ -357,8 +357,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reason := h.stream(w, r, s)
+	h.m.disconnects.WithLabelValues(reason).Inc() // counted before Subscribers changes
 	h.remove(s)
-	h.m.disconnects.WithLabelValues(reason).Inc()
 	h.log.V(1).Info("subscription ended", "reason", reason, "repositories", len(s.repos))
 }
 

@@ -285,5 +285,6 @@ func TestHubKeepAliveAndMaxAge(t *testing.T) {
 	err = webhook.NewSSE(srv.URL, webhook.WithToken("t"), webhook.WithIdleTimeout(100*time.Millisecond)).
 		Subscribe(context.Background(), []string{"https://h/a"}, func(string) {})
 	require.NoError(t, err, "a clean end, not an idle timeout")
+	waitSubscribers(t, hub, 0)
 	assert.Equal(t, 1.0, testutil.ToFloat64(hub.Metrics().Disconnects.WithLabelValues("max-age")))
 }
