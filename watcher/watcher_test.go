@@ -214,6 +214,8 @@ func TestFailingSinkIsRetriedAndCheckpointWaits(t *testing.T) {
 		}
 	}
 	sink.WaitCommit(t, "t", c1)
+	// The checkpoint is written after the sink returns, before the event.
+	obs.WaitFor(t, "the delivery event", watchertest.Is(watcher.EventDelivered, "t"))
 	cp, ok, err := store.Get(context.Background(), "t/flaky")
 	require.NoError(t, err)
 	require.True(t, ok)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -35,18 +36,30 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func obj(apiVersion, kind, name string, spec map[string]any) *unstructured.Unstructured {
+// namespace creates a namespace for one test and deletes it at the end, so
+// that tests never see each other's objects, however often they run.
+func namespace(t *testing.T) string {
+	ns, err := env.Kube.CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = env.Kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+	})
+	return ns.Name
+}
+
+func obj(apiVersion, kind, ns, name string, spec map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": apiVersion, "kind": kind,
-		"metadata": map[string]any{"name": name, "namespace": "default"},
+		"metadata": map[string]any{"name": name, "namespace": ns},
 		"spec":     spec,
 	}}
 }
 
 func TestGitSyncRoundTripAndStatus(t *testing.T) {
-	ctx := ctxT(t)
-	gs := env.Dynamic.Resource(gitSyncs).Namespace("default")
-	created, err := gs.Create(ctx, obj("numaplane.numaproj.io/v1alpha1", "GitSync", "app", map[string]any{
+	ctx, ns := ctxT(t), namespace(t)
+	gs := env.Dynamic.Resource(gitSyncs).Namespace(ns)
+	created, err := gs.Create(ctx, obj("numaplane.numaproj.io/v1alpha1", "GitSync", ns, "app", map[string]any{
 		"repoUrl": "https://git.example.com/platform/app.git", "path": "deploy", "targetRevision": "main",
 		"helm":        map[string]any{"valueFiles": []any{"values.yaml"}, "parameters": []any{map[string]any{"name": "replicas", "value": "2"}}},
 		"destination": map[string]any{"cluster": "staging-1", "namespace": "apps"},
@@ -77,7 +90,7 @@ func TestGitSyncRoundTripAndStatus(t *testing.T) {
 	assert.Equal(t, "Running", phase)
 
 	// The schema is the apiserver's to enforce.
-	_, err = gs.Create(ctx, obj("numaplane.numaproj.io/v1alpha1", "GitSync", "two-renderers", map[string]any{
+	_, err = gs.Create(ctx, obj("numaplane.numaproj.io/v1alpha1", "GitSync", ns, "two-renderers", map[string]any{
 		"repoUrl": "https://h/r", "targetRevision": "main", "raw": map[string]any{}, "kustomize": map[string]any{},
 		"destination": map[string]any{"cluster": "c"},
 	}), metav1.CreateOptions{})
@@ -89,9 +102,9 @@ func TestGitSyncRoundTripAndStatus(t *testing.T) {
 }
 
 func TestFluxObjects(t *testing.T) {
-	ctx := ctxT(t)
-	repos := env.Dynamic.Resource(gitRepos).Namespace("default")
-	repo, err := repos.Create(ctx, obj("source.toolkit.fluxcd.io/v1", "GitRepository", "podinfo", map[string]any{
+	ctx, ns := ctxT(t), namespace(t)
+	repos := env.Dynamic.Resource(gitRepos).Namespace(ns)
+	repo, err := repos.Create(ctx, obj("source.toolkit.fluxcd.io/v1", "GitRepository", ns, "podinfo", map[string]any{
 		"url": "https://github.com/stefanprodan/podinfo", "interval": "5m",
 		"ref": map[string]any{"branch": "master"}, "secretRef": map[string]any{"name": "creds"},
 	}), metav1.CreateOptions{})
@@ -99,18 +112,18 @@ func TestFluxObjects(t *testing.T) {
 	timeout, _, _ := unstructured.NestedString(repo.Object, "spec", "timeout")
 	assert.Equal(t, "60s", timeout, "defaulted by the schema")
 
-	_, err = repos.Create(ctx, obj("source.toolkit.fluxcd.io/v1", "GitRepository", "bad", map[string]any{
+	_, err = repos.Create(ctx, obj("source.toolkit.fluxcd.io/v1", "GitRepository", ns, "bad", map[string]any{
 		"url": "ftp://example.com/r", "interval": "5m",
 	}), metav1.CreateOptions{})
 	require.True(t, apierrors.IsInvalid(err), "ftp URL: %v", err)
 
-	recv, err := env.Dynamic.Resource(receivers).Namespace("default").Create(ctx, obj("notification.toolkit.fluxcd.io/v1", "Receiver", "podinfo", map[string]any{
+	recv, err := env.Dynamic.Resource(receivers).Namespace(ns).Create(ctx, obj("notification.toolkit.fluxcd.io/v1", "Receiver", ns, "podinfo", map[string]any{
 		"type": "generic-hmac", "secretRef": map[string]any{"name": "token"},
 		"resources": []any{map[string]any{"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "name": "podinfo"}},
 	}), metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.NoError(t, unstructured.SetNestedField(recv.Object, "/hook/abc", "status", "webhookPath"))
-	recv, err = env.Dynamic.Resource(receivers).Namespace("default").UpdateStatus(ctx, recv, metav1.UpdateOptions{})
+	recv, err = env.Dynamic.Resource(receivers).Namespace(ns).UpdateStatus(ctx, recv, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	path, _, _ := unstructured.NestedString(recv.Object, "status", "webhookPath")
 	assert.Equal(t, "/hook/abc", path)
@@ -122,9 +135,9 @@ func TestFluxObjects(t *testing.T) {
 }
 
 func TestServerSideApply(t *testing.T) {
-	ctx := ctxT(t)
-	cm := corev1ac.ConfigMap("ssa", "default").WithData(map[string]string{"k": "v"})
-	got, err := env.Kube.CoreV1().ConfigMaps("default").Apply(ctx, cm, metav1.ApplyOptions{FieldManager: "modwatch-test", Force: true})
+	ctx, ns := ctxT(t), namespace(t)
+	cm := corev1ac.ConfigMap("ssa", ns).WithData(map[string]string{"k": "v"})
+	got, err := env.Kube.CoreV1().ConfigMaps(ns).Apply(ctx, cm, metav1.ApplyOptions{FieldManager: "modwatch-test", Force: true})
 	require.NoError(t, err)
 	var managers []string
 	for _, mf := range got.ManagedFields {
@@ -135,7 +148,7 @@ func TestServerSideApply(t *testing.T) {
 	assert.Equal(t, []string{"modwatch-test"}, managers)
 
 	// Applying the same object again writes nothing.
-	again, err := env.Kube.CoreV1().ConfigMaps("default").Apply(ctx, cm, metav1.ApplyOptions{FieldManager: "modwatch-test", Force: true})
+	again, err := env.Kube.CoreV1().ConfigMaps(ns).Apply(ctx, cm, metav1.ApplyOptions{FieldManager: "modwatch-test", Force: true})
 	require.NoError(t, err)
 	assert.Equal(t, got.ResourceVersion, again.ResourceVersion)
 }
