@@ -117,6 +117,8 @@ func (s *Sink) WaitDelivery(t testing.TB, match func(watcher.Change) bool) watch
 }
 
 // WaitCommit waits until the target's latest successful delivery is commit.
+// The watcher records its checkpoint after Deliver returns: wait for a
+// watcher.EventDelivered (see Observer) before reading the Store.
 func (s *Sink) WaitCommit(t testing.TB, targetID, commit string) watcher.Change {
 	t.Helper()
 	var found watcher.Change
