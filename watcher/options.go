@@ -19,6 +19,7 @@ type options struct {
 	interval         time.Duration
 	jitter           float64
 	cacheDir         string
+	listLimit        int
 	fetchLimit       int
 	deliverLimit     int
 	clock            Clock
@@ -47,6 +48,7 @@ func defaultOptions() options {
 		interval:         time.Minute,
 		jitter:           0.1,
 		cacheDir:         filepath.Join(cache, "modwatch", "mirrors"),
+		listLimit:        16,
 		fetchLimit:       4,
 		deliverLimit:     8,
 		clock:            realClock{},
@@ -95,6 +97,17 @@ func WithConcurrency(fetches, deliveries int) Option {
 		}
 		if deliveries > 0 {
 			o.deliverLimit = deliveries
+		}
+	}
+}
+
+// WithListConcurrency bounds how many ref listings run at once across all
+// remotes (default 16), so that a watcher of many repositories starting up
+// does not send its hosting provider a burst.
+func WithListConcurrency(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.listLimit = n
 		}
 	}
 }

@@ -162,9 +162,15 @@ func (r *remote) poll(ctx context.Context) (err error) {
 		}
 	}
 	if needList {
+		select {
+		case w.listSem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		lctx, cancel := context.WithTimeout(ctx, w.opts.listTimeout)
 		refs, err = gitutil.ListRefs(lctx, r.url, r.auth)
 		cancel()
+		<-w.listSem
 		if err != nil {
 			for _, p := range targets {
 				r.fail(p, err)

@@ -35,6 +35,7 @@ var (
 type Watcher struct {
 	opts       options
 	log        logr.Logger
+	listSem    chan struct{}
 	fetchSem   chan struct{}
 	deliverSem chan struct{}
 	changed    chan struct{} // a source updated its set: reconcile
@@ -70,6 +71,7 @@ func New(opts ...Option) *Watcher {
 	return &Watcher{
 		opts:       o,
 		log:        o.log.WithName("watcher"),
+		listSem:    make(chan struct{}, o.listLimit),
 		fetchSem:   make(chan struct{}, o.fetchLimit),
 		deliverSem: make(chan struct{}, o.deliverLimit),
 		changed:    make(chan struct{}, 1),
