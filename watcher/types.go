@@ -148,7 +148,8 @@ type SinkFunc func(ctx context.Context, c Change) error
 func (f SinkFunc) Deliver(ctx context.Context, c Change) error { return f(ctx, c) }
 
 // Remover is a Sink that wants to hear when a target disappears from its
-// route, for instance to prune what it applied.
+// route, for instance to prune what it applied. It is not called when the
+// watcher stops: a stopped watcher removes nothing.
 type Remover interface {
 	// Remove forgets t. An error is retried with backoff while the watcher
 	// runs.
