@@ -1,6 +1,9 @@
 package webhook
 
 import (
+	"bytes"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,5 +50,38 @@ func TestSignIsWhatTheGenericProviderChecks(t *testing.T) {
 	}
 	if _, err := verifyHMAC("other", Sign("k", body), "sha256=", body); err == nil {
 		t.Fatal("a signature with another key was accepted")
+	}
+}
+
+func FuzzReadEvents(f *testing.F) {
+	f.Add([]byte("event: hint\ndata: {\"repository\": \"https://h/r\"}\n\n"))
+	f.Add([]byte(": ping\n\nevent: close\ndata: {\"reason\": \"max-age\"}\n\n"))
+	f.Add([]byte("data: https://h/r\r\n\r\ndata: a\ndata: b\n\n"))
+	f.Add([]byte("event: hint\ndata: {\"repository\": 5}\n\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		err := readEvents(bytes.NewReader(body), func(u string) {
+			if strings.TrimSpace(u) == "" {
+				t.Fatalf("empty hint from %q", body)
+			}
+		}, func() {})
+		if err == nil {
+			t.Fatal("readEvents returned without a reason")
+		}
+	})
+}
+
+func TestReadEvents(t *testing.T) {
+	var hints []string
+	err := readEvents(strings.NewReader(": hi\n\nevent: hint\ndata: {\"repository\": \"https://h/a\"}\n\ndata: https://h/b\n\nevent: other\ndata: x\n\nevent: close\ndata: {}\n\ndata: https://h/never\n\n"),
+		func(u string) { hints = append(hints, u) }, func() {})
+	if !errors.Is(err, errClosed) {
+		t.Fatalf("err = %v, want errClosed", err)
+	}
+	if strings.Join(hints, " ") != "https://h/a https://h/b" {
+		t.Fatalf("hints = %q", hints)
+	}
+	err = readEvents(strings.NewReader("data: "+strings.Repeat("x", maxEventBytes+1)+"\n\n"), func(string) {}, func() {})
+	if err == nil || errors.Is(err, io.EOF) {
+		t.Fatalf("an oversized line was accepted: %v", err)
 	}
 }

@@ -102,26 +102,39 @@ func (s *SSE) Subscribe(ctx context.Context, repos []string, hint func(string)) 
 		return fmt.Errorf("webhook: subscribe %s: content type %q, want text/event-stream", gitutil.RedactURL(s.url), mt)
 	}
 
-	r := bufio.NewReaderSize(resp.Body, 4096)
+	err = readEvents(resp.Body, hint, func() { idle.Reset(s.idleTimeout) })
+	switch {
+	case errors.Is(err, errClosed):
+		return nil // the server said goodbye
+	case errors.Is(err, io.EOF) && ctx.Err() == nil:
+		return nil // the server ended the stream
+	case ctx.Err() != nil && !idle.Stop():
+		return fmt.Errorf("webhook: stream %s silent for %s", gitutil.RedactURL(s.url), s.idleTimeout)
+	}
+	return fmt.Errorf("webhook: stream %s: %w", gitutil.RedactURL(s.url), err)
+}
+
+// errClosed is returned by readEvents for a "close" event.
+var errClosed = errors.New("stream closed by the server")
+
+// readEvents reads a text/event-stream, calling hint for each hint and
+// alive after each line. It returns errClosed on a "close" event, io.EOF at
+// the end of the body, or the error that stopped it.
+func readEvents(body io.Reader, hint func(string), alive func()) error {
+	r := bufio.NewReaderSize(body, 4096)
 	var event string
 	var data bytes.Buffer
 	for {
 		line, err := readLine(r)
 		if err != nil {
-			if errors.Is(err, io.EOF) && ctx.Err() == nil {
-				return nil // the server ended the stream
-			}
-			if ctx.Err() != nil && !idle.Stop() {
-				return fmt.Errorf("webhook: stream %s silent for %s", gitutil.RedactURL(s.url), s.idleTimeout)
-			}
-			return fmt.Errorf("webhook: stream %s: %w", gitutil.RedactURL(s.url), err)
+			return err
 		}
-		idle.Reset(s.idleTimeout)
+		alive()
 		switch {
 		case line == "":
 			if data.Len() > 0 || event != "" {
 				if done := dispatch(event, data.Bytes(), hint); done {
-					return nil
+					return errClosed
 				}
 			}
 			event = ""
@@ -136,7 +149,7 @@ func (s *SSE) Subscribe(ctx context.Context, repos []string, hint func(string)) 
 				event = value
 			case "data":
 				if data.Len()+len(value) > maxEventBytes {
-					return fmt.Errorf("webhook: stream %s: event larger than %d bytes", gitutil.RedactURL(s.url), maxEventBytes)
+					return fmt.Errorf("event larger than %d bytes", maxEventBytes)
 				}
 				if data.Len() > 0 {
 					data.WriteByte('\n')
