@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"sort"
 	"strings"
 
@@ -300,27 +301,22 @@ func NewStaticCredentials(byPrefix map[string]*Auth) (*StaticCredentials, error)
 	return s, nil
 }
 
+// normalizePrefix turns a credential prefix ("https://host/group",
+// "git@host:group", "host/group" or a bare "host") into the form of
+// [Endpoint.Key], so that it can be matched against normalised URLs.
 func normalizePrefix(p string) (string, error) {
-	if strings.Contains(p, "://") || scpLike.MatchString(p) {
-		if key, err := NormalizeURL(p); err == nil {
-			return key, nil
-		}
+	p = strings.TrimSpace(p)
+	if !strings.Contains(p, "://") && !scpLike.MatchString(p) {
+		p = "https://" + p
 	}
-	key := strings.Trim(strings.ToLower(strings.TrimSpace(p)), "/")
-	key = strings.TrimSuffix(key, ".git")
-	if key == "" {
-		return "", fmt.Errorf("%w: empty credential prefix", ErrInvalidURL)
+	if key, err := NormalizeURL(p); err == nil {
+		return key, nil
 	}
-	// Keep path case as written; only the host is case-insensitive.
-	if i := strings.Index(strings.TrimSpace(p), "/"); i >= 0 {
-		trimmed := strings.Trim(strings.TrimSpace(p), "/")
-		j := strings.Index(trimmed, "/")
-		if j >= 0 {
-			key = strings.ToLower(trimmed[:j]) + trimmed[j:]
-			key = strings.TrimSuffix(key, ".git")
-		}
+	// A bare host: every repository on it.
+	if u, err := url.Parse(p); err == nil && u.Host != "" && strings.Trim(u.Path, "/") == "" && u.User == nil {
+		return strings.ToLower(u.Host), nil
 	}
-	return key, nil
+	return "", fmt.Errorf("%w: credential prefix %q", ErrInvalidURL, RedactURL(p))
 }
 
 // Resolve returns the credentials of the longest prefix matching repoURL.

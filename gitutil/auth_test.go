@@ -21,10 +21,12 @@ func TestStaticCredentialsLongestPrefixWins(t *testing.T) {
 	platform := &Auth{Username: "platform", Password: "p"}
 	control := &Auth{Username: "control", Password: "c"}
 	team := &Auth{BearerToken: "t"}
+	host := &Auth{BearerToken: "h"}
 	creds, err := NewStaticCredentials(map[string]*Auth{
 		"https://git.example.com/platform": platform,
 		"git.example.com/platform/control": control,
 		"git@other.example.com:team":       team,
+		"Third.example.com":                host,
 	})
 	require.NoError(t, err)
 	for _, tc := range []struct {
@@ -38,12 +40,16 @@ func TestStaticCredentialsLongestPrefixWins(t *testing.T) {
 		{"https://other.example.com/team/r", team},
 		{"https://other.example.com/teamB/r", nil},
 		{"https://git.example.com/elsewhere/r", nil},
+		{"git@third.example.com:any/repo.git", host},
+		{"https://third.example.com.evil.com/r", nil},
 	} {
 		got, err := creds.Resolve(context.Background(), tc.url)
 		require.NoError(t, err, tc.url)
 		assert.Same(t, tc.want, got, tc.url)
 	}
 	_, err = creds.Resolve(context.Background(), "ftp://x/y")
+	require.ErrorIs(t, err, ErrInvalidURL)
+	_, err = NewStaticCredentials(map[string]*Auth{"": platform})
 	require.ErrorIs(t, err, ErrInvalidURL)
 }
 
