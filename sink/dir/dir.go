@@ -20,7 +20,8 @@ import (
 // Sink publishes trees under a root directory: root/<link> is a symlink to
 // root/.trees/<link>-<commit>-<random>, where <link> is the target's name
 // (by default its ID with every character outside [A-Za-z0-9._-] replaced
-// by "_").
+// by "_"; IDs that differ only there share a link, so give such targets
+// names of their own with WithLinkName).
 type Sink struct {
 	root string
 	name func(watcher.Target) string
