@@ -16,9 +16,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"slices"
 	"time"
 
+	"github.com/modwatch/modwatch/internal/bench/quantile"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/source/webhook"
 	"github.com/modwatch/modwatch/watcher"
@@ -124,26 +124,15 @@ func run(pushes, polled int, interval time.Duration) (err error) {
 		fmt.Fprintf(os.Stderr, "polled push %d/%d: %s\n", i+1, polled, polls[i].Round(time.Millisecond))
 	}
 
-	hm, hp := quantiles(hinted)
+	hm, hp := quantile.Of(hinted, 0.5), quantile.Of(hinted, 0.99)
 	fmt.Printf("\nPush → sink delivery on loopback (one repository, one target):\n\n")
 	fmt.Println("| path | pushes | median | p99 (max when < 100 pushes) |")
 	fmt.Println("|---|---:|---:|---:|")
 	fmt.Printf("| webhook push hint | %d | %s | %s |\n", len(hinted), hm.Round(time.Millisecond), hp.Round(time.Millisecond))
 	if len(polls) > 0 {
-		pm, pp := quantiles(polls)
+		pm, pp := quantile.Of(polls, 0.5), quantile.Of(polls, 0.99)
 		fmt.Printf("| polling every %s (±10%% jitter) | %d | %s | %s |\n", interval, len(polls), pm.Round(time.Millisecond), pp.Round(time.Millisecond))
 		fmt.Printf("\nmedian ratio, hint / polling: %.4f\n", float64(hm)/float64(pm))
 	}
 	return nil
-}
-
-// quantiles returns the median and the 99th percentile (nearest rank).
-func quantiles(ds []time.Duration) (median, p99 time.Duration) {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	rank := func(q float64) time.Duration {
-		i := int(q*float64(len(s))+0.5) - 1
-		return s[min(max(i, 0), len(s)-1)]
-	}
-	return rank(0.5), rank(0.99)
 }

@@ -13,11 +13,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/modwatch/modwatch/internal/bench/quantile"
 	"github.com/modwatch/modwatch/source/webhook"
 )
 
@@ -98,10 +98,8 @@ func run(subscribers, pushes int, debounce time.Duration) error {
 			}
 		}
 	}
-	slices.Sort(lat)
-	q := func(p float64) time.Duration { return lat[min(int(p*float64(len(lat))), len(lat)-1)] }
 	fmt.Printf("| subscribers | pushes | hub debounce | median | p99 | max |\n|---:|---:|---:|---:|---:|---:|\n")
 	fmt.Printf("| %d | %d | %s | %s | %s | %s |\n", subscribers, pushes, max(debounce, 0),
-		q(0.5).Round(time.Microsecond), q(0.99).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
+		quantile.Of(lat, 0.5).Round(time.Microsecond), quantile.Of(lat, 0.99).Round(time.Microsecond), quantile.Of(lat, 1).Round(time.Microsecond))
 	return nil
 }

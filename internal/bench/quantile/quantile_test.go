@@ -1,0 +1,22 @@
+package quantile
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestOf(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i))
+	}
+	assert.Equal(t, time.Duration(50), Of(ds, 0.5))
+	assert.Equal(t, time.Duration(99), Of(ds, 0.99))
+	assert.Equal(t, time.Duration(100), Of(ds, 1))
+	assert.Equal(t, time.Duration(1), Of(ds, 0.001))
+	assert.Equal(t, time.Duration(100), ds[0], "the input is not sorted in place")
+	assert.Zero(t, Of(nil, 0.5))
+	assert.Equal(t, time.Duration(7), Of([]time.Duration{7}, 0.99))
+}
