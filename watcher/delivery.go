@@ -19,7 +19,8 @@ type desired struct {
 	commit plumbing.Hash
 	tree   plumbing.Hash
 	mirror *gitutil.Mirror
-	remote string // redacted URL
+	remote string    // redacted URL
+	seen   time.Time // when the poller first saw commit for the target
 }
 
 // deliverer serializes the deliveries of one target to one sink. It holds at
@@ -98,6 +99,7 @@ func (d *deliverer) run(ctx context.Context, dkey string) error {
 		if retry != nil {
 			retry.Stop()
 			retry = nil
+			d.w.retrying.Add(-1)
 		}
 	}
 	defer stopRetry()
@@ -111,6 +113,7 @@ func (d *deliverer) run(ctx context.Context, dkey string) error {
 			return nil
 		case <-retryC:
 			retry = nil
+			d.w.retrying.Add(-1)
 		case <-d.wake:
 			d.mu.Lock()
 			next, rs, rm, target := d.pending, d.resync, d.removed, d.target
@@ -142,6 +145,7 @@ func (d *deliverer) run(ctx context.Context, dkey string) error {
 		default:
 			attempt++
 			retry = clock.NewTimer(backoff.Delay(attempt, d.w.opts.retryMin, d.w.opts.retryMax))
+			d.w.retrying.Add(1)
 		}
 	}
 }
@@ -151,7 +155,7 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	w := d.w
 	t := want.target
 	commit, tree, fp := want.commit.String(), want.tree.String(), t.fingerprint()
-	ev := Event{Target: &t, Sink: d.sink.name, Remote: want.remote, Ref: want.ref, Commit: commit, Attempt: attempt}
+	ev := Event{Target: &t, Sink: d.sink.name, Remote: want.remote, Ref: want.ref, Commit: commit, Attempt: attempt, Seen: want.seen}
 	failed := func(c *Change, err error) error {
 		if ctx.Err() != nil {
 			return ctx.Err() // shutting down: not a failure of the sink

@@ -16,6 +16,9 @@ const (
 	// EventPolled: one poll of a remote ended (Err says whether it failed).
 	// Target is nil.
 	EventPolled EventType = "Polled"
+	// EventListed: the remote's refs were listed (Err on failure). Target
+	// is nil.
+	EventListed EventType = "Listed"
 	// EventFetched: objects were fetched into a remote's mirror (Err on
 	// failure). Target is nil.
 	EventFetched EventType = "Fetched"
@@ -59,8 +62,11 @@ type Event struct {
 	Change *Change
 	// Attempt counts failures of the same delivery.
 	Attempt int
-	// Duration is how long the poll, fetch or delivery took.
+	// Duration is how long the listing, poll, fetch or delivery took.
 	Duration time.Duration
+	// Seen is when the watcher first saw Commit for the target, for
+	// delivery events; Time minus Seen is the delivery lag.
+	Seen time.Time
 	// Err is the failure, if any. It never contains a secret.
 	Err error
 }

@@ -168,9 +168,11 @@ func (r *remote) poll(ctx context.Context) (err error) {
 			return ctx.Err()
 		}
 		lctx, cancel := context.WithTimeout(ctx, w.opts.listTimeout)
+		listStart := w.opts.clock.Now()
 		refs, err = gitutil.ListRefs(lctx, r.url, r.auth)
 		cancel()
 		<-w.listSem
+		w.emit(Event{Type: EventListed, Remote: r.redacted, Duration: w.opts.clock.Now().Sub(listStart), Err: err})
 		if err != nil {
 			for _, p := range targets {
 				r.fail(p, err)
@@ -244,7 +246,10 @@ func (r *remote) poll(ctx context.Context) (err error) {
 			r.fail(j.p, terr)
 			continue
 		}
-		d := desired{target: j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree, mirror: r.mirror, remote: r.redacted}
+		d := desired{
+			target: j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree,
+			mirror: r.mirror, remote: r.redacted, seen: w.opts.clock.Now(),
+		}
 		for _, s := range j.p.b.sinks {
 			s.offer(d)
 		}

@@ -29,10 +29,14 @@ func TestRetryBackoffSchedule(t *testing.T) {
 		const failures = 10
 		var attempts []time.Time
 		succeeded := make(chan struct{})
+		failed := make(chan struct{})
 		sink := watchertest.NewSink("flaky")
 		sink.SetHook(func(context.Context, watcher.Change) error {
 			attempts = append(attempts, time.Now())
 			if len(attempts) <= failures {
+				if len(attempts) == 1 {
+					close(failed)
+				}
 				return errors.New("not yet")
 			}
 			close(succeeded)
@@ -44,8 +48,12 @@ func TestRetryBackoffSchedule(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- w.Run(ctx) }()
 
+		<-failed
+		synctest.Wait() // the deliverer now waits on its retry timer
+		assert.Equal(t, watcher.Stats{Targets: 1, Remotes: 1, Retrying: 1, Synced: true}, w.Stats())
 		<-succeeded // durably blocked: the bubble's clock jumps to each retry
 		synctest.Wait()
+		assert.Zero(t, w.Stats().Retrying)
 		cancel()
 		require.NoError(t, <-done)
 		assert.Equal(t, c1, sink.Delivered()[0].To)

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -39,6 +40,7 @@ type Watcher struct {
 	fetchSem   chan struct{}
 	deliverSem chan struct{}
 	changed    chan struct{} // a source updated its set: reconcile
+	retrying   atomic.Int64  // deliveries waiting to be retried
 
 	mu         sync.Mutex
 	routes     []*route
@@ -55,6 +57,7 @@ type route struct {
 	source  Source
 	sinks   []namedSink
 	targets []Target // the source's last valid set; guarded by Watcher.mu
+	synced  bool     // the source has given a set; guarded by Watcher.mu
 }
 
 type namedSink struct {
@@ -196,6 +199,31 @@ func (w *Watcher) Remotes() (urls []string, changed <-chan struct{}) {
 	return urls, w.remotesGen
 }
 
+// Stats is a snapshot of what a watcher is doing.
+type Stats struct {
+	// Targets counts the valid targets of all routes; Remotes the
+	// repositories polled for them.
+	Targets, Remotes int
+	// Retrying counts deliveries waiting to be retried after a failure.
+	Retrying int
+	// Synced reports whether every route's source has given its set at
+	// least once: a readiness check.
+	Synced bool
+}
+
+// Stats returns a snapshot of what the watcher is doing; it is cheap and
+// safe to call at any time (for metrics and health checks).
+func (w *Watcher) Stats() Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := Stats{Remotes: len(w.remotes), Retrying: int(w.retrying.Load()), Synced: len(w.routes) > 0}
+	for _, r := range w.routes {
+		st.Targets += len(r.targets)
+		st.Synced = st.Synced && r.synced
+	}
+	return st
+}
+
 // update takes a source's new set: valid targets replace the route's set,
 // invalid ones are reported and left out.
 func (w *Watcher) update(r *route, ts []Target) {
@@ -215,7 +243,7 @@ func (w *Watcher) update(r *route, ts []Target) {
 		valid = append(valid, t)
 	}
 	w.mu.Lock()
-	r.targets = valid
+	r.targets, r.synced = valid, true
 	w.mu.Unlock()
 	select {
 	case w.changed <- struct{}{}:

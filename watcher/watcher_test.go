@@ -94,6 +94,14 @@ func TestOneListingPerRemotePerCycle(t *testing.T) {
 		assert.Equal(t, c1, c.To)
 		assert.Equal(t, watcher.ReasonInitial, c.Reason)
 	}
+	obs.WaitCount(t, "the delivery events", n, watchertest.Is(watcher.EventDelivered, ""))
+	for _, e := range obs.Events() {
+		if e.Type == watcher.EventDelivered {
+			assert.False(t, e.Seen.IsZero(), "delivery events say when the commit was seen")
+			assert.False(t, e.Time.Before(e.Seen))
+		}
+	}
+	assert.Positive(t, obs.Count(watchertest.Is(watcher.EventListed, "")))
 
 	settle(t, w, obs, repo.URL())
 	lists, fetches := repo.Counts().Lists.Load(), repo.Counts().Fetches.Load()
@@ -549,10 +557,13 @@ func TestRemotesAndTheirChanges(t *testing.T) {
 	w := newWatcher(t, obs)
 	require.NoError(t, w.Route(src, sink))
 	_, changed := w.Remotes()
+	assert.False(t, w.Stats().Synced, "not before the source has spoken")
 	start(t, w)
 	<-changed
 	urls, changed := w.Remotes()
 	assert.Equal(t, []string{a.URL()}, urls, "two targets, one remote")
+	st := w.Stats()
+	assert.Equal(t, watcher.Stats{Targets: 2, Remotes: 1, Synced: true}, st)
 
 	src.Set(watcher.Target{ID: "a", URL: a.URL()}, watcher.Target{ID: "b", URL: b.URL()})
 	<-changed
