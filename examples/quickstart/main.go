@@ -13,18 +13,23 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/modwatch/modwatch/sink/dir"
 	"github.com/modwatch/modwatch/source/static"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/metrics"
 )
 
 func main() {
@@ -34,6 +39,7 @@ func main() {
 	out := flag.String("out", "", "directory to publish into (default: a temporary directory)")
 	interval := flag.Duration("interval", time.Minute, "poll interval")
 	verbose := flag.Bool("v", false, "log every poll")
+	metricsAddr := flag.String("metrics-addr", "", "serve /metrics and /healthz here (with -repo)")
 	flag.Parse()
 
 	level := slog.LevelInfo
@@ -48,7 +54,7 @@ func main() {
 	if *repo == "" {
 		err = demo(ctx, log)
 	} else {
-		err = watch(ctx, log, watcher.Target{ID: "quickstart", URL: *repo, Revision: *revision, Path: *path}, *out, *interval)
+		err = watch(ctx, log, watcher.Target{ID: "quickstart", URL: *repo, Revision: *revision, Path: *path}, *out, *interval, *metricsAddr)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
@@ -56,21 +62,55 @@ func main() {
 	}
 }
 
-// watch is the whole embedding: a source, a sink, a watcher.
-func watch(ctx context.Context, log logr.Logger, t watcher.Target, out string, interval time.Duration) error {
+// watch is the whole embedding: a source, a sink, a watcher, and metrics
+// when asked for.
+func watch(ctx context.Context, log logr.Logger, t watcher.Target, out string, interval time.Duration, metricsAddr string) error {
 	if out == "" {
 		var err error
 		if out, err = os.MkdirTemp("", "modwatch-out-"); err != nil {
 			return err
 		}
 	}
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		return err
+	}
 	publish := dir.New(out)
-	w := watcher.New(watcher.WithLogger(log), watcher.WithInterval(interval), watcher.WithObserver(printer(nil)))
+	w := watcher.New(watcher.WithLogger(log), watcher.WithInterval(interval), watcher.WithObserver(printer(nil), m))
 	if err := w.Route(static.New(t), publish); err != nil {
 		return err
 	}
+	if err := m.CollectStats(w); err != nil {
+		return err
+	}
+	if metricsAddr != "" {
+		go serveMetrics(ctx, metricsAddr, reg, w)
+	}
 	fmt.Printf("watching %s, publishing to %s\n", t.URL, publish.Path(t))
 	return w.Run(ctx)
+}
+
+// serveMetrics serves /metrics and /healthz (ready once every source has
+// given its targets) until ctx ends.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, w *watcher.Watcher) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		if !w.Stats().Synced {
+			http.Error(rw, "sources not synced yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(rw, "ok")
+	})
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintln(os.Stderr, "quickstart: metrics:", err)
+	}
 }
 
 // printer is an observer that prints one line per delivery and per commit

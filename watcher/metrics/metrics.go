@@ -1,0 +1,139 @@
+// Package metrics exports what a watcher does as Prometheus metrics, on a
+// Registerer the caller passes (nothing is registered globally):
+//
+//	m, err := metrics.New(reg)
+//	w := watcher.New(watcher.WithObserver(m))
+//	err = m.CollectStats(w)
+//
+// Metrics (all prefixed modwatch_): polls_total{remote,result},
+// ref_listing_seconds{remote}, fetch_seconds{remote}, mirror_rebuilds_total
+// {remote}, target_failures_total{remote}, deliveries_total{sink,result},
+// delivery_seconds{sink}, delivery_lag_seconds{sink} (commit first seen to
+// sink success), and the gauges targets, remotes and deliveries_retrying.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/modwatch/modwatch/watcher"
+)
+
+// Metrics is a watcher.Observer that keeps the watcher's metrics.
+type Metrics struct {
+	reg         prometheus.Registerer
+	polls       *prometheus.CounterVec
+	listing     *prometheus.HistogramVec
+	fetch       *prometheus.HistogramVec
+	rebuilds    *prometheus.CounterVec
+	failures    *prometheus.CounterVec
+	deliveries  *prometheus.CounterVec
+	deliverTime *prometheus.HistogramVec
+	lag         *prometheus.HistogramVec
+}
+
+var _ watcher.Observer = (*Metrics)(nil)
+
+// New creates the metrics and registers them on reg.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	seconds := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	m := &Metrics{
+		reg: reg,
+		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "modwatch_polls_total", Help: "Polls of a remote, by result.",
+		}, []string{"remote", "result"}),
+		listing: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "modwatch_ref_listing_seconds", Help: "Duration of one ref listing.", Buckets: seconds,
+		}, []string{"remote"}),
+		fetch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "modwatch_fetch_seconds", Help: "Duration of one fetch into a mirror.", Buckets: seconds,
+		}, []string{"remote"}),
+		rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "modwatch_mirror_rebuilds_total", Help: "Mirrors rebuilt after corruption or a crash.",
+		}, []string{"remote"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "modwatch_target_failures_total", Help: "Polls in which a target could not be brought to a commit.",
+		}, []string{"remote"}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "modwatch_deliveries_total", Help: "Deliveries to a sink, by result.",
+		}, []string{"sink", "result"}),
+		deliverTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "modwatch_delivery_seconds", Help: "Duration of one delivery.", Buckets: seconds,
+		}, []string{"sink"}),
+		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "modwatch_delivery_lag_seconds", Help: "From a commit first seen to the sink's success.", Buckets: seconds,
+		}, []string{"sink"}),
+	}
+	for _, c := range []prometheus.Collector{m.polls, m.listing, m.fetch, m.rebuilds, m.failures, m.deliveries, m.deliverTime, m.lag} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Polls is modwatch_polls_total, for callers that read it directly.
+func (m *Metrics) Polls() *prometheus.CounterVec { return m.polls }
+
+// Deliveries is modwatch_deliveries_total, for callers that read it
+// directly.
+func (m *Metrics) Deliveries() *prometheus.CounterVec { return m.deliveries }
+
+// TargetFailures is modwatch_target_failures_total, for callers that read
+// it directly.
+func (m *Metrics) TargetFailures() *prometheus.CounterVec { return m.failures }
+
+// CollectStats registers gauges read from w at each scrape: targets,
+// remotes and deliveries waiting for a retry.
+func (m *Metrics) CollectStats(w *watcher.Watcher) error {
+	for _, g := range []struct {
+		name, help string
+		value      func(watcher.Stats) int
+	}{
+		{"modwatch_targets", "Valid targets of all routes.", func(s watcher.Stats) int { return s.Targets }},
+		{"modwatch_remotes", "Repositories polled.", func(s watcher.Stats) int { return s.Remotes }},
+		{"modwatch_deliveries_retrying", "Deliveries waiting to be retried.", func(s watcher.Stats) int { return s.Retrying }},
+	} {
+		value := g.value
+		gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help},
+			func() float64 { return float64(value(w.Stats())) })
+		if err := m.reg.Register(gauge); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func result(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "success"
+}
+
+// Observe implements watcher.Observer.
+func (m *Metrics) Observe(e watcher.Event) {
+	switch e.Type {
+	case watcher.EventPolled:
+		m.polls.WithLabelValues(e.Remote, result(e.Err)).Inc()
+	case watcher.EventListed:
+		if e.Err == nil {
+			m.listing.WithLabelValues(e.Remote).Observe(e.Duration.Seconds())
+		}
+	case watcher.EventFetched:
+		if e.Err == nil {
+			m.fetch.WithLabelValues(e.Remote).Observe(e.Duration.Seconds())
+		}
+	case watcher.EventMirrorRebuilt:
+		m.rebuilds.WithLabelValues(e.Remote).Inc()
+	case watcher.EventTargetFailed:
+		m.failures.WithLabelValues(e.Remote).Inc()
+	case watcher.EventDelivered:
+		m.deliveries.WithLabelValues(e.Sink, "success").Inc()
+		m.deliverTime.WithLabelValues(e.Sink).Observe(e.Duration.Seconds())
+		if !e.Seen.IsZero() {
+			m.lag.WithLabelValues(e.Sink).Observe(e.Time.Sub(e.Seen).Seconds())
+		}
+	case watcher.EventDeliveryFailed:
+		m.deliveries.WithLabelValues(e.Sink, "error").Inc()
+	}
+}
