@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -208,6 +209,9 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	}
 	fsys, err := want.mirror.FS(want.commit, t.Path)
 	if err != nil {
+		if errors.Is(err, gitutil.ErrCommitNotFound) || errors.Is(err, gitutil.ErrCorrupt) {
+			w.Trigger(t.URL) // the mirror lost it (rebuilt): have it fetched again now
+		}
 		return failed(&c, err)
 	}
 	c.FS = fsys
