@@ -5,7 +5,7 @@ GO          ?= go
 K8S_VERSION := 1.37.2
 TESTBIN     := $(CURDIR)/.cache/testbin/k8s-$(K8S_VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
-TEST_FLAGS  ?= -race -timeout 20m
+TEST_FLAGS  ?= -race -count=1 -timeout 20m
 
 .PHONY: test vet staticcheck testbin quickstart fmt clean-testbin
 
