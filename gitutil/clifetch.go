@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/go-git/go-git/v5"
 )
 
 // cliClone replaces the empty mirror with a bare clone of the first
@@ -118,7 +116,7 @@ func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []strin
 	if err := os.Rename(clone, m.dir); err != nil {
 		return err
 	}
-	repo, err := git.PlainOpen(m.dir)
+	repo, err := m.openRepo()
 	if err != nil {
 		return err
 	}

@@ -12,12 +12,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
-	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
 // ErrSymlinkEscape is returned (wrapped in a *fs.PathError) when a symlink
@@ -49,7 +47,7 @@ func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
 	if tree == nil {
 		return nil, fmt.Errorf("%w: %q at %s is a %s, not a directory", ErrPathNotFound, p, commit, e.Mode)
 	}
-	st := filesystem.NewStorage(osfs.New(m.dir), cache.NewObjectLRU(8*cache.MiByte))
+	st := newCountingStorage(m.dir, cache.NewObjectLRU(8*cache.MiByte), &m.treesRead)
 	root, err := object.GetTree(st, tree.Hash)
 	if err != nil {
 		return nil, fmt.Errorf("gitutil: open tree %s: %w", tree.Hash, err)
@@ -59,7 +57,7 @@ func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
 
 type treeFS struct {
 	mu      sync.Mutex // go-git's object storage is not safe for concurrent use
-	st      *filesystem.Storage
+	st      countingStorage
 	root    *object.Tree
 	modTime time.Time
 }

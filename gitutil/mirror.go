@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -19,7 +19,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
-	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
 // DefaultFetchTimeout bounds a fetch whose ctx carries no deadline.
@@ -66,6 +65,17 @@ type Mirror struct {
 	broken error // set when a read found corruption; the next Fetch rebuilds
 	// rebuilt is why OpenMirror rebuilt the mirror, reported by the next Fetch.
 	rebuilt error
+
+	treesRead atomic.Int64
+}
+
+// TreesRead counts the tree objects read from the mirror since it was
+// opened, by its own queries and by the file systems it handed out.
+func (m *Mirror) TreesRead() int64 { return m.treesRead.Load() }
+
+// openRepo opens the bare repository in m.dir on a counting store.
+func (m *Mirror) openRepo() (*git.Repository, error) {
+	return git.Open(newCountingStorage(m.dir, cache.NewObjectLRUDefault(), &m.treesRead), nil)
 }
 
 // FetchResult says what a fetch did.
@@ -94,7 +104,7 @@ func OpenMirror(dir, repoURL string, opts MirrorOptions) (*Mirror, error) {
 		rebuilt = fmt.Errorf("stale lock files: %s", strings.Join(locks, ", "))
 	}
 	if rebuilt == nil {
-		repo, err := git.PlainOpen(dir)
+		repo, err := m.openRepo()
 		switch {
 		case err == nil:
 			if cfg, cerr := repo.Config(); cerr != nil || !cfg.Core.IsBare {
@@ -150,8 +160,7 @@ func (m *Mirror) reinit() error {
 	if err := os.MkdirAll(m.dir, 0o755); err != nil {
 		return fmt.Errorf("gitutil: create mirror %s: %w", m.dir, err)
 	}
-	st := filesystem.NewStorage(osfs.New(m.dir), cache.NewObjectLRUDefault())
-	repo, err := git.Init(st, nil)
+	repo, err := git.Init(newCountingStorage(m.dir, cache.NewObjectLRUDefault(), &m.treesRead), nil)
 	if err != nil {
 		return fmt.Errorf("gitutil: init mirror %s: %w", m.dir, err)
 	}

@@ -103,7 +103,10 @@ func TestMirrorIncrementalFetchAndTreeQueries(t *testing.T) {
 	assert.Equal(t, c2, res.Refs["refs/heads/main"].String())
 
 	h1, h2 := plumbing.NewHash(c1), plumbing.NewHash(c2)
+	before := m.TreesRead()
 	ta1, err := m.TreeHash(h1, "apps/a")
+	// The root, apps and apps/a: a path check reads the trees on the path.
+	assert.Equal(t, int64(3), m.TreesRead()-before)
 	require.NoError(t, err)
 	ta2, err := m.TreeHash(h2, "apps/a/")
 	require.NoError(t, err)

@@ -209,6 +209,9 @@ type Stats struct {
 	// Synced reports whether every route's source has given its set at
 	// least once: a readiness check.
 	Synced bool
+	// TreesRead counts the tree objects read from the mirrors of the
+	// remotes polled now: what deciding and delivering changes cost.
+	TreesRead int64
 }
 
 // Stats returns a snapshot of what the watcher is doing; it is cheap and
@@ -220,6 +223,9 @@ func (w *Watcher) Stats() Stats {
 	for _, r := range w.routes {
 		st.Targets += len(r.targets)
 		st.Synced = st.Synced && r.synced
+	}
+	for _, r := range w.remotes {
+		st.TreesRead += r.mirror.TreesRead()
 	}
 	return st
 }
