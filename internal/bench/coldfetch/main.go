@@ -9,21 +9,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
-	"slices"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/bench/harness"
 	"github.com/modwatch/modwatch/internal/gittest"
 )
 
@@ -71,51 +67,6 @@ func fetchChild(url, dir string, depth int, cli bool) error {
 	return err
 }
 
-type result struct {
-	wall time.Duration
-	rss  int64 // KiB
-}
-
-// measure runs the command that prep returns (prep makes a fresh
-// directory each time) runs times and returns the medians. Peak memory comes
-// from GNU time when it is installed: the rusage of a child started
-// directly from this process also counts this process's own memory, which
-// the child shares until it execs.
-func measure(runs int, prep func() []string) (result, error) {
-	var walls []time.Duration
-	var rsss []int64
-	timeBin, _ := exec.LookPath("/usr/bin/time")
-	rssFile := filepath.Join(os.TempDir(), fmt.Sprintf("coldfetch-rss-%d", os.Getpid()))
-	defer os.Remove(rssFile)
-	for range runs {
-		args := prep()
-		if timeBin != "" {
-			args = append([]string{timeBin, "-f", "%M", "-o", rssFile}, args...)
-		}
-		cmd := exec.Command(args[0], args[1:]...)
-		cmd.Stderr = os.Stderr
-		start := time.Now()
-		if err := cmd.Run(); err != nil {
-			return result{}, fmt.Errorf("%s: %w", strings.Join(args, " "), err)
-		}
-		walls = append(walls, time.Since(start))
-		rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
-		if timeBin != "" {
-			data, err := os.ReadFile(rssFile)
-			if err != nil {
-				return result{}, err
-			}
-			if _, err := fmt.Sscan(strings.TrimSpace(string(data)), &rss); err != nil {
-				return result{}, fmt.Errorf("GNU time output %q: %w", data, err)
-			}
-		}
-		rsss = append(rsss, rss)
-	}
-	slices.Sort(walls)
-	slices.Sort(rsss)
-	return result{wall: walls[len(walls)/2], rss: rsss[len(rsss)/2]}, nil
-}
-
 func run(commits, files, size, runs int) (err error) {
 	env := &gittest.Standalone{}
 	defer env.Close()
@@ -124,10 +75,10 @@ func run(commits, files, size, runs int) (err error) {
 	srv := gittest.NewServer(env)
 	repo := srv.NewRepo(env, "bench/big")
 	start := time.Now()
-	if err := generate(repo.BareDir(), commits, files, size); err != nil {
+	if err := harness.Generate(repo.BareDir(), commits, files, size, []string{"f"}); err != nil {
 		return err
 	}
-	packSize, err := dirSize(filepath.Join(repo.BareDir(), "objects"))
+	packSize, err := harness.DirSize(filepath.Join(repo.BareDir(), "objects"))
 	if err != nil {
 		return err
 	}
@@ -146,16 +97,16 @@ func run(commits, files, size, runs int) (err error) {
 	}
 	type row struct {
 		name string
-		res  result
+		res  harness.Result
 	}
 	var rows []row
 	add := func(name string, prep func() []string) error {
-		res, err := measure(runs, prep)
+		res, err := harness.Measure(runs, prep)
 		if err != nil {
 			return err
 		}
 		rows = append(rows, row{name, res})
-		fmt.Fprintf(os.Stderr, "%-40s %8s %8d KiB\n", name, res.wall.Round(time.Millisecond), res.rss)
+		fmt.Fprintf(os.Stderr, "%-40s %8s %8d KiB\n", name, res.Wall.Round(time.Millisecond), res.RSS)
 		return nil
 	}
 	url := repo.URL()
@@ -212,77 +163,8 @@ func run(commits, files, size, runs int) (err error) {
 	fmt.Println("| fetch | wall time | × git clone --bare | peak RSS | × git clone --bare |")
 	fmt.Println("|---|---:|---:|---:|---:|")
 	for _, r := range rows {
-		fmt.Printf("| %s | %s | %.2f | %.0f MiB | %.2f |\n", r.name, r.res.wall.Round(time.Millisecond),
-			float64(r.res.wall)/float64(base.wall), float64(r.res.rss)/1024, float64(r.res.rss)/float64(base.rss))
+		fmt.Printf("| %s | %s | %.2f | %.0f MiB | %.2f |\n", r.name, r.res.Wall.Round(time.Millisecond),
+			float64(r.res.Wall)/float64(base.Wall), float64(r.res.RSS)/1024, float64(r.res.RSS)/float64(base.RSS))
 	}
 	return nil
-}
-
-// generate fills the bare repository with commits through git fast-import:
-// the first commit adds every file, each later one rewrites three.
-func generate(bare string, commits, files, size int) error {
-	cmd := exec.Command("git", "fast-import", "--quiet")
-	cmd.Env = append(os.Environ(), "GIT_DIR="+bare)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	w := bufio.NewWriterSize(in, 1<<20)
-	rng := rand.New(rand.NewPCG(1, 2))
-	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n"
-	content := func() []byte {
-		b := make([]byte, size)
-		for i := range b {
-			b[i] = alphabet[rng.IntN(len(alphabet))]
-		}
-		return b
-	}
-	ts := int64(1_700_000_000)
-	for c := range commits {
-		msg := fmt.Sprintf("commit %d", c)
-		fmt.Fprintf(w, "commit refs/heads/main\ncommitter Bench <bench@example.com> %d +0000\ndata %d\n%s\n", ts+int64(c), len(msg), msg)
-		touch := []int{rng.IntN(files), rng.IntN(files), rng.IntN(files)}
-		if c == 0 {
-			touch = make([]int, files)
-			for i := range touch {
-				touch[i] = i
-			}
-		}
-		for _, f := range touch {
-			data := content()
-			fmt.Fprintf(w, "M 100644 inline f/%05d\ndata %d\n", f, len(data))
-			w.Write(data)
-			w.WriteString("\n")
-		}
-		w.WriteString("\n")
-	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	if err := in.Close(); err != nil {
-		return err
-	}
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("git fast-import: %w", err)
-	}
-	out, err := exec.Command("git", "--git-dir", bare, "repack", "-adq").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("git repack: %v: %s", err, out)
-	}
-	return nil
-}
-
-func dirSize(dir string) (int64, error) {
-	var total int64
-	err := filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
-		if err == nil && !fi.IsDir() {
-			total += fi.Size()
-		}
-		return err
-	})
-	return total, err
 }
