@@ -7,7 +7,7 @@ TESTBIN     := $(CURDIR)/.cache/testbin/k8s-$(K8S_VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -count=1 -timeout 20m
 
-.PHONY: test vet staticcheck testbin quickstart fmt clean-testbin
+.PHONY: test vet staticcheck testbin quickstart fmt clean-testbin bench
 
 test: vet staticcheck testbin
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test $(TEST_FLAGS) ./...
@@ -36,6 +36,11 @@ clean-testbin:
 
 quickstart:
 	$(GO) run ./examples/quickstart
+
+# The P1-P7 comparison table (about ten minutes on 2 cores); the table is
+# also written to bench-results/table.md.
+bench:
+	$(GO) run ./internal/bench/watchbench -out bench-results/table.md
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
