@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -37,6 +38,26 @@ import (
 	"github.com/modwatch/modwatch/source/webhook"
 	"github.com/modwatch/modwatch/watcher"
 )
+
+// profile writes a CPU profile to prefix.cpu until stop, and a heap
+// profile (in-use and allocations) to prefix.heap at stop.
+func profile(prefix string) (stop func(), err error) {
+	cpu, err := os.Create(prefix + ".cpu")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		cpu.Close()
+		if heap, err := os.Create(prefix + ".heap"); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(heap, 0)
+			heap.Close()
+		}
+	}, nil
+}
 
 type config struct {
 	repos, perRepo, commits, files, runs, pushes, polled int
@@ -80,6 +101,13 @@ func runChild(mode, url, dir string) error {
 		m, err := gitutil.OpenMirror(dir, url, gitutil.MirrorOptions{})
 		if err != nil {
 			return err
+		}
+		if p := os.Getenv("WATCHBENCH_PROFILE"); p != "" {
+			stop, err := profile(p)
+			if err != nil {
+				return err
+			}
+			defer stop()
 		}
 		_, err = m.Fetch(ctx, nil, []string{"refs/heads/main"})
 		return err
