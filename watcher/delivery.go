@@ -223,7 +223,7 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	}
 	start := w.opts.clock.Now()
 	dctx, cancel := context.WithTimeout(ctx, w.opts.deliverTimeout)
-	err = safeDeliver(dctx, d.sink.sink, c)
+	ev.Result, err = safeDeliver(dctx, d.sink.sink, c)
 	cancel()
 	<-w.deliverSem
 	ev.Duration = w.opts.clock.Now().Sub(start)
@@ -240,15 +240,19 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	return nil
 }
 
-// safeDeliver turns a sink's panic into an error, so that one bad sink
-// cannot take the watcher down.
-func safeDeliver(ctx context.Context, s Sink, c Change) (err error) {
+// safeDeliver hands c to s, through DeliverReport when s is a [Reporter],
+// and turns a sink's panic into an error, so that one bad sink cannot take
+// the watcher down.
+func safeDeliver(ctx context.Context, s Sink, c Change) (report any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = Permanent(fmt.Errorf("watcher: sink panicked: %v", p))
 		}
 	}()
-	return s.Deliver(ctx, c)
+	if r, ok := s.(Reporter); ok {
+		return r.DeliverReport(ctx, c)
+	}
+	return nil, s.Deliver(ctx, c)
 }
 
 // doRemove tells a Remover sink, retrying with backoff while ctx lasts, and

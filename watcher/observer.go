@@ -67,6 +67,9 @@ type Event struct {
 	// Seen is when the watcher first saw Commit for the target, for
 	// delivery events; Time minus Seen is the delivery lag.
 	Seen time.Time
+	// Result is what a [Reporter] sink said the delivery did, for delivery
+	// events of such sinks (for instance *apply.Result); nil otherwise.
+	Result any
 	// Err is the failure, if any. It never contains a secret.
 	Err error
 }

@@ -156,6 +156,15 @@ type Remover interface {
 	Remove(ctx context.Context, t Target) error
 }
 
+// Reporter is a Sink that says what each delivery did. The watcher calls
+// DeliverReport instead of Deliver and hands the report to observers in
+// [Event.Result], on success and on failure (a partial report).
+type Reporter interface {
+	// DeliverReport is Deliver that also returns what it did (for instance
+	// the apply sink's per-object result). The report may be nil.
+	DeliverReport(ctx context.Context, c Change) (report any, err error)
+}
+
 // Namer is a Sink with a name for logs, observers and checkpoint keys. A
 // sink without one is named by its type.
 type Namer interface {

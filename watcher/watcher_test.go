@@ -571,3 +571,33 @@ func TestRemotesAndTheirChanges(t *testing.T) {
 	urls, _ = w.Remotes()
 	assert.Equal(t, []string{a.URL(), b.URL()}, urls)
 }
+
+// reportingSink says how many times it was called, and fails the first time.
+type reportingSink struct{ calls atomic.Int32 }
+
+func (s *reportingSink) Deliver(context.Context, watcher.Change) error {
+	return errors.New("Deliver must not be called on a Reporter")
+}
+
+func (s *reportingSink) DeliverReport(_ context.Context, c watcher.Change) (any, error) {
+	n := s.calls.Add(1)
+	if n == 1 {
+		return fmt.Sprintf("partial %d", n), errors.New("first attempt fails")
+	}
+	return fmt.Sprintf("done %d at %s", n, c.To), nil
+}
+
+func TestReporterResultsReachObservers(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "init", gittest.File("a.yaml", "a"))
+
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs)
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), &reportingSink{}))
+	start(t, w)
+	ok := obs.WaitFor(t, "the delivery", watchertest.Is(watcher.EventDelivered, "t"))
+	assert.Equal(t, "done 2 at "+c1, ok.Result)
+	failed := obs.WaitFor(t, "the failure", watchertest.Is(watcher.EventDeliveryFailed, "t"))
+	assert.Equal(t, "partial 1", failed.Result, "a failed delivery reports what it did")
+}
