@@ -17,6 +17,7 @@ package testenv
 
 import (
 	"bufio"
+	"context"
 	"bytes"
 	"embed"
 	"errors"
@@ -33,7 +34,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/modwatch/modwatch/internal/gittest"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
@@ -215,3 +218,20 @@ func Main(m *testing.M, env **Env) {
 // keep-alive connections of shared HTTP transports and klog's flush daemon.
 var LeakOptions = append(slices.Clone(gittest.LeakOptions),
 	goleak.IgnoreAnyFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"))
+
+// Namespace creates a namespace for one test and deletes it when the test
+// ends, so that tests never see each other's objects however often they
+// run. (The control plane runs no namespace controller: the namespace
+// stays Terminating, its objects with it, until the control plane stops.)
+func (e *Env) Namespace(t testing.TB) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"}}
+	ns, err := e.Kube.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("testenv: create namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = e.Kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+	})
+	return ns.Name
+}

@@ -1,0 +1,288 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/fluxcd/cli-utils/pkg/object"
+	"github.com/fluxcd/pkg/ssa"
+	ssautils "github.com/fluxcd/pkg/ssa/utils"
+	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/modwatch/modwatch/watcher"
+)
+
+// waitInterval is how often cluster definitions are polled until ready.
+const waitInterval = 500 * time.Millisecond
+
+// prepare gives namespaced objects without a namespace spec.Namespace,
+// takes the namespace off cluster-scoped ones, labels every object with
+// owner and refuses duplicates. The scope of a kind the cluster does not
+// know yet comes from a CustomResourceDefinition among objs.
+func (s *Sink) prepare(objs []*unstructured.Unstructured, spec Spec, owner string) ([]*unstructured.Unstructured, error) {
+	crdScopes := map[schema.GroupKind]bool{}
+	for _, o := range objs {
+		if ssautils.IsCRD(o) {
+			group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
+			kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
+			scope, _, _ := unstructured.NestedString(o.Object, "spec", "scope")
+			crdScopes[schema.GroupKind{Group: group, Kind: kind}] = scope == "Namespaced"
+		}
+	}
+	seen := make(map[string]bool, len(objs))
+	for _, o := range objs {
+		namespaced, err := s.client.IsObjectNamespaced(o)
+		if err != nil {
+			scoped, ok := crdScopes[o.GroupVersionKind().GroupKind()]
+			if !meta.IsNoMatchError(err) || !ok {
+				return nil, fmt.Errorf("apply: %s: %w", refOf(o), err)
+			}
+			namespaced = scoped
+		}
+		switch {
+		case !namespaced:
+			o.SetNamespace("")
+		case o.GetNamespace() == "":
+			o.SetNamespace(spec.Namespace)
+		}
+		labels := o.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[LabelTarget] = owner
+		o.SetLabels(labels)
+		k := refOf(o).key()
+		if seen[k] {
+			return nil, watcher.Permanent(fmt.Errorf("apply: %s is rendered twice", refOf(o)))
+		}
+		seen[k] = true
+	}
+	return objs, nil
+}
+
+// apply applies objs in two stages, then prunes and records the inventory.
+func (s *Sink) apply(ctx context.Context, objs []*unstructured.Unstructured, old *inventory, res *Result) error {
+	var defs, rest []*unstructured.Unstructured
+	for _, o := range objs {
+		if ssautils.IsClusterDefinition(o) {
+			defs = append(defs, o)
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	owner := s.owner(res.Target)
+	oldRefs, err := old.refs()
+	if err != nil {
+		return err
+	}
+
+	// Until this delivery succeeds, the inventory holds what it held and
+	// what this delivery applied, so that nothing applied is orphaned.
+	partial := func(cause error) error {
+		refs := oldRefs
+		for _, e := range res.Entries {
+			if e.Action != Failed {
+				refs = append(refs, e.Object)
+			}
+		}
+		if err := s.writeInventory(ctx, old, newInventory(res.Target, refs)); err != nil {
+			return errors.Join(cause, err)
+		}
+		return cause
+	}
+
+	s.applyStage(ctx, defs, res)
+	if err := res.err(); err != nil {
+		return partial(err)
+	}
+	if err := s.waitReady(ctx, res); err != nil {
+		return partial(err)
+	}
+	s.applyStage(ctx, rest, res)
+	if err := res.err(); err != nil {
+		return partial(err)
+	}
+
+	refs := make([]ObjectRef, 0, len(objs))
+	want := make(map[string]bool, len(objs))
+	for _, o := range objs {
+		refs = append(refs, refOf(o))
+		want[refOf(o).key()] = true
+	}
+	if !s.cfg.DisablePrune {
+		var stale []ObjectRef
+		for _, r := range oldRefs {
+			if !want[r.key()] {
+				stale = append(stale, r)
+			}
+		}
+		refs = append(refs, s.prune(ctx, stale, owner, res)...)
+	}
+	if err := s.writeInventory(ctx, old, newInventory(res.Target, refs)); err != nil {
+		return err
+	}
+	return res.err()
+}
+
+// applyStage applies objs concurrently, each written only when a dry run
+// shows drift, and adds an entry per object to res.
+func (s *Sink) applyStage(ctx context.Context, objs []*unstructured.Unstructured, res *Result) {
+	sort.Sort(ssa.SortableUnstructureds(objs))
+	entries := make([]Entry, len(objs))
+	var g errgroup.Group
+	g.SetLimit(s.cfg.Concurrency)
+	for i, o := range objs {
+		g.Go(func() error {
+			ssautils.RemoveCABundleFromCRD(o)
+			entries[i] = Entry{Object: refOf(o)}
+			cse, err := s.rm.Apply(ctx, o, ssa.ApplyOptions{WaitInterval: waitInterval, WaitTimeout: s.cfg.WaitTimeout})
+			if err != nil {
+				entries[i].Action, entries[i].Err = Failed, err
+				return nil
+			}
+			entries[i].Action = action(cse.Action)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	res.Entries = append(res.Entries, entries...)
+}
+
+// waitReady waits for the cluster definitions just created or configured
+// (CRDs established, Namespaces active) before what needs them is applied.
+func (s *Sink) waitReady(ctx context.Context, res *Result) error {
+	var objs []*unstructured.Unstructured
+	for _, e := range res.Entries {
+		if e.Action == Created || e.Action == Configured {
+			objs = append(objs, e.Object.unstructured())
+		}
+	}
+	if len(objs) == 0 {
+		return nil
+	}
+	set := object.UnstructuredSetToObjMetadataSet(objs)
+	if err := s.rm.WaitForSetWithContext(ctx, set, ssa.WaitOptions{Interval: waitInterval, Timeout: s.cfg.WaitTimeout}); err != nil {
+		return fmt.Errorf("apply: target %s: cluster definitions not ready: %w", res.Target, err)
+	}
+	return nil
+}
+
+// prune deletes the stale objects that still carry owner's label, adds an
+// entry per object to res, and returns those it failed to delete (to stay
+// in the inventory).
+func (s *Sink) prune(ctx context.Context, stale []ObjectRef, owner string, res *Result) []ObjectRef {
+	objs := make([]*unstructured.Unstructured, len(stale))
+	for i, r := range stale {
+		objs[i] = r.unstructured()
+	}
+	// Dependents before what they depend on: CRs before CRDs, objects
+	// before their Namespace.
+	sort.Sort(sort.Reverse(ssa.SortableUnstructureds(objs)))
+	var kept []ObjectRef
+	opts := ssa.DeleteOptions{PropagationPolicy: metav1.DeletePropagationBackground, Inclusions: map[string]string{LabelTarget: owner}}
+	for _, o := range objs {
+		e := Entry{Object: refOf(o), Action: Deleted}
+		cse, err := s.rm.Delete(ctx, o, opts)
+		switch {
+		case err != nil && meta.IsNoMatchError(err):
+			// The kind is gone from the cluster, and the object with it.
+		case err != nil:
+			e.Action, e.Err = Failed, err
+			kept = append(kept, e.Object)
+		default:
+			e.Action = action(cse.Action)
+		}
+		res.Entries = append(res.Entries, e)
+	}
+	return kept
+}
+
+// plan fills res with what apply would do, through dry runs.
+func (s *Sink) plan(ctx context.Context, objs []*unstructured.Unstructured, old *inventory, res *Result) {
+	sort.Sort(ssa.SortableUnstructureds(objs))
+	entries := make([]Entry, len(objs))
+	var g errgroup.Group
+	g.SetLimit(s.cfg.Concurrency)
+	for i, o := range objs {
+		g.Go(func() error {
+			ssautils.RemoveCABundleFromCRD(o)
+			entries[i] = Entry{Object: refOf(o)}
+			cse, live, merged, err := s.rm.Diff(ctx, o, ssa.DefaultDiffOptions())
+			if err != nil {
+				entries[i].Action, entries[i].Err = Failed, err
+				return nil
+			}
+			entries[i].Action = action(cse.Action)
+			if s.cfg.Mode == ModeDiff {
+				entries[i].Live, entries[i].Merged = live, merged
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	res.Entries = append(res.Entries, entries...)
+	if s.cfg.DisablePrune {
+		return
+	}
+	oldRefs, err := old.refs()
+	if err != nil {
+		res.Entries = append(res.Entries, Entry{Action: Failed, Err: err})
+		return
+	}
+	want := make(map[string]bool, len(objs))
+	for _, o := range objs {
+		want[refOf(o).key()] = true
+	}
+	owner := s.owner(res.Target)
+	for _, r := range oldRefs {
+		if want[r.key()] {
+			continue
+		}
+		live := r.unstructured()
+		err := s.client.Get(ctx, client.ObjectKeyFromObject(live), live)
+		switch {
+		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		case err != nil:
+			res.Entries = append(res.Entries, Entry{Object: r, Action: Failed, Err: err})
+		case live.GetLabels()[LabelTarget] != owner:
+			res.Entries = append(res.Entries, Entry{Object: r, Action: Skipped})
+		default:
+			res.Entries = append(res.Entries, Entry{Object: r, Action: Deleted})
+		}
+	}
+}
+
+func action(a ssa.Action) Action {
+	switch a {
+	case ssa.CreatedAction:
+		return Created
+	case ssa.ConfiguredAction:
+		return Configured
+	case ssa.UnchangedAction:
+		return Unchanged
+	case ssa.DeletedAction:
+		return Deleted
+	case ssa.SkippedAction:
+		return Skipped
+	default:
+		return Failed
+	}
+}
+
+// unstructured is an empty object named by r.
+func (r ObjectRef) unstructured() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: r.Group, Version: r.Version, Kind: r.Kind})
+	u.SetNamespace(r.Namespace)
+	u.SetName(r.Name)
+	return u
+}

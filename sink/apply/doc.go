@@ -1,0 +1,25 @@
+// Package apply is a sink that renders a target's manifests in-process and
+// server-side applies them to a cluster, pruning what a previous commit
+// applied and the current one no longer has.
+//
+// A delivery renders the Change's tree with the target's [Renderer] (raw
+// YAML and JSON are built in; kustomize and Helm live in the sub-packages
+// apply/kustomize and apply/helm so that a program that does not need them
+// does not link them), then applies the objects with
+// github.com/fluxcd/pkg/ssa in two stages: cluster definitions
+// (CustomResourceDefinitions, Namespaces, ClusterRoles) first, waited on
+// until they are established, then the rest. An object is written only
+// when a server-side dry run says it drifted, so an unchanged commit or a
+// resync without drift writes nothing.
+//
+// What a target applied is recorded in the cluster, so that it survives a
+// restart: each object carries the label [LabelTarget], and an inventory
+// ConfigMap per target (in Config.InventoryNamespace) lists them. Objects
+// listed in the inventory and gone from the commit are pruned, unless
+// Config.DisablePrune is set; an object whose label names another target is
+// left alone.
+//
+// Each delivery returns a [Result] (per object created, configured,
+// unchanged, deleted, skipped or failed), which observers find in
+// watcher.Event.Result.
+package apply

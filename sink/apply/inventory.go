@@ -1,0 +1,146 @@
+package apply
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+const (
+	// LabelTarget is set on every object the sink applies: a digest of the
+	// target ID and the field manager. Prune and cascade deletion touch
+	// only objects whose label matches.
+	LabelTarget = "apply.modwatch.io/target"
+	// LabelInventory marks the inventory ConfigMaps.
+	LabelInventory = "apply.modwatch.io/inventory"
+	// AnnotationTargetID on an inventory ConfigMap holds the target ID.
+	AnnotationTargetID = "apply.modwatch.io/target-id"
+
+	inventoryKey = "inventory.json"
+)
+
+// owner is a target's label value and the name of its inventory.
+func (s *Sink) owner(targetID string) string {
+	sum := sha256.Sum256([]byte(s.cfg.FieldManager + "\x00" + targetID))
+	return hex.EncodeToString(sum[:10])
+}
+
+func (s *Sink) inventoryName(targetID string) string { return "modwatch-" + s.owner(targetID) }
+
+// inventory is what a target applied, as stored in its ConfigMap.
+type inventory struct {
+	Target  string     `json:"target"`
+	Entries []invEntry `json:"entries"`
+}
+
+// invEntry is an object: ID is "namespace_name_group_kind" (no field of
+// which may hold "_"), V its version.
+type invEntry struct {
+	ID string `json:"id"`
+	V  string `json:"v"`
+}
+
+func entryOf(r ObjectRef) invEntry { return invEntry{ID: r.key(), V: r.Version} }
+
+func (e invEntry) ref() (ObjectRef, error) {
+	parts := strings.Split(e.ID, "_")
+	if len(parts) != 4 || parts[1] == "" || parts[3] == "" || e.V == "" {
+		return ObjectRef{}, fmt.Errorf("apply: malformed inventory entry %q", e.ID)
+	}
+	return ObjectRef{Namespace: parts[0], Name: parts[1], Group: parts[2], Kind: parts[3], Version: e.V}, nil
+}
+
+func newInventory(target string, refs []ObjectRef) *inventory {
+	inv := &inventory{Target: target}
+	seen := map[string]bool{}
+	for _, r := range refs {
+		if !seen[r.key()] {
+			seen[r.key()] = true
+			inv.Entries = append(inv.Entries, entryOf(r))
+		}
+	}
+	slices.SortFunc(inv.Entries, func(a, b invEntry) int { return strings.Compare(a.ID, b.ID) })
+	return inv
+}
+
+// refs returns the inventory's objects.
+func (inv *inventory) refs() ([]ObjectRef, error) {
+	out := make([]ObjectRef, 0, len(inv.Entries))
+	for _, e := range inv.Entries {
+		r, err := e.ref()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// readInventory returns the target's inventory, empty when it has none.
+func (s *Sink) readInventory(ctx context.Context, targetID string) (*inventory, error) {
+	cm := &corev1.ConfigMap{}
+	err := s.client.Get(ctx, client.ObjectKey{Namespace: s.cfg.InventoryNamespace, Name: s.inventoryName(targetID)}, cm)
+	if apierrors.IsNotFound(err) {
+		return &inventory{Target: targetID}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("apply: read inventory of %s: %w", targetID, err)
+	}
+	inv := &inventory{}
+	if err := json.Unmarshal([]byte(cm.Data[inventoryKey]), inv); err != nil {
+		return nil, fmt.Errorf("apply: inventory %s/%s of %s: %w", cm.Namespace, cm.Name, targetID, err)
+	}
+	if inv.Target != targetID {
+		return nil, fmt.Errorf("apply: inventory %s/%s belongs to %q, not %q", cm.Namespace, cm.Name, inv.Target, targetID)
+	}
+	return inv, nil
+}
+
+// writeInventory stores inv unless it equals old.
+func (s *Sink) writeInventory(ctx context.Context, old, inv *inventory) error {
+	if old != nil && slices.Equal(old.Entries, inv.Entries) {
+		return nil
+	}
+	data, err := json.Marshal(inv)
+	if err != nil {
+		return err
+	}
+	cm := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1",
+		"kind":       "ConfigMap",
+		"metadata": map[string]any{
+			"name":      s.inventoryName(inv.Target),
+			"namespace": s.cfg.InventoryNamespace,
+			"labels": map[string]any{
+				LabelInventory:                 "true",
+				LabelTarget:                    s.owner(inv.Target),
+				"app.kubernetes.io/managed-by": s.cfg.FieldManager,
+			},
+			"annotations": map[string]any{AnnotationTargetID: inv.Target},
+		},
+		"data": map[string]any{inventoryKey: string(data)},
+	}}
+	if err := s.client.Patch(ctx, cm, client.Apply, client.ForceOwnership, client.FieldOwner(s.cfg.FieldManager)); err != nil {
+		return fmt.Errorf("apply: write inventory of %s: %w", inv.Target, err)
+	}
+	return nil
+}
+
+// deleteInventory forgets the target.
+func (s *Sink) deleteInventory(ctx context.Context, targetID string) error {
+	cm := &corev1.ConfigMap{}
+	cm.Namespace, cm.Name = s.cfg.InventoryNamespace, s.inventoryName(targetID)
+	if err := s.client.Delete(ctx, cm); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("apply: delete inventory of %s: %w", targetID, err)
+	}
+	return nil
+}

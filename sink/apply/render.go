@@ -1,0 +1,189 @@
+package apply
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// Renderer turns a target's tree into the objects to apply.
+type Renderer interface {
+	// Render reads fsys (the target's Path at the commit; read-only, safe
+	// for concurrent use) and returns the objects, without touching the
+	// network or the local disk. An error means nothing is applied; it is
+	// not retried until the next commit or resync.
+	Render(ctx context.Context, fsys fs.FS, spec Spec) ([]*unstructured.Unstructured, error)
+}
+
+// RendererFunc adapts a function to [Renderer].
+type RendererFunc func(ctx context.Context, fsys fs.FS, spec Spec) ([]*unstructured.Unstructured, error)
+
+// Render calls f.
+func (f RendererFunc) Render(ctx context.Context, fsys fs.FS, spec Spec) ([]*unstructured.Unstructured, error) {
+	return f(ctx, fsys, spec)
+}
+
+// MaxManifestSize caps one manifest file read by [Raw].
+const MaxManifestSize = 16 << 20
+
+// ManifestError says which file and document could not be decoded.
+type ManifestError struct {
+	// File is the path in the tree; Doc the 1-based document in it, 0 for
+	// the whole file.
+	File string
+	Doc  int
+	Err  error
+}
+
+func (e *ManifestError) Error() string {
+	if e.Doc == 0 {
+		return fmt.Sprintf("apply: %s: %v", e.File, e.Err)
+	}
+	return fmt.Sprintf("apply: %s: document %d: %v", e.File, e.Doc, e.Err)
+}
+
+func (e *ManifestError) Unwrap() error { return e.Err }
+
+// Raw is the built-in renderer: every .yaml, .yml and .json file under the
+// tree, recursively and in lexical order, each holding any number of
+// documents. Empty documents are skipped; a v1 List is expanded into its
+// items; files and directories whose name starts with "." (.github, .git)
+// and other files are ignored.
+var Raw Renderer = RendererFunc(renderRaw)
+
+func renderRaw(ctx context.Context, fsys fs.FS, _ Spec) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if p != "." && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() {
+			return nil
+		}
+		switch strings.ToLower(path.Ext(p)) {
+		case ".yaml", ".yml", ".json":
+		default:
+			return nil
+		}
+		data, err := readCapped(fsys, p)
+		if err != nil {
+			return &ManifestError{File: p, Err: err}
+		}
+		objs, err := Decode(p, data)
+		if err != nil {
+			return err
+		}
+		out = append(out, objs...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func readCapped(fsys fs.FS, name string) ([]byte, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxManifestSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxManifestSize {
+		return nil, fmt.Errorf("larger than %d bytes", MaxManifestSize)
+	}
+	return data, nil
+}
+
+// Decode parses the YAML or JSON documents in data, read from the file
+// named name (for errors). Each document must be one Kubernetes object with
+// apiVersion, kind and metadata.name, or a List of them.
+func Decode(name string, data []byte) ([]*unstructured.Unstructured, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var out []*unstructured.Unstructured
+	for doc := 1; ; doc++ {
+		raw, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, &ManifestError{File: name, Doc: doc, Err: err}
+		}
+		objs, err := decodeDoc(raw)
+		if err != nil {
+			return nil, &ManifestError{File: name, Doc: doc, Err: err}
+		}
+		out = append(out, objs...)
+	}
+}
+
+func decodeDoc(raw []byte) ([]*unstructured.Unstructured, error) {
+	j, err := yaml.YAMLToJSONStrict(raw)
+	if err != nil {
+		return nil, err
+	}
+	j = bytes.TrimSpace(j)
+	if len(j) == 0 || bytes.Equal(j, []byte("null")) {
+		return nil, nil // an empty document or only comments
+	}
+	if j[0] != '{' {
+		return nil, errors.New("not a mapping")
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(j); err != nil {
+		return nil, err
+	}
+	if u.IsList() {
+		list, err := u.ToList()
+		if err != nil {
+			return nil, err
+		}
+		out := make([]*unstructured.Unstructured, 0, len(list.Items))
+		for i := range list.Items {
+			item := &list.Items[i]
+			if err := checkObject(item); err != nil {
+				return nil, fmt.Errorf("item %d: %w", i+1, err)
+			}
+			out = append(out, item)
+		}
+		return out, nil
+	}
+	if err := checkObject(u); err != nil {
+		return nil, err
+	}
+	return []*unstructured.Unstructured{u}, nil
+}
+
+func checkObject(u *unstructured.Unstructured) error {
+	switch {
+	case u.GetAPIVersion() == "":
+		return errors.New("apiVersion is missing")
+	case u.GetKind() == "":
+		return errors.New("kind is missing")
+	case u.GetName() == "":
+		return fmt.Errorf("%s: metadata.name is missing", u.GetKind())
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package apply
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Action is what happened to one object.
+type Action string
+
+// The actions. In ModeDryRun and ModeDiff they say what would happen.
+const (
+	Created    Action = "created"
+	Configured Action = "configured"
+	Unchanged  Action = "unchanged"
+	Deleted    Action = "deleted"
+	// Skipped: an object to prune whose label names another target (or
+	// none) is left in place.
+	Skipped Action = "skipped"
+	Failed  Action = "failed"
+)
+
+// ObjectRef names an object.
+type ObjectRef struct {
+	Group, Version, Kind string
+	Namespace, Name      string
+}
+
+// String is "Kind/namespace/name" or "Kind/name", with the group when it
+// is not the core group ("Deployment.apps/ns/web").
+func (r ObjectRef) String() string {
+	k := r.Kind
+	if r.Group != "" {
+		k += "." + r.Group
+	}
+	if r.Namespace == "" {
+		return k + "/" + r.Name
+	}
+	return k + "/" + r.Namespace + "/" + r.Name
+}
+
+// GroupKind returns the object's group and kind.
+func (r ObjectRef) GroupKind() schema.GroupKind {
+	return schema.GroupKind{Group: r.Group, Kind: r.Kind}
+}
+
+func refOf(u *unstructured.Unstructured) ObjectRef {
+	gvk := u.GroupVersionKind()
+	return ObjectRef{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName()}
+}
+
+// key identifies an object regardless of its version.
+func (r ObjectRef) key() string {
+	return r.Namespace + "_" + r.Name + "_" + r.Group + "_" + r.Kind
+}
+
+// Entry is the outcome for one object.
+type Entry struct {
+	Object ObjectRef
+	Action Action
+	// Err says why the object failed.
+	Err error
+	// Live and Merged are the object in the cluster and as the apply would
+	// leave it, for objects that would be configured in ModeDiff.
+	Live, Merged *unstructured.Unstructured
+}
+
+// Result is what one delivery did.
+type Result struct {
+	// Target is the target ID, Commit the commit rendered.
+	Target, Commit string
+	// Mode is the sink's mode: in ModeDryRun and ModeDiff nothing was
+	// written.
+	Mode Mode
+	// Entries has one entry per object applied or pruned, in apply order
+	// then prune order.
+	Entries []Entry
+}
+
+// Count returns how many entries have action a.
+func (r *Result) Count(a Action) int {
+	n := 0
+	for _, e := range r.Entries {
+		if e.Action == a {
+			n++
+		}
+	}
+	return n
+}
+
+// Find returns the entry of the object named by ref.String(), if any.
+func (r *Result) Find(ref string) (Entry, bool) {
+	for _, e := range r.Entries {
+		if e.Object.String() == ref {
+			return e, true
+		}
+	}
+	return Entry{}, false
+}
+
+// String summarises the result: "2 created, 1 configured, 40 unchanged".
+func (r *Result) String() string {
+	var parts []string
+	for _, a := range []Action{Created, Configured, Unchanged, Deleted, Skipped, Failed} {
+		if n := r.Count(a); n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, a))
+		}
+	}
+	if len(parts) == 0 {
+		return "no objects"
+	}
+	s := strings.Join(parts, ", ")
+	if r.Mode != ModeApply && r.Mode != "" {
+		s += " (" + string(r.Mode) + ")"
+	}
+	return s
+}
+
+// err summarises the failed entries, nil when there are none.
+func (r *Result) err() error {
+	var failed []string
+	var first error
+	for _, e := range r.Entries {
+		if e.Action == Failed {
+			if first == nil {
+				first = e.Err
+			}
+			failed = append(failed, e.Object.String())
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	if len(failed) > 5 {
+		failed = append(failed[:5], fmt.Sprintf("and %d more", len(failed)-5))
+	}
+	return fmt.Errorf("apply: target %s: %d objects failed (%s): %w", r.Target, r.Count(Failed), strings.Join(failed, ", "), first)
+}

@@ -1,0 +1,221 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"time"
+
+	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
+	"github.com/fluxcd/pkg/ssa"
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/modwatch/modwatch/watcher"
+)
+
+// Sink renders and applies targets. It is safe for concurrent use by one
+// watcher (which never delivers the same target twice at once).
+type Sink struct {
+	cfg       Config
+	name      string
+	client    client.Client
+	rm        *ssa.ResourceManager
+	renderers map[string]Renderer
+	spec      SpecFunc
+	log       logr.Logger
+}
+
+var (
+	_ watcher.Sink     = (*Sink)(nil)
+	_ watcher.Reporter = (*Sink)(nil)
+	_ watcher.Remover  = (*Sink)(nil)
+	_ watcher.Namer    = (*Sink)(nil)
+)
+
+// Option configures a Sink.
+type Option func(*Sink)
+
+// WithLogger sets the logger. Default: discard.
+func WithLogger(l logr.Logger) Option { return func(s *Sink) { s.log = l } }
+
+// WithName names the sink for the watcher's logs, observers and checkpoint
+// keys; two apply sinks in one watcher (two clusters) need two names.
+// Default "apply".
+func WithName(name string) Option { return func(s *Sink) { s.name = name } }
+
+// WithRenderer registers r under name, the value of Spec.Renderer that
+// selects it (for instance kustomize.Name with kustomize.New()). "raw" is
+// always registered.
+func WithRenderer(name string, r Renderer) Option {
+	return func(s *Sink) { s.renderers[name] = r }
+}
+
+// WithSpecFunc sets how a target's Spec is found. Default [PayloadSpec].
+func WithSpecFunc(f SpecFunc) Option { return func(s *Sink) { s.spec = f } }
+
+// WithClient sets the client that reads and writes the cluster; it must
+// read from the apiserver, not from a cache. Default: a client built from
+// the rest.Config given to New, with a 30s request timeout when the config
+// has none.
+func WithClient(c client.Client) Option { return func(s *Sink) { s.client = c } }
+
+// New returns a sink that applies to the cluster kube reaches (kube may be
+// nil with [WithClient]).
+func New(kube *rest.Config, cfg Config, opts ...Option) (*Sink, error) {
+	cfg.Default()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Sink{
+		cfg:       cfg,
+		name:      "apply",
+		renderers: map[string]Renderer{RendererRaw: Raw},
+		spec:      PayloadSpec,
+		log:       logr.Discard(),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.client == nil {
+		if kube == nil {
+			return nil, fmt.Errorf("%w: no rest.Config and no client", ErrInvalidConfig)
+		}
+		kube = rest.CopyConfig(kube)
+		if kube.Timeout == 0 {
+			kube.Timeout = 30 * time.Second
+		}
+		c, err := client.New(kube, client.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("apply: client: %w", err)
+		}
+		s.client = c
+	}
+	var rmClient = s.client
+	if cfg.Conflicts == ConflictReport {
+		rmClient = noForce{s.client}
+	}
+	poller := polling.NewStatusPoller(s.client, s.client.RESTMapper(), polling.Options{})
+	s.rm = ssa.NewResourceManager(rmClient, poller, ssa.Owner{Field: cfg.FieldManager, Group: "apply.modwatch.io"})
+	s.rm.SetConcurrency(cfg.Concurrency)
+	return s, nil
+}
+
+// Name returns the sink's name.
+func (s *Sink) Name() string { return s.name }
+
+// Deliver applies c; see [Sink.Apply].
+func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
+	_, err := s.Apply(ctx, c)
+	return err
+}
+
+// DeliverReport is [Sink.Apply] for the watcher: the report is the
+// *Result.
+func (s *Sink) DeliverReport(ctx context.Context, c watcher.Change) (any, error) {
+	return s.Apply(ctx, c)
+}
+
+// Apply renders c.FS and applies the objects, then prunes what the
+// target's inventory holds and the commit no longer has. A render error or
+// a bad Spec is [watcher.Permanent]: nothing is applied and the commit is
+// not retried. Objects that fail to apply are reported in the Result and
+// the delivery fails (and is retried); the others are applied, and nothing
+// is pruned.
+func (s *Sink) Apply(ctx context.Context, c watcher.Change) (*Result, error) {
+	res := &Result{Target: c.Target.ID, Commit: c.To, Mode: s.cfg.Mode}
+	objs, err := s.render(ctx, c)
+	if err != nil {
+		return res, err
+	}
+	old, err := s.readInventory(ctx, c.Target.ID)
+	if err != nil {
+		return res, err
+	}
+	if s.cfg.Mode != ModeApply {
+		s.plan(ctx, objs, old, res)
+		return res, res.err()
+	}
+	if err := s.apply(ctx, objs, old, res); err != nil {
+		return res, err
+	}
+	s.log.V(1).Info("applied", "target", c.Target.ID, "commit", c.To, "result", res.String())
+	return res, res.err()
+}
+
+// render finds the target's Spec and renderer and makes its objects ready
+// to apply.
+func (s *Sink) render(ctx context.Context, c watcher.Change) ([]*unstructured.Unstructured, error) {
+	spec, err := s.spec(c.Target)
+	if err != nil {
+		return nil, watcher.Permanent(err)
+	}
+	spec.Default()
+	if spec.Helm.ReleaseName == "" {
+		spec.Helm.ReleaseName = path.Base(c.Target.ID)
+	}
+	r, ok := s.renderers[spec.Renderer]
+	if !ok {
+		return nil, watcher.Permanent(fmt.Errorf("%w: target %s: no renderer %q is registered", ErrInvalidConfig, c.Target.ID, spec.Renderer))
+	}
+	objs, err := r.Render(ctx, c.FS, spec)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, watcher.Permanent(fmt.Errorf("apply: render %s (%s) at %s: %w", c.Target.ID, spec.Renderer, short(c.To), err))
+	}
+	return s.prepare(objs, spec, s.owner(c.Target.ID))
+}
+
+// Remove forgets t. With Config.CascadeDelete it first deletes every
+// object t's inventory holds and that still carries t's label. In ModeDryRun
+// and ModeDiff it does nothing.
+func (s *Sink) Remove(ctx context.Context, t watcher.Target) error {
+	if s.cfg.Mode != ModeApply {
+		return nil
+	}
+	if s.cfg.CascadeDelete {
+		inv, err := s.readInventory(ctx, t.ID)
+		if err != nil {
+			return err
+		}
+		refs, err := inv.refs()
+		if err != nil {
+			return err
+		}
+		res := &Result{Target: t.ID, Mode: s.cfg.Mode}
+		kept := s.prune(ctx, refs, s.owner(t.ID), res)
+		if len(kept) > 0 {
+			if err := s.writeInventory(ctx, inv, newInventory(t.ID, kept)); err != nil {
+				return err
+			}
+			return res.err()
+		}
+		s.log.V(1).Info("removed", "target", t.ID, "result", res.String())
+	}
+	return s.deleteInventory(ctx, t.ID)
+}
+
+func short(commit string) string {
+	if len(commit) > 12 {
+		return commit[:12]
+	}
+	return commit
+}
+
+// noForce is a client whose server-side applies do not force ownership, so
+// that ssa reports conflicts instead of taking fields over.
+type noForce struct{ client.Client }
+
+func (c noForce) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	kept := make([]client.PatchOption, 0, len(opts))
+	for _, o := range opts {
+		if o != client.ForceOwnership {
+			kept = append(kept, o)
+		}
+	}
+	return c.Client.Patch(ctx, obj, patch, kept...)
+}
