@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
@@ -151,8 +152,15 @@ func decodeDoc(raw []byte) ([]*unstructured.Unstructured, error) {
 	if j[0] != '{' {
 		return nil, errors.New("not a mapping")
 	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(j); err != nil {
+	// Decoded by hand rather than with Unstructured.UnmarshalJSON, whose
+	// errors quote the document (a Secret's data, say); utiljson keeps
+	// integers int64, as Unstructured needs them.
+	var m map[string]any
+	if err := utiljson.Unmarshal(j, &m); err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	if err := checkType(u); err != nil {
 		return nil, err
 	}
 	if u.IsList() {
@@ -176,12 +184,21 @@ func decodeDoc(raw []byte) ([]*unstructured.Unstructured, error) {
 	return []*unstructured.Unstructured{u}, nil
 }
 
-func checkObject(u *unstructured.Unstructured) error {
+func checkType(u *unstructured.Unstructured) error {
 	switch {
 	case u.GetAPIVersion() == "":
-		return errors.New("apiVersion is missing")
+		return errors.New("apiVersion is missing or not a string")
 	case u.GetKind() == "":
-		return errors.New("kind is missing")
+		return errors.New("kind is missing or not a string")
+	}
+	return nil
+}
+
+func checkObject(u *unstructured.Unstructured) error {
+	if err := checkType(u); err != nil {
+		return err
+	}
+	switch {
 	case u.GetName() == "":
 		return fmt.Errorf("%s: metadata.name is missing", u.GetKind())
 	}
