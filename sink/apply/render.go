@@ -204,3 +204,41 @@ func checkObject(u *unstructured.Unstructured) error {
 	}
 	return nil
 }
+
+// ReadFiles calls fn with each regular file of fsys (symlinks to files
+// followed, symlinks to directories skipped), in lexical order, and fails
+// once more than maxTotal bytes were read. Renderers that need the whole
+// tree (kustomize, Helm) read it with ReadFiles.
+func ReadFiles(ctx context.Context, fsys fs.FS, maxTotal int64, fn func(name string, data []byte) error) error {
+	var total int64
+	return fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			if fi, err := fs.Stat(fsys, p); err == nil && fi.IsDir() {
+				return nil
+			}
+		}
+		f, err := fsys.Open(p)
+		if err != nil {
+			return err
+		}
+		data, err := io.ReadAll(io.LimitReader(f, maxTotal-total+1))
+		f.Close()
+		if err != nil {
+			return err
+		}
+		total += int64(len(data))
+		if total > maxTotal {
+			return fmt.Errorf("the tree is larger than %d bytes", maxTotal)
+		}
+		return fn(p, data)
+	})
+}

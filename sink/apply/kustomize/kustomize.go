@@ -14,7 +14,6 @@ package kustomize
 import (
 	"context"
 	"fmt"
-	"io"
 	"io/fs"
 	"path"
 	"regexp"
@@ -67,40 +66,19 @@ func (Renderer) Render(ctx context.Context, fsys fs.FS, _ apply.Spec) ([]*unstru
 	return apply.Decode("kustomize build", out)
 }
 
-// copyTree copies fsys under root in mem. Directory symlinks are skipped.
+// copyTree copies fsys under root in mem.
 func copyTree(ctx context.Context, fsys fs.FS, mem filesys.FileSystem) error {
-	var total int64
-	return fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
+	err := apply.ReadFiles(ctx, fsys, MaxTreeSize, func(name string, data []byte) error {
+		dst := path.Join(root, name)
+		if err := mem.MkdirAll(path.Dir(dst)); err != nil {
 			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		dst := path.Join(root, p)
-		if d.IsDir() {
-			return mem.MkdirAll(dst)
-		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			if fi, err := fs.Stat(fsys, p); err == nil && fi.IsDir() {
-				return nil
-			}
-		}
-		f, err := fsys.Open(p)
-		if err != nil {
-			return err
-		}
-		data, err := io.ReadAll(io.LimitReader(f, MaxTreeSize-total+1))
-		f.Close()
-		if err != nil {
-			return err
-		}
-		total += int64(len(data))
-		if total > MaxTreeSize {
-			return fmt.Errorf("kustomize: the tree is larger than %d bytes", MaxTreeSize)
 		}
 		return mem.WriteFile(dst, data)
 	})
+	if err != nil {
+		return fmt.Errorf("kustomize: %w", err)
+	}
+	return mem.MkdirAll(root)
 }
 
 // remote matches what kustomize would fetch rather than read: URLs, scp-like

@@ -1,0 +1,110 @@
+package helm_test
+
+import (
+	"context"
+	"testing"
+	"testing/fstest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/modwatch/modwatch/sink/apply"
+	"github.com/modwatch/modwatch/sink/apply/helm"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func f(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
+
+// Chart is a chart with a CRD, a vendored subchart, a hook and notes.
+func Chart() fstest.MapFS {
+	return fstest.MapFS{
+		"Chart.yaml":  f("apiVersion: v2\nname: web\nversion: 0.1.0\ndependencies:\n- name: cache\n  version: 0.1.0\n"),
+		"values.yaml": f("replicas: 1\ngreeting: hello\ncache:\n  size: small\n"),
+		"prod.yaml":   f("replicas: 3\n"),
+		"templates/cm.yaml": f(`apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-settings
+  namespace: {{ .Release.Namespace }}
+data:
+  replicas: {{ .Values.replicas | quote }}
+  greeting: {{ .Values.greeting | quote }}
+`),
+		"templates/hook.yaml":            f("apiVersion: v1\nkind: Pod\nmetadata:\n  name: test\n  annotations: {\"helm.sh/hook\": test}\nspec: {containers: [{name: t, image: busybox}]}\n"),
+		"templates/NOTES.txt":            f("Thanks for installing {{ .Release.Name }}"),
+		"templates/_helpers.tpl":         f(`{{ define "x" }}x{{ end }}`),
+		"crds/widgets.yaml":              f("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.example.com\n"),
+		"charts/cache/Chart.yaml":        f("apiVersion: v2\nname: cache\nversion: 0.1.0\n"),
+		"charts/cache/templates/cm.yaml": f("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cache-{{ .Values.size }}\n"),
+		"ci/skip.yaml":                   f("ignored: true"),
+		".helmignore":                    f("ci/\n"),
+	}
+}
+
+func byName(objs []*unstructured.Unstructured) map[string]*unstructured.Unstructured {
+	out := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		out[o.GetKind()+"/"+o.GetName()] = o
+	}
+	return out
+}
+
+func TestRenderChart(t *testing.T) {
+	spec := apply.Spec{Namespace: "apps", Helm: apply.HelmSpec{
+		ReleaseName: "shop",
+		ValueFiles:  []string{"prod.yaml"},
+		Parameters: []apply.HelmParameter{
+			{Name: "greeting", Value: `hi, there\`},
+			{Name: "cache.size", Value: "large"},
+		},
+	}}
+	objs, err := helm.New().Render(context.Background(), Chart(), spec)
+	require.NoError(t, err)
+	got := byName(objs)
+	assert.Len(t, got, 3, "the CRD, the chart's ConfigMap and the subchart's: no hook, no notes")
+	assert.Equal(t, "CustomResourceDefinition", objs[0].GetKind(), "CRDs come first")
+
+	cm := got["ConfigMap/shop-settings"]
+	require.NotNil(t, cm)
+	assert.Equal(t, "apps", cm.GetNamespace(), "the release namespace is the destination")
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	assert.Equal(t, "3", data["replicas"], "value files override values.yaml")
+	assert.Equal(t, `hi, there\`, data["greeting"], "a parameter's value is literal")
+	assert.NotNil(t, got["ConfigMap/cache-large"], "parameters reach vendored subcharts")
+}
+
+func TestRenderErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(fstest.MapFS)
+		spec   apply.HelmSpec
+		err    string
+	}{
+		{name: "missing dependency", mutate: func(c fstest.MapFS) {
+			delete(c, "charts/cache/Chart.yaml")
+			delete(c, "charts/cache/templates/cm.yaml")
+		}, err: "cache are missing from charts/"},
+		{name: "no chart", mutate: func(c fstest.MapFS) { delete(c, "Chart.yaml") }, err: "Chart.yaml"},
+		{name: "bad template", mutate: func(c fstest.MapFS) { c["templates/bad.yaml"] = f("{{ .Values.nope.deeper }}") }, err: "bad.yaml"},
+		{name: "template renders bad yaml", mutate: func(c fstest.MapFS) { c["templates/bad.yaml"] = f("kind: [\n") }, err: "bad.yaml"},
+		{name: "missing value file", spec: apply.HelmSpec{ValueFiles: []string{"nope.yaml"}}, err: `value file "nope.yaml"`},
+		{name: "value file outside", spec: apply.HelmSpec{ValueFiles: []string{"../../etc/passwd"}}, err: "not inside the chart"},
+		{name: "bad parameter name", spec: apply.HelmSpec{Parameters: []apply.HelmParameter{{Name: "a=b"}}}, err: "parameter name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Chart()
+			if tt.mutate != nil {
+				tt.mutate(c)
+			}
+			spec := apply.Spec{Namespace: "apps", Helm: tt.spec}
+			spec.Helm.ReleaseName = "shop"
+			_, err := helm.New().Render(context.Background(), c, spec)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.err)
+		})
+	}
+}
