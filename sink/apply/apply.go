@@ -70,31 +70,44 @@ func (s *Sink) prepare(objs []*unstructured.Unstructured, spec Spec, owner strin
 }
 
 // apply applies objs in two stages, then prunes and records the inventory.
-func (s *Sink) apply(ctx context.Context, objs []*unstructured.Unstructured, old *inventory, res *Result) error {
-	var defs, rest []*unstructured.Unstructured
-	for _, o := range objs {
-		if ssautils.IsClusterDefinition(o) {
-			defs = append(defs, o)
-		} else {
-			rest = append(rest, o)
-		}
-	}
-	owner := s.owner(res.Target)
+// On a new commit, unless Config.AlwaysCheckDrift, an object whose digest
+// is the one the inventory recorded is not looked at: drift is corrected by
+// resyncs.
+func (s *Sink) apply(ctx context.Context, objs []*unstructured.Unstructured, reason watcher.Reason, old *inventory, res *Result) error {
 	oldRefs, err := old.refs()
 	if err != nil {
 		return err
 	}
-
-	// Until this delivery succeeds, the inventory holds what it held and
-	// what this delivery applied, so that nothing applied is orphaned.
-	partial := func(cause error) error {
-		refs := oldRefs
+	was := old.entries()
+	onlyChanged := !s.cfg.AlwaysCheckDrift && (reason == watcher.ReasonNewCommit || reason == watcher.ReasonForcePush)
+	digests := make(map[string]string, len(objs))
+	var defs, rest []*unstructured.Unstructured
+	for _, o := range objs {
+		r := refOf(o)
+		d := digest(o)
+		digests[r.key()] = d
+		switch e, ok := was[r.key()]; {
+		case onlyChanged && ok && d != "" && e.D == d && e.V == r.Version:
+			res.Entries = append(res.Entries, Entry{Object: r, Action: Unchanged})
+		case ssautils.IsClusterDefinition(o):
+			defs = append(defs, o)
+		default:
+			rest = append(rest, o)
+		}
+	}
+	// applied records the objects this delivery did not fail on.
+	applied := func(inv entries) entries {
 		for _, e := range res.Entries {
-			if e.Action != Failed {
-				refs = append(refs, e.Object)
+			if d, ok := digests[e.Object.key()]; ok && e.Action != Failed {
+				inv.add(e.Object, d)
 			}
 		}
-		if err := s.writeInventory(ctx, old, newInventory(res.Target, refs)); err != nil {
+		return inv
+	}
+	// Until a delivery succeeds, the inventory holds what it held and what
+	// the delivery applied, so that nothing applied is orphaned.
+	partial := func(cause error) error {
+		if err := s.writeInventory(ctx, old, applied(old.entries()).inventory(res.Target)); err != nil {
 			return errors.Join(cause, err)
 		}
 		return cause
@@ -112,22 +125,19 @@ func (s *Sink) apply(ctx context.Context, objs []*unstructured.Unstructured, old
 		return partial(err)
 	}
 
-	refs := make([]ObjectRef, 0, len(objs))
-	want := make(map[string]bool, len(objs))
-	for _, o := range objs {
-		refs = append(refs, refOf(o))
-		want[refOf(o).key()] = true
-	}
+	inv := applied(entries{})
 	if !s.cfg.DisablePrune {
 		var stale []ObjectRef
 		for _, r := range oldRefs {
-			if !want[r.key()] {
+			if _, ok := digests[r.key()]; !ok {
 				stale = append(stale, r)
 			}
 		}
-		refs = append(refs, s.prune(ctx, stale, owner, res)...)
+		for _, r := range s.prune(ctx, stale, s.owner(res.Target), res) {
+			inv[r.key()] = was[r.key()]
+		}
 	}
-	if err := s.writeInventory(ctx, old, newInventory(res.Target, refs)); err != nil {
+	if err := s.writeInventory(ctx, old, inv.inventory(res.Target)); err != nil {
 		return err
 	}
 	return res.err()

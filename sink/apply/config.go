@@ -51,6 +51,13 @@ type Config struct {
 	// Without it, Remove only forgets the target (its inventory) and the
 	// objects stay.
 	CascadeDelete bool
+	// AlwaysCheckDrift makes a new commit check every object for drift.
+	// By default a new commit dry-runs only the objects whose rendered
+	// manifest changed since the target's last apply (the inventory keeps
+	// a digest of each); every object is checked, and drift corrected, on
+	// the first delivery, when the target changes and on resyncs
+	// (watcher.WithResync).
+	AlwaysCheckDrift bool
 	// InventoryNamespace holds the inventory ConfigMaps. Default "default".
 	InventoryNamespace string
 	// Concurrency is how many objects are checked and applied at once.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -43,13 +44,13 @@ type inventory struct {
 }
 
 // invEntry is an object: ID is "namespace_name_group_kind" (no field of
-// which may hold "_"), V its version.
+// which may hold "_"), V its version, D the digest of the object as last
+// applied ("" when unknown).
 type invEntry struct {
 	ID string `json:"id"`
 	V  string `json:"v"`
+	D  string `json:"d,omitempty"`
 }
-
-func entryOf(r ObjectRef) invEntry { return invEntry{ID: r.key(), V: r.Version} }
 
 func (e invEntry) ref() (ObjectRef, error) {
 	parts := strings.Split(e.ID, "_")
@@ -59,17 +60,26 @@ func (e invEntry) ref() (ObjectRef, error) {
 	return ObjectRef{Namespace: parts[0], Name: parts[1], Group: parts[2], Kind: parts[3], Version: e.V}, nil
 }
 
-func newInventory(target string, refs []ObjectRef) *inventory {
-	inv := &inventory{Target: target}
-	seen := map[string]bool{}
-	for _, r := range refs {
-		if !seen[r.key()] {
-			seen[r.key()] = true
-			inv.Entries = append(inv.Entries, entryOf(r))
-		}
-	}
+// entries is an inventory being built, by object key.
+type entries map[string]invEntry
+
+func (es entries) add(r ObjectRef, digest string) {
+	es[r.key()] = invEntry{ID: r.key(), V: r.Version, D: digest}
+}
+
+func (es entries) inventory(target string) *inventory {
+	inv := &inventory{Target: target, Entries: slices.Collect(maps.Values(es))}
 	slices.SortFunc(inv.Entries, func(a, b invEntry) int { return strings.Compare(a.ID, b.ID) })
 	return inv
+}
+
+// entries returns the inventory's entries by key.
+func (inv *inventory) entries() entries {
+	es := make(entries, len(inv.Entries))
+	for _, e := range inv.Entries {
+		es[e.ID] = e
+	}
+	return es
 }
 
 // refs returns the inventory's objects.
@@ -83,6 +93,17 @@ func (inv *inventory) refs() ([]ObjectRef, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// digest identifies what is applied for o: a change of digest is a change
+// of the desired object.
+func digest(o *unstructured.Unstructured) string {
+	data, err := json.Marshal(o.Object) // map keys sorted: stable
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:12])
 }
 
 // readInventory returns the target's inventory, empty when it has none.

@@ -138,7 +138,7 @@ func (s *Sink) Apply(ctx context.Context, c watcher.Change) (*Result, error) {
 		s.plan(ctx, objs, old, res)
 		return res, res.err()
 	}
-	if err := s.apply(ctx, objs, old, res); err != nil {
+	if err := s.apply(ctx, objs, c.Reason, old, res); err != nil {
 		return res, err
 	}
 	s.log.V(1).Info("applied", "target", c.Target.ID, "commit", c.To, "result", res.String())
@@ -187,9 +187,12 @@ func (s *Sink) Remove(ctx context.Context, t watcher.Target) error {
 			return err
 		}
 		res := &Result{Target: t.ID, Mode: s.cfg.Mode}
-		kept := s.prune(ctx, refs, s.owner(t.ID), res)
-		if len(kept) > 0 {
-			if err := s.writeInventory(ctx, inv, newInventory(t.ID, kept)); err != nil {
+		if kept := s.prune(ctx, refs, s.owner(t.ID), res); len(kept) > 0 {
+			was, left := inv.entries(), entries{}
+			for _, r := range kept {
+				left[r.key()] = was[r.key()]
+			}
+			if err := s.writeInventory(ctx, inv, left.inventory(t.ID)); err != nil {
 				return err
 			}
 			return res.err()

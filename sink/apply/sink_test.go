@@ -226,3 +226,41 @@ func keys(m map[string]string) []string {
 	}
 	return out
 }
+
+func TestNewCommitChecksOnlyChangedObjects(t *testing.T) {
+	for _, always := range []bool{false, true} {
+		t.Run(fmt.Sprintf("AlwaysCheckDrift=%v", always), func(t *testing.T) {
+			ns := env.Namespace(t)
+			s := newSink(t, apply.Config{AlwaysCheckDrift: always})
+			id := "changed/" + ns
+			applyOK(t, s, change(id, "c1", apply.Spec{Namespace: ns}, fstest.MapFS{
+				"a.yaml": file(configMap("a", "1")), "b.yaml": file(configMap("b", "1")),
+			}))
+			cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "b", metav1.GetOptions{})
+			require.NoError(t, err)
+			cm.Data["value"] = "edited"
+			_, err = env.Kube.CoreV1().ConfigMaps(ns).Update(context.Background(), cm, metav1.UpdateOptions{})
+			require.NoError(t, err)
+
+			next := change(id, "c2", apply.Spec{Namespace: ns}, fstest.MapFS{
+				"a.yaml": file(configMap("a", "2")), "b.yaml": file(configMap("b", "1")),
+			})
+			next.Reason, next.From = watcher.ReasonNewCommit, "c1"
+			res := applyOK(t, s, next)
+			assert.Equal(t, apply.Configured, actions(res)["ConfigMap/"+ns+"/a"])
+			assert.Equal(t, "2", cmValue(t, ns, "a"))
+			if always {
+				assert.Equal(t, apply.Configured, actions(res)["ConfigMap/"+ns+"/b"])
+				assert.Equal(t, "1", cmValue(t, ns, "b"), "every object is checked for drift")
+				return
+			}
+			assert.Equal(t, apply.Unchanged, actions(res)["ConfigMap/"+ns+"/b"])
+			assert.Equal(t, "edited", cmValue(t, ns, "b"), "an object the commit did not change is not checked")
+			resync := next
+			resync.Reason, resync.From = watcher.ReasonResync, "c2"
+			res = applyOK(t, s, resync)
+			assert.Equal(t, apply.Configured, actions(res)["ConfigMap/"+ns+"/b"])
+			assert.Equal(t, "1", cmValue(t, ns, "b"), "the resync corrects it")
+		})
+	}
+}
