@@ -21,6 +21,7 @@ import (
 	"bytes"
 	"embed"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -193,7 +194,14 @@ func (e *Env) Stop() error {
 // Main starts a control plane into *env, runs the package's tests, stops it
 // and exits. A control plane that cannot start fails the run with the
 // reason (for instance ErrNoBinaries).
+//
+// Under `go test -fuzz`, no control plane starts (each fuzz worker would
+// start its own): fuzz targets must not need one.
 func Main(m *testing.M, env **Env) {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		os.Exit(m.Run())
+	}
 	e, err := Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, strings.TrimSpace(err.Error()))
