@@ -17,8 +17,8 @@ package testenv
 
 import (
 	"bufio"
-	"context"
 	"bytes"
+	"context"
 	"embed"
 	"errors"
 	"flag"
@@ -37,8 +37,8 @@ import (
 	"github.com/modwatch/modwatch/internal/gittest"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
