@@ -150,7 +150,7 @@ func (s *Sink) writeInventory(ctx context.Context, old, inv *inventory) error {
 		},
 		"data": map[string]any{inventoryKey: string(data)},
 	}}
-	if err := s.client.Patch(ctx, cm, client.Apply, client.ForceOwnership, client.FieldOwner(s.cfg.FieldManager)); err != nil {
+	if err := s.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(cm), client.ForceOwnership, client.FieldOwner(s.cfg.FieldManager)); err != nil {
 		return fmt.Errorf("apply: write inventory of %s: %w", inv.Target, err)
 	}
 	return nil

@@ -136,7 +136,7 @@ func TestConflicts(t *testing.T) {
 	}}
 	c, err := client.New(env.Config, client.Options{})
 	require.NoError(t, err)
-	require.NoError(t, c.Patch(ctxT(t), other, client.Apply, client.FieldOwner("someone-else")))
+	require.NoError(t, c.Apply(ctxT(t), client.ApplyConfigurationFromUnstructured(other), client.FieldOwner("someone-else")))
 	files := fstest.MapFS{"a.yaml": file(configMap("a", "ours"))}
 
 	report := newSink(t, apply.Config{Conflicts: apply.ConflictReport, FieldManager: "modwatch-report"})
