@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -113,33 +114,34 @@ func (c Config) Validate() error {
 }
 
 // Spec is how one target is rendered and where it goes; the sink finds it
-// in the target's Payload (see [WithSpecFunc]).
+// in the target's Payload (see [PayloadSpec] and [WithSpecFunc]). Its JSON
+// form is the contract with sources that do not import this package.
 type Spec struct {
 	// Renderer names the renderer: "raw" (default), or one registered with
 	// [WithRenderer] ("kustomize", "helm").
-	Renderer string
+	Renderer string `json:"renderer,omitempty"`
 	// Namespace is set on namespaced objects that have none. Cluster-scoped
 	// objects are never given one. Default "default".
-	Namespace string
+	Namespace string `json:"namespace,omitempty"`
 	// Helm is for the Helm renderer.
-	Helm HelmSpec
+	Helm HelmSpec `json:"helm,omitzero"`
 }
 
 // HelmSpec is a Helm render, as Numaplane's HelmSource has it.
 type HelmSpec struct {
 	// ReleaseName defaults to the last segment of the target ID.
-	ReleaseName string
+	ReleaseName string `json:"releaseName,omitempty"`
 	// ValueFiles are paths inside the chart, merged in order over the
 	// chart's values.yaml.
-	ValueFiles []string
+	ValueFiles []string `json:"valueFiles,omitempty"`
 	// Parameters are set after the value files, like `helm --set`.
-	Parameters []HelmParameter
+	Parameters []HelmParameter `json:"parameters,omitempty"`
 }
 
 // HelmParameter is one `--set name=value`; Value is taken literally.
 type HelmParameter struct {
-	Name  string
-	Value string
+	Name  string `json:"name"`
+	Value string `json:"value"`
 }
 
 // RendererRaw is the name of the built-in renderer.
@@ -159,7 +161,11 @@ func (s *Spec) Default() {
 type SpecFunc func(t watcher.Target) (Spec, error)
 
 // PayloadSpec is the default SpecFunc: the target's Payload when it is a
-// Spec or *Spec, the default Spec when Payload is nil, an error otherwise.
+// Spec or *Spec, the default Spec when Payload is nil; any other Payload is
+// read through its JSON form, whose "renderer", "namespace" and "helm"
+// fields are Spec's (other fields are ignored). So a source describes a
+// render without importing this package (source/configmap and
+// source/gitsync do).
 func PayloadSpec(t watcher.Target) (Spec, error) {
 	switch p := t.Payload.(type) {
 	case nil:
@@ -172,6 +178,14 @@ func PayloadSpec(t watcher.Target) (Spec, error) {
 		}
 		return *p, nil
 	default:
-		return Spec{}, fmt.Errorf("%w: target %s: payload %T is not an apply.Spec (use apply.WithSpecFunc)", ErrInvalidConfig, t.ID, t.Payload)
+		var spec Spec
+		data, err := json.Marshal(p)
+		if err == nil {
+			err = json.Unmarshal(data, &spec)
+		}
+		if err != nil {
+			return Spec{}, fmt.Errorf("%w: target %s: payload %T does not read as an apply.Spec (use apply.WithSpecFunc): %w", ErrInvalidConfig, t.ID, t.Payload, err)
+		}
+		return spec, nil
 	}
 }

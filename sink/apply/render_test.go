@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/sink/apply"
+	"github.com/modwatch/modwatch/watcher"
 )
 
 func TestDecode(t *testing.T) {
@@ -119,4 +120,44 @@ func TestConfigValidate(t *testing.T) {
 	assert.Equal(t, apply.ConflictForce, c.Conflicts)
 	_, err := apply.New(nil, apply.Config{})
 	assert.ErrorIs(t, err, apply.ErrInvalidConfig)
+}
+
+func TestPayloadSpec(t *testing.T) {
+	// A source's own payload type, with Spec's JSON shape and more.
+	type helm struct {
+		ValueFiles []string `json:"valueFiles"`
+	}
+	type sourcePayload struct {
+		Renderer  string `json:"renderer"`
+		Namespace string `json:"namespace"`
+		Cluster   string `json:"cluster"`
+		Helm      *helm  `json:"helm,omitempty"`
+	}
+	tests := []struct {
+		name    string
+		payload any
+		want    apply.Spec
+		err     bool
+	}{
+		{name: "nil", payload: nil, want: apply.Spec{}},
+		{name: "spec", payload: apply.Spec{Renderer: "helm"}, want: apply.Spec{Renderer: "helm"}},
+		{name: "pointer", payload: &apply.Spec{Namespace: "a"}, want: apply.Spec{Namespace: "a"}},
+		{name: "nil pointer", payload: (*apply.Spec)(nil), want: apply.Spec{}},
+		{name: "same json shape", payload: sourcePayload{Renderer: "helm", Namespace: "apps", Cluster: "c1", Helm: &helm{ValueFiles: []string{"v.yaml"}}},
+			want: apply.Spec{Renderer: "helm", Namespace: "apps", Helm: apply.HelmSpec{ValueFiles: []string{"v.yaml"}}}},
+		{name: "not an object", payload: "helm", err: true},
+		{name: "wrong field type", payload: map[string]any{"renderer": 3}, err: true},
+		{name: "not json", payload: func() {}, err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := apply.PayloadSpec(watcher.Target{ID: "t", Payload: tt.payload})
+			if tt.err {
+				assert.ErrorIs(t, err, apply.ErrInvalidConfig)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
 }
