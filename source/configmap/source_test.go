@@ -1,0 +1,212 @@
+package configmap_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/modwatch/modwatch/source/configmap"
+	"github.com/modwatch/modwatch/watcher"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func config(revision string) string {
+	return fmt.Sprintf("clusterName: c1\nsource:\n  gitDefinition:\n    repoUrl: https://git.example.com/control.git\n    targetRevision: '%s'\n", revision)
+}
+
+// running is a source under test, with what it said.
+type running struct {
+	updates chan []watcher.Target
+	reloads chan configmap.Reload
+}
+
+func start(t *testing.T, path string) *running {
+	t.Helper()
+	r := &running{updates: make(chan []watcher.Target, 100), reloads: make(chan configmap.Reload, 100)}
+	src := configmap.New(path, configmap.WithOnReload(func(rl configmap.Reload) { r.reloads <- rl }))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, func(ts []watcher.Target) { r.updates <- ts }) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return")
+		}
+	})
+	return r
+}
+
+func (r *running) nextReload(t *testing.T) configmap.Reload {
+	t.Helper()
+	select {
+	case rl := <-r.reloads:
+		return rl
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reload")
+		return configmap.Reload{}
+	}
+}
+
+func (r *running) nextUpdate(t *testing.T) []watcher.Target {
+	t.Helper()
+	select {
+	case ts := <-r.updates:
+		return ts
+	case <-time.After(10 * time.Second):
+		t.Fatal("no update")
+		return nil
+	}
+}
+
+// revision reads a good reload's one target's revision.
+func (r *running) revision(t *testing.T) string {
+	t.Helper()
+	rl := r.nextReload(t)
+	require.NoError(t, rl.Err)
+	require.Len(t, rl.Targets, 1)
+	ts := r.nextUpdate(t)
+	require.Len(t, ts, 1)
+	assert.Equal(t, rl.Targets[0].Revision, ts[0].Revision)
+	return ts[0].Revision
+}
+
+// noMore checks that nothing else was said: each change reloaded once.
+// It is called after a later change was seen, so anything the earlier
+// ones caused has already arrived.
+func (r *running) noMore(t *testing.T) {
+	t.Helper()
+	select {
+	case rl := <-r.reloads:
+		t.Fatalf("an extra reload: %+v", rl)
+	case ts := <-r.updates:
+		t.Fatalf("an extra update: %+v", ts)
+	default:
+	}
+}
+
+// kubelet lays out dir as the kubelet mounts a ConfigMap with key
+// config.yaml, and returns a function that updates it as the kubelet's
+// AtomicWriter does.
+func kubelet(t *testing.T, dir, content string) func(content string) {
+	t.Helper()
+	n := 0
+	write := func(content string) string {
+		n++
+		ts := fmt.Sprintf("..2026_11_30_08_00_%02d.%09d", n, n)
+		require.NoError(t, os.Mkdir(filepath.Join(dir, ts), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, ts, "config.yaml"), []byte(content), 0o644))
+		return ts
+	}
+	current := write(content)
+	require.NoError(t, os.Symlink(current, filepath.Join(dir, "..data")))
+	require.NoError(t, os.Symlink(filepath.Join("..data", "config.yaml"), filepath.Join(dir, "config.yaml")))
+	return func(content string) {
+		next := write(content)
+		tmp := filepath.Join(dir, "..data_tmp")
+		require.NoError(t, os.Symlink(next, tmp))
+		require.NoError(t, os.Rename(tmp, filepath.Join(dir, "..data")))
+		require.NoError(t, os.RemoveAll(filepath.Join(dir, current)))
+		current = next
+	}
+}
+
+func TestKubeletAtomicUpdate(t *testing.T) {
+	dir := t.TempDir()
+	update := kubelet(t, dir, config("main"))
+	r := start(t, filepath.Join(dir, "config.yaml"))
+	assert.Equal(t, "main", r.revision(t))
+
+	update(config("release-2"))
+	assert.Equal(t, "release-2", r.revision(t), "the ..data swap is seen, though config.yaml itself never changes")
+	update(config("release-3"))
+	assert.Equal(t, "release-3", r.revision(t))
+	r.noMore(t)
+}
+
+func TestRenameWriteAndPlainWriteReloadOnce(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(config("main")), 0o644))
+	r := start(t, path)
+	assert.Equal(t, "main", r.revision(t))
+
+	// An editor: write a temporary file, rename it over.
+	tmp := filepath.Join(dir, ".agent.yaml.swp")
+	require.NoError(t, os.WriteFile(tmp, []byte(config("r2")), 0o644))
+	require.NoError(t, os.Rename(tmp, path))
+	assert.Equal(t, "r2", r.revision(t))
+
+	// A plain write in two chunks: reading between them would see half a
+	// file; the debounce waits for the writes to settle.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	require.NoError(t, err)
+	content := config("r3")
+	_, err = f.WriteString(content[:20])
+	require.NoError(t, err)
+	_, err = f.WriteString(content[20:])
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	assert.Equal(t, "r3", r.revision(t))
+
+	// A write that changes nothing is not a reload.
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	require.NoError(t, os.WriteFile(path, []byte(config("r4")), 0o644))
+	assert.Equal(t, "r4", r.revision(t))
+	r.noMore(t)
+}
+
+func TestBadFileKeepsTheLastGoodTargets(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(config("main")), 0o644))
+	r := start(t, path)
+	require.Equal(t, "main", r.revision(t))
+
+	require.NoError(t, os.WriteFile(path, []byte("source:\n  gitDefinition: [\n"), 0o644))
+	rl := r.nextReload(t)
+	assert.ErrorContains(t, rl.Err, "line 2")
+	assert.ErrorContains(t, rl.Err, path)
+	require.Len(t, rl.Targets, 1, "the last good targets stay")
+	assert.Equal(t, "main", rl.Targets[0].Revision)
+
+	require.NoError(t, os.WriteFile(path, []byte(config("{{release}}")), 0o644))
+	rl = r.nextReload(t)
+	assert.ErrorContains(t, rl.Err, "no value for placeholder {{release}}")
+	require.Len(t, rl.Targets, 1)
+
+	require.NoError(t, os.WriteFile(path, []byte(config("fixed")), 0o644))
+	assert.Equal(t, "fixed", r.revision(t), "the watcher heard only good sets")
+	r.noMore(t)
+
+	require.NoError(t, os.Remove(path))
+	rl = r.nextReload(t)
+	assert.True(t, rl.Removed)
+	assert.Empty(t, r.nextUpdate(t), "a deleted file removes the targets")
+
+	require.NoError(t, os.WriteFile(path, []byte(config("back")), 0o644))
+	assert.Equal(t, "back", r.revision(t))
+}
+
+func TestStartsWithoutFileAndFailsWithoutDirectory(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.yaml")
+	r := start(t, path)
+	assert.True(t, r.nextReload(t).Removed)
+	assert.Empty(t, r.nextUpdate(t))
+	require.NoError(t, os.WriteFile(path, []byte(config("main")), 0o644))
+	assert.Equal(t, "main", r.revision(t))
+
+	err := configmap.New(filepath.Join(dir, "nowhere", "agent.yaml")).Run(context.Background(), func([]watcher.Target) {})
+	assert.ErrorContains(t, err, "nowhere")
+}
