@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/internal/testenv"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+func agentConfig(repoURL, revision, ns string) string {
+	return fmt.Sprintf(`clusterName: c1
+timeIntervalSec: 1
+source:
+  keyValueGenerator:
+    embedded:
+      values:
+        clusterName: c1
+  gitDefinition:
+    repoUrl: %s
+    path: clusters/{{clusterName}}
+    targetRevision: %s
+    destination:
+      namespace: %s
+`, repoURL, revision, ns)
+}
+
+func manifest(value string) string {
+	return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: control\ndata:\n  value: " + value + "\n"
+}
+
+// mount lays out dir as the kubelet mounts a ConfigMap, and returns the
+// kubelet's atomic update.
+func mount(t *testing.T, dir, content string) func(string) {
+	n := 0
+	write := func(content string) string {
+		n++
+		ts := fmt.Sprintf("..2026_11_30_%02d", n)
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, ts), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, ts, "config.yaml"), []byte(content), 0o644))
+		return ts
+	}
+	current := write(content)
+	require.NoError(t, os.Symlink(current, filepath.Join(dir, "..data")))
+	require.NoError(t, os.Symlink("..data/config.yaml", filepath.Join(dir, "config.yaml")))
+	return func(content string) {
+		next := write(content)
+		require.NoError(t, os.Symlink(next, filepath.Join(dir, "..data_tmp")))
+		require.NoError(t, os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
+		require.NoError(t, os.RemoveAll(filepath.Join(dir, current)))
+		current = next
+	}
+}
+
+func TestAgentAppliesTheControlRepoAndFollowsTheConfigMap(t *testing.T) {
+	ns := env.Namespace(t)
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/control")
+	mainCommit := repo.Commit(t, "main", gittest.File("clusters/c1/control.yaml", manifest("main-1")), gittest.File("clusters/c2/control.yaml", manifest("other")))
+	repo.Checkout(t, "release")
+	releaseCommit := repo.Commit(t, "release", gittest.File("clusters/c1/control.yaml", manifest("release-1")))
+
+	mountDir := t.TempDir()
+	update := mount(t, mountDir, agentConfig(repo.URL(), "main", ns))
+	obs := watchertest.NewObserver()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, options{
+			config: filepath.Join(mountDir, "config.yaml"), kube: env.Config, cacheDir: t.TempDir(),
+			inventory: ns, log: testr.New(t), observer: obs,
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Error("the agent did not stop")
+		}
+	})
+	value := func() string {
+		cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "control", metav1.GetOptions{})
+		require.NoError(t, err)
+		return cm.Data["value"]
+	}
+	delivered := func(commit string) {
+		t.Helper()
+		obs.WaitFor(t, "the delivery of "+commit, func(e watcher.Event) bool {
+			return e.Type == watcher.EventDelivered && e.Commit == commit
+		})
+	}
+
+	delivered(mainCommit)
+	assert.Equal(t, "main-1", value(), "the cluster's path of the control repo is applied, placeholders filled")
+
+	update(agentConfig(repo.URL(), "release", ns))
+	delivered(releaseCommit)
+	assert.Equal(t, "release-1", value(), "the ConfigMap's new revision is applied")
+
+	next := repo.Commit(t, "release 2", gittest.File("clusters/c1/control.yaml", manifest("release-2")))
+	delivered(next)
+	assert.Equal(t, "release-2", value(), "a new commit on the control repo is applied")
+}
+
