@@ -13,6 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
 )
 
@@ -46,46 +47,13 @@ type KeyValueGenerator struct {
 	} `json:"embedded,omitzero"`
 }
 
-// GitDefinition is a repository path to apply, with GitSync's fields.
+// GitDefinition is a repository path to apply: a GitSync's spec, and a
+// name.
 type GitDefinition struct {
 	// Name names the definition in a GitDefinitions list (the target ID is
 	// built from it); a lone GitDefinition is named "control".
-	Name           string      `json:"name,omitempty"`
-	RepoURL        string      `json:"repoUrl"`
-	Path           string      `json:"path,omitempty"`
-	TargetRevision string      `json:"targetRevision,omitempty"`
-	Raw            *struct{}   `json:"raw,omitempty"`
-	Kustomize      *struct{}   `json:"kustomize,omitempty"`
-	Helm           *Helm       `json:"helm,omitempty"`
-	Destination    Destination `json:"destination,omitzero"`
-}
-
-// Helm is GitSync's HelmSource.
-type Helm struct {
-	ValueFiles []string        `json:"valueFiles,omitempty"`
-	Parameters []HelmParameter `json:"parameters,omitempty"`
-}
-
-// HelmParameter is one `--set name=value`.
-type HelmParameter struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-}
-
-// Destination is where namespaced objects without a namespace go.
-type Destination struct {
-	Namespace string `json:"namespace,omitempty"`
-}
-
-// Payload is what each target carries for its sinks. Its JSON form
-// ("renderer", "namespace", "helm") is what sink/apply reads as its Spec.
-type Payload struct {
-	// Renderer is "raw", "kustomize" or "helm".
-	Renderer  string `json:"renderer"`
-	Namespace string `json:"namespace,omitempty"`
-	Helm      *Helm  `json:"helm,omitempty"`
-	// ClusterName is the agent's cluster, from the configuration.
-	ClusterName string `json:"clusterName,omitempty"`
+	Name string `json:"name,omitempty"`
+	gitsync.Spec
 }
 
 // ErrInvalid is returned (wrapped) for a configuration that cannot be
@@ -221,44 +189,8 @@ func (d GitDefinition) target(prefix string, c Config) (watcher.Target, error) {
 	if !validName.MatchString(d.Name) {
 		return watcher.Target{}, fmt.Errorf("name %q is not a DNS-1123 name", d.Name)
 	}
-	p := Payload{Renderer: "raw", Namespace: d.Destination.Namespace, ClusterName: c.ClusterName}
-	n := 0
-	if d.Raw != nil {
-		n++
+	if d.Destination.Cluster == "" {
+		d.Destination.Cluster = c.ClusterName
 	}
-	if d.Kustomize != nil {
-		n++
-		p.Renderer = "kustomize"
-	}
-	if d.Helm != nil {
-		n++
-		p.Renderer, p.Helm = "helm", d.Helm
-	}
-	if n > 1 {
-		return watcher.Target{}, errors.New("at most one of raw, kustomize and helm may be set")
-	}
-	for i, hp := range p.helmParameters() {
-		if hp.Name == "" {
-			return watcher.Target{}, fmt.Errorf("helm.parameters[%d]: name is empty", i)
-		}
-	}
-	t := watcher.Target{
-		ID:       strings.TrimSuffix(prefix, "/") + "/" + d.Name,
-		URL:      d.RepoURL,
-		Revision: d.TargetRevision,
-		Path:     d.Path,
-		Interval: time.Duration(c.TimeIntervalSec) * time.Second,
-		Payload:  p,
-	}
-	if err := t.Validate(); err != nil {
-		return watcher.Target{}, err
-	}
-	return t, nil
-}
-
-func (p Payload) helmParameters() []HelmParameter {
-	if p.Helm == nil {
-		return nil
-	}
-	return p.Helm.Parameters
+	return d.Spec.Target(strings.TrimSuffix(prefix, "/")+"/"+d.Name, time.Duration(c.TimeIntervalSec)*time.Second)
 }
