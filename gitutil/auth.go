@@ -273,32 +273,77 @@ func (f CredentialResolverFunc) Resolve(ctx context.Context, repoURL string) (*A
 }
 
 // StaticCredentials maps URL prefixes to credentials; the longest matching
-// prefix wins. Prefixes and URLs are compared in their normalised form
-// ([NormalizeURL]), so "https://git.example.com/platform" matches
-// "git@git.example.com:platform/control.git". A prefix matches whole path
-// segments only: "example.com/team" does not match "example.com/teamB/repo".
+// prefix wins (see [URLPrefixes]).
 type StaticCredentials struct {
-	entries []credEntry
-}
-
-type credEntry struct {
-	prefix string
-	auth   *Auth
+	prefixes *URLPrefixes
+	auths    []*Auth
 }
 
 // NewStaticCredentials builds a resolver from prefix → credentials. A prefix
 // may be a full URL, an scp-like URL or a bare "host/path".
 func NewStaticCredentials(byPrefix map[string]*Auth) (*StaticCredentials, error) {
 	s := &StaticCredentials{}
+	var prefixes []string
 	for p, a := range byPrefix {
-		key, err := normalizePrefix(p)
+		prefixes = append(prefixes, p)
+		s.auths = append(s.auths, a)
+	}
+	var err error
+	if s.prefixes, err = NewURLPrefixes(prefixes); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Resolve returns the credentials of the longest prefix matching repoURL.
+func (s *StaticCredentials) Resolve(_ context.Context, repoURL string) (*Auth, error) {
+	i, err := s.prefixes.Match(repoURL)
+	if err != nil || i < 0 {
+		return nil, err
+	}
+	return s.auths[i], nil
+}
+
+// URLPrefixes matches repository URLs against prefixes, as credential
+// configurations name them. Prefixes and URLs are compared in their
+// normalised form ([NormalizeURL]), so "https://git.example.com/platform"
+// matches "git@git.example.com:platform/control.git". A prefix matches whole
+// path segments only: "example.com/team" does not match
+// "example.com/teamB/repo".
+type URLPrefixes struct {
+	keys  []string
+	order []int // indexes of keys, longest first
+}
+
+// NewURLPrefixes checks and normalises prefixes. A prefix may be a full
+// URL, an scp-like URL, a bare "host/path" or a bare host.
+func NewURLPrefixes(prefixes []string) (*URLPrefixes, error) {
+	p := &URLPrefixes{}
+	for i, prefix := range prefixes {
+		key, err := normalizePrefix(prefix)
 		if err != nil {
 			return nil, err
 		}
-		s.entries = append(s.entries, credEntry{prefix: key, auth: a})
+		p.keys = append(p.keys, key)
+		p.order = append(p.order, i)
 	}
-	sort.Slice(s.entries, func(i, j int) bool { return len(s.entries[i].prefix) > len(s.entries[j].prefix) })
-	return s, nil
+	sort.SliceStable(p.order, func(i, j int) bool { return len(p.keys[p.order[i]]) > len(p.keys[p.order[j]]) })
+	return p, nil
+}
+
+// Match returns the index (in the slice given to NewURLPrefixes) of the
+// longest prefix matching repoURL, or -1.
+func (p *URLPrefixes) Match(repoURL string) (int, error) {
+	key, err := NormalizeURL(repoURL)
+	if err != nil {
+		return -1, err
+	}
+	for _, i := range p.order {
+		if key == p.keys[i] || strings.HasPrefix(key, p.keys[i]+"/") {
+			return i, nil
+		}
+	}
+	return -1, nil
 }
 
 // normalizePrefix turns a credential prefix ("https://host/group",
@@ -317,18 +362,4 @@ func normalizePrefix(p string) (string, error) {
 		return strings.ToLower(u.Host), nil
 	}
 	return "", fmt.Errorf("%w: credential prefix %q", ErrInvalidURL, RedactURL(p))
-}
-
-// Resolve returns the credentials of the longest prefix matching repoURL.
-func (s *StaticCredentials) Resolve(_ context.Context, repoURL string) (*Auth, error) {
-	key, err := NormalizeURL(repoURL)
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range s.entries {
-		if key == e.prefix || strings.HasPrefix(key, e.prefix+"/") {
-			return e.auth, nil
-		}
-	}
-	return nil, nil
 }

@@ -1,0 +1,350 @@
+// Package gitsync is a source over Numaplane's GitSync objects, with the
+// status write-back that goes with it, and Numaplane's controller
+// configuration (repository credentials from Secrets).
+//
+// A dynamic informer (unstructured: no dependency on Numaplane's Go types)
+// watches GitSyncs in one namespace or all. Each valid GitSync whose
+// destination is this cluster is one target, "gitsync/<namespace>/<name>",
+// whose Payload the apply sink reads (render type, Helm values, destination
+// namespace). An invalid GitSync is marked Failed with a message saying what
+// is wrong, one for another cluster NotApplicable; neither stops the others.
+//
+// [Source.Observer] writes what the watcher did back into each GitSync's
+// status (commitStatus, phase, Configured and Synced conditions), through
+// the status subresource and only when it changed.
+package gitsync
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/modwatch/modwatch/internal/backoff"
+	"github.com/modwatch/modwatch/watcher"
+)
+
+// GVR is the GitSync resource.
+var GVR = schema.GroupVersionResource{Group: "numaplane.numaproj.io", Version: "v1alpha1", Resource: "gitsyncs"}
+
+// Config says which GitSyncs are watched and how.
+type Config struct {
+	// Namespace is the namespace watched; "" watches all.
+	Namespace string
+	// ClusterName is this cluster's name: a GitSync whose
+	// destination.cluster differs is NotApplicable. "" accepts every
+	// GitSync.
+	ClusterName string
+	// Interval is the poll interval of the targets; 0 leaves the watcher's.
+	Interval time.Duration
+}
+
+// Source watches GitSyncs.
+type Source struct {
+	dyn     dynamic.Interface
+	cfg     atomic.Pointer[Config]
+	log     logr.Logger
+	timeout time.Duration
+	dirty   chan struct{}
+
+	mu      sync.Mutex
+	pending map[string][]mutation // status mutations by "namespace/name"
+	wake    chan struct{}
+	store   cache.Store // the informer's, once Run has started
+	written map[string]written
+}
+
+// written is the last status write: the object it returned and the
+// resourceVersion it was made from, so that a cache that has not caught up
+// is not taken for the truth.
+type written struct {
+	from string
+	obj  *unstructured.Unstructured
+}
+
+var _ watcher.Source = (*Source)(nil)
+
+// Option configures a Source.
+type Option func(*Source)
+
+// WithLogger sets the logger. Default: discard.
+func WithLogger(l logr.Logger) Option { return func(s *Source) { s.log = l } }
+
+// WithTimeout bounds each status write. Default 30s.
+func WithTimeout(d time.Duration) Option { return func(s *Source) { s.timeout = d } }
+
+// New returns a source of the GitSyncs dyn reaches.
+func New(dyn dynamic.Interface, cfg Config, opts ...Option) *Source {
+	s := &Source{
+		dyn: dyn, log: logr.Discard(), timeout: 30 * time.Second,
+		dirty: make(chan struct{}, 1), wake: make(chan struct{}, 1),
+		pending: map[string][]mutation{}, written: map[string]written{},
+	}
+	s.cfg.Store(&cfg)
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// SetConfig changes the cluster name and interval (a reloaded controller
+// configuration); the namespace watched stays as Run started it.
+func (s *Source) SetConfig(cfg Config) {
+	s.cfg.Store(&cfg)
+	s.Refresh()
+}
+
+// Refresh hands the watcher the target set again, so that it resolves the
+// targets' credentials again (a rotated Secret).
+func (s *Source) Refresh() { poke(s.dirty) }
+
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// Run watches the GitSyncs until ctx is done, and writes their statuses.
+func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
+	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(s.dyn, 0, s.cfg.Load().Namespace, nil)
+	inf := factory.ForResource(GVR).Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.Refresh() },
+		UpdateFunc: func(old, cur any) { s.changed(old, cur) },
+		DeleteFunc: func(any) { s.Refresh() },
+	}); err != nil {
+		return fmt.Errorf("gitsync: %w", err)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil
+	}
+	s.mu.Lock()
+	s.store = inf.GetStore()
+	s.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.writeStatuses(ctx)
+	}()
+	defer func() { <-done }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.dirty:
+			update(s.targets(inf.GetStore().List()))
+		}
+	}
+}
+
+// changed refreshes the set when a GitSync's spec or metadata changed, not
+// when only its status did (our own writes).
+func (s *Source) changed(old, cur any) {
+	o, ok1 := old.(*unstructured.Unstructured)
+	c, ok2 := cur.(*unstructured.Unstructured)
+	if ok1 && ok2 && o.GetGeneration() == c.GetGeneration() && o.GetDeletionTimestamp().Equal(c.GetDeletionTimestamp()) {
+		return
+	}
+	s.Refresh()
+}
+
+// targets turns the GitSyncs into targets, and marks the ones that are not.
+func (s *Source) targets(objs []any) []watcher.Target {
+	cfg := s.cfg.Load()
+	var out []watcher.Target
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok || u.GetDeletionTimestamp() != nil {
+			continue
+		}
+		key, gen := u.GetNamespace()+"/"+u.GetName(), u.GetGeneration()
+		t, err := target(u, cfg.Interval)
+		switch {
+		case err != nil:
+			s.enqueue(key, invalid(gen, err))
+			s.log.Info("invalid GitSync", "gitsync", key, "error", err.Error())
+		case cfg.ClusterName != "" && t.Payload.(Payload).Cluster != cfg.ClusterName:
+			s.enqueue(key, notApplicable(gen, fmt.Sprintf("destination cluster %q is not this cluster (%q)", t.Payload.(Payload).Cluster, cfg.ClusterName)))
+		default:
+			s.enqueue(key, accepted(gen))
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// target reads one GitSync.
+func target(u *unstructured.Unstructured, interval time.Duration) (watcher.Target, error) {
+	var spec Spec
+	raw, _ := u.Object["spec"].(map[string]any)
+	data, err := json.Marshal(raw)
+	if err == nil {
+		err = json.Unmarshal(data, &spec)
+	}
+	if err != nil {
+		return watcher.Target{}, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+	}
+	if spec.TargetRevision == "" {
+		return watcher.Target{}, fmt.Errorf("%w: targetRevision is empty", ErrInvalidSpec)
+	}
+	t, err := spec.Target(idOf(u.GetNamespace(), u.GetName()), interval)
+	if err != nil {
+		return watcher.Target{}, err
+	}
+	p := t.Payload.(Payload)
+	p.Generation = u.GetGeneration()
+	t.Payload = p
+	return t, nil
+}
+
+// Observer returns the observer that writes the watcher's outcomes into
+// the GitSyncs' statuses; the writes are made by Run.
+func (s *Source) Observer() watcher.Observer {
+	return watcher.ObserverFunc(func(e watcher.Event) {
+		if e.Target == nil {
+			return
+		}
+		ns, name, ok := keyOf(e.Target.ID)
+		if !ok {
+			return
+		}
+		if m, ok := eventMutation(e); ok {
+			s.enqueue(ns+"/"+name, m)
+		}
+	})
+}
+
+func (s *Source) enqueue(key string, m mutation) {
+	s.mu.Lock()
+	s.pending[key] = append(s.pending[key], m)
+	s.mu.Unlock()
+	poke(s.wake)
+}
+
+// writeStatuses applies the pending mutations until ctx is done; a failed
+// write is tried again with backoff.
+func (s *Source) writeStatuses(ctx context.Context) {
+	attempt := 0
+	retry := time.NewTimer(0)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		case <-retry.C:
+		}
+		s.mu.Lock()
+		batch := s.pending
+		s.pending = map[string][]mutation{}
+		s.mu.Unlock()
+		failed := false
+		for key, ms := range batch {
+			if err := s.writeStatus(ctx, key, ms); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.log.Error(err, "status not written", "gitsync", key)
+				s.mu.Lock()
+				s.pending[key] = append(ms, s.pending[key]...)
+				s.mu.Unlock()
+				failed = true
+			}
+		}
+		if failed {
+			attempt++
+			retry.Reset(backoff.Delay(attempt, 500*time.Millisecond, 30*time.Second))
+		} else {
+			attempt = 0
+		}
+	}
+}
+
+// writeStatus applies ms to the GitSync's status and writes it if it
+// changed. A GitSync that is gone needs no status.
+func (s *Source) writeStatus(ctx context.Context, key string, ms []mutation) error {
+	s.mu.Lock()
+	item, exists, err := s.store.GetByKey(key)
+	last := s.written[key]
+	if !exists {
+		delete(s.written, key)
+	}
+	s.mu.Unlock()
+	if err != nil || !exists {
+		return err
+	}
+	obj := item.(*unstructured.Unstructured)
+	if last.obj != nil && obj.GetResourceVersion() == last.from {
+		obj = last.obj // our last write is not in the cache yet
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	client := s.dyn.Resource(GVR).Namespace(obj.GetNamespace())
+	for try := 0; ; try++ {
+		res, err := s.update(ctx, client, obj, ms)
+		if apierrors.IsConflict(err) && try == 0 {
+			// Someone else wrote it: apply the mutations to what is there.
+			if obj, err = client.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil {
+				continue
+			}
+		}
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("gitsync: write status of %s: %w", key, err)
+		}
+		if res != nil {
+			s.mu.Lock()
+			s.written[key] = written{from: obj.GetResourceVersion(), obj: res}
+			s.mu.Unlock()
+		}
+		return nil
+	}
+}
+
+// update writes obj's status with ms applied, unless that changes nothing
+// (then it returns nil, nil).
+func (s *Source) update(ctx context.Context, client dynamic.ResourceInterface, obj *unstructured.Unstructured, ms []mutation) (*unstructured.Unstructured, error) {
+	before, err := decodeStatus(obj.Object)
+	if err != nil {
+		before = Status{} // unreadable: rewritten whole
+	}
+	after := before
+	after.Conditions = append([]metav1.Condition(nil), before.Conditions...)
+	if before.CommitStatus != nil {
+		cs := *before.CommitStatus
+		after.CommitStatus = &cs
+	}
+	now := time.Now()
+	for _, m := range ms {
+		m(&after, now)
+	}
+	if sameStatus(before, after) {
+		return nil, nil
+	}
+	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&after)
+	if err != nil {
+		return nil, err
+	}
+	next := obj.DeepCopy()
+	next.Object["status"] = status
+	return client.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+}

@@ -1,0 +1,203 @@
+package gitsync
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/modwatch/modwatch/watcher"
+)
+
+// The phases of a GitSync.
+const (
+	PhasePending       = "Pending"
+	PhaseRunning       = "Running"
+	PhaseFailed        = "Failed"
+	PhaseNotApplicable = "NotApplicable"
+)
+
+// The conditions the status carries.
+const (
+	// ConditionConfigured: the spec is valid and watched.
+	ConditionConfigured = "Configured"
+	// ConditionSynced: the last commit seen is applied.
+	ConditionSynced = "Synced"
+)
+
+// Status is a GitSync's status.
+type Status struct {
+	Phase              string             `json:"phase,omitempty"`
+	Message            string             `json:"message,omitempty"`
+	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+	Conditions         []metav1.Condition `json:"conditions,omitempty"`
+	CommitStatus       *CommitStatus      `json:"commitStatus,omitempty"`
+}
+
+// CommitStatus says which commit was synced.
+type CommitStatus struct {
+	Hash     string       `json:"hash,omitempty"`
+	Synced   bool         `json:"synced"`
+	SyncTime *metav1.Time `json:"syncTime,omitempty"`
+	Error    string       `json:"error,omitempty"`
+}
+
+// maxMessage bounds the messages written (the CRD allows 32768).
+const maxMessage = 4096
+
+func clip(s string) string {
+	if len(s) > maxMessage {
+		return s[:maxMessage-3] + "..."
+	}
+	return s
+}
+
+// mutation changes a status; now is the time it is applied.
+type mutation func(s *Status, now time.Time)
+
+func setCondition(s *Status, typ string, ok bool, reason, msg string, gen int64, now time.Time) {
+	st := metav1.ConditionFalse
+	if ok {
+		st = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
+		Type: typ, Status: st, Reason: reason, Message: clip(msg), ObservedGeneration: gen,
+		LastTransitionTime: metav1.NewTime(now),
+	})
+}
+
+// invalid: the spec cannot be watched.
+func invalid(gen int64, err error) mutation {
+	return func(s *Status, now time.Time) {
+		s.Phase, s.Message, s.ObservedGeneration = PhaseFailed, clip(err.Error()), gen
+		setCondition(s, ConditionConfigured, false, "InvalidSpec", err.Error(), gen, now)
+	}
+}
+
+// notApplicable: the GitSync is for another cluster.
+func notApplicable(gen int64, msg string) mutation {
+	return func(s *Status, now time.Time) {
+		s.Phase, s.Message, s.ObservedGeneration = PhaseNotApplicable, msg, gen
+		setCondition(s, ConditionConfigured, false, "NotApplicable", msg, gen, now)
+	}
+}
+
+// accepted: the spec is valid and watched; a GitSync that was not synced
+// yet (or was invalid) is Pending.
+func accepted(gen int64) mutation {
+	return func(s *Status, now time.Time) {
+		c := meta.FindStatusCondition(s.Conditions, ConditionConfigured)
+		if s.Phase == "" || s.Phase == PhaseNotApplicable || (c != nil && c.Status == metav1.ConditionFalse) {
+			s.Phase, s.Message = PhasePending, "waiting for the first sync"
+		}
+		s.ObservedGeneration = gen
+		setCondition(s, ConditionConfigured, true, "Watched", "the spec is valid and watched", gen, now)
+	}
+}
+
+// synced: commit is applied (or its path did not change).
+func synced(gen int64, commit, msg string) mutation {
+	return func(s *Status, now time.Time) {
+		s.Phase, s.Message, s.ObservedGeneration = PhaseRunning, clip(msg), gen
+		if s.CommitStatus == nil || s.CommitStatus.Hash != commit || !s.CommitStatus.Synced || s.CommitStatus.Error != "" {
+			t := metav1.NewTime(now)
+			s.CommitStatus = &CommitStatus{Hash: commit, Synced: true, SyncTime: &t}
+		}
+		setCondition(s, ConditionSynced, true, "Synced", msg, gen, now)
+	}
+}
+
+// failed: the commit (if known) could not be synced.
+func failed(gen int64, commit, reason string, err error) mutation {
+	return func(s *Status, now time.Time) {
+		s.Phase, s.Message, s.ObservedGeneration = PhaseFailed, clip(err.Error()), gen
+		cs := CommitStatus{Hash: commit, Error: clip(err.Error())}
+		if commit == "" && s.CommitStatus != nil {
+			cs.Hash = s.CommitStatus.Hash
+		}
+		if s.CommitStatus == nil || s.CommitStatus.Hash != cs.Hash || s.CommitStatus.Synced || s.CommitStatus.Error != cs.Error {
+			s.CommitStatus = &cs
+		}
+		setCondition(s, ConditionSynced, false, reason, err.Error(), gen, now)
+	}
+}
+
+// eventMutation turns a watcher event about a GitSync into a status
+// mutation; ok is false for events that do not change the status.
+func eventMutation(e watcher.Event) (m mutation, ok bool) {
+	if e.Target == nil {
+		return nil, false
+	}
+	p, _ := e.Target.Payload.(Payload)
+	gen := p.Generation
+	switch e.Type {
+	case watcher.EventDelivered:
+		msg := "applied " + short(e.Commit)
+		if e.Result != nil {
+			msg += ": " + fmt.Sprint(e.Result)
+		}
+		return synced(gen, e.Commit, msg), true
+	case watcher.EventUpToDate:
+		return synced(gen, e.Commit, "the path is unchanged at "+short(e.Commit)), true
+	case watcher.EventDeliveryFailed:
+		return failed(gen, e.Commit, "ApplyFailed", e.Err), true
+	case watcher.EventTargetFailed:
+		return failed(gen, e.Commit, "SyncFailed", e.Err), true
+	case watcher.EventInvalidTarget:
+		return invalid(gen, e.Err), true
+	case watcher.EventRefVanished:
+		return failed(gen, "", "RefVanished", fmt.Errorf("the revision's ref is gone from the repository; %s stays applied", short(e.Commit))), true
+	}
+	return nil, false
+}
+
+func short(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}
+
+// decodeStatus reads the status of an object.
+func decodeStatus(obj map[string]any) (Status, error) {
+	var s Status
+	raw, _ := obj["status"].(map[string]any)
+	if raw == nil {
+		return s, nil
+	}
+	err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &s)
+	return s, err
+}
+
+// sameStatus compares two statuses without their times.
+func sameStatus(a, b Status) bool {
+	strip := func(s Status) Status {
+		s.Conditions = append([]metav1.Condition(nil), s.Conditions...)
+		for i := range s.Conditions {
+			s.Conditions[i].LastTransitionTime = metav1.Time{}
+		}
+		if s.CommitStatus != nil {
+			cs := *s.CommitStatus
+			cs.SyncTime = nil
+			s.CommitStatus = &cs
+		}
+		return s
+	}
+	return apiequality.Semantic.DeepEqual(strip(a), strip(b))
+}
+
+// idOf and keyOf map GitSyncs to target IDs and back.
+func idOf(namespace, name string) string { return "gitsync/" + namespace + "/" + name }
+
+func keyOf(id string) (namespace, name string, ok bool) {
+	rest, ok := strings.CutPrefix(id, "gitsync/")
+	if !ok {
+		return "", "", false
+	}
+	namespace, name, ok = strings.Cut(rest, "/")
+	return namespace, name, ok && name != "" && !strings.Contains(name, "/")
+}
