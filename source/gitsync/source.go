@@ -57,6 +57,7 @@ type Source struct {
 	cfg     atomic.Pointer[Config]
 	log     logr.Logger
 	timeout time.Duration
+	refresh time.Duration
 	dirty   chan struct{}
 
 	mu      sync.Mutex
@@ -85,10 +86,16 @@ func WithLogger(l logr.Logger) Option { return func(s *Source) { s.log = l } }
 // WithTimeout bounds each status write. Default 30s.
 func WithTimeout(d time.Duration) Option { return func(s *Source) { s.timeout = d } }
 
+// WithRefreshInterval sets how often the target set is handed to the
+// watcher again although no GitSync changed, so that credentials read from
+// Secrets are resolved again (a rotated Secret is used within this
+// interval). 0 turns it off. Default 1m.
+func WithRefreshInterval(d time.Duration) Option { return func(s *Source) { s.refresh = d } }
+
 // New returns a source of the GitSyncs dyn reaches.
 func New(dyn dynamic.Interface, cfg Config, opts ...Option) *Source {
 	s := &Source{
-		dyn: dyn, log: logr.Discard(), timeout: 30 * time.Second,
+		dyn: dyn, log: logr.Discard(), timeout: 30 * time.Second, refresh: time.Minute,
 		dirty: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		pending: map[string][]mutation{}, written: map[string]written{},
 	}
@@ -136,6 +143,7 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 	s.mu.Lock()
 	s.store = inf.GetStore()
 	s.mu.Unlock()
+	s.Refresh() // the first set, even when there is no GitSync
 
 	done := make(chan struct{})
 	go func() {
@@ -143,13 +151,20 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 		s.writeStatuses(ctx)
 	}()
 	defer func() { <-done }()
+	var tick <-chan time.Time
+	if s.refresh > 0 {
+		ticker := time.NewTicker(s.refresh)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-tick:
 		case <-s.dirty:
-			update(s.targets(inf.GetStore().List()))
 		}
+		update(s.targets(inf.GetStore().List()))
 	}
 }
 

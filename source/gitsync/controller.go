@@ -1,0 +1,309 @@
+package gitsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/modwatch/modwatch/gitutil"
+)
+
+// ControllerConfig is Numaplane's controller configuration file. Keys it
+// does not know are accepted (see [ParseControllerConfig]), so an existing
+// Numaplane controller ConfigMap works unchanged.
+type ControllerConfig struct {
+	ClusterName string `json:"clusterName,omitempty"`
+	// SyncTimeIntervalMs is the poll interval.
+	SyncTimeIntervalMs int64 `json:"syncTimeIntervalMs,omitempty"`
+	// PersistentRepoClonePath is the mirror cache directory.
+	PersistentRepoClonePath string `json:"persistentRepoClonePath,omitempty"`
+	// CascadeDeletion deletes a GitSync's objects with it.
+	CascadeDeletion bool `json:"cascadeDeletion,omitempty"`
+	// AutoHealDisabled turns off the periodic resync that corrects drift.
+	AutoHealDisabled bool             `json:"autoHealDisabled,omitempty"`
+	RepoCredentials  []RepoCredential `json:"repoCredentials,omitempty"`
+}
+
+// RepoCredential is how to reach the repositories under URL (a prefix of
+// normalised repository URLs: https, ssh and scp-like forms all match).
+type RepoCredential struct {
+	URL            string          `json:"url"`
+	HTTPCredential *HTTPCredential `json:"httpCredential,omitempty"`
+	SSHCredential  *SSHCredential  `json:"sshCredential,omitempty"`
+	TLS            *TLS            `json:"tls,omitempty"`
+}
+
+// HTTPCredential is a user and password (or token) for HTTPS.
+type HTTPCredential struct {
+	Username string        `json:"username,omitempty"`
+	Password *SecretSource `json:"password,omitempty"`
+}
+
+// SSHCredential is an SSH key, and (added to Numaplane's) the known_hosts
+// that SSH checks the server against.
+type SSHCredential struct {
+	SSHKey     *SecretSource `json:"SSHKey,omitempty"`
+	KnownHosts *SecretSource `json:"knownHosts,omitempty"`
+}
+
+// TLS is HTTPS verification; CACertificate (added to Numaplane's) is a PEM
+// bundle trusted for the repositories.
+type TLS struct {
+	InsecureSkipVerify bool          `json:"insecureSkipVerify,omitempty"`
+	CACertificate      *SecretSource `json:"caCertificate,omitempty"`
+}
+
+// SecretSource says where a secret value is.
+type SecretSource struct {
+	FromKubernetesSecret *SecretKeyRef `json:"fromKubernetesSecret,omitempty"`
+	FromFile             *FileKeyRef   `json:"fromFile,omitempty"`
+}
+
+// SecretKeyRef is a key of a Secret.
+type SecretKeyRef struct {
+	Name      string `json:"name"`
+	Key       string `json:"key"`
+	Namespace string `json:"namespace"`
+}
+
+// FileKeyRef is a key of a JSON or YAML file holding a map.
+type FileKeyRef struct {
+	JSONFilePath string `json:"jsonFilePath,omitempty"`
+	YAMLFilePath string `json:"yamlFilePath,omitempty"`
+	Key          string `json:"key"`
+}
+
+// ErrInvalidConfig is returned (wrapped) for a controller configuration
+// that cannot be used.
+var ErrInvalidConfig = errors.New("gitsync: invalid controller configuration")
+
+// knownKeys are the controller configuration's keys this package reads.
+// Numaplane's others (logLevel, includedResources, automatedSyncDisabled,
+// ...) are returned as ignored, for the caller to log.
+var knownKeys = []string{"clusterName", "syncTimeIntervalMs", "persistentRepoClonePath", "cascadeDeletion",
+	"autoHealDisabled", "repoCredentials"}
+
+// ParseControllerConfig reads a controller configuration (YAML or JSON)
+// and checks it. ignored lists the top-level keys it does not use, for the
+// caller to log once.
+func ParseControllerConfig(data []byte) (cfg *ControllerConfig, ignored []string, err error) {
+	var raw map[string]any
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	for k := range raw {
+		if !slices.Contains(knownKeys, k) {
+			ignored = append(ignored, k)
+		}
+	}
+	sort.Strings(ignored)
+	cfg = &ControllerConfig{}
+	if err := yaml.Unmarshal(data, cfg); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	return cfg, ignored, nil
+}
+
+// Validate checks the configuration and says which field is wrong.
+func (c *ControllerConfig) Validate() error {
+	if c.SyncTimeIntervalMs < 0 {
+		return fmt.Errorf("%w: syncTimeIntervalMs is negative", ErrInvalidConfig)
+	}
+	var prefixes []string
+	for i, rc := range c.RepoCredentials {
+		at := fmt.Sprintf("repoCredentials[%d]", i)
+		prefixes = append(prefixes, rc.URL)
+		if rc.HTTPCredential == nil && rc.SSHCredential == nil && rc.TLS == nil {
+			return fmt.Errorf("%w: %s: no httpCredential, sshCredential or tls", ErrInvalidConfig, at)
+		}
+		for name, src := range rc.sources() {
+			if err := src.validate(); err != nil {
+				return fmt.Errorf("%w: %s.%s: %w", ErrInvalidConfig, at, name, err)
+			}
+		}
+	}
+	if _, err := gitutil.NewURLPrefixes(prefixes); err != nil {
+		return fmt.Errorf("%w: repoCredentials: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// Interval is the poll interval.
+func (c *ControllerConfig) Interval() time.Duration {
+	return time.Duration(c.SyncTimeIntervalMs) * time.Millisecond
+}
+
+func (rc RepoCredential) sources() map[string]*SecretSource {
+	m := map[string]*SecretSource{}
+	if h := rc.HTTPCredential; h != nil && h.Password != nil {
+		m["httpCredential.password"] = h.Password
+	}
+	if s := rc.SSHCredential; s != nil {
+		if s.SSHKey != nil {
+			m["sshCredential.SSHKey"] = s.SSHKey
+		}
+		if s.KnownHosts != nil {
+			m["sshCredential.knownHosts"] = s.KnownHosts
+		}
+	}
+	if t := rc.TLS; t != nil && t.CACertificate != nil {
+		m["tls.caCertificate"] = t.CACertificate
+	}
+	return m
+}
+
+func (s *SecretSource) validate() error {
+	switch {
+	case s.FromKubernetesSecret != nil && s.FromFile != nil:
+		return errors.New("both fromKubernetesSecret and fromFile are set")
+	case s.FromKubernetesSecret != nil:
+		r := s.FromKubernetesSecret
+		if r.Name == "" || r.Key == "" || r.Namespace == "" {
+			return errors.New("fromKubernetesSecret needs name, key and namespace")
+		}
+	case s.FromFile != nil:
+		f := s.FromFile
+		if (f.JSONFilePath == "") == (f.YAMLFilePath == "") || f.Key == "" {
+			return errors.New("fromFile needs one of jsonFilePath and yamlFilePath, and key")
+		}
+	default:
+		return errors.New("neither fromKubernetesSecret nor fromFile is set")
+	}
+	return nil
+}
+
+// Credentials resolves repository credentials from a controller
+// configuration, reading Secrets and files at each resolution, so that a
+// rotated Secret is used as soon as the watcher resolves again (see
+// [Source.Refresh]). It is a [gitutil.CredentialResolver].
+type Credentials struct {
+	kube kubernetes.Interface
+	cur  atomic.Pointer[credSet]
+}
+
+type credSet struct {
+	creds    []RepoCredential
+	prefixes *gitutil.URLPrefixes
+}
+
+var _ gitutil.CredentialResolver = (*Credentials)(nil)
+
+// NewCredentials returns a resolver of cfg's repoCredentials, reading
+// Secrets through kube (which may be nil when no Secret is named).
+func NewCredentials(kube kubernetes.Interface, cfg *ControllerConfig) (*Credentials, error) {
+	c := &Credentials{kube: kube}
+	return c, c.Set(cfg)
+}
+
+// Set replaces the credentials (a reloaded configuration).
+func (c *Credentials) Set(cfg *ControllerConfig) error {
+	var prefixes []string
+	for _, rc := range cfg.RepoCredentials {
+		prefixes = append(prefixes, rc.URL)
+	}
+	p, err := gitutil.NewURLPrefixes(prefixes)
+	if err != nil {
+		return fmt.Errorf("%w: repoCredentials: %w", ErrInvalidConfig, err)
+	}
+	c.cur.Store(&credSet{creds: slices.Clone(cfg.RepoCredentials), prefixes: p})
+	return nil
+}
+
+// Resolve returns the credentials of the longest prefix matching repoURL,
+// nil when none matches. The error names the Secret or file and the key,
+// never a value.
+func (c *Credentials) Resolve(ctx context.Context, repoURL string) (*gitutil.Auth, error) {
+	set := c.cur.Load()
+	i, err := set.prefixes.Match(repoURL)
+	if err != nil || i < 0 {
+		return nil, err
+	}
+	rc := set.creds[i]
+	auth := &gitutil.Auth{}
+	read := func(name string, s *SecretSource) ([]byte, error) {
+		v, err := c.read(ctx, s)
+		if err != nil {
+			return nil, fmt.Errorf("gitsync: credentials %q %s: %w", rc.URL, name, err)
+		}
+		return v, nil
+	}
+	if h := rc.HTTPCredential; h != nil {
+		auth.Username = h.Username
+		if h.Password != nil {
+			v, err := read("httpCredential.password", h.Password)
+			if err != nil {
+				return nil, err
+			}
+			auth.Password = string(v)
+		}
+	}
+	if s := rc.SSHCredential; s != nil {
+		if s.SSHKey != nil {
+			if auth.SSHPrivateKey, err = read("sshCredential.SSHKey", s.SSHKey); err != nil {
+				return nil, err
+			}
+		}
+		if s.KnownHosts != nil {
+			if auth.KnownHosts, err = read("sshCredential.knownHosts", s.KnownHosts); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if t := rc.TLS; t != nil {
+		auth.InsecureSkipTLSVerify = t.InsecureSkipVerify
+		if t.CACertificate != nil {
+			if auth.CABundle, err = read("tls.caCertificate", t.CACertificate); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return auth, nil
+}
+
+func (c *Credentials) read(ctx context.Context, s *SecretSource) ([]byte, error) {
+	if r := s.FromKubernetesSecret; r != nil {
+		if c.kube == nil {
+			return nil, errors.New("no Kubernetes client to read Secrets with")
+		}
+		sec, err := c.kube.CoreV1().Secrets(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("secret %s/%s not found", r.Namespace, r.Name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("secret %s/%s: %w", r.Namespace, r.Name, err)
+		}
+		v, ok := sec.Data[r.Key]
+		if !ok {
+			return nil, fmt.Errorf("secret %s/%s has no key %q", r.Namespace, r.Name, r.Key)
+		}
+		return v, nil
+	}
+	f := s.FromFile
+	path := f.JSONFilePath + f.YAMLFilePath
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%s: not a JSON or YAML map", path)
+	}
+	v, ok := m[f.Key].(string)
+	if !ok {
+		return nil, fmt.Errorf("%s has no string key %q", path, f.Key)
+	}
+	return []byte(v), nil
+}
