@@ -80,19 +80,77 @@ func New(path string, opts ...Option) *Source {
 // Run watches the file until ctx is done. It fails at once when the file's
 // directory cannot be watched.
 func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
+	var good []watcher.Target
+	return WatchFile(ctx, s.path, s.debounce, s.log, func(data []byte, err error) {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			good = nil
+			s.log.Info("configuration removed: no targets", "path", s.path)
+			update(nil)
+			s.onReload(Reload{Removed: true})
+			return
+		case err != nil:
+			err = fmt.Errorf("configmap: read %s: %w", s.path, err)
+			s.log.Error(err, "configuration kept")
+			s.onReload(Reload{Targets: good, Err: err})
+			return
+		}
+		targets, err := Parse(data, s.prefix)
+		if err != nil {
+			err = fmt.Errorf("%s: %w", s.path, err)
+			s.log.Error(err, "configuration not used; the last good one stays", "targets", len(good))
+			s.onReload(Reload{Targets: good, Err: err})
+			return
+		}
+		good = targets
+		s.log.Info("configuration loaded", "path", s.path, "targets", len(targets))
+		update(targets)
+		s.onReload(Reload{Targets: targets})
+	})
+}
+
+// WatchFile calls onChange with the content of the file at path when it
+// starts and each time the content changes, until ctx is done; err is
+// fs.ErrNotExist (wrapped) while there is no file, or why it could not be
+// read. It watches the file's directory with fsnotify, so that it sees the
+// file replaced in any way (the kubelet's ..data symlink swap, an editor's
+// rename, a plain write), and reads the file once the directory has been
+// quiet for debounce. It fails at once when the directory cannot be
+// watched. onChange is called from WatchFile's goroutine.
+func WatchFile(ctx context.Context, path string, debounce time.Duration, log logr.Logger, onChange func(data []byte, err error)) error {
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("configmap: %w", err)
 	}
 	defer fw.Close()
-	dir := filepath.Dir(s.path)
+	dir := filepath.Dir(path)
 	if err := fw.Add(dir); err != nil {
 		return fmt.Errorf("configmap: watch %s: %w", dir, err)
 	}
 
-	st := &state{}
-	s.reload(st, update)
-	timer := time.NewTimer(s.debounce)
+	var (
+		read    bool   // the file was read at least once
+		missing bool   // it was missing then
+		last    []byte // what was read
+	)
+	reload := func() {
+		data, err := os.ReadFile(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if read && missing {
+				return
+			}
+			read, missing, last = true, true, nil
+		case err != nil:
+		case read && !missing && bytes.Equal(data, last):
+			return
+		default:
+			read, missing, last = true, false, data
+		}
+		onChange(data, err)
+	}
+	reload()
+	timer := time.NewTimer(debounce)
 	timer.Stop()
 	defer timer.Stop()
 	for {
@@ -105,59 +163,16 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 			}
 			// Any event in the directory may be the file changing (through a
 			// symlink swap it is not even named): read it once things settle.
-			timer.Reset(s.debounce)
+			timer.Reset(debounce)
 		case err, ok := <-fw.Errors:
 			if !ok {
 				return nil
 			}
 			// An overflow loses events: read the file to be sure.
-			s.log.Error(err, "watching the configuration", "dir", dir)
-			timer.Reset(s.debounce)
+			log.Error(err, "watching a file", "dir", dir)
+			timer.Reset(debounce)
 		case <-timer.C:
-			s.reload(st, update)
+			reload()
 		}
 	}
-}
-
-// state is what the last reading found.
-type state struct {
-	read    bool   // the file was read at least once
-	content []byte // the last content read (nil: no file)
-	good    []watcher.Target
-}
-
-// reload reads the file and, if its content changed, parses it.
-func (s *Source) reload(st *state, update func([]watcher.Target)) {
-	data, err := os.ReadFile(s.path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		if st.read && st.content == nil {
-			return
-		}
-		st.read, st.content, st.good = true, nil, nil
-		s.log.Info("configuration removed: no targets", "path", s.path)
-		update(nil)
-		s.onReload(Reload{Removed: true})
-		return
-	case err != nil:
-		err = fmt.Errorf("configmap: read %s: %w", s.path, err)
-		s.log.Error(err, "configuration kept")
-		s.onReload(Reload{Targets: st.good, Err: err})
-		return
-	}
-	if st.read && st.content != nil && bytes.Equal(data, st.content) {
-		return
-	}
-	st.read, st.content = true, data
-	targets, err := Parse(data, s.prefix)
-	if err != nil {
-		err = fmt.Errorf("%s: %w", s.path, err)
-		s.log.Error(err, "configuration not used; the last good one stays", "targets", len(st.good))
-		s.onReload(Reload{Targets: st.good, Err: err})
-		return
-	}
-	st.good = targets
-	s.log.Info("configuration loaded", "path", s.path, "targets", len(targets))
-	update(targets)
-	s.onReload(Reload{Targets: targets})
 }
