@@ -14,18 +14,15 @@
 package configmap
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 
+	"github.com/modwatch/modwatch/internal/filewatch"
 	"github.com/modwatch/modwatch/watcher"
 )
 
@@ -81,7 +78,7 @@ func New(path string, opts ...Option) *Source {
 // directory cannot be watched.
 func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 	var good []watcher.Target
-	return WatchFile(ctx, s.path, s.debounce, s.log, func(data []byte, err error) {
+	return filewatch.Watch(ctx, s.path, s.debounce, s.log, func(data []byte, err error) {
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			good = nil
@@ -107,72 +104,4 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 		update(targets)
 		s.onReload(Reload{Targets: targets})
 	})
-}
-
-// WatchFile calls onChange with the content of the file at path when it
-// starts and each time the content changes, until ctx is done; err is
-// fs.ErrNotExist (wrapped) while there is no file, or why it could not be
-// read. It watches the file's directory with fsnotify, so that it sees the
-// file replaced in any way (the kubelet's ..data symlink swap, an editor's
-// rename, a plain write), and reads the file once the directory has been
-// quiet for debounce. It fails at once when the directory cannot be
-// watched. onChange is called from WatchFile's goroutine.
-func WatchFile(ctx context.Context, path string, debounce time.Duration, log logr.Logger, onChange func(data []byte, err error)) error {
-	fw, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("configmap: %w", err)
-	}
-	defer fw.Close()
-	dir := filepath.Dir(path)
-	if err := fw.Add(dir); err != nil {
-		return fmt.Errorf("configmap: watch %s: %w", dir, err)
-	}
-
-	var (
-		read    bool   // the file was read at least once
-		missing bool   // it was missing then
-		last    []byte // what was read
-	)
-	reload := func() {
-		data, err := os.ReadFile(path)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			if read && missing {
-				return
-			}
-			read, missing, last = true, true, nil
-		case err != nil:
-		case read && !missing && bytes.Equal(data, last):
-			return
-		default:
-			read, missing, last = true, false, data
-		}
-		onChange(data, err)
-	}
-	reload()
-	timer := time.NewTimer(debounce)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case _, ok := <-fw.Events:
-			if !ok {
-				return nil
-			}
-			// Any event in the directory may be the file changing (through a
-			// symlink swap it is not even named): read it once things settle.
-			timer.Reset(debounce)
-		case err, ok := <-fw.Errors:
-			if !ok {
-				return nil
-			}
-			// An overflow loses events: read the file to be sure.
-			log.Error(err, "watching a file", "dir", dir)
-			timer.Reset(debounce)
-		case <-timer.C:
-			reload()
-		}
-	}
 }

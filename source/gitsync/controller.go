@@ -10,12 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/filewatch"
 )
 
 // ControllerConfig is Numaplane's controller configuration file. Keys it
@@ -306,4 +308,34 @@ func (c *Credentials) read(ctx context.Context, s *SecretSource) ([]byte, error)
 		return nil, fmt.Errorf("%s has no string key %q", path, f.Key)
 	}
 	return []byte(v), nil
+}
+
+// FollowConfig keeps src and creds in step with the controller
+// configuration file at path until ctx is done: a changed file changes the
+// credentials, the cluster name and the interval at once (the namespace
+// watched stays). A file that cannot be read or parsed leaves the last
+// good configuration in place and is logged.
+func FollowConfig(ctx context.Context, path string, src *Source, creds *Credentials, log logr.Logger) error {
+	first := true
+	return filewatch.Watch(ctx, path, 100*time.Millisecond, log, func(data []byte, err error) {
+		if first {
+			first = false // what the caller started with
+			return
+		}
+		var cfg *ControllerConfig
+		if err == nil {
+			cfg, _, err = ParseControllerConfig(data)
+		}
+		if err == nil {
+			err = creds.Set(cfg)
+		}
+		if err != nil {
+			log.Error(fmt.Errorf("%s: %w", path, err), "configuration not reloaded; the last good one stays")
+			return
+		}
+		cur := *src.cfg.Load()
+		cur.ClusterName, cur.Interval = cfg.ClusterName, cfg.Interval()
+		src.SetConfig(cur)
+		log.Info("configuration reloaded", "path", path)
+	})
 }

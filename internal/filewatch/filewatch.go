@@ -1,0 +1,86 @@
+// Package filewatch follows a file that may be replaced in any way: the
+// kubelet's update of a mounted ConfigMap, an editor's rename, a plain
+// write. The configuration sources share it.
+package filewatch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/go-logr/logr"
+)
+
+// Watch calls onChange with the content of the file at path when it
+// starts and each time the content changes, until ctx is done; err is
+// fs.ErrNotExist (wrapped) while there is no file, or why it could not be
+// read. It watches the file's directory with fsnotify, so that it sees the
+// file replaced in any way (the kubelet's ..data symlink swap, an editor's
+// rename, a plain write), and reads the file once the directory has been
+// quiet for debounce. It fails at once when the directory cannot be
+// watched. onChange is called from WatchFile's goroutine.
+func Watch(ctx context.Context, path string, debounce time.Duration, log logr.Logger, onChange func(data []byte, err error)) error {
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("filewatch: %w", err)
+	}
+	defer fw.Close()
+	dir := filepath.Dir(path)
+	if err := fw.Add(dir); err != nil {
+		return fmt.Errorf("filewatch: watch %s: %w", dir, err)
+	}
+
+	var (
+		read    bool   // the file was read at least once
+		missing bool   // it was missing then
+		last    []byte // what was read
+	)
+	reload := func() {
+		data, err := os.ReadFile(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if read && missing {
+				return
+			}
+			read, missing, last = true, true, nil
+		case err != nil:
+		case read && !missing && bytes.Equal(data, last):
+			return
+		default:
+			read, missing, last = true, false, data
+		}
+		onChange(data, err)
+	}
+	reload()
+	timer := time.NewTimer(debounce)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-fw.Events:
+			if !ok {
+				return nil
+			}
+			// Any event in the directory may be the file changing (through a
+			// symlink swap it is not even named): read it once things settle.
+			timer.Reset(debounce)
+		case err, ok := <-fw.Errors:
+			if !ok {
+				return nil
+			}
+			// An overflow loses events: read the file to be sure.
+			log.Error(err, "watching a file", "dir", dir)
+			timer.Reset(debounce)
+		case <-timer.C:
+			reload()
+		}
+	}
+}

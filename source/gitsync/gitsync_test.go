@@ -1,0 +1,356 @@
+package gitsync_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/internal/testenv"
+	"github.com/modwatch/modwatch/sink/apply"
+	"github.com/modwatch/modwatch/source/gitsync"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+// harness runs a GitSync source into the apply sink in one namespace.
+type harness struct {
+	t   *testing.T
+	ns  string
+	w   *watcher.Watcher
+	obs *watchertest.Observer
+	src *gitsync.Source
+}
+
+func newHarness(t *testing.T, cluster string, applyCfg apply.Config, creds gitutil.CredentialResolver) *harness {
+	t.Helper()
+	h := &harness{t: t, ns: env.Namespace(t), obs: watchertest.NewObserver()}
+	h.src = gitsync.New(env.Dynamic, gitsync.Config{Namespace: h.ns, ClusterName: cluster}, gitsync.WithRefreshInterval(200*time.Millisecond))
+	applyCfg.InventoryNamespace = h.ns
+	sink, err := apply.New(env.Config, applyCfg)
+	require.NoError(t, err)
+	opts := []watcher.Option{
+		watcher.WithCacheDir(t.TempDir()), watcher.WithInterval(time.Hour),
+		watcher.WithRetryBackoff(10*time.Millisecond, 200*time.Millisecond),
+		watcher.WithObserver(h.obs, h.src.Observer()),
+	}
+	if creds != nil {
+		opts = append(opts, watcher.WithCredentials(creds))
+	}
+	h.w = watcher.New(opts...)
+	require.NoError(t, h.w.Route(h.src, sink))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return")
+		}
+	})
+	return h
+}
+
+func (h *harness) create(name string, spec map[string]any) {
+	h.t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "numaplane.numaproj.io/v1alpha1", "kind": "GitSync",
+		"metadata": map[string]any{"name": name, "namespace": h.ns},
+		"spec":     spec,
+	}}
+	_, err := env.Dynamic.Resource(gitsync.GVR).Namespace(h.ns).Create(context.Background(), u, metav1.CreateOptions{})
+	require.NoError(h.t, err)
+}
+
+func (h *harness) setSpec(name string, spec map[string]any) {
+	h.t.Helper()
+	client := env.Dynamic.Resource(gitsync.GVR).Namespace(h.ns)
+	u, err := client.Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(h.t, err)
+	u.Object["spec"] = spec
+	_, err = client.Update(context.Background(), u, metav1.UpdateOptions{})
+	require.NoError(h.t, err)
+}
+
+// waitStatus watches the GitSync until its status satisfies ok.
+func (h *harness) waitStatus(name, what string, ok func(gitsync.Status) bool) gitsync.Status {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := env.Dynamic.Resource(gitsync.GVR).Namespace(h.ns)
+	read := func(u *unstructured.Unstructured) gitsync.Status {
+		var st gitsync.Status
+		raw, _ := u.Object["status"].(map[string]any)
+		require.NoError(h.t, runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st))
+		return st
+	}
+	u, err := client.Get(ctx, name, metav1.GetOptions{})
+	require.NoError(h.t, err)
+	if st := read(u); ok(st) {
+		return st
+	}
+	wi, err := client.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: u.GetResourceVersion()})
+	require.NoError(h.t, err)
+	defer wi.Stop()
+	last := read(u)
+	for {
+		select {
+		case ev, open := <-wi.ResultChan():
+			require.True(h.t, open, "watch ended waiting for %s", what)
+			if ev.Type != watch.Modified {
+				continue
+			}
+			if last = read(ev.Object.(*unstructured.Unstructured)); ok(last) {
+				return last
+			}
+		case <-ctx.Done():
+			h.t.Fatalf("timed out waiting for %s; status is %+v", what, last)
+		}
+	}
+}
+
+func syncedAt(commit string) func(gitsync.Status) bool {
+	return func(s gitsync.Status) bool {
+		return s.Phase == gitsync.PhaseRunning && s.CommitStatus != nil && s.CommitStatus.Hash == commit && s.CommitStatus.Synced
+	}
+}
+
+func cm(name, value string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\ndata:\n  value: %q\n", name, value)
+}
+
+func (h *harness) value(name string) (string, bool) {
+	c, err := env.Kube.CoreV1().ConfigMaps(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", false
+	}
+	require.NoError(h.t, err)
+	return c.Data["value"], true
+}
+
+func spec(url, path string, ns string) map[string]any {
+	return map[string]any{"repoUrl": url, "path": path, "targetRevision": "main",
+		"destination": map[string]any{"cluster": "staging-1", "namespace": ns}}
+}
+
+func TestGitSyncIsAppliedAndItsStatusWritten(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", gittest.File("apps/web/a.yaml", cm("a", "1")), gittest.File("apps/web/b.yaml", cm("b", "1")), gittest.File("docs/README", "x"))
+	h := newHarness(t, "staging-1", apply.Config{}, nil)
+	h.create("web", spec(repo.URL(), "apps/web", h.ns))
+
+	st := h.waitStatus("web", "synced at c1", syncedAt(c1))
+	assert.Empty(t, st.CommitStatus.Error)
+	require.NotNil(t, st.CommitStatus.SyncTime)
+	synced := findCondition(st, gitsync.ConditionSynced)
+	require.NotNil(t, synced)
+	assert.Equal(t, metav1.ConditionTrue, synced.Status)
+	assert.Equal(t, int64(1), st.ObservedGeneration)
+	v, _ := h.value("a")
+	assert.Equal(t, "1", v)
+
+	c2 := repo.Commit(t, "bump a", gittest.File("apps/web/a.yaml", cm("a", "2")))
+	h.w.Trigger(repo.URL())
+	h.waitStatus("web", "synced at c2", syncedAt(c2))
+	v, _ = h.value("a")
+	assert.Equal(t, "2", v)
+
+	delivered := h.obs.Count(watchertest.Is(watcher.EventDelivered, "gitsync/"+h.ns+"/web"))
+	c3 := repo.Commit(t, "docs", gittest.File("docs/README", "y"))
+	h.w.Trigger(repo.URL())
+	h.waitStatus("web", "synced at c3 (the path is unchanged)", syncedAt(c3))
+	assert.Equal(t, delivered, h.obs.Count(watchertest.Is(watcher.EventDelivered, "gitsync/"+h.ns+"/web")), "nothing applied")
+
+	c4 := repo.Commit(t, "drop b", gittest.Delete("apps/web/b.yaml"))
+	h.w.Trigger(repo.URL())
+	h.waitStatus("web", "synced at c4", syncedAt(c4))
+	_, exists := h.value("b")
+	assert.False(t, exists, "a manifest deleted in git is pruned")
+}
+
+func findCondition(s gitsync.Status, typ string) *metav1.Condition {
+	for i := range s.Conditions {
+		if s.Conditions[i].Type == typ {
+			return &s.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func TestInvalidAndNotApplicableGitSyncs(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
+	h := newHarness(t, "staging-1", apply.Config{}, nil)
+
+	bad := spec(repo.URL(), "../outside", h.ns)
+	h.create("bad", bad)
+	other := spec(repo.URL(), "", h.ns)
+	other["destination"] = map[string]any{"cluster": "prod-1"}
+	h.create("other", other)
+	h.create("good", spec(repo.URL(), "", h.ns))
+
+	st := h.waitStatus("bad", "Failed", func(s gitsync.Status) bool { return s.Phase == gitsync.PhaseFailed })
+	assert.Contains(t, st.Message, "path")
+	c := findCondition(st, gitsync.ConditionConfigured)
+	require.NotNil(t, c)
+	assert.Equal(t, "InvalidSpec", c.Reason)
+	st = h.waitStatus("other", "NotApplicable", func(s gitsync.Status) bool { return s.Phase == gitsync.PhaseNotApplicable })
+	assert.Contains(t, st.Message, "prod-1")
+	h.waitStatus("good", "the others are synced", syncedAt(c1))
+
+	h.setSpec("bad", spec(repo.URL(), "", h.ns))
+	st = h.waitStatus("bad", "recovered", syncedAt(c1))
+	assert.Equal(t, int64(2), st.ObservedGeneration)
+	c = findCondition(st, gitsync.ConditionConfigured)
+	assert.Equal(t, metav1.ConditionTrue, c.Status)
+}
+
+func TestTwoGitSyncsOnOneRepositoryShareItsPolls(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/mono")
+	c1 := repo.Commit(t, "init", gittest.File("one/a.yaml", cm("one", "1")), gittest.File("two/a.yaml", cm("two", "1")))
+	h := newHarness(t, "staging-1", apply.Config{}, nil)
+	h.create("one", spec(repo.URL(), "one", h.ns))
+	h.create("two", spec(repo.URL(), "two", h.ns))
+	h.waitStatus("one", "synced", syncedAt(c1))
+	h.waitStatus("two", "synced", syncedAt(c1))
+
+	poll := func() {
+		t0 := time.Now()
+		require.True(t, h.w.Trigger(repo.URL()))
+		h.obs.WaitFor(t, "a poll after the trigger", func(e watcher.Event) bool {
+			return e.Type == watcher.EventPolled && !e.Time.Add(-e.Duration).Before(t0)
+		})
+	}
+	poll() // settle
+	lists := repo.Counts().Lists.Load()
+	for range 3 {
+		poll()
+	}
+	assert.Equal(t, lists+3, repo.Counts().Lists.Load(), "one ref listing per cycle for two GitSyncs")
+}
+
+func TestDeletingAGitSync(t *testing.T) {
+	for _, cascade := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cascade=%v", cascade), func(t *testing.T) {
+			srv := gittest.NewServer(t)
+			repo := srv.NewRepo(t, "platform/apps")
+			c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
+			h := newHarness(t, "staging-1", apply.Config{CascadeDelete: cascade}, nil)
+			h.create("web", spec(repo.URL(), "", h.ns))
+			h.waitStatus("web", "synced", syncedAt(c1))
+
+			require.NoError(t, env.Dynamic.Resource(gitsync.GVR).Namespace(h.ns).Delete(context.Background(), "web", metav1.DeleteOptions{}))
+			h.obs.WaitFor(t, "the target removed", func(e watcher.Event) bool {
+				return e.Type == watcher.EventRemoved && e.Err == nil && e.Target.ID == "gitsync/"+h.ns+"/web"
+			})
+			_, exists := h.value("a")
+			assert.Equal(t, !cascade, exists, "objects are deleted with the GitSync only with cascade deletion")
+		})
+	}
+}
+
+func TestPrivateRepositoryWithCredentialsFromASecret(t *testing.T) {
+	srv := gittest.NewTLSServer(t)
+	srv.SetBasicAuth("deploy", "first-password")
+	repo := srv.NewRepo(t, "private/apps")
+	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
+
+	secretNS := env.Namespace(t)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "git", Namespace: secretNS},
+		Data: map[string][]byte{"password": []byte("first-password"), "ca.crt": srv.CACert()}}
+	_, err := env.Kube.CoreV1().Secrets(secretNS).Create(context.Background(), secret, metav1.CreateOptions{})
+	require.NoError(t, err)
+	cfg, _, err := gitsync.ParseControllerConfig(fmt.Appendf(nil, `
+clusterName: staging-1
+repoCredentials:
+  - url: %s/private
+    httpCredential:
+      username: deploy
+      password: {fromKubernetesSecret: {name: git, key: password, namespace: %s}}
+    tls:
+      caCertificate: {fromKubernetesSecret: {name: git, key: ca.crt, namespace: %s}}
+`, srv.URL(), secretNS, secretNS))
+	require.NoError(t, err)
+	creds, err := gitsync.NewCredentials(env.Kube, cfg)
+	require.NoError(t, err)
+	h := newHarness(t, "staging-1", apply.Config{}, creds)
+	h.create("private", spec(repo.URL(), "", h.ns))
+	h.waitStatus("private", "synced over basic auth", syncedAt(c1))
+
+	// Rotate: the server and the Secret both change.
+	srv.SetBasicAuth("deploy", "second-password")
+	secret.Data["password"] = []byte("second-password")
+	_, err = env.Kube.CoreV1().Secrets(secretNS).Update(context.Background(), secret, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	c2 := repo.Commit(t, "after rotation", gittest.File("a.yaml", cm("a", "2")))
+	deadline := time.Now().Add(30 * time.Second)
+	for !syncedAt(c2)(h.status("private")) && time.Now().Before(deadline) {
+		h.pollOnce(repo.URL())
+	}
+	h.waitStatus("private", "synced after the rotation", syncedAt(c2))
+
+	// A wrong password in the Secret: Failed, and the message holds no secret.
+	secret.Data["password"] = []byte("wrong-password-xyz")
+	_, err = env.Kube.CoreV1().Secrets(secretNS).Update(context.Background(), secret, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	repo.Commit(t, "unreachable", gittest.File("a.yaml", cm("a", "3")))
+	var st gitsync.Status
+	deadline = time.Now().Add(30 * time.Second)
+	for st = h.status("private"); st.Phase != gitsync.PhaseFailed && time.Now().Before(deadline); st = h.status("private") {
+		h.pollOnce(repo.URL())
+	}
+	require.Equal(t, gitsync.PhaseFailed, st.Phase, "%+v", st)
+	for _, secretText := range []string{"wrong-password-xyz", "second-password", "first-password"} {
+		assert.NotContains(t, st.Message, secretText)
+		assert.NotContains(t, st.CommitStatus.Error, secretText)
+		for _, c := range st.Conditions {
+			assert.NotContains(t, c.Message, secretText)
+		}
+	}
+	assert.True(t, strings.Contains(st.Message, "auth") || strings.Contains(st.Message, "401"), st.Message)
+}
+
+// status reads the GitSync's status now.
+func (h *harness) status(name string) gitsync.Status {
+	h.t.Helper()
+	u, err := env.Dynamic.Resource(gitsync.GVR).Namespace(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(h.t, err)
+	var st gitsync.Status
+	raw, _ := u.Object["status"].(map[string]any)
+	require.NoError(h.t, runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st))
+	return st
+}
+
+// pollOnce waits for the source's next refresh of the target set (which
+// resolves credentials again), then for a poll of url after it.
+func (h *harness) pollOnce(url string) {
+	h.t.Helper()
+	t0 := time.Now()
+	h.w.Trigger(url)
+	h.obs.WaitFor(h.t, "a poll", func(e watcher.Event) bool {
+		return e.Type == watcher.EventPolled && !e.Time.Add(-e.Duration).Before(t0)
+	})
+}
