@@ -175,7 +175,7 @@ func (r *remote) poll(ctx context.Context) (err error) {
 		w.emit(Event{Type: EventListed, Remote: r.redacted, Duration: w.opts.clock.Now().Sub(listStart), Err: err})
 		if err != nil {
 			for _, p := range targets {
-				r.fail(p, err)
+				r.fail(ctx, p, err)
 			}
 			return err
 		}
@@ -199,7 +199,7 @@ func (r *remote) poll(ctx context.Context) (err error) {
 				t := p.b.t
 				w.emit(Event{Type: EventRefVanished, Target: &t, Remote: r.redacted, Ref: lastRef, Err: rerr})
 			} else {
-				r.fail(p, rerr)
+				r.fail(ctx, p, rerr)
 			}
 			continue
 		}
@@ -232,7 +232,7 @@ func (r *remote) poll(ctx context.Context) (err error) {
 
 	for _, j := range jobs {
 		if ferr, failed := fetchFailed[j.p.b.key]; failed {
-			r.fail(j.p, ferr)
+			r.fail(ctx, j.p, ferr)
 			continue
 		}
 		r.mu.Lock()
@@ -243,7 +243,7 @@ func (r *remote) poll(ctx context.Context) (err error) {
 		}
 		tree, terr := r.mirror.TreeHash(j.res.Commit, j.p.b.t.Path)
 		if terr != nil {
-			r.fail(j.p, terr)
+			r.fail(ctx, j.p, terr)
 			continue
 		}
 		d := desired{
@@ -297,8 +297,13 @@ func (r *remote) fetch(ctx context.Context, refs map[string]bool, commits []plum
 	return res.Refs, err
 }
 
-// fail reports that a target could not be brought to a commit this cycle.
-func (r *remote) fail(p *polled, err error) {
+// fail reports that a target could not be brought to a commit this cycle,
+// unless the remote is stopping (the failure is then ours, not the
+// target's).
+func (r *remote) fail(ctx context.Context, p *polled, err error) {
+	if ctx.Err() != nil {
+		return
+	}
 	t := p.b.t
 	r.w.emit(Event{Type: EventTargetFailed, Target: &t, Remote: r.redacted, Err: err})
 }

@@ -1,0 +1,136 @@
+package gitsync_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/source/gitsync"
+)
+
+// numaplaneConfig is a controller configuration as Numaplane has it.
+const numaplaneConfig = `clusterName: staging-1
+syncTimeIntervalMs: 30000
+cascadeDeletion: false
+logLevel: 3
+includedResources: "group=apps"
+automatedSyncDisabled: false
+repoCredentials:
+  - url: "git.example.com/platform"
+    httpCredential:
+      username: "deploy"
+      password:
+        fromKubernetesSecret: {name: http-creds, key: password, namespace: watcher-system}
+  - url: "git@git.example.com:infra"
+    sshCredential:
+      SSHKey:
+        fromKubernetesSecret: {name: ssh-creds, key: sshKey, namespace: watcher-system}
+    tls:
+      insecureSkipVerify: false
+`
+
+func TestParseControllerConfig(t *testing.T) {
+	cfg, ignored, err := gitsync.ParseControllerConfig([]byte(numaplaneConfig))
+	require.NoError(t, err)
+	assert.Equal(t, "staging-1", cfg.ClusterName)
+	assert.Equal(t, int64(30000), cfg.SyncTimeIntervalMs)
+	assert.Len(t, cfg.RepoCredentials, 2)
+	assert.Equal(t, "sshKey", cfg.RepoCredentials[1].SSHCredential.SSHKey.FromKubernetesSecret.Key)
+	assert.Equal(t, []string{"automatedSyncDisabled", "includedResources", "logLevel"}, ignored, "accepted, and said to be unused")
+}
+
+func TestParseControllerConfigErrors(t *testing.T) {
+	tests := []struct{ name, in, err string }{
+		{"not yaml", "repoCredentials: [\n", "line"},
+		{"negative interval", "syncTimeIntervalMs: -5\n", "syncTimeIntervalMs"},
+		{"no credential", "repoCredentials: [{url: git.example.com}]\n", "repoCredentials[0]: no httpCredential"},
+		{"secret without namespace", "repoCredentials: [{url: h.com, httpCredential: {password: {fromKubernetesSecret: {name: a, key: b}}}}]\n", "repoCredentials[0].httpCredential.password: fromKubernetesSecret needs"},
+		{"two sources", "repoCredentials: [{url: h.com, httpCredential: {password: {fromKubernetesSecret: {name: a, key: b, namespace: c}, fromFile: {jsonFilePath: x, key: y}}}}]\n", "both"},
+		{"empty source", "repoCredentials: [{url: h.com, httpCredential: {password: {}}}]\n", "neither"},
+		{"file with two paths", "repoCredentials: [{url: h.com, httpCredential: {password: {fromFile: {jsonFilePath: x, yamlFilePath: y, key: k}}}}]\n", "one of"},
+		{"bad url", "repoCredentials: [{url: 'https://', httpCredential: {username: a}}]\n", "repoCredentials"},
+		{"wrong type", "cascadeDeletion: often\n", "cascadeDeletion"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := gitsync.ParseControllerConfig([]byte(tt.in))
+			require.ErrorIs(t, err, gitsync.ErrInvalidConfig)
+			assert.Contains(t, err.Error(), tt.err)
+		})
+	}
+}
+
+func FuzzParseControllerConfig(f *testing.F) {
+	f.Add([]byte(numaplaneConfig))
+	f.Add([]byte(`{"repoCredentials":[{"url":"h.com/a","tls":{"insecureSkipVerify":true}}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, _, err := gitsync.ParseControllerConfig(data)
+		if err != nil {
+			return
+		}
+		if _, err := gitsync.NewCredentials(nil, cfg); err != nil {
+			t.Fatalf("a parsed configuration gives no resolver: %v", err)
+		}
+	})
+}
+
+func TestCredentialsFromFilesAndLongestPrefix(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "creds.json"), []byte(`{"token": "s3cret"}`), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "creds.yaml"), []byte("key: |\n  -----BEGIN KEY-----\n"), 0o600))
+	cfg, _, err := gitsync.ParseControllerConfig([]byte(`repoCredentials:
+  - url: git.example.com
+    httpCredential: {username: all, password: {fromFile: {jsonFilePath: ` + filepath.Join(dir, "creds.json") + `, key: token}}}
+  - url: git.example.com/platform
+    sshCredential: {SSHKey: {fromFile: {yamlFilePath: ` + filepath.Join(dir, "creds.yaml") + `, key: key}}}
+  - url: git.example.com/missing
+    httpCredential: {password: {fromFile: {jsonFilePath: ` + filepath.Join(dir, "creds.json") + `, key: nope}}}
+  - url: git.example.com/k8s
+    httpCredential: {password: {fromKubernetesSecret: {name: a, key: b, namespace: c}}}
+`))
+	require.NoError(t, err)
+	creds, err := gitsync.NewCredentials(nil, cfg)
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	a, err := creds.Resolve(ctx, "https://git.example.com/apps/web.git")
+	require.NoError(t, err)
+	assert.Equal(t, "all", a.Username)
+	assert.Equal(t, "s3cret", a.Password)
+
+	a, err = creds.Resolve(ctx, "git@git.example.com:platform/control.git")
+	require.NoError(t, err)
+	assert.Equal(t, "-----BEGIN KEY-----\n", string(a.SSHPrivateKey), "the longest prefix wins, whatever the URL form")
+
+	_, err = creds.Resolve(ctx, "https://git.example.com/missing/r.git")
+	assert.ErrorContains(t, err, `no string key "nope"`)
+	assert.NotContains(t, err.Error(), "s3cret")
+	_, err = creds.Resolve(ctx, "https://git.example.com/k8s/r.git")
+	assert.ErrorContains(t, err, "no Kubernetes client")
+
+	a, err = creds.Resolve(ctx, "https://other.example.com/r.git")
+	require.NoError(t, err)
+	assert.Nil(t, a, "no prefix: anonymous")
+}
+
+func TestSpecTarget(t *testing.T) {
+	ok := gitsync.Spec{RepoURL: "https://h/r.git", Path: "a", TargetRevision: "main", Helm: &gitsync.Helm{ValueFiles: []string{"v.yaml"}}, Destination: gitsync.Destination{Cluster: "c", Namespace: "n"}}
+	tg, err := ok.Target("gitsync/ns/name", 0)
+	require.NoError(t, err)
+	assert.Equal(t, gitsync.Payload{Renderer: "helm", Namespace: "n", Cluster: "c", Helm: ok.Helm}, tg.Payload)
+
+	for name, s := range map[string]gitsync.Spec{
+		"two renderers":    {RepoURL: "https://h/r.git", Raw: &struct{}{}, Kustomize: &struct{}{}},
+		"bad scheme":       {RepoURL: "ftp://h/r.git"},
+		"escaping path":    {RepoURL: "https://h/r.git", Path: "a/../../b"},
+		"nameless param":   {RepoURL: "https://h/r.git", Helm: &gitsync.Helm{Parameters: []gitsync.HelmParameter{{Value: "x"}}}},
+		"invalid revision": {RepoURL: "https://h/r.git", TargetRevision: "a..b"},
+	} {
+		_, err := s.Target("gitsync/ns/name", 0)
+		assert.ErrorIs(t, err, gitsync.ErrInvalidSpec, name)
+	}
+}
