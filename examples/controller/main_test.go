@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/internal/testenv"
+	"github.com/modwatch/modwatch/source/gitsync"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+func TestControllerAppliesGitSyncsAndFollowsItsConfig(t *testing.T) {
+	ns := env.Namespace(t)
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", gittest.File("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  v: \"1\"\n"))
+
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.yaml")
+	writeConfig := func(cluster string) {
+		data := fmt.Sprintf("clusterName: %s\nsyncTimeIntervalMs: 3600000\ncascadeDeletion: false\nlogLevel: 4\n", cluster)
+		tmp := config + ".tmp"
+		require.NoError(t, os.WriteFile(tmp, []byte(data), 0o644))
+		require.NoError(t, os.Rename(tmp, config))
+	}
+	writeConfig("staging-1")
+	obs := watchertest.NewObserver()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, options{config: config, kube: env.Config, namespace: ns, cacheDir: t.TempDir(), log: testr.New(t), observer: obs})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Error("the controller did not stop")
+		}
+	})
+
+	gs := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "numaplane.numaproj.io/v1alpha1", "kind": "GitSync",
+		"metadata": map[string]any{"name": "web", "namespace": ns},
+		"spec": map[string]any{"repoUrl": repo.URL(), "path": "web", "targetRevision": "main",
+			"destination": map[string]any{"cluster": "staging-1", "namespace": ns}},
+	}}
+	_, err := env.Dynamic.Resource(gitsync.GVR).Namespace(ns).Create(context.Background(), gs, metav1.CreateOptions{})
+	require.NoError(t, err)
+	id := "gitsync/" + ns + "/web"
+	obs.WaitFor(t, "the GitSync applied", func(e watcher.Event) bool {
+		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit == c1
+	})
+	_, err = env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "web", metav1.GetOptions{})
+	require.NoError(t, err)
+
+	// The configuration now names another cluster: the GitSync is no
+	// longer for this one, and without cascade deletion its objects stay.
+	writeConfig("staging-2")
+	obs.WaitFor(t, "the target removed", watchertest.Is(watcher.EventRemoved, id))
+	_, err = env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "web", metav1.GetOptions{})
+	assert.NoError(t, err)
+}
