@@ -118,4 +118,3 @@ func TestAgentAppliesTheControlRepoAndFollowsTheConfigMap(t *testing.T) {
 	delivered(next)
 	assert.Equal(t, "release-2", value(), "a new commit on the control repo is applied")
 }
-
