@@ -165,6 +165,15 @@ type Reporter interface {
 	DeliverReport(ctx context.Context, c Change) (report any, err error)
 }
 
+// Runnable is a Sink or an Observer with work of its own to do while the
+// watcher runs (for instance keeping objects it created in place). The
+// watcher runs it for as long as [Watcher.Run]; an error stops the
+// watcher, as a source's does.
+type Runnable interface {
+	// Run blocks until ctx is done. It returns nil when ctx ends.
+	Run(ctx context.Context) error
+}
+
 // Namer is a Sink with a name for logs, observers and checkpoint keys. A
 // sink without one is named by its type.
 type Namer interface {

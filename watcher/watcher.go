@@ -153,12 +153,50 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return nil
 		})
 	}
+	for _, rn := range w.runnables(routes) {
+		g.Go(func() error {
+			err := rn.Run(gctx)
+			if err != nil && gctx.Err() == nil {
+				return fmt.Errorf("watcher: %T: %w", rn, err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error { return w.reconcileLoop(gctx) })
 	err := g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
+}
+
+// runnables returns the sinks and observers that are [Runnable], once each.
+func (w *Watcher) runnables(routes []*route) []Runnable {
+	var out []Runnable
+	seen := map[any]bool{}
+	add := func(v any) {
+		rn, ok := v.(Runnable)
+		if !ok {
+			return
+		}
+		if !reflect.ValueOf(v).Comparable() {
+			out = append(out, rn) // cannot be the same as another
+			return
+		}
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, rn)
+		}
+	}
+	for _, r := range routes {
+		for _, s := range r.sinks {
+			add(s.sink)
+		}
+	}
+	for _, o := range w.opts.observers {
+		add(o)
+	}
+	return out
 }
 
 // Trigger is a push hint: it makes the watcher poll the remotes of repoURL

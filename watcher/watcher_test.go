@@ -601,3 +601,51 @@ func TestReporterResultsReachObservers(t *testing.T) {
 	failed := obs.WaitFor(t, "the failure", watchertest.Is(watcher.EventDeliveryFailed, "t"))
 	assert.Equal(t, "partial 1", failed.Result, "a failed delivery reports what it did")
 }
+
+// runningSink is a Runnable sink: it says when its Run starts and ends.
+type runningSink struct {
+	*watchertest.Sink
+	runs, ended atomic.Int32
+	started     chan struct{}
+}
+
+func (s *runningSink) Run(ctx context.Context) error {
+	if s.runs.Add(1) == 1 {
+		close(s.started)
+	}
+	<-ctx.Done()
+	s.ended.Add(1)
+	return nil
+}
+
+func TestRunnableSinksRunWithTheWatcher(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	repo.Commit(t, "init", gittest.File("a", "a"))
+	sink := &runningSink{Sink: watchertest.NewSink("running"), started: make(chan struct{})}
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs)
+	// Routed twice, run once.
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "a", URL: repo.URL()}), sink))
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "b", URL: repo.URL()}), sink))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	<-sink.started
+	sink.WaitDelivered(t, 2)
+	cancel()
+	require.NoError(t, <-done)
+	assert.Equal(t, int32(1), sink.runs.Load())
+	assert.Equal(t, int32(1), sink.ended.Load(), "Run has returned when the watcher's Run returns")
+
+	failing := watcher.New(watcher.WithCacheDir(t.TempDir()))
+	require.NoError(t, failing.Route(watchertest.NewSource(), struct {
+		watcher.Sink
+		watcher.Runnable
+	}{watchertest.NewSink("x"), runnableFunc(func(context.Context) error { return errors.New("boom") })}))
+	assert.ErrorContains(t, failing.Run(context.Background()), "boom", "a Runnable's error stops the watcher")
+}
+
+type runnableFunc func(ctx context.Context) error
+
+func (f runnableFunc) Run(ctx context.Context) error { return f(ctx) }
