@@ -1,0 +1,413 @@
+// Package fluxreceiver is a sink that makes Flux reconcile a GitRepository
+// the moment its repository moves, with zero configuration.
+//
+// In ModeReceiver (the default) it manages, for each GitRepository it is
+// handed, a Secret holding a random token and a Receiver of type
+// generic-hmac naming that GitRepository; both are owned by the
+// GitRepository (a controller owner reference, so that garbage collection
+// removes them with it), labelled, written with server-side apply, and put
+// back if someone edits or deletes them. On a change it POSTs a small JSON
+// body to the notification-controller at the Receiver's webhook path,
+// signed with the token in X-Signature, as Flux documents.
+//
+// In ModeAnnotate it needs no Receiver: it sets the GitRepository's
+// reconcile.fluxcd.io/requestedAt annotation, as `flux reconcile source
+// git` does; the agent needs RBAC to patch GitRepositories.
+//
+// Either way it then confirms (unless Config.DisableConfirm) that the
+// GitRepository's status.artifact.revision reaches the commit, and
+// notifies again if it is still stale after Config.ConfirmTimeout: Flux can
+// reconcile before a new commit is visible to it (fluxcd/flux2#479).
+//
+// The target's Payload names the GitRepository through its JSON form
+// ({"apiVersion", "namespace", "name", "uid"}), as source/flux gives it.
+package fluxreceiver
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/watcher"
+)
+
+// Mode is how Flux is told.
+type Mode string
+
+const (
+	// ModeReceiver calls a Receiver the sink manages. The default.
+	ModeReceiver Mode = "Receiver"
+	// ModeAnnotate sets the GitRepository's requestedAt annotation.
+	ModeAnnotate Mode = "Annotate"
+)
+
+// The resources the sink reads and writes.
+var (
+	ReceiverGVR = schema.GroupVersionResource{Group: "notification.toolkit.fluxcd.io", Version: "v1", Resource: "receivers"}
+	SecretGVR   = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+)
+
+// Labels and annotations.
+const (
+	// LabelManagedBy marks the Receivers and Secrets the sink manages.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// AnnotationRequestedAt is Flux's reconcile request annotation.
+	AnnotationRequestedAt = "reconcile.fluxcd.io/requestedAt"
+)
+
+// Config is how the sink notifies Flux.
+type Config struct {
+	// Mode is ModeReceiver (default) or ModeAnnotate.
+	Mode Mode
+	// ReceiverURL is the base URL of notification-controller's webhook
+	// receiver. Default "http://webhook-receiver.flux-system.svc.cluster.local"
+	// (the Service Flux installs in front of the receiver's port).
+	ReceiverURL string
+	// FieldManager writes the Receivers, Secrets and annotations; it is
+	// also the value of LabelManagedBy. Default "modwatch".
+	FieldManager string
+	// DisableConfirm skips watching status.artifact.revision.
+	DisableConfirm bool
+	// ConfirmTimeout is how long a notification may take to show in
+	// status.artifact.revision before Flux is notified again. Default 1m.
+	ConfirmTimeout time.Duration
+	// MaxNotifications bounds the notifications of one change; after the
+	// last unconfirmed one the delivery fails (and the watcher retries it
+	// with backoff). Default 3.
+	MaxNotifications int
+	// ReadyTimeout bounds the wait for a new Receiver's
+	// status.webhookPath. Default 1m.
+	ReadyTimeout time.Duration
+	// RequestTimeout bounds each POST. Default 10s.
+	RequestTimeout time.Duration
+}
+
+// Default fills the unset fields.
+func (c *Config) Default() {
+	if c.Mode == "" {
+		c.Mode = ModeReceiver
+	}
+	if c.ReceiverURL == "" {
+		c.ReceiverURL = "http://webhook-receiver.flux-system.svc.cluster.local"
+	}
+	if c.FieldManager == "" {
+		c.FieldManager = "modwatch"
+	}
+	if c.ConfirmTimeout == 0 {
+		c.ConfirmTimeout = time.Minute
+	}
+	if c.MaxNotifications == 0 {
+		c.MaxNotifications = 3
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = time.Minute
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 10 * time.Second
+	}
+}
+
+// ErrInvalidConfig is returned (wrapped) by [Config.Validate].
+var ErrInvalidConfig = errors.New("fluxreceiver: invalid config")
+
+// Validate checks a defaulted Config.
+func (c Config) Validate() error {
+	switch {
+	case c.Mode != ModeReceiver && c.Mode != ModeAnnotate:
+		return fmt.Errorf("%w: mode %q is neither %s nor %s", ErrInvalidConfig, c.Mode, ModeReceiver, ModeAnnotate)
+	case !strings.HasPrefix(c.ReceiverURL, "http://") && !strings.HasPrefix(c.ReceiverURL, "https://"):
+		return fmt.Errorf("%w: receiver URL %q is not http(s)", ErrInvalidConfig, c.ReceiverURL)
+	case c.ConfirmTimeout < 0 || c.ReadyTimeout < 0 || c.RequestTimeout < 0:
+		return fmt.Errorf("%w: a timeout is negative", ErrInvalidConfig)
+	case c.MaxNotifications < 0:
+		return fmt.Errorf("%w: max notifications is negative", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// GitRepository names the object a target stands for; it is read from the
+// target's Payload through JSON.
+type GitRepository struct {
+	APIVersion string    `json:"apiVersion"`
+	Namespace  string    `json:"namespace"`
+	Name       string    `json:"name"`
+	UID        types.UID `json:"uid"`
+}
+
+func (g GitRepository) key() string { return g.Namespace + "/" + g.Name }
+
+func (g GitRepository) gvr() schema.GroupVersionResource {
+	gv, _ := schema.ParseGroupVersion(g.APIVersion)
+	return gv.WithResource("gitrepositories")
+}
+
+// Sink notifies Flux.
+type Sink struct {
+	cfg  Config
+	dyn  dynamic.Interface
+	http *http.Client
+	log  logr.Logger
+
+	mu      sync.Mutex
+	managed map[string]*managed // by GitRepository key, for Run to keep in place
+	kick    chan struct{}
+}
+
+// managed is what the sink keeps in place for one GitRepository.
+type managed struct {
+	repo  GitRepository
+	token string
+}
+
+var (
+	_ watcher.Sink     = (*Sink)(nil)
+	_ watcher.Remover  = (*Sink)(nil)
+	_ watcher.Runnable = (*Sink)(nil)
+)
+
+// Option configures a Sink.
+type Option func(*Sink)
+
+// WithLogger sets the logger. Default: discard.
+func WithLogger(l logr.Logger) Option { return func(s *Sink) { s.log = l } }
+
+// WithHTTPClient sets the client of the POSTs (for a receiver behind TLS
+// with a private CA). Default: a client of its own, with
+// Config.RequestTimeout.
+func WithHTTPClient(c *http.Client) Option { return func(s *Sink) { s.http = c } }
+
+// New returns a sink writing through dyn.
+func New(dyn dynamic.Interface, cfg Config, opts ...Option) (*Sink, error) {
+	cfg.Default()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Sink{cfg: cfg, dyn: dyn, log: logr.Discard(), managed: map[string]*managed{}, kick: make(chan struct{}, 1)}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.http == nil {
+		s.http = &http.Client{Timeout: cfg.RequestTimeout}
+	}
+	return s, nil
+}
+
+// Name returns "fluxreceiver".
+func (s *Sink) Name() string { return "fluxreceiver" }
+
+func repoOf(t watcher.Target) (GitRepository, error) {
+	var g GitRepository
+	data, err := json.Marshal(t.Payload)
+	if err == nil {
+		err = json.Unmarshal(data, &g)
+	}
+	if err == nil && (g.Name == "" || g.Namespace == "" || g.UID == "" || g.APIVersion == "") {
+		err = errors.New("apiVersion, namespace, name or uid is missing")
+	}
+	if err != nil {
+		return g, watcher.Permanent(fmt.Errorf("fluxreceiver: target %s: payload does not name a GitRepository: %w", t.ID, err))
+	}
+	return g, nil
+}
+
+// Deliver tells Flux about c and, unless disabled, waits until the
+// GitRepository's artifact is at c.To, notifying again when it is stale.
+func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
+	repo, err := repoOf(c.Target)
+	if err != nil {
+		return err
+	}
+	notify := func(ctx context.Context) error { return s.annotate(ctx, repo) }
+	if s.cfg.Mode == ModeReceiver {
+		m, path, err := s.ensure(ctx, repo)
+		if err != nil {
+			return err
+		}
+		notify = func(ctx context.Context) error { return s.post(ctx, path, m.token, c) }
+	}
+	for n := 1; ; n++ {
+		if err := notify(ctx); err != nil {
+			return err
+		}
+		if s.cfg.DisableConfirm {
+			return nil
+		}
+		err := s.confirm(ctx, repo, c.To)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || !errors.Is(err, errStale) {
+			return err
+		}
+		if n >= s.cfg.MaxNotifications {
+			return fmt.Errorf("fluxreceiver: %s: %w after %d notifications", repo.key(), err, n)
+		}
+		s.log.Info("artifact still stale: notifying again", "gitrepository", repo.key(), "commit", c.To, "notification", n+1)
+	}
+}
+
+// post sends the signed notification.
+func (s *Sink) post(ctx context.Context, path, token string, c watcher.Change) error {
+	body, err := json.Marshal(map[string]string{
+		"repository": gitutil.StripCredentials(c.Target.URL), "ref": c.Ref, "commit": c.To,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(s.cfg.ReceiverURL, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Signature", Sign(body, token))
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("fluxreceiver: notify %s: %w", s.cfg.ReceiverURL, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fluxreceiver: notify %s: %s", s.cfg.ReceiverURL, resp.Status)
+	}
+	return nil
+}
+
+// Sign is the X-Signature of body for a generic-hmac Receiver with token:
+// "sha256=" and the hex HMAC-SHA256.
+func Sign(body []byte, token string) string {
+	mac := hmac.New(sha256.New, []byte(token))
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// WebhookPath is where notification-controller serves a Receiver:
+// "/hook/" and the hex SHA-256 of token, name and namespace.
+func WebhookPath(token, name, namespace string) string {
+	sum := sha256.Sum256([]byte(token + name + namespace))
+	return "/hook/" + hex.EncodeToString(sum[:])
+}
+
+// annotate asks Flux to reconcile the GitRepository now.
+func (s *Sink) annotate(ctx context.Context, repo GitRepository) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{AnnotationRequestedAt: time.Now().UTC().Format(time.RFC3339Nano)},
+	}})
+	_, err := s.dyn.Resource(repo.gvr()).Namespace(repo.Namespace).Patch(ctx, repo.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: s.cfg.FieldManager})
+	if err != nil {
+		return fmt.Errorf("fluxreceiver: annotate %s: %w", repo.key(), err)
+	}
+	return nil
+}
+
+var errStale = errors.New("status.artifact.revision did not reach the commit")
+
+// confirm waits until the GitRepository's artifact revision names commit.
+func (s *Sink) confirm(ctx context.Context, repo GitRepository, commit string) error {
+	at := func(u *unstructured.Unstructured) bool {
+		rev, _, _ := unstructured.NestedString(u.Object, "status", "artifact", "revision")
+		return revisionIs(rev, commit)
+	}
+	err := s.waitFor(ctx, repo.gvr(), repo.Namespace, repo.Name, s.cfg.ConfirmTimeout, at)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return errStale
+	}
+	return err
+}
+
+// revisionIs reports whether a Flux artifact revision ("main@sha1:<hash>",
+// or "sha1:<hash>", or the older "main/<hash>") names commit.
+func revisionIs(rev, commit string) bool {
+	return commit != "" && (strings.HasSuffix(rev, "sha1:"+commit) || strings.HasSuffix(rev, "sha256:"+commit) || strings.HasSuffix(rev, "/"+commit) || rev == commit)
+}
+
+// waitFor watches one object until ok, timeout or ctx.
+func (s *Sink) waitFor(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, timeout time.Duration, ok func(*unstructured.Unstructured) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	client := s.dyn.Resource(gvr).Namespace(namespace)
+	for {
+		u, err := client.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ok(u) {
+			return nil
+		}
+		w, err := client.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: u.GetResourceVersion()})
+		if err != nil {
+			return err
+		}
+		done, err := func() (bool, error) {
+			defer w.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return false, ctx.Err()
+				case ev, open := <-w.ResultChan():
+					if !open {
+						return false, nil // the watch ended: start again
+					}
+					if u, isObj := ev.Object.(*unstructured.Unstructured); isObj && ok(u) {
+						return true, nil
+					}
+				}
+			}
+		}()
+		if done || err != nil {
+			return err
+		}
+	}
+}
+
+// Remove deletes the Receiver and Secret of the target's GitRepository
+// (garbage collection removes them anyway when the GitRepository goes).
+func (s *Sink) Remove(ctx context.Context, t watcher.Target) error {
+	repo, err := repoOf(t)
+	if err != nil {
+		return nil // nothing of ours can exist
+	}
+	s.mu.Lock()
+	delete(s.managed, repo.key())
+	s.mu.Unlock()
+	if s.cfg.Mode != ModeReceiver {
+		return nil
+	}
+	name := objectName(repo.Name)
+	for _, gvr := range []schema.GroupVersionResource{ReceiverGVR, SecretGVR} {
+		err := s.dyn.Resource(gvr).Namespace(repo.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("fluxreceiver: delete %s %s/%s: %w", gvr.Resource, repo.Namespace, name, err)
+		}
+	}
+	return nil
+}
+
+func randomToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}

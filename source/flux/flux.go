@@ -1,0 +1,287 @@
+// Package flux is a source over Flux GitRepository objects: each watched
+// GitRepository is a target, so that a sink (sink/fluxreceiver) can tell
+// Flux the moment its repository moves, instead of Flux finding out at its
+// next interval.
+//
+// It uses a dynamic informer (no dependency on Flux's Go types) over the
+// served version of gitrepositories.source.toolkit.fluxcd.io. When Flux is
+// not installed it idles, looks again periodically, and starts watching
+// when the CRD appears, without a restart.
+package flux
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/watcher"
+)
+
+// Group is Flux's source API group.
+const Group = "source.toolkit.fluxcd.io"
+
+// versions are the GitRepository versions understood, preferred first.
+var versions = []string{"v1", "v1beta2"}
+
+// Config says which GitRepositories are watched.
+type Config struct {
+	// Namespace is the namespace watched; "" watches all.
+	Namespace string
+	// Hosts, when set, limits the watch to GitRepositories whose URL's host
+	// is one of these ("gitlab.example.com", or "host:port").
+	Hosts []string
+	// CRDCheckInterval is how often to look for the GitRepository CRD while
+	// it is not installed. Default 30s.
+	CRDCheckInterval time.Duration
+	// RefreshInterval is how often the targets are handed to the watcher
+	// again although nothing changed, so that credentials read from Secrets
+	// are read again. 0 turns it off. Default 1m.
+	RefreshInterval time.Duration
+}
+
+// Payload is what each target carries: the GitRepository it stands for.
+type Payload struct {
+	APIVersion string    `json:"apiVersion"`
+	Namespace  string    `json:"namespace"`
+	Name       string    `json:"name"`
+	UID        types.UID `json:"uid"`
+}
+
+// Source watches GitRepositories.
+type Source struct {
+	kube    kubernetes.Interface
+	dyn     dynamic.Interface
+	cfg     Config
+	log     logr.Logger
+	timeout time.Duration
+	dirty   chan struct{}
+}
+
+var _ watcher.Source = (*Source)(nil)
+
+// Option configures a Source.
+type Option func(*Source)
+
+// WithLogger sets the logger. Default: discard.
+func WithLogger(l logr.Logger) Option { return func(s *Source) { s.log = l } }
+
+// New returns a source of the GitRepositories kube and dyn reach (kube
+// reads Secrets and discovers the served version).
+func New(kube kubernetes.Interface, dyn dynamic.Interface, cfg Config, opts ...Option) *Source {
+	if cfg.CRDCheckInterval == 0 {
+		cfg.CRDCheckInterval = 30 * time.Second
+	}
+	s := &Source{kube: kube, dyn: dyn, cfg: cfg, log: logr.Discard(), timeout: 30 * time.Second, dirty: make(chan struct{}, 1)}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Run watches GitRepositories until ctx is done.
+func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
+	said := false
+	for {
+		gvr, err := s.served(ctx)
+		if err == nil {
+			return s.watch(ctx, gvr, update)
+		}
+		if !said {
+			s.log.Info("Flux GitRepository API not served; looking again periodically", "reason", err.Error())
+			update(nil)
+			said = true
+		}
+		timer := time.NewTimer(s.cfg.CRDCheckInterval)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C:
+		}
+	}
+}
+
+// served finds the GitRepository version the apiserver serves.
+func (s *Source) served(ctx context.Context) (schema.GroupVersionResource, error) {
+	for _, v := range versions {
+		list, err := s.kube.Discovery().ServerResourcesForGroupVersion(Group + "/" + v)
+		if err != nil {
+			if ctx.Err() != nil {
+				return schema.GroupVersionResource{}, ctx.Err()
+			}
+			continue
+		}
+		for _, r := range list.APIResources {
+			if r.Name == "gitrepositories" {
+				return schema.GroupVersionResource{Group: Group, Version: v, Resource: r.Name}, nil
+			}
+		}
+	}
+	return schema.GroupVersionResource{}, fmt.Errorf("flux: no served version of gitrepositories.%s among %v", Group, versions)
+}
+
+func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, update func([]watcher.Target)) error {
+	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(s.dyn, 0, s.cfg.Namespace, nil)
+	inf := factory.ForResource(gvr).Informer()
+	poke := func() {
+		select {
+		case s.dirty <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(old, cur any) { specChanged(old, cur, poke) },
+		DeleteFunc: func(any) { poke() },
+	}); err != nil {
+		return fmt.Errorf("flux: %w", err)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil
+	}
+	s.log.Info("watching Flux GitRepositories", "version", gvr.Version)
+	poke()
+	var tick <-chan time.Time
+	if s.cfg.RefreshInterval > 0 {
+		ticker := time.NewTicker(s.cfg.RefreshInterval)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick:
+		case <-s.dirty:
+		}
+		update(s.targets(ctx, gvr, inf.GetStore().List()))
+	}
+}
+
+// specChanged pokes when a GitRepository's spec changed, not its status
+// (Flux writes that at every reconciliation).
+func specChanged(old, cur any, poke func()) {
+	o, ok1 := old.(*unstructured.Unstructured)
+	c, ok2 := cur.(*unstructured.Unstructured)
+	if ok1 && ok2 && o.GetGeneration() == c.GetGeneration() && o.GetUID() == c.GetUID() {
+		return
+	}
+	poke()
+}
+
+// targets turns the GitRepositories into targets.
+func (s *Source) targets(ctx context.Context, gvr schema.GroupVersionResource, objs []any) []watcher.Target {
+	var out []watcher.Target
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok || u.GetDeletionTimestamp() != nil {
+			continue
+		}
+		t, err := s.target(ctx, gvr, u)
+		if err != nil {
+			s.log.Info("GitRepository not watched", "gitrepository", u.GetNamespace()+"/"+u.GetName(), "reason", err.Error())
+			continue
+		}
+		if t != nil {
+			out = append(out, *t)
+		}
+	}
+	return out
+}
+
+// target reads one GitRepository; nil when there is nothing to watch.
+func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*watcher.Target, error) {
+	if suspended, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend"); suspended {
+		return nil, nil
+	}
+	url, _, _ := unstructured.NestedString(u.Object, "spec", "url")
+	ep, err := gitutil.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.cfg.Hosts) > 0 && !slices.ContainsFunc(s.cfg.Hosts, func(h string) bool { return strings.EqualFold(h, ep.Host) }) {
+		return nil, nil
+	}
+	ref, _, _ := unstructured.NestedStringMap(u.Object, "spec", "ref")
+	revision, watch := Revision(ref)
+	if !watch {
+		return nil, nil // pinned to a commit: nothing can change
+	}
+	t := &watcher.Target{
+		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision,
+		Payload: Payload{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID()},
+	}
+	if name, _, _ := unstructured.NestedString(u.Object, "spec", "secretRef", "name"); name != "" {
+		if t.Auth, err = s.auth(ctx, u.GetNamespace(), name); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Revision maps a GitRepository's spec.ref to a watcher revision, with
+// Flux's precedence: commit > name > semver > tag > branch. watch is false
+// for a commit-pinned GitRepository. An empty ref follows the remote's HEAD.
+func Revision(ref map[string]string) (revision string, watch bool) {
+	switch {
+	case ref["commit"] != "":
+		return "", false
+	case ref["name"] != "":
+		return ref["name"], true
+	case ref["semver"] != "":
+		return ref["semver"], true
+	case ref["tag"] != "":
+		return "refs/tags/" + ref["tag"], true
+	case ref["branch"] != "":
+		return "refs/heads/" + ref["branch"], true
+	}
+	return "", true
+}
+
+// auth reads the credentials of a GitRepository's secretRef, with Flux's
+// keys: username/password, bearerToken, identity/known_hosts, ca.crt.
+func (s *Source) auth(ctx context.Context, namespace, name string) (*gitutil.Auth, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	sec, err := s.kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("flux: secret %s/%s not found", namespace, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("flux: secret %s/%s: %w", namespace, name, err)
+	}
+	d := sec.Data
+	a := &gitutil.Auth{
+		Username: string(d["username"]), Password: string(d["password"]), BearerToken: string(d["bearerToken"]),
+		SSHPrivateKey: d["identity"], SSHPassphrase: string(d["password"]), KnownHosts: d["known_hosts"],
+		CABundle: d["ca.crt"],
+	}
+	if len(a.CABundle) == 0 {
+		a.CABundle = d["caFile"] // Flux's older key
+	}
+	if len(a.SSHPrivateKey) > 0 {
+		a.Password = "" // with an SSH key, "password" is its passphrase
+	} else {
+		a.SSHPassphrase = ""
+	}
+	return a, nil
+}
