@@ -39,7 +39,10 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -242,4 +245,54 @@ func (e *Env) Namespace(t testing.TB) string {
 		_ = e.Kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
 	return ns.Name
+}
+
+// WaitFor watches the object gvr namespace/name until ok holds for it (u is
+// nil while the object does not exist), or fails the test after a minute.
+func (e *Env) WaitFor(t testing.TB, gvr schema.GroupVersionResource, namespace, name, what string, ok func(u *unstructured.Unstructured) bool) *unstructured.Unstructured {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := e.Dynamic.Resource(gvr).Namespace(namespace)
+	for {
+		list, err := client.List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			t.Fatalf("testenv: waiting for %s: %v", what, err)
+		}
+		var cur *unstructured.Unstructured
+		if len(list.Items) > 0 {
+			cur = &list.Items[0]
+		}
+		if ok(cur) {
+			return cur
+		}
+		w, err := client.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: list.GetResourceVersion()})
+		if err != nil {
+			t.Fatalf("testenv: waiting for %s: %v", what, err)
+		}
+		for ended := false; !ended; {
+			select {
+			case <-ctx.Done():
+				w.Stop()
+				t.Fatalf("testenv: timed out waiting for %s", what)
+			case ev, open := <-w.ResultChan():
+				if !open {
+					ended = true // the watch ended: list again
+					break
+				}
+				u, isObj := ev.Object.(*unstructured.Unstructured)
+				if !isObj {
+					continue
+				}
+				if ev.Type == watch.Deleted {
+					u = nil
+				}
+				if ok(u) {
+					w.Stop()
+					return u
+				}
+			}
+		}
+		w.Stop()
+	}
 }

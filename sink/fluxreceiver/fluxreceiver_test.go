@@ -3,6 +3,7 @@ package fluxreceiver_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"net/http"
 	"testing"
 	"time"
@@ -151,40 +152,22 @@ func TestPushIsNotifiedThroughAManagedReceiver(t *testing.T) {
 
 	// A deleted Receiver comes back; an edited token is put back.
 	require.NoError(t, env.Dynamic.Resource(fluxreceiver.ReceiverGVR).Namespace(f.ns).Delete(context.Background(), name, metav1.DeleteOptions{}))
-	waitFor(t, "the receiver back", func() bool {
-		_, err := env.Dynamic.Resource(fluxreceiver.ReceiverGVR).Namespace(f.ns).Get(context.Background(), name, metav1.GetOptions{})
-		return err == nil
-	})
+	env.WaitFor(t, fluxreceiver.ReceiverGVR, f.ns, name, "the receiver back", func(u *unstructured.Unstructured) bool { return u != nil })
 	token := sec.Data["token"]
 	sec.Data["token"] = []byte("someone-else")
 	_, err = env.Kube.CoreV1().Secrets(f.ns).Update(context.Background(), sec, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	waitFor(t, "the token put back", func() bool {
-		s, err := env.Kube.CoreV1().Secrets(f.ns).Get(context.Background(), name, metav1.GetOptions{})
-		return err == nil && bytes.Equal(s.Data["token"], token)
+	env.WaitFor(t, fluxreceiver.SecretGVR, f.ns, name, "the token put back", func(u *unstructured.Unstructured) bool {
+		if u == nil {
+			return false
+		}
+		enc, _, _ := unstructured.NestedString(u.Object, "data", "token")
+		return enc == base64.StdEncoding.EncodeToString(token)
 	})
 	c3 := f.repo.Commit(t, "again", gittest.File("a.yaml", "a: 3"))
 	f.w.Trigger(f.repo.URL())
 	f.delivered(t, c3)
 	assert.Equal(t, int64(3), f.rcv.Accepted())
-}
-
-// waitFor checks cond on every change of the namespace's objects would be
-// exact; the objects here change through another goroutine's watch, so it
-// polls, bounded.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		select {
-		case <-time.After(20 * time.Millisecond):
-		case <-t.Context().Done():
-			t.Fatalf("test ended waiting for %s", what)
-		}
-	}
 }
 
 func TestTheTestReceiverChecksSignatures(t *testing.T) {

@@ -13,9 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/gittest"
@@ -95,38 +93,15 @@ func (h *harness) setSpec(name string, spec map[string]any) {
 // waitStatus watches the GitSync until its status satisfies ok.
 func (h *harness) waitStatus(name, what string, ok func(gitsync.Status) bool) gitsync.Status {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	client := env.Dynamic.Resource(gitsync.GVR).Namespace(h.ns)
-	read := func(u *unstructured.Unstructured) gitsync.Status {
-		var st gitsync.Status
+	var st gitsync.Status
+	env.WaitFor(h.t, gitsync.GVR, h.ns, name, what, func(u *unstructured.Unstructured) bool {
+		require.NotNil(h.t, u, "GitSync %s is gone", name)
+		st = gitsync.Status{}
 		raw, _ := u.Object["status"].(map[string]any)
 		require.NoError(h.t, runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st))
-		return st
-	}
-	u, err := client.Get(ctx, name, metav1.GetOptions{})
-	require.NoError(h.t, err)
-	if st := read(u); ok(st) {
-		return st
-	}
-	wi, err := client.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: u.GetResourceVersion()})
-	require.NoError(h.t, err)
-	defer wi.Stop()
-	last := read(u)
-	for {
-		select {
-		case ev, open := <-wi.ResultChan():
-			require.True(h.t, open, "watch ended waiting for %s", what)
-			if ev.Type != watch.Modified {
-				continue
-			}
-			if last = read(ev.Object.(*unstructured.Unstructured)); ok(last) {
-				return last
-			}
-		case <-ctx.Done():
-			h.t.Fatalf("timed out waiting for %s; status is %+v", what, last)
-		}
-	}
+		return ok(st)
+	})
+	return st
 }
 
 func syncedAt(commit string) func(gitsync.Status) bool {
