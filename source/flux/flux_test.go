@@ -1,0 +1,171 @@
+package flux_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/modwatch/modwatch/internal/testenv"
+	"github.com/modwatch/modwatch/source/flux"
+	"github.com/modwatch/modwatch/watcher"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+var gitRepos = schema.GroupVersionResource{Group: flux.Group, Version: "v1", Resource: "gitrepositories"}
+
+func TestRevision(t *testing.T) {
+	tests := []struct {
+		ref   map[string]string
+		want  string
+		watch bool
+	}{
+		{nil, "", true},
+		{map[string]string{"branch": "main"}, "refs/heads/main", true},
+		{map[string]string{"branch": "main", "tag": "v1"}, "refs/tags/v1", true},
+		{map[string]string{"tag": "v1", "semver": ">=1.0.0"}, ">=1.0.0", true},
+		{map[string]string{"semver": ">=1.0.0", "name": "refs/pull/1/head"}, "refs/pull/1/head", true},
+		{map[string]string{"name": "refs/heads/x", "commit": "0123456789012345678901234567890123456789"}, "", false},
+	}
+	for _, tt := range tests {
+		got, watch := flux.Revision(tt.ref)
+		assert.Equal(t, tt.want, got, "%v", tt.ref)
+		assert.Equal(t, tt.watch, watch, "%v", tt.ref)
+	}
+}
+
+// run runs src and returns each set it hands over.
+func run(t *testing.T, src *flux.Source) <-chan []watcher.Target {
+	sets := make(chan []watcher.Target, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, func(ts []watcher.Target) { sets <- ts }) }()
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done)
+	})
+	return sets
+}
+
+// waitSet waits for a set that satisfies ok.
+func waitSet(t *testing.T, sets <-chan []watcher.Target, what string, ok func([]watcher.Target) bool) []watcher.Target {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case ts := <-sets:
+			if ok(ts) {
+				return ts
+			}
+		case <-timeout:
+			t.Fatalf("no set with %s", what)
+		}
+	}
+}
+
+func gitRepository(ns, name, url string, spec map[string]any) *unstructured.Unstructured {
+	s := map[string]any{"url": url, "interval": "5m"}
+	for k, v := range spec {
+		s[k] = v
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": s,
+	}}
+}
+
+func create(t *testing.T, u *unstructured.Unstructured) {
+	t.Helper()
+	_, err := env.Dynamic.Resource(gitRepos).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+func byID(ts []watcher.Target) map[string]watcher.Target {
+	m := map[string]watcher.Target{}
+	for _, t := range ts {
+		m[t.ID] = t
+	}
+	return m
+}
+
+func TestGitRepositoriesBecomeTargets(t *testing.T) {
+	ns := env.Namespace(t)
+	_, err := env.Kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: ns},
+		Data:       map[string][]byte{"username": []byte("git"), "password": []byte("pw"), "ca.crt": []byte("PEM")},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	create(t, gitRepository(ns, "apps", "https://git.example.com/apps.git", map[string]any{
+		"ref": map[string]any{"branch": "main"}, "secretRef": map[string]any{"name": "creds"}}))
+	create(t, gitRepository(ns, "pinned", "https://git.example.com/apps.git", map[string]any{
+		"ref": map[string]any{"commit": "0123456789012345678901234567890123456789"}}))
+	create(t, gitRepository(ns, "paused", "https://git.example.com/apps.git", map[string]any{"suspend": true}))
+	create(t, gitRepository(ns, "elsewhere", "https://github.com/org/repo.git", nil))
+	create(t, gitRepository(ns, "nosecret", "https://git.example.com/x.git", map[string]any{"secretRef": map[string]any{"name": "missing"}}))
+	create(t, gitRepository(ns, "head", "https://git.example.com/head.git", nil))
+
+	sets := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns, Hosts: []string{"git.example.com"}}))
+	got := byID(waitSet(t, sets, "apps and head", func(ts []watcher.Target) bool { return len(ts) == 2 }))
+	apps := got["flux/"+ns+"/apps"]
+	assert.Equal(t, "refs/heads/main", apps.Revision)
+	require.NotNil(t, apps.Auth)
+	assert.Equal(t, "git", apps.Auth.Username)
+	assert.Equal(t, "pw", apps.Auth.Password)
+	assert.Equal(t, "PEM", string(apps.Auth.CABundle))
+	p := apps.Payload.(flux.Payload)
+	assert.Equal(t, flux.Payload{APIVersion: "source.toolkit.fluxcd.io/v1", Namespace: ns, Name: "apps", UID: p.UID}, p)
+	assert.NotEmpty(t, p.UID)
+	assert.Equal(t, "", got["flux/"+ns+"/head"].Revision, "no ref: the remote's HEAD")
+	// pinned (nothing can change), paused (suspended), elsewhere (another
+	// host) and nosecret (its Secret is missing) are not watched.
+}
+
+func TestFluxInstalledLaterIsPickedUp(t *testing.T) {
+	ctx := context.Background()
+	ext, err := apiextensions.NewForConfig(env.Config)
+	require.NoError(t, err)
+	crds, err := testenv.CRDs()
+	require.NoError(t, err)
+	var crd *apiextensionsv1.CustomResourceDefinition
+	for _, c := range crds {
+		if c.Spec.Group == flux.Group {
+			crd = c.DeepCopy()
+		}
+	}
+	require.NotNil(t, crd)
+	require.NoError(t, ext.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, crd.Name, metav1.DeleteOptions{}))
+	env.WaitFor(t, schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+		"", crd.Name, "the CRD gone", func(u *unstructured.Unstructured) bool { return u == nil })
+
+	ns := env.Namespace(t)
+	sets := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns, CRDCheckInterval: 100 * time.Millisecond}))
+	assert.Empty(t, waitSet(t, sets, "the empty set while Flux is absent", func([]watcher.Target) bool { return true }))
+
+	crd.ResourceVersion = ""
+	_, err = ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{})
+	require.NoError(t, err)
+	env.WaitFor(t, schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+		"", crd.Name, "the CRD established", func(u *unstructured.Unstructured) bool {
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, c := range conds {
+				if m, _ := c.(map[string]any); m["type"] == "Established" && m["status"] == "True" {
+					return true
+				}
+			}
+			return false
+		})
+	create(t, gitRepository(ns, "late", "https://git.example.com/late.git", nil))
+	ts := waitSet(t, sets, "the GitRepository created after Flux was installed", func(ts []watcher.Target) bool { return len(ts) == 1 })
+	assert.Equal(t, "flux/"+ns+"/late", ts[0].ID)
+}
