@@ -19,6 +19,12 @@
 // Config.DisablePrune is set; an object whose label names another target is
 // left alone.
 //
+// A new commit dry-runs only the objects whose rendered manifest changed
+// since the target's last apply (the inventory keeps a digest of each);
+// every object is checked, and drift corrected, on the first delivery, when
+// the target changes, and on resyncs (Config.AlwaysCheckDrift checks every
+// object on every commit, as Flux does).
+//
 // Each delivery returns a [Result] (per object created, configured,
 // unchanged, deleted, skipped or failed), which observers find in
 // watcher.Event.Result.

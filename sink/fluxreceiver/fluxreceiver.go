@@ -21,6 +21,10 @@
 //
 // The target's Payload names the GitRepository through its JSON form
 // ({"apiVersion", "namespace", "name", "uid"}), as source/flux gives it.
+//
+// RBAC: get, list, watch, create, patch and delete Receivers and Secrets
+// (the sink watches those labelled as its own in every namespace), get and
+// watch GitRepositories, and patch them in ModeAnnotate.
 package fluxreceiver
 
 import (
