@@ -264,3 +264,23 @@ func TestNewCommitChecksOnlyChangedObjects(t *testing.T) {
 		})
 	}
 }
+
+func TestPruneCanBeTurnedOff(t *testing.T) {
+	ns := env.Namespace(t)
+	s := newSink(t, apply.Config{DisablePrune: true, InventoryNamespace: ns})
+	id := "noprune/" + ns
+	applyOK(t, s, change(id, "c1", apply.Spec{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1")), "b.yaml": file(configMap("b", "1"))}))
+	next := change(id, "c2", apply.Spec{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))})
+	next.Reason = watcher.ReasonNewCommit
+	res := applyOK(t, s, next)
+	assert.Equal(t, map[string]apply.Action{"ConfigMap/" + ns + "/a": apply.Unchanged}, actions(res), "nothing is pruned")
+	assert.Equal(t, "1", cmValue(t, ns, "b"), "the object gone from git stays")
+
+	// It is forgotten: turning prune back on does not delete it.
+	pruning := newSink(t, apply.Config{InventoryNamespace: ns})
+	last := change(id, "c3", apply.Spec{Namespace: ns}, fstest.MapFS{})
+	last.Reason = watcher.ReasonNewCommit
+	res = applyOK(t, pruning, last)
+	assert.Equal(t, map[string]apply.Action{"ConfigMap/" + ns + "/a": apply.Deleted}, actions(res))
+	assert.Equal(t, "1", cmValue(t, ns, "b"))
+}
