@@ -313,18 +313,21 @@ func (c *Credentials) read(ctx context.Context, s *SecretSource) ([]byte, error)
 // FollowConfig keeps src and creds in step with the controller
 // configuration file at path until ctx is done: a changed file changes the
 // credentials, the cluster name and the interval at once (the namespace
-// watched stays). A file that cannot be read or parsed leaves the last
-// good configuration in place and is logged.
+// watched stays); a changed persistentRepoClonePath, cascadeDeletion or
+// autoHealDisabled is logged as taking effect at the next start. A file
+// that cannot be read or parsed leaves the last good configuration in
+// place and is logged.
 func FollowConfig(ctx context.Context, path string, src *Source, creds *Credentials, log logr.Logger) error {
+	var started *ControllerConfig // what the caller started with
 	first := true
 	return filewatch.Watch(ctx, path, 100*time.Millisecond, log, func(data []byte, err error) {
-		if first {
-			first = false // what the caller started with
-			return
-		}
 		var cfg *ControllerConfig
 		if err == nil {
 			cfg, _, err = ParseControllerConfig(data)
+		}
+		if first {
+			first, started = false, cfg
+			return
 		}
 		if err == nil {
 			err = creds.Set(cfg)
@@ -337,5 +340,9 @@ func FollowConfig(ctx context.Context, path string, src *Source, creds *Credenti
 		cur.ClusterName, cur.Interval = cfg.ClusterName, cfg.Interval()
 		src.SetConfig(cur)
 		log.Info("configuration reloaded", "path", path)
+		if started != nil && (cfg.PersistentRepoClonePath != started.PersistentRepoClonePath ||
+			cfg.CascadeDeletion != started.CascadeDeletion || cfg.AutoHealDisabled != started.AutoHealDisabled) {
+			log.Info("persistentRepoClonePath, cascadeDeletion and autoHealDisabled take effect at the next start")
+		}
 	})
 }
