@@ -249,6 +249,9 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 		}
 		notify = func(ctx context.Context) error { return s.post(ctx, path, m.token, c) }
 	}
+	if !s.cfg.DisableConfirm && s.current(ctx, repo, c.To) {
+		return nil // Flux has it already (a restart, or Flux was faster)
+	}
 	for n := 1; ; n++ {
 		if err := notify(ctx); err != nil {
 			return err
@@ -323,6 +326,16 @@ func (s *Sink) annotate(ctx context.Context, repo GitRepository) error {
 		return fmt.Errorf("fluxreceiver: annotate %s: %w", repo.key(), err)
 	}
 	return nil
+}
+
+// current reports whether the GitRepository's artifact is at commit now.
+func (s *Sink) current(ctx context.Context, repo GitRepository, commit string) bool {
+	u, err := s.dyn.Resource(repo.gvr()).Namespace(repo.Namespace).Get(ctx, repo.Name, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	rev, _, _ := unstructured.NestedString(u.Object, "status", "artifact", "revision")
+	return revisionIs(rev, commit)
 }
 
 var errStale = errors.New("status.artifact.revision did not reach the commit")

@@ -228,6 +228,14 @@ func TestConfirmationNotifiesAgainWhileStale(t *testing.T) {
 	f.w.Trigger(f.repo.URL())
 	f.delivered(t, c2)
 	assert.Equal(t, int64(3), f.rcv.Accepted(), "a fresh artifact: no second notification")
+
+	// Delivered again (a restart of the agent): Flux has c2, nobody is told.
+	u, err := env.Dynamic.Resource(gitRepos).Namespace(f.ns).Get(context.Background(), "apps", metav1.GetOptions{})
+	require.NoError(t, err)
+	again := watcher.Change{To: c2, Reason: watcher.ReasonInitial, Target: watcher.Target{ID: "flux/" + f.ns + "/apps", URL: f.repo.URL(),
+		Payload: fluxreceiver.GitRepository{APIVersion: "source.toolkit.fluxcd.io/v1", Namespace: f.ns, Name: "apps", UID: u.GetUID()}}}
+	require.NoError(t, f.sink.Deliver(context.Background(), again))
+	assert.Equal(t, int64(3), f.rcv.Accepted(), "an artifact already at the commit needs no notification")
 }
 
 func TestAnnotateMode(t *testing.T) {
