@@ -9,7 +9,8 @@
 // With -listen it also serves push hints (GitHub, GitLab, Gitea, Bitbucket,
 // generic HMAC), whose secrets come from the environment:
 // MODWATCH_GITHUB_SECRET, MODWATCH_GITLAB_TOKEN, MODWATCH_GITEA_SECRET,
-// MODWATCH_BITBUCKET_SECRET, MODWATCH_WEBHOOK_SECRET (generic).
+// MODWATCH_GOGS_SECRET, MODWATCH_BITBUCKET_SECRET, MODWATCH_GENERIC_SECRET
+// (the same names as examples/hub).
 package main
 
 import (
@@ -114,8 +115,9 @@ func run(ctx context.Context, o options) error {
 	if o.hints != nil {
 		hooks, err := webhook.New(webhook.Config{
 			GitHubSecret: os.Getenv("MODWATCH_GITHUB_SECRET"), GitLabToken: os.Getenv("MODWATCH_GITLAB_TOKEN"),
-			GiteaSecret: os.Getenv("MODWATCH_GITEA_SECRET"), BitbucketSecret: os.Getenv("MODWATCH_BITBUCKET_SECRET"),
-			GenericSecret: os.Getenv("MODWATCH_WEBHOOK_SECRET"),
+			GiteaSecret: os.Getenv("MODWATCH_GITEA_SECRET"), GogsSecret: os.Getenv("MODWATCH_GOGS_SECRET"),
+			BitbucketSecret: os.Getenv("MODWATCH_BITBUCKET_SECRET"),
+			GenericSecret: os.Getenv("MODWATCH_GENERIC_SECRET"),
 		}, w)
 		if err != nil {
 			return err

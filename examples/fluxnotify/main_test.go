@@ -48,7 +48,7 @@ func TestAPushHintReachesFluxAtOnce(t *testing.T) {
 			"lastUpdateTime": time.Now().UTC().Format(time.RFC3339)}, "status", "artifact")
 		_, _ = client.UpdateStatus(context.Background(), u, metav1.UpdateOptions{})
 	}
-	t.Setenv("MODWATCH_WEBHOOK_SECRET", "hint-secret")
+	t.Setenv("MODWATCH_GENERIC_SECRET", "hint-secret")
 	hints, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 
