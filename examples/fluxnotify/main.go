@@ -117,7 +117,7 @@ func run(ctx context.Context, o options) error {
 			GitHubSecret: os.Getenv("MODWATCH_GITHUB_SECRET"), GitLabToken: os.Getenv("MODWATCH_GITLAB_TOKEN"),
 			GiteaSecret: os.Getenv("MODWATCH_GITEA_SECRET"), GogsSecret: os.Getenv("MODWATCH_GOGS_SECRET"),
 			BitbucketSecret: os.Getenv("MODWATCH_BITBUCKET_SECRET"),
-			GenericSecret: os.Getenv("MODWATCH_GENERIC_SECRET"),
+			GenericSecret:   os.Getenv("MODWATCH_GENERIC_SECRET"),
 		}, w)
 		if err != nil {
 			return err
