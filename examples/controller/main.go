@@ -48,6 +48,7 @@ type options struct {
 	kube        *rest.Config
 	namespace   string // "" watches GitSyncs in every namespace
 	cacheDir    string // default when the configuration has no persistentRepoClonePath
+	inventory   string // the namespace of the apply inventories
 	metricsAddr string
 	log         logr.Logger
 	observer    watcher.Observer // more observers (tests); may be nil
@@ -60,6 +61,7 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file (empty: in-cluster, or $KUBECONFIG)")
 	flag.StringVar(&o.namespace, "namespace", "", "namespace of the GitSyncs (empty: all)")
 	flag.StringVar(&o.cacheDir, "cache-dir", "/var/cache/modwatch", "mirror cache when the configuration names none")
+	flag.StringVar(&o.inventory, "inventory-namespace", "default", "namespace of the apply inventory ConfigMaps (the controller's own)")
 	flag.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "serve /metrics and /healthz here (empty: off)")
 	flag.Parse()
 
@@ -109,7 +111,7 @@ func run(ctx context.Context, o options) error {
 		srcOpts = append(srcOpts, gitsync.WithRefreshInterval(o.refresh))
 	}
 	src := gitsync.New(dyn, gitsync.Config{Namespace: o.namespace, ClusterName: cfg.ClusterName, Interval: cfg.Interval()}, srcOpts...)
-	applier, err := apply.New(o.kube, apply.Config{FieldManager: "numaplane-controller", CascadeDelete: cfg.CascadeDeletion},
+	applier, err := apply.New(o.kube, apply.Config{FieldManager: "numaplane-controller", CascadeDelete: cfg.CascadeDeletion, InventoryNamespace: o.inventory},
 		apply.WithLogger(o.log.WithName("apply")),
 		apply.WithRenderer(kustomize.Name, kustomize.New()),
 		apply.WithRenderer(helm.Name, helm.New()))

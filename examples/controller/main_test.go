@@ -44,7 +44,7 @@ func TestControllerAppliesGitSyncsAndFollowsItsConfig(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, options{config: config, kube: env.Config, namespace: ns, cacheDir: t.TempDir(), log: testr.New(t), observer: obs})
+		done <- run(ctx, options{config: config, kube: env.Config, namespace: ns, inventory: ns, cacheDir: t.TempDir(), log: testr.New(t), observer: obs})
 	}()
 	t.Cleanup(func() {
 		cancel()
