@@ -1,16 +1,3 @@
-// Package configmap is a source that reads the control repositories from a
-// file mounted from a ConfigMap (Numaplane's agent configuration), and
-// follows the file as it changes.
-//
-// The file's directory is watched with fsnotify, which sees every way the
-// file is replaced: the kubelet's atomic update of a mounted ConfigMap (a
-// new timestamped directory, then the ..data symlink swapped), an editor's
-// write-and-rename, a plain write. Events are debounced, and the file is
-// parsed again only when its content changed.
-//
-// A file that cannot be parsed, templated or validated keeps the last good
-// targets in place and is reported; the source never hands the watcher an
-// empty set because of a bad file. A deleted file removes the targets.
 package configmap
 
 import (
