@@ -6,5 +6,6 @@
 // It uses a dynamic informer (no dependency on Flux's Go types) over the
 // served version of gitrepositories.source.toolkit.fluxcd.io. When Flux is
 // not installed it idles, looks again periodically, and starts watching
-// when the CRD appears, without a restart.
+// when the CRD appears, without a restart; if the CRD is removed, its
+// targets go and it idles again.
 package flux

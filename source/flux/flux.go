@@ -2,6 +2,7 @@ package flux
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -89,7 +90,12 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 	for {
 		gvr, err := s.served(ctx)
 		if err == nil {
-			return s.watch(ctx, gvr, update)
+			if err := s.watch(ctx, gvr, update); !errors.Is(err, errGone) {
+				return err
+			}
+			s.log.Info("Flux GitRepository API no longer served")
+			said = false
+			continue
 		}
 		if !said {
 			s.log.Info("Flux GitRepository API not served; looking again periodically", "reason", err.Error())
@@ -125,6 +131,11 @@ func (s *Source) served(ctx context.Context) (schema.GroupVersionResource, error
 	return schema.GroupVersionResource{}, fmt.Errorf("flux: no served version of gitrepositories.%s among %v", Group, versions)
 }
 
+// errGone: the watched version is no longer served.
+var errGone = errors.New("flux: GitRepository API gone")
+
+// watch runs an informer over gvr until ctx is done, or until gvr is no
+// longer served (errGone).
 func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, update func([]watcher.Target)) error {
 	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(s.dyn, 0, s.cfg.Namespace, nil)
 	inf := factory.ForResource(gvr).Informer()
@@ -141,10 +152,23 @@ func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, upd
 	}); err != nil {
 		return fmt.Errorf("flux: %w", err)
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return nil
+	check := time.NewTicker(s.cfg.CRDCheckInterval)
+	defer check.Stop()
+	for synced := false; !synced; {
+		// Wait for the cache, but not forever if the CRD went away meanwhile.
+		sctx, scancel := context.WithTimeout(ctx, s.cfg.CRDCheckInterval)
+		synced = cache.WaitForCacheSync(sctx.Done(), inf.HasSynced)
+		scancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !synced && !s.stillServed(ctx, gvr) {
+			return errGone
+		}
 	}
 	s.log.Info("watching Flux GitRepositories", "version", gvr.Version)
 	poke()
@@ -158,11 +182,34 @@ func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, upd
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-check.C:
+			if !s.stillServed(ctx, gvr) {
+				return errGone
+			}
+			continue
 		case <-tick:
 		case <-s.dirty:
 		}
 		update(s.targets(ctx, gvr, inf.GetStore().List()))
 	}
+}
+
+// stillServed reports whether gvr is still served (true when it cannot
+// tell, so that an apiserver hiccup does not stop the watch).
+func (s *Source) stillServed(ctx context.Context, gvr schema.GroupVersionResource) bool {
+	list, err := s.kube.Discovery().ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	if err != nil || ctx.Err() != nil {
+		return true
+	}
+	for _, r := range list.APIResources {
+		if r.Name == gvr.Resource {
+			return true
+		}
+	}
+	return false
 }
 
 // specChanged pokes when a GitRepository's spec changed, not its status

@@ -131,41 +131,76 @@ func TestGitRepositoriesBecomeTargets(t *testing.T) {
 	// host) and nosecret (its Secret is missing) are not watched.
 }
 
-func TestFluxInstalledLaterIsPickedUp(t *testing.T) {
-	ctx := context.Background()
+var crdsGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// gitRepositoryCRD removes and installs Flux's GitRepository CRD.
+type gitRepositoryCRD struct {
+	ext *apiextensions.Clientset
+	crd *apiextensionsv1.CustomResourceDefinition
+}
+
+func newGitRepositoryCRD(t *testing.T) *gitRepositoryCRD {
 	ext, err := apiextensions.NewForConfig(env.Config)
 	require.NoError(t, err)
 	crds, err := testenv.CRDs()
 	require.NoError(t, err)
-	var crd *apiextensionsv1.CustomResourceDefinition
 	for _, c := range crds {
 		if c.Spec.Group == flux.Group {
-			crd = c.DeepCopy()
+			return &gitRepositoryCRD{ext: ext, crd: c}
 		}
 	}
-	require.NotNil(t, crd)
-	require.NoError(t, ext.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, crd.Name, metav1.DeleteOptions{}))
-	env.WaitFor(t, schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
-		"", crd.Name, "the CRD gone", func(u *unstructured.Unstructured) bool { return u == nil })
+	t.Fatal("no GitRepository CRD")
+	return nil
+}
+
+func (c *gitRepositoryCRD) remove(t *testing.T) {
+	t.Helper()
+	err := c.ext.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), c.crd.Name, metav1.DeleteOptions{})
+	require.NoError(t, err)
+	env.WaitFor(t, crdsGVR, "", c.crd.Name, "the CRD gone", func(u *unstructured.Unstructured) bool { return u == nil })
+}
+
+func (c *gitRepositoryCRD) install(t *testing.T) {
+	t.Helper()
+	_, err := c.ext.ApiextensionsV1().CustomResourceDefinitions().Create(context.Background(), c.crd.DeepCopy(), metav1.CreateOptions{})
+	require.NoError(t, err)
+	env.WaitFor(t, crdsGVR, "", c.crd.Name, "the CRD established", func(u *unstructured.Unstructured) bool {
+		if u == nil {
+			return false
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "Established" && m["status"] == "True" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestFluxInstalledLaterOrRemovedIsFollowed(t *testing.T) {
+	crd := newGitRepositoryCRD(t)
+	crd.remove(t)
+	installed := false
+	t.Cleanup(func() {
+		if !installed {
+			crd.install(t) // for the tests that follow
+		}
+	})
 
 	ns := env.Namespace(t)
 	sets := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns, CRDCheckInterval: 100 * time.Millisecond}))
 	assert.Empty(t, waitSet(t, sets, "the empty set while Flux is absent", func([]watcher.Target) bool { return true }))
 
-	crd.ResourceVersion = ""
-	_, err = ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{})
-	require.NoError(t, err)
-	env.WaitFor(t, schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
-		"", crd.Name, "the CRD established", func(u *unstructured.Unstructured) bool {
-			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-			for _, c := range conds {
-				if m, _ := c.(map[string]any); m["type"] == "Established" && m["status"] == "True" {
-					return true
-				}
-			}
-			return false
-		})
+	crd.install(t)
 	create(t, gitRepository(ns, "late", "https://git.example.com/late.git", nil))
 	ts := waitSet(t, sets, "the GitRepository created after Flux was installed", func(ts []watcher.Target) bool { return len(ts) == 1 })
 	assert.Equal(t, "flux/"+ns+"/late", ts[0].ID)
+
+	crd.remove(t)
+	waitSet(t, sets, "no targets once Flux is removed", func(ts []watcher.Target) bool { return len(ts) == 0 })
+	crd.install(t)
+	installed = true
+	create(t, gitRepository(ns, "again", "https://git.example.com/again.git", nil))
+	waitSet(t, sets, "Flux back", func(ts []watcher.Target) bool { return len(ts) == 1 && ts[0].ID == "flux/"+ns+"/again" })
 }
