@@ -106,7 +106,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	srcOpts := []gitsync.Option{gitsync.WithLogger(o.log.WithName("gitsync"))}
+	srcOpts := []gitsync.Option{gitsync.WithLogger(o.log.WithName("gitsync")), gitsync.WithCredentials(creds)}
 	if o.refresh > 0 {
 		srcOpts = append(srcOpts, gitsync.WithRefreshInterval(o.refresh))
 	}

@@ -199,6 +199,7 @@ type Credentials struct {
 type credSet struct {
 	creds    []RepoCredential
 	prefixes *gitutil.URLPrefixes
+	replaced chan struct{} // closed when Set replaces this set
 }
 
 var _ gitutil.CredentialResolver = (*Credentials)(nil)
@@ -220,7 +221,9 @@ func (c *Credentials) Set(cfg *ControllerConfig) error {
 	if err != nil {
 		return fmt.Errorf("%w: repoCredentials: %w", ErrInvalidConfig, err)
 	}
-	c.cur.Store(&credSet{creds: slices.Clone(cfg.RepoCredentials), prefixes: p})
+	if old := c.cur.Swap(&credSet{creds: slices.Clone(cfg.RepoCredentials), prefixes: p, replaced: make(chan struct{})}); old != nil {
+		close(old.replaced)
+	}
 	return nil
 }
 

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/internal/testenv"
 	"github.com/modwatch/modwatch/sink/apply"
@@ -37,10 +36,16 @@ type harness struct {
 	src *gitsync.Source
 }
 
-func newHarness(t *testing.T, cluster string, applyCfg apply.Config, creds gitutil.CredentialResolver) *harness {
+// newHarness starts it; with creds, the source watches their Secrets and
+// nothing else refreshes the set.
+func newHarness(t *testing.T, cluster string, applyCfg apply.Config, creds *gitsync.Credentials) *harness {
 	t.Helper()
 	h := &harness{t: t, ns: env.Namespace(t), obs: watchertest.NewObserver()}
-	h.src = gitsync.New(env.Dynamic, gitsync.Config{Namespace: h.ns, ClusterName: cluster}, gitsync.WithRefreshInterval(200*time.Millisecond))
+	srcOpts := []gitsync.Option{gitsync.WithRefreshInterval(0)}
+	if creds != nil {
+		srcOpts = append(srcOpts, gitsync.WithCredentials(creds))
+	}
+	h.src = gitsync.New(env.Dynamic, gitsync.Config{Namespace: h.ns, ClusterName: cluster}, srcOpts...)
 	applyCfg.InventoryNamespace = h.ns
 	sink, err := apply.New(env.Config, applyCfg)
 	require.NoError(t, err)
@@ -319,8 +324,7 @@ func (h *harness) status(name string) gitsync.Status {
 	return st
 }
 
-// pollOnce waits for the source's next refresh of the target set (which
-// resolves credentials again), then for a poll of url after it.
+// pollOnce triggers a poll of url and waits for one that started after.
 func (h *harness) pollOnce(url string) {
 	h.t.Helper()
 	t0 := time.Now()

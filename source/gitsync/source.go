@@ -44,6 +44,7 @@ type Source struct {
 	log     logr.Logger
 	timeout time.Duration
 	refresh time.Duration
+	creds   *Credentials
 	dirty   chan struct{}
 
 	mu      sync.Mutex
@@ -77,6 +78,12 @@ func WithTimeout(d time.Duration) Option { return func(s *Source) { s.timeout = 
 // Secrets are resolved again (a rotated Secret is used within this
 // interval). 0 turns it off. Default 1m.
 func WithRefreshInterval(d time.Duration) Option { return func(s *Source) { s.refresh = d } }
+
+// WithCredentials makes Run watch the Secrets creds reads, so that a
+// rotated Secret is used at once (the watcher resolves credentials again
+// when the source hands it its set). Default: none; the refresh interval
+// alone picks a rotation up.
+func WithCredentials(creds *Credentials) Option { return func(s *Source) { s.creds = creds } }
 
 // New returns a source of the GitSyncs dyn reaches.
 func New(dyn dynamic.Interface, cfg Config, opts ...Option) *Source {
@@ -137,6 +144,17 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 		s.writeStatuses(ctx)
 	}()
 	defer func() { <-done }()
+	if s.creds != nil {
+		ctx, cancel := context.WithCancel(ctx)
+		watched := make(chan error, 1)
+		go func() { watched <- s.creds.Watch(ctx, s.Refresh) }()
+		defer func() {
+			cancel()
+			if err := <-watched; err != nil {
+				s.log.Error(err, "watching credential Secrets")
+			}
+		}()
+	}
 	var tick <-chan time.Time
 	if s.refresh > 0 {
 		ticker := time.NewTicker(s.refresh)
