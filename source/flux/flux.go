@@ -131,7 +131,7 @@ func (s *Source) served(ctx context.Context) (schema.GroupVersionResource, error
 	return schema.GroupVersionResource{}, fmt.Errorf("flux: no served version of gitrepositories.%s among %v", Group, versions)
 }
 
-// errGone: the watched version is no longer served.
+// errGone: the watched version is no longer served, or the informer broke.
 var errGone = errors.New("flux: GitRepository API gone")
 
 // watch runs an informer over gvr until ctx is done, or until gvr is no
@@ -152,10 +152,23 @@ func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, upd
 	}); err != nil {
 		return fmt.Errorf("flux: %w", err)
 	}
+	// A broken list or watch (the CRD deleted, perhaps re-created at once)
+	// ends this informer: a new one relists now instead of backing off.
+	broken := make(chan struct{}, 1)
+	if err := inf.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) {
+		select {
+		case broken <- struct{}{}:
+		default:
+		}
+	}); err != nil {
+		return fmt.Errorf("flux: %w", err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	defer func() {
+		cancel() // before Shutdown, which waits for the informers to stop
+		factory.Shutdown()
+	}()
 	check := time.NewTicker(s.cfg.CRDCheckInterval)
 	defer check.Stop()
 	for synced := false; !synced; {
@@ -168,6 +181,11 @@ func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, upd
 		}
 		if !synced && !s.stillServed(ctx, gvr) {
 			return errGone
+		}
+		select {
+		case <-broken:
+			return errGone
+		default:
 		}
 	}
 	s.log.Info("watching Flux GitRepositories", "version", gvr.Version)
@@ -187,6 +205,8 @@ func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, upd
 				return errGone
 			}
 			continue
+		case <-broken:
+			return errGone
 		case <-tick:
 		case <-s.dirty:
 		}
