@@ -27,18 +27,7 @@ func TestMain(m *testing.M) {
 // start runs w until the test ends and checks that Run returns cleanly.
 func start(t *testing.T, w *watcher.Watcher) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not return after its context ended")
-		}
-	})
+	watchertest.Run(t, w.Run)
 }
 
 // newWatcher has a long interval, so that polls happen only at start, when

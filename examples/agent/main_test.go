@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
@@ -78,22 +77,11 @@ func TestAgentAppliesTheControlRepoAndFollowsTheConfigMap(t *testing.T) {
 	mountDir := t.TempDir()
 	update := mount(t, mountDir, agentConfig(repo.URL(), "main", ns))
 	obs := watchertest.NewObserver()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, options{
+	watchertest.Run(t, func(ctx context.Context) error {
+		return run(ctx, options{
 			config: filepath.Join(mountDir, "config.yaml"), kube: env.Config, cacheDir: t.TempDir(),
 			inventory: ns, log: testr.New(t), observer: obs,
 		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Error("the agent did not stop")
-		}
 	})
 	value := func() string {
 		cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "control", metav1.GetOptions{})

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
@@ -41,19 +40,8 @@ func TestControllerAppliesGitSyncsAndFollowsItsConfig(t *testing.T) {
 	}
 	writeConfig("staging-1")
 	obs := watchertest.NewObserver()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, options{config: config, kube: env.Config, namespace: ns, inventory: ns, cacheDir: t.TempDir(), log: testr.New(t), observer: obs})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Error("the controller did not stop")
-		}
+	watchertest.Run(t, func(ctx context.Context) error {
+		return run(ctx, options{config: config, kube: env.Config, namespace: ns, inventory: ns, cacheDir: t.TempDir(), log: testr.New(t), observer: obs})
 	})
 
 	gs := &unstructured.Unstructured{Object: map[string]any{

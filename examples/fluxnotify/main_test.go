@@ -53,20 +53,9 @@ func TestAPushHintReachesFluxAtOnce(t *testing.T) {
 	require.NoError(t, err)
 
 	obs := watchertest.NewObserver()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, options{kube: env.Config, notify: fluxreceiver.Config{ReceiverURL: rcv.URL}, cacheDir: t.TempDir(),
+	watchertest.Run(t, func(ctx context.Context) error {
+		return run(ctx, options{kube: env.Config, notify: fluxreceiver.Config{ReceiverURL: rcv.URL}, cacheDir: t.TempDir(),
 			interval: time.Hour, hints: hints, log: testr.New(t), observer: obs})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Error("fluxnotify did not stop")
-		}
 	})
 
 	_, err = env.Dynamic.Resource(gitRepos).Namespace(ns).Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{

@@ -1,7 +1,6 @@
 package apply_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -26,25 +25,7 @@ func run(t *testing.T, target watcher.Target, sink watcher.Sink) (*watcher.Watch
 		watcher.WithObserver(obs),
 	)
 	require.NoError(t, w.Route(watchertest.NewSource(target), sink))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not return")
-		}
-	}
-	t.Cleanup(stop)
-	return w, obs, stop
+	return w, obs, watchertest.Run(t, w.Run)
 }
 
 // delivered waits for the delivery of commit and returns its Result.

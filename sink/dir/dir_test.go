@@ -118,10 +118,7 @@ func TestWithWatcherAndGitServer(t *testing.T) {
 		watcher.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
 	tgt := watcher.Target{ID: "app", URL: repo.URL(), Path: "deploy"}
 	require.NoError(t, w.Route(watchertest.NewSource(tgt), s))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); require.NoError(t, <-done) }()
+	watchertest.Run(t, w.Run)
 
 	// The escaping symlink makes the delivery fail, reported, never written.
 	e := obs.WaitFor(t, "delivery failure", watchertest.Is(watcher.EventDeliveryFailed, "app"))

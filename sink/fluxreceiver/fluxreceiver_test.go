@@ -87,18 +87,7 @@ func start(t *testing.T, cfg fluxreceiver.Config) *fixture {
 		watcher.WithRetryBackoff(10*time.Millisecond, 200*time.Millisecond), watcher.WithObserver(f.obs))
 	src := flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: f.ns})
 	require.NoError(t, f.w.Route(src, f.sink))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not return")
-		}
-	})
+	watchertest.Run(t, f.w.Run)
 	return f
 }
 

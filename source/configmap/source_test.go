@@ -14,6 +14,7 @@ import (
 
 	"github.com/modwatch/modwatch/source/configmap"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -32,17 +33,8 @@ func start(t *testing.T, path string) *running {
 	t.Helper()
 	r := &running{updates: make(chan []watcher.Target, 100), reloads: make(chan configmap.Reload, 100)}
 	src := configmap.New(path, configmap.WithOnReload(func(rl configmap.Reload) { r.reloads <- rl }))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, func(ts []watcher.Target) { r.updates <- ts }) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err)
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return")
-		}
+	watchertest.Run(t, func(ctx context.Context) error {
+		return src.Run(ctx, func(ts []watcher.Target) { r.updates <- ts })
 	})
 	return r
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/modwatch/modwatch/internal/testenv"
 	"github.com/modwatch/modwatch/source/flux"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
 var env *testenv.Env
@@ -49,12 +50,8 @@ func TestRevision(t *testing.T) {
 // run runs src and returns each set it hands over.
 func run(t *testing.T, src *flux.Source) <-chan []watcher.Target {
 	sets := make(chan []watcher.Target, 100)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, func(ts []watcher.Target) { sets <- ts }) }()
-	t.Cleanup(func() {
-		cancel()
-		assert.NoError(t, <-done)
+	watchertest.Run(t, func(ctx context.Context) error {
+		return src.Run(ctx, func(ts []watcher.Target) { sets <- ts })
 	})
 	return sets
 }

@@ -59,18 +59,7 @@ func newHarness(t *testing.T, cluster string, applyCfg apply.Config, creds *gits
 	}
 	h.w = watcher.New(opts...)
 	require.NoError(t, h.w.Route(h.src, sink))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not return")
-		}
-	})
+	watchertest.Run(t, h.w.Run)
 	return h
 }
 

@@ -2,7 +2,6 @@ package webhook_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -113,10 +112,7 @@ func TestProvidersEndToEnd(t *testing.T) {
 	sink := watchertest.NewSink("rec")
 	w := watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithInterval(time.Hour))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "app", URL: repo.URL(), Path: "deploy"}), sink))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); require.NoError(t, <-done) }()
+	watchertest.Run(t, w.Run)
 	sink.WaitDelivered(t, 1)
 
 	cfg := secrets

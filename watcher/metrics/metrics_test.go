@@ -46,10 +46,7 @@ func TestMetricsOfARealWatcher(t *testing.T) {
 		watcher.Target{ID: "ok", URL: repo.URL()},
 		watcher.Target{ID: "missing", URL: repo.URL(), Path: "nope"},
 	), sink))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); require.NoError(t, <-done) }()
+	watchertest.Run(t, w.Run)
 	obs.WaitFor(t, "the delivery", watchertest.Is(watcher.EventDelivered, "ok"))
 	obs.WaitFor(t, "the poll's end", watchertest.Is(watcher.EventPolled, ""))
 
