@@ -115,20 +115,34 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 // served finds the GitRepository version the apiserver serves.
 func (s *Source) served(ctx context.Context) (schema.GroupVersionResource, error) {
 	for _, v := range versions {
-		list, err := s.kube.Discovery().ServerResourcesForGroupVersion(Group + "/" + v)
-		if err != nil {
-			if ctx.Err() != nil {
-				return schema.GroupVersionResource{}, ctx.Err()
-			}
-			continue
-		}
-		for _, r := range list.APIResources {
-			if r.Name == "gitrepositories" {
-				return schema.GroupVersionResource{Group: Group, Version: v, Resource: r.Name}, nil
-			}
+		gvr := schema.GroupVersionResource{Group: Group, Version: v, Resource: "gitrepositories"}
+		if ok, err := s.serves(gvr); ok {
+			return gvr, nil
+		} else if ctx.Err() != nil {
+			return schema.GroupVersionResource{}, ctx.Err()
+		} else if err != nil {
+			s.log.V(1).Info("discovery", "groupVersion", gvr.GroupVersion().String(), "error", err.Error())
 		}
 	}
 	return schema.GroupVersionResource{}, fmt.Errorf("flux: no served version of gitrepositories.%s among %v", Group, versions)
+}
+
+// serves asks discovery whether gvr is served: false with no error when it
+// is not, an error when discovery could not tell.
+func (s *Source) serves(gvr schema.GroupVersionResource) (bool, error) {
+	list, err := s.kube.Discovery().ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, r := range list.APIResources {
+		if r.Name == gvr.Resource {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // errGone: the watched version is no longer served, or the informer broke.
@@ -179,7 +193,7 @@ func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, upd
 		if ctx.Err() != nil {
 			return nil
 		}
-		if !synced && !s.stillServed(ctx, gvr) {
+		if !synced && !s.stillServed(gvr) {
 			return errGone
 		}
 		select {
@@ -201,7 +215,7 @@ func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, upd
 		case <-ctx.Done():
 			return nil
 		case <-check.C:
-			if !s.stillServed(ctx, gvr) {
+			if !s.stillServed(gvr) {
 				return errGone
 			}
 			continue
@@ -214,22 +228,11 @@ func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, upd
 	}
 }
 
-// stillServed reports whether gvr is still served (true when it cannot
-// tell, so that an apiserver hiccup does not stop the watch).
-func (s *Source) stillServed(ctx context.Context, gvr schema.GroupVersionResource) bool {
-	list, err := s.kube.Discovery().ServerResourcesForGroupVersion(gvr.GroupVersion().String())
-	if apierrors.IsNotFound(err) {
-		return false
-	}
-	if err != nil || ctx.Err() != nil {
-		return true
-	}
-	for _, r := range list.APIResources {
-		if r.Name == gvr.Resource {
-			return true
-		}
-	}
-	return false
+// stillServed reports whether gvr is still served (true when discovery
+// cannot tell, so that an apiserver hiccup does not stop the watch).
+func (s *Source) stillServed(gvr schema.GroupVersionResource) bool {
+	ok, err := s.serves(gvr)
+	return ok || err != nil
 }
 
 // specChanged pokes when a GitRepository's spec changed, not its status
