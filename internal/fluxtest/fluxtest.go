@@ -209,17 +209,17 @@ func (r *Receiver) statusRole(ctx context.Context, t TB) {
 	}
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { poke() }, UpdateFunc: func(any, any) { poke() }}
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(r.dyn, 0)
-	_, _ = factory.ForResource(receivers).Informer().AddEventHandler(handler)
+	// A Receiver changes, or a Secret under one (its token edited).
+	for _, gvr := range []schema.GroupVersionResource{receivers, {Version: "v1", Resource: "secrets"}} {
+		_, _ = factory.ForResource(gvr).Informer().AddEventHandler(handler)
+	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	ticker := time.NewTicker(time.Second) // Secrets edited under a Receiver
-	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-kick:
-		case <-ticker.C:
 		}
 		list, err := r.dyn.Resource(receivers).List(ctx, metav1.ListOptions{})
 		if err != nil {
