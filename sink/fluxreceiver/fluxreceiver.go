@@ -147,7 +147,6 @@ type Sink struct {
 
 	mu      sync.Mutex
 	managed map[string]*managed // by GitRepository key, for Run to keep in place
-	kick    chan struct{}
 }
 
 // managed is what the sink keeps in place for one GitRepository.
@@ -179,7 +178,7 @@ func New(dyn dynamic.Interface, cfg Config, opts ...Option) (*Sink, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, dyn: dyn, log: logr.Discard(), managed: map[string]*managed{}, kick: make(chan struct{}, 1)}
+	s := &Sink{cfg: cfg, dyn: dyn, log: logr.Discard(), managed: map[string]*managed{}}
 	for _, o := range opts {
 		o(s)
 	}

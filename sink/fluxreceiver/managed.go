@@ -26,28 +26,27 @@ func objectName(repo string) string {
 	return name
 }
 
-// ensure puts the GitRepository's Secret and Receiver in place and waits
-// for the Receiver's webhook path.
+// ensure puts the GitRepository's Secret and Receiver in place (the first
+// time; then Run keeps them there) and waits for the Receiver's webhook
+// path.
 func (s *Sink) ensure(ctx context.Context, repo GitRepository) (*managed, string, error) {
 	s.mu.Lock()
 	m := s.managed[repo.key()]
 	s.mu.Unlock()
 	if m == nil || m.repo.UID != repo.UID {
+		// New to this sink: written now; from then on Run keeps the objects
+		// in place, so later deliveries do not write them again.
 		token, err := s.existingToken(ctx, repo)
 		if err != nil {
 			return nil, "", err
 		}
 		m = &managed{repo: repo, token: token}
-	}
-	if err := s.apply(ctx, m); err != nil {
-		return nil, "", err
-	}
-	s.mu.Lock()
-	s.managed[repo.key()] = m
-	s.mu.Unlock()
-	select {
-	case s.kick <- struct{}{}:
-	default:
+		if err := s.apply(ctx, m); err != nil {
+			return nil, "", err
+		}
+		s.mu.Lock()
+		s.managed[repo.key()] = m
+		s.mu.Unlock()
 	}
 
 	name := objectName(repo.Name)
@@ -124,9 +123,10 @@ func (s *Sink) Run(ctx context.Context) error {
 	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(s.dyn, 10*time.Minute, "", func(o *metav1.ListOptions) {
 		o.LabelSelector = LabelManagedBy + "=" + s.cfg.FieldManager
 	})
+	kicked := make(chan struct{}, 1)
 	kick := func() {
 		select {
-		case s.kick <- struct{}{}:
+		case kicked <- struct{}{}:
 		default:
 		}
 	}
@@ -144,7 +144,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.kick:
+		case <-kicked:
 		}
 		s.mu.Lock()
 		all := make([]*managed, 0, len(s.managed))
