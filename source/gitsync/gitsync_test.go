@@ -90,9 +90,7 @@ func (h *harness) waitStatus(name, what string, ok func(gitsync.Status) bool) gi
 	var st gitsync.Status
 	env.WaitFor(h.t, gitsync.GVR, h.ns, name, what, func(u *unstructured.Unstructured) bool {
 		require.NotNil(h.t, u, "GitSync %s is gone", name)
-		st = gitsync.Status{}
-		raw, _ := u.Object["status"].(map[string]any)
-		require.NoError(h.t, runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st))
+		st = h.statusOf(u)
 		return ok(st)
 	})
 	return st
@@ -307,6 +305,10 @@ func (h *harness) status(name string) gitsync.Status {
 	h.t.Helper()
 	u, err := env.Dynamic.Resource(gitsync.GVR).Namespace(h.ns).Get(context.Background(), name, metav1.GetOptions{})
 	require.NoError(h.t, err)
+	return h.statusOf(u)
+}
+
+func (h *harness) statusOf(u *unstructured.Unstructured) gitsync.Status {
 	var st gitsync.Status
 	raw, _ := u.Object["status"].(map[string]any)
 	require.NoError(h.t, runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st))
