@@ -7,9 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
+	"os"
 	"sort"
 	"strings"
 
@@ -33,6 +33,15 @@ var ErrInvalidAuth = errors.New("gitutil: invalid credentials")
 // access. Its fields are secrets: Auth never formats them, and errors about
 // them name the field, never the value.
 type Auth struct {
+	// ID names the credential, not its value: a stable identity such as
+	// "secret:<namespace>/<name>" that a [CredentialResolver] sets. Remotes
+	// and mirrors are keyed by who reads them ([Auth.Identity]); with an ID,
+	// a rotated password or key for the same credential and user keeps its
+	// mirror. Without one, the identity is a digest of the secrets, so a
+	// rotation starts a new mirror. Two Auths with the same ID must be the
+	// same credential: never let a tenant choose another tenant's ID.
+	ID string
+
 	// Username and Password are HTTP basic credentials. For SSH, Username is
 	// the login user (default: the user in the URL, then "git").
 	Username string
@@ -85,26 +94,31 @@ func (a *Auth) hasSecret() bool {
 	return a != nil && (a.Username != "" || a.Password != "" || a.BearerToken != "" || len(a.SSHPrivateKey) > 0)
 }
 
-// Identity is a short, stable digest of everything in a that changes who the
-// remote sees or how it is reached. Two Auths with the same Identity can share
-// one poller and one mirror; the digest reveals nothing of the secrets.
+// Identity is a short, stable digest of who a names to the remote and how
+// the remote is reached: two Auths with the same Identity may share one
+// poller and one mirror, two with different ones never do. With an [Auth.ID]
+// it digests the ID, the user and the connection settings (not the
+// password or key, so rotations keep the identity); without one, every
+// field. The digest reveals nothing of the secrets. Anonymous access with
+// default settings is "anonymous".
 func (a *Auth) Identity() string {
-	if a == nil {
+	if a == nil || (!a.hasSecret() && len(a.CABundle) == 0 && len(a.KnownHosts) == 0 &&
+		!a.InsecureSkipTLSVerify && !a.InsecureIgnoreHostKey && a.ID == "") {
 		return "anonymous"
 	}
+	parts := [][]byte{[]byte(a.ID), []byte(a.Username), a.KnownHosts, a.CABundle,
+		[]byte(fmt.Sprint(a.InsecureIgnoreHostKey, a.InsecureSkipTLSVerify, a.AllowInsecureHTTP))}
+	prefix := "id-"
+	if a.ID == "" {
+		prefix = ""
+		parts = append(parts, []byte(a.Password), []byte(a.BearerToken), a.SSHPrivateKey, []byte(a.SSHPassphrase))
+	}
 	h := sha256.New()
-	for _, part := range [][]byte{
-		[]byte(a.Username), []byte(a.Password), []byte(a.BearerToken),
-		a.SSHPrivateKey, []byte(a.SSHPassphrase), a.KnownHosts, a.CABundle,
-		[]byte(fmt.Sprint(a.InsecureIgnoreHostKey, a.InsecureSkipTLSVerify, a.AllowInsecureHTTP)),
-	} {
+	for _, part := range parts {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}
-	if !a.hasSecret() && len(a.CABundle) == 0 && len(a.KnownHosts) == 0 && !a.InsecureSkipTLSVerify && !a.InsecureIgnoreHostKey {
-		return "anonymous"
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
+	return prefix + hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // transportOptions is what go-git needs to reach one URL with a.
@@ -181,80 +195,49 @@ func (a *Auth) hostKeyCallback() (ssh.HostKeyCallback, error) {
 	return knownHostsCallback(a.KnownHosts)
 }
 
-type knownHost struct {
-	marker string
-	hosts  []string
-	key    ssh.PublicKey
-}
-
-// knownHostsCallback checks host keys against known_hosts content, plain or
-// hashed host names, with the "@revoked" marker honoured.
+// knownHostsCallback checks host keys against known_hosts content with
+// golang.org/x/crypto/ssh/knownhosts: plain, wildcard, negated and hashed
+// host patterns, "@revoked" and "@cert-authority" lines. The package reads
+// files only, so the content passes through a temporary file (known_hosts
+// holds public keys, no secret) removed before it returns.
 func knownHostsCallback(content []byte) (ssh.HostKeyCallback, error) {
-	var entries []knownHost
-	rest := content
-	for len(bytes.TrimSpace(rest)) > 0 {
-		marker, hosts, key, _, next, err := ssh.ParseKnownHosts(rest)
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return nil, fmt.Errorf("%w: known_hosts: %v", ErrInvalidAuth, err)
-		}
-		entries = append(entries, knownHost{marker: marker, hosts: hosts, key: key})
-		rest = next
-	}
-	if len(entries) == 0 {
+	if len(bytes.TrimSpace(stripComments(content))) == 0 {
 		return nil, fmt.Errorf("%w: known_hosts has no entries", ErrInvalidAuth)
 	}
+	f, err := os.CreateTemp("", "modwatch-known-hosts-")
+	if err != nil {
+		return nil, fmt.Errorf("gitutil: known_hosts: %w", err)
+	}
+	defer os.Remove(f.Name())
+	_, werr := f.Write(content)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return nil, fmt.Errorf("gitutil: known_hosts: %w", werr)
+	}
+	cb, err := knownhosts.New(f.Name())
+	if err != nil {
+		// The message names the temporary file and a line number.
+		msg := strings.ReplaceAll(err.Error(), f.Name(), "known_hosts")
+		return nil, fmt.Errorf("%w: %s", ErrInvalidAuth, msg)
+	}
 	return func(hostname string, remote net.Addr, key ssh.PublicKey) error {
-		names := []string{knownhosts.Normalize(hostname)}
-		if remote != nil {
-			names = append(names, knownhosts.Normalize(remote.String()))
-		}
-		matched := false
-		for _, e := range entries {
-			if !hostMatches(e.hosts, names) {
-				continue
-			}
-			same := bytes.Equal(e.key.Marshal(), key.Marshal())
-			if e.marker == "revoked" && same {
-				return fmt.Errorf("gitutil: host key for %s is revoked", hostname)
-			}
-			if e.marker == "" && same {
-				matched = true
-			}
-		}
-		if !matched {
-			return fmt.Errorf("gitutil: host key for %s is not in known_hosts", hostname)
+		if err := cb(hostname, remote, key); err != nil {
+			return fmt.Errorf("gitutil: host key of %s refused by known_hosts: %w", hostname, err)
 		}
 		return nil
 	}, nil
 }
 
-func hostMatches(patterns, names []string) bool {
-	for _, p := range patterns {
-		for _, n := range names {
-			if strings.HasPrefix(p, "|1|") {
-				if hashedMatch(p, n) {
-					return true
-				}
-				continue
-			}
-			if knownhosts.Normalize(p) == n {
-				return true
-			}
+func stripComments(content []byte) []byte {
+	var out []byte
+	for line := range bytes.Lines(content) {
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
+			out = append(out, line...)
 		}
 	}
-	return false
-}
-
-// hashedMatch checks a "|1|salt|hash" pattern against a host name.
-func hashedMatch(pattern, host string) bool {
-	parts := strings.Split(pattern, "|")
-	if len(parts) != 4 {
-		return false
-	}
-	return hashWithSalt(parts[2], host) == parts[3]
+	return out
 }
 
 // CredentialResolver finds the credentials for a repository URL. A nil Auth

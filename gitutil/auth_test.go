@@ -109,6 +109,12 @@ func TestKnownHosts(t *testing.T) {
 	otherPub, _, _ := ed25519.GenerateKey(rand.Reader)
 	otherKey, _ := ssh.NewPublicKey(otherPub)
 	addr := &net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 22}
+	caPub, caPriv, _ := ed25519.GenerateKey(rand.Reader)
+	caKey, _ := ssh.NewPublicKey(caPub)
+	caSigner, _ := ssh.NewSignerFromKey(caPriv)
+	cert := &ssh.Certificate{Key: hostKey, CertType: ssh.HostCert, ValidPrincipals: []string{"git.example.com"}, ValidBefore: ssh.CertTimeInfinity}
+	require.NoError(t, cert.SignCert(rand.Reader, caSigner))
+	caLine := "@cert-authority *.example.com " + string(ssh.MarshalAuthorizedKey(caKey))
 
 	for _, tc := range []struct {
 		name, line, host string
@@ -121,6 +127,11 @@ func TestKnownHosts(t *testing.T) {
 		{"hashed", knownhosts.Line([]string{knownhosts.HashHostname("git.example.com")}, hostKey), "git.example.com:22", hostKey, true},
 		{"other key", knownhosts.Line([]string{"git.example.com"}, hostKey), "git.example.com:22", otherKey, false},
 		{"other host", knownhosts.Line([]string{"git.example.com"}, hostKey), "evil.example.com:22", hostKey, false},
+		{"wildcard", knownhosts.Line([]string{"*.example.com"}, hostKey), "git.example.com:22", hostKey, true},
+		{"negated", knownhosts.Line([]string{"*.example.com", "!evil.example.com"}, hostKey), "evil.example.com:22", hostKey, false},
+		{"cert-authority", caLine, "git.example.com:22", cert, true},
+		{"cert-authority other host", caLine, "git.other.org:22", cert, false},
+		{"cert-authority plain key", caLine, "git.example.com:22", hostKey, false},
 		{"revoked", "@revoked " + knownhosts.Line([]string{"git.example.com"}, hostKey) + "\n" + knownhosts.Line([]string{"git.example.com"}, hostKey), "git.example.com:22", hostKey, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -42,7 +42,7 @@ func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []strin
 	if a.SSHPassphrase != "" {
 		return fmt.Errorf("git CLI cannot use a passphrase-protected key non-interactively")
 	}
-	tmp, err := os.MkdirTemp("", "modwatch-git-")
+	tmp, err := os.MkdirTemp(m.opts.TempDir, "modwatch-git-")
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []strin
 		return err
 	}
 	defer os.RemoveAll(clone)
-	args := []string{"clone", "--quiet", "--bare", "--no-tags", "--single-branch", "--branch", branch, "--", m.url, clone}
+	args := []string{"clone", "--quiet", "--bare", "--no-tags", "--single-branch", "--branch=" + branch, "--", m.url, clone}
 	cmd := exec.CommandContext(ctx, m.opts.GitCLI, args...)
 	cmd.Env = env
 	cmd.WaitDelay = 5 * time.Second

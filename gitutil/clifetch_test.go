@@ -1,6 +1,7 @@
 package gitutil
 
 import (
+	"encoding/base64"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,7 +24,7 @@ func recordingGit(t *testing.T) (bin string, statuses func() string) {
 	dir := t.TempDir()
 	mark := filepath.Join(dir, "statuses")
 	bin = filepath.Join(dir, "git")
-	script := fmt.Sprintf("#!/bin/sh\n%q \"$@\"\nrc=$?\necho $rc >> %q\nexit $rc\n", gitBin, mark)
+	script := fmt.Sprintf("#!/bin/sh\necho \"$@\" >> %q\n%q \"$@\"\nrc=$?\necho $rc >> %q\nexit $rc\n", filepath.Join(dir, "args"), gitBin, mark)
 	require.NoError(t, os.WriteFile(bin, []byte(script), 0o755))
 	return bin, func() string {
 		data, _ := os.ReadFile(mark)
@@ -40,7 +41,8 @@ func TestFirstFetchWithGitCLI(t *testing.T) {
 	srv.SetBasicAuth("deploy", "cli-s3cret")
 	auth := &Auth{Username: "deploy", Password: "cli-s3cret", AllowInsecureHTTP: true}
 
-	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: gitBin})
+	private := t.TempDir()
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: gitBin, TempDir: private})
 	require.NoError(t, err)
 	fetches := repo.Counts().Fetches.Load()
 	res, err := m.Fetch(ctxT(t), auth, []string{"refs/heads/main", "refs/tags/v1"})
@@ -52,6 +54,19 @@ func TestFirstFetchWithGitCLI(t *testing.T) {
 	// on v0, makes one).
 	assert.Equal(t, fetches+2, repo.Counts().Fetches.Load(), "the first fetch was the CLI's")
 	assert.Equal(t, "0\n", statuses())
+	// What ps shows: no secret, the branch as one --branch=NAME word, and
+	// the URL after "--".
+	args, err := os.ReadFile(filepath.Join(filepath.Dir(gitBin), "args"))
+	require.NoError(t, err)
+	assert.NotContains(t, string(args), "cli-s3cret")
+	assert.NotContains(t, string(args), base64.StdEncoding.EncodeToString([]byte("deploy:cli-s3cret")))
+	assert.Contains(t, string(args), "--branch=main -- "+repo.URL())
+	left, err := os.ReadDir(private)
+	require.NoError(t, err)
+	assert.Empty(t, left, "the credential files are removed after the clone")
+	cfg, err := os.ReadFile(filepath.Join(m.Dir(), "config"))
+	require.NoError(t, err)
+	assert.NotContains(t, string(cfg), "cli-s3cret")
 
 	// Later fetches are go-git's, into what the CLI wrote.
 	c2 := repo.Commit(t, "two", gittest.File("a/x", "2"))

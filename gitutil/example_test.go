@@ -22,7 +22,7 @@ func ExampleNormalizeURL() {
 	// github.com/fluxcd/flux2
 	// github.com/fluxcd/flux2
 	// github.com/fluxcd/flux2
-	// https://deploy:redacted@git.example.com/r.git
+	// https://redacted@git.example.com/r.git
 }
 
 func ExampleResolve() {

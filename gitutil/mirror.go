@@ -48,6 +48,13 @@ type MirrorOptions struct {
 	// than go-git's; later fetches always use go-git. If the CLI fails, the
 	// fetch is retried with go-git.
 	GitCLI string
+	// TempDir is where the git CLI's credential files (an SSH key, a CA
+	// bundle) live for the length of one clone, mode 0600 in a 0700
+	// directory of their own ("" is the system's). A process killed
+	// mid-clone leaves them behind: give a private directory that the
+	// program empties at start, as the watcher does with its cache
+	// directory's ".tmp".
+	TempDir string
 }
 
 // Mirror is a bare repository on disk that mirrors the refs of one remote
@@ -93,9 +100,10 @@ type FetchResult struct {
 // OpenMirror opens the mirror in dir for repoURL, creating it when absent.
 // A directory left with stale "*.lock" files (a crash mid-write) or that is
 // not a readable repository is rebuilt empty; the first [Mirror.Fetch]
-// reports why in [FetchResult.Rebuilt].
+// reports why in [FetchResult.Rebuilt]. repoURL carries no credentials
+// (they come with each fetch as an [Auth]), so none is written to disk.
 func OpenMirror(dir, repoURL string, opts MirrorOptions) (*Mirror, error) {
-	if _, err := ParseURL(repoURL); err != nil {
+	if _, err := parseBare(repoURL); err != nil {
 		return nil, err
 	}
 	m := &Mirror{dir: dir, url: repoURL, opts: opts}

@@ -38,9 +38,10 @@ func (l RefList) Commit(name string) (plumbing.Hash, bool) {
 
 // ListRefs lists the refs of the remote at repoURL in one request (the
 // equivalent of git ls-remote), with annotated tags peeled. It honours ctx
-// and applies [DefaultListTimeout] when ctx has no deadline.
+// and applies [DefaultListTimeout] when ctx has no deadline. repoURL
+// carries no credentials: they come in auth.
 func ListRefs(ctx context.Context, repoURL string, auth *Auth) (RefList, error) {
-	e, err := ParseURL(repoURL)
+	e, err := parseBare(repoURL)
 	if err != nil {
 		return RefList{}, err
 	}

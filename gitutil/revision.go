@@ -93,6 +93,9 @@ func ParseRevision(s string) (Revision, error) {
 		return fail("SHA-256 repositories are not supported")
 	case len(s) > 1024:
 		return fail("longer than 1024 bytes")
+	case strings.HasPrefix(s, "-") || strings.Contains(s, "/-"):
+		// git would read it as an option.
+		return fail("a name or path segment starting with \"-\"")
 	case strings.HasPrefix(s, "refs/"):
 		if err := plumbing.ReferenceName(s).Validate(); err != nil {
 			return fail("not a valid ref name")

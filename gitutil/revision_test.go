@@ -81,6 +81,7 @@ func TestParseRevisionRejects(t *testing.T) {
 	for _, bad := range []string{
 		"refs/heads/a..b", "refs/heads/", "a b", "a:b", "~~", "refs/heads/x.lock",
 		strings.Repeat("a", 64), "x\x00y", strings.Repeat("b", 2000),
+		"--upload-pack=touch /tmp/x", "-b", "refs/heads/-x", "release/-x",
 	} {
 		t.Run(bad[:min(len(bad), 20)], func(t *testing.T) {
 			_, err := ParseRevision(bad)

@@ -44,7 +44,12 @@ func (e Endpoint) Key() string {
 
 // ParseURL parses a repository URL in any form git accepts for a remote:
 // https://, http://, ssh://, git://, file:// and the scp-like
-// "user@host:path". Credentials in the URL are dropped from the result.
+// "user@host:path". Credentials in the URL are dropped from the result (see
+// [SplitCredentials] to keep them as an [Auth]). It refuses what git would
+// read as something other than a remote: a host or path starting with "-"
+// (an option to ssh or git), "transport::address" forms (ext::, fd::), and
+// a query or fragment (git ignores neither safely; a token in a query
+// string belongs in an Auth).
 func ParseURL(raw string) (Endpoint, error) {
 	if strings.ContainsFunc(raw, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return Endpoint{}, fmt.Errorf("%w: %q contains control characters", ErrInvalidURL, RedactURL(raw))
@@ -56,16 +61,34 @@ func ParseURL(raw string) (Endpoint, error) {
 	if strings.ContainsAny(raw, " ") {
 		return Endpoint{}, fmt.Errorf("%w: %q contains white space or control characters", ErrInvalidURL, RedactURL(raw))
 	}
+	if strings.HasPrefix(raw, "-") {
+		return Endpoint{}, fmt.Errorf("%w: %q starts with \"-\"", ErrInvalidURL, RedactURL(raw))
+	}
+	if transportPrefix.MatchString(raw) {
+		return Endpoint{}, fmt.Errorf("%w: %q: \"transport::\" remotes are refused", ErrInvalidURL, RedactURL(raw))
+	}
 	if !strings.Contains(raw, "://") {
 		m := scpLike.FindStringSubmatch(raw)
 		if m == nil {
 			return Endpoint{}, fmt.Errorf("%w: %q has no scheme and is not user@host:path", ErrInvalidURL, RedactURL(raw))
+		}
+		if strings.ContainsAny(raw, "?#") {
+			return Endpoint{}, fmt.Errorf("%w: %q has a query or fragment", ErrInvalidURL, RedactURL(raw))
 		}
 		return finish(Endpoint{Scheme: "ssh", User: m[1], Host: strings.ToLower(m[2])}, m[3], raw)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("%w: %q cannot be parsed", ErrInvalidURL, RedactURL(raw))
+	}
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(raw, "#") {
+		return Endpoint{}, fmt.Errorf("%w: %q has a query or fragment (credentials belong in an Auth)", ErrInvalidURL, RedactURL(raw))
+	}
+	if u.Opaque != "" || strings.Contains(u.Path, "@") {
+		// "https://tok/en@host/r": a password or token with an unescaped
+		// "/", "?" or "#" that url.Parse reads as a path. Refused rather
+		// than guessed, since the guess would send the secret as a host.
+		return Endpoint{}, fmt.Errorf("%w: %q is ambiguous: percent-encode \"/\", \"?\", \"#\" and \"@\" in credentials", ErrInvalidURL, RedactURL(raw))
 	}
 	e := Endpoint{Scheme: strings.ToLower(u.Scheme)}
 	switch e.Scheme {
@@ -74,12 +97,18 @@ func ParseURL(raw string) (Endpoint, error) {
 		if u.Host != "" && u.Host != "localhost" {
 			return Endpoint{}, fmt.Errorf("%w: %q: file URLs cannot name a host", ErrInvalidURL, RedactURL(raw))
 		}
+		if u.User != nil {
+			return Endpoint{}, fmt.Errorf("%w: %q: file URLs take no user", ErrInvalidURL, RedactURL(raw))
+		}
 		return finish(e, u.Path, raw)
 	default:
 		return Endpoint{}, fmt.Errorf("%w: %q: unsupported scheme %q", ErrInvalidURL, RedactURL(raw), u.Scheme)
 	}
 	if u.User != nil {
 		e.User = u.User.Username()
+		if _, has := u.User.Password(); has && e.Scheme != "https" && e.Scheme != "http" {
+			return Endpoint{}, fmt.Errorf("%w: %q: %s URLs take no password", ErrInvalidURL, RedactURL(raw), e.Scheme)
+		}
 	}
 	host := strings.ToLower(u.Hostname())
 	if host == "" {
@@ -94,12 +123,20 @@ func ParseURL(raw string) (Endpoint, error) {
 	return finish(e, u.Path, raw)
 }
 
+// transportPrefix matches git's "<transport>::<address>" remote form
+// (ext::, fd::, and remote helpers), which runs programs.
+var transportPrefix = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*::`)
+
 func finish(e Endpoint, path, raw string) (Endpoint, error) {
 	path = strings.Trim(path, "/")
 	path = strings.TrimSuffix(path, ".git")
 	path = strings.TrimRight(path, "/")
 	if path == "" {
 		return Endpoint{}, fmt.Errorf("%w: %q has no repository path", ErrInvalidURL, RedactURL(raw))
+	}
+	if strings.HasPrefix(strings.TrimLeft(e.Host, "["), "-") || strings.HasPrefix(path, "-") {
+		// ssh and git would read it as an option.
+		return Endpoint{}, fmt.Errorf("%w: %q: a host or path starting with \"-\" is refused", ErrInvalidURL, RedactURL(raw))
 	}
 	e.Path = path
 	return e, nil
@@ -116,43 +153,107 @@ func NormalizeURL(raw string) (string, error) {
 	return e.Key(), nil
 }
 
-// RedactURL returns raw with any password or token in its user information
-// replaced by "redacted". Use it on every URL that reaches a log line or an
-// error. A string that does not parse as a URL is returned with everything
-// between "://" and the last "@" before the host removed.
+// RedactURL returns raw fit to print: the user information of a URL with a
+// scheme is replaced by "redacted" (a user name alone may be a token), query
+// values are replaced by "redacted" and a fragment is dropped. Only the
+// plain user name of an ssh:// or scp-like URL ("git@host:r") is kept,
+// since an SSH login is not a secret. It never parses more than it must:
+// for a URL with a scheme, everything between "://" and the last "@" is
+// user information, whatever characters it holds, so a password with an
+// unescaped "/", "?" or "#" is redacted too. Use it on every URL that
+// reaches a log line, an error, an event, a metric or a status.
 func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err == nil && u.User != nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "redacted")
-			return u.String()
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		// scp-like: "user@host:path" keeps a plain user name.
+		user, after, found := strings.Cut(raw, "@")
+		if found && strings.ContainsAny(user, ":/?#") {
+			return "redacted@" + redactQuery(after)
 		}
-		return raw
+		return redactQuery(raw)
 	}
-	if err == nil {
-		return raw
-	}
-	// Unparseable: drop anything that looks like userinfo.
-	if i := strings.Index(raw, "://"); i >= 0 {
-		rest := raw[i+3:]
-		end := strings.IndexAny(rest, "/?#")
-		if end < 0 {
-			end = len(rest)
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		user := rest[:at]
+		keep := strings.EqualFold(scheme, "ssh") && user != "" && !strings.ContainsAny(user, ":/?#%")
+		if !keep {
+			user = "redacted"
 		}
-		if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
-			return raw[:i+3] + "redacted@" + rest[at+1:]
-		}
+		rest = user + "@" + rest[at+1:]
 	}
-	return raw
+	return scheme + "://" + redactQuery(rest)
 }
 
-// StripCredentials returns raw without any user information when it is a
-// URL with a scheme ("https://user:token@host/r" becomes "https://host/r");
-// scp-like and unparseable strings are returned redacted (see RedactURL).
+// redactQuery replaces every query value with "redacted" and drops a
+// fragment.
+func redactQuery(s string) string {
+	s, _, _ = strings.Cut(s, "#")
+	base, query, ok := strings.Cut(s, "?")
+	if !ok {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString(base)
+	b.WriteByte('?')
+	for i, kv := range strings.Split(query, "&") {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		k, _, hasValue := strings.Cut(kv, "=")
+		b.WriteString(k)
+		if hasValue {
+			b.WriteString("=redacted")
+		}
+	}
+	return b.String()
+}
+
+// SplitCredentials takes the user information out of a repository URL:
+// bare is the URL without it (what may be stored, printed and compared),
+// and auth carries its user name and password as basic credentials, or is
+// nil when the URL has none. A user name alone (a token, as in
+// "https://TOKEN@host/r") becomes the Username with an empty Password, which
+// is how git sends it. The user of an ssh:// or scp-like URL is a login,
+// not a secret: it stays in bare and auth is nil. raw must be valid
+// ([ParseURL]).
+func SplitCredentials(raw string) (bare string, auth *Auth, err error) {
+	e, err := ParseURL(raw)
+	if err != nil {
+		return "", nil, err
+	}
+	raw = strings.TrimSpace(raw)
+	if e.Scheme == "ssh" || e.Scheme == "file" || !strings.Contains(raw, "@") {
+		return raw, nil, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return "", nil, fmt.Errorf("%w: %q cannot be parsed", ErrInvalidURL, RedactURL(raw))
+	}
+	pw, _ := u.User.Password()
+	auth = &Auth{Username: u.User.Username(), Password: pw}
+	u.User = nil
+	return u.String(), auth, nil
+}
+
+// StripCredentials returns raw without any secret: the bare URL of
+// [SplitCredentials] for a valid URL, else [RedactURL]'s form.
 func StripCredentials(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.Scheme != "" && u.Host != "" {
-		u.User = nil
-		return u.String()
+	if bare, _, err := SplitCredentials(raw); err == nil {
+		return bare
 	}
 	return RedactURL(raw)
+}
+
+// parseBare is ParseURL for the URLs that reach the network and the disk:
+// they carry no credentials, which come as an [Auth] (see
+// [SplitCredentials]), so that no secret is stored in a mirror's
+// configuration, passed on a command line or printed.
+func parseBare(raw string) (Endpoint, error) {
+	_, auth, err := SplitCredentials(raw)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	if auth != nil {
+		return Endpoint{}, fmt.Errorf("%w: %q carries credentials: pass them as an Auth (see SplitCredentials)", ErrInvalidURL, RedactURL(raw))
+	}
+	return ParseURL(raw)
 }

@@ -46,6 +46,13 @@ func TestParseURLRejects(t *testing.T) {
 		"", "   ", "ftp://example.com/r", "https://", "https://example.com", "https://example.com/",
 		"just-a-word", "https://exa mple.com/r", "https://example.com/r\n", "file://remote-host/r",
 		"https://user:s3cret@exa mple.com/r",
+		// What git would run or read as an option.
+		"ext::sh -c touch% /tmp/pwned", "ext::x", "fd::17", "-oProxyCommand=x", "ssh://-oProxyCommand=x/r",
+		"git@-oProxyCommand=x:r", "ssh://git@host/-u", "git@host:-u", "https://-host/r",
+		// Queries, fragments and ambiguous user information.
+		"https://host/r.git?token=s3cret", "https://host/r.git#s3cret", "git@host:r?token=s3cret",
+		"https://tok/s3cret@host/r", "https://user:pa/s3cret@host/r", "https://user:pa?s3cret@host/r",
+		"ssh://git:s3cret@host/r", "file://user@/srv/r",
 	} {
 		t.Run(bad, func(t *testing.T) {
 			_, err := ParseURL(bad)
@@ -56,17 +63,59 @@ func TestParseURLRejects(t *testing.T) {
 }
 
 func TestRedactURL(t *testing.T) {
-	assert.Equal(t, "https://user:redacted@example.com/r", RedactURL("https://user:s3cret@example.com/r"))
-	assert.Equal(t, "https://example.com/r", RedactURL("https://example.com/r"))
-	assert.Equal(t, "git@example.com:r", RedactURL("git@example.com:r"))
-	assert.NotContains(t, RedactURL("https://user:s3cret@exa mple.com/r"), "s3cret")
-	assert.NotContains(t, RedactURL("https://tok:s3c%zzret@host/r"), "s3c")
+	for _, tc := range []struct{ in, want string }{
+		{"https://user:s3cret@example.com/r", "https://redacted@example.com/r"},
+		{"https://s3cret@example.com/r", "https://redacted@example.com/r"},
+		{"https://user:pa/s3cret@example.com/r", "https://redacted@example.com/r"},
+		{"https://user:pa?s3cret@example.com/r", "https://redacted@example.com/r"},
+		{"https://user:pa#s3cret@example.com/r", "https://redacted@example.com/r"},
+		{"https://user:pa@s3cret@example.com/r", "https://redacted@example.com/r"},
+		{"https://tok:s3c%zzret@host/r", "https://redacted@host/r"},
+		{"https://example.com/r?token=s3cret&x", "https://example.com/r?token=redacted&x"},
+		{"https://example.com/r#s3cret", "https://example.com/r"},
+		{"https://example.com/r", "https://example.com/r"},
+		{"ssh://git@example.com/r", "ssh://git@example.com/r"},
+		{"ssh://git:s3cret@example.com/r", "ssh://redacted@example.com/r"},
+		{"git@example.com:r", "git@example.com:r"},
+		{"us:s3cret@example.com:r", "redacted@example.com:r"},
+		{"https://user:s3cret@exa mple.com/r", "https://redacted@exa mple.com/r"},
+	} {
+		assert.Equal(t, tc.want, RedactURL(tc.in), tc.in)
+	}
 }
 
-func TestStripCredentials(t *testing.T) {
-	assert.Equal(t, "https://example.com/r", StripCredentials("https://user:s3cret@example.com/r"))
-	assert.Equal(t, "ssh://example.com/r", StripCredentials("ssh://git@example.com/r"))
-	assert.Equal(t, "git@example.com:r", StripCredentials("git@example.com:r"))
+func TestSplitCredentials(t *testing.T) {
+	for _, tc := range []struct {
+		in, bare string
+		auth     *Auth
+	}{
+		{"https://user:s3cret@example.com/r.git", "https://example.com/r.git", &Auth{Username: "user", Password: "s3cret"}},
+		{"https://s3cret@example.com/r", "https://example.com/r", &Auth{Username: "s3cret"}},
+		{"https://user:p%2Fs3cret%40@example.com/r", "https://example.com/r", &Auth{Username: "user", Password: "p/s3cret@"}},
+		{"https://example.com/r", "https://example.com/r", nil},
+		{"ssh://git@example.com/r", "ssh://git@example.com/r", nil},
+		{"git@example.com:r", "git@example.com:r", nil},
+	} {
+		bare, auth, err := SplitCredentials(tc.in)
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.bare, bare, tc.in)
+		assert.Equal(t, tc.auth, auth, tc.in)
+		assert.Equal(t, tc.bare, StripCredentials(tc.in))
+	}
+	_, _, err := SplitCredentials("https://user:pa/s3cret@example.com/r")
+	require.ErrorIs(t, err, ErrInvalidURL)
+	assert.NotContains(t, err.Error(), "s3cret")
+}
+
+// The network and the disk never see a URL with credentials: they come as
+// an Auth.
+func TestURLsWithCredentialsRefusedAtTheEdge(t *testing.T) {
+	_, err := ListRefs(t.Context(), "https://user:s3cret@example.com/r", nil)
+	require.ErrorIs(t, err, ErrInvalidURL)
+	assert.NotContains(t, err.Error(), "s3cret")
+	_, err = OpenMirror(t.TempDir(), "https://s3cret@example.com/r", MirrorOptions{})
+	require.ErrorIs(t, err, ErrInvalidURL)
+	assert.NotContains(t, err.Error(), "s3cret")
 }
 
 func FuzzNormalizeURL(f *testing.F) {
@@ -95,6 +144,12 @@ func FuzzNormalizeURL(f *testing.F) {
 			if pw, ok := u.User.Password(); ok && pw != "" && strings.Contains(key, ":"+pw+"@") {
 				t.Fatalf("key keeps credentials: %q", key)
 			}
+		}
+		if strings.Contains(RedactURL(raw), "secretpw") {
+			t.Fatalf("redaction keeps the password: %q", RedactURL(raw))
+		}
+		if bare, _, err := SplitCredentials(raw); err == nil && strings.Contains(bare, "secretpw") {
+			t.Fatalf("bare URL keeps the password: %q", bare)
 		}
 		// Normalising is idempotent through the https form, where the key
 		// holds no characters that mean something else in a URL.
