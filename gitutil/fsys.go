@@ -79,56 +79,88 @@ type node struct {
 	isDir bool
 }
 
-// resolve walks name from the root, following symlinks that stay inside
-// (the last element only when followLast), caller holds f.mu.
+// resolve walks name from the root the way the operating system walks a
+// checkout of the tree: one element at a time, a symlink's target spliced
+// in where the link stands and walked the same way, ".." taking back the
+// directory actually reached (not the text before it). A walk that would
+// go above the root, or an absolute target, is [ErrSymlinkEscape]; so a
+// chain such as "d -> ." then "evil -> d/d/../../x" is judged by where it
+// lands, not by how it reads. The last element is followed only when
+// followLast. The caller holds f.mu.
 func (f *treeFS) resolve(op, name string, followLast bool) (node, error) {
 	if !fs.ValidPath(name) {
 		return node{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
 	}
-	parts := splitPath(name)
-	var cur []string
-	tree := f.root
-	hops := 0
-	for i := 0; i < len(parts); {
-		e, err := tree.FindEntry(parts[i])
-		if err != nil {
-			return node{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+	n, err := f.walk(f.root, nil, splitPath(name), followLast)
+	if err != nil {
+		return node{}, &fs.PathError{Op: op, Path: name, Err: err}
+	}
+	return n, nil
+}
+
+// walk resolves the elements todo from the directory reached by the trees
+// in stack below root; see resolve.
+func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, followLast bool) (node, error) {
+	cur := func() *object.Tree {
+		if len(stack) == 0 {
+			return root
 		}
-		last := i == len(parts)-1
+		return stack[len(stack)-1]
+	}
+	hops := 0
+	for len(todo) > 0 {
+		elem := todo[0]
+		todo = todo[1:]
+		switch elem {
+		case "", ".":
+			continue
+		case "..":
+			if len(stack) == 0 {
+				return node{}, ErrSymlinkEscape
+			}
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		e, err := cur().FindEntry(elem)
+		if err != nil {
+			return node{}, fs.ErrNotExist
+		}
+		last := len(todo) == 0
 		switch {
 		case e.Mode == filemode.Symlink && (!last || followLast):
 			hops++
 			if hops > maxSymlinkHops {
-				return node{}, &fs.PathError{Op: op, Path: name, Err: errors.New("too many levels of symbolic links")}
+				return node{}, errors.New("too many levels of symbolic links")
 			}
 			target, err := f.blob(e.Hash)
 			if err != nil {
-				return node{}, &fs.PathError{Op: op, Path: name, Err: err}
+				return node{}, err
 			}
-			next, ok := joinInside(cur, string(target), parts[i+1:])
-			if !ok {
-				return node{}, &fs.PathError{Op: op, Path: name, Err: ErrSymlinkEscape}
+			t := string(target)
+			if t == "" || path.IsAbs(t) || strings.ContainsRune(t, 0) {
+				return node{}, ErrSymlinkEscape
 			}
-			parts, cur, tree, i = splitPath(next), nil, f.root, 0
+			todo = append(strings.Split(t, "/"), todo...)
 		case e.Mode == filemode.Dir:
 			sub, err := object.GetTree(f.st, e.Hash)
 			if err != nil {
-				return node{}, &fs.PathError{Op: op, Path: name, Err: err}
+				return node{}, err
 			}
 			if last {
 				return node{name: e.Name, mode: e.Mode, hash: e.Hash, tree: sub, isDir: true}, nil
 			}
-			tree, cur, i = sub, append(cur, parts[i]), i+1
+			stack = append(stack, sub)
 		case e.Mode == filemode.Submodule:
-			return node{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+			return node{}, fs.ErrNotExist
 		default:
 			if !last {
-				return node{}, &fs.PathError{Op: op, Path: name, Err: errors.New("not a directory")}
+				return node{}, errors.New("not a directory")
 			}
 			return node{name: e.Name, mode: e.Mode, hash: e.Hash}, nil
 		}
 	}
-	return node{name: ".", mode: filemode.Dir, hash: tree.Hash, tree: tree, isDir: true}, nil
+	t := cur()
+	return node{name: ".", mode: filemode.Dir, hash: t.Hash, tree: t, isDir: true}, nil
 }
 
 func splitPath(name string) []string {
@@ -136,19 +168,6 @@ func splitPath(name string) []string {
 		return nil
 	}
 	return strings.Split(name, "/")
-}
-
-// joinInside resolves a symlink target relative to the link's directory and
-// appends the rest of the path; ok is false when the result leaves the root.
-func joinInside(dir []string, target string, rest []string) (string, bool) {
-	if target == "" || path.IsAbs(target) || strings.ContainsRune(target, 0) {
-		return "", false
-	}
-	full := path.Join(append(append(append([]string{}, dir...), target), rest...)...)
-	if full == ".." || strings.HasPrefix(full, "../") {
-		return "", false
-	}
-	return full, true
 }
 
 func (f *treeFS) blob(h plumbing.Hash) ([]byte, error) {
@@ -292,7 +311,10 @@ func (f *treeFS) stat(op, name string, follow bool) (fs.FileInfo, error) {
 	return fi, nil
 }
 
-// ReadLink returns a symlink's target, only when it stays inside the tree.
+// ReadLink returns a symlink's target, only when it resolves inside the
+// tree as the operating system would resolve it in a checkout (see
+// resolve). A link to a missing name inside the tree is returned as it is:
+// it dangles in a checkout too.
 func (f *treeFS) ReadLink(name string) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -307,10 +329,25 @@ func (f *treeFS) ReadLink(name string) (string, error) {
 	if err != nil {
 		return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
 	}
-	if _, ok := joinInside(splitPath(path.Dir(name)), string(target), nil); !ok {
+	if _, err := f.resolve("readlink", name, true); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	if !insideLexically(path.Dir(name), string(target)) {
+		// Dangling, and its text leaves the tree: refused too, so that no
+		// later file can make it point outside.
 		return "", &fs.PathError{Op: "readlink", Path: name, Err: ErrSymlinkEscape}
 	}
 	return string(target), nil
+}
+
+// insideLexically reports whether target, read from directory dir, names a
+// path inside the root when every element is taken as written.
+func insideLexically(dir, target string) bool {
+	if target == "" || path.IsAbs(target) || strings.ContainsRune(target, 0) {
+		return false
+	}
+	full := path.Join(dir, target)
+	return full != ".." && !strings.HasPrefix(full, "../")
 }
 
 type fileInfo struct {

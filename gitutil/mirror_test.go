@@ -330,3 +330,53 @@ func TestFS(t *testing.T) {
 	_, err = m.FS(plumbing.NewHash(c2), "app/z.txt")
 	require.ErrorIs(t, err, ErrPathNotFound, "a file is not a tree")
 }
+
+// Links chain: "d -> ." makes "d/d/d/../../.." climb three directories
+// from where the link stands, though the text of each link alone reads as
+// inside (Argo CD's CVE-2022-24904). The file system judges a link by
+// where the operating system would land in a checkout.
+func TestFSSymlinkChainsResolvedPhysically(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	climb := "d/d/d/d/d/d/d/d/../../../../../../../../../../../../etc/passwd"
+	c := repo.Commit(t, "attack",
+		gittest.File("deploy/app.yaml", "app"),
+		gittest.File("deploy/sub/x.yaml", "x"),
+		gittest.File("outside.txt", "outside"),
+		gittest.Symlink("deploy/d", "."),
+		gittest.Symlink("deploy/evil", climb),
+		gittest.Symlink("deploy/up", "d/../outside.txt"),
+		gittest.Symlink("deploy/s", "sub"),
+		gittest.Symlink("deploy/back", "s/../../outside.txt"),
+		gittest.Symlink("deploy/fine", "d/d/sub/../app.yaml"),
+		gittest.Symlink("deploy/dangling-out", "missing/../../../x"),
+		gittest.Symlink("deploy/dangling-in", "missing.yaml"))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	fsys, err := m.FS(plumbing.NewHash(c), "deploy")
+	require.NoError(t, err)
+	rl := fsys.(fs.ReadLinkFS)
+
+	for _, name := range []string{"evil", "up", "back", "d/evil", "d/d/up"} {
+		_, err := fs.ReadFile(fsys, name)
+		require.ErrorIs(t, err, ErrSymlinkEscape, name)
+		_, err = rl.ReadLink(name)
+		require.ErrorIs(t, err, ErrSymlinkEscape, name)
+		_, err = fs.Stat(fsys, name)
+		require.ErrorIs(t, err, ErrSymlinkEscape, name)
+	}
+	_, err = rl.ReadLink("dangling-out")
+	require.ErrorIs(t, err, ErrSymlinkEscape, "a dangling link whose text leaves the tree")
+
+	data, err := fs.ReadFile(fsys, "fine")
+	require.NoError(t, err)
+	assert.Equal(t, "app", string(data))
+	data, err = fs.ReadFile(fsys, "d/d/s/x.yaml")
+	require.NoError(t, err)
+	assert.Equal(t, "x", string(data))
+	target, err := rl.ReadLink("dangling-in")
+	require.NoError(t, err)
+	assert.Equal(t, "missing.yaml", target)
+}

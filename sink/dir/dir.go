@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -147,35 +148,46 @@ func randBytes(n int) []byte {
 	return b
 }
 
-// writeTree copies fsys into dir. Symlinks are recreated as they are (the
-// FS only reports those that stay inside the tree).
+// writeTree copies fsys into dir, a new directory. Every write goes through
+// an [os.Root] on dir, so nothing in fsys can make it write outside. Links
+// are recreated as they are, then judged as the operating system will
+// follow them in the finished tree: one that lands outside dir, or that
+// dangles with a target whose text leaves dir, fails the whole tree with
+// [gitutil.ErrSymlinkEscape]. This holds for any fs.FS, not only the
+// watcher's, which refuses such links itself.
 func writeTree(ctx context.Context, fsys fs.FS, dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
 	}
-	return fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	var links []string
+	err = fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		dst := filepath.Join(dir, filepath.FromSlash(p))
+		name := filepath.FromSlash(p)
 		switch {
 		case p == ".":
 			return nil
 		case d.IsDir():
-			return os.Mkdir(dst, 0o755)
+			return root.Mkdir(name, 0o755)
 		case d.Type()&fs.ModeSymlink != 0:
-			rl, ok := fsys.(fs.ReadLinkFS)
-			if !ok {
-				return copyFile(fsys, p, dst, 0o644)
-			}
-			target, err := rl.ReadLink(p)
+			target, err := fs.ReadLink(fsys, p)
 			if err != nil {
 				return err
 			}
-			return os.Symlink(filepath.FromSlash(target), dst)
+			if !linkInside(path.Dir(p), target) {
+				return &fs.PathError{Op: "symlink", Path: p, Err: gitutil.ErrSymlinkEscape}
+			}
+			links = append(links, name)
+			return root.Symlink(filepath.FromSlash(target), name)
 		case d.Type().IsRegular():
 			info, err := d.Info()
 			if err != nil {
@@ -185,19 +197,41 @@ func writeTree(ctx context.Context, fsys fs.FS, dir string) error {
 			if info.Mode()&0o111 != 0 {
 				mode = 0o755
 			}
-			return copyFile(fsys, p, dst, mode)
+			return copyFile(fsys, root, p, mode)
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	for _, l := range links {
+		// The root refuses to follow a link out of it; a missing name
+		// inside is a link that dangles inside, which its text check
+		// above allowed.
+		if _, err := root.Stat(l); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return &fs.PathError{Op: "symlink", Path: filepath.ToSlash(l), Err: fmt.Errorf("%w: %v", gitutil.ErrSymlinkEscape, err)}
+		}
+	}
+	return nil
 }
 
-func copyFile(fsys fs.FS, name, dst string, mode fs.FileMode) error {
+// linkInside reports whether target, read from directory dir of the tree,
+// names a path inside the tree when taken as written.
+func linkInside(dir, target string) bool {
+	if target == "" || path.IsAbs(target) || filepath.IsAbs(target) || strings.ContainsAny(target, "\x00\\") {
+		return false
+	}
+	full := path.Join(dir, target)
+	return full != ".." && !strings.HasPrefix(full, "../")
+}
+
+func copyFile(fsys fs.FS, root *os.Root, name string, mode fs.FileMode) error {
 	src, err := fsys.Open(name)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	f, err := root.OpenFile(filepath.FromSlash(name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return err
 	}

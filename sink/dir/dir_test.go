@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/sink/dir"
 	"github.com/modwatch/modwatch/watcher"
@@ -130,4 +131,42 @@ func TestWithWatcherAndGitServer(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(s.Path(tgt), "app.yaml"))
 	require.NoError(t, err)
 	assert.Equal(t, "v2", string(data))
+}
+
+// A file system that is not the watcher's (a user's own, a test's) gets the
+// same rule: a link is judged by where the operating system lands in the
+// published tree, so a chain through "d -> ." cannot reach the host.
+func TestPublishRefusesLinksThatLandOutside(t *testing.T) {
+	climb := "d/d/d/d/d/d/d/d/../../../../../../../../../../../../etc/passwd"
+	for name, files := range map[string]fstest.MapFS{
+		"chain":    {"d": {Data: []byte("."), Mode: os.ModeSymlink}, "evil": {Data: []byte(climb), Mode: os.ModeSymlink}},
+		"via dir":  {"sub/x": {Data: []byte("x")}, "s": {Data: []byte("sub"), Mode: os.ModeSymlink}, "evil": {Data: []byte("s/../../x"), Mode: os.ModeSymlink}},
+		"absolute": {"evil": {Data: []byte("/etc/passwd"), Mode: os.ModeSymlink}},
+		"dangling": {"evil": {Data: []byte("missing/../../../x"), Mode: os.ModeSymlink}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			s := dir.New(root)
+			files["app.yaml"] = &fstest.MapFile{Data: []byte("app")}
+			err := s.Deliver(context.Background(), change("app", "c1", files))
+			require.ErrorIs(t, err, gitutil.ErrSymlinkEscape)
+			assert.True(t, watcher.IsPermanent(err))
+			assert.NoFileExists(t, filepath.Join(root, "app"), "nothing published")
+			trees, err := os.ReadDir(filepath.Join(root, ".trees"))
+			require.NoError(t, err)
+			assert.Empty(t, trees, "the refused tree is removed")
+		})
+	}
+	// Links that stay inside, chained or dangling inside, are published.
+	root := t.TempDir()
+	s := dir.New(root)
+	require.NoError(t, s.Deliver(context.Background(), change("app", "c1", fstest.MapFS{
+		"app.yaml": {Data: []byte("app")},
+		"d":        {Data: []byte("."), Mode: os.ModeSymlink},
+		"fine":     {Data: []byte("d/d/app.yaml"), Mode: os.ModeSymlink},
+		"later":    {Data: []byte("missing.yaml"), Mode: os.ModeSymlink},
+	})))
+	data, err := os.ReadFile(filepath.Join(root, "app", "fine"))
+	require.NoError(t, err)
+	assert.Equal(t, "app", string(data))
 }
