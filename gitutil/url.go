@@ -257,3 +257,34 @@ func parseBare(raw string) (Endpoint, error) {
 	}
 	return ParseURL(raw)
 }
+
+// ErrCredentialsTwice is returned (wrapped) by [MergeURLCredentials] for a
+// URL with user information whose Auth carries credentials too.
+var ErrCredentialsTwice = errors.New("gitutil: credentials both in the URL and in the Auth")
+
+// MergeURLCredentials is where credentials in a URL stop travelling with
+// it: bare is raw without user information, and auth is base (nil: anonymous)
+// with the URL's user name and password as basic credentials — a copy, so
+// base keeps its TLS settings and AllowInsecureHTTP and is not changed.
+// Without user information in raw, auth is base. A base with credentials of
+// its own and a URL with user information is [ErrCredentialsTwice]; the
+// URL's credentials over plain http:// are [ErrInsecureCredentials] unless
+// base allows insecure HTTP, as any credentials are.
+func MergeURLCredentials(raw string, base *Auth) (bare string, auth *Auth, err error) {
+	bare, fromURL, err := SplitCredentials(raw)
+	if err != nil || fromURL == nil {
+		return bare, base, err
+	}
+	if base.hasSecret() {
+		return "", nil, fmt.Errorf("%w: %s", ErrCredentialsTwice, RedactURL(raw))
+	}
+	merged := Auth{}
+	if base != nil {
+		merged = *base
+	}
+	merged.Username, merged.Password = fromURL.Username, fromURL.Password
+	if e, _ := ParseURL(bare); e.Scheme == "http" && !merged.AllowInsecureHTTP {
+		return "", nil, fmt.Errorf("%w: %s", ErrInsecureCredentials, RedactURL(raw))
+	}
+	return bare, &merged, nil
+}

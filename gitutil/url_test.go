@@ -161,3 +161,26 @@ func FuzzNormalizeURL(f *testing.F) {
 		}
 	})
 }
+
+func TestMergeURLCredentials(t *testing.T) {
+	base := &Auth{CABundle: []byte("ca"), ID: "secret:ns/creds"}
+	bare, auth, err := MergeURLCredentials("https://user:s3cret@example.com/r", base)
+	require.NoError(t, err)
+	assert.Equal(t, "https://example.com/r", bare)
+	assert.Equal(t, &Auth{Username: "user", Password: "s3cret", CABundle: []byte("ca"), ID: "secret:ns/creds"}, auth)
+	assert.Empty(t, base.Password, "base is not changed")
+
+	bare, auth, err = MergeURLCredentials("https://example.com/r", base)
+	require.NoError(t, err)
+	assert.Equal(t, "https://example.com/r", bare)
+	assert.Same(t, base, auth)
+
+	_, _, err = MergeURLCredentials("https://user:s3cret@example.com/r", &Auth{BearerToken: "other"})
+	require.ErrorIs(t, err, ErrCredentialsTwice)
+	_, _, err = MergeURLCredentials("http://user:s3cret@example.com/r", nil)
+	require.ErrorIs(t, err, ErrInsecureCredentials)
+	assert.NotContains(t, err.Error(), "s3cret")
+	_, auth, err = MergeURLCredentials("http://s3cret@example.com/r", &Auth{AllowInsecureHTTP: true})
+	require.NoError(t, err)
+	assert.Equal(t, "s3cret", auth.Username)
+}

@@ -2,6 +2,12 @@ package watcher_test
 
 import (
 	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/watcher"
 )
@@ -9,4 +15,19 @@ import (
 func readFile(c watcher.Change, name string) (string, error) {
 	b, err := fs.ReadFile(c.FS, name)
 	return string(b), err
+}
+
+// mirrorDirs lists the mirrors in a cache directory (not its lock file or
+// temporary directory).
+func mirrorDirs(t *testing.T, cacheDir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(cacheDir)
+	require.NoError(t, err)
+	var dirs []string
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			dirs = append(dirs, filepath.Join(cacheDir, e.Name()))
+		}
+	}
+	return dirs
 }

@@ -35,6 +35,7 @@ type options struct {
 	firstFetchDepth  int
 	gitCLI           string
 	credentialsRetry time.Duration
+	localRepos       bool
 }
 
 func defaultOptions() options {
@@ -182,3 +183,10 @@ func WithFirstFetchDepth(depth int) Option {
 // faster and smaller than go-git's (see README); every later fetch is
 // go-git's, incremental, and as cheap as the CLI's.
 func WithGitCLI(path string) Option { return func(o *options) { o.gitCLI = path } }
+
+// WithLocalRepositories accepts file:// targets (default: refused). A
+// local repository is read with the watcher's own rights, so a tenant who
+// may name a target could read any repository on the machine, including
+// the watcher's mirrors of other tenants' remotes: allow it only in tests
+// and single-user tools.
+func WithLocalRepositories() Option { return func(o *options) { o.localRepos = true } }

@@ -22,12 +22,12 @@ type remote struct {
 	urlKey   string // normalised URL, for Trigger
 	url      string
 	redacted string
-	auth     *gitutil.Auth
 	mirror   *gitutil.Mirror
 	trigger  chan struct{}
 	cancel   context.CancelFunc
 
 	mu      sync.Mutex
+	auth    *gitutil.Auth // the same identity, maybe a rotated secret
 	targets map[string]*polled
 }
 
@@ -70,11 +70,20 @@ func (r *remote) has(key string) bool {
 	return ok
 }
 
-// setTargets replaces the target set; new or changed targets are polled at
-// once.
-func (r *remote) setTargets(ts map[string]*bound) {
+// currentAuth is the credentials the remote polls with.
+func (r *remote) currentAuth() *gitutil.Auth {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.auth
+}
+
+// setTargets replaces the target set and the credentials (a rotated
+// secret of the same identity is used from the next poll on); new or
+// changed targets are polled at once.
+func (r *remote) setTargets(auth *gitutil.Auth, ts map[string]*bound) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.auth = auth
 	next := make(map[string]*polled, len(ts))
 	poll := false
 	for key, b := range ts {
@@ -125,8 +134,15 @@ func (r *remote) run(ctx context.Context) error {
 			}
 			failures++
 			wait = max(iv, backoff.Delay(failures, r.w.opts.retryMin, r.w.opts.retryMax))
-			log.Error(err, "poll failed", "failures", failures, "retryIn", wait)
+			if failures == 1 {
+				log.Error(err, "poll failed", "retryIn", wait)
+			} else {
+				log.V(1).Info("poll failed again", "error", err.Error(), "failures", failures, "retryIn", wait)
+			}
 		} else {
+			if failures > 0 {
+				log.Info("poll recovered", "failures", failures)
+			}
 			failures = 0
 		}
 		timer = clock.NewTimer(wait)
@@ -147,6 +163,7 @@ func (r *remote) poll(ctx context.Context) (err error) {
 	}()
 
 	r.mu.Lock()
+	auth := r.auth
 	targets := make([]*polled, 0, len(r.targets))
 	for _, p := range r.targets {
 		targets = append(targets, p)
@@ -169,7 +186,7 @@ func (r *remote) poll(ctx context.Context) (err error) {
 		}
 		lctx, cancel := context.WithTimeout(ctx, w.opts.listTimeout)
 		listStart := w.opts.clock.Now()
-		refs, err = gitutil.ListRefs(lctx, r.url, r.auth)
+		refs, err = gitutil.ListRefs(lctx, r.url, auth)
 		cancel()
 		<-w.listSem
 		w.emit(Event{Type: EventListed, Remote: r.redacted, Duration: w.opts.clock.Now().Sub(listStart), Err: err})
@@ -197,7 +214,7 @@ func (r *remote) poll(ctx context.Context) (err error) {
 			r.mu.Unlock()
 			if lastRef != "" && errors.Is(rerr, gitutil.ErrRefNotFound) {
 				t := p.b.t
-				w.emit(Event{Type: EventRefVanished, Target: &t, Remote: r.redacted, Ref: lastRef, Err: rerr})
+				w.targetFailed(Event{Type: EventRefVanished, Target: &t, Remote: r.redacted, Ref: lastRef, Err: rerr})
 			} else {
 				r.fail(ctx, p, rerr)
 			}
@@ -215,7 +232,7 @@ func (r *remote) poll(ctx context.Context) (err error) {
 
 	fetchFailed := map[string]error{}
 	if len(wantRefs) > 0 || len(wantCommits) > 0 {
-		fetched, ferr := r.fetch(ctx, wantRefs, wantCommits)
+		fetched, ferr := r.fetch(ctx, auth, wantRefs, wantCommits)
 		if ferr != nil {
 			err = ferr
 		}
@@ -239,6 +256,7 @@ func (r *remote) poll(ctx context.Context) (err error) {
 		unchanged := j.p.offered == j.res.Commit
 		r.mu.Unlock()
 		if unchanged {
+			w.targetPolled(j.p.b.t, r.redacted)
 			continue
 		}
 		tree, terr := r.mirror.TreeHash(j.res.Commit, j.p.b.t.Path)
@@ -246,6 +264,7 @@ func (r *remote) poll(ctx context.Context) (err error) {
 			r.fail(ctx, j.p, terr)
 			continue
 		}
+		w.targetPolled(j.p.b.t, r.redacted)
 		d := desired{
 			target: j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree,
 			mirror: r.mirror, remote: r.redacted, seen: w.opts.clock.Now(),
@@ -262,7 +281,7 @@ func (r *remote) poll(ctx context.Context) (err error) {
 
 // fetch brings the wanted refs and commits into the mirror, within the
 // watcher's fetch concurrency limit.
-func (r *remote) fetch(ctx context.Context, refs map[string]bool, commits []plumbing.Hash) (map[string]plumbing.Hash, error) {
+func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]bool, commits []plumbing.Hash) (map[string]plumbing.Hash, error) {
 	w := r.w
 	select {
 	case w.fetchSem <- struct{}{}:
@@ -279,7 +298,7 @@ func (r *remote) fetch(ctx context.Context, refs map[string]bool, commits []plum
 	sort.Strings(names)
 	fctx, cancel := context.WithTimeout(ctx, w.opts.fetchTimeout)
 	defer cancel()
-	res, err := r.mirror.Fetch(fctx, r.auth, names)
+	res, err := r.mirror.Fetch(fctx, auth, names)
 	if res.Rebuilt != nil {
 		w.log.Info("mirror rebuilt", "remote", r.redacted, "reason", res.Rebuilt.Error())
 		w.emit(Event{Type: EventMirrorRebuilt, Remote: r.redacted, Err: res.Rebuilt})
@@ -288,7 +307,7 @@ func (r *remote) fetch(ctx context.Context, refs map[string]bool, commits []plum
 		if err != nil {
 			break
 		}
-		_, err = r.mirror.FetchCommit(fctx, r.auth, c)
+		_, err = r.mirror.FetchCommit(fctx, auth, c)
 	}
 	if err != nil {
 		err = fmt.Errorf("watcher: fetch %s: %w", r.redacted, err)
@@ -305,5 +324,5 @@ func (r *remote) fail(ctx context.Context, p *polled, err error) {
 		return
 	}
 	t := p.b.t
-	r.w.emit(Event{Type: EventTargetFailed, Target: &t, Remote: r.redacted, Err: err})
+	r.w.targetFailed(Event{Type: EventTargetFailed, Target: &t, Remote: r.redacted, Err: err})
 }

@@ -42,7 +42,7 @@ func TestRetryBackoffSchedule(t *testing.T) {
 			close(succeeded)
 			return nil
 		})
-		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGitCLI(""))
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGitCLI(""), watcher.WithLocalRepositories())
 		require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: url}), sink))
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -50,14 +49,18 @@ type Watcher struct {
 	remotesGen chan struct{}         // closed and replaced when remotes change
 	deliverers map[string]*deliverer // by route, target and sink
 	removing   map[string]*deliverer // deliverers told to remove, until done
+	cache      *cacheDir             // while running
+
+	health health
 }
 
 type route struct {
 	idx     int
 	source  Source
 	sinks   []namedSink
-	targets []Target // the source's last valid set; guarded by Watcher.mu
-	synced  bool     // the source has given a set; guarded by Watcher.mu
+	targets []Target          // the source's last valid set; guarded by Watcher.mu
+	invalid map[string]string // target ID → why it is invalid; guarded by Watcher.mu
+	synced  bool              // the source has given a set; guarded by Watcher.mu
 }
 
 type namedSink struct {
@@ -82,6 +85,7 @@ func New(opts ...Option) *Watcher {
 		remotesGen: make(chan struct{}),
 		deliverers: map[string]*deliverer{},
 		removing:   map[string]*deliverer{},
+		health:     health{failing: map[string]string{}},
 	}
 }
 
@@ -123,7 +127,9 @@ func sinkName(s Sink) string {
 
 // Run watches until ctx is done. It returns nil then, or the error of a
 // source that failed (which stops everything). Every goroutine it started
-// has stopped when it returns.
+// has stopped when it returns. It holds an exclusive lock on the cache
+// directory while it runs: a second watcher on the same directory gets
+// [ErrCacheDirInUse].
 func (w *Watcher) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started {
@@ -136,10 +142,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.mu.Unlock()
 		return ErrNoRoutes
 	}
-	if err := os.MkdirAll(w.opts.cacheDir, 0o755); err != nil {
+	cache, err := openCacheDir(w.opts.cacheDir)
+	if err != nil {
 		w.mu.Unlock()
-		return fmt.Errorf("watcher: cache directory: %w", err)
+		return err
 	}
+	defer cache.close()
+	w.cache = cache
 	g, gctx := errgroup.WithContext(ctx)
 	w.group = g
 	w.mu.Unlock()
@@ -163,7 +172,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { return w.reconcileLoop(gctx) })
-	err := g.Wait()
+	err = g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
@@ -245,8 +254,14 @@ type Stats struct {
 	// Retrying counts deliveries waiting to be retried after a failure.
 	Retrying int
 	// Synced reports whether every route's source has given its set at
-	// least once: a readiness check.
+	// least once.
 	Synced bool
+	// Invalid counts the targets the sources gave that failed validation
+	// (they are not watched); Failing the valid targets whose last poll
+	// could not bring them to a commit (credentials, remote, revision or
+	// mirror). A readiness check wants Synced with both at zero, or says
+	// which targets are not watched.
+	Invalid, Failing int
 	// TreesRead counts the tree objects read from the mirrors of the
 	// remotes polled now: what deciding and delivering changes cost.
 	TreesRead int64
@@ -260,39 +275,73 @@ func (w *Watcher) Stats() Stats {
 	st := Stats{Remotes: len(w.remotes), Retrying: int(w.retrying.Load()), Synced: len(w.routes) > 0}
 	for _, r := range w.routes {
 		st.Targets += len(r.targets)
+		st.Invalid += len(r.invalid)
 		st.Synced = st.Synced && r.synced
 	}
 	for _, r := range w.remotes {
 		st.TreesRead += r.mirror.TreesRead()
 	}
+	st.Failing = w.health.count()
 	return st
 }
 
 // update takes a source's new set: valid targets replace the route's set,
-// invalid ones are reported and left out.
+// invalid ones are reported and left out. Credentials in a target's URL
+// become its Auth here, so that no later use of the URL carries them.
 func (w *Watcher) update(r *route, ts []Target) {
 	valid := make([]Target, 0, len(ts))
 	ids := map[string]bool{}
+	invalid := map[string]string{}
+	var events []Event
 	for _, t := range ts {
-		err := t.Validate()
+		t, err := w.admit(t)
 		if err == nil && ids[t.ID] {
 			err = fmt.Errorf("%w %s: duplicate id in one source's set", ErrInvalidTarget, t.ID)
 		}
 		if err != nil {
-			w.emit(Event{Type: EventInvalidTarget, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
+			invalid[t.ID] = err.Error()
+			events = append(events, Event{Type: EventInvalidTarget, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
 			continue
 		}
 		ids[t.ID] = true
-		t.Path, _ = gitutil.CleanPath(t.Path)
 		valid = append(valid, t)
 	}
 	w.mu.Lock()
-	r.targets, r.synced = valid, true
+	before := r.invalid
+	r.targets, r.invalid, r.synced = valid, invalid, true
 	w.mu.Unlock()
+	for _, e := range events {
+		if before[e.Target.ID] != e.Err.Error() {
+			w.log.Error(e.Err, "invalid target, not watched", "target", e.Target.ID, "remote", e.Remote)
+		}
+		w.emit(e)
+	}
 	select {
 	case w.changed <- struct{}{}:
 	default:
 	}
+}
+
+// admit checks a target from a source and puts it in the form the watcher
+// keeps: its URL without credentials (those become its Auth) and its path
+// cleaned. The target returned never carries a secret in its URL, even
+// with an error.
+func (w *Watcher) admit(t Target) (Target, error) {
+	raw := t.URL
+	t.URL = gitutil.StripCredentials(raw)
+	if err := t.Validate(); err != nil {
+		return t, err
+	}
+	bare, auth, err := gitutil.MergeURLCredentials(raw, t.Auth)
+	if err != nil {
+		return t, fmt.Errorf("%w %s: url: %w", ErrInvalidTarget, t.ID, err)
+	}
+	t.URL, t.Auth = bare, auth
+	if ep, _ := gitutil.ParseURL(t.URL); ep.Scheme == "file" && !w.opts.localRepos {
+		return t, fmt.Errorf("%w %s: url: local repositories are refused (see WithLocalRepositories)", ErrInvalidTarget, t.ID)
+	}
+	t.Path, _ = gitutil.CleanPath(t.Path)
+	return t, nil
 }
 
 func (w *Watcher) reconcileLoop(ctx context.Context) error {
@@ -409,7 +458,7 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 		if err != nil {
 			ok = false
 			t := b.t
-			w.emit(Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL),
+			w.targetFailed(Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL),
 				Err: fmt.Errorf("watcher: credentials for %s: %w", gitutil.RedactURL(t.URL), err)})
 			// Keep the target where it was, with the credentials it had.
 			w.mu.Lock()
@@ -417,7 +466,7 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 				if r.has(b.key) {
 					spec := specs[key]
 					if spec == nil {
-						spec = &remoteSpec{url: r.url, urlKey: r.urlKey, auth: r.auth, targets: map[string]*bound{}}
+						spec = &remoteSpec{url: r.url, urlKey: r.urlKey, auth: r.currentAuth(), targets: map[string]*bound{}}
 						specs[key] = spec
 					}
 					spec.targets[b.key] = b
@@ -436,8 +485,8 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 		spec.targets[b.key] = b
 	}
 
+	var failed []Event // emitted once w.mu is released
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	before := len(w.remotes)
 	changed := false
 	for key, r := range w.remotes {
@@ -447,25 +496,21 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 			changed = true
 		}
 	}
-	defer func() {
-		if changed || len(w.remotes) != before {
-			close(w.remotesGen)
-			w.remotesGen = make(chan struct{})
-		}
-	}()
 	for key, spec := range specs {
 		if r, ok := w.remotes[key]; ok {
-			r.setTargets(spec.targets)
+			r.setTargets(spec.auth, spec.targets)
 			continue
 		}
 		sum := sha256.Sum256([]byte(key))
 		dir := filepath.Join(w.opts.cacheDir, hex.EncodeToString(sum[:12]))
-		m, err := gitutil.OpenMirror(dir, spec.url, gitutil.MirrorOptions{FirstFetchDepth: w.opts.firstFetchDepth, GitCLI: w.opts.gitCLI})
+		m, err := gitutil.OpenMirror(dir, spec.url, gitutil.MirrorOptions{
+			FirstFetchDepth: w.opts.firstFetchDepth, GitCLI: w.opts.gitCLI, TempDir: w.cache.tmp,
+		})
 		if err != nil {
 			ok = false
 			for _, b := range spec.targets {
 				t := b.t
-				w.emit(Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
+				failed = append(failed, Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
 			}
 			continue
 		}
@@ -474,6 +519,20 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 		rctx, cancel := context.WithCancel(ctx)
 		r.cancel = cancel
 		w.group.Go(func() error { return r.run(rctx) })
+	}
+	if changed || len(w.remotes) != before {
+		close(w.remotesGen)
+		w.remotesGen = make(chan struct{})
+	}
+	w.mu.Unlock()
+
+	watched := make(map[string]bool, len(all))
+	for _, b := range all {
+		watched[b.t.ID] = true
+	}
+	w.health.keep(watched)
+	for _, e := range failed {
+		w.targetFailed(e)
 	}
 	return ok
 }

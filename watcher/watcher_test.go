@@ -520,10 +520,9 @@ func TestLockedMirrorIsRebuiltWithoutRedelivery(t *testing.T) {
 	runOnce(sink, watchertest.NewObserver(), func() { sink.WaitCommit(t, "t", c1) })
 
 	// A crash left a lock file in the mirror.
-	mirrors, err := os.ReadDir(cacheDir)
-	require.NoError(t, err)
+	mirrors := mirrorDirs(t, cacheDir)
 	require.Len(t, mirrors, 1)
-	require.NoError(t, os.WriteFile(filepath.Join(cacheDir, mirrors[0].Name(), "shallow.lock"), nil, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(mirrors[0], "shallow.lock"), nil, 0o644))
 
 	obs, sink2 := watchertest.NewObserver(), watchertest.NewSink("rec")
 	runOnce(sink2, obs, func() {
@@ -532,7 +531,7 @@ func TestLockedMirrorIsRebuiltWithoutRedelivery(t *testing.T) {
 		obs.WaitFor(t, "a poll", watchertest.Is(watcher.EventPolled, ""))
 	})
 	assert.Empty(t, sink2.Attempts(), "the delivered state survives the rebuild")
-	assert.NoFileExists(t, filepath.Join(cacheDir, mirrors[0].Name(), "shallow.lock"))
+	assert.NoFileExists(t, filepath.Join(mirrors[0], "shallow.lock"))
 }
 
 func TestRemotesAndTheirChanges(t *testing.T) {
