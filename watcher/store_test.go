@@ -2,8 +2,11 @@ package watcher
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,4 +63,31 @@ func TestFileStoreSurvivesACrashMidWrite(t *testing.T) {
 	_, _, err = s.Get(ctx, "k")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "checkpoint k")
+}
+
+// A Put never changes the file a reader already opened: it writes a new
+// file and renames it into place, so a reader (or a crash) sees the old
+// checkpoint whole or the new one whole, never a mix or a truncated file.
+func TestFileStorePutReplacesTheFileWhole(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewFileStore(dir)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, s.Put(ctx, "k", Checkpoint{Commit: "old"}))
+	reader, err := os.Open(s.path("k"))
+	require.NoError(t, err)
+	defer reader.Close()
+
+	require.NoError(t, s.Put(ctx, "k", Checkpoint{Commit: "new", Tree: strings.Repeat("t", 100)}))
+	data, err := io.ReadAll(reader)
+	require.NoError(t, err)
+	var rec fileRecord
+	require.NoError(t, json.Unmarshal(data, &rec), "the file a reader holds was changed in place: %q", data)
+	assert.Equal(t, "old", rec.Checkpoint.Commit)
+	got, _, err := s.Get(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, "new", got.Commit)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Len(t, entries, 1, "no temporary file is left")
 }

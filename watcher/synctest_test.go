@@ -69,3 +69,65 @@ func TestRetryBackoffSchedule(t *testing.T) {
 		}
 	})
 }
+
+// A permanent error and a panic are reported once and never retried, however
+// long the watcher runs; the next commit is delivered as usual.
+func TestPermanentFailuresAndPanicsAreNotRetried(t *testing.T) {
+	for name, fail := range map[string]func() error{
+		"permanent": func() error { return watcher.Permanent(errors.New("bad manifest")) },
+		"panic":     func() error { panic("sink bug") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := gittest.NewServer(t)
+			repo := srv.NewRepo(t, "g/r")
+			repo.Commit(t, "1", gittest.File("f", "1"))
+			url := "file://" + repo.BareDir()
+			cacheDir := t.TempDir()
+			synctest.Test(t, func(t *testing.T) {
+				var attempts int
+				sink := watchertest.NewSink("s")
+				sink.SetHook(func(context.Context, watcher.Change) error {
+					attempts++
+					if attempts == 1 {
+						return fail()
+					}
+					return nil
+				})
+				obs := watchertest.NewObserver()
+				w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGitCLI(""),
+					watcher.WithLocalRepositories(), watcher.WithObserver(obs))
+				require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: url}), sink))
+				ctx, cancel := context.WithCancel(t.Context())
+				done := make(chan error, 1)
+				go func() { done <- w.Run(ctx) }()
+
+				synctest.Wait()
+				require.Equal(t, 1, attempts)
+				time.Sleep(59 * time.Minute) // past every retry delay, short of the next poll
+				synctest.Wait()
+				assert.Equal(t, 1, attempts, "a permanent failure is not retried")
+				assert.Zero(t, w.Stats().Retrying)
+				failed := obs.Events()
+				var reported []watcher.Event
+				for _, e := range failed {
+					if e.Type == watcher.EventDeliveryFailed {
+						reported = append(reported, e)
+					}
+				}
+				require.Len(t, reported, 1)
+				assert.True(t, watcher.IsPermanent(reported[0].Err))
+				if name == "panic" {
+					assert.ErrorContains(t, reported[0].Err, "sink panicked: sink bug")
+				}
+
+				c2 := repo.Commit(t, "2", gittest.File("f", "2"))
+				w.Trigger(url)
+				synctest.Wait()
+				assert.Equal(t, 2, attempts)
+				assert.Equal(t, c2, sink.Delivered()[0].To, "the next commit is delivered")
+				cancel()
+				require.NoError(t, <-done)
+			})
+		})
+	}
+}
