@@ -332,6 +332,7 @@ func (s *Source) auth(ctx context.Context, namespace, name string) (*gitutil.Aut
 	}
 	d := sec.Data
 	a := &gitutil.Auth{
+		ID:       "secret:" + namespace + "/" + name, // a rotation keeps the mirror
 		Username: string(d["username"]), Password: string(d["password"]), BearerToken: string(d["bearerToken"]),
 		SSHPrivateKey: d["identity"], SSHPassphrase: string(d["password"]), KnownHosts: d["known_hosts"],
 		CABundle: d["ca.crt"],

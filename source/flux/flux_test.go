@@ -121,6 +121,7 @@ func TestGitRepositoriesBecomeTargets(t *testing.T) {
 	assert.Equal(t, "git", apps.Auth.Username)
 	assert.Equal(t, "pw", apps.Auth.Password)
 	assert.Equal(t, "PEM", string(apps.Auth.CABundle))
+	assert.Equal(t, "secret:"+ns+"/creds", apps.Auth.ID, "a rotated Secret keeps its mirror")
 	p := apps.Payload.(flux.Payload)
 	assert.Equal(t, flux.Payload{APIVersion: "source.toolkit.fluxcd.io/v1", Namespace: ns, Name: "apps", UID: p.UID}, p)
 	assert.NotEmpty(t, p.UID)

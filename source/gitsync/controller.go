@@ -237,7 +237,8 @@ func (c *Credentials) Resolve(ctx context.Context, repoURL string) (*gitutil.Aut
 		return nil, err
 	}
 	rc := set.creds[i]
-	auth := &gitutil.Auth{}
+	// The entry is the credential: a rotated Secret keeps the mirror.
+	auth := &gitutil.Auth{ID: "gitsync-repoCredentials:" + rc.URL}
 	read := func(name string, s *SecretSource) ([]byte, error) {
 		v, err := c.read(ctx, s)
 		if err != nil {

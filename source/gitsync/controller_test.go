@@ -101,6 +101,7 @@ func TestCredentialsFromFilesAndLongestPrefix(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "all", a.Username)
 	assert.Equal(t, "s3cret", a.Password)
+	assert.NotEmpty(t, a.ID, "a rotated Secret keeps its mirror")
 
 	a, err = creds.Resolve(ctx, "git@git.example.com:platform/control.git")
 	require.NoError(t, err)
