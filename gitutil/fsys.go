@@ -332,7 +332,7 @@ func (f *treeFS) ReadLink(name string) (string, error) {
 	if _, err := f.resolve("readlink", name, true); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", err
 	}
-	if !insideLexically(path.Dir(name), string(target)) {
+	if !LinkInside(path.Dir(name), string(target)) {
 		// Dangling, and its text leaves the tree: refused too, so that no
 		// later file can make it point outside.
 		return "", &fs.PathError{Op: "readlink", Path: name, Err: ErrSymlinkEscape}
@@ -340,10 +340,13 @@ func (f *treeFS) ReadLink(name string) (string, error) {
 	return string(target), nil
 }
 
-// insideLexically reports whether target, read from directory dir, names a
-// path inside the root when every element is taken as written.
-func insideLexically(dir, target string) bool {
-	if target == "" || path.IsAbs(target) || strings.ContainsRune(target, 0) {
+// LinkInside reports whether a symlink target, read from directory dir of a
+// tree (slash-separated, relative to its root), names a path inside the
+// tree when every element is taken as written. It is the check for a link
+// that dangles; a link that resolves must also land inside when followed
+// physically, which the [io/fs.FS] of [Mirror.FS] and sink/dir check.
+func LinkInside(dir, target string) bool {
+	if target == "" || path.IsAbs(target) || strings.ContainsAny(target, "\x00\\") {
 		return false
 	}
 	full := path.Join(dir, target)

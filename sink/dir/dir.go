@@ -183,7 +183,7 @@ func writeTree(ctx context.Context, fsys fs.FS, dir string) error {
 			if err != nil {
 				return err
 			}
-			if !linkInside(path.Dir(p), target) {
+			if !gitutil.LinkInside(path.Dir(p), target) || filepath.IsAbs(target) {
 				return &fs.PathError{Op: "symlink", Path: p, Err: gitutil.ErrSymlinkEscape}
 			}
 			links = append(links, name)
@@ -213,16 +213,6 @@ func writeTree(ctx context.Context, fsys fs.FS, dir string) error {
 		}
 	}
 	return nil
-}
-
-// linkInside reports whether target, read from directory dir of the tree,
-// names a path inside the tree when taken as written.
-func linkInside(dir, target string) bool {
-	if target == "" || path.IsAbs(target) || filepath.IsAbs(target) || strings.ContainsAny(target, "\x00\\") {
-		return false
-	}
-	full := path.Join(dir, target)
-	return full != ".." && !strings.HasPrefix(full, "../")
 }
 
 func copyFile(fsys fs.FS, root *os.Root, name string, mode fs.FileMode) error {
