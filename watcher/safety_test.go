@@ -2,6 +2,7 @@ package watcher_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -266,4 +267,30 @@ func TestFailuresAreLoggedOncePerChange(t *testing.T) {
 func withoutTrees(st watcher.Stats) watcher.Stats {
 	st.TreesRead = 0
 	return st
+}
+
+// A process killed mid-clone leaves the git CLI's credential files and a
+// half-made clone behind; the next watcher on the directory clears both
+// before it fetches anything.
+func TestCrashLeftoversAreClearedAtStart(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+	cacheDir := t.TempDir()
+	keyDir := filepath.Join(cacheDir, ".tmp", "modwatch-git-123")
+	require.NoError(t, os.MkdirAll(keyDir, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(keyDir, "key"), []byte("PRIVATE KEY"), 0o600))
+	clone := filepath.Join(cacheDir, "0123456789abcdef01234567.clone")
+	require.NoError(t, os.MkdirAll(filepath.Join(clone, "objects"), 0o755))
+
+	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
+	w := newWatcher(t, obs, watcher.WithCacheDir(cacheDir))
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), sink))
+	start(t, w)
+	sink.WaitCommit(t, "t", c1)
+	assert.NoDirExists(t, keyDir)
+	assert.NoDirExists(t, clone)
+	fi, err := os.Stat(cacheDir)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "mirrors of private repositories are the watcher's alone")
 }
