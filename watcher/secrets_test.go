@@ -79,10 +79,10 @@ func TestNoSecretLeavesMemory(t *testing.T) {
 	srv.SetDown(false)
 	srv.SetBasicAuth(user, rotated)
 	repo.Commit(t, "2", gittest.File("app.yaml", "v2"))
-	pollNow(t, w, obs, repo.URL())
-	assert.Positive(t, obs.Count(func(e watcher.Event) bool {
+	require.True(t, w.Trigger(repo.URL()))
+	obs.WaitFor(t, "the wrong password", func(e watcher.Event) bool {
 		return e.Type == watcher.EventTargetFailed && e.Target.ID == "good" && strings.Contains(e.Err.Error(), "authentication")
-	}))
+	})
 	// The URL's credentials rotate too: delivered, with no secret kept.
 	src.Set(watcher.Target{ID: "good", URL: withCredentials(repo.URL(), user, rotated), Auth: insecure}, refused, token)
 	c3 := repo.Commit(t, "3", gittest.File("app.yaml", "v3"))

@@ -44,7 +44,7 @@ func TestExecEnvironment(t *testing.T) {
 	for _, want := range []string{
 		"MODWATCH_TARGET=app", "MODWATCH_PATH=deploy", "MODWATCH_REF=refs/heads/main",
 		"MODWATCH_COMMIT=" + change.To, "MODWATCH_FROM=" + change.From, "MODWATCH_REASON=NewCommit",
-		"MODWATCH_URL=https://deploy:redacted@git.example.com/g/r.git",
+		"MODWATCH_URL=https://redacted@git.example.com/g/r.git",
 	} {
 		assert.Contains(t, env, want+"\n")
 	}
@@ -91,7 +91,7 @@ func TestHTTP(t *testing.T) {
 	require.NoError(t, h.Deliver(context.Background(), change))
 	assert.Equal(t, "Bearer t", auth)
 	assert.Equal(t, hook.Payload{
-		Target: "app", URL: "https://deploy:redacted@git.example.com/g/r.git", Path: "deploy",
+		Target: "app", URL: "https://redacted@git.example.com/g/r.git", Path: "deploy",
 		Ref: "refs/heads/main", From: change.From, To: change.To, Reason: "NewCommit", Paths: []string{"x.yaml"},
 	}, got)
 
