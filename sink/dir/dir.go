@@ -183,7 +183,7 @@ func writeTree(ctx context.Context, fsys fs.FS, dir string) error {
 			if err != nil {
 				return err
 			}
-			if !gitutil.LinkInside(path.Dir(p), target) || filepath.IsAbs(target) {
+			if !gitutil.LinkInside(path.Dir(p), target) {
 				return &fs.PathError{Op: "symlink", Path: p, Err: gitutil.ErrSymlinkEscape}
 			}
 			links = append(links, name)
