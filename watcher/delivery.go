@@ -34,6 +34,8 @@ type deliverer struct {
 	wake chan struct{}
 	done chan struct{}
 
+	unreadable bool // an unreadable checkpoint was reported; run's goroutine only
+
 	mu      sync.Mutex
 	target  Target // the target as last seen, for Remove
 	pending *desired
@@ -168,6 +170,14 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	}
 
 	cp, ok, err := w.opts.store.Get(ctx, d.key)
+	if errors.Is(err, ErrCheckpointUnreadable) {
+		// Treated as absent: delivered again, and the record rewritten.
+		if !d.unreadable {
+			w.log.Error(err, "checkpoint unreadable; delivering the target again", "target", t.ID, "sink", d.sink.name)
+			d.unreadable = true
+		}
+		cp, ok, err = Checkpoint{}, false, nil
+	}
 	if err != nil {
 		return failed(nil, err)
 	}
@@ -234,6 +244,7 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 		// Delivered but not recorded: deliver again rather than lose it.
 		return failed(&c, err)
 	}
+	d.unreadable = false
 	ev.Type, ev.Change = EventDelivered, &c
 	w.emit(ev)
 	w.log.V(1).Info("delivered", "target", t.ID, "sink", d.sink.name, "commit", short(commit), "reason", c.Reason)

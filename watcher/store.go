@@ -83,10 +83,26 @@ type FileStore struct {
 
 var _ Store = (*FileStore)(nil)
 
-// NewFileStore returns a store in dir, creating it when needed.
+// ErrCheckpointUnreadable is returned (wrapped) by a [Store] whose record
+// for a key exists but cannot be read back. The watcher treats such a
+// checkpoint as absent: it reports it once and delivers the target again
+// ([ReasonInitial]), which rewrites the record.
+var ErrCheckpointUnreadable = errors.New("watcher: checkpoint is unreadable")
+
+// NewFileStore returns a store in dir, creating it when needed. Temporary
+// files left by a process killed mid-write are removed.
 func NewFileStore(dir string) (*FileStore, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("watcher: checkpoint store: %w", err)
+	}
+	leftovers, err := filepath.Glob(filepath.Join(dir, ".tmp-*"))
+	if err != nil {
+		return nil, fmt.Errorf("watcher: checkpoint store: %w", err)
+	}
+	for _, p := range leftovers {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("watcher: checkpoint store: %w", err)
+		}
 	}
 	return &FileStore{dir: dir}, nil
 }
@@ -102,7 +118,10 @@ func (s *FileStore) path(key string) string {
 }
 
 // Get implements Store. A file that cannot be parsed (a torn write on a
-// file system without atomic rename) is an error naming the key.
+// file system without atomic rename, a disk error) is an error wrapping
+// [ErrCheckpointUnreadable]: the watcher reports it and treats the
+// checkpoint as absent, so the target is delivered again and the file
+// rewritten.
 func (s *FileStore) Get(_ context.Context, key string) (Checkpoint, bool, error) {
 	data, err := os.ReadFile(s.path(key))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -113,7 +132,7 @@ func (s *FileStore) Get(_ context.Context, key string) (Checkpoint, bool, error)
 	}
 	var rec fileRecord
 	if err := json.Unmarshal(data, &rec); err != nil || rec.Key != key {
-		return Checkpoint{}, false, fmt.Errorf("watcher: checkpoint %s in %s is unreadable", key, s.path(key))
+		return Checkpoint{}, false, fmt.Errorf("%w: %s in %s", ErrCheckpointUnreadable, key, s.path(key))
 	}
 	return rec.Checkpoint, true, nil
 }

@@ -56,13 +56,15 @@ func TestFileStoreSurvivesACrashMidWrite(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Equal(t, "good", got.Commit)
+	assert.NoFileExists(t, filepath.Join(dir, ".tmp-123"), "a killed writer's temporary file is removed at start")
 
 	// A torn file (a file system without atomic rename) is an error that
-	// names the key, never a silent "not delivered".
+	// names the key and says it is unreadable (the watcher then delivers
+	// again), never a silent "delivered".
 	require.NoError(t, os.WriteFile(s.path("k"), []byte(`{"key":"k","checkp`), 0o644))
 	_, _, err = s.Get(ctx, "k")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "checkpoint k")
+	require.ErrorIs(t, err, ErrCheckpointUnreadable)
+	assert.Contains(t, err.Error(), ": k in ")
 }
 
 // A Put never changes the file a reader already opened: it writes a new
