@@ -17,6 +17,7 @@ type Option func(*options)
 type options struct {
 	log              logr.Logger
 	interval         time.Duration
+	minInterval      time.Duration
 	jitter           float64
 	cacheDir         string
 	listLimit        int
@@ -47,6 +48,7 @@ func defaultOptions() options {
 	return options{
 		log:              logr.Discard(),
 		interval:         time.Minute,
+		minInterval:      DefaultMinInterval,
 		jitter:           0.1,
 		cacheDir:         filepath.Join(cache, "modwatch", "mirrors"),
 		listLimit:        16,
@@ -68,12 +70,28 @@ func defaultOptions() options {
 // at V(0) (failures, rebuilds) and per poll and delivery at V(1).
 func WithLogger(l logr.Logger) Option { return func(o *options) { o.log = l } }
 
+// DefaultMinInterval is the shortest poll interval a watcher accepts unless
+// [WithMinInterval] says otherwise.
+const DefaultMinInterval = 10 * time.Second
+
 // WithInterval sets how often each remote is polled when its targets do not
-// say (default 1m).
+// say (default 1m). It is raised to the floor of [WithMinInterval].
 func WithInterval(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
 			o.interval = d
+		}
+	}
+}
+
+// WithMinInterval sets the floor of every poll interval, the watcher's and
+// each target's (default [DefaultMinInterval]): a target that asks for
+// "1ms" is polled every 10s, not continuously. Lower it only in tests;
+// push hints ([Watcher.Trigger]) are how a change is seen at once.
+func WithMinInterval(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.minInterval = d
 		}
 	}
 }

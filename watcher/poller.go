@@ -109,7 +109,7 @@ func (r *remote) interval() time.Duration {
 			d = iv
 		}
 	}
-	return d
+	return max(d, r.w.opts.minInterval)
 }
 
 func (r *remote) run(ctx context.Context) error {

@@ -131,3 +131,40 @@ func TestPermanentFailuresAndPanicsAreNotRetried(t *testing.T) {
 		})
 	}
 }
+
+// A target that asks for a 1ms interval is polled at the watcher's floor
+// (10s by default), not continuously; WithMinInterval lowers the floor.
+func TestIntervalFloor(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	repo.Commit(t, "1", gittest.File("f", "1"))
+	url := "file://" + repo.BareDir()
+
+	for name, tc := range map[string]struct {
+		opts     []watcher.Option
+		min, max int
+	}{
+		"default floor": {nil, 6, 7},
+		"lowered":       {[]watcher.Option{watcher.WithMinInterval(time.Second)}, 55, 67},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cacheDir := t.TempDir()
+			synctest.Test(t, func(t *testing.T) {
+				obs := watchertest.NewObserver()
+				opts := append([]watcher.Option{watcher.WithCacheDir(cacheDir), watcher.WithGitCLI(""), watcher.WithLocalRepositories(), watcher.WithObserver(obs)}, tc.opts...)
+				w := watcher.New(opts...)
+				require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: url, Interval: time.Millisecond}), watchertest.NewSink("rec")))
+				ctx, cancel := context.WithCancel(t.Context())
+				done := make(chan error, 1)
+				go func() { done <- w.Run(ctx) }()
+				time.Sleep(time.Minute - time.Millisecond)
+				synctest.Wait()
+				cancel()
+				require.NoError(t, <-done)
+				polls := obs.Count(watchertest.Is(watcher.EventPolled, ""))
+				assert.GreaterOrEqual(t, polls, tc.min)
+				assert.LessOrEqual(t, polls, tc.max)
+			})
+		})
+	}
+}

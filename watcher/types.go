@@ -27,7 +27,8 @@ type Target struct {
 	// repository. It may not contain "..".
 	Path string
 	// Interval is how often to poll; 0 uses the watcher's interval. A remote
-	// is polled at the shortest interval of its targets.
+	// is polled at the shortest interval of its targets, never more often
+	// than the watcher's floor (see [WithMinInterval]).
 	Interval time.Duration
 	// Auth, when set, is used instead of what the watcher's
 	// [gitutil.CredentialResolver] finds for URL.
