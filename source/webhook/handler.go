@@ -45,6 +45,10 @@ type Config struct {
 	GenericSecret string `json:"genericSecret,omitempty"`
 	// MaxBodyBytes caps a request body (default 1 MiB); larger is 413.
 	MaxBodyBytes int64 `json:"maxBodyBytes,omitempty"`
+	// MaxURLs caps the distinct repository URLs one payload may name
+	// (default 1000); a payload naming more is refused (400) before any is
+	// triggered.
+	MaxURLs int `json:"maxURLs,omitempty"`
 	// MinInterval is the shortest time between two hints for one
 	// repository (default 1s); hints in between are coalesced into one at
 	// the end of the interval.
@@ -59,6 +63,9 @@ func (c *Config) Default() {
 	if c.MinInterval == 0 {
 		c.MinInterval = time.Second
 	}
+	if c.MaxURLs == 0 {
+		c.MaxURLs = 1000
+	}
 }
 
 // ErrNoSecret is returned by Validate when no provider has a secret.
@@ -70,8 +77,8 @@ func (c Config) Validate() error {
 		c.BitbucketSecret == "" && c.GenericSecret == "" {
 		return ErrNoSecret
 	}
-	if c.MaxBodyBytes < 0 || c.MinInterval < 0 {
-		return errors.New("webhook: maxBodyBytes and minInterval cannot be negative")
+	if c.MaxBodyBytes < 0 || c.MinInterval < 0 || c.MaxURLs < 0 {
+		return errors.New("webhook: maxBodyBytes, maxURLs and minInterval cannot be negative")
 	}
 	return nil
 }
@@ -150,6 +157,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	urls, err := p.urls(body)
+	if err == nil && len(urls) > h.cfg.MaxURLs {
+		err = fmt.Errorf("%d repository URLs, more than the limit of %d", len(urls), h.cfg.MaxURLs)
+	}
 	if err != nil {
 		http.Error(w, fmt.Sprintf("%s payload: %v", p.name, err), http.StatusBadRequest)
 		return
@@ -166,7 +176,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // hint triggers each URL (rate-limited); it reports whether any is watched.
 func (h *Handler) hint(urls []string) bool {
-	seen := map[string]bool{}
+	seen := make(map[string]bool, len(urls))
 	any := false
 	for _, u := range urls {
 		key, err := gitutil.NormalizeURL(u)

@@ -2,6 +2,8 @@ package webhook_test
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -237,4 +240,31 @@ func TestBurstIsCoalesced(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, 2, rec.count(), "100 pushes, 2 hints")
 	})
+}
+
+// A signed payload naming more repositories than MaxURLs is refused before
+// any is triggered; duplicates count once.
+func TestTooManyURLsAreRefused(t *testing.T) {
+	rec := &recorder{watched: "g/app"}
+	h, err := webhook.New(webhook.Config{GenericSecret: "s", MaxURLs: 100, MaxBodyBytes: 4 << 20}, rec)
+	require.NoError(t, err)
+	defer h.Close()
+	send := func(urls []string) *httptest.ResponseRecorder {
+		body, err := json.Marshal(map[string][]string{"repositories": urls})
+		require.NoError(t, err)
+		return post(h, body, map[string]string{"X-Signature": webhook.Sign("s", body)})
+	}
+	var many []string
+	for i := range 45_000 {
+		many = append(many, fmt.Sprintf("https://git.example.com/g/r%d.git", i))
+	}
+	got := send(many)
+	assert.Equal(t, http.StatusBadRequest, got.Code)
+	assert.Contains(t, got.Body.String(), "45000 repository URLs, more than the limit of 100")
+	assert.Zero(t, rec.count())
+
+	dup := slices.Repeat([]string{"https://git.example.com/g/app.git"}, 45_000)
+	got = send(dup)
+	assert.Equal(t, http.StatusAccepted, got.Code, got.Body.String())
+	assert.Equal(t, 1, rec.count())
 }

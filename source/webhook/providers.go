@@ -80,13 +80,18 @@ func providers(c Config) []provider {
 
 var errNoURL = errors.New("no repository URL in the payload")
 
-// collect keeps the non-empty strings, or fails when there are none.
+// collect keeps the distinct non-empty strings in order, or fails when
+// there are none. It is linear in the number of strings.
 func collect(urls ...string) ([]string, error) {
 	var out []string
+	seen := make(map[string]struct{}, min(len(urls), 64))
 	for _, u := range urls {
-		if u = strings.TrimSpace(u); u != "" && !slices.Contains(out, u) {
-			out = append(out, u)
+		u = strings.TrimSpace(u)
+		if _, dup := seen[u]; u == "" || dup {
+			continue
 		}
+		seen[u] = struct{}{}
+		out = append(out, u)
 	}
 	if len(out) == 0 {
 		return nil, errNoURL
