@@ -2,11 +2,11 @@ package webhook_test
 
 import (
 	"bytes"
-	"encoding/json"
-	"fmt"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
