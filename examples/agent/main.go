@@ -75,7 +75,7 @@ func run(ctx context.Context, o options) error {
 	src := configmap.New(o.config, configmap.WithLogger(o.log.WithName("config")),
 		configmap.WithOnReload(func(r configmap.Reload) {
 			if r.Err == nil {
-				o.log.Info("configuration reloaded", "targets", len(r.Targets), "removed", r.Removed)
+				o.log.Info("configuration reloaded", "targets", len(r.Targets), "missing", r.Missing, "removed", r.Removed)
 			}
 		}))
 	observers := []watcher.Observer{watcher.ObserverFunc(func(e watcher.Event) {

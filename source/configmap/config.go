@@ -160,8 +160,11 @@ func (c Config) Targets(prefix string) ([]watcher.Target, error) {
 			d.Name = "control"
 		}
 		defs = []GitDefinition{d}
-	case len(defs) == 0:
+	case defs == nil:
 		return nil, fmt.Errorf("%w: source: no gitDefinition", ErrInvalid)
+	case len(defs) == 0:
+		// "gitDefinitions: []" says, explicitly, watch nothing.
+		return []watcher.Target{}, nil
 	}
 	seen := map[string]bool{}
 	var out []watcher.Target

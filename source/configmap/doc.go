@@ -10,5 +10,10 @@
 //
 // A file that cannot be parsed, templated or validated keeps the last good
 // targets in place and is reported; the source never hands the watcher an
-// empty set because of a bad file. A deleted file removes the targets.
+// empty set because of a bad file. Nor because of a missing one: a file
+// that disappears keeps the last good targets for a grace (five minutes by
+// default, [WithMissingGrace]), so a volume that blinks does not make every
+// sink remove, then re-create, what it applied; only a file gone for the
+// whole grace, or one that says "gitDefinitions: []", removes them, and
+// that is logged as an error.
 package configmap

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -20,15 +21,24 @@ type Reload struct {
 	Targets []watcher.Target
 	// Err says why the file could not be used; nil on success.
 	Err error
-	// Removed says the file is gone (Targets is empty).
+	// Missing says the file is gone and the last good set (Targets) stays
+	// until the grace of [WithMissingGrace] ends.
+	Missing bool
+	// Removed says the file has been gone for the whole grace, or was
+	// absent at start: Targets is empty and the watcher was told so.
 	Removed bool
 }
+
+// DefaultMissingGrace is how long the file may be absent before its
+// targets are removed.
+const DefaultMissingGrace = 5 * time.Minute
 
 // Source reads targets from a mounted ConfigMap file.
 type Source struct {
 	path     string
 	prefix   string
 	debounce time.Duration
+	grace    time.Duration
 	log      logr.Logger
 	onReload func(Reload)
 }
@@ -45,6 +55,14 @@ func WithLogger(l logr.Logger) Option { return func(s *Source) { s.log = l } }
 // read again. Default 100ms.
 func WithDebounce(d time.Duration) Option { return func(s *Source) { s.debounce = d } }
 
+// WithMissingGrace sets how long the file may be absent before its targets
+// are removed (default [DefaultMissingGrace]). A mounted ConfigMap blinks
+// while the kubelet swaps it, a volume remounts, an operator replaces the
+// file: in that time the last good set stays, so sinks are not told to
+// remove, and then re-create, everything. To remove every target at once,
+// write a configuration with an empty list ("gitDefinitions: []").
+func WithMissingGrace(d time.Duration) Option { return func(s *Source) { s.grace = max(d, 0) } }
+
 // WithIDPrefix sets the prefix of target IDs. Default "configmap".
 func WithIDPrefix(p string) Option { return func(s *Source) { s.prefix = p } }
 
@@ -54,7 +72,7 @@ func WithOnReload(f func(Reload)) Option { return func(s *Source) { s.onReload =
 
 // New returns a source reading the file at path.
 func New(path string, opts ...Option) *Source {
-	s := &Source{path: path, prefix: "configmap", debounce: 100 * time.Millisecond, log: logr.Discard(), onReload: func(Reload) {}}
+	s := &Source{path: path, prefix: "configmap", debounce: 100 * time.Millisecond, grace: DefaultMissingGrace, log: logr.Discard(), onReload: func(Reload) {}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -64,14 +82,56 @@ func New(path string, opts ...Option) *Source {
 // Run watches the file until ctx is done. It fails at once when the file's
 // directory cannot be watched.
 func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
-	var good []watcher.Target
+	var (
+		mu      sync.Mutex // orders the file watcher's calls and the grace timer's
+		good    []watcher.Target
+		loaded  bool        // a good set was handed over
+		missing *time.Timer // the grace of a missing file, while it runs
+		stopped bool
+	)
+	stopGrace := func() {
+		if missing != nil {
+			missing.Stop()
+			missing = nil
+		}
+	}
+	removeAll := func(why string) {
+		good, loaded = nil, false
+		s.log.Error(errors.New(why), "configuration file absent: every target is removed", "path", s.path)
+		update(nil)
+		s.onReload(Reload{Removed: true})
+	}
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		stopGrace()
+	}()
 	return filewatch.Watch(ctx, s.path, s.debounce, s.log, func(data []byte, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !errors.Is(err, fs.ErrNotExist) {
+			stopGrace()
+		}
 		switch {
+		case errors.Is(err, fs.ErrNotExist) && !loaded:
+			removeAll("no configuration has been read yet")
+			return
 		case errors.Is(err, fs.ErrNotExist):
-			good = nil
-			s.log.Info("configuration removed: no targets", "path", s.path)
-			update(nil)
-			s.onReload(Reload{Removed: true})
+			s.log.Error(err, "configuration file missing; the last good targets stay until the grace ends",
+				"path", s.path, "targets", len(good), "grace", s.grace)
+			s.onReload(Reload{Targets: good, Missing: true})
+			var timer *time.Timer
+			timer = time.AfterFunc(s.grace, func() {
+				mu.Lock()
+				defer mu.Unlock()
+				if stopped || missing != timer {
+					return // the file came back, or Run ended
+				}
+				missing = nil
+				removeAll(fmt.Sprintf("missing for %s", s.grace))
+			})
+			missing = timer
 			return
 		case err != nil:
 			err = fmt.Errorf("configmap: read %s: %w", s.path, err)
@@ -86,8 +146,12 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 			s.onReload(Reload{Targets: good, Err: err})
 			return
 		}
-		good = targets
-		s.log.Info("configuration loaded", "path", s.path, "targets", len(targets))
+		good, loaded = targets, true
+		if len(targets) == 0 {
+			s.log.Info("configuration is explicitly empty: every target is removed", "path", s.path)
+		} else {
+			s.log.Info("configuration loaded", "path", s.path, "targets", len(targets))
+		}
 		update(targets)
 		s.onReload(Reload{Targets: targets})
 	})

@@ -29,10 +29,10 @@ type running struct {
 	reloads chan configmap.Reload
 }
 
-func start(t *testing.T, path string) *running {
+func start(t *testing.T, path string, opts ...configmap.Option) *running {
 	t.Helper()
 	r := &running{updates: make(chan []watcher.Target, 100), reloads: make(chan configmap.Reload, 100)}
-	src := configmap.New(path, configmap.WithOnReload(func(rl configmap.Reload) { r.reloads <- rl }))
+	src := configmap.New(path, append([]configmap.Option{configmap.WithOnReload(func(rl configmap.Reload) { r.reloads <- rl })}, opts...)...)
 	watchertest.Run(t, func(ctx context.Context) error {
 		return src.Run(ctx, func(ts []watcher.Target) { r.updates <- ts })
 	})
@@ -183,11 +183,62 @@ func TestBadFileKeepsTheLastGoodTargets(t *testing.T) {
 
 	require.NoError(t, os.Remove(path))
 	rl = r.nextReload(t)
+	assert.True(t, rl.Missing)
+	assert.False(t, rl.Removed)
+	require.Len(t, rl.Targets, 1, "a missing file keeps the last good targets")
+	assert.Equal(t, "fixed", rl.Targets[0].Revision)
+	require.NoError(t, os.WriteFile(path, []byte(config("back")), 0o644))
+	assert.Equal(t, "back", r.revision(t), "the watcher was never told to remove anything")
+}
+
+// A file that blinks (absent for less than the grace) changes nothing; a
+// file gone for the whole grace removes every target, once.
+func TestMissingFileGrace(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(config("main")), 0o644))
+	r := start(t, path, configmap.WithMissingGrace(time.Second))
+	require.Equal(t, "main", r.revision(t))
+
+	for range 3 {
+		require.NoError(t, os.Remove(path))
+		assert.True(t, r.nextReload(t).Missing)
+		time.Sleep(400 * time.Millisecond)
+		require.NoError(t, os.WriteFile(path, []byte(config("main")), 0o644))
+		assert.Equal(t, "main", r.revision(t))
+	}
+	require.NoError(t, os.Remove(path))
+	assert.True(t, r.nextReload(t).Missing)
+	rl := r.nextReload(t)
 	assert.True(t, rl.Removed)
-	assert.Empty(t, r.nextUpdate(t), "a deleted file removes the targets")
+	assert.Empty(t, rl.Targets)
+	assert.Empty(t, r.nextUpdate(t), "gone for the whole grace: removed")
+	r.noMore(t)
 
 	require.NoError(t, os.WriteFile(path, []byte(config("back")), 0o644))
 	assert.Equal(t, "back", r.revision(t))
+}
+
+// An explicitly empty list removes every target at once; an empty file is
+// an error that keeps the last good set.
+func TestExplicitlyEmptyConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(config("main")), 0o644))
+	r := start(t, path)
+	require.Equal(t, "main", r.revision(t))
+
+	require.NoError(t, os.WriteFile(path, nil, 0o644))
+	rl := r.nextReload(t)
+	assert.ErrorContains(t, rl.Err, "no gitDefinition")
+	require.Len(t, rl.Targets, 1)
+
+	require.NoError(t, os.WriteFile(path, []byte("source:\n  gitDefinitions: []\n"), 0o644))
+	rl = r.nextReload(t)
+	require.NoError(t, rl.Err)
+	assert.Empty(t, rl.Targets)
+	assert.Empty(t, r.nextUpdate(t))
+	r.noMore(t)
 }
 
 func TestStartsWithoutFileAndFailsWithoutDirectory(t *testing.T) {
