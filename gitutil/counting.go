@@ -17,8 +17,11 @@ type countingStorage struct {
 	trees *atomic.Int64
 }
 
-func newCountingStorage(dir string, objectCache cache.Object, trees *atomic.Int64) countingStorage {
-	return countingStorage{Storage: filesystem.NewStorage(osfs.New(dir), objectCache), trees: trees}
+// newCountingStorage opens the store in dir; objects larger than
+// largeObjects bytes (0: none) are read as streams instead of whole.
+func newCountingStorage(dir string, objectCache cache.Object, trees *atomic.Int64, largeObjects int64) countingStorage {
+	st := filesystem.NewStorageWithOptions(osfs.New(dir), objectCache, filesystem.Options{LargeObjectThreshold: largeObjects})
+	return countingStorage{Storage: st, trees: trees}
 }
 
 // EncodedObject reads an object, counting trees.

@@ -1,7 +1,6 @@
 package gitutil
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +23,10 @@ var ErrSymlinkEscape = errors.New("gitutil: symlink points outside the tree")
 
 const maxSymlinkHops = 40
 
+// streamThreshold is the size above which a blob of [Mirror.FS] is streamed
+// from its pack rather than read into memory (and the object cache).
+const streamThreshold = 1 << 20
+
 // FS returns a read-only file system of the tree at path p in commit, read
 // straight from the object store, with no checkout. Symlinks inside the tree
 // are followed when they stay inside it and are an error ([ErrSymlinkEscape])
@@ -40,6 +43,7 @@ func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
 			when = c.Committer.When
 		}
 	}
+	gen := m.gen.Load()
 	m.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -47,19 +51,52 @@ func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
 	if tree == nil {
 		return nil, fmt.Errorf("%w: %q at %s is a %s, not a directory", ErrPathNotFound, p, commit, e.Mode)
 	}
-	st := newCountingStorage(m.dir, cache.NewObjectLRU(8*cache.MiByte), &m.treesRead)
+	st := newCountingStorage(m.dir, cache.NewObjectLRU(8*cache.MiByte), &m.treesRead, streamThreshold)
 	root, err := object.GetTree(st, tree.Hash)
 	if err != nil {
-		return nil, fmt.Errorf("gitutil: open tree %s: %w", tree.Hash, err)
+		return nil, fmt.Errorf("gitutil: open tree %s: %w", tree.Hash, m.readFailed(gen, err))
 	}
-	return &treeFS{st: st, root: root, modTime: when}, nil
+	return &treeFS{m: m, gen: gen, st: st, root: root, modTime: when}, nil
 }
 
+// treeFS is the file system of [Mirror.FS]. Any error reading the store
+// marks the mirror damaged (the next fetch rebuilds it); once the mirror is
+// rebuilt, every operation fails with [ErrRebuilt], and an operation that
+// was reading while it happened returns that error, not what it read.
 type treeFS struct {
+	m       *Mirror
+	gen     uint64
 	mu      sync.Mutex // go-git's object storage is not safe for concurrent use
 	st      countingStorage
 	root    *object.Tree
 	modTime time.Time
+}
+
+// fail reports a read error of the store to the mirror.
+func (f *treeFS) fail(err error) error { return f.m.readFailed(f.gen, err) }
+
+// stale is ErrRebuilt once the mirror was rebuilt since f was made.
+func (f *treeFS) stale() error {
+	if f.m.gen.Load() != f.gen {
+		return ErrRebuilt
+	}
+	return nil
+}
+
+// checked runs op on f, refusing to start, or to return what it read, when
+// the mirror was rebuilt meanwhile.
+func checked[T any](f *treeFS, op, name string, fn func() (T, error)) (T, error) {
+	var zero T
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.stale(); err != nil {
+		return zero, &fs.PathError{Op: op, Path: name, Err: err}
+	}
+	v, err := fn()
+	if serr := f.stale(); serr != nil && err == nil {
+		return zero, &fs.PathError{Op: op, Path: name, Err: serr}
+	}
+	return v, err
 }
 
 var (
@@ -134,7 +171,7 @@ func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, fo
 			}
 			target, err := f.blob(e.Hash)
 			if err != nil {
-				return node{}, err
+				return node{}, f.fail(err)
 			}
 			t := string(target)
 			if t == "" || path.IsAbs(t) || strings.ContainsRune(t, 0) {
@@ -144,7 +181,7 @@ func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, fo
 		case e.Mode == filemode.Dir:
 			sub, err := object.GetTree(f.st, e.Hash)
 			if err != nil {
-				return node{}, err
+				return node{}, f.fail(err)
 			}
 			if last {
 				return node{name: e.Name, mode: e.Mode, hash: e.Hash, tree: sub, isDir: true}, nil
@@ -170,12 +207,9 @@ func splitPath(name string) []string {
 	return strings.Split(name, "/")
 }
 
+// blob reads a whole blob; the caller holds f.mu.
 func (f *treeFS) blob(h plumbing.Hash) ([]byte, error) {
-	b, err := object.GetBlob(f.st, h)
-	if err != nil {
-		return nil, err
-	}
-	r, err := b.Reader()
+	r, err := f.openLocked(h)
 	if err != nil {
 		return nil, err
 	}
@@ -183,12 +217,30 @@ func (f *treeFS) blob(h plumbing.Hash) ([]byte, error) {
 	return io.ReadAll(r)
 }
 
+// open opens a blob's stream. The store is read under f.mu, since go-git's
+// is not safe for concurrent use; a large blob's stream has a file of its
+// own and is read without it.
+func (f *treeFS) open(h plumbing.Hash) (io.ReadCloser, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.openLocked(h)
+}
+
+// openLocked is open for a caller that holds f.mu.
+func (f *treeFS) openLocked(h plumbing.Hash) (io.ReadCloser, error) {
+	b, err := object.GetBlob(f.st, h)
+	if err != nil {
+		return nil, err
+	}
+	return b.Reader()
+}
+
 func (f *treeFS) info(n node) (fileInfo, error) {
 	fi := fileInfo{name: n.name, mode: goMode(n.mode), modTime: f.modTime}
 	if !n.isDir {
 		size, err := f.st.EncodedObjectSize(n.hash)
 		if err != nil {
-			return fi, err
+			return fi, f.fail(err)
 		}
 		fi.size = size
 	}
@@ -208,66 +260,64 @@ func goMode(m filemode.FileMode) fs.FileMode {
 	}
 }
 
-// Open opens a file or directory, following symlinks that stay inside.
+// Open opens a file or directory, following symlinks that stay inside. A
+// file is read from the store as it is read: a large blob is streamed, not
+// loaded whole.
 func (f *treeFS) Open(name string) (fs.File, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n, err := f.resolve("open", name, true)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := f.info(n)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
-	}
-	if n.isDir {
-		entries, err := f.readDir(n.tree)
+	return checked(f, "open", name, func() (fs.File, error) {
+		n, err := f.resolve("open", name, true)
+		if err != nil {
+			return nil, err
+		}
+		fi, err := f.info(n)
 		if err != nil {
 			return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 		}
-		return &dirFile{info: fi, entries: entries}, nil
-	}
-	data, err := f.blob(n.hash)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
-	}
-	return &blobFile{info: fi, r: bytes.NewReader(data)}, nil
+		if n.isDir {
+			entries, err := f.readDir(n.tree)
+			if err != nil {
+				return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+			}
+			return &dirFile{info: fi, entries: entries}, nil
+		}
+		return &blobFile{fs: f, name: name, hash: n.hash, info: fi}, nil
+	})
 }
 
 // ReadFile reads a whole file.
 func (f *treeFS) ReadFile(name string) ([]byte, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n, err := f.resolve("readfile", name, true)
-	if err != nil {
-		return nil, err
-	}
-	if n.isDir {
-		return nil, &fs.PathError{Op: "readfile", Path: name, Err: errors.New("is a directory")}
-	}
-	data, err := f.blob(n.hash)
-	if err != nil {
-		return nil, &fs.PathError{Op: "readfile", Path: name, Err: err}
-	}
-	return data, nil
+	return checked(f, "readfile", name, func() ([]byte, error) {
+		n, err := f.resolve("readfile", name, true)
+		if err != nil {
+			return nil, err
+		}
+		if n.isDir {
+			return nil, &fs.PathError{Op: "readfile", Path: name, Err: errors.New("is a directory")}
+		}
+		data, err := f.blob(n.hash)
+		if err != nil {
+			return nil, &fs.PathError{Op: "readfile", Path: name, Err: f.fail(err)}
+		}
+		return data, nil
+	})
 }
 
 // ReadDir lists a directory, sorted by name; symlinks are listed as such.
 func (f *treeFS) ReadDir(name string) ([]fs.DirEntry, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n, err := f.resolve("readdir", name, true)
-	if err != nil {
-		return nil, err
-	}
-	if !n.isDir {
-		return nil, &fs.PathError{Op: "readdir", Path: name, Err: errors.New("not a directory")}
-	}
-	entries, err := f.readDir(n.tree)
-	if err != nil {
-		return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
-	}
-	return entries, nil
+	return checked(f, "readdir", name, func() ([]fs.DirEntry, error) {
+		n, err := f.resolve("readdir", name, true)
+		if err != nil {
+			return nil, err
+		}
+		if !n.isDir {
+			return nil, &fs.PathError{Op: "readdir", Path: name, Err: errors.New("not a directory")}
+		}
+		entries, err := f.readDir(n.tree)
+		if err != nil {
+			return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
+		}
+		return entries, nil
+	})
 }
 
 func (f *treeFS) readDir(t *object.Tree) ([]fs.DirEntry, error) {
@@ -298,17 +348,17 @@ func (f *treeFS) Lstat(name string) (fs.FileInfo, error) {
 }
 
 func (f *treeFS) stat(op, name string, follow bool) (fs.FileInfo, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n, err := f.resolve(op, name, follow)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := f.info(n)
-	if err != nil {
-		return nil, &fs.PathError{Op: op, Path: name, Err: err}
-	}
-	return fi, nil
+	return checked(f, op, name, func() (fs.FileInfo, error) {
+		n, err := f.resolve(op, name, follow)
+		if err != nil {
+			return nil, err
+		}
+		fi, err := f.info(n)
+		if err != nil {
+			return nil, &fs.PathError{Op: op, Path: name, Err: err}
+		}
+		return fi, nil
+	})
 }
 
 // ReadLink returns a symlink's target, only when it resolves inside the
@@ -316,28 +366,28 @@ func (f *treeFS) stat(op, name string, follow bool) (fs.FileInfo, error) {
 // resolve). A link to a missing name inside the tree is returned as it is:
 // it dangles in a checkout too.
 func (f *treeFS) ReadLink(name string) (string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n, err := f.resolve("readlink", name, false)
-	if err != nil {
-		return "", err
-	}
-	if n.mode != filemode.Symlink {
-		return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrInvalid}
-	}
-	target, err := f.blob(n.hash)
-	if err != nil {
-		return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
-	}
-	if _, err := f.resolve("readlink", name, true); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", err
-	}
-	if !LinkInside(path.Dir(name), string(target)) {
-		// Dangling, and its text leaves the tree: refused too, so that no
-		// later file can make it point outside.
-		return "", &fs.PathError{Op: "readlink", Path: name, Err: ErrSymlinkEscape}
-	}
-	return string(target), nil
+	return checked(f, "readlink", name, func() (string, error) {
+		n, err := f.resolve("readlink", name, false)
+		if err != nil {
+			return "", err
+		}
+		if n.mode != filemode.Symlink {
+			return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrInvalid}
+		}
+		target, err := f.blob(n.hash)
+		if err != nil {
+			return "", &fs.PathError{Op: "readlink", Path: name, Err: f.fail(err)}
+		}
+		if _, err := f.resolve("readlink", name, true); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		if !LinkInside(path.Dir(name), string(target)) {
+			// Dangling, and its text leaves the tree: refused too, so that no
+			// later file can make it point outside.
+			return "", &fs.PathError{Op: "readlink", Path: name, Err: ErrSymlinkEscape}
+		}
+		return string(target), nil
+	})
 }
 
 // LinkInside reports whether a symlink target, read from directory dir of a
@@ -367,18 +417,123 @@ func (i fileInfo) ModTime() time.Time { return i.modTime }
 func (i fileInfo) IsDir() bool        { return i.mode.IsDir() }
 func (i fileInfo) Sys() any           { return nil }
 
+// blobFile reads a blob from the store as it is read. Its reader is opened
+// at the first Read and reopened when a Seek or ReadAt moves backwards, so
+// that a large file is streamed and never held whole.
 type blobFile struct {
+	fs   *treeFS
+	name string
+	hash plumbing.Hash
 	info fileInfo
-	r    *bytes.Reader
+
+	mu     sync.Mutex
+	r      io.ReadCloser // positioned at rpos; nil before the first read
+	rpos   int64
+	off    int64 // where the next Read starts
+	closed bool
 }
 
 func (b *blobFile) Stat() (fs.FileInfo, error) { return b.info, nil }
-func (b *blobFile) Read(p []byte) (int, error) { return b.r.Read(p) }
-func (b *blobFile) Close() error               { return nil }
 
-// Seek and ReadAt make files usable with http.FileServer and friends.
-func (b *blobFile) Seek(off int64, whence int) (int64, error) { return b.r.Seek(off, whence) }
-func (b *blobFile) ReadAt(p []byte, off int64) (int, error)   { return b.r.ReadAt(p, off) }
+func (b *blobFile) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, err := b.readAt(p, b.off)
+	b.off += int64(n)
+	return n, err
+}
+
+// ReadAt and Seek make files usable with http.FileServer and friends.
+func (b *blobFile) ReadAt(p []byte, off int64) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, err := b.readAt(p, off)
+	if err == nil && n < len(p) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (b *blobFile) Seek(off int64, whence int) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch whence {
+	case io.SeekCurrent:
+		off += b.off
+	case io.SeekEnd:
+		off += b.info.size
+	}
+	if off < 0 {
+		return 0, &fs.PathError{Op: "seek", Path: b.name, Err: fs.ErrInvalid}
+	}
+	b.off = off
+	return off, nil
+}
+
+func (b *blobFile) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	if b.r != nil {
+		err := b.r.Close()
+		b.r = nil
+		return err
+	}
+	return nil
+}
+
+// readAt fills p from off, positioning the stream there first; the caller
+// holds b.mu.
+func (b *blobFile) readAt(p []byte, off int64) (int, error) {
+	if b.closed {
+		return 0, fs.ErrClosed
+	}
+	if off >= b.info.size {
+		return 0, io.EOF
+	}
+	if err := b.fs.stale(); err != nil {
+		return 0, b.err(err)
+	}
+	if b.r == nil || off < b.rpos {
+		if b.r != nil {
+			_ = b.r.Close()
+			b.r = nil
+		}
+		r, err := b.fs.open(b.hash)
+		if err != nil {
+			return 0, b.err(b.fs.fail(err))
+		}
+		b.r, b.rpos = r, 0
+	}
+	if skip := off - b.rpos; skip > 0 {
+		n, err := io.CopyN(io.Discard, b.r, skip)
+		b.rpos += n
+		if err != nil {
+			return 0, b.err(b.fs.fail(noEOF(err)))
+		}
+	}
+	want := min(int64(len(p)), b.info.size-off)
+	n, err := io.ReadFull(b.r, p[:want])
+	b.rpos += int64(n)
+	if err != nil {
+		return n, b.err(b.fs.fail(noEOF(err)))
+	}
+	if serr := b.fs.stale(); serr != nil {
+		return 0, b.err(serr) // read while the mirror was rebuilt: not trusted
+	}
+	return n, nil
+}
+
+func (b *blobFile) err(err error) error { return &fs.PathError{Op: "read", Path: b.name, Err: err} }
+
+// noEOF turns the end of a blob's stream before its recorded size into
+// the short read it is.
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
 
 type dirFile struct {
 	info    fileInfo

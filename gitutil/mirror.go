@@ -16,6 +16,7 @@ import (
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
@@ -27,6 +28,11 @@ const DefaultFetchTimeout = 10 * time.Minute
 // ErrCorrupt is returned (wrapped) when the mirror's object store cannot be
 // read. The next [Mirror.Fetch] rebuilds the mirror.
 var ErrCorrupt = errors.New("gitutil: mirror is corrupt")
+
+// ErrRebuilt is returned (wrapped) by a file system of [Mirror.FS] that
+// was made before its mirror was rebuilt: it reads nothing more. Ask the
+// mirror for a new one.
+var ErrRebuilt = errors.New("gitutil: mirror was rebuilt since this file system was made")
 
 // ErrCommitNotFound is returned (wrapped) when a commit is not in the mirror.
 var ErrCommitNotFound = errors.New("gitutil: commit not in mirror")
@@ -55,6 +61,11 @@ type MirrorOptions struct {
 	// program empties at start, as the watcher does with its cache
 	// directory's ".tmp".
 	TempDir string
+	// OnDamage, when set, is called once when a read finds the object store
+	// damaged (by the mirror's own queries or by a file system it handed
+	// out), so that the caller can fetch, which rebuilds it, without
+	// waiting for its next poll. It must not block or call the mirror.
+	OnDamage func(reason error)
 }
 
 // Mirror is a bare repository on disk that mirrors the refs of one remote
@@ -74,6 +85,9 @@ type Mirror struct {
 	rebuilt error
 
 	treesRead atomic.Int64
+	// gen counts rebuilds; a file system handed out reads only while it is
+	// the generation it was made in.
+	gen atomic.Uint64
 }
 
 // TreesRead counts the tree objects read from the mirror since it was
@@ -82,7 +96,7 @@ func (m *Mirror) TreesRead() int64 { return m.treesRead.Load() }
 
 // openRepo opens the bare repository in m.dir on a counting store.
 func (m *Mirror) openRepo() (*git.Repository, error) {
-	return git.Open(newCountingStorage(m.dir, cache.NewObjectLRUDefault(), &m.treesRead), nil)
+	return git.Open(newCountingStorage(m.dir, cache.NewObjectLRUDefault(), &m.treesRead, 0), nil)
 }
 
 // FetchResult says what a fetch did.
@@ -117,6 +131,8 @@ func OpenMirror(dir, repoURL string, opts MirrorOptions) (*Mirror, error) {
 		case err == nil:
 			if cfg, cerr := repo.Config(); cerr != nil || !cfg.Core.IsBare {
 				rebuilt = fmt.Errorf("not a bare repository")
+			} else if perr := checkPacks(dir, true); perr != nil {
+				rebuilt = fmt.Errorf("damaged object store: %w", perr)
 			} else {
 				m.repo = repo
 			}
@@ -160,15 +176,17 @@ func staleLocks(dir string) []string {
 	return locks
 }
 
-// reinit empties dir and initialises a bare repository in it.
+// reinit empties dir and initialises a bare repository in it. File
+// systems handed out before stop reading.
 func (m *Mirror) reinit() error {
+	m.gen.Add(1)
 	if err := os.RemoveAll(m.dir); err != nil {
 		return fmt.Errorf("gitutil: remove mirror %s: %w", m.dir, err)
 	}
 	if err := os.MkdirAll(m.dir, 0o755); err != nil {
 		return fmt.Errorf("gitutil: create mirror %s: %w", m.dir, err)
 	}
-	repo, err := git.Init(newCountingStorage(m.dir, cache.NewObjectLRUDefault(), &m.treesRead), nil)
+	repo, err := git.Init(newCountingStorage(m.dir, cache.NewObjectLRUDefault(), &m.treesRead, 0), nil)
 	if err != nil {
 		return fmt.Errorf("gitutil: init mirror %s: %w", m.dir, err)
 	}
@@ -214,8 +232,13 @@ func (m *Mirror) Fetch(ctx context.Context, auth *Auth, refs []string) (FetchRes
 	if err == nil {
 		err = m.verify(refs, res.Refs)
 	}
-	if err != nil && res.Rebuilt == nil && isCorruption(err) {
-		res.Rebuilt = err
+	if err == nil && fetched {
+		// What the fetch did not read may have been damaged meanwhile:
+		// found now, it costs one fetch, not a failed delivery.
+		err = checkPacks(m.dir, false)
+	}
+	if reason := m.damage(err); reason != nil && res.Rebuilt == nil {
+		res.Rebuilt = reason
 		if rerr := m.reinit(); rerr != nil {
 			return res, rerr
 		}
@@ -390,10 +413,14 @@ func (m *Mirror) refCommit(name string) (plumbing.Hash, error) {
 	return h, nil
 }
 
-// HasCommit reports whether commit is in the mirror.
+// HasCommit reports whether commit is in the mirror. A mirror found
+// damaged has nothing until a [Mirror.Fetch] rebuilds it.
 func (m *Mirror) HasCommit(commit plumbing.Hash) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.broken != nil {
+		return false
+	}
 	_, err := m.repo.CommitObject(commit)
 	return err == nil
 }
@@ -411,33 +438,55 @@ func (m *Mirror) commit(h plumbing.Hash) (*object.Commit, error) {
 }
 
 // markCorrupt records a read failure that means the store is damaged, so
-// the next Fetch rebuilds.
+// the next Fetch rebuilds; callers hold m.mu.
 func (m *Mirror) markCorrupt(err error) error {
-	if isCorruption(err) {
-		m.broken = err
-		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	reason := m.readDamage(err)
+	if reason == nil {
+		return err
 	}
-	return err
+	if m.broken == nil {
+		m.broken = reason
+		if m.opts.OnDamage != nil {
+			m.opts.OnDamage(reason)
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrCorrupt, err)
 }
 
-// isCorruption tells errors caused by what is on disk from network, auth
-// and context errors.
-func isCorruption(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
+// readFailed is markCorrupt for the file systems handed out: a read error
+// of one made from the current store marks it damaged.
+func (m *Mirror) readFailed(gen uint64, err error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if gen != m.gen.Load() {
+		return fmt.Errorf("%w: %w", ErrRebuilt, err)
 	}
+	return m.markCorrupt(err)
+}
+
+// isRemoteError tells errors the remote answered with.
+func isRemoteError(err error) bool {
 	for _, target := range []error{
 		transport.ErrAuthenticationRequired, transport.ErrAuthorizationFailed,
 		transport.ErrRepositoryNotFound, transport.ErrEmptyRemoteRepository,
 		transport.ErrInvalidAuthMethod,
 	} {
 		if errors.Is(err, target) {
-			return false
+			return true
 		}
+	}
+	return false
+}
+
+// isCorruption tells errors that only a damaged object store gives from
+// network, auth and context errors.
+func isCorruption(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || isRemoteError(err) {
+		return false
 	}
 	var perr *packfile.Error
 	if errors.As(err, &perr) || errors.Is(err, packfile.ErrZLib) || errors.Is(err, plumbing.ErrObjectNotFound) ||
-		errors.Is(err, plumbing.ErrInvalidType) {
+		errors.Is(err, plumbing.ErrInvalidType) || errors.Is(err, idxfile.ErrMalformedIdxFile) {
 		return true
 	}
 	msg := err.Error()

@@ -503,8 +503,11 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 		}
 		sum := sha256.Sum256([]byte(key))
 		dir := filepath.Join(w.opts.cacheDir, hex.EncodeToString(sum[:12]))
+		var r *remote // set before anyone reads the mirror
 		m, err := gitutil.OpenMirror(dir, spec.url, gitutil.MirrorOptions{
 			FirstFetchDepth: w.opts.firstFetchDepth, GitCLI: w.opts.gitCLI, TempDir: w.cache.tmp,
+			// A damaged store found by any read is rebuilt by a poll now.
+			OnDamage: func(error) { r.poke() },
 		})
 		if err != nil {
 			ok = false
@@ -514,7 +517,7 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 			}
 			continue
 		}
-		r := newRemote(w, key, spec, m)
+		r = newRemote(w, key, spec, m)
 		w.remotes[key] = r
 		rctx, cancel := context.WithCancel(ctx)
 		r.cancel = cancel

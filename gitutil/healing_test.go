@@ -1,0 +1,174 @@
+package gitutil
+
+import (
+	"bytes"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+)
+
+// cutPacks truncates every pack of a mirror to half its size.
+func cutPacks(t *testing.T, dir string) {
+	t.Helper()
+	packs, err := filepath.Glob(filepath.Join(dir, "objects", "pack", "*.pack"))
+	require.NoError(t, err)
+	require.NotEmpty(t, packs)
+	for _, p := range packs {
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		require.NoError(t, os.Truncate(p, st.Size()/2))
+	}
+}
+
+// A read error of a file system handed out marks the mirror damaged (once,
+// told to OnDamage), the next fetch rebuilds it, and the old file system
+// then refuses to read: a sink gets an error, never wrong bytes.
+func TestFSReadErrorMarksMirrorDamaged(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	var files []gittest.Change
+	for i := range 50 {
+		files = append(files, gittest.File(filepath.Join("d", string(rune('a'+i%26))+string(rune('a'+i/26))), string(bytes.Repeat([]byte{byte(i)}, 4000))))
+	}
+	c := plumbing.NewHash(repo.Commit(t, "1", files...))
+	var damaged atomic.Int32
+	dir := t.TempDir()
+	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{OnDamage: func(error) { damaged.Add(1) }})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	old, err := m.FS(c, "")
+	require.NoError(t, err)
+	require.True(t, m.HasCommit(c))
+
+	cutPacks(t, dir)
+	var readErr error
+	for _, name := range []string{"d/aa", "d/xb", "d/ab"} {
+		if _, readErr = fs.ReadFile(old, name); readErr != nil {
+			break
+		}
+	}
+	require.ErrorIs(t, readErr, ErrCorrupt)
+	_, _ = fs.ReadFile(old, "d/xb") // a second error is not a second report
+	assert.Equal(t, int32(1), damaged.Load())
+	assert.False(t, m.HasCommit(c), "a damaged mirror is not trusted")
+
+	res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	require.Error(t, res.Rebuilt)
+	_, err = fs.ReadFile(old, "d/aa")
+	require.ErrorIs(t, err, ErrRebuilt, "a file system of the damaged store reads nothing more")
+	fresh, err := m.FS(c, "")
+	require.NoError(t, err)
+	data, err := fs.ReadFile(fresh, "d/xb")
+	require.NoError(t, err)
+	assert.Equal(t, bytes.Repeat([]byte{49}, 4000), data)
+}
+
+// An index cut short between runs, or a pack without its index (a process
+// killed between writing the two), is found at open and rebuilt.
+func TestDamagedPacksFoundAtOpen(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c := repo.Commit(t, "1", gittest.File("f", "1"))
+	for name, damage := range map[string]func(t *testing.T, idx string){
+		"index cut short": func(t *testing.T, idx string) {
+			st, err := os.Stat(idx)
+			require.NoError(t, err)
+			require.NoError(t, os.Truncate(idx, st.Size()-30))
+		},
+		"index missing": func(t *testing.T, idx string) { require.NoError(t, os.Remove(idx)) },
+		"pack cut short": func(t *testing.T, idx string) {
+			pack := idx[:len(idx)-len(".idx")] + ".pack"
+			st, err := os.Stat(pack)
+			require.NoError(t, err)
+			require.NoError(t, os.Truncate(pack, st.Size()-1))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			m, err := OpenMirror(dir, repo.URL(), MirrorOptions{})
+			require.NoError(t, err)
+			_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+			require.NoError(t, err)
+			require.NoError(t, checkPacks(dir, true))
+			require.NoError(t, checkPacks(dir, false))
+			idx, err := filepath.Glob(filepath.Join(dir, "objects", "pack", "*.idx"))
+			require.NoError(t, err)
+			require.Len(t, idx, 1)
+			damage(t, idx[0])
+			require.Error(t, checkPacks(dir, false), "the quick check sees it")
+
+			m, err = OpenMirror(dir, repo.URL(), MirrorOptions{})
+			require.NoError(t, err)
+			res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+			require.NoError(t, err)
+			require.ErrorContains(t, res.Rebuilt, "damaged object store")
+			assert.Equal(t, c, res.Refs["refs/heads/main"].String())
+			require.NoError(t, checkPacks(dir, true))
+		})
+	}
+}
+
+// A large file is streamed from its pack: reading it allocates a small
+// fraction of its size, and ReadAt and Seek see the same bytes.
+func TestFSStreamsLargeFiles(t *testing.T) {
+	const size = 24 << 20
+	content := make([]byte, size)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range content {
+		content[i] = byte(rng.Uint32())
+	}
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c := plumbing.NewHash(repo.Commit(t, "big", gittest.File("big.bin", string(content))))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	fsys, err := m.FS(c, "")
+	require.NoError(t, err)
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f, err := fsys.Open("big.bin")
+	require.NoError(t, err)
+	var h countingWriter
+	n, err := io.Copy(&h, f.(io.Reader))
+	require.NoError(t, err)
+	runtime.ReadMemStats(&after)
+	assert.Equal(t, int64(size), n)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(size/4), "streamed, not read whole")
+	ra := f.(io.ReaderAt)
+	buf := make([]byte, 4096)
+	for _, off := range []int64{size - 4096, 0, size / 2} {
+		_, err := ra.ReadAt(buf, off)
+		require.NoError(t, err)
+		assert.Equal(t, content[off:off+4096], buf, "at %d", off)
+	}
+	end, err := f.(io.Seeker).Seek(0, io.SeekEnd)
+	require.NoError(t, err)
+	assert.Equal(t, int64(size), end)
+	_, err = f.(io.Seeker).Seek(size-10, io.SeekStart)
+	require.NoError(t, err)
+	tail, err := io.ReadAll(f.(io.Reader))
+	require.NoError(t, err)
+	assert.Equal(t, content[size-10:], tail)
+	require.NoError(t, f.Close())
+}
+
+type countingWriter struct{ n uint64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) { w.n += uint64(len(p)); return len(p), nil }

@@ -1,0 +1,168 @@
+package gitutil
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
+)
+
+// checkPacks looks for damage in a mirror's packs without reading them:
+// each index must be whole and name the checksum its pack ends with, and
+// the pack's header must count the objects the index lists. A pack or an
+// index cut short, a pack without an index (a process killed between the
+// two), or a stray index is damage. A full check reads every index (about
+// 30 bytes per object) and verifies its checksum; a quick one reads about
+// 1 KiB of each index and 32 bytes of each pack.
+func checkPacks(dir string, full bool) error {
+	packDir := filepath.Join(dir, "objects", "pack")
+	entries, err := os.ReadDir(packDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", packDir, err)
+	}
+	have := map[string]bool{}
+	for _, e := range entries {
+		have[e.Name()] = true
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, "pack-") {
+			continue
+		}
+		switch base, ext := strings.TrimSuffix(name, filepath.Ext(name)), filepath.Ext(name); ext {
+		case ".pack":
+			if !have[base+".idx"] {
+				return fmt.Errorf("pack %s has no index", name)
+			}
+			if err := checkPack(filepath.Join(packDir, base), full); err != nil {
+				return fmt.Errorf("pack %s: %w", base, err)
+			}
+		case ".idx":
+			if !have[base+".pack"] {
+				return fmt.Errorf("index %s has no pack", name)
+			}
+		}
+	}
+	return nil
+}
+
+// checkPack checks one pack and its index, named by their common path
+// without extension.
+func checkPack(base string, full bool) error {
+	idxFile, err := os.Open(base + ".idx")
+	if err != nil {
+		return err
+	}
+	defer idxFile.Close()
+	var count int64
+	var packSum [20]byte
+	if full {
+		idx := idxfile.NewMemoryIndex()
+		if err := idxfile.NewDecoder(idxFile).Decode(idx); err != nil {
+			return fmt.Errorf("index: %w", err)
+		}
+		if count, err = idx.Count(); err != nil {
+			return fmt.Errorf("index: %w", err)
+		}
+		packSum = idx.PackfileChecksum
+	} else if count, packSum, err = quickIndex(idxFile); err != nil {
+		return fmt.Errorf("index: %w", err)
+	}
+	pack, err := os.Open(base + ".pack")
+	if err != nil {
+		return err
+	}
+	defer pack.Close()
+	st, err := pack.Stat()
+	if err != nil {
+		return err
+	}
+	const header, trailer = 12, 20
+	if st.Size() < header+trailer {
+		return fmt.Errorf("pack is %d bytes, too short", st.Size())
+	}
+	var head [header]byte
+	if _, err := pack.ReadAt(head[:], 0); err != nil {
+		return fmt.Errorf("pack header: %w", err)
+	}
+	if !bytes.Equal(head[:4], []byte("PACK")) {
+		return errors.New("pack header is not PACK")
+	}
+	if n := binary.BigEndian.Uint32(head[8:]); int64(n) != count {
+		return fmt.Errorf("pack holds %d objects, its index %d", n, count)
+	}
+	var sum [trailer]byte
+	if _, err := pack.ReadAt(sum[:], st.Size()-trailer); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("pack trailer: %w", err)
+	}
+	if !bytes.Equal(sum[:], packSum[:]) {
+		return errors.New("pack does not end with the checksum its index names (cut short?)")
+	}
+	return nil
+}
+
+// quickIndex reads the object count and the pack checksum of a version 2
+// index, and checks that its size fits that count.
+func quickIndex(f *os.File) (count int64, packSum [20]byte, err error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, packSum, err
+	}
+	const header, fanout, trailer = 8, 256 * 4, 40
+	var head [header + fanout]byte
+	if _, err := f.ReadAt(head[:], 0); err != nil {
+		return 0, packSum, fmt.Errorf("header: %w", err)
+	}
+	if !bytes.Equal(head[:8], []byte{0xff, 't', 'O', 'c', 0, 0, 0, 2}) {
+		return 0, packSum, errors.New("not a version 2 index")
+	}
+	count = int64(binary.BigEndian.Uint32(head[header+fanout-4:]))
+	// Names, CRCs and offsets, then 8-byte offsets for a pack over 2 GiB.
+	least := header + fanout + count*(20+4+4) + trailer
+	if st.Size() < least || (st.Size()-least)%8 != 0 {
+		return 0, packSum, fmt.Errorf("index is %d bytes for %d objects (cut short?)", st.Size(), count)
+	}
+	if _, err := f.ReadAt(packSum[:], st.Size()-trailer); err != nil {
+		return 0, packSum, fmt.Errorf("trailer: %w", err)
+	}
+	return count, packSum, nil
+}
+
+// damage says whether err, from an operation on the mirror, was caused by
+// what is on disk, and why: errors that only a damaged store gives are
+// damage; errors that could also come from the network (an EOF) are damage
+// when checkPacks finds some; context, authentication and remote errors
+// never are.
+func (m *Mirror) damage(err error) error {
+	switch {
+	case err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return nil
+	case isCorruption(err):
+		return err
+	case isRemoteError(err):
+		return nil
+	}
+	if cerr := checkPacks(m.dir, true); cerr != nil {
+		return cerr
+	}
+	return nil
+}
+
+// readDamage is damage for an error from reading the store, where a short
+// read can only be the disk's.
+func (m *Mirror) readDamage(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return err
+	}
+	return m.damage(err)
+}

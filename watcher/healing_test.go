@@ -1,0 +1,149 @@
+package watcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+// A checkpoint file cut in half (a torn write, a bad disk) does not wedge
+// its target: it is reported, treated as absent, the target delivered again
+// as Initial and the file rewritten.
+func TestTornCheckpointIsDeliveredAgain(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+	storeDir, cacheDir := t.TempDir(), t.TempDir()
+	target := watcher.Target{ID: "t", URL: repo.URL()}
+
+	run := func(t *testing.T, sink *watchertest.Sink, log *logLines) (stop func()) {
+		store, err := watcher.NewFileStore(storeDir)
+		require.NoError(t, err)
+		opts := []watcher.Option{watcher.WithCacheDir(cacheDir), watcher.WithStore(store), watcher.WithInterval(time.Hour)}
+		if log != nil {
+			opts = append(opts, watcher.WithLogger(log.logger()))
+		}
+		w := watcher.New(opts...)
+		require.NoError(t, w.Route(watchertest.NewSource(target), sink))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		return func() { cancel(); require.NoError(t, <-done) }
+	}
+	sink1 := watchertest.NewSink("rec")
+	stop := run(t, sink1, nil)
+	sink1.WaitCommit(t, "t", c1)
+	stop()
+
+	files, err := filepath.Glob(filepath.Join(storeDir, "*.json"))
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	data, err := os.ReadFile(files[0])
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(files[0], data[:len(data)/2], 0o644))
+
+	sink2, log := watchertest.NewSink("rec"), &logLines{}
+	stop = run(t, sink2, log)
+	got := sink2.WaitCommit(t, "t", c1)
+	stop()
+	assert.Equal(t, watcher.ReasonInitial, got.Reason)
+	assert.Equal(t, 1, log.count("checkpoint unreadable"), "reported once")
+	rewritten, err := os.ReadFile(files[0])
+	require.NoError(t, err)
+	var rec struct {
+		Checkpoint watcher.Checkpoint `json:"checkpoint"`
+	}
+	require.NoError(t, json.Unmarshal(rewritten, &rec), "the record is whole again: %q", rewritten)
+	assert.Equal(t, c1, rec.Checkpoint.Commit)
+}
+
+// A mirror whose pack or index was cut short between runs is rebuilt on the
+// next poll, and the commit pushed meanwhile is delivered. The git CLI and
+// go-git lay packs out differently, so both first fetches are tried.
+func TestTruncatedPackOrIndexIsRebuilt(t *testing.T) {
+	for _, tc := range []struct {
+		name, cli, ext string
+		live           bool // cut while the watcher runs
+	}{
+		{"pack by go-git", "", ".pack", false},
+		{"idx by go-git", "", ".idx", false},
+		{"pack by the git CLI", "git", ".pack", false},
+		{"idx by the git CLI", "git", ".idx", false},
+		{"pack by go-git, live", "", ".pack", true},
+		{"pack by the git CLI, live", "git", ".pack", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := gittest.NewServer(t)
+			repo := srv.NewRepo(t, "g/r")
+			for i := range 20 {
+				repo.Commit(t, fmt.Sprint(i), gittest.File(fmt.Sprintf("d%d/f", i%4), fmt.Sprint(i)), gittest.File("big", strings.Repeat(fmt.Sprint(i), 5000)))
+			}
+			c1 := repo.Commit(t, "last", gittest.File("a/f", "1"))
+			cacheDir := t.TempDir()
+			store := watcher.NewMemoryStore()
+			target := watcher.Target{ID: "t", URL: repo.URL()}
+			readAll := func(_ context.Context, c watcher.Change) error {
+				return fs.WalkDir(c.FS, ".", func(p string, d fs.DirEntry, err error) error {
+					if err != nil || d.IsDir() {
+						return err
+					}
+					_, err = fs.ReadFile(c.FS, p)
+					return err
+				})
+			}
+			var w *watcher.Watcher
+			run := func(sink *watchertest.Sink, obs *watchertest.Observer) (stop func()) {
+				w = watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithStore(store), watcher.WithInterval(time.Hour),
+					watcher.WithGitCLI(tc.cli), watcher.WithObserver(obs), watcher.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
+				sink.SetHook(readAll)
+				require.NoError(t, w.Route(watchertest.NewSource(target), sink))
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- w.Run(ctx) }()
+				return func() { cancel(); require.NoError(t, <-done) }
+			}
+			sink, obs := watchertest.NewSink("rec"), watchertest.NewObserver()
+			stop := run(sink, obs)
+			sink.WaitCommit(t, "t", c1)
+			if !tc.live {
+				stop()
+			}
+
+			mirrors := mirrorDirs(t, cacheDir)
+			require.Len(t, mirrors, 1)
+			files, err := filepath.Glob(filepath.Join(mirrors[0], "objects", "pack", "*"+tc.ext))
+			require.NoError(t, err)
+			require.NotEmpty(t, files)
+			for _, f := range files {
+				st, err := os.Stat(f)
+				require.NoError(t, err)
+				require.NoError(t, os.Truncate(f, st.Size()/2))
+			}
+			c2 := repo.Commit(t, "after", gittest.File("a/f", "2"))
+
+			if tc.live {
+				w.Trigger(repo.URL())
+			} else {
+				obs, sink = watchertest.NewObserver(), watchertest.NewSink("rec")
+				stop = run(sink, obs)
+			}
+			defer stop()
+			got := sink.WaitCommit(t, "t", c2)
+			assert.Equal(t, c1, got.From)
+			obs.WaitFor(t, "the rebuild", watchertest.Is(watcher.EventMirrorRebuilt, ""))
+		})
+	}
+}
