@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -232,9 +233,7 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 		return ctx.Err()
 	}
 	start := w.opts.clock.Now()
-	dctx, cancel := context.WithTimeout(ctx, w.opts.deliverTimeout)
-	ev.Result, err = safeDeliver(dctx, d.sink.sink, c)
-	cancel()
+	ev.Result, err = w.callSink(ctx, func(ctx context.Context) (any, error) { return safeDeliver(ctx, d.sink.sink, c) })
 	<-w.deliverSem
 	ev.Duration = w.opts.clock.Now().Sub(start)
 	if err != nil {
@@ -249,6 +248,52 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	w.emit(ev)
 	w.log.V(1).Info("delivered", "target", t.ID, "sink", d.sink.name, "commit", short(commit), "reason", c.Reason)
 	return nil
+}
+
+// ErrSinkAbandoned is returned (wrapped) for a sink call that did not
+// return within the delivery timeout and the grace of [WithSinkGrace].
+var ErrSinkAbandoned = errors.New("watcher: sink ignored its context; call abandoned")
+
+// callSink runs call with a ctx bounded by the delivery timeout, and waits
+// for it at most the sink grace after that ctx ends. A call still running
+// then is abandoned: its goroutine runs on, counted in Stats.Abandoned, and
+// the call counts as failed.
+func (w *Watcher) callSink(ctx context.Context, call func(ctx context.Context) (any, error)) (any, error) {
+	dctx, cancel := context.WithTimeout(ctx, w.opts.deliverTimeout)
+	defer cancel()
+	type result struct {
+		v   any
+		err error
+	}
+	const running, returned, gone = 0, 1, 2
+	var state atomic.Int32
+	done := make(chan result, 1)
+	go func() {
+		v, err := call(dctx)
+		if !state.CompareAndSwap(running, returned) {
+			w.abandoned.Add(-1) // it was given up on
+		}
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-dctx.Done():
+	}
+	grace := w.opts.clock.NewTimer(w.opts.sinkGrace)
+	defer grace.Stop()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-grace.C():
+	}
+	w.abandoned.Add(1)
+	if !state.CompareAndSwap(running, gone) {
+		w.abandoned.Add(-1) // it returned just now
+		r := <-done
+		return r.v, r.err
+	}
+	return nil, fmt.Errorf("%w: still running %s after its deadline", ErrSinkAbandoned, w.opts.sinkGrace)
 }
 
 // safeDeliver hands c to s, through DeliverReport when s is a [Reporter],
@@ -273,9 +318,14 @@ func (d *deliverer) doRemove(ctx context.Context, t Target) {
 	ev := Event{Type: EventRemoved, Target: &t, Sink: d.sink.name, Remote: gitutil.RedactURL(t.URL)}
 	if rm, ok := d.sink.sink.(Remover); ok {
 		for attempt := 1; ; attempt++ {
-			rctx, cancel := context.WithTimeout(ctx, w.opts.deliverTimeout)
-			err := rm.Remove(rctx, t)
-			cancel()
+			_, err := w.callSink(ctx, func(ctx context.Context) (_ any, err error) {
+				defer func() {
+					if p := recover(); p != nil {
+						err = fmt.Errorf("watcher: sink panicked: %v", p)
+					}
+				}()
+				return nil, rm.Remove(ctx, t)
+			})
 			ev.Attempt = attempt
 			if err == nil {
 				break

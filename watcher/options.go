@@ -33,6 +33,7 @@ type options struct {
 	listTimeout      time.Duration
 	fetchTimeout     time.Duration
 	deliverTimeout   time.Duration
+	sinkGrace        time.Duration
 	firstFetchDepth  int
 	gitCLI           string
 	credentialsRetry time.Duration
@@ -61,6 +62,7 @@ func defaultOptions() options {
 		listTimeout:      30 * time.Second,
 		fetchTimeout:     10 * time.Minute,
 		deliverTimeout:   10 * time.Minute,
+		sinkGrace:        30 * time.Second,
 		credentialsRetry: 30 * time.Second,
 		gitCLI:           gitCLI,
 	}
@@ -182,6 +184,21 @@ func WithTimeouts(list, fetch, deliver time.Duration) Option {
 		}
 		if deliver > 0 {
 			o.deliverTimeout = deliver
+		}
+	}
+}
+
+// WithSinkGrace sets how long a sink may go on after its ctx ended (the
+// delivery timeout, or the watcher stopping) before the watcher stops
+// waiting for it (default 30s). The delivery then counts as failed and is
+// retried; its slot is freed for other deliveries; Run returns. The call
+// itself cannot be stopped: its goroutine is abandoned, and runs until the
+// sink returns ([Stats.Abandoned] counts them). A sink that honours ctx is
+// never abandoned.
+func WithSinkGrace(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.sinkGrace = d
 		}
 	}
 }

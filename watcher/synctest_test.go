@@ -168,3 +168,66 @@ func TestIntervalFloor(t *testing.T) {
 		})
 	}
 }
+
+// A sink that ignores its ctx holds its delivery slot only for the
+// delivery timeout and the grace: the call is abandoned and counted
+// failed, other targets get the slot, and Run returns within the grace on
+// cancel. (Fake time in a synctest bubble.)
+func TestSinkIgnoringContextIsAbandoned(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("a/f", "1"), gittest.File("b/f", "1"))
+	url := "file://" + repo.BareDir()
+	cacheDir := t.TempDir()
+
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		stuck := make(chan struct{}, 100)
+		sink := watchertest.NewSink("rec")
+		sink.SetHook(func(_ context.Context, c watcher.Change) error {
+			if c.Target.ID == "stuck" {
+				stuck <- struct{}{}
+				<-release // ignores ctx
+			}
+			return nil
+		})
+		failed := make(chan watcher.Event, 100)
+		delivered := make(chan watcher.Event, 100)
+		obs := watcher.ObserverFunc(func(e watcher.Event) {
+			switch e.Type {
+			case watcher.EventDeliveryFailed:
+				failed <- e
+			case watcher.EventDelivered:
+				delivered <- e
+			}
+		})
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGitCLI(""), watcher.WithLocalRepositories(),
+			watcher.WithConcurrency(1, 1), watcher.WithTimeouts(0, 0, time.Minute), watcher.WithObserver(obs))
+		stuckTarget := watcher.Target{ID: "stuck", URL: url, Path: "a"}
+		src := watchertest.NewSource(stuckTarget)
+		require.NoError(t, w.Route(src, sink))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- w.Run(ctx) }()
+
+		<-stuck
+		src.Set(stuckTarget, watcher.Target{ID: "ok", URL: url, Path: "b"}) // waits for the one slot
+		e := <-failed
+		assert.Equal(t, "stuck", e.Target.ID)
+		require.ErrorIs(t, e.Err, watcher.ErrSinkAbandoned)
+		assert.Equal(t, time.Minute+30*time.Second, time.Since(start).Round(time.Second), "the timeout, then the grace")
+		assert.Equal(t, 1, w.Stats().Abandoned)
+		e = <-delivered
+		assert.Equal(t, "ok", e.Target.ID, "the slot was freed for the other target")
+		assert.Equal(t, c1, e.Commit)
+
+		stopAt := time.Now()
+		cancel()
+		require.NoError(t, <-done)
+		assert.LessOrEqual(t, time.Since(stopAt), 30*time.Second, "Run returns within the grace")
+		close(release)
+		synctest.Wait()
+		assert.Zero(t, w.Stats().Abandoned, "abandoned calls that return are no longer counted")
+	})
+}

@@ -40,6 +40,7 @@ type Watcher struct {
 	deliverSem chan struct{}
 	changed    chan struct{} // a source updated its set: reconcile
 	retrying   atomic.Int64  // deliveries waiting to be retried
+	abandoned  atomic.Int64  // sink calls that ignored their ctx, still running
 
 	mu         sync.Mutex
 	routes     []*route
@@ -265,6 +266,10 @@ type Stats struct {
 	// TreesRead counts the tree objects read from the mirrors of the
 	// remotes polled now: what deciding and delivering changes cost.
 	TreesRead int64
+	// Abandoned counts sink calls that ignored their ctx past the delivery
+	// timeout and its grace (see [WithSinkGrace]) and have not returned
+	// yet: each holds a goroutine the watcher no longer waits for.
+	Abandoned int
 }
 
 // Stats returns a snapshot of what the watcher is doing; it is cheap and
@@ -272,7 +277,7 @@ type Stats struct {
 func (w *Watcher) Stats() Stats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	st := Stats{Remotes: len(w.remotes), Retrying: int(w.retrying.Load()), Synced: len(w.routes) > 0}
+	st := Stats{Remotes: len(w.remotes), Retrying: int(w.retrying.Load()), Abandoned: int(w.abandoned.Load()), Synced: len(w.routes) > 0}
 	for _, r := range w.routes {
 		st.Targets += len(r.targets)
 		st.Invalid += len(r.invalid)
