@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
@@ -23,19 +25,44 @@ import (
 // (by default its ID with every character outside [A-Za-z0-9._-] replaced
 // by "_"; IDs that differ only there share a link, so give such targets
 // names of their own with WithLinkName).
+//
+// A tree is written under a temporary name and renamed when complete, so a
+// process killed mid-publish leaves only temporary names, which the sink
+// removes when it starts running; the tree a link left is removed at once,
+// or after the grace of WithStaleGrace. One sink per root.
 type Sink struct {
-	root string
-	name func(watcher.Target) string
+	root  string
+	name  func(watcher.Target) string
+	grace time.Duration
+
+	mu      sync.Mutex
+	busy    map[string]bool      // trees being written or published
+	retired map[string]time.Time // trees no link names, by when they go
+	wake    chan struct{}
 }
 
 var (
-	_ watcher.Sink    = (*Sink)(nil)
-	_ watcher.Remover = (*Sink)(nil)
-	_ watcher.Namer   = (*Sink)(nil)
+	_ watcher.Sink     = (*Sink)(nil)
+	_ watcher.Remover  = (*Sink)(nil)
+	_ watcher.Namer    = (*Sink)(nil)
+	_ watcher.Runnable = (*Sink)(nil)
 )
+
+// tmpPrefix starts the names of what is not yet published: trees being
+// written and links being swapped.
+const tmpPrefix = ".tmp-"
 
 // Option configures a Sink.
 type Option func(*Sink)
+
+// WithStaleGrace keeps the tree a link pointed at before for d after the
+// link moves on (or the target is removed), so that a reader who resolved
+// the link just before the swap can finish (git-sync's
+// --stale-worktree-timeout). Default 0: removed at once. Retired trees are
+// removed by the sink's Run, which the watcher runs, and by later
+// deliveries; after a restart, a tree's retirement time is its directory's
+// modification time.
+func WithStaleGrace(d time.Duration) Option { return func(s *Sink) { s.grace = max(d, 0) } }
 
 // WithLinkName sets how a target's link is named under the root (default:
 // its sanitised ID). The name must be a single path element.
@@ -54,7 +81,7 @@ func SafeName(t watcher.Target) string {
 
 // New returns a sink publishing under root, which is created when missing.
 func New(root string, opts ...Option) *Sink {
-	s := &Sink{root: root, name: SafeName}
+	s := &Sink{root: root, name: SafeName, busy: map[string]bool{}, retired: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -69,7 +96,7 @@ func (s *Sink) Path(t watcher.Target) string { return filepath.Join(s.root, s.na
 
 func (s *Sink) link(t watcher.Target) (string, error) {
 	n := s.name(t)
-	if n == "" || n == "." || n == ".." || strings.ContainsAny(n, `/\`) || n == ".trees" {
+	if n == "" || n == "." || n == ".." || strings.ContainsAny(n, `/\`) || n == ".trees" || strings.HasPrefix(n, tmpPrefix) {
 		return "", watcher.Permanent(fmt.Errorf("dir: link name %q of target %s is not a single path element", n, t.ID))
 	}
 	return n, nil
@@ -85,10 +112,14 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 	if err := os.MkdirAll(trees, 0o755); err != nil {
 		return fmt.Errorf("dir: %w", err)
 	}
+	s.sweep()
 	treeName := fmt.Sprintf("%s-%s-%s", name, short(c.To), hex.EncodeToString(randBytes(4)))
-	tree := filepath.Join(trees, treeName)
-	if err := writeTree(ctx, c.FS, tree); err != nil {
-		_ = os.RemoveAll(tree)
+	tmpName, tmpLink := tmpPrefix+treeName, tmpPrefix+name+"-"+hex.EncodeToString(randBytes(4))
+	s.hold(treeName, tmpName, tmpLink)
+	defer s.release(treeName, tmpName, tmpLink)
+	tmp, tree := filepath.Join(trees, tmpName), filepath.Join(trees, treeName)
+	if err := writeTree(ctx, c.FS, tmp); err != nil {
+		_ = os.RemoveAll(tmp)
 		err = fmt.Errorf("dir: write %s at %s: %w", c.Target.ID, short(c.To), err)
 		if errors.Is(err, gitutil.ErrSymlinkEscape) {
 			// The commit itself is wrong: wait for the next one.
@@ -96,19 +127,21 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 		}
 		return err
 	}
+	if err := os.Rename(tmp, tree); err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("dir: write %s: %w", c.Target.ID, err)
+	}
 	linkPath := filepath.Join(s.root, name)
 	old, _ := os.Readlink(linkPath)
-	if err := swapLink(filepath.Join(".trees", treeName), linkPath); err != nil {
+	if err := swapLink(filepath.Join(".trees", treeName), filepath.Join(s.root, tmpLink), linkPath); err != nil {
 		_ = os.RemoveAll(tree)
 		return fmt.Errorf("dir: publish %s: %w", c.Target.ID, err)
 	}
-	if old != "" && filepath.Dir(old) == ".trees" {
-		_ = os.RemoveAll(filepath.Join(s.root, old))
-	}
+	s.retire(old)
 	return nil
 }
 
-// Remove deletes the target's link and tree.
+// Remove deletes the target's link, and its tree (after the grace).
 func (s *Sink) Remove(_ context.Context, t watcher.Target) error {
 	name, err := s.link(t)
 	if err != nil {
@@ -122,16 +155,156 @@ func (s *Sink) Remove(_ context.Context, t watcher.Target) error {
 	if err := os.Remove(linkPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("dir: remove %s: %w", t.ID, err)
 	}
-	if old != "" && filepath.Dir(old) == ".trees" {
-		return os.RemoveAll(filepath.Join(s.root, old))
-	}
+	s.retire(old)
 	return nil
 }
 
-// swapLink points linkPath at target atomically: a new symlink beside it,
-// renamed over it.
-func swapLink(target, linkPath string) error {
-	tmp := linkPath + ".tmp-" + hex.EncodeToString(randBytes(4))
+// Run removes what a killed process left (temporary trees and links, and
+// trees no link names, once their grace is over), then removes retired
+// trees as their grace ends, until ctx is done.
+func (s *Sink) Run(ctx context.Context) error {
+	if err := s.recover(); err != nil {
+		return err
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := s.sweep()
+		timer.Reset(time.Hour)
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// recover looks at the root as a killed process left it.
+func (s *Sink) recover() error {
+	entries, err := os.ReadDir(s.root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("dir: %w", err)
+	}
+	named := map[string]bool{}
+	for _, e := range entries {
+		if e.Type()&fs.ModeSymlink == 0 {
+			continue
+		}
+		p := filepath.Join(s.root, e.Name())
+		if strings.HasPrefix(e.Name(), tmpPrefix) {
+			s.mu.Lock()
+			if !s.busy[e.Name()] {
+				_ = os.Remove(p) // a link that was being swapped in
+			}
+			s.mu.Unlock()
+			continue
+		}
+		if target, err := os.Readlink(p); err == nil && filepath.Dir(target) == ".trees" {
+			named[filepath.Base(target)] = true
+		}
+	}
+	trees, err := os.ReadDir(filepath.Join(s.root, ".trees"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("dir: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range trees {
+		n := e.Name()
+		switch {
+		case s.busy[n] || named[n]:
+		case strings.HasPrefix(n, tmpPrefix):
+			_ = os.RemoveAll(filepath.Join(s.root, ".trees", n))
+		default:
+			when := time.Now()
+			if info, err := e.Info(); err == nil {
+				when = info.ModTime()
+			}
+			s.retired[n] = when.Add(s.grace)
+		}
+	}
+	s.signal()
+	return nil
+}
+
+// retire schedules the removal of the tree a link named (its text).
+func (s *Sink) retire(link string) {
+	if link == "" || filepath.Dir(link) != ".trees" {
+		return
+	}
+	n := filepath.Base(link)
+	if s.grace == 0 {
+		_ = os.RemoveAll(filepath.Join(s.root, ".trees", n))
+		return
+	}
+	now := time.Now()
+	// Its retirement time survives a restart as its modification time.
+	_ = os.Chtimes(filepath.Join(s.root, ".trees", n), now, now)
+	s.mu.Lock()
+	s.retired[n] = now.Add(s.grace)
+	s.mu.Unlock()
+	s.signal()
+}
+
+// sweep removes the retired trees whose grace is over and returns when the
+// next one's ends (zero: none).
+func (s *Sink) sweep() time.Time {
+	now := time.Now()
+	var due []string
+	var next time.Time
+	s.mu.Lock()
+	for n, at := range s.retired {
+		switch {
+		case !at.After(now):
+			due = append(due, n)
+			delete(s.retired, n)
+		case next.IsZero() || at.Before(next):
+			next = at
+		}
+	}
+	s.mu.Unlock()
+	for _, n := range due {
+		_ = os.RemoveAll(filepath.Join(s.root, ".trees", n))
+	}
+	return next
+}
+
+func (s *Sink) hold(names ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range names {
+		s.busy[n] = true
+	}
+}
+
+func (s *Sink) release(names ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range names {
+		delete(s.busy, n)
+	}
+}
+
+func (s *Sink) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// swapLink points linkPath at target atomically: a new symlink beside it
+// (tmp), renamed over it.
+func swapLink(target, tmp, linkPath string) error {
 	if err := os.Symlink(target, tmp); err != nil {
 		return err
 	}

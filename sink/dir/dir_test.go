@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/fstest"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -169,4 +170,94 @@ func TestPublishRefusesLinksThatLandOutside(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(root, "app", "fine"))
 	require.NoError(t, err)
 	assert.Equal(t, "app", string(data))
+}
+
+// treeNames lists root/.trees.
+func treeNames(t *testing.T, root string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(root, ".trees"))
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// What a process killed mid-publish leaves (a tree half written, a link
+// half swapped) is removed when the sink starts; a tree no link names is
+// removed once its grace, counted from its modification time, is over.
+// (Fake time in a synctest bubble.)
+func TestCrashLeftoversAreRemovedAtStart(t *testing.T) {
+	root := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		s := dir.New(root, dir.WithStaleGrace(10*time.Minute))
+		ctx := context.Background()
+		require.NoError(t, s.Deliver(ctx, change("app", "c1", fstest.MapFS{"f": {Data: []byte("1")}})))
+		published := treeNames(t, root)
+		require.Len(t, published, 1)
+
+		trees := filepath.Join(root, ".trees")
+		require.NoError(t, os.MkdirAll(filepath.Join(trees, ".tmp-app-c2-0000", "sub"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(trees, ".tmp-app-c2-0000", "sub", "half"), []byte("x"), 0o644))
+		require.NoError(t, os.Symlink(".trees/app-c2-0000", filepath.Join(root, ".tmp-app-1234")))
+		for name, age := range map[string]time.Duration{"app-old-1": time.Hour, "app-recent-2": time.Minute} {
+			require.NoError(t, os.Mkdir(filepath.Join(trees, name), 0o755))
+			at := time.Now().Add(-age)
+			require.NoError(t, os.Chtimes(filepath.Join(trees, name), at, at))
+		}
+
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- s.Run(runCtx) }()
+		synctest.Wait()
+		assert.ElementsMatch(t, append([]string{"app-recent-2"}, published...), treeNames(t, root),
+			"half-written and long-retired trees are gone; the published one and one within its grace stay")
+		assert.NoFileExists(t, filepath.Join(root, ".tmp-app-1234"))
+		data, err := os.ReadFile(filepath.Join(s.Path(watcher.Target{ID: "app"}), "f"))
+		require.NoError(t, err)
+		assert.Equal(t, "1", string(data))
+
+		time.Sleep(10 * time.Minute)
+		synctest.Wait()
+		assert.Equal(t, published, treeNames(t, root), "the recent one goes when its grace ends")
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+// With a grace, the tree a link left stays readable for the grace, then
+// goes; without one, it goes at once.
+func TestStaleTreeGrace(t *testing.T) {
+	for _, grace := range []time.Duration{0, time.Minute} {
+		t.Run(grace.String(), func(t *testing.T) {
+			root := t.TempDir()
+			synctest.Test(t, func(t *testing.T) {
+				s := dir.New(root, dir.WithStaleGrace(grace))
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- s.Run(ctx) }()
+				require.NoError(t, s.Deliver(ctx, change("app", "c1", fstest.MapFS{"f": {Data: []byte("1")}})))
+				first := treeNames(t, root)
+				require.NoError(t, s.Deliver(ctx, change("app", "c2", fstest.MapFS{"f": {Data: []byte("2")}})))
+				if grace == 0 {
+					assert.Len(t, treeNames(t, root), 1)
+				} else {
+					time.Sleep(grace - time.Second)
+					synctest.Wait()
+					assert.Subset(t, treeNames(t, root), first, "still there within the grace")
+					time.Sleep(2 * time.Second)
+					synctest.Wait()
+					assert.NotSubset(t, treeNames(t, root), first, "gone after it")
+				}
+				assert.Len(t, treeNames(t, root), 1)
+				require.NoError(t, s.Remove(ctx, watcher.Target{ID: "app"}))
+				time.Sleep(grace + time.Second)
+				synctest.Wait()
+				assert.Empty(t, treeNames(t, root))
+				cancel()
+				require.NoError(t, <-done)
+			})
+		})
+	}
 }
