@@ -25,7 +25,8 @@ type cacheDir struct {
 // openCacheDir creates dir (mode 0700: mirrors hold private repositories),
 // takes an exclusive lock on dir/.lock, and only then clears what a killed
 // process may have left: the temporary directory (credential files of an
-// interrupted clone) and half-made clones beside the mirrors. A second
+// interrupted clone), half-made clones beside the mirrors and mirrors it
+// was removing. A second
 // process on the same directory fails here instead of taking the first's
 // live lock files for crash leftovers.
 func openCacheDir(dir string) (*cacheDir, error) {
@@ -63,7 +64,7 @@ func (c *cacheDir) clearLeftovers() error {
 		return fmt.Errorf("watcher: cache directory: %w", err)
 	}
 	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".clone") {
+		if strings.HasSuffix(e.Name(), ".clone") || strings.HasSuffix(e.Name(), gcSuffix) {
 			if err := os.RemoveAll(filepath.Join(c.dir, e.Name())); err != nil {
 				return fmt.Errorf("watcher: clear %s: %w", e.Name(), err)
 			}

@@ -34,6 +34,7 @@ type options struct {
 	fetchTimeout     time.Duration
 	deliverTimeout   time.Duration
 	sinkGrace        time.Duration
+	mirrorGrace      time.Duration
 	firstFetchDepth  int
 	gitCLI           string
 	credentialsRetry time.Duration
@@ -63,6 +64,7 @@ func defaultOptions() options {
 		fetchTimeout:     10 * time.Minute,
 		deliverTimeout:   10 * time.Minute,
 		sinkGrace:        30 * time.Second,
+		mirrorGrace:      time.Hour,
 		credentialsRetry: 30 * time.Second,
 		gitCLI:           gitCLI,
 	}
@@ -184,6 +186,18 @@ func WithTimeouts(list, fetch, deliver time.Duration) Option {
 		}
 		if deliver > 0 {
 			o.deliverTimeout = deliver
+		}
+	}
+}
+
+// WithMirrorGrace sets how long a mirror no target uses stays in the cache
+// directory before it is removed (default 1h), counted from its last poll,
+// across restarts; a target that comes back within it needs no new clone.
+// Only mirrors are removed, and only once every source has given its set.
+func WithMirrorGrace(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.mirrorGrace = d
 		}
 	}
 }

@@ -154,6 +154,7 @@ func (r *remote) run(ctx context.Context) error {
 func (r *remote) poll(ctx context.Context) (err error) {
 	w := r.w
 	start := w.opts.clock.Now()
+	w.touchMirror(r.mirror.Dir())
 	defer func() {
 		d := w.opts.clock.Now().Sub(start)
 		w.emit(Event{Type: EventPolled, Remote: r.redacted, Duration: d, Err: err})

@@ -231,3 +231,46 @@ func TestSinkIgnoringContextIsAbandoned(t *testing.T) {
 		assert.Zero(t, w.Stats().Abandoned, "abandoned calls that return are no longer counted")
 	})
 }
+
+// A mirror no target uses any more is removed once its grace, counted from
+// its last poll, is over; the others stay. (Fake time in a synctest bubble.)
+func TestUnusedMirrorsAreRemovedAfterGrace(t *testing.T) {
+	srv := gittest.NewServer(t)
+	a, b := srv.NewRepo(t, "g/a"), srv.NewRepo(t, "g/b")
+	a.Commit(t, "1", gittest.File("f", "1"))
+	b.Commit(t, "1", gittest.File("f", "1"))
+	ta := watcher.Target{ID: "a", URL: "file://" + a.BareDir()}
+	tb := watcher.Target{ID: "b", URL: "file://" + b.BareDir()}
+	cacheDir := t.TempDir()
+
+	synctest.Test(t, func(t *testing.T) {
+		polled := make(chan string, 100)
+		obs := watcher.ObserverFunc(func(e watcher.Event) {
+			if e.Type == watcher.EventPolled {
+				polled <- e.Remote
+			}
+		})
+		src := watchertest.NewSource(ta, tb)
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(10*time.Minute), watcher.WithGitCLI(""), watcher.WithLocalRepositories(),
+			watcher.WithMirrorGrace(time.Hour), watcher.WithObserver(obs))
+		require.NoError(t, w.Route(src, watchertest.NewSink("rec")))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		<-polled
+		<-polled
+		synctest.Wait()
+		require.Len(t, mirrorDirs(t, cacheDir), 2)
+
+		src.Set(ta)
+		time.Sleep(50 * time.Minute)
+		synctest.Wait()
+		assert.Len(t, mirrorDirs(t, cacheDir), 2, "within the grace")
+		time.Sleep(30 * time.Minute)
+		synctest.Wait()
+		dirs := mirrorDirs(t, cacheDir)
+		require.Len(t, dirs, 1, "the unused mirror is gone, the used one stays")
+		cancel()
+		require.NoError(t, <-done)
+	})
+}

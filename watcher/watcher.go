@@ -173,6 +173,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { return w.reconcileLoop(gctx) })
+	g.Go(func() error { return w.gcLoop(gctx) })
 	err = g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
