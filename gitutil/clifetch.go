@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,12 +98,15 @@ func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []strin
 		return err
 	}
 	defer os.RemoveAll(clone)
-	args := []string{"clone", "--quiet", "--bare", "--no-tags", "--single-branch", "--branch=" + branch, "--", m.url, clone}
+	// --progress: its messages, counted, tell a slow clone from a stalled
+	// one (see Progress).
+	args := []string{"clone", "--progress", "--bare", "--no-tags", "--single-branch", "--branch=" + branch, "--", m.url, clone}
 	cmd := exec.CommandContext(ctx, m.opts.GitCLI, args...)
 	cmd.Env = env
+	killGroupOnCancel(cmd)
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stderr = io.MultiWriter(&out, progressWriter{&m.progress}) // clone writes nothing to stdout
 	if err := cmd.Run(); err != nil {
 		msg := strings.TrimSpace(out.String())
 		if len(msg) > 1024 {

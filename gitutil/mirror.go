@@ -85,6 +85,8 @@ type Mirror struct {
 	rebuilt error
 
 	treesRead atomic.Int64
+	// progress counts the bytes of the servers' progress messages.
+	progress atomic.Int64
 	// gen counts rebuilds; a file system handed out reads only while it is
 	// the generation it was made in.
 	gen atomic.Uint64
@@ -336,6 +338,7 @@ func (m *Mirror) goGitFetch(ctx context.Context, topts transportOptions, specs [
 		InsecureSkipTLS: topts.insecureSkipTLS,
 		Tags:            git.NoTags,
 		Force:           true,
+		Progress:        progressWriter{&m.progress},
 	})
 	switch {
 	case errors.Is(err, git.NoErrAlreadyUpToDate):
@@ -344,6 +347,32 @@ func (m *Mirror) goGitFetch(ctx context.Context, topts transportOptions, specs [
 		return false, err
 	}
 	return true, nil
+}
+
+// Progress is a number that grows while a fetch into the mirror makes
+// progress: the size of the pack data received so far, and of the server's
+// progress messages. A caller that sees it unchanged for a while can take
+// the fetch for stalled (the watcher does). It reads the pack directory:
+// call it every second or so, not in a loop.
+func (m *Mirror) Progress() int64 {
+	n := m.progress.Load()
+	for _, d := range []string{m.dir, m.dir + ".clone"} {
+		entries, _ := os.ReadDir(filepath.Join(d, "objects", "pack"))
+		for _, e := range entries {
+			if info, err := e.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+	}
+	return n
+}
+
+// progressWriter counts what it is given.
+type progressWriter struct{ n *atomic.Int64 }
+
+func (w progressWriter) Write(p []byte) (int, error) {
+	w.n.Add(int64(len(p)))
+	return len(p), nil
 }
 
 // FetchCommit makes sure a commit that no ref may point at is in the

@@ -147,3 +147,50 @@ func TestTruncatedPackOrIndexIsRebuilt(t *testing.T) {
 		})
 	}
 }
+
+// Remotes whose fetches hang cannot hold every fetch slot: a fetch without
+// progress gives its slot up after the yield time, so a healthy remote's
+// commit is delivered while they still hang; after the abort time they are
+// cancelled and reported as stalled.
+func TestStalledFetchesDoNotBlockOthers(t *testing.T) {
+	srv := gittest.NewServer(t)
+	const stalled = 4
+	var targets []watcher.Target
+	var repos []*gittest.Repo
+	for i := range stalled {
+		repo := srv.NewRepo(t, fmt.Sprintf("g/stalled%d", i))
+		repos = append(repos, repo)
+		repo.Commit(t, "1", gittest.File("f", "1"))
+		srv.Stall(repo.Name(), 0)
+		targets = append(targets, watcher.Target{ID: fmt.Sprint("stalled", i), URL: repo.URL()})
+	}
+	healthy := srv.NewRepo(t, "g/healthy")
+	c1 := healthy.Commit(t, "1", gittest.File("f", "1"))
+
+	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
+	src := watchertest.NewSource(targets...)
+	w := newWatcher(t, obs, watcher.WithConcurrency(stalled, 0), watcher.WithStallTimeouts(500*time.Millisecond, time.Hour))
+	require.NoError(t, w.Route(src, sink))
+	start(t, w)
+	for _, repo := range repos {
+		require.Eventually(t, func() bool { return repo.Counts().Fetches.Load() > 0 }, 30*time.Second, 10*time.Millisecond, "%s fetching", repo.Name())
+	}
+	src.Set(append(targets, watcher.Target{ID: "healthy", URL: healthy.URL()})...)
+	sink.WaitCommit(t, "healthy", c1)
+	assert.Equal(t, 1, obs.Count(watchertest.Is(watcher.EventFetched, "")), "only the healthy fetch ended: the stalled ones still hang")
+}
+
+// A fetch with no progress for the abort time is cancelled and reported.
+func TestStalledFetchIsAborted(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	repo.Commit(t, "1", gittest.File("f", "1"))
+	srv.Stall(repo.Name(), 0)
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs, watcher.WithStallTimeouts(100*time.Millisecond, 500*time.Millisecond))
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), watchertest.NewSink("rec")))
+	start(t, w)
+	e := obs.WaitFor(t, "the aborted fetch", func(e watcher.Event) bool { return e.Type == watcher.EventFetched && e.Err != nil })
+	require.ErrorIs(t, e.Err, watcher.ErrFetchStalled)
+	srv.Stall(repo.Name(), -1)
+}

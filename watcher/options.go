@@ -35,6 +35,8 @@ type options struct {
 	deliverTimeout   time.Duration
 	sinkGrace        time.Duration
 	mirrorGrace      time.Duration
+	stallYield       time.Duration
+	stallAbort       time.Duration
 	firstFetchDepth  int
 	gitCLI           string
 	credentialsRetry time.Duration
@@ -65,6 +67,8 @@ func defaultOptions() options {
 		deliverTimeout:   10 * time.Minute,
 		sinkGrace:        30 * time.Second,
 		mirrorGrace:      time.Hour,
+		stallYield:       10 * time.Second,
+		stallAbort:       2 * time.Minute,
 		credentialsRetry: 30 * time.Second,
 		gitCLI:           gitCLI,
 	}
@@ -186,6 +190,23 @@ func WithTimeouts(list, fetch, deliver time.Duration) Option {
 		}
 		if deliver > 0 {
 			o.deliverTimeout = deliver
+		}
+	}
+}
+
+// WithStallTimeouts sets how a fetch that makes no progress (no pack data,
+// no progress message from the server) is treated: after yield (default
+// 10s) it gives its slot of [WithConcurrency] to other remotes, so that
+// stalled remotes cannot hold every slot; after abort (default 2m) it is
+// cancelled with [ErrFetchStalled] and retried at the next poll. A slow
+// fetch that still makes progress keeps its slot, up to the fetch timeout.
+func WithStallTimeouts(yield, abort time.Duration) Option {
+	return func(o *options) {
+		if yield > 0 {
+			o.stallYield = yield
+		}
+		if abort > 0 {
+			o.stallAbort = abort
 		}
 	}
 }

@@ -289,7 +289,8 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	defer func() { <-w.fetchSem }()
+	var release sync.Once
+	defer release.Do(func() { <-w.fetchSem })
 
 	start := w.opts.clock.Now()
 	names := make([]string, 0, len(refs))
@@ -297,8 +298,15 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fctx, cancel := context.WithTimeout(ctx, w.opts.fetchTimeout)
+	fctx, cancel := context.WithTimeoutCause(ctx, w.opts.fetchTimeout, errFetchTimeout)
 	defer cancel()
+	fctx, stall := context.WithCancelCause(fctx)
+	defer stall(nil)
+	stopWatch := r.watchProgress(fctx, func() {
+		release.Do(func() { <-w.fetchSem })
+		w.log.Info("fetch stalled: its slot is given to others", "remote", r.redacted, "idle", w.opts.stallYield)
+	}, func() { stall(ErrFetchStalled) })
+	defer stopWatch()
 	res, err := r.mirror.Fetch(fctx, auth, names)
 	if res.Rebuilt != nil {
 		w.log.Info("mirror rebuilt", "remote", r.redacted, "reason", res.Rebuilt.Error())
@@ -311,10 +319,63 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 		_, err = r.mirror.FetchCommit(fctx, auth, c)
 	}
 	if err != nil {
+		if cause := context.Cause(fctx); cause != nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
 		err = fmt.Errorf("watcher: fetch %s: %w", r.redacted, err)
 	}
 	w.emit(Event{Type: EventFetched, Remote: r.redacted, Duration: w.opts.clock.Now().Sub(start), Err: err})
 	return res.Refs, err
+}
+
+var errFetchTimeout = errors.New("fetch timed out")
+
+// ErrFetchStalled is returned (wrapped) for a fetch that made no progress
+// for the abort time of [WithStallTimeouts].
+var ErrFetchStalled = errors.New("fetch stalled: no progress")
+
+// watchProgress watches the mirror's progress while a fetch runs: after
+// stallYield without any, it calls yield once (the fetch gives up its
+// slot); after stallAbort, abort. The returned func stops it and waits.
+func (r *remote) watchProgress(ctx context.Context, yield, abort func()) (stop func()) {
+	w := r.w
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := min(w.opts.stallYield, w.opts.stallAbort) / 4
+		last, since, yielded := r.mirror.Progress(), w.opts.clock.Now(), false
+		for {
+			t := w.opts.clock.NewTimer(tick)
+			select {
+			case <-done:
+				t.Stop()
+				return
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C():
+			}
+			now := w.opts.clock.Now()
+			if p := r.mirror.Progress(); p != last {
+				last, since = p, now
+				continue
+			}
+			idle := now.Sub(since)
+			if !yielded && idle >= w.opts.stallYield {
+				yielded = true
+				yield()
+			}
+			if idle >= w.opts.stallAbort {
+				abort()
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
 }
 
 // fail reports that a target could not be brought to a commit this cycle,

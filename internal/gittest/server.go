@@ -2,6 +2,7 @@ package gittest
 
 import (
 	"encoding/pem"
+	"errors"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -24,6 +25,8 @@ type Server struct {
 	password string
 	down     bool
 	counts   map[string]*Counts
+	stalls   map[string]int // repository → bytes of a fetch's answer before it stalls
+	release  chan struct{}  // closed when the server stops: stalled answers end
 }
 
 // Counts are the requests a repository received.
@@ -58,7 +61,7 @@ func newServer(t TB, start func(http.Handler) *httptest.Server) *Server {
 	if err != nil {
 		t.Fatalf("gittest: git is needed on PATH: %v", err)
 	}
-	s := &Server{root: t.TempDir(), counts: map[string]*Counts{}}
+	s := &Server{root: t.TempDir(), counts: map[string]*Counts{}, stalls: map[string]int{}, release: make(chan struct{})}
 	h := &cgi.Handler{
 		Path: filepath.Join(strings.TrimSpace(string(backend)), "git-http-backend"),
 		Env: []string{
@@ -88,10 +91,65 @@ func newServer(t TB, start func(http.Handler) *httptest.Server) *Server {
 			}
 		}
 		s.count(r)
+		if after, ok := s.stallOf(r); ok {
+			w = &stallWriter{ResponseWriter: w, left: after, done: r.Context().Done(), release: s.release}
+		}
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(s.httpSrv.Close)
+	t.Cleanup(func() { close(s.release) }) // before Close, which waits for handlers
 	return s
+}
+
+// Stall makes every fetch (POST git-upload-pack) of the repository at name
+// send after bytes of its answer and then hang, sending nothing more until
+// the client goes away or the server stops; a negative after ends it.
+func (s *Server) Stall(name string, after int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if after < 0 {
+		delete(s.stalls, name)
+		return
+	}
+	s.stalls[name] = after
+}
+
+func (s *Server) stallOf(r *http.Request) (int, bool) {
+	name, ok := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, "/"), "/git-upload-pack")
+	if !ok || r.Method != http.MethodPost {
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	after, ok := s.stalls[name]
+	return after, ok
+}
+
+// stallWriter passes on left bytes, then blocks.
+type stallWriter struct {
+	http.ResponseWriter
+	left    int
+	done    <-chan struct{}
+	release <-chan struct{}
+}
+
+func (w *stallWriter) Write(p []byte) (int, error) {
+	if w.left > 0 {
+		n := min(w.left, len(p))
+		w.left -= n
+		k, err := w.ResponseWriter.Write(p[:n])
+		if f, ok := w.ResponseWriter.(http.Flusher); ok {
+			f.Flush()
+		}
+		if err != nil || n == len(p) {
+			return k, err
+		}
+	}
+	select {
+	case <-w.done:
+	case <-w.release:
+	}
+	return 0, errors.New("gittest: stalled")
 }
 
 func (s *Server) count(r *http.Request) {
