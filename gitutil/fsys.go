@@ -33,7 +33,9 @@ const streamThreshold = 1 << 20
 // when they point outside or are absolute; submodules are left out. The FS
 // implements fs.ReadDirFS, fs.ReadFileFS, fs.StatFS and fs.ReadLinkFS and is
 // safe for concurrent use. It has its own view of the mirror's store, so
-// reading it never waits on a fetch.
+// reading it never waits on a fetch. It implements io.Closer: close it when
+// done, so that the packs a repack replaced can be deleted (an FS left open
+// keeps them for an hour at most). Large files are streamed.
 func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
 	m.mu.Lock()
 	tree, e, err := m.entryAt(commit, p)
@@ -44,6 +46,11 @@ func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
 		}
 	}
 	gen := m.gen.Load()
+	var f *treeFS
+	if err == nil && tree != nil {
+		f = &treeFS{m: m, gen: gen, modTime: when}
+		m.readers[f] = time.Now()
+	}
 	m.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -54,9 +61,11 @@ func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
 	st := newCountingStorage(m.dir, cache.NewObjectLRU(8*cache.MiByte), &m.treesRead, streamThreshold)
 	root, err := object.GetTree(st, tree.Hash)
 	if err != nil {
+		m.release(f)
 		return nil, fmt.Errorf("gitutil: open tree %s: %w", tree.Hash, m.readFailed(gen, err))
 	}
-	return &treeFS{m: m, gen: gen, st: st, root: root, modTime: when}, nil
+	f.st, f.root = st, root
+	return f, nil
 }
 
 // treeFS is the file system of [Mirror.FS]. Any error reading the store
@@ -70,6 +79,14 @@ type treeFS struct {
 	st      countingStorage
 	root    *object.Tree
 	modTime time.Time
+}
+
+// Close ends the file system's hold on the mirror's store: packs a repack
+// replaced are kept on disk while a file system that may read them is
+// open (at most an hour). Reading after Close still works until then.
+func (f *treeFS) Close() error {
+	f.m.release(f)
+	return nil
 }
 
 // fail reports a read error of the store to the mirror.

@@ -2,6 +2,7 @@ package gitutil
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -172,3 +173,56 @@ func TestFSStreamsLargeFiles(t *testing.T) {
 type countingWriter struct{ n uint64 }
 
 func (w *countingWriter) Write(p []byte) (int, error) { w.n += uint64(len(p)); return len(p), nil }
+
+// A mirror that passes its pack threshold is repacked after a fetch, with
+// the git CLI or go-git; a file system opened before keeps reading the
+// same bytes until it is closed, and only then are the replaced packs
+// deleted.
+func TestRepackKeepsOpenFileSystemsWhole(t *testing.T) {
+	for name, cli := range map[string]string{"git CLI": "git", "go-git": ""} {
+		t.Run(name, func(t *testing.T) {
+			srv := gittest.NewServer(t)
+			repo := srv.NewRepo(t, "g/r")
+			c0 := plumbing.NewHash(repo.Commit(t, "0", gittest.File("keep/f", "kept"), gittest.File("n", "0")))
+			dir := t.TempDir()
+			m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: cli, RepackPacks: 3})
+			require.NoError(t, err)
+			_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+			require.NoError(t, err)
+			old, err := m.FS(c0, "")
+			require.NoError(t, err)
+
+			var last plumbing.Hash
+			for i := range 6 {
+				last = plumbing.NewHash(repo.Commit(t, fmt.Sprint(i), gittest.File("n", fmt.Sprint(i+1))))
+				_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+				require.NoError(t, err)
+			}
+			require.Positive(t, m.Repacks())
+			held := len(packNames(dir))
+			assert.Greater(t, held, 3, "replaced packs stay while a reader is open")
+			for _, name := range []string{"keep/f", "n"} {
+				want := map[string]string{"keep/f": "kept", "n": "0"}[name]
+				data, err := fs.ReadFile(old, name)
+				require.NoError(t, err, "read through the file system opened before the repack")
+				assert.Equal(t, want, string(data))
+			}
+			require.NoError(t, old.(io.Closer).Close())
+			assert.LessOrEqual(t, len(packNames(dir)), 3, "dropped once the last reader closed")
+			require.NoError(t, checkPacks(dir, true))
+
+			fresh, err := m.FS(last, "")
+			require.NoError(t, err)
+			data, err := fs.ReadFile(fresh, "n")
+			require.NoError(t, err)
+			assert.Equal(t, "6", string(data))
+			require.NoError(t, fresh.(io.Closer).Close())
+
+			m, err = OpenMirror(dir, repo.URL(), MirrorOptions{})
+			require.NoError(t, err)
+			res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+			require.NoError(t, err)
+			assert.NoError(t, res.Rebuilt, "a repacked mirror is whole at the next open")
+		})
+	}
+}

@@ -66,6 +66,10 @@ type MirrorOptions struct {
 	// out), so that the caller can fetch, which rebuilds it, without
 	// waiting for its next poll. It must not block or call the mirror.
 	OnDamage func(reason error)
+	// RepackPacks is how many packs a mirror may hold before a fetch
+	// repacks it into one (0: [DefaultRepackPacks]; negative: never). Each
+	// incremental fetch adds a pack.
+	RepackPacks int
 }
 
 // Mirror is a bare repository on disk that mirrors the refs of one remote
@@ -87,6 +91,9 @@ type Mirror struct {
 	treesRead atomic.Int64
 	// progress counts the bytes of the servers' progress messages.
 	progress atomic.Int64
+	repacks  atomic.Int64
+	readers  map[*treeFS]time.Time // file systems handed out and not closed
+	replaced map[string]bool       // packs a repack made redundant, kept for readers
 	// gen counts rebuilds; a file system handed out reads only while it is
 	// the generation it was made in.
 	gen atomic.Uint64
@@ -122,12 +129,13 @@ func OpenMirror(dir, repoURL string, opts MirrorOptions) (*Mirror, error) {
 	if _, err := parseBare(repoURL); err != nil {
 		return nil, err
 	}
-	m := &Mirror{dir: dir, url: repoURL, opts: opts}
+	m := &Mirror{dir: dir, url: repoURL, opts: opts, readers: map[*treeFS]time.Time{}, replaced: map[string]bool{}}
 	var rebuilt error
 	if locks := staleLocks(dir); len(locks) > 0 {
 		rebuilt = fmt.Errorf("stale lock files: %s", strings.Join(locks, ", "))
 	}
 	if rebuilt == nil {
+		clearTemporary(dir)
 		repo, err := m.openRepo()
 		switch {
 		case err == nil:
@@ -202,6 +210,7 @@ func (m *Mirror) reinit() error {
 	}
 	m.repo = repo
 	m.broken = nil
+	clear(m.replaced)
 	return nil
 }
 
@@ -238,6 +247,9 @@ func (m *Mirror) Fetch(ctx context.Context, auth *Auth, refs []string) (FetchRes
 		// What the fetch did not read may have been damaged meanwhile:
 		// found now, it costs one fetch, not a failed delivery.
 		err = checkPacks(m.dir, false)
+	}
+	if err == nil && fetched {
+		err = m.maintain(ctx)
 	}
 	if reason := m.damage(err); reason != nil && res.Rebuilt == nil {
 		res.Rebuilt = reason

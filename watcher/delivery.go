@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -226,6 +227,12 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 		return failed(&c, err)
 	}
 	c.FS = fsys
+	abandoned := false
+	defer func() {
+		if closer, ok := fsys.(io.Closer); ok && !abandoned {
+			_ = closer.Close() // an abandoned sink may read on
+		}
+	}()
 
 	select {
 	case w.deliverSem <- struct{}{}:
@@ -235,6 +242,7 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	start := w.opts.clock.Now()
 	ev.Result, err = w.callSink(ctx, func(ctx context.Context) (any, error) { return safeDeliver(ctx, d.sink.sink, c) })
 	<-w.deliverSem
+	abandoned = errors.Is(err, ErrSinkAbandoned)
 	ev.Duration = w.opts.clock.Now().Sub(start)
 	if err != nil {
 		return failed(&c, err)

@@ -1,0 +1,163 @@
+package gitutil
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+)
+
+// DefaultRepackPacks is the number of packs above which a mirror is
+// repacked after a fetch (see [MirrorOptions.RepackPacks]).
+const DefaultRepackPacks = 32
+
+// leaseLimit bounds how long an unclosed file system of [Mirror.FS] keeps
+// replaced packs on disk.
+const leaseLimit = time.Hour
+
+// packNames lists the packs of a mirror by base name ("pack-<hash>").
+func packNames(dir string) map[string]bool {
+	entries, _ := os.ReadDir(filepath.Join(dir, "objects", "pack"))
+	out := map[string]bool{}
+	for _, e := range entries {
+		if base, ok := strings.CutSuffix(e.Name(), ".pack"); ok && strings.HasPrefix(base, "pack-") {
+			out[base] = true
+		}
+	}
+	return out
+}
+
+// clearTemporary removes what an interrupted fetch or repack left in the
+// pack directory (anything not named pack-*) and git's quarantine
+// directories. Callers own the mirror: at open, or holding m.mu.
+func clearTemporary(dir string) {
+	objects := filepath.Join(dir, "objects")
+	if entries, err := os.ReadDir(objects); err == nil {
+		for _, e := range entries {
+			if e.IsDir() && strings.HasPrefix(e.Name(), "incoming-") {
+				_ = os.RemoveAll(filepath.Join(objects, e.Name()))
+			}
+		}
+	}
+	packDir := filepath.Join(objects, "pack")
+	entries, _ := os.ReadDir(packDir)
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "pack-") {
+			_ = os.RemoveAll(filepath.Join(packDir, e.Name()))
+		}
+	}
+}
+
+// maintain repacks the mirror when a fetch left it with more packs than
+// the threshold: one pack per incremental fetch otherwise grows without
+// bound, and so does the cost of every lookup. The packs replaced stay on
+// disk while a file system handed out may still read them (see
+// dropReplaced). Callers hold m.mu.
+func (m *Mirror) maintain(ctx context.Context) error {
+	limit := m.opts.RepackPacks
+	if limit == 0 {
+		limit = DefaultRepackPacks
+	}
+	before := packNames(m.dir)
+	if limit < 0 || len(before) <= limit {
+		return nil
+	}
+	if err := m.repack(ctx); err != nil {
+		clearTemporary(m.dir)
+		return fmt.Errorf("repack: %w", err)
+	}
+	after := packNames(m.dir)
+	made := 0
+	for p := range after {
+		if !before[p] {
+			made++
+		}
+	}
+	if made == 0 {
+		return nil
+	}
+	for p := range before {
+		if after[p] {
+			m.replaced[p] = true
+		}
+	}
+	m.repacks.Add(1)
+	m.dropReplaced()
+	return m.reopen()
+}
+
+// repack writes one pack of every object, keeping the old ones: with the
+// git CLI when there is one (bounded by ctx), with go-git otherwise.
+func (m *Mirror) repack(ctx context.Context) error {
+	if m.opts.GitCLI != "" {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		defer cancel()
+		// -a without -d: a new pack of everything; the old ones are
+		// dropped by dropReplaced once no reader holds them.
+		cmd := exec.CommandContext(ctx, m.opts.GitCLI, "-C", m.dir, "repack", "-a", "-q", "--no-write-bitmap-index")
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
+		killGroupOnCancel(cmd)
+		cmd.WaitDelay = 5 * time.Second
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("git repack: %w: %s", err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	// A time before any pack: go-git deletes none of the old ones.
+	return m.repo.RepackObjects(&git.RepackConfig{OnlyDeletePacksOlderThan: time.Unix(1, 0)})
+}
+
+// dropReplaced deletes the replaced packs once no file system handed out in
+// the last leaseLimit is still open. Callers hold m.mu.
+func (m *Mirror) dropReplaced() {
+	if len(m.replaced) == 0 {
+		return
+	}
+	now := time.Now()
+	for fsys, since := range m.readers {
+		if now.Sub(since) < leaseLimit {
+			return
+		}
+		delete(m.readers, fsys) // forgotten: it may now fail to read
+	}
+	packDir := filepath.Join(m.dir, "objects", "pack")
+	for p := range m.replaced {
+		// The index first: a pack without index is damage, found at open.
+		for _, ext := range []string{".idx", ".rev", ".pack"} {
+			_ = os.Remove(filepath.Join(packDir, p+ext))
+		}
+		delete(m.replaced, p)
+	}
+	_ = m.reopen()
+}
+
+// reopen gives the mirror a fresh view of its store, after packs changed
+// behind go-git's back. Callers hold m.mu.
+func (m *Mirror) reopen() error {
+	repo, err := m.openRepo()
+	if err != nil {
+		return m.markCorrupt(err)
+	}
+	m.repo = repo
+	return nil
+}
+
+// Repacks counts the repacks since the mirror was opened.
+func (m *Mirror) Repacks() int64 { return m.repacks.Load() }
+
+// release ends a file system's lease; the last one out drops the replaced
+// packs.
+func (m *Mirror) release(fsys *treeFS) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.readers, fsys)
+	if len(m.readers) == 0 {
+		m.dropReplaced()
+	}
+}
