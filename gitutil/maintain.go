@@ -1,11 +1,13 @@
 package gitutil
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,7 +69,11 @@ func (m *Mirror) maintain(ctx context.Context) error {
 	if limit < 0 || len(before) <= limit {
 		return nil
 	}
-	if err := m.repack(ctx); err != nil {
+	var keep []string
+	if m.opts.GitCLI != "" {
+		keep = largePacks(m.dir)
+	}
+	if err := m.repack(ctx, keep); err != nil {
 		clearTemporary(m.dir)
 		return fmt.Errorf("repack: %w", err)
 	}
@@ -82,7 +88,7 @@ func (m *Mirror) maintain(ctx context.Context) error {
 		return nil
 	}
 	for p := range before {
-		if after[p] {
+		if after[p] && !slices.Contains(keep, p) {
 			m.replaced[p] = true
 		}
 	}
@@ -91,26 +97,60 @@ func (m *Mirror) maintain(ctx context.Context) error {
 	return m.reopen()
 }
 
-// repack writes one pack of every object, keeping the old ones: with the
-// git CLI when there is one (bounded by ctx), with go-git otherwise.
-func (m *Mirror) repack(ctx context.Context) error {
-	if m.opts.GitCLI != "" {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-		defer cancel()
-		// -a without -d: a new pack of everything; the old ones are
-		// dropped by dropReplaced once no reader holds them.
-		cmd := exec.CommandContext(ctx, m.opts.GitCLI, "-C", m.dir, "repack", "-a", "-q", "--no-write-bitmap-index")
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
-		killGroupOnCancel(cmd)
-		cmd.WaitDelay = 5 * time.Second
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("git repack: %w: %s", err, strings.TrimSpace(string(out)))
-		}
-		return nil
+// repack writes one pack of the objects of every pack but those to keep
+// (see largePacks), keeping the old packs on disk: with the git CLI when there is one (bounded by
+// ctx), with go-git otherwise (which repacks everything). A pack is large,
+// and left alone, when it is more than twice all smaller packs together, so
+// that the many small packs of incremental fetches are rolled into one
+// without rewriting the history under them each time (git's geometric
+// repack): the work is amortised to a few times the data fetched.
+func (m *Mirror) repack(ctx context.Context, keep []string) error {
+	if m.opts.GitCLI == "" {
+		// A time before any pack: go-git deletes none of the old ones.
+		return m.repo.RepackObjects(&git.RepackConfig{OnlyDeletePacksOlderThan: time.Unix(1, 0)})
 	}
-	// A time before any pack: go-git deletes none of the old ones.
-	return m.repo.RepackObjects(&git.RepackConfig{OnlyDeletePacksOlderThan: time.Unix(1, 0)})
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	// -a without -d: the old packs are dropped by dropReplaced once no
+	// reader holds them.
+	args := []string{"-C", m.dir, "repack", "-a", "-q", "--no-write-bitmap-index"}
+	for _, p := range keep {
+		args = append(args, "--keep-pack="+p+".pack")
+	}
+	cmd := exec.CommandContext(ctx, m.opts.GitCLI, args...)
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
+	killGroupOnCancel(cmd)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("git repack: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// largePacks names the packs that are each more than twice the size of all
+// smaller packs together.
+func largePacks(dir string) []string {
+	type pack struct {
+		name string
+		size int64
+	}
+	var packs []pack
+	for name := range packNames(dir) {
+		if info, err := os.Stat(filepath.Join(dir, "objects", "pack", name+".pack")); err == nil {
+			packs = append(packs, pack{name, info.Size()})
+		}
+	}
+	slices.SortFunc(packs, func(a, b pack) int { return cmp.Compare(a.size, b.size) })
+	var smaller int64
+	var large []string
+	for _, p := range packs {
+		if smaller > 0 && p.size > 2*smaller {
+			large = append(large, p.name)
+		}
+		smaller += p.size
+	}
+	return large
 }
 
 // dropReplaced deletes the replaced packs once no file system handed out in

@@ -36,6 +36,7 @@ type options struct {
 	sinkGrace        time.Duration
 	mirrorGrace      time.Duration
 	stallYield       time.Duration
+	repackPacks      int
 	stallAbort       time.Duration
 	firstFetchDepth  int
 	gitCLI           string
@@ -210,6 +211,11 @@ func WithStallTimeouts(yield, abort time.Duration) Option {
 		}
 	}
 }
+
+// WithRepackThreshold sets how many packs a mirror may hold before a fetch
+// repacks it (default [gitutil.DefaultRepackPacks]; negative: never). Each
+// incremental fetch adds one; see [gitutil.MirrorOptions.RepackPacks].
+func WithRepackThreshold(packs int) Option { return func(o *options) { o.repackPacks = packs } }
 
 // WithMirrorGrace sets how long a mirror no target uses stays in the cache
 // directory before it is removed (default 1h), counted from its last poll,

@@ -512,6 +512,7 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 		var r *remote // set before anyone reads the mirror
 		m, err := gitutil.OpenMirror(dir, spec.url, gitutil.MirrorOptions{
 			FirstFetchDepth: w.opts.firstFetchDepth, GitCLI: w.opts.gitCLI, TempDir: w.cache.tmp,
+			RepackPacks: w.opts.repackPacks,
 			// A damaged store found by any read is rebuilt by a poll now.
 			OnDamage: func(error) { r.poke() },
 		})

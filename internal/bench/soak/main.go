@@ -1,0 +1,266 @@
+// Command soak measures what months of polling do to a mirror, and how far
+// stalled remotes delay a healthy one, against the real git server on
+// loopback; it prints a markdown table of ratios to baselines measured in
+// the same run.
+//
+//	S1 5,000 incremental fetches into one mirror of a 10,000-commit
+//	   repository, each followed by a tree read: the mean cost of the last
+//	   100 polls against the first 100 (goal ≤ 1.1)
+//	S2 the mirror's disk size after them against a fresh
+//	   git clone --mirror of the same repository (goal ≤ 1.2)
+//	H1 push→delivery of a healthy remote while N remotes are stalled
+//	   mid-fetch, against the same with none stalled (goal: within one poll
+//	   interval plus its own fetch)
+//
+//	go run ./internal/bench/soak -out bench-results/soak.md
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/bench/harness"
+	"github.com/modwatch/modwatch/internal/bench/quantile"
+	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/source/static"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+type config struct {
+	commits, files, fetches, window, stalled, runs int
+	out                                            string
+}
+
+func main() {
+	var c config
+	flag.IntVar(&c.commits, "commits", 10000, "S1/S2: commits in the repository")
+	flag.IntVar(&c.files, "files", 2000, "S1/S2: files of ~4 KiB in the repository")
+	flag.IntVar(&c.fetches, "fetches", 5000, "S1: incremental fetches")
+	flag.IntVar(&c.window, "window", 100, "S1: polls averaged at each end")
+	flag.IntVar(&c.stalled, "stalled", 8, "H1: most remotes stalled mid-fetch")
+	flag.IntVar(&c.runs, "runs", 5, "H1: pushes per case (medians are reported)")
+	flag.StringVar(&c.out, "out", "", "also write the table to this file")
+	flag.Parse()
+	if err := run(c); err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		os.Exit(1)
+	}
+}
+
+type row struct{ id, what, ours, base, ratio, goal string }
+
+func run(c config) (err error) {
+	env := &gittest.Standalone{}
+	defer env.Close()
+	defer env.Recover(&err)
+	srv := gittest.NewServer(env)
+	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
+	var rows []row
+
+	// S1, S2.
+	repo := srv.NewRepo(env, "soak/r")
+	if err := harness.Generate(repo.BareDir(), c.commits, c.files, 4096, []string{"app", "docs"}); err != nil {
+		return err
+	}
+	repo.Git(env, "pull", "-q", "origin", "main")
+	logf("generated %d commits", c.commits)
+	mirrorDir := filepath.Join(env.TempDir(), "mirror")
+	git, _ := exec.LookPath("git")
+	m, err := gitutil.OpenMirror(mirrorDir, repo.URL(), gitutil.MirrorOptions{GitCLI: git})
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	if _, err := m.Fetch(ctx, nil, []string{"refs/heads/main"}); err != nil {
+		return err
+	}
+	poll := func(i int) (time.Duration, error) {
+		name := fmt.Sprintf("app/%05d", (i*7)%c.files&^1) // "app" holds the even files
+		commit := repo.Commit(env, fmt.Sprint("soak ", i), gittest.File(name, fmt.Sprint("soak ", i)))
+		start := time.Now()
+		res, err := m.Fetch(ctx, nil, []string{"refs/heads/main"})
+		if err != nil {
+			return 0, err
+		}
+		if got := res.Refs["refs/heads/main"].String(); got != commit {
+			return 0, fmt.Errorf("fetched %s, pushed %s", got, commit)
+		}
+		fsys, err := m.FS(plumbing.NewHash(commit), "app")
+		if err != nil {
+			return 0, err
+		}
+		defer fsys.(io.Closer).Close()
+		data, err := fs.ReadFile(fsys, strings.TrimPrefix(name, "app/"))
+		if err != nil {
+			return 0, err
+		}
+		if string(data) != fmt.Sprint("soak ", i) {
+			return 0, fmt.Errorf("read %q", data)
+		}
+		return time.Since(start), nil
+	}
+	var first, last time.Duration
+	for i := range c.fetches {
+		if i > 0 && i%500 == 0 {
+			// The server's loose objects from 500 pushes, packed: the
+			// measurement is of the mirror, not of the server.
+			if out, err := exec.Command("git", "--git-dir", repo.BareDir(), "repack", "-adq").CombinedOutput(); err != nil {
+				return fmt.Errorf("repack the server: %v: %s", err, out)
+			}
+			logf("%d fetches, %d repacks of the mirror", i, m.Repacks())
+		}
+		d, err := poll(i)
+		if err != nil {
+			return fmt.Errorf("poll %d: %w", i, err)
+		}
+		switch {
+		case i < c.window:
+			first += d
+		case i >= c.fetches-c.window:
+			last += d
+		}
+	}
+	firstMean, lastMean := first/time.Duration(c.window), last/time.Duration(c.window)
+	rows = append(rows, row{"S1", fmt.Sprintf("mean fetch + tree read, last %d of %d polls (%d repacks)", c.window, c.fetches, m.Repacks()),
+		lastMean.Round(10 * time.Microsecond).String(), firstMean.Round(10*time.Microsecond).String() + " (first " + fmt.Sprint(c.window) + ")",
+		fmt.Sprintf("%.2f", float64(lastMean)/float64(firstMean)), "≤ 1.1"})
+	if out, err := exec.Command("git", "--git-dir", repo.BareDir(), "repack", "-adq").CombinedOutput(); err != nil {
+		return fmt.Errorf("repack the server: %v: %s", err, out)
+	}
+	fresh := filepath.Join(env.TempDir(), "fresh")
+	if out, err := exec.Command("git", "clone", "-q", "--mirror", repo.URL(), fresh).CombinedOutput(); err != nil {
+		return fmt.Errorf("git clone --mirror: %v: %s", err, out)
+	}
+	ours, err := harness.DirSize(mirrorDir)
+	if err != nil {
+		return err
+	}
+	theirs, err := harness.DirSize(fresh)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, row{"S2", "mirror disk size after the soak", mib(ours), mib(theirs) + " (fresh git clone --mirror)",
+		fmt.Sprintf("%.2f", float64(ours)/float64(theirs)), "≤ 1.2"})
+	logf("S1/S2 done")
+
+	// H1.
+	healthy := srv.NewRepo(env, "hol/healthy")
+	healthy.Commit(env, "0", gittest.File("f", "0"))
+	var stalled []*gittest.Repo
+	for i := range c.stalled {
+		r := srv.NewRepo(env, fmt.Sprintf("hol/stalled%d", i))
+		r.Commit(env, "0", gittest.File("f", "0"))
+		srv.Stall(r.Name(), 0)
+		stalled = append(stalled, r)
+	}
+	const interval = time.Minute // the default poll interval
+	var base time.Duration
+	for _, n := range []int{0, 4, c.stalled} {
+		d, err := headOfLine(env, healthy, stalled[:n], c.runs)
+		if err != nil {
+			return fmt.Errorf("H1 with %d stalled: %w", n, err)
+		}
+		if n == 0 {
+			base = d
+			continue
+		}
+		rows = append(rows, row{"H1", fmt.Sprintf("push→delivery, healthy remote, %d remotes stalled mid-fetch (4 fetch slots)", n),
+			d.Round(time.Millisecond).String(), base.Round(time.Millisecond).String() + " (none stalled)",
+			fmt.Sprintf("%.1f", float64(d)/float64(base)), fmt.Sprintf("≤ %s + own fetch", interval)})
+		logf("H1 with %d stalled done", n)
+	}
+
+	var b strings.Builder
+	b.WriteString("| | measurement | modwatch | baseline | ratio | goal |\n|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.id, r.what, r.ours, r.base, r.ratio, r.goal)
+	}
+	fmt.Print(b.String())
+	if c.out != "" {
+		if err := os.MkdirAll(filepath.Dir(c.out), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(c.out, []byte(b.String()), 0o644)
+	}
+	return nil
+}
+
+// headOfLine runs a watcher of the healthy remote and the stalled ones
+// (default fetch slots and stall timeouts), waits until every stalled
+// remote is mid-fetch, and returns the median push→delivery time of the
+// healthy remote, each push announced with Trigger.
+func headOfLine(env *gittest.Standalone, healthy *gittest.Repo, stalled []*gittest.Repo, runs int) (time.Duration, error) {
+	targets := []watcher.Target{{ID: "healthy", URL: healthy.URL()}}
+	for i, r := range stalled {
+		targets = append(targets, watcher.Target{ID: fmt.Sprint("stalled", i), URL: r.URL()})
+	}
+	sink := watchertest.NewSink("rec")
+	w := watcher.New(watcher.WithCacheDir(env.TempDir()), watcher.WithInterval(time.Hour))
+	if err := w.Route(static.New(targets...), sink); err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var runErr error
+	wg.Go(func() { runErr = w.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+
+	var ds []time.Duration
+	for i := range runs {
+		// Every stalled remote starts a fetch now, taking a slot.
+		before := make([]int64, len(stalled))
+		for j, r := range stalled {
+			before[j] = r.Counts().Fetches.Load()
+			w.Trigger(r.URL())
+		}
+		for j, r := range stalled {
+			for deadline := time.Now().Add(time.Minute); r.Counts().Fetches.Load() == before[j]; {
+				if time.Now().After(deadline) {
+					return 0, fmt.Errorf("%s never fetched", r.Name())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		commit := healthy.Commit(env, fmt.Sprint("push ", i), gittest.File("f", fmt.Sprint(i)))
+		start := time.Now()
+		w.Trigger(healthy.URL())
+		if err := waitDelivered(sink, commit, 5*time.Minute); err != nil {
+			return 0, err
+		}
+		ds = append(ds, time.Since(start))
+	}
+	cancel()
+	wg.Wait()
+	if runErr != nil {
+		return 0, runErr
+	}
+	return quantile.Of(ds, 0.5), nil
+}
+
+func waitDelivered(sink *watchertest.Sink, commit string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		for _, c := range sink.Delivered() {
+			if c.Target.ID == "healthy" && c.To == commit {
+				return nil
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not delivered within %s", commit, limit)
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
