@@ -1,8 +1,10 @@
 package gittest
 
 import (
+	"bytes"
 	"encoding/pem"
 	"errors"
+	"log"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -73,6 +75,7 @@ func newServer(t TB, start func(http.Handler) *httptest.Server) *Server {
 			"GIT_CONFIG_KEY_0=uploadpack.allowAnySHA1InWant", "GIT_CONFIG_VALUE_0=true",
 			"GIT_CONFIG_KEY_1=uploadpack.allowFilter", "GIT_CONFIG_VALUE_1=true",
 		},
+		Logger: log.New(quietStalls{}, "", log.LstdFlags),
 	}
 	s.httpSrv = start(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
@@ -125,6 +128,19 @@ func (s *Server) stallOf(r *http.Request) (int, bool) {
 	return after, ok
 }
 
+// quietStalls passes the CGI handler's log to stderr, but for the copy
+// errors of the answers Stall cut.
+type quietStalls struct{}
+
+func (quietStalls) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(errStalled.Error())) {
+		return len(p), nil
+	}
+	return os.Stderr.Write(p)
+}
+
+var errStalled = errors.New("gittest: stalled")
+
 // stallWriter passes on left bytes, then blocks.
 type stallWriter struct {
 	http.ResponseWriter
@@ -149,7 +165,7 @@ func (w *stallWriter) Write(p []byte) (int, error) {
 	case <-w.done:
 	case <-w.release:
 	}
-	return 0, errors.New("gittest: stalled")
+	return 0, errStalled
 }
 
 func (s *Server) count(r *http.Request) {
