@@ -59,15 +59,15 @@ func clearTemporary(dir string) {
 // the threshold: one pack per incremental fetch otherwise grows without
 // bound, and so does the cost of every lookup. The packs replaced stay on
 // disk while a file system handed out may still read them (see
-// dropReplaced). Callers hold m.mu.
-func (m *Mirror) maintain(ctx context.Context) error {
+// dropReplaced). It reports whether it repacked. Callers hold m.mu.
+func (m *Mirror) maintain(ctx context.Context) (bool, error) {
 	limit := m.opts.RepackPacks
 	if limit == 0 {
 		limit = DefaultRepackPacks
 	}
 	before := packNames(m.dir)
 	if limit < 0 || len(before) <= limit {
-		return nil
+		return false, nil
 	}
 	var keep []string
 	if m.opts.GitCLI != "" {
@@ -75,7 +75,7 @@ func (m *Mirror) maintain(ctx context.Context) error {
 	}
 	if err := m.repack(ctx, keep); err != nil {
 		clearTemporary(m.dir)
-		return fmt.Errorf("repack: %w", err)
+		return false, fmt.Errorf("repack: %w", err)
 	}
 	after := packNames(m.dir)
 	made := 0
@@ -85,7 +85,7 @@ func (m *Mirror) maintain(ctx context.Context) error {
 		}
 	}
 	if made == 0 {
-		return nil
+		return false, nil
 	}
 	for p := range before {
 		if after[p] && !slices.Contains(keep, p) {
@@ -94,7 +94,7 @@ func (m *Mirror) maintain(ctx context.Context) error {
 	}
 	m.repacks.Add(1)
 	m.dropReplaced()
-	return m.reopen()
+	return true, m.reopen()
 }
 
 // repack writes one pack of the objects of every pack but those to keep

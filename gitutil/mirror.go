@@ -118,6 +118,11 @@ type FetchResult struct {
 	// Rebuilt is non-nil when the mirror was rebuilt from scratch first, and
 	// says why.
 	Rebuilt error
+	// Repacked reports that the fetch passed the pack threshold and the
+	// mirror was repacked (see [MirrorOptions.RepackPacks]); RepackErr says
+	// why a repack failed (the fetch itself succeeded).
+	Repacked  bool
+	RepackErr error
 }
 
 // OpenMirror opens the mirror in dir for repoURL, creating it when absent.
@@ -249,7 +254,8 @@ func (m *Mirror) Fetch(ctx context.Context, auth *Auth, refs []string) (FetchRes
 		err = checkPacks(m.dir, false)
 	}
 	if err == nil && fetched {
-		err = m.maintain(ctx)
+		// A failed repack leaves the mirror as the fetch made it: whole.
+		res.Repacked, res.RepackErr = m.maintain(ctx)
 	}
 	if reason := m.damage(err); reason != nil && res.Rebuilt == nil {
 		res.Rebuilt = reason

@@ -312,6 +312,11 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 		w.log.Info("mirror rebuilt", "remote", r.redacted, "reason", res.Rebuilt.Error())
 		w.emit(Event{Type: EventMirrorRebuilt, Remote: r.redacted, Err: res.Rebuilt})
 	}
+	if res.RepackErr != nil {
+		w.log.Error(res.RepackErr, "mirror not repacked", "remote", r.redacted)
+	} else if res.Repacked {
+		w.log.V(1).Info("mirror repacked", "remote", r.redacted)
+	}
 	for _, c := range commits {
 		if err != nil {
 			break
