@@ -272,5 +272,38 @@ func TestUnusedMirrorsAreRemovedAfterGrace(t *testing.T) {
 		require.Len(t, dirs, 1, "the unused mirror is gone, the used one stays")
 		cancel()
 		require.NoError(t, <-done)
+
+		// Hours later, a restart whose source is slow to give its set takes
+		// no mirror for unused meanwhile.
+		time.Sleep(3 * time.Hour)
+		gate := make(chan struct{})
+		slow := sourceFunc(func(ctx context.Context, update func([]watcher.Target)) error {
+			select {
+			case <-gate:
+				update([]watcher.Target{ta})
+			case <-ctx.Done():
+			}
+			<-ctx.Done()
+			return nil
+		})
+		w = watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(10*time.Minute), watcher.WithGitCLI(""), watcher.WithLocalRepositories(),
+			watcher.WithMirrorGrace(time.Hour), watcher.WithObserver(obs))
+		require.NoError(t, w.Route(slow, watchertest.NewSink("rec")))
+		ctx, cancel = context.WithCancel(t.Context())
+		go func() { done <- w.Run(ctx) }()
+		time.Sleep(2 * time.Hour)
+		synctest.Wait()
+		assert.Equal(t, dirs, mirrorDirs(t, cacheDir), "not collected before the source gave its set")
+		close(gate)
+		time.Sleep(2 * time.Hour)
+		synctest.Wait()
+		assert.Equal(t, dirs, mirrorDirs(t, cacheDir), "still used")
+		cancel()
+		require.NoError(t, <-done)
 	})
 }
+
+// sourceFunc is a watcher.Source made of its Run.
+type sourceFunc func(ctx context.Context, update func([]watcher.Target)) error
+
+func (f sourceFunc) Run(ctx context.Context, update func([]watcher.Target)) error { return f(ctx, update) }
