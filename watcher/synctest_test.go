@@ -306,4 +306,6 @@ func TestUnusedMirrorsAreRemovedAfterGrace(t *testing.T) {
 // sourceFunc is a watcher.Source made of its Run.
 type sourceFunc func(ctx context.Context, update func([]watcher.Target)) error
 
-func (f sourceFunc) Run(ctx context.Context, update func([]watcher.Target)) error { return f(ctx, update) }
+func (f sourceFunc) Run(ctx context.Context, update func([]watcher.Target)) error {
+	return f(ctx, update)
+}
