@@ -4,7 +4,9 @@
 //   - [ListRefs] lists a remote's refs in one request, with annotated tags
 //     peeled.
 //   - [Mirror] is a bare repository on disk per remote, fetched into
-//     incrementally, rebuilt by itself when it finds itself corrupt or locked.
+//     incrementally, rebuilt by itself when it finds itself damaged (at
+//     open, after a fetch, or on any read error, including those of the file
+//     systems it hands out) or locked, and repacked when its packs pile up.
 //   - [Resolve] turns a revision (branch, tag, full SHA, semver range) into a
 //     commit, against a ref listing.
 //   - A mirror answers the questions the scheduler asks before doing heavy
