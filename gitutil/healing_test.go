@@ -151,6 +151,7 @@ func TestFSStreamsLargeFiles(t *testing.T) {
 	require.NoError(t, err)
 	runtime.ReadMemStats(&after)
 	assert.Equal(t, int64(size), n)
+	t.Logf("reading %d MiB allocated %.2f MiB", size>>20, float64(after.TotalAlloc-before.TotalAlloc)/(1<<20))
 	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(size/4), "streamed, not read whole")
 	ra := f.(io.ReaderAt)
 	buf := make([]byte, 4096)
