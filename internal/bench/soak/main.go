@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -40,7 +41,8 @@ import (
 
 type config struct {
 	commits, files, fetches, window, stalled, runs int
-	out                                            string
+	out, cpuProfile                                string
+	skipHOL                                        bool
 }
 
 func main() {
@@ -52,6 +54,8 @@ func main() {
 	flag.IntVar(&c.stalled, "stalled", 8, "H1: most remotes stalled mid-fetch")
 	flag.IntVar(&c.runs, "runs", 5, "H1: pushes per case (medians are reported)")
 	flag.StringVar(&c.out, "out", "", "also write the table to this file")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the S1 polls to this file")
+	flag.BoolVar(&c.skipHOL, "skip-h1", false, "measure S1 and S2 only")
 	flag.Parse()
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
@@ -112,6 +116,16 @@ func run(c config) (err error) {
 		return time.Since(start), nil
 	}
 	var first, last time.Duration
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer f.Close()
+	}
 	for i := range c.fetches {
 		if i > 0 && i%500 == 0 {
 			// The server's loose objects from 500 pushes, packed: the
@@ -132,6 +146,7 @@ func run(c config) (err error) {
 			last += d
 		}
 	}
+	pprof.StopCPUProfile()
 	firstMean, lastMean := first/time.Duration(c.window), last/time.Duration(c.window)
 	rows = append(rows, row{"S1", fmt.Sprintf("mean fetch + tree read, last %d of %d polls (%d repacks)", c.window, c.fetches, m.Repacks()),
 		lastMean.Round(10 * time.Microsecond).String(), firstMean.Round(10*time.Microsecond).String() + " (first " + fmt.Sprint(c.window) + ")",
@@ -156,6 +171,9 @@ func run(c config) (err error) {
 	logf("S1/S2 done")
 
 	// H1.
+	if c.skipHOL {
+		return printTable(rows, c.out)
+	}
 	healthy := srv.NewRepo(env, "hol/healthy")
 	healthy.Commit(env, "0", gittest.File("f", "0"))
 	var stalled []*gittest.Repo
@@ -182,17 +200,21 @@ func run(c config) (err error) {
 		logf("H1 with %d stalled done", n)
 	}
 
+	return printTable(rows, c.out)
+}
+
+func printTable(rows []row, out string) error {
 	var b strings.Builder
 	b.WriteString("| | measurement | modwatch | baseline | ratio | goal |\n|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.id, r.what, r.ours, r.base, r.ratio, r.goal)
 	}
 	fmt.Print(b.String())
-	if c.out != "" {
-		if err := os.MkdirAll(filepath.Dir(c.out), 0o755); err != nil {
+	if out != "" {
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 			return err
 		}
-		return os.WriteFile(c.out, []byte(b.String()), 0o644)
+		return os.WriteFile(out, []byte(b.String()), 0o644)
 	}
 	return nil
 }
