@@ -17,10 +17,9 @@ type countingStorage struct {
 	trees *atomic.Int64
 }
 
-// newCountingStorage opens the store in dir; objects larger than
-// largeObjects bytes (0: none) are read as streams instead of whole.
-func newCountingStorage(dir string, objectCache cache.Object, trees *atomic.Int64, largeObjects int64) countingStorage {
-	st := filesystem.NewStorageWithOptions(osfs.New(dir), objectCache, filesystem.Options{LargeObjectThreshold: largeObjects})
+// newCountingStorage opens the store in dir with opts.
+func newCountingStorage(dir string, objectCache cache.Object, trees *atomic.Int64, opts filesystem.Options) countingStorage {
+	st := filesystem.NewStorageWithOptions(osfs.New(dir), objectCache, opts)
 	return countingStorage{Storage: st, trees: trees}
 }
 

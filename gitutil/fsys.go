@@ -6,15 +6,18 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
 // ErrSymlinkEscape is returned (wrapped in a *fs.PathError) when a symlink
@@ -49,7 +52,7 @@ func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
 	var f *treeFS
 	if err == nil && tree != nil {
 		f = &treeFS{m: m, gen: gen, modTime: when}
-		m.readers[f] = time.Now()
+		m.readers[weak.Make(f)] = time.Now()
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -58,10 +61,15 @@ func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
 	if tree == nil {
 		return nil, fmt.Errorf("%w: %q at %s is a %s, not a directory", ErrPathNotFound, p, commit, e.Mode)
 	}
-	st := newCountingStorage(m.dir, cache.NewObjectLRU(8*cache.MiByte), &m.treesRead, streamThreshold)
+	// Packs stay open while the file system is read (one open per object
+	// otherwise), a few at most, until Close or the garbage collector.
+	st := newCountingStorage(m.dir, cache.NewObjectLRU(8*cache.MiByte), &m.treesRead,
+		filesystem.Options{LargeObjectThreshold: streamThreshold, MaxOpenDescriptors: 4, ExclusiveAccess: true})
+	runtime.AddCleanup(f, func(st *filesystem.Storage) { _ = st.Close() }, st.Storage)
 	root, err := object.GetTree(st, tree.Hash)
 	if err != nil {
 		m.release(f)
+		_ = st.Close()
 		return nil, fmt.Errorf("gitutil: open tree %s: %w", tree.Hash, m.readFailed(gen, err))
 	}
 	f.st, f.root = st, root
@@ -79,14 +87,49 @@ type treeFS struct {
 	st      countingStorage
 	root    *object.Tree
 	modTime time.Time
+
+	// trees holds the directories decoded so far (and their name maps,
+	// which go-git builds at the first lookup), so that opening the n
+	// files of a directory decodes it once, not n times; entries counts
+	// their entries, to bound what it holds.
+	trees   map[plumbing.Hash]*object.Tree
+	entries int
+}
+
+// maxCachedEntries bounds the tree entries a file system keeps decoded
+// (about 100 bytes each).
+const maxCachedEntries = 1 << 20
+
+// tree returns a decoded directory; the caller holds f.mu.
+func (f *treeFS) tree(h plumbing.Hash) (*object.Tree, error) {
+	if t, ok := f.trees[h]; ok {
+		return t, nil
+	}
+	t, err := object.GetTree(f.st, h)
+	if err != nil {
+		return nil, err
+	}
+	if f.entries+len(t.Entries) > maxCachedEntries {
+		clear(f.trees)
+		f.entries = 0
+	}
+	if f.trees == nil {
+		f.trees = map[plumbing.Hash]*object.Tree{}
+	}
+	f.trees[h] = t
+	f.entries += len(t.Entries)
+	return t, nil
 }
 
 // Close ends the file system's hold on the mirror's store: packs a repack
 // replaced are kept on disk while a file system that may read them is
-// open (at most an hour). Reading after Close still works until then.
+// open (at most an hour), and the packs it keeps open are closed. Reading
+// after Close still works until the replaced packs are gone.
 func (f *treeFS) Close() error {
 	f.m.release(f)
-	return nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.st.Close()
 }
 
 // fail reports a read error of the store to the mirror.
@@ -196,7 +239,7 @@ func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, fo
 			}
 			todo = append(strings.Split(t, "/"), todo...)
 		case e.Mode == filemode.Dir:
-			sub, err := object.GetTree(f.st, e.Hash)
+			sub, err := f.tree(e.Hash)
 			if err != nil {
 				return node{}, f.fail(err)
 			}

@@ -227,3 +227,33 @@ func TestRepackKeepsOpenFileSystemsWhole(t *testing.T) {
 		})
 	}
 }
+
+// Opening every file of a wide directory decodes the directory once, not
+// once per file (the tree objects read are counted by the mirror).
+func TestFSDecodesEachDirectoryOnce(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	var files []gittest.Change
+	for i := range 500 {
+		files = append(files, gittest.File(fmt.Sprintf("wide/f%03d", i), fmt.Sprint(i)))
+	}
+	c := plumbing.NewHash(repo.Commit(t, "wide", files...))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	fsys, err := m.FS(c, "")
+	require.NoError(t, err)
+	defer fsys.(io.Closer).Close()
+
+	before := m.TreesRead()
+	for i := range 500 {
+		data, err := fs.ReadFile(fsys, fmt.Sprintf("wide/f%03d", i))
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprint(i), string(data))
+		f, err := fsys.Open(fmt.Sprintf("wide/f%03d", i))
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+	}
+	assert.LessOrEqual(t, m.TreesRead()-before, int64(2), "the directory is decoded once for 1,000 opens")
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"weak"
 
 	"github.com/go-git/go-git/v5"
 )
@@ -161,10 +162,14 @@ func (m *Mirror) dropReplaced() {
 	}
 	now := time.Now()
 	for fsys, since := range m.readers {
-		if now.Sub(since) < leaseLimit {
+		switch {
+		case fsys.Value() == nil:
+			delete(m.readers, fsys) // collected: nothing can read through it
+		case now.Sub(since) < leaseLimit:
 			return
+		default:
+			delete(m.readers, fsys) // forgotten: it may now fail to read
 		}
-		delete(m.readers, fsys) // forgotten: it may now fail to read
 	}
 	packDir := filepath.Join(m.dir, "objects", "pack")
 	for p := range m.replaced {
@@ -192,12 +197,10 @@ func (m *Mirror) reopen() error {
 func (m *Mirror) Repacks() int64 { return m.repacks.Load() }
 
 // release ends a file system's lease; the last one out drops the replaced
-// packs.
+// packs (see dropReplaced).
 func (m *Mirror) release(fsys *treeFS) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.readers, fsys)
-	if len(m.readers) == 0 {
-		m.dropReplaced()
-	}
+	delete(m.readers, weak.Make(fsys))
+	m.dropReplaced()
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
@@ -20,6 +21,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
 // DefaultFetchTimeout bounds a fetch whose ctx carries no deadline.
@@ -92,7 +94,7 @@ type Mirror struct {
 	// progress counts the bytes of the servers' progress messages.
 	progress atomic.Int64
 	repacks  atomic.Int64
-	readers  map[*treeFS]time.Time // file systems handed out and not closed
+	readers  map[weak.Pointer[treeFS]]time.Time // file systems handed out, not closed or collected
 	replaced map[string]bool       // packs a repack made redundant, kept for readers
 	// gen counts rebuilds; a file system handed out reads only while it is
 	// the generation it was made in.
@@ -105,7 +107,7 @@ func (m *Mirror) TreesRead() int64 { return m.treesRead.Load() }
 
 // openRepo opens the bare repository in m.dir on a counting store.
 func (m *Mirror) openRepo() (*git.Repository, error) {
-	return git.Open(newCountingStorage(m.dir, cache.NewObjectLRUDefault(), &m.treesRead, 0), nil)
+	return git.Open(newCountingStorage(m.dir, cache.NewObjectLRUDefault(), &m.treesRead, filesystem.Options{}), nil)
 }
 
 // FetchResult says what a fetch did.
@@ -134,7 +136,7 @@ func OpenMirror(dir, repoURL string, opts MirrorOptions) (*Mirror, error) {
 	if _, err := parseBare(repoURL); err != nil {
 		return nil, err
 	}
-	m := &Mirror{dir: dir, url: repoURL, opts: opts, readers: map[*treeFS]time.Time{}, replaced: map[string]bool{}}
+	m := &Mirror{dir: dir, url: repoURL, opts: opts, readers: map[weak.Pointer[treeFS]]time.Time{}, replaced: map[string]bool{}}
 	var rebuilt error
 	if locks := staleLocks(dir); len(locks) > 0 {
 		rebuilt = fmt.Errorf("stale lock files: %s", strings.Join(locks, ", "))
@@ -201,7 +203,7 @@ func (m *Mirror) reinit() error {
 	if err := os.MkdirAll(m.dir, 0o755); err != nil {
 		return fmt.Errorf("gitutil: create mirror %s: %w", m.dir, err)
 	}
-	repo, err := git.Init(newCountingStorage(m.dir, cache.NewObjectLRUDefault(), &m.treesRead, 0), nil)
+	repo, err := git.Init(newCountingStorage(m.dir, cache.NewObjectLRUDefault(), &m.treesRead, filesystem.Options{}), nil)
 	if err != nil {
 		return fmt.Errorf("gitutil: init mirror %s: %w", m.dir, err)
 	}

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
 )
@@ -337,12 +339,28 @@ func writeTree(ctx context.Context, fsys fs.FS, dir string) error {
 		return err
 	}
 	defer root.Close()
+	// Files are copied by a few workers, a batch of one directory's files
+	// each, while the walk goes on: reading the store and creating files in
+	// the kernel overlap.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(copyWorkers)
+	var batch fileBatch
+	flush := func() {
+		if len(batch.files) == 0 {
+			return
+		}
+		b := batch
+		batch = fileBatch{}
+		g.Go(func() error { return b.copy(gctx, fsys, root) })
+	}
 	var links []string
-	err = fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+	walkErr := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if err := ctx.Err(); err != nil {
+		if err := gctx.Err(); err != nil {
 			return err
 		}
 		name := filepath.FromSlash(p)
@@ -370,12 +388,24 @@ func writeTree(ctx context.Context, fsys fs.FS, dir string) error {
 			if info.Mode()&0o111 != 0 {
 				mode = 0o755
 			}
-			return copyFile(fsys, root, p, mode)
+			if dir := path.Dir(p); dir != batch.dir || len(batch.files) == batchFiles {
+				flush()
+				batch.dir = dir
+			}
+			batch.files = append(batch.files, batchFile{p, mode})
 		}
 		return nil
 	})
-	if err != nil {
+	if walkErr == nil {
+		flush()
+	} else {
+		cancel() // the tree is lost: the workers stop
+	}
+	if err := g.Wait(); err != nil {
 		return err
+	}
+	if walkErr != nil {
+		return walkErr
 	}
 	for _, l := range links {
 		// The root refuses to follow a link out of it; a missing name
@@ -388,13 +418,58 @@ func writeTree(ctx context.Context, fsys fs.FS, dir string) error {
 	return nil
 }
 
-func copyFile(fsys fs.FS, root *os.Root, name string, mode fs.FileMode) error {
+// copyWorkers copy files while the walk goes on; batchFiles files of one
+// directory make a batch.
+const (
+	copyWorkers = 4
+	batchFiles  = 64
+)
+
+type batchFile struct {
+	name string // slash-separated, in fsys
+	mode fs.FileMode
+}
+
+// fileBatch is files of one directory to copy.
+type fileBatch struct {
+	dir   string
+	files []batchFile
+}
+
+// copy copies the batch through the os.Root of its directory, opened
+// through the tree's root: creating each file through its directory's
+// handle spares the kernel a path walk, and the root an open and close of
+// every directory on the way, per file.
+func (b fileBatch) copy(ctx context.Context, fsys fs.FS, root *os.Root) error {
+	dir := root
+	if b.dir != "." {
+		r, err := root.OpenRoot(filepath.FromSlash(b.dir))
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		dir = r
+	}
+	for _, f := range b.files {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := copyFile(fsys, dir, f.name, f.mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyFile copies the file name of fsys into dir, the os.Root of its
+// directory.
+func copyFile(fsys fs.FS, dir *os.Root, name string, mode fs.FileMode) error {
 	src, err := fsys.Open(name)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	f, err := root.OpenFile(filepath.FromSlash(name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	f, err := dir.OpenFile(path.Base(name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return err
 	}
