@@ -95,7 +95,7 @@ type Mirror struct {
 	progress atomic.Int64
 	repacks  atomic.Int64
 	readers  map[weak.Pointer[treeFS]]time.Time // file systems handed out, not closed or collected
-	replaced map[string]bool       // packs a repack made redundant, kept for readers
+	replaced map[string]bool                    // packs a repack made redundant, kept for readers
 	// gen counts rebuilds; a file system handed out reads only while it is
 	// the generation it was made in.
 	gen atomic.Uint64
