@@ -45,6 +45,7 @@ type Sink struct {
 
 var (
 	_ watcher.Sink     = (*Sink)(nil)
+	_ watcher.Reporter = (*Sink)(nil)
 	_ watcher.Remover  = (*Sink)(nil)
 	_ watcher.Namer    = (*Sink)(nil)
 	_ watcher.Runnable = (*Sink)(nil)
@@ -104,15 +105,40 @@ func (s *Sink) link(t watcher.Target) (string, error) {
 	return n, nil
 }
 
+// Published is what a delivery published: the report of
+// [Sink.DeliverReport], which a later step of a [watcher.Chain] (a hook)
+// reads from [watcher.StepReports].
+type Published struct {
+	// Link is the target's symlink; Tree the directory it now points at.
+	Link, Tree string
+}
+
+// PublishedTree is the directory the change was published in.
+func (p Published) PublishedTree() string { return p.Tree }
+
 // Deliver writes the change's tree and swaps the target's link to it.
 func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
+	_, err := s.DeliverReport(ctx, c)
+	return err
+}
+
+// DeliverReport is Deliver that says where the tree went ([Published]).
+func (s *Sink) DeliverReport(ctx context.Context, c watcher.Change) (any, error) {
+	p, err := s.deliver(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (s *Sink) deliver(ctx context.Context, c watcher.Change) (Published, error) {
 	name, err := s.link(c.Target)
 	if err != nil {
-		return err
+		return Published{}, err
 	}
 	trees := filepath.Join(s.root, ".trees")
 	if err := os.MkdirAll(trees, 0o755); err != nil {
-		return fmt.Errorf("dir: %w", err)
+		return Published{}, fmt.Errorf("dir: %w", err)
 	}
 	s.sweep()
 	treeName := fmt.Sprintf("%s-%s-%s", name, short(c.To), hex.EncodeToString(randBytes(4)))
@@ -125,22 +151,22 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 		err = fmt.Errorf("dir: write %s at %s: %w", c.Target.ID, short(c.To), err)
 		if errors.Is(err, gitutil.ErrSymlinkEscape) {
 			// The commit itself is wrong: wait for the next one.
-			return watcher.Permanent(err)
+			return Published{}, watcher.Permanent(err)
 		}
-		return err
+		return Published{}, err
 	}
 	if err := os.Rename(tmp, tree); err != nil {
 		_ = os.RemoveAll(tmp)
-		return fmt.Errorf("dir: write %s: %w", c.Target.ID, err)
+		return Published{}, fmt.Errorf("dir: write %s: %w", c.Target.ID, err)
 	}
 	linkPath := filepath.Join(s.root, name)
 	old, _ := os.Readlink(linkPath)
 	if err := swapLink(filepath.Join(".trees", treeName), filepath.Join(s.root, tmpLink), linkPath); err != nil {
 		_ = os.RemoveAll(tree)
-		return fmt.Errorf("dir: publish %s: %w", c.Target.ID, err)
+		return Published{}, fmt.Errorf("dir: publish %s: %w", c.Target.ID, err)
 	}
 	s.retire(old)
-	return nil
+	return Published{Link: linkPath, Tree: tree}, nil
 }
 
 // Remove deletes the target's link, and its tree (after the grace).

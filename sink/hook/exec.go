@@ -20,7 +20,10 @@ const DefaultTimeout = time.Minute
 // Exec runs a command for each change, with these variables added to its
 // environment: MODWATCH_TARGET (the target ID), MODWATCH_URL (redacted),
 // MODWATCH_PATH, MODWATCH_REF, MODWATCH_COMMIT, MODWATCH_FROM (empty on the
-// first delivery) and MODWATCH_REASON.
+// first delivery) and MODWATCH_REASON. As a step of a [watcher.Chain] after
+// a sink that published the tree (sink/dir), it also gets MODWATCH_TREE,
+// the published directory, and runs in it unless [WithDir] says otherwise,
+// as git-sync's exechook runs in the new worktree.
 type Exec struct {
 	name    string
 	args    []string
@@ -70,6 +73,15 @@ func (e *Exec) Deliver(ctx context.Context, c watcher.Change) error {
 	cmd := exec.CommandContext(ctx, e.name, e.args...)
 	cmd.Dir = e.dir
 	cmd.WaitDelay = 5 * time.Second
+	var tree string
+	for _, r := range watcher.StepReports(ctx) {
+		if p, ok := r.(interface{ PublishedTree() string }); ok {
+			tree = p.PublishedTree()
+		}
+	}
+	if tree != "" && cmd.Dir == "" {
+		cmd.Dir = tree
+	}
 	cmd.Env = append(os.Environ(),
 		"MODWATCH_TARGET="+c.Target.ID,
 		"MODWATCH_URL="+gitutil.RedactURL(c.Target.URL),
@@ -78,6 +90,7 @@ func (e *Exec) Deliver(ctx context.Context, c watcher.Change) error {
 		"MODWATCH_COMMIT="+c.To,
 		"MODWATCH_FROM="+c.From,
 		"MODWATCH_REASON="+string(c.Reason),
+		"MODWATCH_TREE="+tree,
 	)
 	var out tailBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
