@@ -1,0 +1,278 @@
+// Command gitsync is a git-sync (v4) compatible sidecar built on the
+// library: the same flags and GITSYNC_* environment variables with the same
+// meaning, the same contract — root/link is a symlink swapped atomically
+// to a complete tree of the synced commit, then the exechook runs in that
+// tree and the webhook is called — so a consumer written against git-sync
+// works unchanged. What it adds: --path publishes one directory of the
+// repository and syncs only when something under it changed.
+//
+//	go run ./examples/gitsync --repo https://github.com/stefanprodan/podinfo --root /tmp/git --link podinfo --period 30s
+//
+// Flags of git-sync this program does not know fail at start, by name.
+// --depth is accepted and ignored: the mirror fetches incrementally.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/sink/dir"
+	"github.com/modwatch/modwatch/sink/hook"
+	"github.com/modwatch/modwatch/source/static"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/metrics"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stderr))
+}
+
+// config is git-sync's flags that this program honours.
+type config struct {
+	repo, ref, root, link, path                    string
+	period, exechookTimeout, staleWorktreeTimeout  time.Duration
+	depth, maxFailures, verbose                    int
+	oneTime                                        bool
+	exechookCommand, webhookURL                    string
+	username, passwordFile, sshKeyFile, knownHosts string
+	httpBind, cacheDir                             string
+}
+
+// parse reads flags, then GITSYNC_* variables for the flags not given
+// (git-sync's precedence).
+func parse(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("gitsync", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.repo, "repo", "", "the git repository to sync (required)")
+	fs.StringVar(&c.ref, "ref", "HEAD", "the git revision (branch, tag, or hash) to sync")
+	fs.StringVar(&c.root, "root", "", "the root directory for git-sync operations (required)")
+	fs.StringVar(&c.link, "link", "", "the path (absolute or relative to --root) at which to create a symlink to the synced tree (default: the repository's name)")
+	fs.StringVar(&c.path, "path", "", "modwatch: publish only this directory of the repository, and sync only when it changed")
+	fs.DurationVar(&c.period, "period", 10*time.Second, "how long to wait between sync attempts")
+	fs.IntVar(&c.depth, "depth", 1, "accepted for compatibility; the mirror fetches incrementally")
+	fs.BoolVar(&c.oneTime, "one-time", false, "exit after the first sync")
+	fs.IntVar(&c.maxFailures, "max-failures", 0, "the number of consecutive failures allowed before aborting (-1: no limit)")
+	fs.StringVar(&c.exechookCommand, "exechook-command", "", "a command to run in the synced tree after each sync")
+	fs.DurationVar(&c.exechookTimeout, "exechook-timeout", 30*time.Second, "the timeout for the exechook")
+	fs.StringVar(&c.webhookURL, "webhook-url", "", "a URL to POST to after each sync")
+	fs.StringVar(&c.username, "username", "", "the username to use for git auth")
+	fs.StringVar(&c.passwordFile, "password-file", "", "the file from which the password or personal access token for git auth will be sourced")
+	fs.StringVar(&c.sshKeyFile, "ssh-key-file", "", "the SSH key to use")
+	fs.StringVar(&c.knownHosts, "ssh-known-hosts-file", "", "the known_hosts file to use")
+	fs.StringVar(&c.httpBind, "http-bind", "", "the bind address (including port) for the HTTP endpoint: / (health) and /metrics")
+	fs.DurationVar(&c.staleWorktreeTimeout, "stale-worktree-timeout", 0, "how long to retain the previous tree after a sync")
+	fs.IntVar(&c.verbose, "v", 0, "logging verbosity")
+	fs.StringVar(&c.cacheDir, "cache-dir", "", "modwatch: where the mirror lives (default: root/.mirrors)")
+
+	// A variable is a default: the command line wins.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "GITSYNC_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return c, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	case c.repo == "":
+		return c, errors.New("--repo (or GITSYNC_REPO) is required")
+	case c.root == "":
+		return c, errors.New("--root (or GITSYNC_ROOT) is required")
+	case c.period <= 0:
+		return c, errors.New("--period must be positive")
+	}
+	if c.link == "" {
+		c.link = strings.TrimSuffix(path.Base(strings.TrimRight(c.repo, "/")), ".git")
+	}
+	if filepath.IsAbs(c.link) {
+		rel, err := filepath.Rel(c.root, c.link)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			return c, fmt.Errorf("--link %s is not under --root %s", c.link, c.root)
+		}
+		c.link = rel
+	}
+	if c.link == "" || c.link == "." || strings.Contains(c.link, string(filepath.Separator)) {
+		return c, fmt.Errorf("--link %q must name one entry of --root", c.link)
+	}
+	if c.cacheDir == "" {
+		c.cacheDir = filepath.Join(c.root, ".mirrors")
+	}
+	return c, nil
+}
+
+// auth reads the credentials the flags name.
+func (c config) auth() (*gitutil.Auth, error) {
+	a := &gitutil.Auth{Username: c.username}
+	if c.passwordFile != "" {
+		pw, err := os.ReadFile(c.passwordFile)
+		if err != nil {
+			return nil, fmt.Errorf("--password-file: %w", err)
+		}
+		a.Password = strings.TrimRight(string(pw), "\r\n")
+	}
+	if c.sshKeyFile != "" {
+		key, err := os.ReadFile(c.sshKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ssh-key-file: %w", err)
+		}
+		a.SSHPrivateKey = key
+		if c.knownHosts == "" {
+			return nil, errors.New("--ssh-key-file needs --ssh-known-hosts-file")
+		}
+		if a.KnownHosts, err = os.ReadFile(c.knownHosts); err != nil {
+			return nil, fmt.Errorf("--ssh-known-hosts-file: %w", err)
+		}
+	}
+	if a.Username == "" && a.Password == "" && a.SSHPrivateKey == nil {
+		return nil, nil
+	}
+	return a, nil
+}
+
+// run is the program; it returns the exit code.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+	c, err := parse(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "gitsync:", err)
+		return 2
+	}
+	log := logr.FromSlogHandler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.Level(-c.verbose)}))
+	if err := syncRepo(ctx, c, log); err != nil {
+		log.Error(err, "gitsync failed")
+		return 1
+	}
+	return 0
+}
+
+// syncRepo is the wiring: one target, a chain of publish, exechook and
+// webhook, and a watcher.
+func syncRepo(ctx context.Context, c config, log logr.Logger) error {
+	auth, err := c.auth()
+	if err != nil {
+		return err
+	}
+	revision := c.ref
+	if revision == "HEAD" {
+		revision = ""
+	}
+	target := watcher.Target{ID: c.link, URL: c.repo, Revision: revision, Path: c.path, Auth: auth}
+
+	steps := []watcher.Sink{dir.New(c.root, dir.WithLinkName(func(watcher.Target) string { return c.link }), dir.WithStaleGrace(c.staleWorktreeTimeout))}
+	if c.exechookCommand != "" {
+		steps = append(steps, hook.Command(c.exechookCommand, nil, hook.WithExecTimeout(c.exechookTimeout)))
+	}
+	if c.webhookURL != "" {
+		steps = append(steps, hook.Post(c.webhookURL))
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		failures int
+		failed   error
+		w        *watcher.Watcher
+	)
+	outcome := watcher.ObserverFunc(func(e watcher.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case e.Type == watcher.EventPolled && e.Err == nil && w.Stats().Failing == 0:
+			failures = 0 // a sync with nothing new
+		case e.Type == watcher.EventDelivered:
+			failures = 0
+			if c.oneTime && e.Type == watcher.EventDelivered {
+				cancel()
+			}
+		case e.Type == watcher.EventDeliveryFailed || e.Type == watcher.EventTargetFailed || e.Type == watcher.EventRefVanished:
+			failures++
+			if c.maxFailures >= 0 && failures > c.maxFailures && failed == nil {
+				failed = fmt.Errorf("%d consecutive failures, more than --max-failures=%d: %w", failures, c.maxFailures, e.Err)
+				cancel()
+			}
+		}
+	})
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		return err
+	}
+	w = watcher.New(watcher.WithLogger(log), watcher.WithCacheDir(c.cacheDir),
+		watcher.WithInterval(c.period), watcher.WithMinInterval(min(c.period, watcher.DefaultMinInterval)),
+		watcher.WithObserver(outcome, m))
+	if err := w.Route(static.New(target), watcher.Chain("git-sync", steps...)); err != nil {
+		return err
+	}
+	if c.httpBind != "" {
+		if err := m.CollectStats(w); err != nil {
+			return err
+		}
+		srv, err := serve(c.httpBind, reg, w)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+	}
+	log.Info("syncing", "repo", gitutil.RedactURL(c.repo), "ref", c.ref, "link", filepath.Join(c.root, c.link))
+	if err := w.Run(ctx); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return failed
+}
+
+// serve answers / (200 once the tree has been synced, 503 before or while
+// failing) and /metrics.
+func serve(addr string, reg *prometheus.Registry, w *watcher.Watcher) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /{$}", func(rw http.ResponseWriter, _ *http.Request) {
+		if st := w.Stats(); !st.Synced || st.Failing > 0 || st.Invalid > 0 {
+			http.Error(rw, "not synced", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(rw, "ok")
+	})
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
+}
