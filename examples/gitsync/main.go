@@ -4,7 +4,10 @@
 // to a complete tree of the synced commit, then the exechook runs in that
 // tree and the webhook is called — so a consumer written against git-sync
 // works unchanged. What it adds: --path publishes one directory of the
-// repository and syncs only when something under it changed.
+// repository and syncs only when something under it changed; --also syncs
+// more repositories or paths in the same process (one poll per remote);
+// --hook-bind takes push webhooks (GitHub's, or a generic HMAC-signed one)
+// and syncs at once; --commit-file writes the commit into each tree.
 //
 //	go run ./examples/gitsync --repo https://github.com/stefanprodan/podinfo --root /tmp/git --link podinfo --period 30s
 //
@@ -38,6 +41,7 @@ import (
 	"github.com/modwatch/modwatch/sink/dir"
 	"github.com/modwatch/modwatch/sink/hook"
 	"github.com/modwatch/modwatch/source/static"
+	"github.com/modwatch/modwatch/source/webhook"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/metrics"
 )
@@ -57,6 +61,43 @@ type config struct {
 	exechookCommand, webhookURL                    string
 	username, passwordFile, sshKeyFile, knownHosts string
 	httpBind, cacheDir                             string
+	commitFile, hookBind                           string
+	hookSecretFile, hookGitHubSecretFile           string
+	also                                           []watcher.Target
+}
+
+// alsoFlag parses --also link=NAME,repo=URL[,ref=REF][,path=DIR].
+type alsoFlag struct{ targets *[]watcher.Target }
+
+func (a alsoFlag) String() string { return "" }
+
+func (a alsoFlag) Set(v string) error {
+	var t watcher.Target
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("%q is not key=value", kv)
+		}
+		switch k {
+		case "link":
+			t.ID = val
+		case "repo":
+			t.URL = val
+		case "ref":
+			if val != "HEAD" {
+				t.Revision = val
+			}
+		case "path":
+			t.Path = val
+		default:
+			return fmt.Errorf("unknown key %q (link, repo, ref, path)", k)
+		}
+	}
+	if t.ID == "" || t.URL == "" {
+		return errors.New("link= and repo= are required")
+	}
+	*a.targets = append(*a.targets, t)
+	return nil
 }
 
 // parse reads flags, then GITSYNC_* variables for the flags not given
@@ -85,6 +126,11 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.DurationVar(&c.staleWorktreeTimeout, "stale-worktree-timeout", 0, "how long to retain the previous tree after a sync")
 	fs.IntVar(&c.verbose, "v", 0, "logging verbosity")
 	fs.StringVar(&c.cacheDir, "cache-dir", "", "modwatch: where the mirror lives (default: root/.mirrors)")
+	fs.StringVar(&c.commitFile, "commit-file", "", "modwatch: write the synced commit into this file at the top of each tree")
+	fs.Var(alsoFlag{&c.also}, "also", "modwatch: also sync link=NAME,repo=URL[,ref=REF][,path=DIR] under --root (repeatable)")
+	fs.StringVar(&c.hookBind, "hook-bind", "", "modwatch: take push webhooks on this address (POST /hooks) and sync at once")
+	fs.StringVar(&c.hookSecretFile, "hook-secret-file", "", "modwatch: the secret of generic webhooks (X-Signature: sha256=HMAC)")
+	fs.StringVar(&c.hookGitHubSecretFile, "hook-github-secret-file", "", "modwatch: the secret of GitHub webhooks")
 
 	// A variable is a default: the command line wins.
 	var envErr error
@@ -128,7 +174,34 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	if c.cacheDir == "" {
 		c.cacheDir = filepath.Join(c.root, ".mirrors")
 	}
+	for _, t := range c.also {
+		if t.ID == c.link || t.ID == "." || t.ID == ".." || strings.ContainsAny(t.ID, `/\`) {
+			return c, fmt.Errorf("--also link=%q must name one entry of --root, not --link's", t.ID)
+		}
+	}
+	if c.hookBind != "" && c.hookSecretFile == "" && c.hookGitHubSecretFile == "" {
+		return c, errors.New("--hook-bind needs --hook-secret-file or --hook-github-secret-file: unsigned webhooks are refused")
+	}
 	return c, nil
+}
+
+// hookConfig reads the webhook secrets.
+func (c config) hookConfig() (webhook.Config, error) {
+	var cfg webhook.Config
+	for _, f := range []struct {
+		path string
+		into *string
+	}{{c.hookSecretFile, &cfg.GenericSecret}, {c.hookGitHubSecretFile, &cfg.GitHubSecret}} {
+		if f.path == "" {
+			continue
+		}
+		data, err := os.ReadFile(f.path)
+		if err != nil {
+			return cfg, err
+		}
+		*f.into = strings.TrimSpace(string(data))
+	}
+	return cfg, nil
 }
 
 // auth reads the credentials the flags name.
@@ -189,11 +262,17 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	if revision == "HEAD" {
 		revision = ""
 	}
-	target := watcher.Target{ID: c.link, URL: c.repo, Revision: revision, Path: c.path, Auth: auth}
+	targets := []watcher.Target{{ID: c.link, URL: c.repo, Revision: revision, Path: c.path, Auth: auth}}
+	for _, t := range c.also {
+		t.Auth = auth
+		targets = append(targets, t)
+	}
 
-	steps := []watcher.Sink{dir.New(c.root, dir.WithLinkName(func(watcher.Target) string { return c.link }), dir.WithStaleGrace(c.staleWorktreeTimeout))}
+	// A target's ID is its link's name.
+	steps := []watcher.Sink{dir.New(c.root, dir.WithStaleGrace(c.staleWorktreeTimeout), dir.WithCommitFile(c.commitFile),
+		dir.WithLinkName(func(t watcher.Target) string { return t.ID }))}
 	if c.exechookCommand != "" {
-		steps = append(steps, hook.Command(c.exechookCommand, nil, hook.WithExecTimeout(c.exechookTimeout)))
+		steps = append(steps, hook.Command(c.exechookCommand, nil, hook.WithExecTimeout(c.exechookTimeout), hook.WithExecLogger(log)))
 	}
 	if c.webhookURL != "" {
 		steps = append(steps, hook.Post(c.webhookURL))
@@ -206,6 +285,7 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 		failures int
 		failed   error
 		w        *watcher.Watcher
+		synced   = map[string]bool{}
 	)
 	outcome := watcher.ObserverFunc(func(e watcher.Event) {
 		mu.Lock()
@@ -215,7 +295,8 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 			failures = 0 // a sync with nothing new
 		case e.Type == watcher.EventDelivered:
 			failures = 0
-			if c.oneTime && e.Type == watcher.EventDelivered {
+			synced[e.Target.ID] = true
+			if c.oneTime && len(synced) == len(targets) {
 				cancel()
 			}
 		case e.Type == watcher.EventDeliveryFailed || e.Type == watcher.EventTargetFailed || e.Type == watcher.EventRefVanished:
@@ -234,8 +315,26 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	w = watcher.New(watcher.WithLogger(log), watcher.WithCacheDir(c.cacheDir),
 		watcher.WithInterval(c.period), watcher.WithMinInterval(min(c.period, watcher.DefaultMinInterval)),
 		watcher.WithObserver(outcome, m))
-	if err := w.Route(static.New(target), watcher.Chain("git-sync", steps...)); err != nil {
+	if err := w.Route(static.New(targets...), watcher.Chain("git-sync", steps...)); err != nil {
 		return err
+	}
+	if c.hookBind != "" {
+		cfg, err := c.hookConfig()
+		if err != nil {
+			return err
+		}
+		hooks, err := webhook.New(cfg, w, webhook.WithLogger(log))
+		if err != nil {
+			return err
+		}
+		defer hooks.Close()
+		mux := http.NewServeMux()
+		mux.Handle("POST /hooks", hooks)
+		srv, err := listenAndServe(c.hookBind, mux)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
 	}
 	if c.httpBind != "" {
 		if err := m.CollectStats(w); err != nil {
@@ -268,7 +367,13 @@ func serve(addr string, reg *prometheus.Registry, w *watcher.Watcher) (*http.Ser
 		}
 		fmt.Fprintln(rw, "ok")
 	})
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return listenAndServe(addr, mux)
+}
+
+// listenAndServe serves h on addr until the server is closed; it fails at
+// once when addr cannot be listened on.
+func listenAndServe(addr string, h http.Handler) (*http.Server, error) {
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err

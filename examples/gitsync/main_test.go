@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/source/webhook"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, gittest.LeakOptions...) }
@@ -162,4 +165,62 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// What git-sync lacks: several repositories and paths in one process, and
+// push hints that sync at once however long the period (the path filter is
+// the watcher's, tested there: TestCommitOutsidePathIsNotDelivered).
+func TestAlsoPathsAndPushHints(t *testing.T) {
+	srv := gittest.NewServer(t)
+	app, mono := srv.NewRepo(t, "g/app"), srv.NewRepo(t, "g/mono")
+	app.Commit(t, "0", gittest.File("version", "a0"))
+	mono.Commit(t, "0", gittest.File("svc/version", "m0"), gittest.File("docs/x", "0"))
+	root := t.TempDir()
+	secret := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(secret, []byte("s3cret\n"), 0o600))
+	hookLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	hookAddr := hookLn.Addr().String()
+	require.NoError(t, hookLn.Close())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	var stderr syncBuffer
+	go func() {
+		done <- run(ctx, []string{"--repo", app.URL(), "--root", root, "--period", "1h", "--max-failures", "-1",
+			"--also", "link=svc,repo=" + mono.URL() + ",path=svc", "--commit-file", ".git-commit",
+			"--hook-bind", hookAddr, "--hook-secret-file", secret}, noEnv, &stderr)
+	}()
+	read := func(name string) string {
+		data, _ := os.ReadFile(filepath.Join(root, name))
+		return string(data)
+	}
+	waitFor := func(name, want string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return read(name) == want }, 30*time.Second, 20*time.Millisecond, "%s = %q; %s", name, want, stderr.String())
+	}
+	waitFor("app/version", "a0")
+	waitFor("svc/version", "m0")
+	tree, err := os.Readlink(filepath.Join(root, "svc"))
+	require.NoError(t, err)
+
+	c2 := mono.Commit(t, "svc", gittest.File("svc/version", "m1"))
+	body := []byte(`{"repository": "` + mono.URL() + `"}`)
+	req, err := http.NewRequest(http.MethodPost, "http://"+hookAddr+"/hooks", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("X-Signature", webhook.Sign("s3cret", body))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusAccepted, resp.StatusCode)
+	waitFor("svc/version", "m1")
+	waitFor("svc/.git-commit", c2+"\n")
+	now, err := os.Readlink(filepath.Join(root, "svc"))
+	require.NoError(t, err)
+	assert.NotEqual(t, tree, now)
+	assert.Equal(t, "a0", read("app/version"))
+
+	cancel()
+	assert.Equal(t, 0, <-done, stderr.String())
 }

@@ -33,9 +33,10 @@ import (
 // removes when it starts running; the tree a link left is removed at once,
 // or after the grace of WithStaleGrace. One sink per root.
 type Sink struct {
-	root  string
-	name  func(watcher.Target) string
-	grace time.Duration
+	root       string
+	name       func(watcher.Target) string
+	grace      time.Duration
+	commitFile string
 
 	mu      sync.Mutex
 	busy    map[string]bool      // trees being written or published
@@ -66,6 +67,12 @@ type Option func(*Sink)
 // deliveries; after a restart, a tree's retirement time is its directory's
 // modification time.
 func WithStaleGrace(d time.Duration) Option { return func(s *Sink) { s.grace = max(d, 0) } }
+
+// WithCommitFile writes the published commit's hash, and a newline, into
+// a file of that name at the top of each tree, for consumers that read the
+// revision from the tree (a single path element; a tree that has a file of
+// that name fails to publish).
+func WithCommitFile(name string) Option { return func(s *Sink) { s.commitFile = name } }
 
 // WithLinkName sets how a target's link is named under the root (default:
 // its sanitised ID). The name must be a single path element.
@@ -146,7 +153,11 @@ func (s *Sink) deliver(ctx context.Context, c watcher.Change) (Published, error)
 	s.hold(treeName, tmpName, tmpLink)
 	defer s.release(treeName, tmpName, tmpLink)
 	tmp, tree := filepath.Join(trees, tmpName), filepath.Join(trees, treeName)
-	if err := writeTree(ctx, c.FS, tmp); err != nil {
+	err = writeTree(ctx, c.FS, tmp)
+	if err == nil && s.commitFile != "" {
+		err = writeCommitFile(tmp, s.commitFile, c.To)
+	}
+	if err != nil {
 		_ = os.RemoveAll(tmp)
 		err = fmt.Errorf("dir: write %s at %s: %w", c.Target.ID, short(c.To), err)
 		if errors.Is(err, gitutil.ErrSymlinkEscape) {
@@ -485,6 +496,31 @@ func (b fileBatch) copy(ctx context.Context, fsys fs.FS, root *os.Root) error {
 		}
 	}
 	return nil
+}
+
+// writeCommitFile writes commit into dir/name, a file the tree must not
+// have.
+func writeCommitFile(dir, name, commit string) error {
+	if name == "." || name == ".." || strings.ContainsAny(name, `/\`) {
+		return watcher.Permanent(fmt.Errorf("commit file %q is not a single path element", name))
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		return watcher.Permanent(fmt.Errorf("the tree has a file named %q, the commit file", name))
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := io.WriteString(f, commit+"\n"); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // copyFile copies the file name of fsys into dir, the os.Root of its

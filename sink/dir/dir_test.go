@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -260,4 +261,23 @@ func TestStaleTreeGrace(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The commit file holds the published commit; a tree that has a file of
+// that name is refused for good.
+func TestCommitFile(t *testing.T) {
+	root := t.TempDir()
+	s := dir.New(root, dir.WithCommitFile(".git-commit"))
+	commit := strings.Repeat("c", 40)
+	require.NoError(t, s.Deliver(context.Background(), change("app", commit, fstest.MapFS{"f": {Data: []byte("1")}})))
+	data, err := os.ReadFile(filepath.Join(s.Path(watcher.Target{ID: "app"}), ".git-commit"))
+	require.NoError(t, err)
+	assert.Equal(t, commit+"\n", string(data))
+
+	err = s.Deliver(context.Background(), change("app", "d", fstest.MapFS{".git-commit": {Data: []byte("forged")}}))
+	require.Error(t, err)
+	assert.True(t, watcher.IsPermanent(err), "%v", err)
+	data, err = os.ReadFile(filepath.Join(s.Path(watcher.Target{ID: "app"}), ".git-commit"))
+	require.NoError(t, err)
+	assert.Equal(t, commit+"\n", string(data), "the published tree is untouched")
 }

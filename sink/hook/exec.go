@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
 )
@@ -29,6 +31,7 @@ type Exec struct {
 	args    []string
 	dir     string
 	timeout time.Duration
+	log     logr.Logger
 }
 
 var (
@@ -42,6 +45,10 @@ type ExecOption func(*Exec)
 // WithDir sets the command's working directory (default: the process's).
 func WithDir(dir string) ExecOption { return func(e *Exec) { e.dir = dir } }
 
+// WithExecLogger logs the output of each run (its last 4 KiB) at V(1);
+// the output of a failed run is in its error, which the watcher logs.
+func WithExecLogger(l logr.Logger) ExecOption { return func(e *Exec) { e.log = l } }
+
 // WithExecTimeout bounds one run (default [DefaultTimeout]).
 func WithExecTimeout(d time.Duration) ExecOption {
 	return func(e *Exec) {
@@ -53,7 +60,7 @@ func WithExecTimeout(d time.Duration) ExecOption {
 
 // Command returns a sink that runs name with args for each change.
 func Command(name string, args []string, opts ...ExecOption) *Exec {
-	e := &Exec{name: name, args: args, timeout: DefaultTimeout}
+	e := &Exec{name: name, args: args, timeout: DefaultTimeout, log: logr.Discard()}
 	for _, o := range opts {
 		o(e)
 	}
@@ -96,6 +103,7 @@ func (e *Exec) Deliver(ctx context.Context, c watcher.Change) error {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	if err == nil {
+		e.log.V(1).Info("hook ran", "command", e.name, "target", c.Target.ID, "commit", c.To, "output", out.String())
 		return nil
 	}
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
