@@ -15,7 +15,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
@@ -28,7 +30,7 @@ import (
 
 func main() {
 	files := flag.Int("files", 10000, "files per repository")
-	runs := flag.Int("runs", 3, "runs per measurement (medians are reported)")
+	runs := flag.Int("runs", 5, "runs per measurement (medians are reported)")
 	out := flag.String("out", "", "also write the table to this file")
 	child := flag.String("child", "", "internal: publish the mirror in this directory")
 	commit := flag.String("commit", "", "internal: the commit to publish")
@@ -107,28 +109,45 @@ func run(files, runs int, out string) (err error) {
 			return err
 		}
 		// Each run starts with the page cache written back (sync), so that
-		// neither side pays for the other's writes.
-		ours, err := harness.Measure(runs, func() []string {
-			_ = exec.Command("sync").Run()
-			return []string{self, "-child", mirror, "-commit", commit, "-root", env.TempDir()}
-		})
-		if err != nil {
-			return err
+		// neither side pays for the other's writes, and the two sides take
+		// turns going first: where and when a directory is created decides
+		// how ext4 allocates its inodes, which can cost more than the rest.
+		measureOurs := func() (harness.Result, error) {
+			return harness.Measure(1, func() []string {
+				_ = exec.Command("sync").Run()
+				return []string{self, "-child", mirror, "-commit", commit, "-root", env.TempDir()}
+			})
 		}
-		// Into the same place sink/dir writes (root/.trees/<tree>): where a
-		// directory sits decides how ext4 allocates its inodes, and that
-		// can cost either side more than everything else.
-		theirs, err := harness.Measure(runs, func() []string {
-			_ = exec.Command("sync").Run()
-			into := filepath.Join(env.TempDir(), ".trees", "tree")
-			if err := os.MkdirAll(into, 0o755); err != nil {
-				panic(err)
+		// Into the same place sink/dir writes (root/.trees/<tree>).
+		measureTheirs := func() (harness.Result, error) {
+			return harness.Measure(1, func() []string {
+				_ = exec.Command("sync").Run()
+				into := filepath.Join(env.TempDir(), ".trees", "tree")
+				if err := os.MkdirAll(into, 0o755); err != nil {
+					panic(err)
+				}
+				return []string{"sh", "-c", `git --git-dir="$1" archive "$2" | tar -x -C "$3"`, "sh", mirror, commit, into}
+			})
+		}
+		var oursRuns, theirsRuns []harness.Result
+		for i := range runs {
+			sides := []func() (harness.Result, error){measureOurs, measureTheirs}
+			if i%2 == 1 {
+				sides[0], sides[1] = sides[1], sides[0]
 			}
-			return []string{"sh", "-c", `git --git-dir="$1" archive "$2" | tar -x -C "$3"`, "sh", mirror, commit, into}
-		})
-		if err != nil {
-			return err
+			for j, side := range sides {
+				r, err := side()
+				if err != nil {
+					return err
+				}
+				if (j == 0) == (i%2 == 0) {
+					oursRuns = append(oursRuns, r)
+				} else {
+					theirsRuns = append(theirsRuns, r)
+				}
+			}
 		}
+		ours, theirs := medianOf(oursRuns), medianOf(theirsRuns)
 		fmt.Fprintf(&b, "| %s | %s / %d MiB | %s / %d MiB | %.2f | ≤ 1.0 |\n", layout.name,
 			ours.Wall.Round(1e6), ours.RSS>>10, theirs.Wall.Round(1e6), theirs.RSS>>10, float64(ours.Wall)/float64(theirs.Wall))
 		fmt.Fprintf(os.Stderr, "%s done\n", layout.name)
@@ -141,6 +160,18 @@ func run(files, runs int, out string) (err error) {
 		return os.WriteFile(out, []byte(b.String()), 0o644)
 	}
 	return nil
+}
+
+// medianOf takes the median wall time and peak RSS of results.
+func medianOf(rs []harness.Result) harness.Result {
+	walls := make([]time.Duration, len(rs))
+	rss := make([]int64, len(rs))
+	for i, r := range rs {
+		walls[i], rss[i] = r.Wall, r.RSS
+	}
+	slices.Sort(walls)
+	slices.Sort(rss)
+	return harness.Result{Wall: walls[len(walls)/2], RSS: rss[len(rss)/2]}
 }
 
 func hundred() []string {
