@@ -197,7 +197,7 @@ func TestMissingFileGrace(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "agent.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(config("main")), 0o644))
-	r := start(t, path, configmap.WithMissingGrace(time.Second))
+	r := start(t, path, configmap.WithMissingGrace(3*time.Second))
 	require.Equal(t, "main", r.revision(t))
 
 	for range 3 {
