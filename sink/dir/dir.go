@@ -202,7 +202,7 @@ func (s *Sink) Remove(_ context.Context, t watcher.Target) error {
 // trees no link names, once their grace is over), then removes retired
 // trees as their grace ends, until ctx is done.
 func (s *Sink) Run(ctx context.Context) error {
-	if err := s.recover(); err != nil {
+	if err := s.clearLeftovers(); err != nil {
 		return err
 	}
 	timer := time.NewTimer(time.Hour)
@@ -222,8 +222,8 @@ func (s *Sink) Run(ctx context.Context) error {
 	}
 }
 
-// recover looks at the root as a killed process left it.
-func (s *Sink) recover() error {
+// clearLeftovers looks at the root as a killed process left it.
+func (s *Sink) clearLeftovers() error {
 	entries, err := os.ReadDir(s.root)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
