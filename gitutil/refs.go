@@ -2,13 +2,16 @@ package gitutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage/memory"
 )
 
@@ -36,11 +39,12 @@ func (l RefList) Commit(name string) (plumbing.Hash, bool) {
 	return h, ok
 }
 
-// ListRefs lists the refs of the remote at repoURL in one request (the
-// equivalent of git ls-remote), with annotated tags peeled. It honours ctx
-// and applies [DefaultListTimeout] when ctx has no deadline. repoURL
-// carries no credentials: they come in auth.
-func ListRefs(ctx context.Context, repoURL string, auth *Auth) (RefList, error) {
+// ListRefs lists the refs of the remote at repoURL (the equivalent of git
+// ls-remote), with annotated tags peeled. It honours ctx and applies
+// [DefaultListTimeout] when ctx has no deadline. repoURL carries no
+// credentials: they come in auth. See [WithRefPrefixes] for listing only
+// the refs a caller needs.
+func ListRefs(ctx context.Context, repoURL string, auth *Auth, opts ...ListOption) (RefList, error) {
 	e, err := parseBare(repoURL)
 	if err != nil {
 		return RefList{}, err
@@ -53,6 +57,32 @@ func ListRefs(ctx context.Context, repoURL string, auth *Auth) (RefList, error) 
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultListTimeout)
 		defer cancel()
+	}
+	var o listOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	server := e.Scheme + "://" + e.Host
+	if _, old := noV2.Load(server); len(o.prefixes) > 0 && (e.Scheme == "http" || e.Scheme == "https") && !old {
+		refs, err := listV2(ctx, repoURL, topts, auth, o.prefixes)
+		var status *httpStatusError
+		switch {
+		case err == nil:
+			return refs, nil
+		case errors.Is(err, errNoV2):
+			noV2.Store(server, true) // asked in version 0 from now on
+		case errors.As(err, &status) && status.code == http.StatusUnauthorized:
+			return RefList{}, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrAuthenticationRequired}
+		case errors.As(err, &status) && status.code == http.StatusForbidden:
+			return RefList{}, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrAuthorizationFailed}
+		case errors.As(err, &status) && status.code == http.StatusNotFound:
+			return RefList{}, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrRepositoryNotFound}
+		case errors.As(err, &status):
+			// Anything else (a redirect, a proxy's answer): go-git's
+			// listing below handles it, or says what it is.
+		default:
+			return RefList{}, &RemoteError{Op: "list refs", URL: repoURL, Err: err}
+		}
 	}
 	remote := git.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{repoURL}})
 	refs, err := remote.ListContext(ctx, &git.ListOptions{

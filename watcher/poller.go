@@ -173,12 +173,17 @@ func (r *remote) poll(ctx context.Context) (err error) {
 	sort.Slice(targets, func(i, j int) bool { return targets[i].b.key < targets[j].b.key })
 
 	var refs gitutil.RefList
-	needList := false
+	var prefixes []string // what the targets' revisions need listed
+	seen := map[string]bool{}
 	for _, p := range targets {
-		if p.b.rev.Kind != gitutil.RevisionCommit {
-			needList = true
+		for _, pre := range p.b.rev.RefPrefixes() {
+			if !seen[pre] {
+				seen[pre] = true
+				prefixes = append(prefixes, pre)
+			}
 		}
 	}
+	needList := len(prefixes) > 0
 	if needList {
 		select {
 		case w.listSem <- struct{}{}:
@@ -187,7 +192,7 @@ func (r *remote) poll(ctx context.Context) (err error) {
 		}
 		lctx, cancel := context.WithTimeout(ctx, w.opts.listTimeout)
 		listStart := w.opts.clock.Now()
-		refs, err = gitutil.ListRefs(lctx, r.url, auth)
+		refs, err = gitutil.ListRefs(lctx, r.url, auth, gitutil.WithRefPrefixes(prefixes...))
 		cancel()
 		<-w.listSem
 		w.emit(Event{Type: EventListed, Remote: r.redacted, Duration: w.opts.clock.Now().Sub(listStart), Err: err})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/pem"
 	"errors"
+	"io"
 	"log"
 	"net/http"
 	"net/http/cgi"
@@ -26,6 +27,7 @@ type Server struct {
 	user     string
 	password string
 	down     bool
+	v0Only   bool
 	counts   map[string]*Counts
 	stalls   map[string]int // repository → bytes of a fetch's answer before it stalls
 	release  chan struct{}  // closed when the server stops: stalled answers end
@@ -33,9 +35,13 @@ type Server struct {
 
 // Counts are the requests a repository received.
 type Counts struct {
-	// Lists counts ref advertisements (GET info/refs?service=git-upload-pack).
+	// Lists counts ref listings: version 0 advertisements (GET
+	// info/refs?service=git-upload-pack) and version 2 ls-refs commands.
 	Lists atomic.Int64
-	// Fetches counts pack negotiations (POST git-upload-pack).
+	// ListBytes counts the bytes of the listings' answers (bodies).
+	ListBytes atomic.Int64
+	// Fetches counts pack negotiations (POST git-upload-pack, but for
+	// ls-refs).
 	Fetches atomic.Int64
 }
 
@@ -79,8 +85,11 @@ func newServer(t TB, start func(http.Handler) *httptest.Server) *Server {
 	}
 	s.httpSrv = start(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
-		user, pass, down := s.user, s.password, s.down
+		user, pass, down, v0Only := s.user, s.password, s.down, s.v0Only
 		s.mu.Unlock()
+		if v0Only {
+			r.Header.Del("Git-Protocol")
+		}
 		if down {
 			http.Error(w, "down for the test", http.StatusServiceUnavailable)
 			return
@@ -93,8 +102,11 @@ func newServer(t TB, start func(http.Handler) *httptest.Server) *Server {
 				return
 			}
 		}
-		s.count(r)
-		if after, ok := s.stallOf(r); ok {
+		listBytes, fetch := s.count(r)
+		if listBytes != nil {
+			w = countingWriter{w, listBytes}
+		}
+		if after, ok := s.stallOf(r); ok && fetch {
 			w = &stallWriter{ResponseWriter: w, left: after, done: r.Context().Done(), release: s.release}
 		}
 		h.ServeHTTP(w, r)
@@ -102,6 +114,14 @@ func newServer(t TB, start func(http.Handler) *httptest.Server) *Server {
 	t.Cleanup(s.httpSrv.Close)
 	t.Cleanup(func() { close(s.release) }) // before Close, which waits for handlers
 	return s
+}
+
+// SetV0Only makes the server answer in git's protocol version 0 only, as
+// servers that do not know version 2 do.
+func (s *Server) SetV0Only(v0 bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.v0Only = v0
 }
 
 // Stall makes every fetch (POST git-upload-pack) of the repository at name
@@ -168,24 +188,53 @@ func (w *stallWriter) Write(p []byte) (int, error) {
 	return 0, errStalled
 }
 
-func (s *Server) count(r *http.Request) {
+// count counts the request, and returns the counter of the bytes of its
+// answer when it is a ref listing (nil otherwise), and whether it is a
+// fetch.
+func (s *Server) count(r *http.Request) (*atomic.Int64, bool) {
 	p := r.URL.Path
+	v2 := strings.Contains(r.Header.Get("Git-Protocol"), "version=2")
 	var repo string
 	var list bool
 	switch {
 	case strings.HasSuffix(p, "/info/refs") && r.URL.Query().Get("service") == "git-upload-pack":
-		repo, list = strings.TrimSuffix(p, "/info/refs"), true
+		// Version 2's is the capabilities, not refs: the ls-refs command is
+		// the listing.
+		repo, list = strings.TrimSuffix(p, "/info/refs"), !v2
 	case strings.HasSuffix(p, "/git-upload-pack") && r.Method == http.MethodPost:
 		repo = strings.TrimSuffix(p, "/git-upload-pack")
+		if v2 {
+			head := make([]byte, 64)
+			n, _ := io.ReadFull(r.Body, head)
+			head = head[:n]
+			list = bytes.Contains(head, []byte("command=ls-refs"))
+			r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(head), r.Body))
+		}
 	default:
-		return
+		return nil, false
 	}
 	c := s.Counts(strings.TrimPrefix(repo, "/"))
-	if list {
+	switch {
+	case list:
 		c.Lists.Add(1)
-	} else {
-		c.Fetches.Add(1)
+		return &c.ListBytes, false
+	case strings.HasSuffix(p, "/info/refs"):
+		return nil, false // version 2's capabilities
 	}
+	c.Fetches.Add(1)
+	return nil, true
+}
+
+// countingWriter adds what it writes to n.
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (w countingWriter) Write(p []byte) (int, error) {
+	k, err := w.ResponseWriter.Write(p)
+	w.n.Add(int64(k))
+	return k, err
 }
 
 // Counts returns the request counters of the repository at name

@@ -1,0 +1,258 @@
+package gitutil
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/pktline"
+)
+
+// ListOption tunes [ListRefs].
+type ListOption func(*listOptions)
+
+type listOptions struct {
+	prefixes []string
+}
+
+// WithRefPrefixes asks only for the refs that start with one of prefixes
+// ("HEAD", "refs/heads/main", "refs/tags/"): over HTTP(S), to a server
+// that speaks git's protocol version 2, the listing then carries those
+// refs alone instead of the whole advertisement (a repository with a ref
+// per pull request advertises tens of thousands). Other servers and
+// transports list every ref, as without it; the result may hold refs
+// outside the prefixes either way.
+func WithRefPrefixes(prefixes ...string) ListOption {
+	return func(o *listOptions) { o.prefixes = append(o.prefixes, prefixes...) }
+}
+
+// RefPrefixes are the ref prefixes a listing needs to resolve the
+// revision (see [WithRefPrefixes]); none for a commit, which needs no
+// listing.
+func (r Revision) RefPrefixes() []string {
+	switch r.Kind {
+	case RevisionHead:
+		return []string{"HEAD"}
+	case RevisionRef:
+		return []string{r.Value}
+	case RevisionCommit:
+		return nil
+	}
+	if r.Semver != nil {
+		return []string{"refs/heads/" + r.Value, "refs/tags/"}
+	}
+	return []string{"refs/heads/" + r.Value, "refs/tags/" + r.Value}
+}
+
+// maxListing bounds what a version 2 listing may send.
+const maxListing = 64 << 20
+
+// errNoV2 says the server answered in protocol version 0 or 1.
+var errNoV2 = errors.New("the server does not speak protocol version 2")
+
+// noV2 remembers the servers (by scheme and host) that did not speak
+// version 2, so that they are asked in version 0 from then on.
+var noV2 sync.Map
+
+// listV2 lists the refs under prefixes with protocol version 2's ls-refs
+// over smart HTTP: the capability advertisement, then one command.
+func listV2(ctx context.Context, repoURL string, topts transportOptions, a *Auth, prefixes []string) (RefList, error) {
+	client, err := v2Client(topts)
+	if err != nil {
+		return RefList{}, err
+	}
+	base := strings.TrimSuffix(repoURL, "/")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/info/refs?service=git-upload-pack", nil)
+	if err != nil {
+		return RefList{}, err
+	}
+	setV2Headers(req, a)
+	resp, err := client.Do(req)
+	if err != nil {
+		return RefList{}, err
+	}
+	caps, err := readV2Caps(resp)
+	if err != nil {
+		return RefList{}, err
+	}
+	if !caps["ls-refs"] {
+		return RefList{}, errNoV2
+	}
+
+	var body bytes.Buffer
+	enc := pktline.NewEncoder(&body)
+	_ = enc.EncodeString("command=ls-refs\n", "agent=modwatch\n")
+	body.WriteString("0001") // delim-pkt: the arguments follow
+	_ = enc.EncodeString("peel\n", "symrefs\n")
+	for _, p := range prefixes {
+		_ = enc.Encodef("ref-prefix %s\n", p)
+	}
+	_ = enc.Flush()
+	req, err = http.NewRequestWithContext(ctx, http.MethodPost, base+"/git-upload-pack", &body)
+	if err != nil {
+		return RefList{}, err
+	}
+	setV2Headers(req, a)
+	req.Header.Set("Content-Type", "application/x-git-upload-pack-request")
+	req.Header.Set("Accept", "application/x-git-upload-pack-result")
+	resp, err = client.Do(req)
+	if err != nil {
+		return RefList{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return RefList{}, fmt.Errorf("ls-refs: %s", resp.Status)
+	}
+	return parseLsRefs(io.LimitReader(resp.Body, maxListing))
+}
+
+func setV2Headers(req *http.Request, a *Auth) {
+	req.Header.Set("Git-Protocol", "version=2")
+	req.Header.Set("User-Agent", "git/modwatch")
+	if a == nil {
+		return
+	}
+	switch {
+	case a.BearerToken != "":
+		req.Header.Set("Authorization", "Bearer "+a.BearerToken)
+	case a.Username != "" || a.Password != "":
+		user := a.Username
+		if user == "" {
+			user = "git" // as for go-git's transport (see forEndpoint)
+		}
+		req.SetBasicAuth(user, a.Password)
+	}
+}
+
+// readV2Caps reads a version 2 capability advertisement; errNoV2 when the
+// server answered in an older version.
+func readV2Caps(resp *http.Response) (map[string]bool, error) {
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, &httpStatusError{resp.StatusCode, resp.Status}
+	}
+	s := pktline.NewScanner(io.LimitReader(resp.Body, 1<<20))
+	caps := map[string]bool{}
+	version2 := false
+	for s.Scan() {
+		line := strings.TrimSuffix(string(s.Bytes()), "\n")
+		switch {
+		case line == "" || strings.HasPrefix(line, "# service="):
+		case line == "version 2":
+			version2 = true
+		case !version2:
+			return nil, errNoV2 // a version 0 advertisement: refs
+		default:
+			name, _, _ := strings.Cut(line, "=")
+			caps[name] = true
+		}
+	}
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("capability advertisement: %w", err)
+	}
+	if !version2 {
+		return nil, errNoV2
+	}
+	return caps, nil
+}
+
+// httpStatusError is a listing answered with an HTTP error.
+type httpStatusError struct {
+	code   int
+	status string
+}
+
+func (e *httpStatusError) Error() string { return "info/refs: " + e.status }
+
+// parseLsRefs reads ls-refs' answer: "<oid> <name>[ symref-target:<t>]
+// [ peeled:<oid>]" lines up to a flush-pkt.
+func parseLsRefs(r io.Reader) (RefList, error) {
+	out := RefList{Refs: map[string]plumbing.Hash{}, Peeled: map[string]plumbing.Hash{}}
+	s := pktline.NewScanner(r)
+	for s.Scan() {
+		line := strings.TrimSuffix(string(s.Bytes()), "\n")
+		if line == "" {
+			return out, nil // flush-pkt: the end
+		}
+		fields := strings.Split(line, " ")
+		if len(fields) < 2 || !plumbing.IsHash(fields[0]) {
+			return RefList{}, fmt.Errorf("ls-refs: malformed line %q", truncate(line, 200))
+		}
+		oid, name := plumbing.NewHash(fields[0]), fields[1]
+		for _, attr := range fields[2:] {
+			switch {
+			case strings.HasPrefix(attr, "symref-target:"):
+				if name == "HEAD" {
+					out.Head = strings.TrimPrefix(attr, "symref-target:")
+				}
+			case strings.HasPrefix(attr, "peeled:"):
+				p := strings.TrimPrefix(attr, "peeled:")
+				if !plumbing.IsHash(p) {
+					return RefList{}, fmt.Errorf("ls-refs: malformed peeled oid in %q", truncate(line, 200))
+				}
+				out.Peeled[name] = plumbing.NewHash(p)
+			}
+		}
+		if name == "HEAD" {
+			if out.Head != "" {
+				// The ref HEAD points at, which a "HEAD" prefix alone does
+				// not list.
+				if _, ok := out.Refs[out.Head]; !ok {
+					out.Refs[out.Head] = oid
+				}
+			}
+			continue
+		}
+		out.Refs[name] = oid
+	}
+	if err := s.Err(); err != nil {
+		return RefList{}, fmt.Errorf("ls-refs: %w", err)
+	}
+	return RefList{}, errors.New("ls-refs: the answer ended without a flush-pkt")
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// v2Clients are the HTTP clients of version 2 listings, one per TLS
+// setting, so that polls reuse their connections.
+var v2Clients sync.Map
+
+func v2Client(topts transportOptions) (*http.Client, error) {
+	key := fmt.Sprintf("%x/%t", sha256.Sum256(topts.caBundle), topts.insecureSkipTLS)
+	if c, ok := v2Clients.Load(key); ok {
+		return c.(*http.Client), nil
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if len(topts.caBundle) > 0 || topts.insecureSkipTLS {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: topts.insecureSkipTLS} //nolint:gosec // opted in by the caller
+		if len(topts.caBundle) > 0 {
+			pool, err := x509.SystemCertPool()
+			if err != nil {
+				pool = x509.NewCertPool()
+			}
+			if !pool.AppendCertsFromPEM(topts.caBundle) {
+				return nil, fmt.Errorf("%w: CA bundle holds no certificate", ErrInvalidAuth)
+			}
+			cfg.RootCAs = pool
+		}
+		tr.TLSClientConfig = cfg
+	}
+	// Redirects are not followed: credentials must not travel elsewhere.
+	c := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	actual, _ := v2Clients.LoadOrStore(key, c)
+	return actual.(*http.Client), nil
+}

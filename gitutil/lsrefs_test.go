@@ -1,0 +1,119 @@
+package gitutil
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+)
+
+// manyRefs gives the repository n refs/pull/N/head refs, as a GitHub
+// repository has one per pull request.
+func manyRefs(t *testing.T, repo *gittest.Repo, n int, commit string) {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "create refs/pull/%d/head %s\n", i, commit)
+	}
+	repo.Git(t, "push", "-q", "origin", "HEAD:refs/heads/side")
+	cmd := exec.Command("git", "update-ref", "--stdin")
+	cmd.Env = append(os.Environ(), "GIT_DIR="+repo.BareDir())
+	cmd.Stdin = strings.NewReader(b.String())
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
+
+// With prefixes, a version 2 server lists only the refs asked for: HEAD
+// (and the branch it names), a branch, the tags of a semver range. The
+// listing of 5,000 pull-request refs is not sent.
+func TestListRefsWithPrefixesSpeaksV2(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+	repo.Tag(t, "v1.2.0", true)
+	manyRefs(t, repo, 5000, c1)
+
+	before := repo.Counts().ListBytes.Load()
+	all, err := ListRefs(ctxT(t), repo.URL(), nil)
+	require.NoError(t, err)
+	v0Bytes := repo.Counts().ListBytes.Load() - before
+	assert.Greater(t, len(all.Refs), 5000)
+
+	for _, tc := range []struct {
+		revision string
+		want     []string
+	}{
+		{"", []string{"refs/heads/main"}},
+		{"side", []string{"refs/heads/side"}},
+		{"refs/heads/main", []string{"refs/heads/main"}},
+		{">=1.0.0", []string{"refs/tags/v1.2.0"}},
+	} {
+		rev, err := ParseRevision(tc.revision)
+		require.NoError(t, err)
+		before := repo.Counts().ListBytes.Load()
+		got, err := ListRefs(ctxT(t), repo.URL(), nil, WithRefPrefixes(rev.RefPrefixes()...))
+		require.NoError(t, err)
+		v2Bytes := repo.Counts().ListBytes.Load() - before
+		for _, name := range tc.want {
+			assert.Contains(t, got.Refs, name, "%q", tc.revision)
+		}
+		assert.Less(t, len(got.Refs), 5, "%q: only what was asked for", tc.revision)
+		assert.Less(t, v2Bytes, int64(1024), "%q: bytes on the wire", tc.revision)
+		res, err := Resolve(rev, got)
+		require.NoError(t, err, "%q", tc.revision)
+		assert.Equal(t, c1, res.Commit.String(), "%q", tc.revision)
+		t.Logf("%q: %d bytes (all refs: %d)", tc.revision, v2Bytes, v0Bytes)
+	}
+	head, err := ListRefs(ctxT(t), repo.URL(), nil, WithRefPrefixes("HEAD"))
+	require.NoError(t, err)
+	assert.Equal(t, "refs/heads/main", head.Head)
+	tags, err := ListRefs(ctxT(t), repo.URL(), nil, WithRefPrefixes("refs/tags/"))
+	require.NoError(t, err)
+	assert.Equal(t, c1, tags.Peeled["refs/tags/v1.2.0"].String(), "annotated tags are peeled")
+}
+
+// A server that answers in version 0 gets the whole listing, and is asked
+// in version 0 from then on: the first call's probe costs one more
+// advertisement, later calls one each.
+func TestListRefsFallsBackToV0(t *testing.T) {
+	srv := gittest.NewServer(t)
+	srv.SetV0Only(true)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+	for i, want := range []int64{2, 1, 1} {
+		lists := repo.Counts().Lists.Load()
+		got, err := ListRefs(ctxT(t), repo.URL(), nil, WithRefPrefixes("HEAD"))
+		require.NoError(t, err)
+		assert.Equal(t, c1, got.Refs["refs/heads/main"].String())
+		assert.Equal(t, "refs/heads/main", got.Head)
+		assert.Equal(t, lists+want, repo.Counts().Lists.Load(), "call %d", i+1)
+	}
+	_, remembered := noV2.Load("http://" + strings.TrimPrefix(srv.URL(), "http://"))
+	assert.True(t, remembered)
+}
+
+// Malformed ls-refs answers are errors, never refs.
+func TestParseLsRefsRefusesGarbage(t *testing.T) {
+	for _, body := range []string{
+		"",                       // no flush-pkt
+		"0010not-an-oid x\n0000", // bad oid
+		"000bshort\n0000",        // too short
+		"zzzz",                   // bad length
+		"0004",                   // invalid pkt-len
+		fmt.Sprintf("%04x%s refs/heads/x peeled:zz\n0000", 4+40+24, strings.Repeat("a", 40)), // bad peeled
+	} {
+		_, err := parseLsRefs(strings.NewReader(body))
+		assert.Error(t, err, "%q", body)
+	}
+	payload := strings.Repeat("a", 40) + " HEAD symref-target:refs/heads/main\n"
+	good := fmt.Sprintf("%04x%s0000", len(payload)+4, payload)
+	l, err := parseLsRefs(strings.NewReader(good))
+	require.NoError(t, err)
+	assert.Equal(t, "refs/heads/main", l.Head)
+	assert.Contains(t, l.Refs, "refs/heads/main")
+}
