@@ -11,6 +11,9 @@
 //	H1 push→delivery of a healthy remote while N remotes are stalled
 //	   mid-fetch, against the same with none stalled (goal: within one poll
 //	   interval plus its own fetch)
+//	P14 a no-change poll's listing of a remote with 20,000 refs: bytes on
+//	   the wire and time, against git ls-remote of the same ref (goal
+//	   ≤ 1 KiB)
 //
 //	go run ./internal/bench/soak -out bench-results/soak.md
 package main
@@ -40,9 +43,9 @@ import (
 )
 
 type config struct {
-	commits, files, fetches, window, stalled, runs int
-	out, cpuProfile                                string
-	skipHOL                                        bool
+	commits, files, fetches, window, stalled, runs, refs int
+	out, cpuProfile                                      string
+	skipHOL                                              bool
 }
 
 func main() {
@@ -56,6 +59,7 @@ func main() {
 	flag.StringVar(&c.out, "out", "", "also write the table to this file")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the S1 polls to this file")
 	flag.BoolVar(&c.skipHOL, "skip-h1", false, "measure S1 and S2 only")
+	flag.IntVar(&c.refs, "refs", 20000, "P14: refs of the listed repository")
 	flag.Parse()
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
@@ -72,6 +76,14 @@ func run(c config) (err error) {
 	srv := gittest.NewServer(env)
 	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
 	var rows []row
+
+	// P14.
+	p14, err := listingCost(env, srv, c.refs, c.runs*4)
+	if err != nil {
+		return fmt.Errorf("P14: %w", err)
+	}
+	rows = append(rows, p14...)
+	logf("P14 done")
 
 	// S1, S2.
 	repo := srv.NewRepo(env, "soak/r")
@@ -272,6 +284,74 @@ func headOfLineOnce(env *gittest.Standalone, healthy *gittest.Repo, stalled []*g
 	cancel()
 	wg.Wait()
 	return d, runErr
+}
+
+// listingCost lists HEAD of a repository with n pull-request refs, as the
+// watcher's poll does, against git ls-remote of HEAD (protocol v2 with a
+// ref prefix) and against the whole version 0 advertisement.
+func listingCost(env *gittest.Standalone, srv *gittest.Server, n, runs int) ([]row, error) {
+	repo := srv.NewRepo(env, "p14/r")
+	commit := repo.Commit(env, "1", gittest.File("f", "1"))
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "create refs/pull/%d/head %s\n", i, commit)
+	}
+	cmd := exec.Command("git", "update-ref", "--stdin")
+	cmd.Env = append(os.Environ(), "GIT_DIR="+repo.BareDir())
+	cmd.Stdin = strings.NewReader(b.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("update-ref: %v: %s", err, out)
+	}
+	measure := func(list func() error) (int64, time.Duration, error) {
+		var ds []time.Duration
+		var bytes int64
+		for range runs {
+			before := repo.Counts().ListBytes.Load()
+			start := time.Now()
+			if err := list(); err != nil {
+				return 0, 0, err
+			}
+			ds = append(ds, time.Since(start))
+			bytes = repo.Counts().ListBytes.Load() - before
+		}
+		return bytes, quantile.Of(ds, 0.5), nil
+	}
+	ctx := context.Background()
+	oursB, oursT, err := measure(func() error {
+		_, err := gitutil.ListRefs(ctx, repo.URL(), nil, gitutil.WithRefPrefixes("HEAD"))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	gitB, gitT, err := measure(func() error {
+		// --heads makes git send a ref prefix (refs/heads/); a bare
+		// pattern ("HEAD") is matched on the client, after the whole
+		// listing arrived.
+		out, err := exec.Command("git", "ls-remote", "--heads", repo.URL(), "main").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("git ls-remote: %v: %s", err, out)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	v0B, v0T, err := measure(func() error {
+		_, err := gitutil.ListRefs(ctx, repo.URL(), nil)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []row{
+		{"P14", fmt.Sprintf("bytes of a no-change poll's listing, %d refs", n), fmt.Sprintf("%d B", oursB),
+			fmt.Sprintf("%d B (git ls-remote --heads main, v2); %d B (the whole v0 advertisement)", gitB, v0B),
+			fmt.Sprintf("%.2f", float64(oursB)/float64(gitB)), "≤ 1 KiB"},
+		{"P14", fmt.Sprintf("time of that listing, %d refs", n), oursT.Round(10 * time.Microsecond).String(),
+			fmt.Sprintf("%s (git ls-remote --heads main); %s (the whole v0)", gitT.Round(10*time.Microsecond), v0T.Round(10*time.Microsecond)),
+			fmt.Sprintf("%.2f", float64(oursT)/float64(gitT)), "≤ 1.0"},
+	}, nil
 }
 
 func waitDelivered(sink *watchertest.Sink, commit string, limit time.Duration) error {
