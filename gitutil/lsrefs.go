@@ -65,12 +65,23 @@ var noV2 sync.Map
 
 // listV2 lists the refs under prefixes with protocol version 2's ls-refs
 // over smart HTTP: the capability advertisement, then one command.
+//
+// The capability advertisement is asked for once per repository: a
+// version 2 command is complete in itself, so later listings are one
+// request, as cheap as a version 0 advertisement of a small repository.
 func listV2(ctx context.Context, repoURL string, topts transportOptions, a *Auth, prefixes []string) (RefList, error) {
 	client, err := v2Client(topts)
 	if err != nil {
 		return RefList{}, err
 	}
 	base := strings.TrimSuffix(repoURL, "/")
+	if _, known := v2Repos.Load(base); known {
+		refs, err := lsRefs(ctx, client, base, a, prefixes)
+		if err == nil || ctx.Err() != nil {
+			return refs, err
+		}
+		v2Repos.Delete(base) // ask for its capabilities again
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/info/refs?service=git-upload-pack", nil)
 	if err != nil {
 		return RefList{}, err
@@ -87,7 +98,19 @@ func listV2(ctx context.Context, repoURL string, topts transportOptions, a *Auth
 	if !caps["ls-refs"] {
 		return RefList{}, errNoV2
 	}
+	refs, err := lsRefs(ctx, client, base, a, prefixes)
+	if err == nil {
+		v2Repos.Store(base, true)
+	}
+	return refs, err
+}
 
+// v2Repos are the repositories (by URL) whose server said it speaks
+// version 2 with ls-refs.
+var v2Repos sync.Map
+
+// lsRefs sends the ls-refs command.
+func lsRefs(ctx context.Context, client *http.Client, base string, a *Auth, prefixes []string) (RefList, error) {
 	var body bytes.Buffer
 	enc := pktline.NewEncoder(&body)
 	_ = enc.EncodeString("command=ls-refs\n", "agent=modwatch\n")
@@ -97,20 +120,20 @@ func listV2(ctx context.Context, repoURL string, topts transportOptions, a *Auth
 		_ = enc.Encodef("ref-prefix %s\n", p)
 	}
 	_ = enc.Flush()
-	req, err = http.NewRequestWithContext(ctx, http.MethodPost, base+"/git-upload-pack", &body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/git-upload-pack", &body)
 	if err != nil {
 		return RefList{}, err
 	}
 	setV2Headers(req, a)
 	req.Header.Set("Content-Type", "application/x-git-upload-pack-request")
 	req.Header.Set("Accept", "application/x-git-upload-pack-result")
-	resp, err = client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return RefList{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return RefList{}, fmt.Errorf("ls-refs: %s", resp.Status)
+		return RefList{}, &httpStatusError{resp.StatusCode, "ls-refs: " + resp.Status}
 	}
 	return parseLsRefs(io.LimitReader(resp.Body, maxListing))
 }
@@ -138,7 +161,7 @@ func setV2Headers(req *http.Request, a *Auth) {
 func readV2Caps(resp *http.Response) (map[string]bool, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, &httpStatusError{resp.StatusCode, resp.Status}
+		return nil, &httpStatusError{resp.StatusCode, "info/refs: " + resp.Status}
 	}
 	s := pktline.NewScanner(io.LimitReader(resp.Body, 1<<20))
 	caps := map[string]bool{}
@@ -171,7 +194,7 @@ type httpStatusError struct {
 	status string
 }
 
-func (e *httpStatusError) Error() string { return "info/refs: " + e.status }
+func (e *httpStatusError) Error() string { return e.status }
 
 // parseLsRefs reads ls-refs' answer: "<oid> <name>[ symref-target:<t>]
 // [ peeled:<oid>]" lines up to a flush-pkt.

@@ -69,9 +69,11 @@ func TestListRefsWithPrefixesSpeaksV2(t *testing.T) {
 		assert.Equal(t, c1, res.Commit.String(), "%q", tc.revision)
 		t.Logf("%q: %d bytes (all refs: %d)", tc.revision, v2Bytes, v0Bytes)
 	}
+	caps := repo.Counts().Capabilities.Load()
 	head, err := ListRefs(ctxT(t), repo.URL(), nil, WithRefPrefixes("HEAD"))
 	require.NoError(t, err)
 	assert.Equal(t, "refs/heads/main", head.Head)
+	assert.Equal(t, caps, repo.Counts().Capabilities.Load(), "the capabilities are asked for once: a listing is one request")
 	tags, err := ListRefs(ctxT(t), repo.URL(), nil, WithRefPrefixes("refs/tags/"))
 	require.NoError(t, err)
 	assert.Equal(t, c1, tags.Peeled["refs/tags/v1.2.0"].String(), "annotated tags are peeled")

@@ -40,6 +40,9 @@ type Counts struct {
 	Lists atomic.Int64
 	// ListBytes counts the bytes of the listings' answers (bodies).
 	ListBytes atomic.Int64
+	// Capabilities counts version 2 capability advertisements (GET
+	// info/refs with Git-Protocol: version=2).
+	Capabilities atomic.Int64
 	// Fetches counts pack negotiations (POST git-upload-pack, but for
 	// ls-refs).
 	Fetches atomic.Int64
@@ -219,7 +222,8 @@ func (s *Server) count(r *http.Request) (*atomic.Int64, bool) {
 		c.Lists.Add(1)
 		return &c.ListBytes, false
 	case strings.HasSuffix(p, "/info/refs"):
-		return nil, false // version 2's capabilities
+		c.Capabilities.Add(1) // version 2's
+		return nil, false
 	}
 	c.Fetches.Add(1)
 	return nil, true
