@@ -132,3 +132,35 @@ func DirSize(dir string) (int64, error) {
 	})
 	return total, err
 }
+
+// Row is one line of a comparison table: a figure beside its baseline from
+// the same run.
+type Row struct{ ID, What, Ours, Base, Ratio, Goal string }
+
+// NewRow is a Row, field by field.
+func NewRow(id, what, ours, base, ratio, goal string) Row {
+	return Row{ID: id, What: what, Ours: ours, Base: base, Ratio: ratio, Goal: goal}
+}
+
+// PrintTable prints rows as a markdown table, and writes it to out too
+// when out is set.
+func PrintTable(rows []Row, out string) error {
+	var b strings.Builder
+	b.WriteString("| | measure | modwatch | baseline (same run) | ratio | goal |\n|---|---|---:|---:|---:|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.ID, r.What, r.Ours, r.Base, r.Ratio, r.Goal)
+	}
+	return Publish(b.String(), out)
+}
+
+// Publish prints a table, and writes it to out too when out is set.
+func Publish(table, out string) error {
+	fmt.Print(table)
+	if out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(out, []byte(table), 0o644)
+}

@@ -67,7 +67,7 @@ func main() {
 	}
 }
 
-type row struct{ id, what, ours, base, ratio, goal string }
+type row = harness.Row
 
 func run(c config) (err error) {
 	env := &gittest.Standalone{}
@@ -160,9 +160,9 @@ func run(c config) (err error) {
 	}
 	pprof.StopCPUProfile()
 	firstMean, lastMean := first/time.Duration(c.window), last/time.Duration(c.window)
-	rows = append(rows, row{"S1", fmt.Sprintf("mean fetch + tree read, last %d of %d polls (%d repacks)", c.window, c.fetches, m.Repacks()),
-		lastMean.Round(10 * time.Microsecond).String(), firstMean.Round(10*time.Microsecond).String() + " (first " + fmt.Sprint(c.window) + ")",
-		fmt.Sprintf("%.2f", float64(lastMean)/float64(firstMean)), "≤ 1.1"})
+	rows = append(rows, harness.NewRow("S1", fmt.Sprintf("mean fetch + tree read, last %d of %d polls (%d repacks)", c.window, c.fetches, m.Repacks()),
+		lastMean.Round(10*time.Microsecond).String(), firstMean.Round(10*time.Microsecond).String()+" (first "+fmt.Sprint(c.window)+")",
+		fmt.Sprintf("%.2f", float64(lastMean)/float64(firstMean)), "≤ 1.1"))
 	if out, err := exec.Command("git", "--git-dir", repo.BareDir(), "repack", "-adq").CombinedOutput(); err != nil {
 		return fmt.Errorf("repack the server: %v: %s", err, out)
 	}
@@ -178,13 +178,13 @@ func run(c config) (err error) {
 	if err != nil {
 		return err
 	}
-	rows = append(rows, row{"S2", "mirror disk size after the soak", mib(ours), mib(theirs) + " (fresh git clone --mirror)",
-		fmt.Sprintf("%.2f", float64(ours)/float64(theirs)), "≤ 1.2"})
+	rows = append(rows, harness.NewRow("S2", "mirror disk size after the soak", mib(ours), mib(theirs)+" (fresh git clone --mirror)",
+		fmt.Sprintf("%.2f", float64(ours)/float64(theirs)), "≤ 1.2"))
 	logf("S1/S2 done")
 
 	// H1.
 	if c.skipHOL {
-		return printTable(rows, c.out)
+		return harness.PrintTable(rows, c.out)
 	}
 	healthy := srv.NewRepo(env, "hol/healthy")
 	healthy.Commit(env, "0", gittest.File("f", "0"))
@@ -206,29 +206,13 @@ func run(c config) (err error) {
 			base = d
 			continue
 		}
-		rows = append(rows, row{"H1", fmt.Sprintf("healthy remote's sync, %d remotes stalled mid-fetch (4 fetch slots)", n),
-			d.Round(time.Millisecond).String(), base.Round(time.Millisecond).String() + " (none stalled)",
-			fmt.Sprintf("%.1f", float64(d)/float64(base)), fmt.Sprintf("≤ %s + own fetch", interval)})
+		rows = append(rows, harness.NewRow("H1", fmt.Sprintf("healthy remote's sync, %d remotes stalled mid-fetch (4 fetch slots)", n),
+			d.Round(time.Millisecond).String(), base.Round(time.Millisecond).String()+" (none stalled)",
+			fmt.Sprintf("%.1f", float64(d)/float64(base)), fmt.Sprintf("≤ %s + own fetch", interval)))
 		logf("H1 with %d stalled done", n)
 	}
 
-	return printTable(rows, c.out)
-}
-
-func printTable(rows []row, out string) error {
-	var b strings.Builder
-	b.WriteString("| | measurement | modwatch | baseline | ratio | goal |\n|---|---|---|---|---|---|\n")
-	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.id, r.what, r.ours, r.base, r.ratio, r.goal)
-	}
-	fmt.Print(b.String())
-	if out != "" {
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			return err
-		}
-		return os.WriteFile(out, []byte(b.String()), 0o644)
-	}
-	return nil
+	return harness.PrintTable(rows, c.out)
 }
 
 // headOfLine measures, runs times, a healthy remote's first sync while the
@@ -345,12 +329,12 @@ func listingCost(env *gittest.Standalone, srv *gittest.Server, n, runs int) ([]r
 		return nil, err
 	}
 	return []row{
-		{"P14", fmt.Sprintf("bytes of a no-change poll's listing, %d refs", n), fmt.Sprintf("%d B", oursB),
+		harness.NewRow("P14", fmt.Sprintf("bytes of a no-change poll's listing, %d refs", n), fmt.Sprintf("%d B", oursB),
 			fmt.Sprintf("%d B (git ls-remote --heads main, v2); %d B (the whole v0 advertisement)", gitB, v0B),
-			fmt.Sprintf("%.2f", float64(oursB)/float64(gitB)), "≤ 1 KiB"},
-		{"P14", fmt.Sprintf("time of that listing, %d refs", n), oursT.Round(10 * time.Microsecond).String(),
+			fmt.Sprintf("%.2f", float64(oursB)/float64(gitB)), "≤ 1 KiB"),
+		harness.NewRow("P14", fmt.Sprintf("time of that listing, %d refs", n), oursT.Round(10*time.Microsecond).String(),
 			fmt.Sprintf("%s (git ls-remote --heads main); %s (the whole v0)", gitT.Round(10*time.Microsecond), v0T.Round(10*time.Microsecond)),
-			fmt.Sprintf("%.2f", float64(oursT)/float64(gitT)), "≤ 1.0"},
+			fmt.Sprintf("%.2f", float64(oursT)/float64(gitT)), "≤ 1.0"),
 	}, nil
 }
 

@@ -196,7 +196,7 @@ func start(w *watcher.Watcher) (stop func() error) {
 	return func() error { cancel(); return <-errc }
 }
 
-type row struct{ id, what, ours, base, ratio, goal string }
+type row = harness.Row
 
 func med(ds []time.Duration) time.Duration { return quantile.Of(ds, 0.5) }
 
@@ -291,10 +291,10 @@ func run(c config) (err error) {
 	}
 	perTarget := lists() - l0
 	rows = append(rows,
-		row{"P1", fmt.Sprintf("ref listings per cycle, %d targets over %d repositories", len(targets), len(fleet)),
-			fmt.Sprint(listed), fmt.Sprintf("%d (per-target polling)", perTarget), fmt.Sprintf("%.2f", float64(listed)/float64(perTarget)), "one per repository"},
-		row{"P2", "wall time of a no-change cycle", med(ourCycles).Round(time.Millisecond).String(),
-			med(cliCycles).Round(time.Millisecond).String() + " (git ls-remote, 16 at once)", fmt.Sprintf("%.2f", float64(med(ourCycles))/float64(med(cliCycles))), "≤ 0.25"})
+		harness.NewRow("P1", fmt.Sprintf("ref listings per cycle, %d targets over %d repositories", len(targets), len(fleet)),
+			fmt.Sprint(listed), fmt.Sprintf("%d (per-target polling)", perTarget), fmt.Sprintf("%.2f", float64(listed)/float64(perTarget)), "one per repository"),
+		harness.NewRow("P2", "wall time of a no-change cycle", med(ourCycles).Round(time.Millisecond).String(),
+			med(cliCycles).Round(time.Millisecond).String()+" (git ls-remote, 16 at once)", fmt.Sprintf("%.2f", float64(med(ourCycles))/float64(med(cliCycles))), "≤ 0.25"))
 	logf("P1/P2 done")
 
 	// P5: push hint vs polling at the default interval.
@@ -352,11 +352,11 @@ func run(c config) (err error) {
 			return err
 		}
 	}
-	p5 := row{"P5", fmt.Sprintf("push → delivery, median / p99 (%d hinted, %d polled pushes)", len(hintLat), len(pollLat)),
-		fmt.Sprintf("%s / %s", quantile.Of(hintLat, 0.5).Round(time.Millisecond), quantile.Of(hintLat, 0.99).Round(time.Millisecond)), "", "", "hint ≪ polling"}
+	p5 := harness.NewRow("P5", fmt.Sprintf("push → delivery, median / p99 (%d hinted, %d polled pushes)", len(hintLat), len(pollLat)),
+		fmt.Sprintf("%s / %s", quantile.Of(hintLat, 0.5).Round(time.Millisecond), quantile.Of(hintLat, 0.99).Round(time.Millisecond)), "", "", "hint ≪ polling")
 	if len(pollLat) > 0 {
-		p5.base = fmt.Sprintf("%s / %s (polling every 1m)", quantile.Of(pollLat, 0.5).Round(time.Second), quantile.Of(pollLat, 0.99).Round(time.Second))
-		p5.ratio = fmt.Sprintf("%.4f", float64(quantile.Of(hintLat, 0.5))/float64(quantile.Of(pollLat, 0.5)))
+		p5.Base = fmt.Sprintf("%s / %s (polling every 1m)", quantile.Of(pollLat, 0.5).Round(time.Second), quantile.Of(pollLat, 0.99).Round(time.Second))
+		p5.Ratio = fmt.Sprintf("%.4f", float64(quantile.Of(hintLat, 0.5))/float64(quantile.Of(pollLat, 0.5)))
 	}
 	logf("P5 done")
 
@@ -476,35 +476,23 @@ func run(c config) (err error) {
 
 	ratio := func(a, b time.Duration) string { return fmt.Sprintf("%.2f", float64(a)/float64(b)) }
 	rows = append(rows,
-		row{"P3", fmt.Sprintf("one new commit on %d commits × %d files: detect + fetch + path diff + delivery", c.commits, c.files),
-			med(ours).Round(time.Millisecond).String(), med(cliFetch).Round(time.Millisecond).String() + " (git fetch into a bare mirror)", ratio(med(ours), med(cliFetch)), "≤ 1.0"},
-		row{"P4", "the same vs a fresh depth-1 clone with checkout", med(ours).Round(time.Millisecond).String(),
-			med(clone).Round(time.Millisecond).String() + " (git clone --depth 1)", ratio(med(ours), med(clone)), "≤ 0.1 (10× faster)"},
+		harness.NewRow("P3", fmt.Sprintf("one new commit on %d commits × %d files: detect + fetch + path diff + delivery", c.commits, c.files),
+			med(ours).Round(time.Millisecond).String(), med(cliFetch).Round(time.Millisecond).String()+" (git fetch into a bare mirror)", ratio(med(ours), med(cliFetch)), "≤ 1.0"),
+		harness.NewRow("P4", "the same vs a fresh depth-1 clone with checkout", med(ours).Round(time.Millisecond).String(),
+			med(clone).Round(time.Millisecond).String()+" (git clone --depth 1)", ratio(med(ours), med(clone)), "≤ 0.1 (10× faster)"),
 		p5,
-		row{"P6", "peak RSS, incremental fetch of one commit", fmt.Sprintf("%d MiB", rssMed(incOurs)/1024),
-			fmt.Sprintf("%d MiB (git fetch)", rssMed(incCLI)/1024), fmt.Sprintf("%.2f", float64(rssMed(incOurs))/float64(rssMed(incCLI))), "≤ 1.0"},
-		row{"P6", "cold first sync (watcher to first delivery): peak RSS", fmt.Sprintf("%d MiB", coldOurs.RSS/1024),
-			fmt.Sprintf("%d MiB (git clone --bare)", coldCLI.RSS/1024), fmt.Sprintf("%.2f", float64(coldOurs.RSS)/float64(coldCLI.RSS)), "≤ 2"},
-		row{"P6", "cold first sync: wall time", coldOurs.Wall.Round(time.Millisecond).String(),
-			coldCLI.Wall.Round(time.Millisecond).String() + " (git clone --bare)", ratio(coldOurs.Wall, coldCLI.Wall), "≤ 1.2"},
-		row{"P7", "a commit outside the watched path: deliveries / tree objects read", fmt.Sprintf("%d / %d", deliveries()-d0, trees),
-			fmt.Sprintf("1 / %d (a re-clone and render reads every object)", c.files+3), "", "0 deliveries"},
+		harness.NewRow("P6", "peak RSS, incremental fetch of one commit", fmt.Sprintf("%d MiB", rssMed(incOurs)/1024),
+			fmt.Sprintf("%d MiB (git fetch)", rssMed(incCLI)/1024), fmt.Sprintf("%.2f", float64(rssMed(incOurs))/float64(rssMed(incCLI))), "≤ 1.0"),
+		harness.NewRow("P6", "cold first sync (watcher to first delivery): peak RSS", fmt.Sprintf("%d MiB", coldOurs.RSS/1024),
+			fmt.Sprintf("%d MiB (git clone --bare)", coldCLI.RSS/1024), fmt.Sprintf("%.2f", float64(coldOurs.RSS)/float64(coldCLI.RSS)), "≤ 2"),
+		harness.NewRow("P6", "cold first sync: wall time", coldOurs.Wall.Round(time.Millisecond).String(),
+			coldCLI.Wall.Round(time.Millisecond).String()+" (git clone --bare)", ratio(coldOurs.Wall, coldCLI.Wall), "≤ 1.2"),
+		harness.NewRow("P7", "a commit outside the watched path: deliveries / tree objects read", fmt.Sprintf("%d / %d", deliveries()-d0, trees),
+			fmt.Sprintf("1 / %d (a re-clone and render reads every object)", c.files+3), "", "0 deliveries"),
 	)
-	slices.SortStableFunc(rows, func(a, b row) int { return strings.Compare(a.id, b.id) })
+	slices.SortStableFunc(rows, func(a, b row) int { return strings.Compare(a.ID, b.ID) })
 
-	var b strings.Builder
-	fmt.Fprintf(&b, "| | measure | modwatch | baseline (same run) | ratio | goal |\n|---|---|---:|---:|---:|---|\n")
-	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.id, r.what, r.ours, r.base, r.ratio, r.goal)
-	}
-	fmt.Print(b.String())
-	if c.out != "" {
-		if err := os.MkdirAll(filepath.Dir(c.out), 0o755); err != nil {
-			return err
-		}
-		return os.WriteFile(c.out, []byte(b.String()), 0o644)
-	}
-	return nil
+	return harness.PrintTable(rows, c.out)
 }
 
 // parallel runs f(0..n-1) with at most k at once and returns the wall time.

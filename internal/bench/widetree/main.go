@@ -152,14 +152,7 @@ func run(files, runs int, out string) (err error) {
 			ours.Wall.Round(1e6), ours.RSS>>10, theirs.Wall.Round(1e6), theirs.RSS>>10, float64(ours.Wall)/float64(theirs.Wall))
 		fmt.Fprintf(os.Stderr, "%s done\n", layout.name)
 	}
-	fmt.Print(b.String())
-	if out != "" {
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			return err
-		}
-		return os.WriteFile(out, []byte(b.String()), 0o644)
-	}
-	return nil
+	return harness.Publish(b.String(), out)
 }
 
 // medianOf takes the median wall time and peak RSS of results.
