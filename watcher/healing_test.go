@@ -38,10 +38,7 @@ func TestTornCheckpointIsDeliveredAgain(t *testing.T) {
 		}
 		w := watcher.New(opts...)
 		require.NoError(t, w.Route(watchertest.NewSource(target), sink))
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- w.Run(ctx) }()
-		return func() { cancel(); require.NoError(t, <-done) }
+		return watchertest.Run(t, w.Run)
 	}
 	sink1 := watchertest.NewSink("rec")
 	stop := run(t, sink1, nil)
@@ -110,10 +107,7 @@ func TestTruncatedPackOrIndexIsRebuilt(t *testing.T) {
 					watcher.WithGitCLI(tc.cli), watcher.WithObserver(obs), watcher.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
 				sink.SetHook(readAll)
 				require.NoError(t, w.Route(watchertest.NewSource(target), sink))
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan error, 1)
-				go func() { done <- w.Run(ctx) }()
-				return func() { cancel(); require.NoError(t, <-done) }
+				return watchertest.Run(t, w.Run)
 			}
 			sink, obs := watchertest.NewSink("rec"), watchertest.NewObserver()
 			stop := run(sink, obs)
