@@ -19,16 +19,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // waitInterval is how often cluster definitions are polled until ready.
 const waitInterval = 500 * time.Millisecond
 
-// prepare gives namespaced objects without a namespace spec.Namespace,
+// prepare gives namespaced objects without a namespace rs.Namespace,
 // takes the namespace off cluster-scoped ones, labels every object with
 // owner and refuses duplicates. The scope of a kind the cluster does not
 // know yet comes from a CustomResourceDefinition among objs.
-func (s *Sink) prepare(objs []*unstructured.Unstructured, spec Spec, owner string) ([]*unstructured.Unstructured, error) {
+func (s *Sink) prepare(objs []*unstructured.Unstructured, rs spec.Render, owner string) ([]*unstructured.Unstructured, error) {
 	crdScopes := map[schema.GroupKind]bool{}
 	for _, o := range objs {
 		if ssautils.IsCRD(o) {
@@ -52,7 +53,7 @@ func (s *Sink) prepare(objs []*unstructured.Unstructured, spec Spec, owner strin
 		case !namespaced:
 			o.SetNamespace("")
 		case o.GetNamespace() == "":
-			o.SetNamespace(spec.Namespace)
+			o.SetNamespace(rs.Namespace)
 		}
 		labels := o.GetLabels()
 		if labels == nil {

@@ -1,12 +1,12 @@
 package apply
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // ConflictPolicy says what to do when another field manager owns a field
@@ -92,8 +92,8 @@ func (c *Config) Default() {
 	}
 }
 
-// ErrInvalidConfig is returned (wrapped) by [Config.Validate] and
-// [Spec.Validate].
+// ErrInvalidConfig is returned (wrapped) by [Config.Validate], and for a
+// target whose render cannot be found.
 var ErrInvalidConfig = errors.New("apply: invalid config")
 
 // Validate checks a defaulted Config.
@@ -113,79 +113,21 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Spec is how one target is rendered and where it goes; the sink finds it
-// in the target's Payload (see [PayloadSpec] and [WithSpecFunc]). Its JSON
-// form is the contract with sources that do not import this package.
-type Spec struct {
-	// Renderer names the renderer: "raw" (default), or one registered with
-	// [WithRenderer] ("kustomize", "helm").
-	Renderer string `json:"renderer,omitempty"`
-	// Namespace is set on namespaced objects that have none. Cluster-scoped
-	// objects are never given one. Default "default".
-	Namespace string `json:"namespace,omitempty"`
-	// Helm is for the Helm renderer.
-	Helm HelmSpec `json:"helm,omitzero"`
-}
-
-// HelmSpec is a Helm render, as Numaplane's HelmSource has it.
-type HelmSpec struct {
-	// ReleaseName defaults to the last segment of the target ID.
-	ReleaseName string `json:"releaseName,omitempty"`
-	// ValueFiles are paths inside the chart, merged in order over the
-	// chart's values.yaml.
-	ValueFiles []string `json:"valueFiles,omitempty"`
-	// Parameters are set after the value files, like `helm --set`.
-	Parameters []HelmParameter `json:"parameters,omitempty"`
-}
-
-// HelmParameter is one `--set name=value`; Value is taken literally.
-type HelmParameter struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-}
-
-// RendererRaw is the name of the built-in renderer.
-const RendererRaw = "raw"
-
-// Default fills the unset fields.
-func (s *Spec) Default() {
-	if s.Renderer == "" {
-		s.Renderer = RendererRaw
-	}
-	if s.Namespace == "" {
-		s.Namespace = "default"
-	}
-}
-
-// SpecFunc finds a target's Spec.
-type SpecFunc func(t watcher.Target) (Spec, error)
+// SpecFunc finds how a target is rendered.
+type SpecFunc func(t watcher.Target) (spec.Render, error)
 
 // PayloadSpec is the default SpecFunc: the target's Payload when it is a
-// Spec or *Spec, the default Spec when Payload is nil; any other Payload is
-// read through its JSON form, whose "renderer", "namespace" and "helm"
-// fields are Spec's (other fields are ignored). So a source describes a
-// render without importing this package (source/configmap and
-// source/gitsync do).
-func PayloadSpec(t watcher.Target) (Spec, error) {
-	switch p := t.Payload.(type) {
-	case nil:
-		return Spec{}, nil
-	case Spec:
-		return p, nil
-	case *Spec:
-		if p == nil {
-			return Spec{}, nil
-		}
-		return *p, nil
-	default:
-		var spec Spec
-		data, err := json.Marshal(p)
-		if err == nil {
-			err = json.Unmarshal(data, &spec)
-		}
-		if err != nil {
-			return Spec{}, fmt.Errorf("%w: target %s: payload %T does not read as an apply.Spec (use apply.WithSpecFunc): %w", ErrInvalidConfig, t.ID, t.Payload, err)
-		}
-		return spec, nil
+// spec.Render or *spec.Render (source/gitsync and source/configmap give
+// one), the default Render when Payload is nil or a nil *spec.Render. Any other Payload is an
+// error naming its type: a source with its own payload passes
+// [WithSpecFunc].
+func PayloadSpec(t watcher.Target) (spec.Render, error) {
+	if p, isPtr := t.Payload.(*spec.Render); t.Payload == nil || isPtr && p == nil {
+		return spec.Render{}, nil
 	}
+	r, ok := spec.Of[spec.Render](t)
+	if !ok {
+		return spec.Render{}, fmt.Errorf("%w: target %s: payload %T is not a spec.Render (use apply.WithSpecFunc)", ErrInvalidConfig, t.ID, t.Payload)
+	}
+	return r, nil
 }

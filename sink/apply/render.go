@@ -15,6 +15,8 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // Renderer turns a target's tree into the objects to apply.
@@ -23,15 +25,15 @@ type Renderer interface {
 	// for concurrent use) and returns the objects, without touching the
 	// network or the local disk. An error means nothing is applied; it is
 	// not retried until the next commit or resync.
-	Render(ctx context.Context, fsys fs.FS, spec Spec) ([]*unstructured.Unstructured, error)
+	Render(ctx context.Context, fsys fs.FS, r spec.Render) ([]*unstructured.Unstructured, error)
 }
 
 // RendererFunc adapts a function to [Renderer].
-type RendererFunc func(ctx context.Context, fsys fs.FS, spec Spec) ([]*unstructured.Unstructured, error)
+type RendererFunc func(ctx context.Context, fsys fs.FS, r spec.Render) ([]*unstructured.Unstructured, error)
 
 // Render calls f.
-func (f RendererFunc) Render(ctx context.Context, fsys fs.FS, spec Spec) ([]*unstructured.Unstructured, error) {
-	return f(ctx, fsys, spec)
+func (f RendererFunc) Render(ctx context.Context, fsys fs.FS, r spec.Render) ([]*unstructured.Unstructured, error) {
+	return f(ctx, fsys, r)
 }
 
 // MaxManifestSize caps one manifest file read by [Raw].
@@ -62,7 +64,7 @@ func (e *ManifestError) Unwrap() error { return e.Err }
 // and other files are ignored.
 var Raw Renderer = RendererFunc(renderRaw)
 
-func renderRaw(ctx context.Context, fsys fs.FS, _ Spec) ([]*unstructured.Unstructured, error) {
+func renderRaw(ctx context.Context, fsys fs.FS, _ spec.Render) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 func TestDecode(t *testing.T) {
@@ -91,7 +92,7 @@ func TestRawWalksManifestsOnly(t *testing.T) {
 		".github/ci.yaml":  file("on: push"),
 		"a/.hidden.yaml":   file("kind: ["),
 		"charts/README.md": file("# readme"),
-	}, apply.Spec{})
+	}, spec.Render{})
 	require.NoError(t, err)
 	var names []string
 	for _, o := range objs {
@@ -99,7 +100,7 @@ func TestRawWalksManifestsOnly(t *testing.T) {
 	}
 	assert.Equal(t, []string{"x", "y", "b"}, names, "lexical order, manifests only, dot-files skipped")
 
-	_, err = apply.Raw.Render(context.Background(), fstest.MapFS{"big.yaml": {Data: make([]byte, apply.MaxManifestSize+1)}}, apply.Spec{})
+	_, err = apply.Raw.Render(context.Background(), fstest.MapFS{"big.yaml": {Data: make([]byte, apply.MaxManifestSize+1)}}, spec.Render{})
 	assert.ErrorContains(t, err, "big.yaml")
 }
 
@@ -123,37 +124,31 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestPayloadSpec(t *testing.T) {
-	// A source's own payload type, with Spec's JSON shape and more.
-	type helm struct {
-		ValueFiles []string `json:"valueFiles"`
-	}
+	// A source's own payload type with Render's JSON shape is not read
+	// through JSON: it is an error naming its type.
 	type sourcePayload struct {
-		Renderer  string `json:"renderer"`
-		Namespace string `json:"namespace"`
-		Cluster   string `json:"cluster"`
-		Helm      *helm  `json:"helm,omitempty"`
+		Renderer string `json:"renderer"`
 	}
 	tests := []struct {
 		name    string
 		payload any
-		want    apply.Spec
-		err     bool
+		want    spec.Render
+		err     string
 	}{
-		{name: "nil", payload: nil, want: apply.Spec{}},
-		{name: "spec", payload: apply.Spec{Renderer: "helm"}, want: apply.Spec{Renderer: "helm"}},
-		{name: "pointer", payload: &apply.Spec{Namespace: "a"}, want: apply.Spec{Namespace: "a"}},
-		{name: "nil pointer", payload: (*apply.Spec)(nil), want: apply.Spec{}},
-		{name: "same json shape", payload: sourcePayload{Renderer: "helm", Namespace: "apps", Cluster: "c1", Helm: &helm{ValueFiles: []string{"v.yaml"}}},
-			want: apply.Spec{Renderer: "helm", Namespace: "apps", Helm: apply.HelmSpec{ValueFiles: []string{"v.yaml"}}}},
-		{name: "not an object", payload: "helm", err: true},
-		{name: "wrong field type", payload: map[string]any{"renderer": 3}, err: true},
-		{name: "not json", payload: func() {}, err: true},
+		{name: "nil", payload: nil, want: spec.Render{}},
+		{name: "render", payload: spec.Render{Renderer: "helm"}, want: spec.Render{Renderer: "helm"}},
+		{name: "pointer", payload: &spec.Render{Namespace: "a"}, want: spec.Render{Namespace: "a"}},
+		{name: "nil pointer", payload: (*spec.Render)(nil), want: spec.Render{}},
+		{name: "same json shape", payload: sourcePayload{Renderer: "helm"}, err: "apply_test.sourcePayload"},
+		{name: "map", payload: map[string]any{"renderer": "helm"}, err: "map[string]interface {}"},
+		{name: "string", payload: "helm", err: "string"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := apply.PayloadSpec(watcher.Target{ID: "t", Payload: tt.payload})
-			if tt.err {
+			if tt.err != "" {
 				assert.ErrorIs(t, err, apply.ErrInvalidConfig)
+				assert.ErrorContains(t, err, "payload "+tt.err+" is not a spec.Render")
 				return
 			}
 			require.NoError(t, err)

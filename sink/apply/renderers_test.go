@@ -10,6 +10,7 @@ import (
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 func TestKustomizeAndHelmTreesApplied(t *testing.T) {
@@ -23,7 +24,7 @@ func TestKustomizeAndHelmTreesApplied(t *testing.T) {
 		"cm.yaml":            file(configMap("settings", "1")),
 		"role.yaml":          file(clusterRole("kustomized-" + ns)),
 	}
-	res := applyOK(t, s, change("kustomize/"+ns, "c1", apply.Spec{Renderer: kustomize.Name, Namespace: ns}, k))
+	res := applyOK(t, s, change("kustomize/"+ns, "c1", spec.Render{Renderer: kustomize.Name, Namespace: ns}, k))
 	assert.Equal(t, map[string]apply.Action{
 		"ConfigMap/" + ns + "/k-settings":                          apply.Created,
 		"ClusterRole.rbac.authorization.k8s.io/k-kustomized-" + ns: apply.Created,
@@ -43,14 +44,14 @@ data:
   value: {{ .Values.greeting | quote }}
 `),
 	}
-	helmSpec := apply.Spec{Renderer: helm.Name, Namespace: ns, Helm: apply.HelmSpec{
-		Parameters: []apply.HelmParameter{{Name: "greeting", Value: "hi"}},
+	helmSpec := spec.Render{Renderer: helm.Name, Namespace: ns, Helm: &spec.Helm{
+		Parameters: []spec.HelmParameter{{Name: "greeting", Value: "hi"}},
 	}}
 	res = applyOK(t, s, change("helm/"+ns+"/shop", "c1", helmSpec, h))
 	assert.Equal(t, map[string]apply.Action{"ConfigMap/" + ns + "/shop-greeting": apply.Created}, actions(res),
 		"the release is named after the target's last segment")
 	assert.Equal(t, "hi", cmValue(t, ns, "shop-greeting"))
 
-	_, err := s.Apply(ctxT(t), change("nope/"+ns, "c1", apply.Spec{Renderer: "jsonnet"}, k))
+	_, err := s.Apply(ctxT(t), change("nope/"+ns, "c1", spec.Render{Renderer: "jsonnet"}, k))
 	assert.ErrorIs(t, err, apply.ErrInvalidConfig, "an unregistered renderer is a configuration error")
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // Sink renders and applies targets. It is safe for concurrent use by one
@@ -46,14 +47,14 @@ func WithLogger(l logr.Logger) Option { return func(s *Sink) { s.log = l } }
 // Default "apply".
 func WithName(name string) Option { return func(s *Sink) { s.name = name } }
 
-// WithRenderer registers r under name, the value of Spec.Renderer that
+// WithRenderer registers r under name, the value of spec.Render.Renderer that
 // selects it (for instance kustomize.Name with kustomize.New()). "raw" is
 // always registered.
 func WithRenderer(name string, r Renderer) Option {
 	return func(s *Sink) { s.renderers[name] = r }
 }
 
-// WithSpecFunc sets how a target's Spec is found. Default [PayloadSpec].
+// WithSpecFunc sets how a target's spec.Render is found. Default [PayloadSpec].
 func WithSpecFunc(f SpecFunc) Option { return func(s *Sink) { s.spec = f } }
 
 // WithClient sets the client that reads and writes the cluster; it must
@@ -72,7 +73,7 @@ func New(kube *rest.Config, cfg Config, opts ...Option) (*Sink, error) {
 	s := &Sink{
 		cfg:       cfg,
 		name:      "apply",
-		renderers: map[string]Renderer{RendererRaw: Raw},
+		renderers: map[string]Renderer{spec.RendererRaw: Raw},
 		spec:      PayloadSpec,
 		log:       logr.Discard(),
 	}
@@ -145,29 +146,38 @@ func (s *Sink) Apply(ctx context.Context, c watcher.Change) (*Result, error) {
 	return res, res.err()
 }
 
-// render finds the target's Spec and renderer and makes its objects ready
+// render finds how the target is rendered, and its renderer, and makes its objects ready
 // to apply.
 func (s *Sink) render(ctx context.Context, c watcher.Change) ([]*unstructured.Unstructured, error) {
-	spec, err := s.spec(c.Target)
+	rs, err := s.spec(c.Target)
 	if err != nil {
 		return nil, watcher.Permanent(err)
 	}
-	spec.Default()
-	if spec.Helm.ReleaseName == "" {
-		spec.Helm.ReleaseName = path.Base(c.Target.ID)
+	rs.Default()
+	if err := rs.Validate(); err != nil {
+		return nil, watcher.Permanent(fmt.Errorf("apply: target %s: %w", c.Target.ID, err))
 	}
-	r, ok := s.renderers[spec.Renderer]
+	// The Helm section is copied: the Payload is the source's.
+	h := spec.Helm{}
+	if rs.Helm != nil {
+		h = *rs.Helm
+	}
+	if h.ReleaseName == "" {
+		h.ReleaseName = path.Base(c.Target.ID)
+	}
+	rs.Helm = &h
+	r, ok := s.renderers[rs.Renderer]
 	if !ok {
-		return nil, watcher.Permanent(fmt.Errorf("%w: target %s: no renderer %q is registered", ErrInvalidConfig, c.Target.ID, spec.Renderer))
+		return nil, watcher.Permanent(fmt.Errorf("%w: target %s: no renderer %q is registered", ErrInvalidConfig, c.Target.ID, rs.Renderer))
 	}
-	objs, err := r.Render(ctx, c.FS, spec)
+	objs, err := r.Render(ctx, c.FS, rs)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		return nil, watcher.Permanent(fmt.Errorf("apply: render %s (%s) at %s: %w", c.Target.ID, spec.Renderer, short(c.To), err))
+		return nil, watcher.Permanent(fmt.Errorf("apply: render %s (%s) at %s: %w", c.Target.ID, rs.Renderer, short(c.To), err))
 	}
-	return s.prepare(objs, spec, s.owner(c.Target.ID))
+	return s.prepare(objs, rs, s.owner(c.Target.ID))
 }
 
 // Remove forgets t. With Config.CascadeDelete it first deletes every

@@ -19,8 +19,8 @@
 // notifies again if it is still stale after Config.ConfirmTimeout: Flux can
 // reconcile before a new commit is visible to it (fluxcd/flux2#479).
 //
-// The target's Payload names the GitRepository through its JSON form
-// ({"apiVersion", "namespace", "name", "uid"}), as source/flux gives it.
+// The target's Payload names the GitRepository: a spec.GitRepository, as
+// source/flux gives it.
 //
 // RBAC: get, list, watch, create, patch and delete Receivers and Secrets
 // (the sink watches those labelled as its own in every namespace), get and

@@ -3,7 +3,6 @@ package fluxreceiver
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -25,7 +24,9 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/source/webhook"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // Mode is how Flux is told.
@@ -122,19 +123,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// GitRepository names the object a target stands for; it is read from the
-// target's Payload through JSON.
-type GitRepository struct {
-	APIVersion string    `json:"apiVersion"`
-	Namespace  string    `json:"namespace"`
-	Name       string    `json:"name"`
-	UID        types.UID `json:"uid"`
-}
-
-func (g GitRepository) key() string { return g.Namespace + "/" + g.Name }
-
-func (g GitRepository) gvr() schema.GroupVersionResource {
-	gv, _ := schema.ParseGroupVersion(g.APIVersion)
+// gvr is the resource of repo's served version.
+func gvr(repo spec.GitRepository) schema.GroupVersionResource {
+	gv, _ := schema.ParseGroupVersion(repo.APIVersion)
 	return gv.WithResource("gitrepositories")
 }
 
@@ -151,7 +142,7 @@ type Sink struct {
 
 // managed is what the sink keeps in place for one GitRepository.
 type managed struct {
-	repo  GitRepository
+	repo  spec.GitRepository
 	token string
 }
 
@@ -191,17 +182,13 @@ func New(dyn dynamic.Interface, cfg Config, opts ...Option) (*Sink, error) {
 // Name returns "fluxreceiver".
 func (s *Sink) Name() string { return "fluxreceiver" }
 
-func repoOf(t watcher.Target) (GitRepository, error) {
-	var g GitRepository
-	data, err := json.Marshal(t.Payload)
-	if err == nil {
-		err = json.Unmarshal(data, &g)
+func repoOf(t watcher.Target) (spec.GitRepository, error) {
+	g, ok := spec.Of[spec.GitRepository](t)
+	if !ok {
+		return g, watcher.Permanent(fmt.Errorf("fluxreceiver: target %s: payload %T is not a spec.GitRepository", t.ID, t.Payload))
 	}
-	if err == nil && (g.Name == "" || g.Namespace == "" || g.UID == "" || g.APIVersion == "") {
-		err = errors.New("apiVersion, namespace, name or uid is missing")
-	}
-	if err != nil {
-		return g, watcher.Permanent(fmt.Errorf("fluxreceiver: target %s: payload does not name a GitRepository: %w", t.ID, err))
+	if err := g.Validate(); err != nil {
+		return g, watcher.Permanent(fmt.Errorf("fluxreceiver: target %s: %w", t.ID, err))
 	}
 	return g, nil
 }
@@ -239,9 +226,9 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 			return err
 		}
 		if n >= s.cfg.MaxNotifications {
-			return fmt.Errorf("fluxreceiver: %s: %w after %d notifications", repo.key(), err, n)
+			return fmt.Errorf("fluxreceiver: %s: %w after %d notifications", repo.Key(), err, n)
 		}
-		s.log.Info("artifact still stale: notifying again", "gitrepository", repo.key(), "commit", c.To, "notification", n+1)
+		s.log.Info("artifact still stale: notifying again", "gitrepository", repo.Key(), "commit", c.To, "notification", n+1)
 	}
 }
 
@@ -260,7 +247,7 @@ func (s *Sink) post(ctx context.Context, path, token string, c watcher.Change) e
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Signature", Sign(body, token))
+	req.Header.Set("X-Signature", webhook.Sign(token, body))
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("fluxreceiver: notify %s: %w", s.cfg.ReceiverURL, err)
@@ -273,14 +260,6 @@ func (s *Sink) post(ctx context.Context, path, token string, c watcher.Change) e
 	return nil
 }
 
-// Sign is the X-Signature of body for a generic-hmac Receiver with token:
-// "sha256=" and the hex HMAC-SHA256.
-func Sign(body []byte, token string) string {
-	mac := hmac.New(sha256.New, []byte(token))
-	mac.Write(body)
-	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
-}
-
 // WebhookPath is where notification-controller serves a Receiver:
 // "/hook/" and the hex SHA-256 of token, name and namespace.
 func WebhookPath(token, name, namespace string) string {
@@ -289,20 +268,20 @@ func WebhookPath(token, name, namespace string) string {
 }
 
 // annotate asks Flux to reconcile the GitRepository now.
-func (s *Sink) annotate(ctx context.Context, repo GitRepository) error {
+func (s *Sink) annotate(ctx context.Context, repo spec.GitRepository) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 		"annotations": map[string]string{AnnotationRequestedAt: time.Now().UTC().Format(time.RFC3339Nano)},
 	}})
-	_, err := s.dyn.Resource(repo.gvr()).Namespace(repo.Namespace).Patch(ctx, repo.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: s.cfg.FieldManager})
+	_, err := s.dyn.Resource(gvr(repo)).Namespace(repo.Namespace).Patch(ctx, repo.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: s.cfg.FieldManager})
 	if err != nil {
-		return fmt.Errorf("fluxreceiver: annotate %s: %w", repo.key(), err)
+		return fmt.Errorf("fluxreceiver: annotate %s: %w", repo.Key(), err)
 	}
 	return nil
 }
 
 // current reports whether the GitRepository's artifact is at commit now.
-func (s *Sink) current(ctx context.Context, repo GitRepository, commit string) bool {
-	u, err := s.dyn.Resource(repo.gvr()).Namespace(repo.Namespace).Get(ctx, repo.Name, metav1.GetOptions{})
+func (s *Sink) current(ctx context.Context, repo spec.GitRepository, commit string) bool {
+	u, err := s.dyn.Resource(gvr(repo)).Namespace(repo.Namespace).Get(ctx, repo.Name, metav1.GetOptions{})
 	if err != nil {
 		return false
 	}
@@ -313,12 +292,12 @@ func (s *Sink) current(ctx context.Context, repo GitRepository, commit string) b
 var errStale = errors.New("status.artifact.revision did not reach the commit")
 
 // confirm waits until the GitRepository's artifact revision names commit.
-func (s *Sink) confirm(ctx context.Context, repo GitRepository, commit string) error {
+func (s *Sink) confirm(ctx context.Context, repo spec.GitRepository, commit string) error {
 	at := func(u *unstructured.Unstructured) bool {
 		rev, _, _ := unstructured.NestedString(u.Object, "status", "artifact", "revision")
 		return revisionIs(rev, commit)
 	}
-	err := s.waitFor(ctx, repo.gvr(), repo.Namespace, repo.Name, s.cfg.ConfirmTimeout, at)
+	err := s.waitFor(ctx, gvr(repo), repo.Namespace, repo.Name, s.cfg.ConfirmTimeout, at)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return errStale
 	}
@@ -378,7 +357,7 @@ func (s *Sink) Remove(ctx context.Context, t watcher.Target) error {
 		return nil // nothing of ours can exist
 	}
 	s.mu.Lock()
-	delete(s.managed, repo.key())
+	delete(s.managed, repo.Key())
 	s.mu.Unlock()
 	if s.cfg.Mode != ModeReceiver {
 		return nil

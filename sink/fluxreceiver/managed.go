@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // objectName names the Receiver and the Secret of a GitRepository.
@@ -29,9 +31,9 @@ func objectName(repo string) string {
 // ensure puts the GitRepository's Secret and Receiver in place (the first
 // time; then Run keeps them there) and waits for the Receiver's webhook
 // path.
-func (s *Sink) ensure(ctx context.Context, repo GitRepository) (*managed, string, error) {
+func (s *Sink) ensure(ctx context.Context, repo spec.GitRepository) (*managed, string, error) {
 	s.mu.Lock()
-	m := s.managed[repo.key()]
+	m := s.managed[repo.Key()]
 	s.mu.Unlock()
 	if m == nil || m.repo.UID != repo.UID {
 		// New to this sink: written now; from then on Run keeps the objects
@@ -45,7 +47,7 @@ func (s *Sink) ensure(ctx context.Context, repo GitRepository) (*managed, string
 			return nil, "", err
 		}
 		s.mu.Lock()
-		s.managed[repo.key()] = m
+		s.managed[repo.Key()] = m
 		s.mu.Unlock()
 	}
 
@@ -63,7 +65,7 @@ func (s *Sink) ensure(ctx context.Context, repo GitRepository) (*managed, string
 
 // existingToken keeps the token of a Secret of ours that already exists
 // (a restart), or makes a new one.
-func (s *Sink) existingToken(ctx context.Context, repo GitRepository) (string, error) {
+func (s *Sink) existingToken(ctx context.Context, repo spec.GitRepository) (string, error) {
 	sec, err := s.dyn.Resource(SecretGVR).Namespace(repo.Namespace).Get(ctx, objectName(repo.Name), metav1.GetOptions{})
 	if err == nil && sec.GetLabels()[LabelManagedBy] == s.cfg.FieldManager {
 		enc, _, _ := unstructured.NestedString(sec.Object, "data", "token")
@@ -86,7 +88,7 @@ func (s *Sink) apply(ctx context.Context, m *managed) error {
 			"labels": map[string]any{LabelManagedBy: s.cfg.FieldManager},
 			"ownerReferences": []any{map[string]any{
 				"apiVersion": m.repo.APIVersion, "kind": "GitRepository",
-				"name": m.repo.Name, "uid": string(m.repo.UID), "controller": true,
+				"name": m.repo.Name, "uid": m.repo.UID, "controller": true,
 			}},
 		}
 	}
@@ -157,7 +159,7 @@ func (s *Sink) Run(ctx context.Context) error {
 			err := s.apply(actx, m)
 			cancel()
 			if err != nil && ctx.Err() == nil {
-				s.log.Error(err, "keeping the receiver in place", "gitrepository", m.repo.key())
+				s.log.Error(err, "keeping the receiver in place", "gitrepository", m.repo.Key())
 			}
 		}
 	}

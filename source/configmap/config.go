@@ -13,8 +13,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // Config is the agent's configuration file, in Numaplane's agent format.
@@ -53,7 +53,7 @@ type GitDefinition struct {
 	// Name names the definition in a GitDefinitions list (the target ID is
 	// built from it); a lone GitDefinition is named "control".
 	Name string `json:"name,omitempty"`
-	gitsync.Spec
+	spec.GitSync
 }
 
 // ErrInvalid is returned (wrapped) for a configuration that cannot be
@@ -195,5 +195,5 @@ func (d GitDefinition) target(prefix string, c Config) (watcher.Target, error) {
 	if d.Destination.Cluster == "" {
 		d.Destination.Cluster = c.ClusterName
 	}
-	return d.Spec.Target(strings.TrimSuffix(prefix, "/")+"/"+d.Name, time.Duration(c.TimeIntervalSec)*time.Second)
+	return d.GitSync.Target(strings.TrimSuffix(prefix, "/")+"/"+d.Name, time.Duration(c.TimeIntervalSec)*time.Second)
 }

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // Group is Flux's source API group.
@@ -43,14 +43,6 @@ type Config struct {
 	// again although nothing changed, so that credentials read from Secrets
 	// are read again. 0 turns it off. Default 1m.
 	RefreshInterval time.Duration
-}
-
-// Payload is what each target carries: the GitRepository it stands for.
-type Payload struct {
-	APIVersion string    `json:"apiVersion"`
-	Namespace  string    `json:"namespace"`
-	Name       string    `json:"name"`
-	UID        types.UID `json:"uid"`
 }
 
 // Source watches GitRepositories.
@@ -286,7 +278,7 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 	}
 	t := &watcher.Target{
 		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision,
-		Payload: Payload{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID()},
+		Payload: spec.GitRepository{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID())},
 	}
 	if name, _, _ := unstructured.NestedString(u.Object, "spec", "secretRef", "name"); name != "" {
 		if t.Auth, err = s.auth(ctx, u.GetNamespace(), name); err != nil {

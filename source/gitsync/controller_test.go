@@ -117,21 +117,3 @@ func TestCredentialsFromFilesAndLongestPrefix(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, a, "no prefix: anonymous")
 }
-
-func TestSpecTarget(t *testing.T) {
-	ok := gitsync.Spec{RepoURL: "https://h/r.git", Path: "a", TargetRevision: "main", Helm: &gitsync.Helm{ValueFiles: []string{"v.yaml"}}, Destination: gitsync.Destination{Cluster: "c", Namespace: "n"}}
-	tg, err := ok.Target("gitsync/ns/name", 0)
-	require.NoError(t, err)
-	assert.Equal(t, gitsync.Payload{Renderer: "helm", Namespace: "n", Cluster: "c", Helm: ok.Helm}, tg.Payload)
-
-	for name, s := range map[string]gitsync.Spec{
-		"two renderers":    {RepoURL: "https://h/r.git", Raw: &struct{}{}, Kustomize: &struct{}{}},
-		"bad scheme":       {RepoURL: "ftp://h/r.git"},
-		"escaping path":    {RepoURL: "https://h/r.git", Path: "a/../../b"},
-		"nameless param":   {RepoURL: "https://h/r.git", Helm: &gitsync.Helm{Parameters: []gitsync.HelmParameter{{Value: "x"}}}},
-		"invalid revision": {RepoURL: "https://h/r.git", TargetRevision: "a..b"},
-	} {
-		_, err := s.Target("gitsync/ns/name", 0)
-		assert.ErrorIs(t, err, gitsync.ErrInvalidSpec, name)
-	}
-}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/modwatch/modwatch/internal/backoff"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // GVR is the GitSync resource.
@@ -198,8 +199,8 @@ func (s *Source) targets(objs []any) []watcher.Target {
 		case err != nil:
 			s.enqueue(key, invalid(gen, err))
 			s.log.Info("invalid GitSync", "gitsync", key, "error", err.Error())
-		case cfg.ClusterName != "" && t.Payload.(Payload).Cluster != cfg.ClusterName:
-			s.enqueue(key, notApplicable(gen, fmt.Sprintf("destination cluster %q is not this cluster (%q)", t.Payload.(Payload).Cluster, cfg.ClusterName)))
+		case cfg.ClusterName != "" && t.Payload.(spec.Render).Cluster != cfg.ClusterName:
+			s.enqueue(key, notApplicable(gen, fmt.Sprintf("destination cluster %q is not this cluster (%q)", t.Payload.(spec.Render).Cluster, cfg.ClusterName)))
 		default:
 			s.enqueue(key, accepted(gen))
 			out = append(out, t)
@@ -210,25 +211,25 @@ func (s *Source) targets(objs []any) []watcher.Target {
 
 // target reads one GitSync.
 func target(u *unstructured.Unstructured, interval time.Duration) (watcher.Target, error) {
-	var spec Spec
+	var gs spec.GitSync
 	raw, _ := u.Object["spec"].(map[string]any)
 	data, err := json.Marshal(raw)
 	if err == nil {
-		err = json.Unmarshal(data, &spec)
+		err = json.Unmarshal(data, &gs)
 	}
 	if err != nil {
-		return watcher.Target{}, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+		return watcher.Target{}, fmt.Errorf("%w: %w", spec.ErrInvalid, err)
 	}
-	if spec.TargetRevision == "" {
-		return watcher.Target{}, fmt.Errorf("%w: targetRevision is empty", ErrInvalidSpec)
+	if gs.TargetRevision == "" {
+		return watcher.Target{}, fmt.Errorf("%w: targetRevision is empty", spec.ErrInvalid)
 	}
-	t, err := spec.Target(idOf(u.GetNamespace(), u.GetName()), interval)
+	t, err := gs.Target(idOf(u.GetNamespace(), u.GetName()), interval)
 	if err != nil {
 		return watcher.Target{}, err
 	}
-	p := t.Payload.(Payload)
-	p.Generation = u.GetGeneration()
-	t.Payload = p
+	r := t.Payload.(spec.Render)
+	r.Generation = u.GetGeneration()
+	t.Payload = r
 	return t, nil
 }
 

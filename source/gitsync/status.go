@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // The phases of a GitSync.
@@ -132,8 +133,8 @@ func eventMutation(e watcher.Event) (m mutation, ok bool) {
 	if e.Target == nil {
 		return nil, false
 	}
-	p, _ := e.Target.Payload.(Payload)
-	gen := p.Generation
+	r, _ := spec.Of[spec.Render](*e.Target)
+	gen := r.Generation
 	switch e.Type {
 	case watcher.EventDelivered:
 		msg := "applied " + short(e.Commit)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // Source is a fixed set of targets.
@@ -41,7 +42,10 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 //	    revision: master        # branch, tag, full SHA or semver range; "" = HEAD
 //	    path: kustomize         # "" = the whole repository
 //	    interval: 5m            # optional
-//	    payload: {any: value}   # optional, passed to sinks as map[string]any
+//	    render:                 # optional: the Payload is this spec.Render
+//	      renderer: kustomize
+//	      namespace: apps
+//	    payload: {any: value}   # optional, instead of render: passed to sinks as map[string]any
 type File struct {
 	Targets []FileTarget `json:"targets"`
 }
@@ -53,6 +57,7 @@ type FileTarget struct {
 	Revision string         `json:"revision,omitempty"`
 	Path     string         `json:"path,omitempty"`
 	Interval string         `json:"interval,omitempty"`
+	Render   *spec.Render   `json:"render,omitempty"`
 	Payload  map[string]any `json:"payload,omitempty"`
 }
 
@@ -92,7 +97,15 @@ func Parse(data []byte) ([]watcher.Target, error) {
 	for i, ft := range f.Targets {
 		field := func(name string) string { return fmt.Sprintf("targets[%d].%s", i, name) }
 		t := watcher.Target{ID: ft.ID, URL: ft.URL, Revision: ft.Revision, Path: ft.Path}
-		if ft.Payload != nil {
+		switch {
+		case ft.Render != nil && ft.Payload != nil:
+			errs = append(errs, fmt.Errorf("%s: render and payload are both set", field("payload")))
+		case ft.Render != nil:
+			if err := ft.Render.Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", field("render"), err))
+			}
+			t.Payload = *ft.Render
+		case ft.Payload != nil:
 			t.Payload = ft.Payload
 		}
 		if ft.Interval != "" {

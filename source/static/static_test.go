@@ -15,6 +15,7 @@ import (
 
 	"github.com/modwatch/modwatch/source/static"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -30,14 +31,19 @@ targets:
     payload: {namespace: apps}
   - id: ctl
     url: git@example.com:platform/control.git
+  - id: shop
+    url: https://h/shop.git
+    render: {renderer: helm, namespace: shop, helm: {valueFiles: [prod.yaml]}}
 `))
 	require.NoError(t, err)
-	require.Len(t, ts, 2)
+	require.Len(t, ts, 3)
 	assert.Equal(t, watcher.Target{
 		ID: "podinfo", URL: "https://github.com/stefanprodan/podinfo", Revision: ">=6.0.0",
 		Path: "./kustomize/", Interval: 5 * time.Minute, Payload: map[string]any{"namespace": "apps"},
 	}, ts[0])
 	assert.Equal(t, "", ts[1].Revision)
+	assert.Nil(t, ts[1].Payload)
+	assert.Equal(t, spec.Render{Renderer: "helm", Namespace: "shop", Helm: &spec.Helm{ValueFiles: []string{"prod.yaml"}}}, ts[2].Payload)
 	for _, tgt := range ts {
 		require.NoError(t, tgt.Validate())
 	}
@@ -54,6 +60,9 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"negative interval", "targets: [{id: a, url: 'https://h/r', interval: -1s}]", "targets[0].interval"},
 		{"duplicate id", "targets: [{id: a, url: 'https://h/r'}, {id: a, url: 'https://h/s'}]", "targets[1].id"},
 		{"unknown field", "targets: [{id: a, url: 'https://h/r', revison: main}]", "revison"},
+		{"render and payload", "targets: [{id: a, url: 'https://h/r', render: {}, payload: {}}]", "targets[0].payload: render and payload are both set"},
+		{"nameless helm parameter", "targets: [{id: a, url: 'https://h/r', render: {helm: {parameters: [{value: x}]}}}]", "targets[0].render: spec: invalid: helm.parameters[0]: name is empty"},
+		{"unknown render field", "targets: [{id: a, url: 'https://h/r', render: {renderr: helm}}]", "renderr"},
 		{"not yaml", "targets: [", "invalid target file"},
 		{"wrong type", "targets: {id: a}", "invalid target file"},
 	} {

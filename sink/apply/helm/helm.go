@@ -20,10 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/modwatch/modwatch/sink/apply"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
-// Name is the value of apply.Spec.Renderer that selects this renderer.
-const Name = "helm"
+// Name is the value of spec.Render.Renderer that selects this renderer.
+const Name = spec.RendererHelm
 
 // MaxChartSize caps the bytes of the chart read.
 const MaxChartSize = 64 << 20
@@ -37,7 +38,7 @@ var _ apply.Renderer = Renderer{}
 func New() Renderer { return Renderer{} }
 
 // Render templates the chart at fsys's root.
-func (Renderer) Render(ctx context.Context, fsys fs.FS, spec apply.Spec) ([]*unstructured.Unstructured, error) {
+func (Renderer) Render(ctx context.Context, fsys fs.FS, r spec.Render) ([]*unstructured.Unstructured, error) {
 	files, err := readChart(ctx, fsys)
 	if err != nil {
 		return nil, err
@@ -49,7 +50,11 @@ func (Renderer) Render(ctx context.Context, fsys fs.FS, spec apply.Spec) ([]*uns
 	if missing := missingDependencies(chrt); len(missing) > 0 {
 		return nil, fmt.Errorf("helm: dependencies %s are missing from charts/ (they must be vendored: nothing is downloaded)", strings.Join(missing, ", "))
 	}
-	vals, err := values(fsys, spec.Helm)
+	h := spec.Helm{}
+	if r.Helm != nil {
+		h = *r.Helm
+	}
+	vals, err := values(fsys, h)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +62,7 @@ func (Renderer) Render(ctx context.Context, fsys fs.FS, spec apply.Spec) ([]*uns
 		return nil, fmt.Errorf("helm: dependencies: %w", err)
 	}
 	caps := chartutil.DefaultCapabilities.Copy()
-	opts := chartutil.ReleaseOptions{Name: spec.Helm.ReleaseName, Namespace: spec.Namespace, Revision: 1, IsInstall: true}
+	opts := chartutil.ReleaseOptions{Name: h.ReleaseName, Namespace: r.Namespace, Revision: 1, IsInstall: true}
 	top, err := chartutil.ToRenderValues(chrt, vals, opts, caps)
 	if err != nil {
 		return nil, fmt.Errorf("helm: values: %w", err)
@@ -148,9 +153,9 @@ func ignoredUnder(rules *ignore.Rules, name string, fsys fs.FS) bool {
 }
 
 // values merges the value files in order, then sets the parameters.
-func values(fsys fs.FS, spec apply.HelmSpec) (map[string]any, error) {
+func values(fsys fs.FS, h spec.Helm) (map[string]any, error) {
 	vals := map[string]any{}
-	for _, name := range spec.ValueFiles {
+	for _, name := range h.ValueFiles {
 		clean := path.Clean(strings.TrimPrefix(name, "./"))
 		if !fs.ValidPath(clean) {
 			return nil, fmt.Errorf("helm: value file %q is not inside the chart", name)
@@ -165,7 +170,7 @@ func values(fsys fs.FS, spec apply.HelmSpec) (map[string]any, error) {
 		}
 		vals = merge(vals, v)
 	}
-	for _, p := range spec.Parameters {
+	for _, p := range h.Parameters {
 		if p.Name == "" || strings.ContainsAny(p.Name, "=,") {
 			return nil, fmt.Errorf("helm: parameter name %q is empty or holds '=' or ','", p.Name)
 		}

@@ -10,8 +10,8 @@ import (
 	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -53,15 +53,15 @@ func byName(objs []*unstructured.Unstructured) map[string]*unstructured.Unstruct
 }
 
 func TestRenderChart(t *testing.T) {
-	spec := apply.Spec{Namespace: "apps", Helm: apply.HelmSpec{
+	rs := spec.Render{Namespace: "apps", Helm: &spec.Helm{
 		ReleaseName: "shop",
 		ValueFiles:  []string{"prod.yaml"},
-		Parameters: []apply.HelmParameter{
+		Parameters: []spec.HelmParameter{
 			{Name: "greeting", Value: `hi, there\`},
 			{Name: "cache.size", Value: "large"},
 		},
 	}}
-	objs, err := helm.New().Render(context.Background(), Chart(), spec)
+	objs, err := helm.New().Render(context.Background(), Chart(), rs)
 	require.NoError(t, err)
 	got := byName(objs)
 	assert.Len(t, got, 3, "the CRD, the chart's ConfigMap and the subchart's: no hook, no notes")
@@ -80,7 +80,7 @@ func TestRenderErrors(t *testing.T) {
 	tests := []struct {
 		name   string
 		mutate func(fstest.MapFS)
-		spec   apply.HelmSpec
+		spec   spec.Helm
 		err    string
 	}{
 		{name: "missing dependency", mutate: func(c fstest.MapFS) {
@@ -90,9 +90,9 @@ func TestRenderErrors(t *testing.T) {
 		{name: "no chart", mutate: func(c fstest.MapFS) { delete(c, "Chart.yaml") }, err: "Chart.yaml"},
 		{name: "bad template", mutate: func(c fstest.MapFS) { c["templates/bad.yaml"] = f("{{ .Values.nope.deeper }}") }, err: "bad.yaml"},
 		{name: "template renders bad yaml", mutate: func(c fstest.MapFS) { c["templates/bad.yaml"] = f("kind: [\n") }, err: "bad.yaml"},
-		{name: "missing value file", spec: apply.HelmSpec{ValueFiles: []string{"nope.yaml"}}, err: `value file "nope.yaml"`},
-		{name: "value file outside", spec: apply.HelmSpec{ValueFiles: []string{"../../etc/passwd"}}, err: "not inside the chart"},
-		{name: "bad parameter name", spec: apply.HelmSpec{Parameters: []apply.HelmParameter{{Name: "a=b"}}}, err: "parameter name"},
+		{name: "missing value file", spec: spec.Helm{ValueFiles: []string{"nope.yaml"}}, err: `value file "nope.yaml"`},
+		{name: "value file outside", spec: spec.Helm{ValueFiles: []string{"../../etc/passwd"}}, err: "not inside the chart"},
+		{name: "bad parameter name", spec: spec.Helm{Parameters: []spec.HelmParameter{{Name: "a=b"}}}, err: "parameter name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,9 +100,9 @@ func TestRenderErrors(t *testing.T) {
 			if tt.mutate != nil {
 				tt.mutate(c)
 			}
-			spec := apply.Spec{Namespace: "apps", Helm: tt.spec}
-			spec.Helm.ReleaseName = "shop"
-			_, err := helm.New().Render(context.Background(), c, spec)
+			h := tt.spec
+			h.ReleaseName = "shop"
+			_, err := helm.New().Render(context.Background(), c, spec.Render{Namespace: "apps", Helm: &h})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.err)
 		})

@@ -15,10 +15,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/sink/apply"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
-// Name is the value of apply.Spec.Renderer that selects this renderer.
-const Name = "kustomize"
+// Name is the value of spec.Render.Renderer that selects this renderer.
+const Name = spec.RendererKustomize
 
 // MaxTreeSize caps the bytes of the tree copied for kustomize.
 const MaxTreeSize = 64 << 20
@@ -35,7 +36,7 @@ var _ apply.Renderer = Renderer{}
 func New() Renderer { return Renderer{} }
 
 // Render runs `kustomize build` over fsys.
-func (Renderer) Render(ctx context.Context, fsys fs.FS, _ apply.Spec) ([]*unstructured.Unstructured, error) {
+func (Renderer) Render(ctx context.Context, fsys fs.FS, _ spec.Render) ([]*unstructured.Unstructured, error) {
 	mem := filesys.MakeFsInMemory()
 	if err := copyTree(ctx, fsys, mem); err != nil {
 		return nil, err

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -38,7 +38,7 @@ func TestOverlayOverBase(t *testing.T) {
 		"replicas.yaml":           f("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 3}\n"),
 		"README.md":               f("ignored"),
 	}
-	objs, err := kustomize.New().Render(context.Background(), tree, apply.Spec{})
+	objs, err := kustomize.New().Render(context.Background(), tree, spec.Render{})
 	require.NoError(t, err)
 	names := map[string]string{}
 	for _, o := range objs {
@@ -71,7 +71,7 @@ func TestRefusesWhatIsNotInTheTree(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := kustomize.New().Render(context.Background(), fstest.MapFS{"kustomization.yaml": f(tt.kustomization)}, apply.Spec{})
+			_, err := kustomize.New().Render(context.Background(), fstest.MapFS{"kustomization.yaml": f(tt.kustomization)}, spec.Render{})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.err)
 		})
@@ -79,6 +79,6 @@ func TestRefusesWhatIsNotInTheTree(t *testing.T) {
 }
 
 func TestNoKustomization(t *testing.T) {
-	_, err := kustomize.New().Render(context.Background(), fstest.MapFS{"a.yaml": f(deployment)}, apply.Spec{})
+	_, err := kustomize.New().Render(context.Background(), fstest.MapFS{"a.yaml": f(deployment)}, spec.Render{})
 	assert.ErrorContains(t, err, "kustomization")
 }

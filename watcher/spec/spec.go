@@ -1,0 +1,185 @@
+// Package spec holds the payloads that the bundled sources and sinks agree
+// on, as Go types: a source puts one in a target's Payload and a sink reads
+// it back with a type assertion. It imports nothing from Kubernetes, so a
+// file reader (source/configmap) and a cluster writer (sink/apply) can share
+// it without either pulling the other's dependencies. The watcher itself
+// never reads a Payload.
+//
+//   - [Render] says how a target's tree becomes Kubernetes objects and
+//     where they go; sink/apply reads it.
+//   - [GitSync] is Numaplane's GitSync spec (the CRD's and the agent's
+//     configuration's form); [GitSync.Target] turns one into a target whose
+//     Payload is a Render.
+//   - [GitRepository] names the Flux object a target stands for;
+//     source/flux gives it and sink/fluxreceiver reads it.
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/modwatch/modwatch/watcher"
+)
+
+// Renderer names.
+const (
+	RendererRaw       = "raw"
+	RendererKustomize = "kustomize"
+	RendererHelm      = "helm"
+)
+
+// DefaultNamespace is the namespace given to namespaced objects that have
+// none, unless a Render names another.
+const DefaultNamespace = "default"
+
+// ErrInvalid is returned (wrapped) for a spec that cannot be used.
+var ErrInvalid = errors.New("spec: invalid")
+
+// Render is how a target is rendered and where it goes.
+type Render struct {
+	// Renderer is "raw" (the default), "kustomize", "helm", or any name a
+	// sink has a renderer registered under.
+	Renderer string `json:"renderer,omitempty"`
+	// Namespace is set on namespaced objects that have none. Cluster-scoped
+	// objects are never given one. Default "default".
+	Namespace string `json:"namespace,omitempty"`
+	// Helm is for the Helm renderer.
+	Helm *Helm `json:"helm,omitempty"`
+	// Cluster is the destination cluster's name, "" for the one the sink
+	// writes to.
+	Cluster string `json:"cluster,omitempty"`
+	// Generation is the metadata.generation of the object the target comes
+	// from (0 when none): a status written for a delivery names it.
+	Generation int64 `json:"generation,omitempty"`
+}
+
+// Default fills the unset fields.
+func (r *Render) Default() {
+	if r.Renderer == "" {
+		r.Renderer = RendererRaw
+	}
+	if r.Namespace == "" {
+		r.Namespace = DefaultNamespace
+	}
+}
+
+// Validate says what is wrong with r, naming the field.
+func (r Render) Validate() error {
+	if r.Helm == nil {
+		return nil
+	}
+	for i, p := range r.Helm.Parameters {
+		if p.Name == "" {
+			return fmt.Errorf("%w: helm.parameters[%d]: name is empty", ErrInvalid, i)
+		}
+	}
+	return nil
+}
+
+// Helm is a Helm render, as Numaplane's HelmSource has it.
+type Helm struct {
+	// ReleaseName defaults to the last segment of the target ID.
+	ReleaseName string `json:"releaseName,omitempty"`
+	// ValueFiles are paths inside the chart, merged in order over the
+	// chart's values.yaml.
+	ValueFiles []string `json:"valueFiles,omitempty"`
+	// Parameters are set after the value files, like `helm --set`.
+	Parameters []HelmParameter `json:"parameters,omitempty"`
+}
+
+// HelmParameter is one `--set name=value`; Value is taken literally.
+type HelmParameter struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Destination is the cluster a GitSync is for, and the namespace of its
+// namespaced objects that have none.
+type Destination struct {
+	Cluster   string `json:"cluster,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// GitSync is Numaplane's GitSync spec: a path of a repository at a
+// revision, rendered raw, with kustomize or with Helm, for a destination.
+type GitSync struct {
+	RepoURL        string      `json:"repoUrl"`
+	Path           string      `json:"path,omitempty"`
+	TargetRevision string      `json:"targetRevision,omitempty"`
+	Raw            *struct{}   `json:"raw,omitempty"`
+	Kustomize      *struct{}   `json:"kustomize,omitempty"`
+	Helm           *Helm       `json:"helm,omitempty"`
+	Destination    Destination `json:"destination,omitzero"`
+}
+
+// Render returns how s is rendered, or says what is wrong with it.
+func (s GitSync) Render() (Render, error) {
+	r := Render{Renderer: RendererRaw, Namespace: s.Destination.Namespace, Cluster: s.Destination.Cluster}
+	n := 0
+	if s.Raw != nil {
+		n++
+	}
+	if s.Kustomize != nil {
+		n++
+		r.Renderer = RendererKustomize
+	}
+	if s.Helm != nil {
+		n++
+		r.Renderer, r.Helm = RendererHelm, s.Helm
+	}
+	if n > 1 {
+		return Render{}, fmt.Errorf("%w: at most one of raw, kustomize and helm may be set", ErrInvalid)
+	}
+	return r, r.Validate()
+}
+
+// Target returns the target of s, its Payload a [Render], or says what is
+// wrong with s.
+func (s GitSync) Target(id string, interval time.Duration) (watcher.Target, error) {
+	r, err := s.Render()
+	if err != nil {
+		return watcher.Target{}, err
+	}
+	t := watcher.Target{ID: id, URL: s.RepoURL, Revision: s.TargetRevision, Path: s.Path, Interval: interval, Payload: r}
+	if err := t.Validate(); err != nil {
+		return watcher.Target{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return t, nil
+}
+
+// GitRepository names the Flux GitRepository a target stands for.
+type GitRepository struct {
+	// APIVersion is the served version read, such as
+	// "source.toolkit.fluxcd.io/v1".
+	APIVersion string `json:"apiVersion"`
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+	// UID tells a recreated object from the one it replaced.
+	UID string `json:"uid"`
+}
+
+// Validate says which field is missing.
+func (g GitRepository) Validate() error {
+	if g.Name == "" || g.Namespace == "" || g.UID == "" || g.APIVersion == "" {
+		return fmt.Errorf("%w: GitRepository: apiVersion, namespace, name or uid is missing", ErrInvalid)
+	}
+	return nil
+}
+
+// Key is "namespace/name".
+func (g GitRepository) Key() string { return g.Namespace + "/" + g.Name }
+
+// Of returns the target's Payload as a T (or *T); ok is false when the
+// Payload is neither, or a nil *T.
+func Of[T any](t watcher.Target) (v T, ok bool) {
+	switch p := t.Payload.(type) {
+	case T:
+		return p, true
+	case *T:
+		if p != nil {
+			return *p, true
+		}
+	}
+	return v, false
+}
