@@ -2,10 +2,8 @@
 // server-side applies them to a cluster, pruning what a previous commit
 // applied and the current one no longer has.
 //
-// A delivery renders the Change's tree with the target's [Renderer] (raw
-// YAML and JSON are built in; kustomize and Helm live in the sub-packages
-// apply/kustomize and apply/helm so that a program that does not need them
-// does not link them), then applies the objects with
+// A delivery renders the Change's tree with the target's [Renderer], then
+// applies the objects with
 // github.com/fluxcd/pkg/ssa in two stages: cluster definitions
 // (CustomResourceDefinitions, Namespaces, ClusterRoles) first, waited on
 // until they are established, then the rest. An object is written only
@@ -24,6 +22,15 @@
 // every object is checked, and drift corrected, on the first delivery, when
 // the target changes, and on resyncs (Config.AlwaysCheckDrift checks every
 // object on every commit, as Flux does).
+//
+// Renderers: raw YAML and JSON are built in; kustomize and Helm are
+// registered with [WithRenderer] from apply/kustomize and apply/helm. Helm
+// is a module of its own (github.com/modwatch/modwatch/sink/apply/helm): a
+// program that does not require it has neither its packages nor its
+// modules. Kustomize is not separable that way: fluxcd/pkg/ssa reaches
+// kustomize's api packages through cli-utils and cli-runtime, so every
+// program that links this package links them (72 packages), and
+// apply/kustomize adds only itself to that.
 //
 // Each delivery returns a [Result] (per object created, configured,
 // unchanged, deleted, skipped or failed), which observers find in

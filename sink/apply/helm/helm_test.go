@@ -7,14 +7,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/modwatch/modwatch/sink/apply/helm"
 	"github.com/modwatch/modwatch/watcher/spec"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func f(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
 
