@@ -10,13 +10,13 @@
 // jitter, and the [Checkpoint] in the [Store] advances only after success.
 // [Observer]s hear every outcome.
 //
-// A program wires it in a few lines:
+// A program wires it in a few lines (the package example has them whole):
 //
-//	w := watcher.New(watcher.WithLogger(log), watcher.WithCacheDir(dir))
-//	w.Route(static.New(targets...), dir.New(out))
+//	w := watcher.New(watcher.WithLogger(log), watcher.WithCacheDir(cacheDir))
+//	w.Route(static.New(targets...), dir.New(outDir))
 //	err := w.Run(ctx)
 //
 // The package has no Kubernetes imports. Sources and sinks live in their own
-// packages under source/ and sink/; fakes for users' tests live in
-// watcher/watchertest.
+// packages under source/ and sink/; watcher/watchertest has what users'
+// tests need: a repository to commit to, a fake source, a recording sink.
 package watcher

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/modwatch/modwatch/sink/apply"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 func ExampleDecode() {
@@ -32,4 +34,22 @@ metadata:
 	// ConfigMap settings
 	// Deployment web
 	// true
+}
+
+// A source says how a target is rendered with a spec.Render in its
+// Payload; anything else is refused, naming its type.
+func ExamplePayloadSpec() {
+	for _, payload := range []any{
+		nil,
+		spec.Render{Renderer: spec.RendererKustomize, Namespace: "apps"},
+		map[string]any{"renderer": "helm"},
+	} {
+		r, err := apply.PayloadSpec(watcher.Target{ID: "app", Payload: payload})
+		r.Default()
+		fmt.Printf("%s %s %v\n", r.Renderer, r.Namespace, err)
+	}
+	// Output:
+	// raw default <nil>
+	// kustomize apps <nil>
+	// raw default apply: invalid config: target app: payload map[string]interface {} is not a spec.Render (use apply.WithSpecFunc)
 }

@@ -1,4 +1,4 @@
-package modcheck_test
+package repocheck_test
 
 import (
 	"os"

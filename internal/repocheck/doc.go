@@ -1,0 +1,10 @@
+// Package repocheck holds tests of the repository itself:
+//
+//   - a program that requires only the core module
+//     (github.com/modwatch/modwatch: the watcher, gitutil, the
+//     Kubernetes-free sources and sinks) gets no Kubernetes, Helm,
+//     kustomize or Flux module in its module graph;
+//   - every Go snippet of README.md is a verbatim excerpt of a test or
+//     example that compiles (and mostly runs), named by the comment above
+//     it, so that the README cannot rot.
+package repocheck

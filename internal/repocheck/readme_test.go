@@ -1,0 +1,65 @@
+package repocheck_test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// snippet is a ```go block of the README and the file it must come from.
+var snippet = regexp.MustCompile("(?s)(?:<!-- compiled: (\\S+) -->\n)?```go\n(.*?)```")
+
+func TestReadmeSnippetsAreCompiled(t *testing.T) {
+	root := filepath.Join("..", "..")
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	blocks := snippet.FindAllStringSubmatch(string(readme), -1)
+	require.NotEmpty(t, blocks)
+	for i, b := range blocks {
+		file, code := b[1], b[2]
+		if !assert.NotEmpty(t, file, "README go block %d has no <!-- compiled: path --> line above it:\n%s", i+1, code) {
+			continue
+		}
+		src, err := os.ReadFile(filepath.Join(root, file))
+		if !assert.NoError(t, err, "README go block %d", i+1) {
+			continue
+		}
+		assert.True(t, strings.HasSuffix(file, "_test.go"), "%s: a snippet comes from a test or an example", file)
+		assert.True(t, contains(lines(string(src)), lines(code)), "README go block %d is not a verbatim excerpt of %s:\n%s", i+1, file, code)
+	}
+}
+
+// lines returns the non-blank lines of s, trimmed.
+func lines(s string) []string {
+	var out []string
+	for l := range strings.Lines(s) {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// contains reports whether part appears in whole as a run of lines.
+func contains(whole, part []string) bool {
+	for i := 0; i+len(part) <= len(whole); i++ {
+		if equal(whole[i:i+len(part)], part) {
+			return true
+		}
+	}
+	return false
+}
+
+func equal(a, b []string) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

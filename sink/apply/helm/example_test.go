@@ -1,0 +1,26 @@
+package helm_test
+
+import (
+	"k8s.io/client-go/rest"
+
+	"github.com/modwatch/modwatch/sink/apply"
+	"github.com/modwatch/modwatch/sink/apply/helm"
+	"github.com/modwatch/modwatch/sink/apply/kustomize"
+	"github.com/modwatch/modwatch/source/static"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
+)
+
+// The README's wiring of the apply sink with both renderers. (Compiled,
+// not run: it needs a cluster.)
+func Example() {
+	var restConfig *rest.Config // from the program's kubeconfig or in-cluster configuration
+	w := watcher.New()
+	target := watcher.Target{ID: "apps", URL: "https://github.com/acme/apps.git", Path: "deploy"}
+
+	applier, _ := apply.New(restConfig, apply.Config{FieldManager: "my-agent"},
+		apply.WithRenderer(kustomize.Name, kustomize.New()), // helm is a module of its own
+		apply.WithRenderer(helm.Name, helm.New()))
+	target.Payload = spec.Render{Renderer: kustomize.Name, Namespace: "apps"}
+	w.Route(static.New(target), applier) // observers get an *apply.Result per delivery
+}
