@@ -93,12 +93,11 @@ func (d *deliverer) run(ctx context.Context, dkey string) error {
 			return nil
 		}
 	}
-	clock := d.w.opts.clock
 	var (
 		want    *desired // latest desire taken
 		resync  bool
 		attempt int
-		retry   Timer
+		retry   *time.Timer
 	)
 	stopRetry := func() {
 		if retry != nil {
@@ -111,7 +110,7 @@ func (d *deliverer) run(ctx context.Context, dkey string) error {
 	for {
 		var retryC <-chan time.Time
 		if retry != nil {
-			retryC = retry.C()
+			retryC = retry.C
 		}
 		select {
 		case <-ctx.Done():
@@ -149,7 +148,7 @@ func (d *deliverer) run(ctx context.Context, dkey string) error {
 			resync, attempt = false, 0
 		default:
 			attempt++
-			retry = clock.NewTimer(backoff.Delay(attempt, d.w.opts.retryMin, d.w.opts.retryMax))
+			retry = time.NewTimer(backoff.Delay(attempt, d.w.opts.retryMin, d.w.opts.retryMax))
 			d.w.retrying.Add(1)
 		}
 	}
@@ -188,7 +187,7 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 			return nil
 		}
 		if cp.Tree == tree {
-			cp.Commit, cp.Time = commit, w.opts.clock.Now()
+			cp.Commit, cp.Time = commit, time.Now()
 			if err := w.opts.store.Put(ctx, d.key, cp); err != nil {
 				return failed(nil, err)
 			}
@@ -239,15 +238,15 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	start := w.opts.clock.Now()
+	start := time.Now()
 	ev.Result, err = w.callSink(ctx, func(ctx context.Context) (any, error) { return safeDeliver(ctx, d.sink.sink, c) })
 	<-w.deliverSem
 	abandoned = errors.Is(err, ErrSinkAbandoned)
-	ev.Duration = w.opts.clock.Now().Sub(start)
+	ev.Duration = time.Now().Sub(start)
 	if err != nil {
 		return failed(&c, err)
 	}
-	if err := w.opts.store.Put(ctx, d.key, Checkpoint{Commit: commit, Tree: tree, Target: fp, Time: w.opts.clock.Now()}); err != nil {
+	if err := w.opts.store.Put(ctx, d.key, Checkpoint{Commit: commit, Tree: tree, Target: fp, Time: time.Now()}); err != nil {
 		// Delivered but not recorded: deliver again rather than lose it.
 		return failed(&c, err)
 	}
@@ -288,12 +287,12 @@ func (w *Watcher) callSink(ctx context.Context, call func(ctx context.Context) (
 		return r.v, r.err
 	case <-dctx.Done():
 	}
-	grace := w.opts.clock.NewTimer(w.opts.sinkGrace)
+	grace := time.NewTimer(w.opts.sinkGrace)
 	defer grace.Stop()
 	select {
 	case r := <-done:
 		return r.v, r.err
-	case <-grace.C():
+	case <-grace.C:
 	}
 	w.abandoned.Add(1)
 	if !state.CompareAndSwap(running, gone) {
@@ -343,12 +342,12 @@ func (d *deliverer) doRemove(ctx context.Context, t Target) {
 			}
 			ev.Err = err
 			w.emit(ev)
-			timer := w.opts.clock.NewTimer(backoff.Delay(attempt, w.opts.retryMin, w.opts.retryMax))
+			timer := time.NewTimer(backoff.Delay(attempt, w.opts.retryMin, w.opts.retryMax))
 			select {
 			case <-ctx.Done():
 				timer.Stop()
 				return
-			case <-timer.C():
+			case <-timer.C:
 			}
 		}
 	}

@@ -19,7 +19,7 @@ const gcSuffix = ".gc"
 // touchMirror records that a mirror is in use, as its directory's
 // modification time, which survives restarts.
 func (w *Watcher) touchMirror(dir string) {
-	now := w.opts.clock.Now()
+	now := time.Now()
 	_ = os.Chtimes(dir, now, now)
 }
 
@@ -28,12 +28,12 @@ func (w *Watcher) touchMirror(dir string) {
 func (w *Watcher) gcLoop(ctx context.Context) error {
 	every := min(max(w.opts.mirrorGrace/4, time.Minute), time.Hour)
 	for {
-		timer := w.opts.clock.NewTimer(every)
+		timer := time.NewTimer(every)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return nil
-		case <-timer.C():
+		case <-timer.C:
 		}
 		w.collectMirrors()
 	}
@@ -60,7 +60,7 @@ func (w *Watcher) collectMirrors() {
 		w.log.Error(err, "collect unused mirrors")
 		return
 	}
-	now := w.opts.clock.Now()
+	now := time.Now()
 	var doomed []string
 	for _, e := range entries {
 		if !e.IsDir() || !mirrorName.MatchString(e.Name()) || used[e.Name()] {

@@ -23,7 +23,6 @@ type options struct {
 	listLimit        int
 	fetchLimit       int
 	deliverLimit     int
-	clock            Clock
 	creds            gitutil.CredentialResolver
 	store            Store
 	resync           time.Duration
@@ -59,7 +58,6 @@ func defaultOptions() options {
 		listLimit:        16,
 		fetchLimit:       4,
 		deliverLimit:     8,
-		clock:            realClock{},
 		store:            NewMemoryStore(),
 		retryMin:         time.Second,
 		retryMax:         5 * time.Minute,
@@ -139,10 +137,6 @@ func WithListConcurrency(n int) Option {
 		}
 	}
 }
-
-// WithClock sets the clock used for intervals, backoff and event times
-// (default: the system clock).
-func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithCredentials sets how credentials are found for a URL (default: none,
 // anonymous access). A target's own Auth takes precedence.

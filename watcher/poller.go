@@ -113,16 +113,15 @@ func (r *remote) interval() time.Duration {
 }
 
 func (r *remote) run(ctx context.Context) error {
-	clock := r.w.opts.clock
 	log := r.w.log.WithValues("remote", r.redacted)
-	timer := clock.NewTimer(0)
+	timer := time.NewTimer(0)
 	defer func() { timer.Stop() }()
 	failures := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-timer.C():
+		case <-timer.C:
 		case <-r.trigger:
 			timer.Stop()
 		}
@@ -145,7 +144,7 @@ func (r *remote) run(ctx context.Context) error {
 			}
 			failures = 0
 		}
-		timer = clock.NewTimer(wait)
+		timer = time.NewTimer(wait)
 	}
 }
 
@@ -153,10 +152,10 @@ func (r *remote) run(ctx context.Context) error {
 // mirror lacks, and offer each target whose commit moved to its deliverers.
 func (r *remote) poll(ctx context.Context) (err error) {
 	w := r.w
-	start := w.opts.clock.Now()
+	start := time.Now()
 	w.touchMirror(r.mirror.Dir())
 	defer func() {
-		d := w.opts.clock.Now().Sub(start)
+		d := time.Now().Sub(start)
 		w.emit(Event{Type: EventPolled, Remote: r.redacted, Duration: d, Err: err})
 		if err == nil {
 			w.log.V(1).Info("polled", "remote", r.redacted, "duration", d)
@@ -191,11 +190,11 @@ func (r *remote) poll(ctx context.Context) (err error) {
 			return ctx.Err()
 		}
 		lctx, cancel := context.WithTimeout(ctx, w.opts.listTimeout)
-		listStart := w.opts.clock.Now()
+		listStart := time.Now()
 		refs, err = gitutil.ListRefs(lctx, r.url, auth, gitutil.WithRefPrefixes(prefixes...))
 		cancel()
 		<-w.listSem
-		w.emit(Event{Type: EventListed, Remote: r.redacted, Duration: w.opts.clock.Now().Sub(listStart), Err: err})
+		w.emit(Event{Type: EventListed, Remote: r.redacted, Duration: time.Now().Sub(listStart), Err: err})
 		if err != nil {
 			for _, p := range targets {
 				r.fail(ctx, p, err)
@@ -273,7 +272,7 @@ func (r *remote) poll(ctx context.Context) (err error) {
 		w.targetPolled(j.p.b.t, r.redacted)
 		d := desired{
 			target: j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree,
-			mirror: r.mirror, remote: r.redacted, seen: w.opts.clock.Now(),
+			mirror: r.mirror, remote: r.redacted, seen: time.Now(),
 		}
 		for _, s := range j.p.b.sinks {
 			s.offer(d)
@@ -297,7 +296,7 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 	var release sync.Once
 	defer release.Do(func() { <-w.fetchSem })
 
-	start := w.opts.clock.Now()
+	start := time.Now()
 	names := make([]string, 0, len(refs))
 	for n := range refs {
 		names = append(names, n)
@@ -334,7 +333,7 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 		}
 		err = fmt.Errorf("watcher: fetch %s: %w", r.redacted, err)
 	}
-	w.emit(Event{Type: EventFetched, Remote: r.redacted, Duration: w.opts.clock.Now().Sub(start), Err: err})
+	w.emit(Event{Type: EventFetched, Remote: r.redacted, Duration: time.Now().Sub(start), Err: err})
 	return res.Refs, err
 }
 
@@ -354,9 +353,9 @@ func (r *remote) watchProgress(ctx context.Context, yield, abort func()) (stop f
 	go func() {
 		defer close(exited)
 		tick := min(w.opts.stallYield, w.opts.stallAbort) / 4
-		last, since, yielded := r.mirror.Progress(), w.opts.clock.Now(), false
+		last, since, yielded := r.mirror.Progress(), time.Now(), false
 		for {
-			t := w.opts.clock.NewTimer(tick)
+			t := time.NewTimer(tick)
 			select {
 			case <-done:
 				t.Stop()
@@ -364,9 +363,9 @@ func (r *remote) watchProgress(ctx context.Context, yield, abort func()) (stop f
 			case <-ctx.Done():
 				t.Stop()
 				return
-			case <-t.C():
+			case <-t.C:
 			}
-			now := w.opts.clock.Now()
+			now := time.Now()
 			if p := r.mirror.Progress(); p != last {
 				last, since = p, now
 				continue

@@ -352,12 +352,12 @@ func (w *Watcher) admit(t Target) (Target, error) {
 
 func (w *Watcher) reconcileLoop(ctx context.Context) error {
 	var resync <-chan time.Time
-	var resyncTimer Timer
+	var resyncTimer *time.Timer
 	if w.opts.resync > 0 {
-		resyncTimer = w.opts.clock.NewTimer(w.opts.resync)
-		resync = resyncTimer.C()
+		resyncTimer = time.NewTimer(w.opts.resync)
+		resync = resyncTimer.C
 	}
-	var retry Timer
+	var retry *time.Timer
 	defer func() {
 		if resyncTimer != nil {
 			resyncTimer.Stop()
@@ -369,7 +369,7 @@ func (w *Watcher) reconcileLoop(ctx context.Context) error {
 	for {
 		var retryC <-chan time.Time
 		if retry != nil {
-			retryC = retry.C()
+			retryC = retry.C
 		}
 		select {
 		case <-ctx.Done():
@@ -378,8 +378,8 @@ func (w *Watcher) reconcileLoop(ctx context.Context) error {
 		case <-retryC:
 		case <-resync:
 			w.resyncAll()
-			resyncTimer = w.opts.clock.NewTimer(w.opts.resync)
-			resync = resyncTimer.C()
+			resyncTimer = time.NewTimer(w.opts.resync)
+			resync = resyncTimer.C
 			continue
 		}
 		if retry != nil {
@@ -388,7 +388,7 @@ func (w *Watcher) reconcileLoop(ctx context.Context) error {
 		}
 		if !w.reconcile(ctx) {
 			// Some credentials or mirrors could not be had: try again.
-			retry = w.opts.clock.NewTimer(backoff.Jitter(w.opts.credentialsRetry, w.opts.jitter))
+			retry = time.NewTimer(backoff.Jitter(w.opts.credentialsRetry, w.opts.jitter))
 		}
 	}
 }
@@ -575,7 +575,7 @@ func (w *Watcher) resyncAll() {
 
 // emit stamps e and hands it to every observer.
 func (w *Watcher) emit(e Event) {
-	e.Time = w.opts.clock.Now()
+	e.Time = time.Now()
 	for _, o := range w.opts.observers {
 		o.Observe(e)
 	}
