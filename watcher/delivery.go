@@ -29,12 +29,13 @@ type desired struct {
 // deliverer serializes the deliveries of one target to one sink. It holds at
 // most one pending desire: a newer one replaces it (latest wins).
 type deliverer struct {
-	w    *Watcher
-	key  string // checkpoint key: target ID and sink name
-	sink namedSink
-	prev *deliverer // a deliverer of the same key still removing
-	wake chan struct{}
-	done chan struct{}
+	env      *env
+	key      string // checkpoint key: target ID and sink name
+	sink     namedSink
+	prev     *deliverer // a deliverer of the same key still removing
+	finished func()     // called when run returns
+	wake     chan struct{}
+	done     chan struct{}
 
 	unreadable bool // an unreadable checkpoint was reported; run's goroutine only
 
@@ -45,9 +46,9 @@ type deliverer struct {
 	removed bool
 }
 
-func newDeliverer(w *Watcher, t Target, s namedSink, prev *deliverer) *deliverer {
+func newDeliverer(v *env, t Target, s namedSink, prev *deliverer, finished func()) *deliverer {
 	return &deliverer{
-		w: w, key: t.ID + "/" + s.name, sink: s, prev: prev, target: t,
+		env: v, key: t.ID + "/" + s.name, sink: s, prev: prev, target: t, finished: finished,
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 }
@@ -83,8 +84,8 @@ func (d *deliverer) remove() {
 	d.signal()
 }
 
-func (d *deliverer) run(ctx context.Context, dkey string) error {
-	defer d.w.removed(dkey, d)
+func (d *deliverer) run(ctx context.Context) error {
+	defer d.finished()
 	defer close(d.done)
 	if d.prev != nil {
 		select {
@@ -103,7 +104,7 @@ func (d *deliverer) run(ctx context.Context, dkey string) error {
 		if retry != nil {
 			retry.Stop()
 			retry = nil
-			d.w.retrying.Add(-1)
+			d.env.retrying.Add(-1)
 		}
 	}
 	defer stopRetry()
@@ -117,7 +118,7 @@ func (d *deliverer) run(ctx context.Context, dkey string) error {
 			return nil
 		case <-retryC:
 			retry = nil
-			d.w.retrying.Add(-1)
+			d.env.retrying.Add(-1)
 		case <-d.wake:
 			d.mu.Lock()
 			next, rs, rm, target := d.pending, d.resync, d.removed, d.target
@@ -148,113 +149,126 @@ func (d *deliverer) run(ctx context.Context, dkey string) error {
 			resync, attempt = false, 0
 		default:
 			attempt++
-			retry = time.NewTimer(backoff.Delay(attempt, d.w.opts.retryMin, d.w.opts.retryMax))
-			d.w.retrying.Add(1)
+			retry = time.NewTimer(backoff.Delay(attempt, d.env.opts.retryMin, d.env.opts.retryMax))
+			d.env.retrying.Add(1)
 		}
 	}
 }
 
 // deliver hands want to the sink unless its checkpoint says it has it.
 func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, attempt int) error {
-	w := d.w
 	t := want.target
 	commit, tree, fp := want.commit.String(), want.tree.String(), t.fingerprint()
 	ev := Event{Target: &t, Sink: d.sink.name, Remote: want.remote, Ref: want.ref, Commit: commit, Attempt: attempt, Seen: want.seen}
-	failed := func(c *Change, err error) error {
-		if ctx.Err() != nil {
-			return ctx.Err() // shutting down: not a failure of the sink
-		}
-		ev.Type, ev.Change, ev.Err = EventDeliveryFailed, c, err
-		w.emit(ev)
-		w.log.Error(err, "delivery failed", "target", t.ID, "sink", d.sink.name, "commit", short(commit), "attempt", attempt)
-		return err
+	cp, have, err := d.checkpoint(ctx)
+	if err != nil {
+		return d.fail(ctx, ev, nil, err)
 	}
+	dec := decide(cp, have, commit, tree, fp, resync)
+	switch dec.action {
+	case skip:
+		return nil
+	case record:
+		cp.Commit, cp.Time = commit, time.Now()
+		if err := d.env.opts.store.Put(ctx, d.key, cp); err != nil {
+			return d.fail(ctx, ev, nil, err)
+		}
+		ev.Type = EventUpToDate
+		d.env.emit(ev)
+		return nil
+	}
+	c, err := d.change(ctx, want, dec)
+	if err != nil {
+		return d.fail(ctx, ev, &c, err)
+	}
+	abandoned := false
+	defer func() {
+		if closer, ok := c.FS.(io.Closer); ok && !abandoned {
+			_ = closer.Close() // an abandoned sink may read on
+		}
+	}()
+	ev.Result, ev.Duration, err = d.call(ctx, c)
+	abandoned = errors.Is(err, ErrSinkAbandoned)
+	if err != nil {
+		return d.fail(ctx, ev, &c, err)
+	}
+	if err := d.env.opts.store.Put(ctx, d.key, Checkpoint{Commit: commit, Tree: tree, Target: fp, Time: time.Now()}); err != nil {
+		// Delivered but not recorded: deliver again rather than lose it.
+		return d.fail(ctx, ev, &c, err)
+	}
+	d.unreadable = false
+	ev.Type, ev.Change = EventDelivered, &c
+	d.env.emit(ev)
+	d.env.log.V(1).Info("delivered", "target", t.ID, "sink", d.sink.name, "commit", short(commit), "reason", c.Reason)
+	return nil
+}
 
-	cp, ok, err := w.opts.store.Get(ctx, d.key)
+// checkpoint reads the sink's checkpoint; an unreadable one is reported
+// once and counts as absent (the target is delivered again and the record
+// rewritten).
+func (d *deliverer) checkpoint(ctx context.Context) (Checkpoint, bool, error) {
+	cp, ok, err := d.env.opts.store.Get(ctx, d.key)
 	if errors.Is(err, ErrCheckpointUnreadable) {
-		// Treated as absent: delivered again, and the record rewritten.
 		if !d.unreadable {
-			w.log.Error(err, "checkpoint unreadable; delivering the target again", "target", t.ID, "sink", d.sink.name)
+			d.env.log.Error(err, "checkpoint unreadable; delivering the target again", "target", d.target.ID, "sink", d.sink.name)
 			d.unreadable = true
 		}
-		cp, ok, err = Checkpoint{}, false, nil
+		return Checkpoint{}, false, nil
 	}
-	if err != nil {
-		return failed(nil, err)
-	}
-	if ok && cp.Target == fp && !resync {
-		if cp.Commit == commit {
-			return nil
-		}
-		if cp.Tree == tree {
-			cp.Commit, cp.Time = commit, time.Now()
-			if err := w.opts.store.Put(ctx, d.key, cp); err != nil {
-				return failed(nil, err)
-			}
-			ev.Type = EventUpToDate
-			w.emit(ev)
-			return nil
-		}
-	}
+	return cp, ok, err
+}
 
-	c := Change{Target: t, Ref: want.ref, To: commit}
-	switch {
-	case !ok:
-		c.Reason = ReasonInitial
-	case cp.Target != fp:
-		c.Reason, c.From = ReasonTargetChanged, cp.Commit
-	case cp.Commit == commit:
-		c.Reason, c.From = ReasonResync, cp.Commit
-	default:
-		c.From = cp.Commit
-		from := plumbing.NewHash(cp.Commit)
-		c.Reason = ReasonNewCommit
+// change makes the Change of a delivery: its reason (a new commit that
+// does not descend from the last is a force-push), the paths changed
+// since, and the tree.
+func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Change, error) {
+	t := want.target
+	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commit.String(), Reason: dec.reason}
+	if dec.reason == ReasonNewCommit {
+		from := plumbing.NewHash(dec.from)
 		// Unknown ancestry (a shallow mirror) counts as a new commit; a
 		// missing From (a rebuilt mirror) leaves Paths unknown.
-		if anc, aerr := want.mirror.IsAncestor(ctx, from, want.commit); aerr == nil && !anc {
+		if anc, err := want.mirror.IsAncestor(ctx, from, want.commit); err == nil && !anc {
 			c.Reason = ReasonForcePush
 		}
-		if paths, perr := want.mirror.ChangedPaths(ctx, from, want.commit, t.Path); perr == nil {
+		if paths, err := want.mirror.ChangedPaths(ctx, from, want.commit, t.Path); err == nil {
 			c.Paths = paths
 		}
 	}
 	fsys, err := want.mirror.FS(want.commit, t.Path)
 	if err != nil {
 		if errors.Is(err, gitutil.ErrCommitNotFound) || errors.Is(err, gitutil.ErrCorrupt) {
-			w.Trigger(t.URL) // the mirror lost it (rebuilt): have it fetched again now
+			d.env.trigger(t.URL) // the mirror lost it (rebuilt): have it fetched again now
 		}
-		return failed(&c, err)
+		return c, err
 	}
 	c.FS = fsys
-	abandoned := false
-	defer func() {
-		if closer, ok := fsys.(io.Closer); ok && !abandoned {
-			_ = closer.Close() // an abandoned sink may read on
-		}
-	}()
+	return c, nil
+}
 
+// call hands c to the sink within the watcher's delivery limit.
+func (d *deliverer) call(ctx context.Context, c Change) (report any, took time.Duration, err error) {
 	select {
-	case w.deliverSem <- struct{}{}:
+	case d.env.deliverSem <- struct{}{}:
 	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	}
+	defer func() { <-d.env.deliverSem }()
+	start := time.Now()
+	report, err = d.env.callSink(ctx, func(ctx context.Context) (any, error) { return safeDeliver(ctx, d.sink.sink, c) })
+	return report, time.Since(start), err
+}
+
+// fail reports a failed delivery, unless the watcher is stopping (the
+// failure is then ours, not the sink's).
+func (d *deliverer) fail(ctx context.Context, ev Event, c *Change, err error) error {
+	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	start := time.Now()
-	ev.Result, err = w.callSink(ctx, func(ctx context.Context) (any, error) { return safeDeliver(ctx, d.sink.sink, c) })
-	<-w.deliverSem
-	abandoned = errors.Is(err, ErrSinkAbandoned)
-	ev.Duration = time.Now().Sub(start)
-	if err != nil {
-		return failed(&c, err)
-	}
-	if err := w.opts.store.Put(ctx, d.key, Checkpoint{Commit: commit, Tree: tree, Target: fp, Time: time.Now()}); err != nil {
-		// Delivered but not recorded: deliver again rather than lose it.
-		return failed(&c, err)
-	}
-	d.unreadable = false
-	ev.Type, ev.Change = EventDelivered, &c
-	w.emit(ev)
-	w.log.V(1).Info("delivered", "target", t.ID, "sink", d.sink.name, "commit", short(commit), "reason", c.Reason)
-	return nil
+	ev.Type, ev.Change, ev.Err = EventDeliveryFailed, c, err
+	d.env.emit(ev)
+	d.env.log.Error(err, "delivery failed", "target", ev.Target.ID, "sink", d.sink.name, "commit", short(ev.Commit), "attempt", ev.Attempt)
+	return err
 }
 
 // ErrSinkAbandoned is returned (wrapped) for a sink call that did not
@@ -265,42 +279,42 @@ var ErrSinkAbandoned = errors.New("watcher: sink ignored its context; call aband
 // for it at most the sink grace after that ctx ends. A call still running
 // then is abandoned: its goroutine runs on, counted in Stats.Abandoned, and
 // the call counts as failed.
-func (w *Watcher) callSink(ctx context.Context, call func(ctx context.Context) (any, error)) (any, error) {
-	dctx, cancel := context.WithTimeout(ctx, w.opts.deliverTimeout)
+func (v *env) callSink(ctx context.Context, call func(ctx context.Context) (any, error)) (any, error) {
+	dctx, cancel := context.WithTimeout(ctx, v.opts.deliverTimeout)
 	defer cancel()
 	type result struct {
-		v   any
+		val any
 		err error
 	}
 	const running, returned, gone = 0, 1, 2
 	var state atomic.Int32
 	done := make(chan result, 1)
 	go func() {
-		v, err := call(dctx)
+		val, err := call(dctx)
 		if !state.CompareAndSwap(running, returned) {
-			w.abandoned.Add(-1) // it was given up on
+			v.abandoned.Add(-1) // it was given up on
 		}
-		done <- result{v, err}
+		done <- result{val, err}
 	}()
 	select {
 	case r := <-done:
-		return r.v, r.err
+		return r.val, r.err
 	case <-dctx.Done():
 	}
-	grace := time.NewTimer(w.opts.sinkGrace)
+	grace := time.NewTimer(v.opts.sinkGrace)
 	defer grace.Stop()
 	select {
 	case r := <-done:
-		return r.v, r.err
+		return r.val, r.err
 	case <-grace.C:
 	}
-	w.abandoned.Add(1)
+	v.abandoned.Add(1)
 	if !state.CompareAndSwap(running, gone) {
-		w.abandoned.Add(-1) // it returned just now
+		v.abandoned.Add(-1) // it returned just now
 		r := <-done
-		return r.v, r.err
+		return r.val, r.err
 	}
-	return nil, fmt.Errorf("%w: still running %s after its deadline", ErrSinkAbandoned, w.opts.sinkGrace)
+	return nil, fmt.Errorf("%w: still running %s after its deadline", ErrSinkAbandoned, v.opts.sinkGrace)
 }
 
 // safeDeliver hands c to s, through DeliverReport when s is a [Reporter],
@@ -321,7 +335,7 @@ func safeDeliver(ctx context.Context, s Sink, c Change) (report any, err error) 
 // doRemove tells a Remover sink, retrying with backoff while ctx lasts, and
 // forgets the checkpoint.
 func (d *deliverer) doRemove(ctx context.Context, t Target) {
-	w := d.w
+	w := d.env
 	ev := Event{Type: EventRemoved, Target: &t, Sink: d.sink.name, Remote: gitutil.RedactURL(t.URL)}
 	if rm, ok := d.sink.sink.(Remover); ok {
 		for attempt := 1; ; attempt++ {

@@ -18,7 +18,7 @@ const gcSuffix = ".gc"
 
 // touchMirror records that a mirror is in use, as its directory's
 // modification time, which survives restarts.
-func (w *Watcher) touchMirror(dir string) {
+func (v *env) touchMirror(dir string) {
 	now := time.Now()
 	_ = os.Chtimes(dir, now, now)
 }

@@ -53,20 +53,20 @@ func (h *health) count() int {
 
 // targetFailed reports a TargetFailed or RefVanished event: to the
 // observers each time, to the log when the target's state changes.
-func (w *Watcher) targetFailed(e Event) {
-	if w.health.fail(e.Target.ID, string(e.Type)+": "+e.Err.Error()) {
+func (v *env) targetFailed(e Event) {
+	if v.health.fail(e.Target.ID, string(e.Type)+": "+e.Err.Error()) {
 		if e.Type == EventRefVanished {
-			w.log.Info("the ref of a target vanished; the last delivery stays", "target", e.Target.ID, "remote", e.Remote, "ref", e.Ref)
+			v.log.Info("the ref of a target vanished; the last delivery stays", "target", e.Target.ID, "remote", e.Remote, "ref", e.Ref)
 		} else {
-			w.log.Error(e.Err, "target failing", "target", e.Target.ID, "remote", e.Remote)
+			v.log.Error(e.Err, "target failing", "target", e.Target.ID, "remote", e.Remote)
 		}
 	}
-	w.emit(e)
+	v.emit(e)
 }
 
 // targetPolled records that a target was brought to a commit.
-func (w *Watcher) targetPolled(t Target, remote string) {
-	if w.health.ok(t.ID) {
-		w.log.Info("target recovered", "target", t.ID, "remote", remote)
+func (v *env) targetPolled(t Target, remote string) {
+	if v.health.ok(t.ID) {
+		v.log.Info("target recovered", "target", t.ID, "remote", remote)
 	}
 }

@@ -11,10 +11,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/modwatch/modwatch/gitutil"
@@ -33,14 +31,8 @@ var (
 // to their sinks. Create it with [New], add routes with [Watcher.Route],
 // then call [Watcher.Run] once.
 type Watcher struct {
-	opts       options
-	log        logr.Logger
-	listSem    chan struct{}
-	fetchSem   chan struct{}
-	deliverSem chan struct{}
-	changed    chan struct{} // a source updated its set: reconcile
-	retrying   atomic.Int64  // deliveries waiting to be retried
-	abandoned  atomic.Int64  // sink calls that ignored their ctx, still running
+	*env                  // what its remotes and deliverers share
+	changed chan struct{} // a source updated its set: reconcile
 
 	mu         sync.Mutex
 	routes     []*route
@@ -51,8 +43,6 @@ type Watcher struct {
 	deliverers map[string]*deliverer // by route, target and sink
 	removing   map[string]*deliverer // deliverers told to remove, until done
 	cache      *cacheDir             // while running
-
-	health health
 }
 
 type route struct {
@@ -75,19 +65,16 @@ func New(opts ...Option) *Watcher {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Watcher{
-		opts:       o,
-		log:        o.log.WithName("watcher"),
-		listSem:    make(chan struct{}, o.listLimit),
-		fetchSem:   make(chan struct{}, o.fetchLimit),
-		deliverSem: make(chan struct{}, o.deliverLimit),
+	w := &Watcher{
+		env:        newEnv(o),
 		changed:    make(chan struct{}, 1),
 		remotes:    map[string]*remote{},
 		remotesGen: make(chan struct{}),
 		deliverers: map[string]*deliverer{},
 		removing:   map[string]*deliverer{},
-		health:     health{failing: map[string]string{}},
 	}
+	w.trigger = w.Trigger
+	return w
 }
 
 // Route sends the targets of src to sinks. Many routes share the watcher's
@@ -421,9 +408,10 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 				dkey := fmt.Sprintf("%s\x00%d", b.key, i)
 				d, ok := w.deliverers[dkey]
 				if !ok {
-					d = newDeliverer(w, t, s, w.removing[dkey])
+					d = newDeliverer(w.env, t, s, w.removing[dkey], nil)
+					d.finished = func() { w.removed(dkey, d) }
 					w.deliverers[dkey] = d
-					w.group.Go(func() error { return d.run(ctx, dkey) })
+					w.group.Go(func() error { return d.run(ctx) })
 				}
 				b.sinks = append(b.sinks, d)
 			}
@@ -570,14 +558,6 @@ func (w *Watcher) resyncAll() {
 	defer w.mu.Unlock()
 	for _, d := range w.deliverers {
 		d.requestResync()
-	}
-}
-
-// emit stamps e and hands it to every observer.
-func (w *Watcher) emit(e Event) {
-	e.Time = time.Now()
-	for _, o := range w.opts.observers {
-		o.Observe(e)
 	}
 }
 

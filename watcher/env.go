@@ -1,0 +1,44 @@
+package watcher
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// env is what a watcher's remotes and deliverers share of it: its
+// settings, its concurrency limits, its counters and where outcomes go;
+// not its routes, its remotes or its lock.
+type env struct {
+	opts       options
+	log        logr.Logger
+	listSem    chan struct{}
+	fetchSem   chan struct{}
+	deliverSem chan struct{}
+	retrying   atomic.Int64 // deliveries waiting to be retried
+	abandoned  atomic.Int64 // sink calls that ignored their ctx, still running
+	health     health
+	// trigger is Watcher.Trigger: a deliverer whose commit the mirror lost
+	// asks for a poll with it.
+	trigger func(repoURL string) bool
+}
+
+func newEnv(o options) *env {
+	return &env{
+		opts:       o,
+		log:        o.log.WithName("watcher"),
+		listSem:    make(chan struct{}, o.listLimit),
+		fetchSem:   make(chan struct{}, o.fetchLimit),
+		deliverSem: make(chan struct{}, o.deliverLimit),
+		health:     health{failing: map[string]string{}},
+	}
+}
+
+// emit stamps e and hands it to every observer.
+func (v *env) emit(e Event) {
+	e.Time = time.Now()
+	for _, o := range v.opts.observers {
+		o.Observe(e)
+	}
+}
