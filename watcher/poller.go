@@ -17,7 +17,7 @@ import (
 // remote polls one repository (URL and credentials) for all the targets on
 // it: one ref listing per cycle, a fetch only of what moved.
 type remote struct {
-	w        *Watcher
+	env      *env
 	key      string // normalised URL and credential identity
 	urlKey   string // normalised URL, for Trigger
 	url      string
@@ -38,9 +38,9 @@ type polled struct {
 	ref     string        // ref it last resolved to
 }
 
-func newRemote(w *Watcher, key string, spec *remoteSpec, m *gitutil.Mirror) *remote {
+func newRemote(v *env, key string, spec *remoteSpec, m *gitutil.Mirror) *remote {
 	r := &remote{
-		w: w, key: key, urlKey: spec.urlKey, url: spec.url, redacted: gitutil.RedactURL(spec.url),
+		env: v, key: key, urlKey: spec.urlKey, url: spec.url, redacted: gitutil.RedactURL(spec.url),
 		auth: spec.auth, mirror: m, trigger: make(chan struct{}, 1), targets: map[string]*polled{},
 	}
 	for k, b := range spec.targets {
@@ -103,17 +103,17 @@ func (r *remote) setTargets(auth *gitutil.Auth, ts map[string]*bound) {
 func (r *remote) interval() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d := r.w.opts.interval
+	d := r.env.opts.interval
 	for _, p := range r.targets {
 		if iv := p.b.t.Interval; iv > 0 && iv < d {
 			d = iv
 		}
 	}
-	return max(d, r.w.opts.minInterval)
+	return max(d, r.env.opts.minInterval)
 }
 
 func (r *remote) run(ctx context.Context) error {
-	log := r.w.log.WithValues("remote", r.redacted)
+	log := r.env.log.WithValues("remote", r.redacted)
 	timer := time.NewTimer(0)
 	defer func() { timer.Stop() }()
 	failures := 0
@@ -126,13 +126,13 @@ func (r *remote) run(ctx context.Context) error {
 			timer.Stop()
 		}
 		iv := r.interval()
-		wait := backoff.Jitter(iv, r.w.opts.jitter)
+		wait := backoff.Jitter(iv, r.env.opts.jitter)
 		if err := r.poll(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			failures++
-			wait = max(iv, backoff.Delay(failures, r.w.opts.retryMin, r.w.opts.retryMax))
+			wait = max(iv, backoff.Delay(failures, r.env.opts.retryMin, r.env.opts.retryMax))
 			if failures == 1 {
 				log.Error(err, "poll failed", "retryIn", wait)
 			} else {
@@ -151,125 +151,163 @@ func (r *remote) run(ctx context.Context) error {
 // poll runs one cycle: list refs once, resolve every target, fetch what the
 // mirror lacks, and offer each target whose commit moved to its deliverers.
 func (r *remote) poll(ctx context.Context) (err error) {
-	w := r.w
 	start := time.Now()
-	w.touchMirror(r.mirror.Dir())
+	r.env.touchMirror(r.mirror.Dir())
 	defer func() {
-		d := time.Now().Sub(start)
-		w.emit(Event{Type: EventPolled, Remote: r.redacted, Duration: d, Err: err})
+		d := time.Since(start)
+		r.env.emit(Event{Type: EventPolled, Remote: r.redacted, Duration: d, Err: err})
 		if err == nil {
-			w.log.V(1).Info("polled", "remote", r.redacted, "duration", d)
+			r.env.log.V(1).Info("polled", "remote", r.redacted, "duration", d)
 		}
 	}()
+	auth, targets := r.snapshot()
+	refs, err := r.list(ctx, auth, refPrefixes(targets))
+	if err != nil {
+		for _, p := range targets {
+			r.fail(ctx, p, err)
+		}
+		return err
+	}
+	jobs, missing := r.resolve(ctx, targets, refs)
+	var fetchFailed map[string]error
+	if len(missing.refs) > 0 || len(missing.commits) > 0 {
+		fetchFailed, err = r.fetchMissing(ctx, auth, jobs, missing)
+	}
+	r.offerAll(ctx, jobs, fetchFailed)
+	return err
+}
 
+// snapshot returns the credentials and the targets of this cycle, in a
+// stable order.
+func (r *remote) snapshot() (*gitutil.Auth, []*polled) {
 	r.mu.Lock()
-	auth := r.auth
+	defer r.mu.Unlock()
 	targets := make([]*polled, 0, len(r.targets))
 	for _, p := range r.targets {
 		targets = append(targets, p)
 	}
-	r.mu.Unlock()
 	sort.Slice(targets, func(i, j int) bool { return targets[i].b.key < targets[j].b.key })
+	return r.auth, targets
+}
 
-	var refs gitutil.RefList
-	var prefixes []string // what the targets' revisions need listed
+// refPrefixes returns the ref prefixes the targets' revisions need listed,
+// once each; none when every revision is a commit.
+func refPrefixes(targets []*polled) []string {
+	var out []string
 	seen := map[string]bool{}
 	for _, p := range targets {
 		for _, pre := range p.b.rev.RefPrefixes() {
 			if !seen[pre] {
 				seen[pre] = true
-				prefixes = append(prefixes, pre)
+				out = append(out, pre)
 			}
 		}
 	}
-	needList := len(prefixes) > 0
-	if needList {
-		select {
-		case w.listSem <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		lctx, cancel := context.WithTimeout(ctx, w.opts.listTimeout)
-		listStart := time.Now()
-		refs, err = gitutil.ListRefs(lctx, r.url, auth, gitutil.WithRefPrefixes(prefixes...))
-		cancel()
-		<-w.listSem
-		w.emit(Event{Type: EventListed, Remote: r.redacted, Duration: time.Now().Sub(listStart), Err: err})
-		if err != nil {
-			for _, p := range targets {
-				r.fail(ctx, p, err)
-			}
-			return err
-		}
-	}
+	return out
+}
 
-	// Resolve, and collect what the mirror lacks.
-	type job struct {
-		p   *polled
-		res gitutil.Resolved
+// list lists the remote's refs under prefixes, within the watcher's
+// listing limit; with no prefixes it lists nothing.
+func (r *remote) list(ctx context.Context, auth *gitutil.Auth, prefixes []string) (gitutil.RefList, error) {
+	if len(prefixes) == 0 {
+		return gitutil.RefList{}, nil
 	}
+	select {
+	case r.env.listSem <- struct{}{}:
+	case <-ctx.Done():
+		return gitutil.RefList{}, ctx.Err()
+	}
+	defer func() { <-r.env.listSem }()
+	lctx, cancel := context.WithTimeout(ctx, r.env.opts.listTimeout)
+	defer cancel()
+	start := time.Now()
+	refs, err := gitutil.ListRefs(lctx, r.url, auth, gitutil.WithRefPrefixes(prefixes...))
+	r.env.emit(Event{Type: EventListed, Remote: r.redacted, Duration: time.Since(start), Err: err})
+	return refs, err
+}
+
+// job is a target of this cycle and the commit it resolved to.
+type job struct {
+	p   *polled
+	res gitutil.Resolved
+}
+
+// missing is what the mirror lacks of this cycle's commits: refs to fetch,
+// and commits no ref names.
+type missing struct {
+	refs    map[string]bool
+	commits []plumbing.Hash
+}
+
+// resolve finds each target's commit in refs, and what the mirror lacks of
+// them. A target that does not resolve is reported and left out.
+func (r *remote) resolve(ctx context.Context, targets []*polled, refs gitutil.RefList) ([]job, missing) {
 	var jobs []job
-	wantRefs := map[string]bool{}
-	var wantCommits []plumbing.Hash
+	m := missing{refs: map[string]bool{}}
 	for _, p := range targets {
-		res, rerr := gitutil.Resolve(p.b.rev, refs)
-		if rerr != nil {
+		res, err := gitutil.Resolve(p.b.rev, refs)
+		if err != nil {
 			r.mu.Lock()
 			lastRef := p.ref
 			r.mu.Unlock()
-			if lastRef != "" && errors.Is(rerr, gitutil.ErrRefNotFound) {
+			if lastRef != "" && errors.Is(err, gitutil.ErrRefNotFound) {
 				t := p.b.t
-				w.targetFailed(Event{Type: EventRefVanished, Target: &t, Remote: r.redacted, Ref: lastRef, Err: rerr})
+				r.env.targetFailed(Event{Type: EventRefVanished, Target: &t, Remote: r.redacted, Ref: lastRef, Err: err})
 			} else {
-				r.fail(ctx, p, rerr)
+				r.fail(ctx, p, err)
 			}
 			continue
 		}
 		if !r.mirror.HasCommit(res.Commit) {
 			if res.Ref != "" {
-				wantRefs[res.Ref] = true
+				m.refs[res.Ref] = true
 			} else {
-				wantCommits = append(wantCommits, res.Commit)
+				m.commits = append(m.commits, res.Commit)
 			}
 		}
 		jobs = append(jobs, job{p, res})
 	}
+	return jobs, m
+}
 
-	fetchFailed := map[string]error{}
-	if len(wantRefs) > 0 || len(wantCommits) > 0 {
-		fetched, ferr := r.fetch(ctx, auth, wantRefs, wantCommits)
-		if ferr != nil {
-			err = ferr
+// fetchMissing fetches what the mirror lacks, moves each job to where its
+// ref is now (it may have moved since the listing), and returns the jobs
+// whose commit is still missing after a failed fetch, with the error.
+func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []job, m missing) (map[string]error, error) {
+	fetched, err := r.fetch(ctx, auth, m.refs, m.commits)
+	failed := map[string]error{}
+	for i := range jobs {
+		j := &jobs[i]
+		if h, ok := fetched[j.res.Ref]; ok && j.res.Ref != "" {
+			j.res.Commit = h
 		}
-		for i := range jobs {
-			j := &jobs[i]
-			if h, ok := fetched[j.res.Ref]; ok && j.res.Ref != "" {
-				j.res.Commit = h // the ref may have moved on since the listing
-			}
-			if ferr != nil && !r.mirror.HasCommit(j.res.Commit) {
-				fetchFailed[j.p.b.key] = ferr
-			}
+		if err != nil && !r.mirror.HasCommit(j.res.Commit) {
+			failed[j.p.b.key] = err
 		}
 	}
+	return failed, err
+}
 
+// offerAll hands each job whose commit moved to its target's deliverers.
+func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[string]error) {
 	for _, j := range jobs {
-		if ferr, failed := fetchFailed[j.p.b.key]; failed {
-			r.fail(ctx, j.p, ferr)
+		if err, failed := fetchFailed[j.p.b.key]; failed {
+			r.fail(ctx, j.p, err)
 			continue
 		}
 		r.mu.Lock()
 		unchanged := j.p.offered == j.res.Commit
 		r.mu.Unlock()
 		if unchanged {
-			w.targetPolled(j.p.b.t, r.redacted)
+			r.env.targetPolled(j.p.b.t, r.redacted)
 			continue
 		}
-		tree, terr := r.mirror.TreeHash(j.res.Commit, j.p.b.t.Path)
-		if terr != nil {
-			r.fail(ctx, j.p, terr)
+		tree, err := r.mirror.TreeHash(j.res.Commit, j.p.b.t.Path)
+		if err != nil {
+			r.fail(ctx, j.p, err)
 			continue
 		}
-		w.targetPolled(j.p.b.t, r.redacted)
+		r.env.targetPolled(j.p.b.t, r.redacted)
 		d := desired{
 			target: j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree,
 			mirror: r.mirror, remote: r.redacted, seen: time.Now(),
@@ -281,13 +319,12 @@ func (r *remote) poll(ctx context.Context) (err error) {
 		j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
 		r.mu.Unlock()
 	}
-	return err
 }
 
 // fetch brings the wanted refs and commits into the mirror, within the
 // watcher's fetch concurrency limit.
 func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]bool, commits []plumbing.Hash) (map[string]plumbing.Hash, error) {
-	w := r.w
+	w := r.env
 	select {
 	case w.fetchSem <- struct{}{}:
 	case <-ctx.Done():
@@ -347,7 +384,7 @@ var ErrFetchStalled = errors.New("fetch stalled: no progress")
 // stallYield without any, it calls yield once (the fetch gives up its
 // slot); after stallAbort, abort. The returned func stops it and waits.
 func (r *remote) watchProgress(ctx context.Context, yield, abort func()) (stop func()) {
-	w := r.w
+	w := r.env
 	done := make(chan struct{})
 	exited := make(chan struct{})
 	go func() {
@@ -395,5 +432,5 @@ func (r *remote) fail(ctx context.Context, p *polled, err error) {
 		return
 	}
 	t := p.b.t
-	r.w.targetFailed(Event{Type: EventTargetFailed, Target: &t, Remote: r.redacted, Err: err})
+	r.env.targetFailed(Event{Type: EventTargetFailed, Target: &t, Remote: r.redacted, Err: err})
 }

@@ -512,7 +512,7 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 			}
 			continue
 		}
-		r = newRemote(w, key, spec, m)
+		r = newRemote(w.env, key, spec, m)
 		w.remotes[key] = r
 		rctx, cancel := context.WithCancel(ctx)
 		r.cancel = cancel
