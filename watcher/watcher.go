@@ -398,14 +398,35 @@ type remoteSpec struct {
 // reconcile brings pollers and deliverers in line with the routes' target
 // sets. It reports false when something must be retried.
 func (w *Watcher) reconcile(ctx context.Context) bool {
+	all := w.bindDeliverers(ctx)
+	specs, credsOK := w.remoteSpecs(ctx, all)
+	failed := w.applyRemotes(ctx, specs)
+	watched := make(map[string]bool, len(all))
+	for _, b := range all {
+		watched[b.t.ID] = true
+	}
+	w.health.keep(watched)
+	for _, e := range failed {
+		w.targetFailed(e)
+	}
+	return credsOK && len(failed) == 0
+}
+
+// bindDeliverers returns every target of every route with its deliverers,
+// one per sink: it starts those that are new and tells those no target
+// needs any more to remove.
+func (w *Watcher) bindDeliverers(ctx context.Context) []*bound {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	var all []*bound
+	wanted := map[string]bool{}
 	for _, r := range w.routes {
 		for _, t := range r.targets {
 			rev, _ := gitutil.ParseRevision(t.Revision) // validated in update
 			b := &bound{key: fmt.Sprintf("%d\x00%s", r.idx, t.ID), t: t, rev: rev}
 			for i, s := range r.sinks {
 				dkey := fmt.Sprintf("%s\x00%d", b.key, i)
+				wanted[dkey] = true
 				d, ok := w.deliverers[dkey]
 				if !ok {
 					d = newDeliverer(w.env, t, s, w.removing[dkey], nil)
@@ -418,12 +439,6 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 			all = append(all, b)
 		}
 	}
-	wanted := map[string]bool{}
-	for _, b := range all {
-		for i := range b.sinks {
-			wanted[fmt.Sprintf("%s\x00%d", b.key, i)] = true
-		}
-	}
 	for dkey, d := range w.deliverers {
 		if !wanted[dkey] {
 			delete(w.deliverers, dkey)
@@ -431,10 +446,24 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 			d.remove()
 		}
 	}
-	w.mu.Unlock()
+	return all
+}
 
-	ok := true
-	specs := map[string]*remoteSpec{}
+// remoteSpecs groups the targets by remote: URL and credential identity,
+// so that a target never reads through a mirror fetched with another's
+// credentials. A target whose credentials cannot be had now stays on the
+// remote it was on, with the credentials it had; ok is false then.
+func (w *Watcher) remoteSpecs(ctx context.Context, all []*bound) (specs map[string]*remoteSpec, ok bool) {
+	ok = true
+	specs = map[string]*remoteSpec{}
+	add := func(key, url, urlKey string, auth *gitutil.Auth, b *bound) {
+		spec := specs[key]
+		if spec == nil {
+			spec = &remoteSpec{url: url, urlKey: urlKey, auth: auth, targets: map[string]*bound{}}
+			specs[key] = spec
+		}
+		spec.targets[b.key] = b
+	}
 	type found struct {
 		auth *gitutil.Auth
 		err  error
@@ -448,40 +477,32 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 				resolved[b.t.URL] = f
 			}
 		}
-		auth, err := f.auth, f.err
-		if err != nil {
+		if f.err != nil {
 			ok = false
 			t := b.t
 			w.targetFailed(Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL),
-				Err: fmt.Errorf("watcher: credentials for %s: %w", gitutil.RedactURL(t.URL), err)})
-			// Keep the target where it was, with the credentials it had.
+				Err: fmt.Errorf("watcher: credentials for %s: %w", gitutil.RedactURL(t.URL), f.err)})
 			w.mu.Lock()
 			for key, r := range w.remotes {
 				if r.has(b.key) {
-					spec := specs[key]
-					if spec == nil {
-						spec = &remoteSpec{url: r.url, urlKey: r.urlKey, auth: r.currentAuth(), targets: map[string]*bound{}}
-						specs[key] = spec
-					}
-					spec.targets[b.key] = b
+					add(key, r.url, r.urlKey, r.currentAuth(), b)
 				}
 			}
 			w.mu.Unlock()
 			continue
 		}
 		ep, _ := gitutil.ParseURL(b.t.URL)
-		key := ep.Key() + "#" + auth.Identity()
-		spec := specs[key]
-		if spec == nil {
-			spec = &remoteSpec{url: b.t.URL, urlKey: ep.Key(), auth: auth, targets: map[string]*bound{}}
-			specs[key] = spec
-		}
-		spec.targets[b.key] = b
+		add(ep.Key()+"#"+f.auth.Identity(), b.t.URL, ep.Key(), f.auth, b)
 	}
+	return specs, ok
+}
 
-	var failed []Event // emitted once w.mu is released
+// applyRemotes stops the remotes no spec names, hands the others their
+// targets and starts the new ones. It returns the failures of the targets
+// whose mirror could not be opened, to report once w.mu is released.
+func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec) (failed []Event) {
 	w.mu.Lock()
-	before := len(w.remotes)
+	defer w.mu.Unlock()
 	changed := false
 	for key, r := range w.remotes {
 		if _, keep := specs[key]; !keep {
@@ -495,44 +516,44 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 			r.setTargets(spec.auth, spec.targets)
 			continue
 		}
-		sum := sha256.Sum256([]byte(key))
-		dir := filepath.Join(w.opts.cacheDir, hex.EncodeToString(sum[:12]))
-		var r *remote // set before anyone reads the mirror
-		m, err := gitutil.OpenMirror(dir, spec.url, gitutil.MirrorOptions{
-			FirstFetchDepth: w.opts.firstFetchDepth, GitCLI: w.opts.gitCLI, TempDir: w.cache.tmp,
-			RepackPacks: w.opts.repackPacks,
-			// A damaged store found by any read is rebuilt by a poll now.
-			OnDamage: func(error) { r.poke() },
-		})
+		r, err := w.openRemote(key, spec)
 		if err != nil {
-			ok = false
 			for _, b := range spec.targets {
 				t := b.t
 				failed = append(failed, Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
 			}
 			continue
 		}
-		r = newRemote(w.env, key, spec, m)
 		w.remotes[key] = r
 		rctx, cancel := context.WithCancel(ctx)
 		r.cancel = cancel
 		w.group.Go(func() error { return r.run(rctx) })
+		changed = true
 	}
-	if changed || len(w.remotes) != before {
+	if changed {
 		close(w.remotesGen)
 		w.remotesGen = make(chan struct{})
 	}
-	w.mu.Unlock()
+	return failed
+}
 
-	watched := make(map[string]bool, len(all))
-	for _, b := range all {
-		watched[b.t.ID] = true
+// openRemote opens the mirror of a remote, in the cache directory under a
+// name made from its key.
+func (w *Watcher) openRemote(key string, spec *remoteSpec) (*remote, error) {
+	sum := sha256.Sum256([]byte(key))
+	dir := filepath.Join(w.opts.cacheDir, hex.EncodeToString(sum[:12]))
+	var r *remote // set before anyone reads the mirror
+	m, err := gitutil.OpenMirror(dir, spec.url, gitutil.MirrorOptions{
+		FirstFetchDepth: w.opts.firstFetchDepth, GitCLI: w.opts.gitCLI, TempDir: w.cache.tmp,
+		RepackPacks: w.opts.repackPacks,
+		// A damaged store found by any read is rebuilt by a poll now.
+		OnDamage: func(error) { r.poke() },
+	})
+	if err != nil {
+		return nil, err
 	}
-	w.health.keep(watched)
-	for _, e := range failed {
-		w.targetFailed(e)
-	}
-	return ok
+	r = newRemote(w.env, key, spec, m)
+	return r, nil
 }
 
 func (w *Watcher) credentials(ctx context.Context, t Target) (*gitutil.Auth, error) {
