@@ -21,7 +21,7 @@ type desired struct {
 	ref    string
 	commit plumbing.Hash
 	tree   plumbing.Hash
-	mirror *gitutil.Mirror
+	mirror Mirror
 	remote string    // redacted URL
 	seen   time.Time // when the poller first saw commit for the target
 }

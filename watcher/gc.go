@@ -52,7 +52,7 @@ func (w *Watcher) collectMirrors() {
 	}
 	used := make(map[string]bool, len(w.remotes))
 	for _, r := range w.remotes {
-		used[filepath.Base(r.mirror.Dir())] = true
+		used[filepath.Base(r.dir)] = true
 	}
 	entries, err := os.ReadDir(w.opts.cacheDir)
 	if err != nil {

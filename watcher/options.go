@@ -39,6 +39,7 @@ type options struct {
 	stallAbort       time.Duration
 	firstFetchDepth  int
 	gitCLI           string
+	git              Git
 	credentialsRetry time.Duration
 	localRepos       bool
 }
@@ -70,6 +71,7 @@ func defaultOptions() options {
 		stallAbort:       2 * time.Minute,
 		credentialsRetry: 30 * time.Second,
 		gitCLI:           gitCLI,
+		git:              GoGit{},
 	}
 }
 
@@ -253,6 +255,16 @@ func WithFirstFetchDepth(depth int) Option {
 // faster and smaller than go-git's (see README); every later fetch is
 // go-git's, incremental, and as cheap as the CLI's.
 func WithGitCLI(path string) Option { return func(o *options) { o.gitCLI = path } }
+
+// WithGit sets the watcher's git (default [GoGit]): how refs are listed
+// and mirrors opened. A nil git keeps the default.
+func WithGit(g Git) Option {
+	return func(o *options) {
+		if g != nil {
+			o.git = g
+		}
+	}
+}
 
 // WithLocalRepositories accepts file:// targets (default: refused). A
 // local repository is read with the watcher's own rights, so a tenant who

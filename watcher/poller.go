@@ -22,7 +22,8 @@ type remote struct {
 	urlKey   string // normalised URL, for Trigger
 	url      string
 	redacted string
-	mirror   *gitutil.Mirror
+	dir      string // the mirror's, in the cache directory
+	mirror   Mirror
 	trigger  chan struct{}
 	cancel   context.CancelFunc
 
@@ -38,9 +39,9 @@ type polled struct {
 	ref     string        // ref it last resolved to
 }
 
-func newRemote(v *env, key string, spec *remoteSpec, m *gitutil.Mirror) *remote {
+func newRemote(v *env, key, dir string, spec *remoteSpec, m Mirror) *remote {
 	r := &remote{
-		env: v, key: key, urlKey: spec.urlKey, url: spec.url, redacted: gitutil.RedactURL(spec.url),
+		env: v, key: key, dir: dir, urlKey: spec.urlKey, url: spec.url, redacted: gitutil.RedactURL(spec.url),
 		auth: spec.auth, mirror: m, trigger: make(chan struct{}, 1), targets: map[string]*polled{},
 	}
 	for k, b := range spec.targets {
@@ -152,7 +153,7 @@ func (r *remote) run(ctx context.Context) error {
 // mirror lacks, and offer each target whose commit moved to its deliverers.
 func (r *remote) poll(ctx context.Context) (err error) {
 	start := time.Now()
-	r.env.touchMirror(r.mirror.Dir())
+	r.env.touchMirror(r.dir)
 	defer func() {
 		d := time.Since(start)
 		r.env.emit(Event{Type: EventPolled, Remote: r.redacted, Duration: d, Err: err})
@@ -221,7 +222,7 @@ func (r *remote) list(ctx context.Context, auth *gitutil.Auth, prefixes []string
 	lctx, cancel := context.WithTimeout(ctx, r.env.opts.listTimeout)
 	defer cancel()
 	start := time.Now()
-	refs, err := gitutil.ListRefs(lctx, r.url, auth, gitutil.WithRefPrefixes(prefixes...))
+	refs, err := r.env.opts.git.ListRefs(lctx, r.url, auth, prefixes)
 	r.env.emit(Event{Type: EventListed, Remote: r.redacted, Duration: time.Since(start), Err: err})
 	return refs, err
 }
@@ -370,7 +371,7 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 		}
 		err = fmt.Errorf("watcher: fetch %s: %w", r.redacted, err)
 	}
-	w.emit(Event{Type: EventFetched, Remote: r.redacted, Duration: time.Now().Sub(start), Err: err})
+	w.emit(Event{Type: EventFetched, Remote: r.redacted, Duration: time.Since(start), Err: err})
 	return res.Refs, err
 }
 

@@ -251,9 +251,6 @@ type Stats struct {
 	// mirror). A readiness check wants Synced with both at zero, or says
 	// which targets are not watched.
 	Invalid, Failing int
-	// TreesRead counts the tree objects read from the mirrors of the
-	// remotes polled now: what deciding and delivering changes cost.
-	TreesRead int64
 	// Abandoned counts sink calls that ignored their ctx past the delivery
 	// timeout and its grace (see [WithSinkGrace]) and have not returned
 	// yet: each holds a goroutine the watcher no longer waits for.
@@ -270,9 +267,6 @@ func (w *Watcher) Stats() Stats {
 		st.Targets += len(r.targets)
 		st.Invalid += len(r.invalid)
 		st.Synced = st.Synced && r.synced
-	}
-	for _, r := range w.remotes {
-		st.TreesRead += r.mirror.TreesRead()
 	}
 	st.Failing = w.health.count()
 	return st
@@ -543,7 +537,7 @@ func (w *Watcher) openRemote(key string, spec *remoteSpec) (*remote, error) {
 	sum := sha256.Sum256([]byte(key))
 	dir := filepath.Join(w.opts.cacheDir, hex.EncodeToString(sum[:12]))
 	var r *remote // set before anyone reads the mirror
-	m, err := gitutil.OpenMirror(dir, spec.url, gitutil.MirrorOptions{
+	m, err := w.opts.git.OpenMirror(dir, spec.url, gitutil.MirrorOptions{
 		FirstFetchDepth: w.opts.firstFetchDepth, GitCLI: w.opts.gitCLI, TempDir: w.cache.tmp,
 		RepackPacks: w.opts.repackPacks,
 		// A damaged store found by any read is rebuilt by a poll now.
@@ -552,7 +546,7 @@ func (w *Watcher) openRemote(key string, spec *remoteSpec) (*remote, error) {
 	if err != nil {
 		return nil, err
 	}
-	r = newRemote(w.env, key, spec, m)
+	r = newRemote(w.env, key, dir, spec, m)
 	return r, nil
 }
 

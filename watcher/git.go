@@ -1,0 +1,75 @@
+package watcher
+
+import (
+	"context"
+	"io/fs"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/modwatch/modwatch/gitutil"
+)
+
+// Git is the watcher's seam over git: listing a remote's refs, and the
+// local copy of a remote that it fetches into and reads trees from. The
+// default is [GoGit] (gitutil: go-git, and the git CLI for a first clone
+// when there is one); [WithGit] puts another in its place, or wraps it (to
+// count, to inject faults, to cache).
+type Git interface {
+	// ListRefs lists the refs of the repository at url under prefixes
+	// (every ref when there is none).
+	ListRefs(ctx context.Context, url string, auth *gitutil.Auth, prefixes []string) (gitutil.RefList, error)
+	// OpenMirror opens the local copy of url in dir, creating it when dir
+	// is empty or missing. The watcher owns dir: one per remote.
+	OpenMirror(dir, url string, opts gitutil.MirrorOptions) (Mirror, error)
+}
+
+// Mirror is the local copy of one remote (its URL and credentials), as the
+// watcher fetches into it and reads from it. Its methods are safe for
+// concurrent use; a read of a commit it lacks returns an error wrapping
+// gitutil.ErrCommitNotFound.
+type Mirror interface {
+	// Fetch brings refs (full names) from the remote and returns where
+	// they are now.
+	Fetch(ctx context.Context, auth *gitutil.Auth, refs []string) (gitutil.FetchResult, error)
+	// FetchCommit brings one commit that no ref names.
+	FetchCommit(ctx context.Context, auth *gitutil.Auth, commit plumbing.Hash) (gitutil.FetchResult, error)
+	// HasCommit reports whether the commit is in the mirror.
+	HasCommit(commit plumbing.Hash) bool
+	// TreeHash returns the hash of the tree at path ("" the root) in
+	// commit; a path that does not exist has the zero hash.
+	TreeHash(commit plumbing.Hash, path string) (plumbing.Hash, error)
+	// IsAncestor reports whether ancestor is commit or one of its
+	// ancestors.
+	IsAncestor(ctx context.Context, ancestor, commit plumbing.Hash) (bool, error)
+	// ChangedPaths returns the paths under path that differ between the
+	// two commits, relative to path.
+	ChangedPaths(ctx context.Context, from, to plumbing.Hash, path string) ([]string, error)
+	// FS returns the tree at path in commit, read-only. If it is an
+	// io.Closer, the watcher closes it when the delivery is over.
+	FS(commit plumbing.Hash, path string) (fs.FS, error)
+	// Progress is a number that grows while a fetch receives data; the
+	// watcher gives up a fetch that stops making progress.
+	Progress() int64
+}
+
+// GoGit is the default [Git]: gitutil.ListRefs and gitutil.OpenMirror.
+type GoGit struct{}
+
+var (
+	_ Git    = GoGit{}
+	_ Mirror = (*gitutil.Mirror)(nil)
+)
+
+// ListRefs implements Git.
+func (GoGit) ListRefs(ctx context.Context, url string, auth *gitutil.Auth, prefixes []string) (gitutil.RefList, error) {
+	return gitutil.ListRefs(ctx, url, auth, gitutil.WithRefPrefixes(prefixes...))
+}
+
+// OpenMirror implements Git.
+func (GoGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (Mirror, error) {
+	m, err := gitutil.OpenMirror(dir, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}

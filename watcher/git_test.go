@@ -1,0 +1,76 @@
+package watcher_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/stretchr/testify/assert"
+
+	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+// faultyGit is the default git with a listing and a tree read failing
+// once each.
+type faultyGit struct {
+	watcher.GoGit
+	lists, trees atomic.Int32
+}
+
+var errInjected = errors.New("injected")
+
+func (g *faultyGit) ListRefs(ctx context.Context, url string, auth *gitutil.Auth, prefixes []string) (gitutil.RefList, error) {
+	if g.lists.Add(1) == 1 {
+		return gitutil.RefList{}, errInjected
+	}
+	return g.GoGit.ListRefs(ctx, url, auth, prefixes)
+}
+
+func (g *faultyGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
+	m, err := g.GoGit.OpenMirror(dir, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	return faultyMirror{m, g}, nil
+}
+
+type faultyMirror struct {
+	watcher.Mirror
+	g *faultyGit
+}
+
+func (m faultyMirror) FS(commit plumbing.Hash, path string) (fs.FS, error) {
+	if m.g.trees.Add(1) == 1 {
+		return nil, errInjected
+	}
+	return m.Mirror.FS(commit, path)
+}
+
+// The watcher reads git only through WithGit's: a failing listing fails
+// the target until the next poll, a failing tree read fails the delivery
+// until its retry, and nothing is lost.
+func TestWithGit(t *testing.T) {
+	repo := watchertest.NewRepo(t)
+	commit := repo.Commit(t, map[string]string{"a.yaml": "a: 1\n"})
+	git := &faultyGit{}
+	obs := watchertest.NewObserver()
+	w := watchertest.NewWatcher(t, watcher.WithGit(git), watcher.WithObserver(obs), watcher.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
+	sink := watchertest.NewSink("rec")
+	w.Route(watchertest.NewSource(watcher.Target{ID: "a", URL: repo.URL()}), sink)
+	watchertest.Run(t, w.Run)
+
+	failed := obs.WaitFor(t, "the injected listing failure", watchertest.Is(watcher.EventTargetFailed, "a"))
+	assert.ErrorIs(t, failed.Err, errInjected)
+	w.Trigger(repo.URL())
+	failed = obs.WaitFor(t, "the injected tree failure", watchertest.Is(watcher.EventDeliveryFailed, "a"))
+	assert.ErrorIs(t, failed.Err, errInjected)
+	sink.WaitCommit(t, "a", commit)
+	assert.GreaterOrEqual(t, git.lists.Load(), int32(2))
+	assert.GreaterOrEqual(t, git.trees.Load(), int32(2))
+}
