@@ -272,7 +272,7 @@ func (d *deliverer) fail(ctx context.Context, ev Event, c *Change, err error) er
 }
 
 // ErrSinkAbandoned is returned (wrapped) for a sink call that did not
-// return within the delivery timeout and the grace of [WithSinkGrace].
+// return within the delivery timeout and the grace of [Timeouts.SinkGrace].
 var ErrSinkAbandoned = errors.New("watcher: sink ignored its context; call abandoned")
 
 // callSink runs call with a ctx bounded by the delivery timeout, and waits

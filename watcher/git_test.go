@@ -10,8 +10,10 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
@@ -73,4 +75,40 @@ func TestWithGit(t *testing.T) {
 	sink.WaitCommit(t, "a", commit)
 	assert.GreaterOrEqual(t, git.lists.Load(), int32(2))
 	assert.GreaterOrEqual(t, git.trees.Load(), int32(2))
+}
+
+// With a shallow first fetch the mirror cannot tell a force-push from a
+// new commit: it is delivered as one, without changed paths. With full
+// history (the default) the same push is a force-push.
+func TestWithFirstFetchDepth(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		opts   []watcher.Option
+		reason watcher.Reason
+	}{
+		{"full history", nil, watcher.ReasonForcePush},
+		{"depth 1", []watcher.Option{watcher.WithFirstFetchDepth(1)}, watcher.ReasonNewCommit},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := gittest.NewServer(t)
+			repo := srv.NewRepo(t, "g/r")
+			base := repo.Commit(t, "base", gittest.File("a", "1"))
+			old := repo.Commit(t, "old", gittest.File("a", "2"))
+			obs := watchertest.NewObserver()
+			sink := watchertest.NewSink("rec")
+			w := newWatcher(t, obs, tc.opts...)
+			require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), sink))
+			start(t, w)
+			sink.WaitCommit(t, "t", old)
+
+			repo.Reset(t, base)
+			rewritten := repo.Commit(t, "rewritten", gittest.File("a", "3"))
+			w.Trigger(repo.URL())
+			c := sink.WaitCommit(t, "t", rewritten)
+			assert.Equal(t, tc.reason, c.Reason)
+			if tc.reason == watcher.ReasonForcePush {
+				assert.Equal(t, []string{"a"}, c.Paths)
+			}
+		})
+	}
 }

@@ -163,7 +163,7 @@ func TestStalledFetchesDoNotBlockOthers(t *testing.T) {
 
 	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
 	src := watchertest.NewSource(targets...)
-	w := newWatcher(t, obs, watcher.WithConcurrency(stalled, 0), watcher.WithStallTimeouts(500*time.Millisecond, time.Hour))
+	w := newWatcher(t, obs, watcher.WithConcurrency(watcher.Concurrency{Fetches: stalled}), watcher.WithTimeouts(watcher.Timeouts{StallYield: 500 * time.Millisecond, StallAbort: time.Hour}))
 	require.NoError(t, w.Route(src, sink))
 	start(t, w)
 	for _, repo := range repos {
@@ -181,7 +181,7 @@ func TestStalledFetchIsAborted(t *testing.T) {
 	repo.Commit(t, "1", gittest.File("f", "1"))
 	srv.Stall(repo.Name(), 0)
 	obs := watchertest.NewObserver()
-	w := newWatcher(t, obs, watcher.WithStallTimeouts(100*time.Millisecond, 500*time.Millisecond))
+	w := newWatcher(t, obs, watcher.WithTimeouts(watcher.Timeouts{StallYield: 100 * time.Millisecond, StallAbort: 500 * time.Millisecond}))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), watchertest.NewSink("rec")))
 	start(t, w)
 	e := obs.WaitFor(t, "the aborted fetch", func(e watcher.Event) bool { return e.Type == watcher.EventFetched && e.Err != nil })

@@ -116,26 +116,29 @@ func WithJitter(fraction float64) Option {
 // across restarts; one watcher per directory at a time.
 func WithCacheDir(dir string) Option { return func(o *options) { o.cacheDir = dir } }
 
-// WithConcurrency bounds how many fetches (default 4) and deliveries
-// (default 8) run at once across all remotes and sinks.
-func WithConcurrency(fetches, deliveries int) Option {
-	return func(o *options) {
-		if fetches > 0 {
-			o.fetchLimit = fetches
-		}
-		if deliveries > 0 {
-			o.deliverLimit = deliveries
-		}
-	}
+// Concurrency bounds what runs at once across all remotes and sinks. A
+// zero field keeps its default.
+type Concurrency struct {
+	// Lists bounds ref listings (default 16), so that a watcher of many
+	// repositories starting up does not send its hosting provider a burst.
+	Lists int
+	// Fetches bounds fetches (default 4).
+	Fetches int
+	// Deliveries bounds sink calls (default 8).
+	Deliveries int
 }
 
-// WithListConcurrency bounds how many ref listings run at once across all
-// remotes (default 16), so that a watcher of many repositories starting up
-// does not send its hosting provider a burst.
-func WithListConcurrency(n int) Option {
+// WithConcurrency sets what runs at once; see [Concurrency].
+func WithConcurrency(c Concurrency) Option {
 	return func(o *options) {
-		if n > 0 {
-			o.listLimit = n
+		if c.Lists > 0 {
+			o.listLimit = c.Lists
+		}
+		if c.Fetches > 0 {
+			o.fetchLimit = c.Fetches
+		}
+		if c.Deliveries > 0 {
+			o.deliverLimit = c.Deliveries
 		}
 	}
 }
@@ -175,35 +178,45 @@ func WithRetryBackoff(minDelay, maxDelay time.Duration) Option {
 	}
 }
 
-// WithTimeouts bounds one ref listing (default 30s), one fetch (default
-// 10m) and one delivery (default 10m). Zero keeps a default.
-func WithTimeouts(list, fetch, deliver time.Duration) Option {
-	return func(o *options) {
-		if list > 0 {
-			o.listTimeout = list
-		}
-		if fetch > 0 {
-			o.fetchTimeout = fetch
-		}
-		if deliver > 0 {
-			o.deliverTimeout = deliver
-		}
-	}
+// Timeouts bound the watcher's calls. A zero field keeps its default.
+type Timeouts struct {
+	// List bounds one ref listing (default 30s).
+	List time.Duration
+	// Fetch bounds one fetch (default 10m).
+	Fetch time.Duration
+	// Deliver bounds one delivery (default 10m).
+	Deliver time.Duration
+	// StallYield and StallAbort say how a fetch that makes no progress (no
+	// pack data, no progress message from the server) is treated: after
+	// StallYield (default 10s) it gives its slot of Concurrency.Fetches to
+	// other remotes, so that stalled remotes cannot hold every slot; after
+	// StallAbort (default 2m) it is cancelled with [ErrFetchStalled] and
+	// retried at the next poll. A slow fetch that still makes progress
+	// keeps its slot, up to Fetch.
+	StallYield, StallAbort time.Duration
+	// SinkGrace is how long a sink may go on after its ctx ended (Deliver
+	// passed, or the watcher stopping) before the watcher stops waiting
+	// for it (default 30s). The delivery then counts as failed and is
+	// retried; its slot is freed for other deliveries; Run returns. The
+	// call itself cannot be stopped: its goroutine is abandoned, and runs
+	// until the sink returns ([Stats.Abandoned] counts them). A sink that
+	// honours ctx is never abandoned.
+	SinkGrace time.Duration
 }
 
-// WithStallTimeouts sets how a fetch that makes no progress (no pack data,
-// no progress message from the server) is treated: after yield (default
-// 10s) it gives its slot of [WithConcurrency] to other remotes, so that
-// stalled remotes cannot hold every slot; after abort (default 2m) it is
-// cancelled with [ErrFetchStalled] and retried at the next poll. A slow
-// fetch that still makes progress keeps its slot, up to the fetch timeout.
-func WithStallTimeouts(yield, abort time.Duration) Option {
+// WithTimeouts sets the watcher's timeouts; see [Timeouts].
+func WithTimeouts(t Timeouts) Option {
 	return func(o *options) {
-		if yield > 0 {
-			o.stallYield = yield
-		}
-		if abort > 0 {
-			o.stallAbort = abort
+		for _, f := range []struct {
+			dst *time.Duration
+			v   time.Duration
+		}{
+			{&o.listTimeout, t.List}, {&o.fetchTimeout, t.Fetch}, {&o.deliverTimeout, t.Deliver},
+			{&o.stallYield, t.StallYield}, {&o.stallAbort, t.StallAbort}, {&o.sinkGrace, t.SinkGrace},
+		} {
+			if f.v > 0 {
+				*f.dst = f.v
+			}
 		}
 	}
 }
@@ -225,20 +238,6 @@ func WithMirrorGrace(d time.Duration) Option {
 	}
 }
 
-// WithSinkGrace sets how long a sink may go on after its ctx ended (the
-// delivery timeout, or the watcher stopping) before the watcher stops
-// waiting for it (default 30s). The delivery then counts as failed and is
-// retried; its slot is freed for other deliveries; Run returns. The call
-// itself cannot be stopped: its goroutine is abandoned, and runs until the
-// sink returns ([Stats.Abandoned] counts them). A sink that honours ctx is
-// never abandoned.
-func WithSinkGrace(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.sinkGrace = d
-		}
-	}
-}
 
 // WithFirstFetchDepth limits the history of the first fetch into an empty
 // mirror; 0 (the default) fetches full history. See

@@ -378,7 +378,7 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 var errFetchTimeout = errors.New("fetch timed out")
 
 // ErrFetchStalled is returned (wrapped) for a fetch that made no progress
-// for the abort time of [WithStallTimeouts].
+// for Timeouts.StallAbort.
 var ErrFetchStalled = errors.New("fetch stalled: no progress")
 
 // watchProgress watches the mirror's progress while a fetch runs: after

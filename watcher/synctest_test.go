@@ -199,7 +199,7 @@ func TestSinkIgnoringContextIsAbandoned(t *testing.T) {
 			}
 		})
 		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGitCLI(""), watcher.WithLocalRepositories(),
-			watcher.WithConcurrency(1, 1), watcher.WithTimeouts(0, 0, time.Minute), watcher.WithObserver(obs))
+			watcher.WithConcurrency(watcher.Concurrency{Fetches: 1, Deliveries: 1}), watcher.WithTimeouts(watcher.Timeouts{Deliver: time.Minute}), watcher.WithObserver(obs))
 		stuckTarget := watcher.Target{ID: "stuck", URL: url, Path: "a"}
 		src := watchertest.NewSource(stuckTarget)
 		require.NoError(t, w.Route(src, sink))

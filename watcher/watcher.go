@@ -252,7 +252,7 @@ type Stats struct {
 	// which targets are not watched.
 	Invalid, Failing int
 	// Abandoned counts sink calls that ignored their ctx past the delivery
-	// timeout and its grace (see [WithSinkGrace]) and have not returned
+	// timeout and its grace (see [Timeouts.SinkGrace]) and have not returned
 	// yet: each holds a goroutine the watcher no longer waits for.
 	Abandoned int
 }
