@@ -238,7 +238,6 @@ func WithMirrorGrace(d time.Duration) Option {
 	}
 }
 
-
 // WithFirstFetchDepth limits the history of the first fetch into an empty
 // mirror; 0 (the default) fetches full history. See
 // [gitutil.MirrorOptions.FirstFetchDepth] for what a shallow mirror cannot
