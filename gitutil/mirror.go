@@ -24,8 +24,8 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
-// DefaultFetchTimeout bounds a fetch whose ctx carries no deadline.
-const DefaultFetchTimeout = 10 * time.Minute
+// defaultFetchTimeout bounds a fetch whose ctx carries no deadline.
+const defaultFetchTimeout = 10 * time.Minute
 
 // ErrCorrupt is returned (wrapped) when the mirror's object store cannot be
 // read. The next [Mirror.Fetch] rebuilds the mirror.
@@ -221,14 +221,12 @@ func (m *Mirror) reinit() error {
 	return nil
 }
 
-// Dir is the mirror's directory.
-func (m *Mirror) Dir() string { return m.dir }
 
 // Fetch brings the named refs ("refs/heads/main", "refs/tags/v1") up to
 // date from the remote, transferring only objects the mirror lacks. A
 // corrupt mirror is rebuilt first (see [FetchResult.Rebuilt]); a fetch that
 // fails because of what is on disk is retried once on a rebuilt mirror. It
-// honours ctx and applies [DefaultFetchTimeout] when ctx has no deadline.
+// honours ctx and applies [defaultFetchTimeout] when ctx has no deadline.
 func (m *Mirror) Fetch(ctx context.Context, auth *Auth, refs []string) (FetchResult, error) {
 	ctx, cancel, topts, err := m.prepare(ctx, auth)
 	if err != nil {
@@ -329,7 +327,7 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 }
 
 // prepare checks auth against the URL and bounds ctx by
-// DefaultFetchTimeout when it has no deadline.
+// defaultFetchTimeout when it has no deadline.
 func (m *Mirror) prepare(ctx context.Context, auth *Auth) (context.Context, context.CancelFunc, transportOptions, error) {
 	e, err := ParseURL(m.url)
 	if err != nil {
@@ -341,7 +339,7 @@ func (m *Mirror) prepare(ctx context.Context, auth *Auth) (context.Context, cont
 	}
 	cancel := context.CancelFunc(func() {})
 	if _, ok := ctx.Deadline(); !ok {
-		ctx, cancel = context.WithTimeout(ctx, DefaultFetchTimeout)
+		ctx, cancel = context.WithTimeout(ctx, defaultFetchTimeout)
 	}
 	return ctx, cancel, topts, nil
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/go-git/go-git/v5/storage/memory"
 )
 
-// DefaultListTimeout bounds a ref listing whose ctx carries no deadline.
-const DefaultListTimeout = 30 * time.Second
+// defaultListTimeout bounds a ref listing whose ctx carries no deadline.
+const defaultListTimeout = 30 * time.Second
 
 // RefList is a remote's ref advertisement.
 type RefList struct {
@@ -41,7 +41,7 @@ func (l RefList) Commit(name string) (plumbing.Hash, bool) {
 
 // ListRefs lists the refs of the remote at repoURL (the equivalent of git
 // ls-remote), with annotated tags peeled. It honours ctx and applies
-// [DefaultListTimeout] when ctx has no deadline. repoURL carries no
+// [defaultListTimeout] when ctx has no deadline. repoURL carries no
 // credentials: they come in auth. See [WithRefPrefixes] for listing only
 // the refs a caller needs.
 func ListRefs(ctx context.Context, repoURL string, auth *Auth, opts ...ListOption) (RefList, error) {
@@ -55,7 +55,7 @@ func ListRefs(ctx context.Context, repoURL string, auth *Auth, opts ...ListOptio
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultListTimeout)
+		ctx, cancel = context.WithTimeout(ctx, defaultListTimeout)
 		defer cancel()
 	}
 	var o listOptions

@@ -71,17 +71,6 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// Polls is modwatch_polls_total, for callers that read it directly.
-func (m *Metrics) Polls() *prometheus.CounterVec { return m.polls }
-
-// Deliveries is modwatch_deliveries_total, for callers that read it
-// directly.
-func (m *Metrics) Deliveries() *prometheus.CounterVec { return m.deliveries }
-
-// TargetFailures is modwatch_target_failures_total, for callers that read
-// it directly.
-func (m *Metrics) TargetFailures() *prometheus.CounterVec { return m.failures }
-
 // CollectStats registers gauges read from w at each scrape: targets,
 // remotes and deliveries waiting for a retry.
 func (m *Metrics) CollectStats(w *watcher.Watcher) error {

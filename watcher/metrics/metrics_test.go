@@ -51,10 +51,10 @@ func TestMetricsOfARealWatcher(t *testing.T) {
 	obs.WaitFor(t, "the poll's end", watchertest.Is(watcher.EventPolled, ""))
 
 	remote := repo.URL()
-	assert.Equal(t, 1.0, testutil.ToFloat64(m.Polls().WithLabelValues(remote, "success")))
-	assert.Equal(t, 1.0, testutil.ToFloat64(m.Deliveries().WithLabelValues("rec", "error")))
-	assert.Equal(t, 1.0, testutil.ToFloat64(m.Deliveries().WithLabelValues("rec", "success")))
-	assert.GreaterOrEqual(t, testutil.ToFloat64(m.TargetFailures().WithLabelValues(remote)), 1.0)
+	assert.Equal(t, 1.0, value(t, reg, "modwatch_polls_total", prometheus.Labels{"remote": remote, "result": "success"}))
+	assert.Equal(t, 1.0, value(t, reg, "modwatch_deliveries_total", prometheus.Labels{"sink": "rec", "result": "error"}))
+	assert.Equal(t, 1.0, value(t, reg, "modwatch_deliveries_total", prometheus.Labels{"sink": "rec", "result": "success"}))
+	assert.GreaterOrEqual(t, value(t, reg, "modwatch_target_failures_total", prometheus.Labels{"remote": remote}), 1.0)
 
 	expected := `
 # HELP modwatch_remotes Repositories polled.
@@ -71,4 +71,31 @@ modwatch_targets 2
 
 	_, err = metrics.New(reg)
 	require.Error(t, err, "registering twice on one registry is an error, not a panic")
+}
+
+// value is the counter of family name with these labels, read from the
+// registry as a scraper would.
+func value(t *testing.T, reg *prometheus.Registry, name string, labels prometheus.Labels) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no %s%v in the registry", name, labels)
+	return 0
 }
