@@ -65,7 +65,7 @@ func TestFirstFetchWithGitCLI(t *testing.T) {
 	left, err := os.ReadDir(private)
 	require.NoError(t, err)
 	assert.Empty(t, left, "the credential files are removed after the clone")
-	cfg, err := os.ReadFile(filepath.Join(m.Dir(), "config"))
+	cfg, err := os.ReadFile(filepath.Join(m.dir, "config"))
 	require.NoError(t, err)
 	assert.NotContains(t, string(cfg), "cli-s3cret")
 

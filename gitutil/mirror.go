@@ -221,7 +221,6 @@ func (m *Mirror) reinit() error {
 	return nil
 }
 
-
 // Fetch brings the named refs ("refs/heads/main", "refs/tags/v1") up to
 // date from the remote, transferring only objects the mirror lacks. A
 // corrupt mirror is rebuilt first (see [FetchResult.Rebuilt]); a fetch that
