@@ -77,7 +77,7 @@ func (c *ChainSink) DeliverReport(ctx context.Context, ch Change) (any, error) {
 			c.mu.Lock()
 			c.done[ch.Target.ID] = p
 			c.mu.Unlock()
-			return append(p.reports, report), fmt.Errorf("%s: step %d (%s): %w", c.name, i+1, sinkName(step), err)
+			return append(p.reports, report), fmt.Errorf("%s: step %d (%s): %w", c.name, i+1, stepName(step), err)
 		}
 		p.reports = append(p.reports, report)
 	}
@@ -99,9 +99,9 @@ func (c *ChainSink) Remove(ctx context.Context, t Target) error {
 	delete(c.done, t.ID)
 	c.mu.Unlock()
 	for i := len(c.steps) - 1; i >= 0; i-- {
-		if r, ok := c.steps[i].(Remover); ok {
+		if r, ok := as[Remover](c.steps[i]); ok {
 			if err := r.Remove(ctx, t); err != nil {
-				return fmt.Errorf("%s: remove, step %d (%s): %w", c.name, i+1, sinkName(c.steps[i]), err)
+				return fmt.Errorf("%s: remove, step %d (%s): %w", c.name, i+1, stepName(c.steps[i]), err)
 			}
 		}
 	}
@@ -112,7 +112,7 @@ func (c *ChainSink) Remove(ctx context.Context, t Target) error {
 func (c *ChainSink) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for _, s := range c.steps {
-		if r, ok := s.(Runnable); ok {
+		if r, ok := as[Runnable](s); ok {
 			g.Go(func() error { return r.Run(gctx) })
 		}
 	}
@@ -127,4 +127,13 @@ type stepReportsKey struct{}
 func StepReports(ctx context.Context) []any {
 	r, _ := ctx.Value(stepReportsKey{}).([]any)
 	return r
+}
+
+// stepName names a step in messages: its name, or its type (a step needs no
+// name: the chain has one checkpoint).
+func stepName(s Sink) string {
+	if n, err := sinkName(s); err == nil {
+		return n
+	}
+	return fmt.Sprintf("%T", s)
 }

@@ -337,7 +337,7 @@ func safeDeliver(ctx context.Context, s Sink, c Change) (report any, err error) 
 func (d *deliverer) doRemove(ctx context.Context, t Target) {
 	w := d.env
 	ev := Event{Type: EventRemoved, Target: &t, Sink: d.sink.name, Remote: gitutil.RedactURL(t.URL)}
-	if rm, ok := d.sink.sink.(Remover); ok {
+	if rm, ok := as[Remover](d.sink.sink); ok {
 		for attempt := 1; ; attempt++ {
 			_, err := w.callSink(ctx, func(ctx context.Context) (_ any, err error) {
 				defer func() {

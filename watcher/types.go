@@ -175,8 +175,9 @@ type Runnable interface {
 	Run(ctx context.Context) error
 }
 
-// Namer is a Sink with a name for logs, observers and checkpoint keys. A
-// sink without one is named by its type.
+// Namer is a Sink with a name for logs, observers and checkpoint keys.
+// Every sink of a route has one of its own: a sink that is not a Namer is
+// named with [Named].
 type Namer interface {
 	Name() string
 }

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -90,27 +89,23 @@ func (w *Watcher) Route(src Source, sinks ...Sink) error {
 		return ErrStarted
 	}
 	r := &route{idx: len(w.routes), source: src}
-	seen := map[string]int{}
+	seen := map[string]bool{}
 	for _, s := range sinks {
 		if s == nil {
 			return errors.New("watcher: nil sink")
 		}
-		name := sinkName(s)
-		seen[name]++
-		if n := seen[name]; n > 1 {
-			name = fmt.Sprintf("%s#%d", name, n)
+		name, err := sinkName(s)
+		if err != nil {
+			return err
 		}
+		if seen[name] {
+			return fmt.Errorf("%w: two sinks are named %q; use watcher.Named", ErrUnnamedSink, name)
+		}
+		seen[name] = true
 		r.sinks = append(r.sinks, namedSink{name: name, sink: s})
 	}
 	w.routes = append(w.routes, r)
 	return nil
-}
-
-func sinkName(s Sink) string {
-	if n, ok := s.(Namer); ok && n.Name() != "" {
-		return n.Name()
-	}
-	return strings.TrimPrefix(fmt.Sprintf("%T", s), "*")
 }
 
 // Run watches until ctx is done. It returns nil then, or the error of a
@@ -174,6 +169,10 @@ func (w *Watcher) runnables(routes []*route) []Runnable {
 	seen := map[any]bool{}
 	add := func(v any) {
 		rn, ok := v.(Runnable)
+		if s, isSink := v.(Sink); isSink {
+			rn, ok = as[Runnable](s)
+			v = rn
+		}
 		if !ok {
 			return
 		}

@@ -580,7 +580,7 @@ func TestReporterResultsReachObservers(t *testing.T) {
 
 	obs := watchertest.NewObserver()
 	w := newWatcher(t, obs)
-	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), &reportingSink{}))
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), watcher.Named("reporting", &reportingSink{})))
 	start(t, w)
 	ok := obs.WaitFor(t, "the delivery", watchertest.Is(watcher.EventDelivered, "t"))
 	assert.Equal(t, "done 2 at "+c1, ok.Result)
@@ -625,10 +625,10 @@ func TestRunnableSinksRunWithTheWatcher(t *testing.T) {
 	assert.Equal(t, int32(1), sink.ended.Load(), "Run has returned when the watcher's Run returns")
 
 	failing := watcher.New(watcher.WithCacheDir(t.TempDir()))
-	require.NoError(t, failing.Route(watchertest.NewSource(), struct {
+	require.NoError(t, failing.Route(watchertest.NewSource(), watcher.Named("x", struct {
 		watcher.Sink
 		watcher.Runnable
-	}{watchertest.NewSink("x"), runnableFunc(func(context.Context) error { return errors.New("boom") })}))
+	}{watcher.SinkFunc(func(context.Context, watcher.Change) error { return nil }), runnableFunc(func(context.Context) error { return errors.New("boom") })})))
 	assert.ErrorContains(t, failing.Run(context.Background()), "boom", "a Runnable's error stops the watcher")
 }
 

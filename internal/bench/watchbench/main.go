@@ -115,7 +115,7 @@ func runChild(mode, url, dir string) error {
 		done := make(chan struct{})
 		w := watcher.New(watcher.WithCacheDir(dir))
 		var once sync.Once
-		sink := watcher.SinkFunc(func(context.Context, watcher.Change) error { once.Do(func() { close(done) }); return nil })
+		sink := watcher.Named("done", watcher.SinkFunc(func(context.Context, watcher.Change) error { once.Do(func() { close(done) }); return nil }))
 		if err := w.Route(static.New(watcher.Target{ID: "t", URL: url, Path: "app"}), sink); err != nil {
 			return err
 		}
@@ -231,7 +231,7 @@ func run(c config) (err error) {
 		fleet = append(fleet, r)
 	}
 	ev := newEvents()
-	nop := watcher.SinkFunc(func(context.Context, watcher.Change) error { return nil })
+	nop := watcher.Named("nop", watcher.SinkFunc(func(context.Context, watcher.Change) error { return nil }))
 	w := watcher.New(watcher.WithCacheDir(env.TempDir()), watcher.WithInterval(time.Hour), watcher.WithObserver(ev))
 	if err := w.Route(static.New(targets...), nop); err != nil {
 		return err
