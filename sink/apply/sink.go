@@ -21,7 +21,6 @@ import (
 // watcher (which never delivers the same target twice at once).
 type Sink struct {
 	cfg       Config
-	name      string
 	client    client.Client
 	rm        *ssa.ResourceManager
 	renderers map[string]Renderer
@@ -42,11 +41,6 @@ type Option func(*Sink)
 // WithLogger sets the logger. Default: discard.
 func WithLogger(l logr.Logger) Option { return func(s *Sink) { s.log = l } }
 
-// WithName names the sink for the watcher's logs, observers and checkpoint
-// keys; two apply sinks in one watcher (two clusters) need two names.
-// Default "apply".
-func WithName(name string) Option { return func(s *Sink) { s.name = name } }
-
 // WithRenderer registers r under name, the value of spec.Render.Renderer that
 // selects it (for instance kustomize.Name with kustomize.New()). "raw" is
 // always registered.
@@ -57,14 +51,10 @@ func WithRenderer(name string, r Renderer) Option {
 // WithSpecFunc sets how a target's spec.Render is found. Default [PayloadSpec].
 func WithSpecFunc(f SpecFunc) Option { return func(s *Sink) { s.spec = f } }
 
-// WithClient sets the client that reads and writes the cluster; it must
-// read from the apiserver, not from a cache. Default: a client built from
-// the rest.Config given to New, with a 30s request timeout when the config
-// has none.
-func WithClient(c client.Client) Option { return func(s *Sink) { s.client = c } }
-
-// New returns a sink that applies to the cluster kube reaches (kube may be
-// nil with [WithClient]).
+// New returns a sink that applies to the cluster kube reaches, through a
+// client that reads the apiserver (no cache), with a 30s request timeout
+// when kube has none. Its name is "apply": two apply sinks of one route (two
+// clusters) are named apart with watcher.Named.
 func New(kube *rest.Config, cfg Config, opts ...Option) (*Sink, error) {
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
@@ -72,7 +62,6 @@ func New(kube *rest.Config, cfg Config, opts ...Option) (*Sink, error) {
 	}
 	s := &Sink{
 		cfg:       cfg,
-		name:      "apply",
 		renderers: map[string]Renderer{spec.RendererRaw: Raw},
 		spec:      PayloadSpec,
 		log:       logr.Discard(),
@@ -80,20 +69,18 @@ func New(kube *rest.Config, cfg Config, opts ...Option) (*Sink, error) {
 	for _, o := range opts {
 		o(s)
 	}
-	if s.client == nil {
-		if kube == nil {
-			return nil, fmt.Errorf("%w: no rest.Config and no client", ErrInvalidConfig)
-		}
-		kube = rest.CopyConfig(kube)
-		if kube.Timeout == 0 {
-			kube.Timeout = 30 * time.Second
-		}
-		c, err := client.New(kube, client.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("apply: client: %w", err)
-		}
-		s.client = c
+	if kube == nil {
+		return nil, fmt.Errorf("%w: no rest.Config", ErrInvalidConfig)
 	}
+	kube = rest.CopyConfig(kube)
+	if kube.Timeout == 0 {
+		kube.Timeout = 30 * time.Second
+	}
+	c, err := client.New(kube, client.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("apply: client: %w", err)
+	}
+	s.client = c
 	var rmClient = s.client
 	if cfg.Conflicts == ConflictReport {
 		rmClient = noForce{s.client}
@@ -105,7 +92,7 @@ func New(kube *rest.Config, cfg Config, opts ...Option) (*Sink, error) {
 }
 
 // Name returns the sink's name.
-func (s *Sink) Name() string { return s.name }
+func (s *Sink) Name() string { return "apply" }
 
 // Deliver applies c; see [Sink.Apply].
 func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {

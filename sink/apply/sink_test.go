@@ -285,3 +285,17 @@ func TestPruneCanBeTurnedOff(t *testing.T) {
 	assert.Equal(t, map[string]apply.Action{"ConfigMap/" + ns + "/a": apply.Deleted}, actions(res))
 	assert.Equal(t, "1", cmValue(t, ns, "b"))
 }
+
+// A source with a payload of its own says how it is rendered through
+// WithSpecFunc.
+func TestWithSpecFunc(t *testing.T) {
+	ns := env.Namespace(t)
+	type tenant struct{ Namespace string }
+	s := newSink(t, apply.Config{}, apply.WithSpecFunc(func(tg watcher.Target) (spec.Render, error) {
+		return spec.Render{Namespace: tg.Payload.(tenant).Namespace}, nil
+	}))
+	c := change("tenant/"+ns, "c1", spec.Render{}, fstest.MapFS{"a.yaml": file(configMap("from-payload", "1"))})
+	c.Target.Payload = tenant{Namespace: ns}
+	applyOK(t, s, c)
+	assert.Equal(t, "1", cmValue(t, ns, "from-payload"), "in the namespace the payload names")
+}

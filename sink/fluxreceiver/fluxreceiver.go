@@ -158,11 +158,6 @@ type Option func(*Sink)
 // WithLogger sets the logger. Default: discard.
 func WithLogger(l logr.Logger) Option { return func(s *Sink) { s.log = l } }
 
-// WithHTTPClient sets the client of the POSTs (for a receiver behind TLS
-// with a private CA). Default: a client of its own, with
-// Config.RequestTimeout.
-func WithHTTPClient(c *http.Client) Option { return func(s *Sink) { s.http = c } }
-
 // New returns a sink writing through dyn.
 func New(dyn dynamic.Interface, cfg Config, opts ...Option) (*Sink, error) {
 	cfg.Default()
@@ -173,9 +168,7 @@ func New(dyn dynamic.Interface, cfg Config, opts ...Option) (*Sink, error) {
 	for _, o := range opts {
 		o(s)
 	}
-	if s.http == nil {
-		s.http = &http.Client{Timeout: cfg.RequestTimeout}
-	}
+	s.http = &http.Client{Timeout: cfg.RequestTimeout}
 	return s, nil
 }
 

@@ -253,3 +253,15 @@ func TestStartsWithoutFileAndFailsWithoutDirectory(t *testing.T) {
 	err := configmap.New(filepath.Join(dir, "nowhere", "agent.yaml")).Run(context.Background(), func([]watcher.Target) {})
 	assert.ErrorContains(t, err, "nowhere")
 }
+
+// WithIDPrefix names the targets, so that two agents' sources can share a
+// watcher.
+func TestWithIDPrefix(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(config("main")), 0o644))
+	r := start(t, path, configmap.WithIDPrefix("agent-b"))
+	require.NoError(t, r.nextReload(t).Err)
+	ts := r.nextUpdate(t)
+	require.Len(t, ts, 1)
+	assert.Equal(t, "agent-b/control", ts[0].ID)
+}

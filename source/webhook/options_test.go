@@ -1,0 +1,108 @@
+package webhook_test
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/source/webhook"
+)
+
+// lines is a logger that keeps what it is told.
+type lines struct {
+	mu  sync.Mutex
+	all []string
+}
+
+func (l *lines) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.all = append(l.all, prefix+" "+args)
+	}, funcr.Options{Verbosity: 1})
+}
+
+func (l *lines) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.all {
+		if strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// A hub with a token validator and no static tokens admits whom the
+// validator approves; WithHubLogger hears the subscription end. A
+// subscriber over TLS needs WithHTTPClient.
+func TestHubTokenValidatorLoggerAndClient(t *testing.T) {
+	var log lines
+	hub, err := webhook.NewHub(webhook.HubConfig{Webhook: webhook.Config{GitHubSecret: "s"}},
+		webhook.WithTokenValidator(func(tok string) bool { return subtle.ConstantTimeCompare([]byte(tok), []byte("vault-issued")) == 1 }),
+		webhook.WithHubLogger(log.logger()))
+	require.NoError(t, err)
+	defer hub.Close()
+	srv := httptest.NewTLSServer(hub)
+	defer srv.Close()
+	noop := func(string) {}
+	ctx := context.Background()
+
+	err = webhook.NewSSE(srv.URL, webhook.WithToken("vault-issued")).Subscribe(ctx, []string{"https://h/a"}, noop)
+	assert.ErrorContains(t, err, "certificate", "the default client does not trust the hub's CA")
+	err = webhook.NewSSE(srv.URL, webhook.WithToken("guessed"), webhook.WithHTTPClient(srv.Client())).Subscribe(ctx, []string{"https://h/a"}, noop)
+	assert.ErrorContains(t, err, "401", "the validator refuses")
+
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- webhook.NewSSE(srv.URL, webhook.WithToken("vault-issued"), webhook.WithHTTPClient(srv.Client())).Subscribe(sctx, []string{"https://h/a"}, noop)
+	}()
+	waitSubscribers(t, hub, 1)
+	cancel()
+	<-done
+	waitSubscribers(t, hub, 0)
+	assert.True(t, log.has(`"subscription ended"`), "%v", log.all)
+}
+
+// refusingStream is a hub that refuses every subscription.
+type refusingStream struct{}
+
+func (refusingStream) Subscribe(context.Context, []string, func(string)) error {
+	return errors.New("refused")
+}
+
+// WithSubscriberLogger hears the stream's failures.
+func TestSubscriberLogger(t *testing.T) {
+	failed := make(chan string, 1)
+	log := funcr.New(func(prefix, args string) {
+		if strings.Contains(args, `"stream failed"`) {
+			select {
+			case failed <- args:
+			default:
+			}
+		}
+	}, funcr.Options{})
+	sub := webhook.NewSubscriber(refusingStream{}, newFakeWatched("https://h/r"), webhook.WithSubscriberLogger(log))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	select {
+	case line := <-failed:
+		assert.Contains(t, line, "refused")
+	case <-time.After(30 * time.Second):
+		t.Fatal("no failure logged")
+	}
+	cancel()
+	require.NoError(t, <-done)
+}
