@@ -227,6 +227,12 @@ func (m *Mirror) reinit() error {
 // fails because of what is on disk is retried once on a rebuilt mirror. It
 // honours ctx and applies [defaultFetchTimeout] when ctx has no deadline.
 func (m *Mirror) Fetch(ctx context.Context, auth *Auth, refs []string) (FetchResult, error) {
+	return m.fetchRefs(ctx, auth, refs, nil)
+}
+
+// fetchRefs is Fetch, with the objects refs point at when a listing named
+// them (see FetchListed).
+func (m *Mirror) fetchRefs(ctx context.Context, auth *Auth, refs []string, listed map[string]plumbing.Hash) (FetchResult, error) {
 	ctx, cancel, topts, err := m.prepare(ctx, auth)
 	if err != nil {
 		return FetchResult{}, err
@@ -243,7 +249,7 @@ func (m *Mirror) Fetch(ctx context.Context, auth *Auth, refs []string) (FetchRes
 			return res, err
 		}
 	}
-	fetched, err := m.fetch(ctx, topts, refs)
+	fetched, err := m.fetch(ctx, topts, refs, listed)
 	if err == nil {
 		err = m.verify(refs, res.Refs)
 	}
@@ -261,7 +267,7 @@ func (m *Mirror) Fetch(ctx context.Context, auth *Auth, refs []string) (FetchRes
 		if rerr := m.reinit(); rerr != nil {
 			return res, rerr
 		}
-		fetched, err = m.fetch(ctx, topts, refs)
+		fetched, err = m.fetch(ctx, topts, refs, nil)
 		if err == nil {
 			err = m.verify(refs, res.Refs)
 		}
@@ -289,9 +295,17 @@ func (m *Mirror) verify(refs []string, out map[string]plumbing.Hash) error {
 	return nil
 }
 
-func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []string) (bool, error) {
+func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []string, listed map[string]plumbing.Hash) (bool, error) {
 	if len(refs) == 0 {
 		return false, nil
+	}
+	if listed != nil && m.directFetchable() {
+		fetched, err := m.fetchDirect(ctx, topts, listed)
+		if err == nil || ctx.Err() != nil {
+			return fetched, err
+		}
+		// A ref that moved since the listing, a server that wants the
+		// advertisement first: fetch as go-git does.
 	}
 	specs := make([]config.RefSpec, 0, len(refs))
 	for _, r := range refs {

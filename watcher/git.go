@@ -28,9 +28,9 @@ type Git interface {
 // concurrent use; a read of a commit it lacks returns an error wrapping
 // gitutil.ErrCommitNotFound.
 type Mirror interface {
-	// Fetch brings refs (full names) from the remote and returns where
-	// they are now.
-	Fetch(ctx context.Context, auth *gitutil.Auth, refs []string) (gitutil.FetchResult, error)
+	// FetchListed brings refs (full name → the object a listing just
+	// saw it at) from the remote and returns the commits they point at.
+	FetchListed(ctx context.Context, auth *gitutil.Auth, listed map[string]plumbing.Hash) (gitutil.FetchResult, error)
 	// FetchCommit brings one commit that no ref names.
 	FetchCommit(ctx context.Context, auth *gitutil.Auth, commit plumbing.Hash) (gitutil.FetchResult, error)
 	// HasCommit reports whether the commit is in the mirror.

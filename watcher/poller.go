@@ -233,10 +233,10 @@ type job struct {
 	res gitutil.Resolved
 }
 
-// missing is what the mirror lacks of this cycle's commits: refs to fetch,
-// and commits no ref names.
+// missing is what the mirror lacks of this cycle's commits: refs to fetch
+// (with the object the listing saw each at), and commits no ref names.
 type missing struct {
-	refs    map[string]bool
+	refs    map[string]plumbing.Hash
 	commits []plumbing.Hash
 }
 
@@ -244,7 +244,7 @@ type missing struct {
 // them. A target that does not resolve is reported and left out.
 func (r *remote) resolve(ctx context.Context, targets []*polled, refs gitutil.RefList) ([]job, missing) {
 	var jobs []job
-	m := missing{refs: map[string]bool{}}
+	m := missing{refs: map[string]plumbing.Hash{}}
 	for _, p := range targets {
 		res, err := gitutil.Resolve(p.b.rev, refs)
 		if err != nil {
@@ -261,7 +261,7 @@ func (r *remote) resolve(ctx context.Context, targets []*polled, refs gitutil.Re
 		}
 		if !r.mirror.HasCommit(res.Commit) {
 			if res.Ref != "" {
-				m.refs[res.Ref] = true
+				m.refs[res.Ref] = refs.Refs[res.Ref]
 			} else {
 				m.commits = append(m.commits, res.Commit)
 			}
@@ -324,7 +324,7 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[strin
 
 // fetch brings the wanted refs and commits into the mirror, within the
 // watcher's fetch concurrency limit.
-func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]bool, commits []plumbing.Hash) (map[string]plumbing.Hash, error) {
+func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]plumbing.Hash, commits []plumbing.Hash) (map[string]plumbing.Hash, error) {
 	w := r.env
 	select {
 	case w.fetchSem <- struct{}{}:
@@ -335,11 +335,6 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 	defer release.Do(func() { <-w.fetchSem })
 
 	start := time.Now()
-	names := make([]string, 0, len(refs))
-	for n := range refs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	fctx, cancel := context.WithTimeoutCause(ctx, w.opts.fetchTimeout, errFetchTimeout)
 	defer cancel()
 	fctx, stall := context.WithCancelCause(fctx)
@@ -349,7 +344,7 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 		w.log.Info("fetch stalled: its slot is given to others", "remote", r.redacted, "idle", w.opts.stallYield)
 	}, func() { stall(ErrFetchStalled) })
 	defer stopWatch()
-	res, err := r.mirror.Fetch(fctx, auth, names)
+	res, err := r.mirror.FetchListed(fctx, auth, refs)
 	if res.Rebuilt != nil {
 		w.log.Info("mirror rebuilt", "remote", r.redacted, "reason", res.Rebuilt.Error())
 		w.emit(Event{Type: EventMirrorRebuilt, Remote: r.redacted, Err: res.Rebuilt})

@@ -109,6 +109,7 @@ func TestOneListingPerRemotePerCycle(t *testing.T) {
 	assert.Equal(t, c1, got.From)
 	assert.Equal(t, []string{"cm.yaml"}, got.Paths)
 	assert.Equal(t, fetches+1, repo.Counts().Fetches.Load())
+	assert.Equal(t, lists+4, repo.Counts().Lists.Load(), "the fetch reuses the poll's listing: no second ref advertisement")
 	// Every other app is up to date at c2 without a delivery.
 	obs.WaitCount(t, "the others up to date", n-1, watchertest.Is(watcher.EventUpToDate, ""))
 	assert.Len(t, sink.Delivered(), n+1)

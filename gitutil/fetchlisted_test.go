@@ -1,0 +1,105 @@
+package gitutil
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+)
+
+// After a listing, a fetch of what it named is one request: no second
+// ref advertisement. A tag is set to its tag object, as upstream has it.
+func TestFetchListedIsOneRequest(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	// A file large enough that its next version is a delta on this one,
+	// which the mirror has: the pack must not be thin.
+	big := strings.Repeat("line of a manifest that stays the same\n", 200)
+	repo.Commit(t, "one", gittest.File("a", "1"), gittest.File("big.yaml", big))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+
+	two := repo.Commit(t, "two", gittest.File("a", "2"), gittest.File("big.yaml", big+"one more line\n"))
+	repo.Tag(t, "v2", true)
+	refs, err := ListRefs(ctxT(t), repo.URL(), nil)
+	require.NoError(t, err)
+	lists, fetches := repo.Counts().Lists.Load(), repo.Counts().Fetches.Load()
+	listed := map[string]plumbing.Hash{"refs/heads/main": refs.Refs["refs/heads/main"], "refs/tags/v2": refs.Refs["refs/tags/v2"]}
+	res, err := m.FetchListed(ctxT(t), nil, listed)
+	require.NoError(t, err)
+	assert.True(t, res.Fetched)
+	assert.Equal(t, two, res.Refs["refs/heads/main"].String())
+	assert.Equal(t, two, res.Refs["refs/tags/v2"].String(), "peeled for the caller")
+	assert.Equal(t, lists, repo.Counts().Lists.Load(), "no ref advertisement")
+	assert.Equal(t, fetches+1, repo.Counts().Fetches.Load(), "one upload-pack request")
+	ref, err := m.repo.Reference("refs/tags/v2", false)
+	require.NoError(t, err)
+	assert.Equal(t, refs.Refs["refs/tags/v2"], ref.Hash(), "the tag ref names the tag object")
+	assert.True(t, m.HasCommit(plumbing.NewHash(two)))
+
+	// Nothing new: no request at all.
+	res, err = m.FetchListed(ctxT(t), nil, listed)
+	require.NoError(t, err)
+	assert.False(t, res.Fetched)
+	assert.Equal(t, fetches+1, repo.Counts().Fetches.Load())
+}
+
+// An object the server will not send (here one it never had; in life a
+// ref that moved and was collected since the listing) makes the one
+// request fail: the fetch is made the usual way, at the ref's commit now.
+func TestFetchListedFallsBack(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	repo.Commit(t, "one", gittest.File("a", "1"))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+
+	now := repo.Commit(t, "two", gittest.File("a", "2"))
+	fetches := repo.Counts().Fetches.Load()
+	res, err := m.FetchListed(ctxT(t), nil, map[string]plumbing.Hash{"refs/heads/main": plumbing.NewHash(strings.Repeat("ab", 20))})
+	require.NoError(t, err)
+	assert.Equal(t, now, res.Refs["refs/heads/main"].String())
+	assert.Equal(t, fetches+2, repo.Counts().Fetches.Load(), "the refused request, then the usual fetch")
+}
+
+// Where one request cannot do (an empty mirror), FetchListed is Fetch.
+func TestFetchListedIntoAnEmptyMirror(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	one := repo.Commit(t, "one", gittest.File("a", "1"))
+	refs, err := ListRefs(ctxT(t), repo.URL(), nil)
+	require.NoError(t, err)
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	res, err := m.FetchListed(ctxT(t), nil, map[string]plumbing.Hash{"refs/heads/main": refs.Refs["refs/heads/main"]})
+	require.NoError(t, err)
+	assert.Equal(t, one, res.Refs["refs/heads/main"].String())
+}
+
+// Over HTTPS the one request trusts what the target's Auth trusts.
+func TestFetchListedOverTLS(t *testing.T) {
+	srv := gittest.NewTLSServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	repo.Commit(t, "one", gittest.File("a", "1"))
+	auth := &Auth{CABundle: srv.CACert()}
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), auth, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	two := repo.Commit(t, "two", gittest.File("a", "2"))
+	refs, err := ListRefs(ctxT(t), repo.URL(), auth)
+	require.NoError(t, err)
+	fetches := repo.Counts().Fetches.Load()
+	res, err := m.FetchListed(ctxT(t), auth, map[string]plumbing.Hash{"refs/heads/main": refs.Refs["refs/heads/main"]})
+	require.NoError(t, err)
+	assert.Equal(t, two, res.Refs["refs/heads/main"].String())
+	assert.Equal(t, fetches+1, repo.Counts().Fetches.Load(), "one request, trusted")
+}
