@@ -41,7 +41,7 @@ const streamThreshold = 1 << 20
 // keeps them for an hour at most). Large files are streamed.
 func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
 	m.mu.Lock()
-	tree, e, err := m.entryAt(commit, p)
+	e, err := m.entryAt(commit, p)
 	var when time.Time
 	if err == nil {
 		if c, cerr := m.commit(commit); cerr == nil {
@@ -50,7 +50,7 @@ func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
 	}
 	gen := m.gen.Load()
 	var f *treeFS
-	if err == nil && tree != nil {
+	if err == nil && e.Mode == filemode.Dir {
 		f = &treeFS{m: m, gen: gen, modTime: when}
 		m.readers[weak.Make(f)] = time.Now()
 	}
@@ -58,7 +58,7 @@ func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	if tree == nil {
+	if f == nil {
 		return nil, fmt.Errorf("%w: %q at %s is a %s, not a directory", ErrPathNotFound, p, commit, e.Mode)
 	}
 	// Packs stay open while the file system is read (one open per object
@@ -66,11 +66,11 @@ func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
 	st := newCountingStorage(m.dir, cache.NewObjectLRU(8*cache.MiByte), &m.treesRead,
 		filesystem.Options{LargeObjectThreshold: streamThreshold, MaxOpenDescriptors: 4, ExclusiveAccess: true})
 	runtime.AddCleanup(f, func(st *filesystem.Storage) { _ = st.Close() }, st.Storage)
-	root, err := object.GetTree(st, tree.Hash)
+	root, err := object.GetTree(st, e.Hash)
 	if err != nil {
 		m.release(f)
 		_ = st.Close()
-		return nil, fmt.Errorf("gitutil: open tree %s: %w", tree.Hash, m.readFailed(gen, err))
+		return nil, fmt.Errorf("gitutil: open tree %s: %w", e.Hash, m.readFailed(gen, err))
 	}
 	f.st, f.root = st, root
 	return f, nil

@@ -38,40 +38,46 @@ func CleanPath(p string) (string, error) {
 	return c, nil
 }
 
-// subtree returns the tree at p under the commit's root tree; callers hold
-// m.mu. A path that names a file is ErrPathNotFound wrapped with "not a
-// directory".
-func (m *Mirror) entryAt(commit plumbing.Hash, p string) (*object.Tree, *object.TreeEntry, error) {
+// entryAt returns the entry at p in the commit's tree (a directory entry
+// for the root), decoding the trees above it but not the one it names;
+// callers hold m.mu. A missing path is ErrPathNotFound.
+func (m *Mirror) entryAt(commit plumbing.Hash, p string) (*object.TreeEntry, error) {
 	p, err := CleanPath(p)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	c, err := m.commit(commit)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
+	}
+	if p == "" {
+		return &object.TreeEntry{Mode: filemode.Dir, Hash: c.TreeHash}, nil
 	}
 	root, err := c.Tree()
 	if err != nil {
-		return nil, nil, m.markCorrupt(err)
-	}
-	if p == "" {
-		return root, &object.TreeEntry{Mode: filemode.Dir, Hash: root.Hash}, nil
+		return nil, m.markCorrupt(err)
 	}
 	e, err := root.FindEntry(p)
 	if err != nil {
 		if errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
-			return nil, nil, fmt.Errorf("%w: %q at %s", ErrPathNotFound, p, commit)
+			return nil, fmt.Errorf("%w: %q at %s", ErrPathNotFound, p, commit)
 		}
-		return nil, nil, m.markCorrupt(err)
+		return nil, m.markCorrupt(err)
 	}
-	if e.Mode != filemode.Dir {
-		return nil, e, nil
+	return e, nil
+}
+
+// treeOf decodes the tree an entry names; nil for an entry that is not a
+// directory.
+func (m *Mirror) treeOf(e *object.TreeEntry) (*object.Tree, error) {
+	if e == nil || e.Mode != filemode.Dir {
+		return nil, nil
 	}
 	t, err := m.repo.TreeObject(e.Hash)
 	if err != nil {
-		return nil, nil, m.markCorrupt(err)
+		return nil, m.markCorrupt(err)
 	}
-	return t, e, nil
+	return t, nil
 }
 
 // TreeHash returns the hash of the tree (or blob) at path p in commit. Two
@@ -80,7 +86,7 @@ func (m *Mirror) entryAt(commit plumbing.Hash, p string) (*object.Tree, *object.
 func (m *Mirror) TreeHash(commit plumbing.Hash, p string) (plumbing.Hash, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	_, e, err := m.entryAt(commit, p)
+	e, err := m.entryAt(commit, p)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
@@ -94,12 +100,23 @@ func (m *Mirror) TreeHash(commit plumbing.Hash, p string) (plumbing.Hash, error)
 func (m *Mirror) ChangedPaths(ctx context.Context, from, to plumbing.Hash, prefix string) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	toTree, toEntry, err := m.entryAt(to, prefix)
+	toEntry, err := m.entryAt(to, prefix)
 	if err != nil {
 		return nil, err
 	}
-	fromTree, fromEntry, err := m.entryAt(from, prefix)
+	fromEntry, err := m.entryAt(from, prefix)
 	if err != nil && !errors.Is(err, ErrPathNotFound) {
+		return nil, err
+	}
+	if fromEntry != nil && fromEntry.Hash == toEntry.Hash && fromEntry.Mode == toEntry.Mode {
+		return []string{}, nil // the same tree: nothing to decode
+	}
+	toTree, err := m.treeOf(toEntry)
+	if err != nil {
+		return nil, err
+	}
+	fromTree, err := m.treeOf(fromEntry)
+	if err != nil {
 		return nil, err
 	}
 	if toTree == nil || (fromEntry != nil && fromTree == nil) {

@@ -45,7 +45,12 @@ type NextFunc func(ctx context.Context, c Change) (report any, err error)
 //		log.Info("applying", "target", c.Target.ID, "commit", c.To)
 //		return next(ctx, c)
 //	})
+//
+// A nil around passes every delivery through.
 func Decorate(s Sink, around func(ctx context.Context, c Change, next NextFunc) (report any, err error)) Sink {
+	if around == nil {
+		around = passThrough
+	}
 	return &decorated{inner: s, around: around}
 }
 

@@ -61,7 +61,7 @@ func profile(prefix string) (stop func(), err error) {
 
 type config struct {
 	repos, perRepo, commits, files, runs, pushes, polled int
-	out                                                  string
+	out, p3Profile                                       string
 }
 
 func main() {
@@ -77,6 +77,7 @@ func main() {
 	flag.IntVar(&c.pushes, "pushes", 100, "P5: pushes announced by a webhook")
 	flag.IntVar(&c.polled, "polled", 3, "P5: pushes found by polling at the default interval")
 	flag.StringVar(&c.out, "out", "", "also write the table to this file")
+	flag.StringVar(&c.p3Profile, "p3-profile", "", "write CPU and allocation profiles of the P3 runs (this process) to this prefix + .cpu/.heap")
 	flag.Parse()
 	var err error
 	if *child != "" {
@@ -410,6 +411,13 @@ func run(c config) (err error) {
 	}
 	var ours, cliFetch, clone []time.Duration
 	var incOurs, incCLI []harness.Result
+	if c.p3Profile != "" {
+		stop, err := profile(c.p3Profile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	for i := range c.runs {
 		commit := big.Commit(env, "bump", gittest.File("app/00000", fmt.Sprint("bump ", i)))
 		t0 := time.Now()
