@@ -103,3 +103,26 @@ func TestFetchListedOverTLS(t *testing.T) {
 	assert.Equal(t, two, res.Refs["refs/heads/main"].String())
 	assert.Equal(t, fetches+1, repo.Counts().Fetches.Load(), "one request, trusted")
 }
+
+// A delivery's new tree is the next delivery's old tree: the path diff of
+// the next commit decodes only the new one (and the roots above).
+func TestChangedPathsKeepsTheLastTrees(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one", gittest.File("apps/a", "1"), gittest.File("apps/b", "1"))
+	c2 := repo.Commit(t, "two", gittest.File("apps/a", "2"))
+	c3 := repo.Commit(t, "three", gittest.File("apps/b", "3"))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	h := plumbing.NewHash
+	paths, err := m.ChangedPaths(ctxT(t), h(c1), h(c2), "apps")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a"}, paths)
+	before := m.TreesRead()
+	paths, err = m.ChangedPaths(ctxT(t), h(c2), h(c3), "apps")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"b"}, paths)
+	assert.Equal(t, int64(3), m.TreesRead()-before, "two roots and the new apps tree; the old one is kept")
+}

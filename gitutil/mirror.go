@@ -96,6 +96,9 @@ type Mirror struct {
 	repacks  atomic.Int64
 	readers  map[weak.Pointer[treeFS]]time.Time // file systems handed out, not closed or collected
 	replaced map[string]bool                    // packs a repack made redundant, kept for readers
+	// trees holds the last few directory trees decoded for path diffs: a
+	// delivery's "to" is the next one's "from".
+	trees [treeSlots]*object.Tree
 	// gen counts rebuilds; a file system handed out reads only while it is
 	// the generation it was made in.
 	gen atomic.Uint64
@@ -218,6 +221,7 @@ func (m *Mirror) reinit() error {
 	m.repo = repo
 	m.broken = nil
 	clear(m.replaced)
+	clear(m.trees[:])
 	return nil
 }
 

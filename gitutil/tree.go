@@ -67,16 +67,29 @@ func (m *Mirror) entryAt(commit plumbing.Hash, p string) (*object.TreeEntry, err
 	return e, nil
 }
 
+// treeSlots is how many decoded trees a mirror keeps for path diffs: a
+// few, so that memory stays flat however many targets a remote has.
+const treeSlots = 4
+
 // treeOf decodes the tree an entry names; nil for an entry that is not a
-// directory.
+// directory. The last few are kept: one delivery's new tree is the next
+// one's old tree, and a large directory costs milliseconds to decode.
+// Callers hold m.mu.
 func (m *Mirror) treeOf(e *object.TreeEntry) (*object.Tree, error) {
 	if e == nil || e.Mode != filemode.Dir {
 		return nil, nil
+	}
+	for _, t := range m.trees {
+		if t != nil && t.Hash == e.Hash {
+			return t, nil
+		}
 	}
 	t, err := m.repo.TreeObject(e.Hash)
 	if err != nil {
 		return nil, m.markCorrupt(err)
 	}
+	copy(m.trees[1:], m.trees[:treeSlots-1])
+	m.trees[0] = t
 	return t, nil
 }
 
