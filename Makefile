@@ -45,12 +45,14 @@ quickstart:
 # also written to bench-results/table.md. Then the soak and head-of-line
 # table (S1, S2, H1; about 25 minutes) in bench-results/soak.md, the
 # wide-tree table (sink/dir vs git archive | tar -x) in
-# bench-results/widetree.md, and the apply sink against the test control
+# bench-results/widetree.md, a watcher of 1,000 targets at steady state in
+# bench-results/fleet.md, and the apply sink against the test control
 # plane (500 objects: initial, one changed, resync).
 bench: testbin
 	$(GO) run ./internal/bench/watchbench -out bench-results/table.md
 	$(GO) run ./internal/bench/soak -out bench-results/soak.md
 	$(GO) run ./internal/bench/widetree -out bench-results/widetree.md
+	$(GO) run ./internal/bench/fleet -out bench-results/fleet.md
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkApply500 -benchtime 5x ./sink/apply/ | tee bench-results/apply.txt
 
 fmt:

@@ -1,0 +1,209 @@
+// Command fleet measures what a watcher of many targets costs at steady
+// state (P10): 1,000 targets on 50 remotes of the real git server on
+// loopback, every target delivered once, then no-change polls. The watcher
+// runs in a process of its own, which reports its resident memory, heap
+// and goroutines; the baseline is the same process watching nothing.
+//
+//	go run ./internal/bench/fleet -out bench-results/fleet.md
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/modwatch/modwatch/internal/bench/harness"
+	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/source/static"
+	"github.com/modwatch/modwatch/watcher"
+)
+
+// report is what the child says of itself at steady state.
+type report struct {
+	RSS, HWM, Heap int64
+	Goroutines     int
+	Delivered      int64
+}
+
+func main() {
+	child := flag.Bool("child", false, "internal: run the watcher of the targets read from stdin")
+	heap := flag.String("heap", "", "with -child: write a heap profile here at steady state")
+	remotes := flag.Int("remotes", 50, "remotes")
+	perRemote := flag.Int("per-remote", 20, "targets per remote")
+	out := flag.String("out", "", "also write the table to this file")
+	flag.Parse()
+	var err error
+	if *child {
+		err = runChild(*heap)
+	} else {
+		err = run(*remotes, *perRemote, *out)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(1)
+	}
+}
+
+func run(remotes, perRemote int, out string) (err error) {
+	env := &gittest.Standalone{}
+	defer env.Close()
+	defer env.Recover(&err)
+	srv := gittest.NewServer(env)
+	var targets []watcher.Target
+	for i := range remotes {
+		r := srv.NewRepo(env, fmt.Sprintf("fleet/r%03d", i))
+		var files []gittest.Change
+		for j := range perRemote {
+			files = append(files, gittest.File(fmt.Sprintf("app%02d/cm.yaml", j), "v1"))
+			targets = append(targets, watcher.Target{ID: fmt.Sprintf("r%03d/app%02d", i, j), URL: r.URL(), Path: fmt.Sprintf("app%02d", j)})
+		}
+		r.Commit(env, "init", files...)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	empty, err := measure(self, nil, "")
+	if err != nil {
+		return err
+	}
+	full, err := measure(self, targets, os.Getenv("FLEET_HEAP"))
+	if err != nil {
+		return err
+	}
+	n := int64(len(targets))
+	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+	kib := func(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/1024) }
+	rows := []harness.Row{
+		harness.NewRow("P10", fmt.Sprintf("RSS at steady state, %d targets on %d remotes", n, remotes), mib(full.RSS), mib(empty.RSS)+" (the same process, no targets)",
+			fmt.Sprintf("%.2f", float64(full.RSS)/float64(empty.RSS)), "≤ 100 MiB"),
+		harness.NewRow("P10", "RSS per target above the empty process", kib((full.RSS-empty.RSS)/n), "", "", ""),
+		harness.NewRow("P10", "heap in use at steady state / per target", mib(full.Heap)+" / "+kib((full.Heap-empty.Heap)/n), mib(empty.Heap), "", ""),
+		harness.NewRow("P10", "goroutines / per target", fmt.Sprintf("%d / %.2f", full.Goroutines, float64(full.Goroutines-empty.Goroutines)/float64(n)), fmt.Sprint(empty.Goroutines), "", ""),
+		harness.NewRow("P10", "peak RSS", mib(full.HWM), mib(empty.HWM), fmt.Sprintf("%.2f", float64(full.HWM)/float64(empty.HWM)), ""),
+	}
+	return harness.PrintTable(rows, out)
+}
+
+// measure runs a child watching targets and reads its report.
+func measure(self string, targets []watcher.Target, heap string) (report, error) {
+	var r report
+	in, err := json.Marshal(targets)
+	if err != nil {
+		return r, err
+	}
+	cmd := exec.Command(self, "-child", "-heap", heap)
+	cmd.Stdin = strings.NewReader(string(in))
+	cmd.Stderr = os.Stderr
+	outp, err := cmd.Output()
+	if err != nil {
+		return r, fmt.Errorf("child: %w", err)
+	}
+	if err := json.Unmarshal(outp, &r); err != nil {
+		return r, fmt.Errorf("child said %q: %w", outp, err)
+	}
+	if r.Delivered != int64(len(targets)) {
+		return r, fmt.Errorf("child delivered %d of %d targets", r.Delivered, len(targets))
+	}
+	return r, nil
+}
+
+// runChild watches the targets on stdin until each is delivered, polls
+// every remote twice more with nothing new, and reports.
+func runChild(heap string) error {
+	var targets []watcher.Target
+	if err := json.NewDecoder(os.Stdin).Decode(&targets); err != nil {
+		return err
+	}
+	cache, err := os.MkdirTemp("", "fleet-cache")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(cache)
+	var delivered, polled atomic.Int64
+	sink := watcher.Named("nop", watcher.SinkFunc(func(context.Context, watcher.Change) error {
+		delivered.Add(1)
+		return nil
+	}))
+	obs := watcher.ObserverFunc(func(e watcher.Event) {
+		if e.Type == watcher.EventPolled && e.Err == nil {
+			polled.Add(1)
+		}
+	})
+	w := watcher.New(watcher.WithCacheDir(cache), watcher.WithInterval(time.Hour), watcher.WithObserver(obs))
+	if err := w.Route(static.New(targets...), sink); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Minute)
+	wait := func(cond func() bool) error {
+		for !cond() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("timed out: %d delivered, %d polls", delivered.Load(), polled.Load())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return nil
+	}
+	if err := wait(func() bool { return delivered.Load() == int64(len(targets)) }); err != nil {
+		return err
+	}
+	urls, _ := w.Remotes()
+	for range 2 {
+		before := polled.Load()
+		for _, u := range urls {
+			w.Trigger(u)
+		}
+		if err := wait(func() bool { return polled.Load() >= before+int64(len(urls)) }); err != nil {
+			return err
+		}
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	r := report{Heap: int64(ms.HeapInuse), Goroutines: runtime.NumGoroutine(), Delivered: delivered.Load()}
+	r.RSS, r.HWM = procStatus("VmRSS"), procStatus("VmHWM")
+	if heap != "" {
+		f, err := os.Create(heap)
+		if err != nil {
+			return err
+		}
+		_ = pprof.WriteHeapProfile(f)
+		f.Close()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// procStatus reads a "kB" line of /proc/self/status, in bytes.
+func procStatus(key string) int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), key+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n * 1024
+		}
+	}
+	return 0
+}
