@@ -33,7 +33,8 @@ const streamThreshold = 1 << 20
 // FS returns a read-only file system of the tree at path p in commit, read
 // straight from the object store, with no checkout. Symlinks inside the tree
 // are followed when they stay inside it and are an error ([ErrSymlinkEscape])
-// when they point outside or are absolute; submodules are left out. The FS
+// when they point outside or are absolute; submodules are left out (see
+// [Mirror.Submodules], which names them). The FS
 // implements fs.ReadDirFS, fs.ReadFileFS, fs.StatFS and fs.ReadLinkFS and is
 // safe for concurrent use. It has its own view of the mirror's store, so
 // reading it never waits on a fetch. It implements io.Closer: close it when

@@ -181,6 +181,12 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
 	}
+	if len(c.Submodules) > 0 && attempt == 1 {
+		d.env.log.Info("submodules are left out of the delivered tree", "target", t.ID, "sink", d.sink.name, "commit", short(commit), "submodules", c.Submodules)
+		left := ev
+		left.Type, left.Change = EventSubmodulesLeftOut, &c
+		d.env.emit(left)
+	}
 	abandoned := false
 	defer func() {
 		if closer, ok := c.FS.(io.Closer); ok && !abandoned {
@@ -243,6 +249,9 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Ch
 		return c, err
 	}
 	c.FS = fsys
+	// A .gitmodules that cannot be read leaves the list empty: the FS is
+	// what it is either way.
+	c.Submodules, _ = want.mirror.Submodules(want.commit, t.Path)
 	return c, nil
 }
 

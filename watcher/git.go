@@ -47,6 +47,9 @@ type Mirror interface {
 	// FS returns the tree at path in commit, read-only. If it is an
 	// io.Closer, the watcher closes it when the delivery is over.
 	FS(commit plumbing.Hash, path string) (fs.FS, error)
+	// Submodules lists the submodules under path in commit, relative to
+	// path; FS leaves them out.
+	Submodules(commit plumbing.Hash, path string) ([]string, error)
 	// Progress is a number that grows while a fetch receives data; the
 	// watcher gives up a fetch that stops making progress.
 	Progress() int64

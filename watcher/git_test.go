@@ -112,3 +112,23 @@ func TestWithFirstFetchDepth(t *testing.T) {
 		})
 	}
 }
+
+// A tree with submodules is delivered without them, and says so: in the
+// Change, in an event and in the log.
+func TestSubmodulesAreReported(t *testing.T) {
+	srv := gittest.NewServer(t)
+	lib := srv.NewRepo(t, "g/lib")
+	pin := lib.Commit(t, "lib", gittest.File("lib.yaml", "x"))
+	repo := srv.NewRepo(t, "g/app")
+	commit := repo.Commit(t, "init", gittest.File("deploy/app.yaml", "a"), gittest.Submodule("deploy/vendor/lib", lib.URL(), pin))
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	w := newWatcher(t, obs)
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Path: "deploy"}), sink))
+	start(t, w)
+	c := sink.WaitCommit(t, "t", commit)
+	assert.Equal(t, []string{"vendor/lib"}, c.Submodules)
+	e := obs.WaitFor(t, "the report", watchertest.Is(watcher.EventSubmodulesLeftOut, "t"))
+	assert.Equal(t, commit, e.Commit)
+	assert.Equal(t, []string{"vendor/lib"}, e.Change.Submodules)
+}

@@ -41,6 +41,10 @@ const (
 	// EventDeliveryFailed: a sink returned Err for Change; Attempt counts the
 	// failures of this delivery so far.
 	EventDeliveryFailed EventType = "DeliveryFailed"
+	// EventSubmodulesLeftOut: the tree about to be delivered has
+	// submodules, which it does not hold (Change.Submodules names them).
+	// The delivery goes on.
+	EventSubmodulesLeftOut EventType = "SubmodulesLeftOut"
 	// EventRemoved: the target disappeared and the sink was told (Err on
 	// failure of Remove).
 	EventRemoved EventType = "Removed"

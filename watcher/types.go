@@ -115,6 +115,11 @@ type Change struct {
 	// FS is a read-only view of Target.Path at To. It stays valid after
 	// Deliver returns and is safe for concurrent use.
 	FS fs.FS
+	// Submodules are the paths, relative to Target.Path, of the submodules
+	// under it: FS leaves them out (submodules are not fetched), and the
+	// watcher reports them ([EventSubmodulesLeftOut]) rather than deliver
+	// an incomplete tree without a word.
+	Submodules []string
 }
 
 // Source says what to watch.

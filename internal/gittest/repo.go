@@ -176,3 +176,29 @@ func (r *Repo) run(dir string, args ...string) (string, error) {
 	}
 	return strings.TrimSpace(stdout.String()), nil
 }
+
+// Submodule records a submodule at path, pinned at commit of url: a
+// gitlink in the index and its .gitmodules entry, left unpopulated (an
+// empty directory), as a clone without --recurse-submodules has it.
+func Submodule(path, url, commit string) Change {
+	return func(t TB, work string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(work, filepath.FromSlash(path)), 0o755); err != nil {
+			t.Fatalf("gittest: %v", err)
+		}
+		f, err := os.OpenFile(filepath.Join(work, ".gitmodules"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatalf("gittest: %v", err)
+		}
+		_, err = fmt.Fprintf(f, "[submodule %q]\n\tpath = %s\n\turl = %s\n", path, path, url)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatalf("gittest: %v", err)
+		}
+		if out, err := exec.Command("git", "-C", work, "update-index", "--add", "--cacheinfo", "160000,"+commit+","+path).CombinedOutput(); err != nil {
+			t.Fatalf("gittest: git update-index: %v: %s", err, out)
+		}
+	}
+}
