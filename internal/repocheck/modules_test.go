@@ -18,6 +18,7 @@ const consumer = `package main
 
 import (
 	_ "github.com/modwatch/modwatch/gitutil"
+	_ "github.com/modwatch/modwatch/gitutil/githubapp"
 	_ "github.com/modwatch/modwatch/sink/dir"
 	_ "github.com/modwatch/modwatch/sink/hook"
 	_ "github.com/modwatch/modwatch/source/configmap"

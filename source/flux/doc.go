@@ -8,4 +8,12 @@
 // not installed it idles, looks again periodically, and starts watching
 // when the CRD appears, without a restart; if the CRD is removed, its
 // targets go and it idles again.
+//
+// Credentials come from spec.secretRef with Flux's keys (username and
+// password, bearerToken, identity and known_hosts, ca.crt). With
+// `provider: github` the Secret names a GitHub App installation
+// (githubAppID, githubAppInstallationID, githubAppPrivateKey, and
+// optionally githubAppBaseURL and ca.crt) and the target gets an
+// installation token (gitutil/githubapp), for the App's host only. Other
+// providers are reported and not watched.
 package flux

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -19,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/githubapp"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/spec"
 )
@@ -53,6 +56,17 @@ type Source struct {
 	log     logr.Logger
 	timeout time.Duration
 	dirty   chan struct{}
+
+	// apps are the GitHub App resolvers of `provider: github`, by Secret,
+	// kept while the Secret is unchanged so that a token lives its hour;
+	// only the goroutine that builds targets touches it.
+	apps map[string]githubApp
+}
+
+// githubApp is a resolver made from one version of a Secret.
+type githubApp struct {
+	version string
+	r       *githubapp.Resolver
 }
 
 var _ watcher.Source = (*Source)(nil)
@@ -69,7 +83,7 @@ func New(kube kubernetes.Interface, dyn dynamic.Interface, cfg Config, opts ...O
 	if cfg.CRDCheckInterval == 0 {
 		cfg.CRDCheckInterval = 30 * time.Second
 	}
-	s := &Source{kube: kube, dyn: dyn, cfg: cfg, log: logr.Discard(), timeout: 30 * time.Second, dirty: make(chan struct{}, 1)}
+	s := &Source{kube: kube, dyn: dyn, cfg: cfg, log: logr.Discard(), timeout: 30 * time.Second, dirty: make(chan struct{}, 1), apps: map[string]githubApp{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -241,12 +255,20 @@ func specChanged(old, cur any, poke func()) {
 // targets turns the GitRepositories into targets.
 func (s *Source) targets(ctx context.Context, gvr schema.GroupVersionResource, objs []any) []watcher.Target {
 	var out []watcher.Target
+	used := map[string]bool{}
+	defer func() {
+		for k := range s.apps {
+			if !used[k] {
+				delete(s.apps, k) // its GitRepositories are gone
+			}
+		}
+	}()
 	for _, o := range objs {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok || u.GetDeletionTimestamp() != nil {
 			continue
 		}
-		t, err := s.target(ctx, gvr, u)
+		t, err := s.target(ctx, gvr, u, used)
 		if err != nil {
 			s.log.Info("GitRepository not watched", "gitrepository", u.GetNamespace()+"/"+u.GetName(), "reason", err.Error())
 			continue
@@ -259,7 +281,7 @@ func (s *Source) targets(ctx context.Context, gvr schema.GroupVersionResource, o
 }
 
 // target reads one GitRepository; nil when there is nothing to watch.
-func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*watcher.Target, error) {
+func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured, used map[string]bool) (*watcher.Target, error) {
 	if suspended, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend"); suspended {
 		return nil, nil
 	}
@@ -280,7 +302,20 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision,
 		Payload: spec.GitRepository{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID())},
 	}
-	if name, _, _ := unstructured.NestedString(u.Object, "spec", "secretRef", "name"); name != "" {
+	provider, _, _ := unstructured.NestedString(u.Object, "spec", "provider")
+	name, _, _ := unstructured.NestedString(u.Object, "spec", "secretRef", "name")
+	switch {
+	case provider == "github":
+		if name == "" {
+			return nil, errors.New("flux: provider github needs a secretRef with the GitHub App's keys")
+		}
+		used[u.GetNamespace()+"/"+name] = true
+		if t.Auth, err = s.githubAppAuth(ctx, u.GetNamespace(), name, url); err != nil {
+			return nil, err
+		}
+	case provider != "" && provider != "generic":
+		return nil, fmt.Errorf("flux: provider %q is not supported (generic and github are)", provider)
+	case name != "":
 		if t.Auth, err = s.auth(ctx, u.GetNamespace(), name); err != nil {
 			return nil, err
 		}
@@ -310,9 +345,8 @@ func Revision(ref map[string]string) (revision string, watch bool) {
 	return "", true
 }
 
-// auth reads the credentials of a GitRepository's secretRef, with Flux's
-// keys: username/password, bearerToken, identity/known_hosts, ca.crt.
-func (s *Source) auth(ctx context.Context, namespace, name string) (*gitutil.Auth, error) {
+// secret reads a GitRepository's secretRef.
+func (s *Source) secret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	sec, err := s.kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -321,6 +355,51 @@ func (s *Source) auth(ctx context.Context, namespace, name string) (*gitutil.Aut
 	}
 	if err != nil {
 		return nil, fmt.Errorf("flux: secret %s/%s: %w", namespace, name, err)
+	}
+	return sec, nil
+}
+
+// githubAppAuth is the installation token of the GitHub App a Secret
+// names, with Flux's keys: githubAppID, githubAppInstallationID,
+// githubAppPrivateKey, and optionally githubAppBaseURL and ca.crt.
+func (s *Source) githubAppAuth(ctx context.Context, namespace, name, repoURL string) (*gitutil.Auth, error) {
+	sec, err := s.secret(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	key := namespace + "/" + name
+	app, ok := s.apps[key]
+	if !ok || app.version != sec.ResourceVersion {
+		d := sec.Data
+		inst, _ := strconv.ParseInt(strings.TrimSpace(string(d["githubAppInstallationID"])), 10, 64)
+		r, err := githubapp.New(githubapp.Config{
+			AppID: strings.TrimSpace(string(d["githubAppID"])), InstallationID: inst, PrivateKey: d["githubAppPrivateKey"],
+			BaseURL: strings.TrimSpace(string(d["githubAppBaseURL"])), CABundle: d["ca.crt"],
+		})
+		if err != nil {
+			return nil, fmt.Errorf("flux: secret %s: %w", key, err)
+		}
+		app = githubApp{version: sec.ResourceVersion, r: r}
+		s.apps[key] = app
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	a, err := app.r.Resolve(rctx, repoURL)
+	if err != nil {
+		return nil, fmt.Errorf("flux: secret %s: %w", key, err)
+	}
+	if a == nil {
+		return nil, fmt.Errorf("flux: secret %s: %s is not on the GitHub App's host, or not HTTPS", key, gitutil.RedactURL(repoURL))
+	}
+	return a, nil
+}
+
+// auth reads the credentials of a GitRepository's secretRef, with Flux's
+// keys: username/password, bearerToken, identity/known_hosts, ca.crt.
+func (s *Source) auth(ctx context.Context, namespace, name string) (*gitutil.Auth, error) {
+	sec, err := s.secret(ctx, namespace, name)
+	if err != nil {
+		return nil, err
 	}
 	d := sec.Data
 	a := &gitutil.Auth{

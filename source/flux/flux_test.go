@@ -2,6 +2,15 @@ package flux_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,4 +212,50 @@ func TestFluxInstalledLaterOrRemovedIsFollowed(t *testing.T) {
 	installed = true
 	create(t, gitRepository(ns, "again", "https://git.example.com/again.git", nil))
 	waitSet(t, sets, "Flux back", func(ts []watcher.Target) bool { return len(ts) == 1 && ts[0].ID == "flux/"+ns+"/again" })
+}
+
+// provider: github takes a GitHub App installation token, from Flux's
+// Secret keys, for the App's host.
+func TestProviderGitHub(t *testing.T) {
+	ns := env.Namespace(t)
+	var exchanges atomic.Int32
+	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v3/app/installations/7/access_tokens" || !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+			http.NotFound(w, r)
+			return
+		}
+		exchanges.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"token":"ghs_installation","expires_at":%q}`, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	}))
+	defer api.Close()
+	host := strings.TrimPrefix(api.URL, "https://")
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	_, err = env.Kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
+		Data: map[string][]byte{
+			"githubAppID": []byte("123"), "githubAppInstallationID": []byte("7"),
+			"githubAppPrivateKey": pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}),
+			"githubAppBaseURL":    []byte(api.URL + "/api/v3"),
+			"ca.crt":              pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw}),
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	create(t, gitRepository(ns, "app", "https://"+host+"/acme/app.git", map[string]any{
+		"provider": "github", "secretRef": map[string]any{"name": "app"}}))
+	create(t, gitRepository(ns, "other", "https://git.example.com/acme/app.git", map[string]any{
+		"provider": "github", "secretRef": map[string]any{"name": "app"}}))
+	create(t, gitRepository(ns, "azure", "https://"+host+"/acme/app.git", map[string]any{"provider": "azure"}))
+
+	sets := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns}))
+	got := byID(waitSet(t, sets, "the app", func(ts []watcher.Target) bool { return len(ts) == 1 }))
+	a := got["flux/"+ns+"/app"].Auth
+	require.NotNil(t, a)
+	assert.Equal(t, "x-access-token", a.Username)
+	assert.Equal(t, "ghs_installation", a.Password)
+	assert.Equal(t, "github-app:123/7", a.ID)
+	assert.Equal(t, int32(1), exchanges.Load(), "the token is kept")
+	// other (not on the App's host: the token does not go there) and azure
+	// (a provider not supported) are not watched.
 }
