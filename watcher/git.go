@@ -50,6 +50,9 @@ type Mirror interface {
 	// Submodules lists the submodules under path in commit, relative to
 	// path; FS leaves them out.
 	Submodules(commit plumbing.Hash, path string) ([]string, error)
+	// VerifyCommit checks the commit's signature against keyRing and
+	// returns the signer; an unverified commit is gitutil.ErrUnverified.
+	VerifyCommit(commit plumbing.Hash, keyRing string) (string, error)
 	// Progress is a number that grows while a fetch receives data; the
 	// watcher gives up a fetch that stops making progress.
 	Progress() int64

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -131,4 +134,54 @@ func TestSubmodulesAreReported(t *testing.T) {
 	e := obs.WaitFor(t, "the report", watchertest.Is(watcher.EventSubmodulesLeftOut, "t"))
 	assert.Equal(t, commit, e.Commit)
 	assert.Equal(t, []string{"vendor/lib"}, e.Change.Submodules)
+}
+
+// armoredPublic is e's public key, armored.
+func armoredPublic(t *testing.T, e *openpgp.Entity) string {
+	var b strings.Builder
+	w, err := armor.Encode(&b, openpgp.PublicKeyType, nil)
+	require.NoError(t, err)
+	require.NoError(t, e.Serialize(w))
+	require.NoError(t, w.Close())
+	return b.String()
+}
+
+// A target with Verify gets only the commits signed by a trusted key; an
+// unsigned one, or one signed by another key, fails the target and the
+// last delivery stays.
+func TestVerifiedCommitsOnly(t *testing.T) {
+	release, err := openpgp.NewEntity("Release", "", "release@example.com", nil)
+	require.NoError(t, err)
+	mallory, err := openpgp.NewEntity("Mallory", "", "mallory@example.com", nil)
+	require.NoError(t, err)
+	repo := watchertest.NewRepo(t)
+	repo.SignWith(release)
+	first := repo.Commit(t, map[string]string{"app.yaml": "v: 1\n"})
+
+	obs := watchertest.NewObserver()
+	w := watchertest.NewWatcher(t, watcher.WithObserver(obs))
+	sink := watchertest.NewSink("rec")
+	target := watcher.Target{ID: "app", URL: repo.URL(), Verify: &watcher.Verify{KeyRing: armoredPublic(t, release)}}
+	require.NoError(t, w.Route(watchertest.NewSource(target), sink))
+	watchertest.Run(t, w.Run)
+	sink.WaitCommit(t, "app", first)
+
+	for name, signer := range map[string]*openpgp.Entity{"unsigned": nil, "signed by another key": mallory} {
+		repo.SignWith(signer)
+		bad := repo.Commit(t, map[string]string{"app.yaml": "v: " + name + "\n"})
+		w.Trigger(repo.URL())
+		e := obs.WaitFor(t, name, func(e watcher.Event) bool {
+			return e.Type == watcher.EventTargetFailed && errors.Is(e.Err, gitutil.ErrUnverified) && strings.Contains(e.Err.Error(), bad)
+		})
+		assert.Equal(t, "app", e.Target.ID)
+	}
+	repo.SignWith(release)
+	good := repo.Commit(t, map[string]string{"app.yaml": "v: 2\n"})
+	w.Trigger(repo.URL())
+	c := sink.WaitCommit(t, "app", good)
+	assert.Equal(t, first, c.From, "nothing unverified was delivered in between")
+	assert.Len(t, sink.Delivered(), 2)
+
+	bad := watcher.Target{ID: "x", URL: repo.URL(), Verify: &watcher.Verify{KeyRing: "not a key"}}
+	assert.ErrorIs(t, bad.Validate(), watcher.ErrInvalidTarget)
 }

@@ -303,6 +303,14 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[strin
 			r.env.targetPolled(j.p.b.t, r.redacted)
 			continue
 		}
+		if v := j.p.b.t.Verify; v != nil {
+			// Not offered: the next poll verifies it again, and the last
+			// delivery stays.
+			if _, err := r.mirror.VerifyCommit(j.res.Commit, v.KeyRing); err != nil {
+				r.fail(ctx, j.p, err)
+				continue
+			}
+		}
 		tree, err := r.mirror.TreeHash(j.res.Commit, j.p.b.t.Path)
 		if err != nil {
 			r.fail(ctx, j.p, err)

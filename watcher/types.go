@@ -37,6 +37,18 @@ type Target struct {
 	// (for instance a render type and a destination). A change of Payload is
 	// a change of the target: it is delivered again.
 	Payload any
+	// Verify, when set, makes the watcher deliver only commits whose
+	// signature it verifies (Flux's verify, mode HEAD): an unsigned commit,
+	// or one signed by another key, fails the target with
+	// gitutil.ErrUnverified and the last delivery stays.
+	Verify *Verify
+}
+
+// Verify says whose signatures a target's commits must carry.
+type Verify struct {
+	// KeyRing holds the trusted OpenPGP public keys, armored (several may
+	// follow each other).
+	KeyRing string
 }
 
 // ErrInvalidTarget is returned (wrapped) by [Target.Validate].
@@ -58,6 +70,11 @@ func (t Target) Validate() error {
 	}
 	if t.Interval < 0 {
 		return fmt.Errorf("%w %s: interval is negative", ErrInvalidTarget, t.ID)
+	}
+	if t.Verify != nil {
+		if _, err := gitutil.ParseKeyRing(t.Verify.KeyRing); err != nil {
+			return fmt.Errorf("%w %s: verify: %w", ErrInvalidTarget, t.ID, err)
+		}
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/go-git/go-billy/v5/memfs"
 	"github.com/go-git/go-billy/v5/util"
 	"github.com/go-git/go-git/v5"
@@ -38,10 +39,11 @@ import (
 type Repo struct {
 	srv *httptest.Server
 
-	mu   sync.RWMutex // commits write the storage, fetches read it
-	repo *git.Repository
-	wt   *git.Worktree
-	n    int
+	mu     sync.RWMutex // commits write the storage, fetches read it
+	repo   *git.Repository
+	wt     *git.Worktree
+	n      int
+	signer *openpgp.Entity
 }
 
 // NewRepo starts an empty repository whose default branch is "main".
@@ -98,11 +100,19 @@ func (r *Repo) Commit(t testing.TB, files map[string]string) string {
 	// orders them.
 	when := time.Date(2020, 1, 1, 0, 0, r.n, 0, time.UTC)
 	sig := &object.Signature{Name: "watchertest", Email: "watchertest@example.com", When: when}
-	h, err := r.wt.Commit(fmt.Sprintf("commit %d", r.n), &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true})
+	h, err := r.wt.Commit(fmt.Sprintf("commit %d", r.n), &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true, SignKey: r.signer})
 	if err != nil {
 		t.Fatalf("watchertest: commit: %v", err)
 	}
 	return h.String()
+}
+
+// SignWith makes the next commits signed by key (OpenPGP, as `git commit
+// -S` signs); nil makes them unsigned again.
+func (r *Repo) SignWith(key *openpgp.Entity) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.signer = key
 }
 
 // Head returns main's last commit, "" before the first.
