@@ -3,9 +3,11 @@ package gitutil
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/go-git/go-git/v5/plumbing"
 )
 
@@ -13,33 +15,79 @@ import (
 // not by a trusted key.
 var ErrUnverified = errors.New("gitutil: signature not verified")
 
-// ParseKeyRing reads armored OpenPGP public keys; it is an error when there
-// is none.
+// maxKeyRing caps the armored keys read.
+const maxKeyRing = 1 << 20
+
+// ParseKeyRing reads armored OpenPGP public keys: every armored block in
+// armored, not only the first (a Secret with one key per entry, joined). It
+// is an error when there is none.
 func ParseKeyRing(armored string) (openpgp.EntityList, error) {
-	keys, err := openpgp.ReadArmoredKeyRing(strings.NewReader(armored))
-	if err != nil {
-		return nil, fmt.Errorf("gitutil: key ring: %w", err)
+	if len(armored) > maxKeyRing {
+		return nil, fmt.Errorf("gitutil: key ring larger than %d bytes", maxKeyRing)
+	}
+	var keys openpgp.EntityList
+	rest := armored
+	for {
+		i := strings.Index(rest, "-----BEGIN ")
+		if i < 0 {
+			break
+		}
+		block, err := armor.Decode(strings.NewReader(rest[i:]))
+		if err != nil {
+			return nil, fmt.Errorf("gitutil: key ring: %w", err)
+		}
+		if block.Type != openpgp.PublicKeyType && block.Type != openpgp.PrivateKeyType {
+			return nil, fmt.Errorf("gitutil: key ring: a %q block is not a key", block.Type)
+		}
+		ring, err := openpgp.ReadKeyRing(block.Body)
+		if err != nil {
+			return nil, fmt.Errorf("gitutil: key ring: %w", err)
+		}
+		keys = append(keys, ring...)
+		end := strings.Index(rest[i:], "-----END ")
+		if end < 0 {
+			break
+		}
+		rest = rest[i+end+len("-----END "):]
 	}
 	if len(keys) == 0 {
-		return nil, errors.New("gitutil: key ring holds no key")
+		return nil, errors.New("gitutil: key ring holds no armored key")
 	}
 	return keys, nil
 }
 
 // VerifyCommit checks the commit's OpenPGP signature against keyRing
-// (armored public keys) and returns the signer's identity. An unsigned
-// commit, one signed twice or by a key not in keyRing is ErrUnverified.
+// (armored public keys, see [ParseKeyRing]) and returns the signer's
+// identity. An unsigned commit, one signed twice or by a key not in
+// keyRing is ErrUnverified.
 func (m *Mirror) VerifyCommit(commit plumbing.Hash, keyRing string) (string, error) {
+	keys, err := ParseKeyRing(keyRing)
+	if err != nil {
+		return "", err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, err := m.commit(commit)
 	if err != nil {
 		return "", err
 	}
-	if c.PGPSignature == "" {
-		return "", fmt.Errorf("%w: commit %s is not signed", ErrUnverified, commit)
+	switch strings.Count(c.PGPSignature, "-----BEGIN PGP SIGNATURE-----") {
+	case 0:
+		return "", fmt.Errorf("%w: commit %s is not signed (with OpenPGP)", ErrUnverified, commit)
+	case 1:
+	default:
+		return "", fmt.Errorf("%w: commit %s carries several signatures", ErrUnverified, commit)
 	}
-	signer, err := c.Verify(keyRing)
+	unsigned := &plumbing.MemoryObject{}
+	if err := c.EncodeWithoutSignature(unsigned); err != nil {
+		return "", m.markCorrupt(err)
+	}
+	r, err := unsigned.Reader()
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	signer, err := openpgp.CheckArmoredDetachedSignature(keys, io.Reader(r), strings.NewReader(c.PGPSignature), nil)
 	if err != nil {
 		return "", fmt.Errorf("%w: commit %s: %w", ErrUnverified, commit, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -320,10 +321,39 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 			return nil, err
 		}
 	}
+	if t.Verify, err = s.verify(ctx, u); err != nil {
+		return nil, err
+	}
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	return t, nil
+}
+
+// verify reads spec.verify: mode HEAD (the default) with the armored
+// public keys of its Secret, every value of which is a key, as Flux has
+// it. The tag modes are not supported.
+func (s *Source) verify(ctx context.Context, u *unstructured.Unstructured) (*watcher.Verify, error) {
+	v, ok, _ := unstructured.NestedMap(u.Object, "spec", "verify")
+	if !ok {
+		return nil, nil
+	}
+	if mode, _, _ := unstructured.NestedString(v, "mode"); mode != "" && mode != "HEAD" {
+		return nil, fmt.Errorf("flux: verify mode %q is not supported (HEAD is)", mode)
+	}
+	name, _, _ := unstructured.NestedString(v, "secretRef", "name")
+	if name == "" {
+		return nil, errors.New("flux: verify needs a secretRef with the trusted keys")
+	}
+	sec, err := s.secret(ctx, u.GetNamespace(), name)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(sec.Data))
+	for _, k := range slices.Sorted(maps.Keys(sec.Data)) {
+		keys = append(keys, string(sec.Data[k]))
+	}
+	return &watcher.Verify{KeyRing: strings.Join(keys, "\n")}, nil
 }
 
 // Revision maps a GitRepository's spec.ref to a watcher revision, with

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/testenv"
 	"github.com/modwatch/modwatch/source/flux"
 	"github.com/modwatch/modwatch/watcher"
@@ -258,4 +261,38 @@ func TestProviderGitHub(t *testing.T) {
 	assert.Equal(t, int32(1), exchanges.Load(), "the token is kept")
 	// other (not on the App's host: the token does not go there) and azure
 	// (a provider not supported) are not watched.
+}
+
+// spec.verify (mode HEAD) becomes the target's Verify, with every key of
+// its Secret; a tag mode is reported and not watched.
+func TestVerify(t *testing.T) {
+	ns := env.Namespace(t)
+	var keys []string
+	for _, name := range []string{"a", "b"} {
+		e, err := openpgp.NewEntity(name, "", name+"@example.com", nil)
+		require.NoError(t, err)
+		var b strings.Builder
+		w, err := armor.Encode(&b, openpgp.PublicKeyType, nil)
+		require.NoError(t, err)
+		require.NoError(t, e.Serialize(w))
+		require.NoError(t, w.Close())
+		keys = append(keys, b.String())
+	}
+	_, err := env.Kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "keys", Namespace: ns},
+		Data:       map[string][]byte{"a.asc": []byte(keys[0]), "b.asc": []byte(keys[1])},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	create(t, gitRepository(ns, "signed", "https://git.example.com/apps.git", map[string]any{
+		"verify": map[string]any{"mode": "HEAD", "secretRef": map[string]any{"name": "keys"}}}))
+	create(t, gitRepository(ns, "tagged", "https://git.example.com/apps.git", map[string]any{
+		"verify": map[string]any{"mode": "Tag", "secretRef": map[string]any{"name": "keys"}}}))
+
+	sets := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns}))
+	got := byID(waitSet(t, sets, "the signed one", func(ts []watcher.Target) bool { return len(ts) == 1 }))
+	v := got["flux/"+ns+"/signed"].Verify
+	require.NotNil(t, v)
+	ring, err := gitutil.ParseKeyRing(v.KeyRing)
+	require.NoError(t, err)
+	assert.Len(t, ring, 2, "every key of the Secret")
 }
