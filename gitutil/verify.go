@@ -71,15 +71,40 @@ func (m *Mirror) VerifyCommit(commit plumbing.Hash, keyRing string) (string, err
 	if err != nil {
 		return "", err
 	}
-	switch strings.Count(c.PGPSignature, "-----BEGIN PGP SIGNATURE-----") {
+	return m.checkSignature(keys, "commit", commit, c.PGPSignature, c.EncodeWithoutSignature)
+}
+
+// VerifyTag is VerifyCommit for an annotated tag object (what a listing
+// names for refs/tags/X); a lightweight tag (a commit) is ErrUnverified.
+func (m *Mirror) VerifyTag(tag plumbing.Hash, keyRing string) (string, error) {
+	keys, err := ParseKeyRing(keyRing)
+	if err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, err := m.repo.TagObject(tag)
+	if errors.Is(err, plumbing.ErrObjectNotFound) {
+		return "", fmt.Errorf("%w: %s is not an annotated tag", ErrUnverified, tag)
+	}
+	if err != nil {
+		return "", m.markCorrupt(err)
+	}
+	return m.checkSignature(keys, "tag "+t.Name, tag, t.PGPSignature, t.EncodeWithoutSignature)
+}
+
+// checkSignature checks one detached armored signature over the object encoded
+// without it.
+func (m *Mirror) checkSignature(keys openpgp.EntityList, what string, h plumbing.Hash, signature string, encode func(plumbing.EncodedObject) error) (string, error) {
+	switch strings.Count(signature, "-----BEGIN PGP SIGNATURE-----") {
 	case 0:
-		return "", fmt.Errorf("%w: commit %s is not signed (with OpenPGP)", ErrUnverified, commit)
+		return "", fmt.Errorf("%w: %s %s is not signed (with OpenPGP)", ErrUnverified, what, h)
 	case 1:
 	default:
-		return "", fmt.Errorf("%w: commit %s carries several signatures", ErrUnverified, commit)
+		return "", fmt.Errorf("%w: %s %s carries several signatures", ErrUnverified, what, h)
 	}
 	unsigned := &plumbing.MemoryObject{}
-	if err := c.EncodeWithoutSignature(unsigned); err != nil {
+	if err := encode(unsigned); err != nil {
 		return "", m.markCorrupt(err)
 	}
 	r, err := unsigned.Reader()
@@ -87,9 +112,9 @@ func (m *Mirror) VerifyCommit(commit plumbing.Hash, keyRing string) (string, err
 		return "", err
 	}
 	defer r.Close()
-	signer, err := openpgp.CheckArmoredDetachedSignature(keys, io.Reader(r), strings.NewReader(c.PGPSignature), nil)
+	signer, err := openpgp.CheckArmoredDetachedSignature(keys, io.Reader(r), strings.NewReader(signature), nil)
 	if err != nil {
-		return "", fmt.Errorf("%w: commit %s: %w", ErrUnverified, commit, err)
+		return "", fmt.Errorf("%w: %s %s: %w", ErrUnverified, what, h, err)
 	}
 	if id := signer.PrimaryIdentity(); id != nil {
 		return id.Name, nil

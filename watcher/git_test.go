@@ -185,3 +185,41 @@ func TestVerifiedCommitsOnly(t *testing.T) {
 	bad := watcher.Target{ID: "x", URL: repo.URL(), Verify: &watcher.Verify{KeyRing: "not a key"}}
 	assert.ErrorIs(t, bad.Validate(), watcher.ErrInvalidTarget)
 }
+
+// The tag modes verify the annotated tag the revision resolves through:
+// Tag alone accepts an unsigned commit under a signed tag, TagAndHEAD does
+// not; a revision that is not a tag fails either.
+func TestVerifiedTags(t *testing.T) {
+	release, err := openpgp.NewEntity("Release", "", "release@example.com", nil)
+	require.NoError(t, err)
+	keys := armoredPublic(t, release)
+	repo := watchertest.NewRepo(t)
+	commit := repo.Commit(t, map[string]string{"app.yaml": "v: 1\n"}) // unsigned
+	repo.SignWith(release)
+	repo.Tag(t, "v1.0.0")
+	repo.SignWith(nil)
+	repo.Tag(t, "v0.9.0") // unsigned tag
+
+	obs := watchertest.NewObserver()
+	w := watchertest.NewWatcher(t, watcher.WithObserver(obs))
+	sink := watchertest.NewSink("rec")
+	targets := []watcher.Target{
+		{ID: "tag", URL: repo.URL(), Revision: "v1.0.0", Verify: &watcher.Verify{Mode: watcher.VerifyTag, KeyRing: keys}},
+		{ID: "tag-and-head", URL: repo.URL(), Revision: "v1.0.0", Verify: &watcher.Verify{Mode: watcher.VerifyTagAndHEAD, KeyRing: keys}},
+		{ID: "unsigned-tag", URL: repo.URL(), Revision: "v0.9.0", Verify: &watcher.Verify{Mode: watcher.VerifyTag, KeyRing: keys}},
+		{ID: "branch", URL: repo.URL(), Revision: "main", Verify: &watcher.Verify{Mode: watcher.VerifyTag, KeyRing: keys}},
+	}
+	require.NoError(t, w.Route(watchertest.NewSource(targets...), sink))
+	watchertest.Run(t, w.Run)
+
+	sink.WaitCommit(t, "tag", commit)
+	for _, id := range []string{"tag-and-head", "unsigned-tag", "branch"} {
+		e := obs.WaitFor(t, id+" refused", watchertest.Is(watcher.EventTargetFailed, id))
+		assert.ErrorIs(t, e.Err, gitutil.ErrUnverified, id)
+	}
+	for _, c := range sink.Delivered() {
+		assert.Equal(t, "tag", c.Target.ID, "only the signed tag's target is delivered")
+	}
+	bad := watcher.Target{ID: "x", URL: repo.URL(), Verify: &watcher.Verify{Mode: "Tags", KeyRing: keys}}
+	assert.ErrorIs(t, bad.Validate(), watcher.ErrInvalidTarget)
+}

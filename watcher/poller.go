@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -231,6 +232,7 @@ func (r *remote) list(ctx context.Context, auth *gitutil.Auth, prefixes []string
 type job struct {
 	p   *polled
 	res gitutil.Resolved
+	obj plumbing.Hash // what the listing named for res.Ref: the commit, or an annotated tag
 }
 
 // missing is what the mirror lacks of this cycle's commits: refs to fetch
@@ -266,7 +268,7 @@ func (r *remote) resolve(ctx context.Context, targets []*polled, refs gitutil.Re
 				m.commits = append(m.commits, res.Commit)
 			}
 		}
-		jobs = append(jobs, job{p, res})
+		jobs = append(jobs, job{p, res, refs.Refs[res.Ref]})
 	}
 	return jobs, m
 }
@@ -306,7 +308,7 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[strin
 		if v := j.p.b.t.Verify; v != nil {
 			// Not offered: the next poll verifies it again, and the last
 			// delivery stays.
-			if _, err := r.mirror.VerifyCommit(j.res.Commit, v.KeyRing); err != nil {
+			if err := r.verify(j, *v); err != nil {
 				r.fail(ctx, j.p, err)
 				continue
 			}
@@ -328,6 +330,24 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[strin
 		j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
 		r.mu.Unlock()
 	}
+}
+
+// verify checks the signatures the target's Verify asks for.
+func (r *remote) verify(j job, v Verify) error {
+	if v.tag() {
+		if !strings.HasPrefix(j.res.Ref, "refs/tags/") || j.obj.IsZero() {
+			return fmt.Errorf("%w: verify mode %s needs a revision that resolves through a tag", gitutil.ErrUnverified, v.Mode)
+		}
+		if _, err := r.mirror.VerifyTag(j.obj, v.KeyRing); err != nil {
+			return err
+		}
+	}
+	if v.commit() {
+		if _, err := r.mirror.VerifyCommit(j.res.Commit, v.KeyRing); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fetch brings the wanted refs and commits into the mirror, within the

@@ -37,19 +37,39 @@ type Target struct {
 	// (for instance a render type and a destination). A change of Payload is
 	// a change of the target: it is delivered again.
 	Payload any
-	// Verify, when set, makes the watcher deliver only commits whose
-	// signature it verifies (Flux's verify, mode HEAD): an unsigned commit,
-	// or one signed by another key, fails the target with
-	// gitutil.ErrUnverified and the last delivery stays.
+	// Verify, when set, makes the watcher deliver only what it verifies
+	// the signature of (Flux's verify): an unsigned commit or tag, or one
+	// signed by another key, fails the target with gitutil.ErrUnverified
+	// and the last delivery stays.
 	Verify *Verify
 }
 
+// VerifyMode says what is verified, as Flux's verify.mode.
+type VerifyMode string
+
+// The verify modes.
+const (
+	// VerifyHEAD verifies the commit (the default).
+	VerifyHEAD VerifyMode = "HEAD"
+	// VerifyTag verifies the annotated tag the revision resolved through.
+	VerifyTag VerifyMode = "Tag"
+	// VerifyTagAndHEAD verifies both.
+	VerifyTagAndHEAD VerifyMode = "TagAndHEAD"
+)
+
 // Verify says whose signatures a target's commits must carry.
 type Verify struct {
+	// Mode is VerifyHEAD ("" too), VerifyTag or VerifyTagAndHEAD. The tag
+	// modes need a revision that resolves through an annotated tag.
+	Mode VerifyMode
 	// KeyRing holds the trusted OpenPGP public keys, armored (several may
 	// follow each other).
 	KeyRing string
 }
+
+// commit and tag say what the mode verifies.
+func (v Verify) commit() bool { return v.Mode != VerifyTag }
+func (v Verify) tag() bool    { return v.Mode == VerifyTag || v.Mode == VerifyTagAndHEAD }
 
 // ErrInvalidTarget is returned (wrapped) by [Target.Validate].
 var ErrInvalidTarget = errors.New("watcher: invalid target")
@@ -72,6 +92,11 @@ func (t Target) Validate() error {
 		return fmt.Errorf("%w %s: interval is negative", ErrInvalidTarget, t.ID)
 	}
 	if t.Verify != nil {
+		switch t.Verify.Mode {
+		case "", VerifyHEAD, VerifyTag, VerifyTagAndHEAD:
+		default:
+			return fmt.Errorf("%w %s: verify: mode %q is not HEAD, Tag or TagAndHEAD", ErrInvalidTarget, t.ID, t.Verify.Mode)
+		}
 		if _, err := gitutil.ParseKeyRing(t.Verify.KeyRing); err != nil {
 			return fmt.Errorf("%w %s: verify: %w", ErrInvalidTarget, t.ID, err)
 		}

@@ -15,7 +15,7 @@
 // (githubAppID, githubAppInstallationID, githubAppPrivateKey, and
 // optionally githubAppBaseURL and ca.crt) and the target gets an
 // installation token (gitutil/githubapp), for the App's host only. Other
-// providers are reported and not watched. spec.verify (mode HEAD) makes the
-// target's Verify with every key of its Secret: only commits signed by one
-// of them are delivered. The tag modes are reported and not watched.
+// providers are reported and not watched. spec.verify makes the target's
+// Verify, with its mode (HEAD, Tag, TagAndHEAD) and every key of its
+// Secret: only what one of them signed is delivered.
 package flux

@@ -330,16 +330,17 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 	return t, nil
 }
 
-// verify reads spec.verify: mode HEAD (the default) with the armored
-// public keys of its Secret, every value of which is a key, as Flux has
-// it. The tag modes are not supported.
+// verify reads spec.verify: its mode (HEAD, the default, Tag or
+// TagAndHEAD) and the armored public keys of its Secret, every value of
+// which is a key, as Flux has it.
 func (s *Source) verify(ctx context.Context, u *unstructured.Unstructured) (*watcher.Verify, error) {
 	v, ok, _ := unstructured.NestedMap(u.Object, "spec", "verify")
 	if !ok {
 		return nil, nil
 	}
-	if mode, _, _ := unstructured.NestedString(v, "mode"); mode != "" && mode != "HEAD" {
-		return nil, fmt.Errorf("flux: verify mode %q is not supported (HEAD is)", mode)
+	mode, _, _ := unstructured.NestedString(v, "mode")
+	if mode == "head" {
+		mode = string(watcher.VerifyHEAD) // Flux's older spelling
 	}
 	name, _, _ := unstructured.NestedString(v, "secretRef", "name")
 	if name == "" {
@@ -353,7 +354,7 @@ func (s *Source) verify(ctx context.Context, u *unstructured.Unstructured) (*wat
 	for _, k := range slices.Sorted(maps.Keys(sec.Data)) {
 		keys = append(keys, string(sec.Data[k]))
 	}
-	return &watcher.Verify{KeyRing: strings.Join(keys, "\n")}, nil
+	return &watcher.Verify{Mode: watcher.VerifyMode(mode), KeyRing: strings.Join(keys, "\n")}, nil
 }
 
 // Revision maps a GitRepository's spec.ref to a watcher revision, with

@@ -263,8 +263,8 @@ func TestProviderGitHub(t *testing.T) {
 	// (a provider not supported) are not watched.
 }
 
-// spec.verify (mode HEAD) becomes the target's Verify, with every key of
-// its Secret; a tag mode is reported and not watched.
+// spec.verify becomes the target's Verify, with its mode (Flux's older
+// "head" too) and every key of its Secret.
 func TestVerify(t *testing.T) {
 	ns := env.Namespace(t)
 	var keys []string
@@ -286,12 +286,18 @@ func TestVerify(t *testing.T) {
 	create(t, gitRepository(ns, "signed", "https://git.example.com/apps.git", map[string]any{
 		"verify": map[string]any{"mode": "HEAD", "secretRef": map[string]any{"name": "keys"}}}))
 	create(t, gitRepository(ns, "tagged", "https://git.example.com/apps.git", map[string]any{
+		"ref":    map[string]any{"tag": "v1"},
 		"verify": map[string]any{"mode": "Tag", "secretRef": map[string]any{"name": "keys"}}}))
+	create(t, gitRepository(ns, "old", "https://git.example.com/apps.git", map[string]any{
+		"verify": map[string]any{"mode": "head", "secretRef": map[string]any{"name": "keys"}}}))
 
 	sets := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns}))
-	got := byID(waitSet(t, sets, "the signed one", func(ts []watcher.Target) bool { return len(ts) == 1 }))
+	got := byID(waitSet(t, sets, "all three", func(ts []watcher.Target) bool { return len(ts) == 3 }))
+	assert.Equal(t, watcher.VerifyTag, got["flux/"+ns+"/tagged"].Verify.Mode)
+	assert.Equal(t, watcher.VerifyHEAD, got["flux/"+ns+"/old"].Verify.Mode)
 	v := got["flux/"+ns+"/signed"].Verify
 	require.NotNil(t, v)
+	assert.Equal(t, watcher.VerifyHEAD, v.Mode)
 	ring, err := gitutil.ParseKeyRing(v.KeyRing)
 	require.NoError(t, err)
 	assert.Len(t, ring, 2, "every key of the Secret")

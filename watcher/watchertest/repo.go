@@ -115,6 +115,28 @@ func (r *Repo) SignWith(key *openpgp.Entity) {
 	r.signer = key
 }
 
+// Tag makes an annotated tag name at main's last commit, signed when
+// SignWith set a key, and returns the tag object's SHA.
+func (r *Repo) Tag(t testing.TB, name string) string {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	head, err := r.repo.Head()
+	if err != nil {
+		t.Fatalf("watchertest: tag %s: %v", name, err)
+	}
+	r.n++
+	when := time.Date(2020, 1, 1, 0, 0, r.n, 0, time.UTC)
+	ref, err := r.repo.CreateTag(name, head.Hash(), &git.CreateTagOptions{
+		Tagger:  &object.Signature{Name: "watchertest", Email: "watchertest@example.com", When: when},
+		Message: "tag " + name, SignKey: r.signer,
+	})
+	if err != nil {
+		t.Fatalf("watchertest: tag %s: %v", name, err)
+	}
+	return ref.Hash().String()
+}
+
 // Head returns main's last commit, "" before the first.
 func (r *Repo) Head() string {
 	r.mu.RLock()
