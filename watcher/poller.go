@@ -281,8 +281,10 @@ func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []jo
 	failed := map[string]error{}
 	for i := range jobs {
 		j := &jobs[i]
-		if h, ok := fetched[j.res.Ref]; ok && j.res.Ref != "" {
-			j.res.Commit = h
+		if h, ok := fetched[j.res.Ref]; ok && j.res.Ref != "" && h != j.res.Commit {
+			// The ref moved since the listing: what the listing named for
+			// it (a tag object to verify) no longer goes with the commit.
+			j.res.Commit, j.obj = h, plumbing.ZeroHash
 		}
 		if err != nil && !r.mirror.HasCommit(j.res.Commit) {
 			failed[j.p.b.key] = err
