@@ -74,23 +74,32 @@ func (m *Mirror) VerifyCommit(commit plumbing.Hash, keyRing string) (string, err
 	return m.checkSignature(keys, "commit", commit, c.PGPSignature, c.EncodeWithoutSignature)
 }
 
-// VerifyTag is VerifyCommit for an annotated tag object (what a listing
-// names for refs/tags/X); a lightweight tag (a commit) is ErrUnverified.
-func (m *Mirror) VerifyTag(tag plumbing.Hash, keyRing string) (string, error) {
+// VerifyTag is VerifyCommit for the annotated tag the mirror's ref names
+// (refs/tags/X), which must lead to commit: the tag verified is the one
+// the commit was fetched through. A lightweight tag (no tag object) is
+// ErrUnverified.
+func (m *Mirror) VerifyTag(ref string, commit plumbing.Hash, keyRing string) (string, error) {
 	keys, err := ParseKeyRing(keyRing)
 	if err != nil {
 		return "", err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	t, err := m.repo.TagObject(tag)
+	r, err := m.repo.Reference(plumbing.ReferenceName(ref), true)
+	if err != nil {
+		return "", fmt.Errorf("gitutil: ref %s: %w", ref, err)
+	}
+	t, err := m.repo.TagObject(r.Hash())
 	if errors.Is(err, plumbing.ErrObjectNotFound) {
-		return "", fmt.Errorf("%w: %s is not an annotated tag", ErrUnverified, tag)
+		return "", fmt.Errorf("%w: %s is not an annotated tag", ErrUnverified, ref)
 	}
 	if err != nil {
 		return "", m.markCorrupt(err)
 	}
-	return m.checkSignature(keys, "tag "+t.Name, tag, t.PGPSignature, t.EncodeWithoutSignature)
+	if peeled, err := m.refCommit(ref); err != nil || peeled != commit {
+		return "", fmt.Errorf("%w: %s does not lead to %s", ErrUnverified, ref, commit)
+	}
+	return m.checkSignature(keys, "tag "+t.Name, t.Hash, t.PGPSignature, t.EncodeWithoutSignature)
 }
 
 // checkSignature checks one detached armored signature over the object encoded

@@ -53,8 +53,9 @@ type Mirror interface {
 	// VerifyCommit checks the commit's signature against keyRing and
 	// returns the signer; an unverified commit is gitutil.ErrUnverified.
 	VerifyCommit(commit plumbing.Hash, keyRing string) (string, error)
-	// VerifyTag is VerifyCommit for an annotated tag object.
-	VerifyTag(tag plumbing.Hash, keyRing string) (string, error)
+	// VerifyTag is VerifyCommit for the annotated tag at ref in the
+	// mirror, which must lead to commit.
+	VerifyTag(ref string, commit plumbing.Hash, keyRing string) (string, error)
 	// Progress is a number that grows while a fetch receives data; the
 	// watcher gives up a fetch that stops making progress.
 	Progress() int64

@@ -232,7 +232,6 @@ func (r *remote) list(ctx context.Context, auth *gitutil.Auth, prefixes []string
 type job struct {
 	p   *polled
 	res gitutil.Resolved
-	obj plumbing.Hash // what the listing named for res.Ref: the commit, or an annotated tag
 }
 
 // missing is what the mirror lacks of this cycle's commits: refs to fetch
@@ -268,7 +267,7 @@ func (r *remote) resolve(ctx context.Context, targets []*polled, refs gitutil.Re
 				m.commits = append(m.commits, res.Commit)
 			}
 		}
-		jobs = append(jobs, job{p, res, refs.Refs[res.Ref]})
+		jobs = append(jobs, job{p, res})
 	}
 	return jobs, m
 }
@@ -281,10 +280,8 @@ func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []jo
 	failed := map[string]error{}
 	for i := range jobs {
 		j := &jobs[i]
-		if h, ok := fetched[j.res.Ref]; ok && j.res.Ref != "" && h != j.res.Commit {
-			// The ref moved since the listing: what the listing named for
-			// it (a tag object to verify) no longer goes with the commit.
-			j.res.Commit, j.obj = h, plumbing.ZeroHash
+		if h, ok := fetched[j.res.Ref]; ok && j.res.Ref != "" {
+			j.res.Commit = h
 		}
 		if err != nil && !r.mirror.HasCommit(j.res.Commit) {
 			failed[j.p.b.key] = err
@@ -337,10 +334,11 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[strin
 // verify checks the signatures the target's Verify asks for.
 func (r *remote) verify(j job, v Verify) error {
 	if v.tag() {
-		if !strings.HasPrefix(j.res.Ref, "refs/tags/") || j.obj.IsZero() {
+		if !strings.HasPrefix(j.res.Ref, "refs/tags/") {
 			return fmt.Errorf("%w: verify mode %s needs a revision that resolves through a tag", gitutil.ErrUnverified, v.Mode)
 		}
-		if _, err := r.mirror.VerifyTag(j.obj, v.KeyRing); err != nil {
+		// The mirror's tag, checked to lead to the commit delivered.
+		if _, err := r.mirror.VerifyTag(j.res.Ref, j.res.Commit, v.KeyRing); err != nil {
 			return err
 		}
 	}
