@@ -6,8 +6,11 @@ import (
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
 )
 
 func armoredKey(t *testing.T, name string) string {
@@ -45,4 +48,30 @@ func TestParseKeyRing(t *testing.T) {
 		_, err := ParseKeyRing(in)
 		assert.Error(t, err, name)
 	}
+}
+
+// A tag is checked at the mirror's ref and must lead to the commit the
+// caller delivers; a lightweight tag has nothing to verify.
+func TestVerifyTagChecksWhereItLeads(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	one := repo.Commit(t, "one", gittest.File("a", "1"))
+	repo.Tag(t, "v1", true)
+	two := repo.Commit(t, "two", gittest.File("a", "2"))
+	repo.Tag(t, "light", false)
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/tags/v1", "refs/tags/light"})
+	require.NoError(t, err)
+	keys := armoredKey(t, "k")
+
+	_, err = m.VerifyTag("refs/tags/v1", plumbing.NewHash(two), keys)
+	assert.ErrorIs(t, err, ErrUnverified)
+	assert.ErrorContains(t, err, "does not lead to")
+	_, err = m.VerifyTag("refs/tags/v1", plumbing.NewHash(one), keys)
+	assert.ErrorIs(t, err, ErrUnverified)
+	assert.ErrorContains(t, err, "not signed")
+	_, err = m.VerifyTag("refs/tags/light", plumbing.NewHash(two), keys)
+	assert.ErrorIs(t, err, ErrUnverified)
+	assert.ErrorContains(t, err, "not an annotated tag")
 }
