@@ -20,16 +20,35 @@ import (
 
 // lines is a logger that keeps what it is told.
 type lines struct {
-	mu  sync.Mutex
-	all []string
+	mu    sync.Mutex
+	all   []string
+	added chan struct{} // a line was kept
 }
 
 func (l *lines) logger() logr.Logger {
+	l.added = make(chan struct{}, 1)
 	return funcr.New(func(prefix, args string) {
 		l.mu.Lock()
-		defer l.mu.Unlock()
 		l.all = append(l.all, prefix+" "+args)
+		l.mu.Unlock()
+		select {
+		case l.added <- struct{}{}:
+		default:
+		}
 	}, funcr.Options{Verbosity: 1})
+}
+
+// waitFor waits until a line holds s.
+func (l *lines) waitFor(t *testing.T, s string) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for !l.has(s) {
+		select {
+		case <-l.added:
+		case <-timeout:
+			t.Fatalf("no log line holds %s", s)
+		}
+	}
 }
 
 func (l *lines) has(s string) bool {
@@ -72,7 +91,7 @@ func TestHubTokenValidatorLoggerAndClient(t *testing.T) {
 	cancel()
 	<-done
 	waitSubscribers(t, hub, 0)
-	assert.True(t, log.has(`"subscription ended"`), "%v", log.all)
+	log.waitFor(t, `"subscription ended"`)
 }
 
 // refusingStream is a hub that refuses every subscription.
