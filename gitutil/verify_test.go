@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ProtonMail/go-crypto/openpgp"
-	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,21 +11,15 @@ import (
 	"github.com/modwatch/modwatch/internal/gittest"
 )
 
-func armoredKey(t *testing.T, name string) string {
-	e, err := openpgp.NewEntity(name, "", name+"@example.com", nil)
-	require.NoError(t, err)
-	var b strings.Builder
-	w, err := armor.Encode(&b, openpgp.PublicKeyType, nil)
-	require.NoError(t, err)
-	require.NoError(t, e.Serialize(w))
-	require.NoError(t, w.Close())
-	return b.String()
+func key(t *testing.T, name string) string {
+	_, armored := gittest.SigningKey(t, name)
+	return armored
 }
 
 // Every armored block is read, not only the first (go-git's Verify reads
 // one); hostile input is an error, never a panic.
 func TestParseKeyRing(t *testing.T) {
-	a, b := armoredKey(t, "a"), armoredKey(t, "b")
+	a, b := key(t, "a"), key(t, "b")
 	keys, err := ParseKeyRing(a + "\n" + b)
 	require.NoError(t, err)
 	assert.Len(t, keys, 2)
@@ -63,7 +55,7 @@ func TestVerifyTagChecksWhereItLeads(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/tags/v1", "refs/tags/light"})
 	require.NoError(t, err)
-	keys := armoredKey(t, "k")
+	keys := key(t, "k")
 
 	_, err = m.VerifyTag("refs/tags/v1", plumbing.NewHash(two), keys)
 	assert.ErrorIs(t, err, ErrUnverified)

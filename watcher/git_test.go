@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
-	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -136,24 +135,12 @@ func TestSubmodulesAreReported(t *testing.T) {
 	assert.Equal(t, []string{"vendor/lib"}, e.Change.Submodules)
 }
 
-// armoredPublic is e's public key, armored.
-func armoredPublic(t *testing.T, e *openpgp.Entity) string {
-	var b strings.Builder
-	w, err := armor.Encode(&b, openpgp.PublicKeyType, nil)
-	require.NoError(t, err)
-	require.NoError(t, e.Serialize(w))
-	require.NoError(t, w.Close())
-	return b.String()
-}
-
 // A target with Verify gets only the commits signed by a trusted key; an
 // unsigned one, or one signed by another key, fails the target and the
 // last delivery stays.
 func TestVerifiedCommitsOnly(t *testing.T) {
-	release, err := openpgp.NewEntity("Release", "", "release@example.com", nil)
-	require.NoError(t, err)
-	mallory, err := openpgp.NewEntity("Mallory", "", "mallory@example.com", nil)
-	require.NoError(t, err)
+	release, releasePub := gittest.SigningKey(t, "Release")
+	mallory, _ := gittest.SigningKey(t, "Mallory")
 	repo := watchertest.NewRepo(t)
 	repo.SignWith(release)
 	first := repo.Commit(t, map[string]string{"app.yaml": "v: 1\n"})
@@ -161,7 +148,7 @@ func TestVerifiedCommitsOnly(t *testing.T) {
 	obs := watchertest.NewObserver()
 	w := watchertest.NewWatcher(t, watcher.WithObserver(obs))
 	sink := watchertest.NewSink("rec")
-	target := watcher.Target{ID: "app", URL: repo.URL(), Verify: &watcher.Verify{KeyRing: armoredPublic(t, release)}}
+	target := watcher.Target{ID: "app", URL: repo.URL(), Verify: &watcher.Verify{KeyRing: releasePub}}
 	require.NoError(t, w.Route(watchertest.NewSource(target), sink))
 	watchertest.Run(t, w.Run)
 	sink.WaitCommit(t, "app", first)
@@ -190,9 +177,7 @@ func TestVerifiedCommitsOnly(t *testing.T) {
 // Tag alone accepts an unsigned commit under a signed tag, TagAndHEAD does
 // not; a revision that is not a tag fails either.
 func TestVerifiedTags(t *testing.T) {
-	release, err := openpgp.NewEntity("Release", "", "release@example.com", nil)
-	require.NoError(t, err)
-	keys := armoredPublic(t, release)
+	release, keys := gittest.SigningKey(t, "Release")
 	repo := watchertest.NewRepo(t)
 	commit := repo.Commit(t, map[string]string{"app.yaml": "v: 1\n"}) // unsigned
 	repo.SignWith(release)

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ProtonMail/go-crypto/openpgp"
-	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/internal/testenv"
 	"github.com/modwatch/modwatch/source/flux"
 	"github.com/modwatch/modwatch/watcher"
@@ -267,20 +266,11 @@ func TestProviderGitHub(t *testing.T) {
 // "head" too) and every key of its Secret.
 func TestVerify(t *testing.T) {
 	ns := env.Namespace(t)
-	var keys []string
-	for _, name := range []string{"a", "b"} {
-		e, err := openpgp.NewEntity(name, "", name+"@example.com", nil)
-		require.NoError(t, err)
-		var b strings.Builder
-		w, err := armor.Encode(&b, openpgp.PublicKeyType, nil)
-		require.NoError(t, err)
-		require.NoError(t, e.Serialize(w))
-		require.NoError(t, w.Close())
-		keys = append(keys, b.String())
-	}
+	_, keyA := gittest.SigningKey(t, "a")
+	_, keyB := gittest.SigningKey(t, "b")
 	_, err := env.Kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "keys", Namespace: ns},
-		Data:       map[string][]byte{"a.asc": []byte(keys[0]), "b.asc": []byte(keys[1])},
+		Data:       map[string][]byte{"a.asc": []byte(keyA), "b.asc": []byte(keyB)},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	create(t, gitRepository(ns, "signed", "https://git.example.com/apps.git", map[string]any{
