@@ -74,7 +74,7 @@ func TestFirstFetchWithGitCLI(t *testing.T) {
 	res, err = m.Fetch(ctxT(t), auth, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	assert.Equal(t, c2, res.Refs["refs/heads/main"].String())
-	paths, err := m.ChangedPaths(ctxT(t), plumbing.NewHash(c1), plumbing.NewHash(c2), "a")
+	paths, err := m.ChangedPaths(ctxT(t), plumbing.NewHash(c1), plumbing.NewHash(c2), at("a"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"x"}, paths)
 

@@ -117,11 +117,11 @@ func TestChangedPathsKeepsTheLastTrees(t *testing.T) {
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	h := plumbing.NewHash
-	paths, err := m.ChangedPaths(ctxT(t), h(c1), h(c2), "apps")
+	paths, err := m.ChangedPaths(ctxT(t), h(c1), h(c2), at("apps"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a"}, paths)
 	before := m.TreesRead()
-	paths, err = m.ChangedPaths(ctxT(t), h(c2), h(c3), "apps")
+	paths, err = m.ChangedPaths(ctxT(t), h(c2), h(c3), at("apps"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"b"}, paths)
 	assert.Equal(t, int64(3), m.TreesRead()-before, "two roots and the new apps tree; the old one is kept")

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -30,8 +31,10 @@ const maxSymlinkHops = 40
 // from its pack rather than read into memory (and the object cache).
 const streamThreshold = 1 << 20
 
-// FS returns a read-only file system of the tree at path p in commit, read
-// straight from the object store, with no checkout. Symlinks inside the tree
+// FS returns a read-only file system of what the selection keeps at commit
+// (its Path is the root; what its Paths and ignore patterns leave out
+// does not exist in it), read straight from the object store, with no
+// checkout. Symlinks inside the tree
 // are followed when they stay inside it and are an error ([ErrSymlinkEscape])
 // when they point outside or are absolute; submodules are left out (see
 // [Mirror.Submodules], which names them). The FS
@@ -40,9 +43,17 @@ const streamThreshold = 1 << 20
 // reading it never waits on a fetch. It implements io.Closer: close it when
 // done, so that the packs a repack replaced can be deleted (an FS left open
 // keeps them for an hour at most). Large files are streamed.
-func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
+func (m *Mirror) FS(commit plumbing.Hash, sel Selection) (fs.FS, error) {
+	s, err := sel.compile()
+	if err != nil {
+		return nil, err
+	}
+	p := s.root
 	m.mu.Lock()
 	e, err := m.entryAt(commit, p)
+	if err == nil && !sel.plain() && e.Mode == filemode.Dir {
+		_, err = m.selectionRoot(commit, s, e)
+	}
 	var when time.Time
 	if err == nil {
 		if c, cerr := m.commit(commit); cerr == nil {
@@ -53,6 +64,9 @@ func (m *Mirror) FS(commit plumbing.Hash, p string) (fs.FS, error) {
 	var f *treeFS
 	if err == nil && e.Mode == filemode.Dir {
 		f = &treeFS{m: m, gen: gen, modTime: when}
+		if !sel.plain() {
+			f.sel, f.rules = s, map[string]rules{}
+		}
 		m.readers[weak.Make(f)] = time.Now()
 	}
 	m.mu.Unlock()
@@ -95,6 +109,39 @@ type treeFS struct {
 	// their entries, to bound what it holds.
 	trees   map[plumbing.Hash]*object.Tree
 	entries int
+
+	// sel, when set, hides what the selection leaves out; rules holds the
+	// ignore rules of the directories seen, by path.
+	sel   *selector
+	rules map[string]rules
+}
+
+// hidden reports whether the entry rel, in directory dir (rel without
+// its last element), is left out by the selection; the caller holds f.mu.
+func (f *treeFS) hidden(rel []string, isDir bool) (bool, error) {
+	if f.sel == nil {
+		return false, nil
+	}
+	r, err := f.sel.rulesAt(f.root, rel[:len(rel)-1], f.rules, f.tree, f.ignoreFile)
+	if err != nil {
+		return false, err
+	}
+	return f.sel.hidden(r, rel, isDir), nil
+}
+
+// ignoreFile reads at most what an ignore file may hold, and a byte more;
+// the caller holds f.mu.
+func (f *treeFS) ignoreFile(h plumbing.Hash) ([]byte, error) {
+	r, err := f.openLocked(h)
+	if err != nil {
+		return nil, f.fail(err)
+	}
+	defer r.Close()
+	data, err := io.ReadAll(io.LimitReader(r, maxIgnoreFile+1))
+	if err != nil {
+		return nil, f.fail(err)
+	}
+	return data, nil
 }
 
 // maxCachedEntries bounds the tree entries a file system keeps decoded
@@ -175,6 +222,7 @@ type node struct {
 	hash  plumbing.Hash
 	tree  *object.Tree // for directories
 	isDir bool
+	rel   []string // for directories: where it is, from the root
 }
 
 // resolve walks name from the root the way the operating system walks a
@@ -199,6 +247,7 @@ func (f *treeFS) resolve(op, name string, followLast bool) (node, error) {
 // walk resolves the elements todo from the directory reached by the trees
 // in stack below root; see resolve.
 func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, followLast bool) (node, error) {
+	var names []string // the path of the directory reached, parallel to stack
 	cur := func() *object.Tree {
 		if len(stack) == 0 {
 			return root
@@ -217,10 +266,17 @@ func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, fo
 				return node{}, ErrSymlinkEscape
 			}
 			stack = stack[:len(stack)-1]
+			names = names[:len(names)-1]
 			continue
 		}
 		e, err := cur().FindEntry(elem)
 		if err != nil {
+			return node{}, fs.ErrNotExist
+		}
+		rel := append(slices.Clip(names), elem)
+		if hidden, err := f.hidden(rel, e.Mode == filemode.Dir); err != nil {
+			return node{}, err
+		} else if hidden {
 			return node{}, fs.ErrNotExist
 		}
 		last := len(todo) == 0
@@ -245,9 +301,10 @@ func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, fo
 				return node{}, f.fail(err)
 			}
 			if last {
-				return node{name: e.Name, mode: e.Mode, hash: e.Hash, tree: sub, isDir: true}, nil
+				return node{name: e.Name, mode: e.Mode, hash: e.Hash, tree: sub, isDir: true, rel: rel}, nil
 			}
 			stack = append(stack, sub)
+			names = rel
 		case e.Mode == filemode.Submodule:
 			return node{}, fs.ErrNotExist
 		default:
@@ -258,7 +315,7 @@ func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, fo
 		}
 	}
 	t := cur()
-	return node{name: ".", mode: filemode.Dir, hash: t.Hash, tree: t, isDir: true}, nil
+	return node{name: ".", mode: filemode.Dir, hash: t.Hash, tree: t, isDir: true, rel: names}, nil
 }
 
 func splitPath(name string) []string {
@@ -335,7 +392,7 @@ func (f *treeFS) Open(name string) (fs.File, error) {
 			return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 		}
 		if n.isDir {
-			entries, err := f.readDir(n.tree)
+			entries, err := f.readDir(n)
 			if err != nil {
 				return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 			}
@@ -373,7 +430,7 @@ func (f *treeFS) ReadDir(name string) ([]fs.DirEntry, error) {
 		if !n.isDir {
 			return nil, &fs.PathError{Op: "readdir", Path: name, Err: errors.New("not a directory")}
 		}
-		entries, err := f.readDir(n.tree)
+		entries, err := f.readDir(n)
 		if err != nil {
 			return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
 		}
@@ -381,10 +438,16 @@ func (f *treeFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	})
 }
 
-func (f *treeFS) readDir(t *object.Tree) ([]fs.DirEntry, error) {
+func (f *treeFS) readDir(dir node) ([]fs.DirEntry, error) {
+	t := dir.tree
 	out := make([]fs.DirEntry, 0, len(t.Entries))
 	for _, e := range t.Entries {
 		if e.Mode == filemode.Submodule {
+			continue
+		}
+		if hidden, err := f.hidden(append(slices.Clip(dir.rel), e.Name), e.Mode == filemode.Dir); err != nil {
+			return nil, err
+		} else if hidden {
 			continue
 		}
 		n := node{name: e.Name, mode: e.Mode, hash: e.Hash, isDir: e.Mode == filemode.Dir}

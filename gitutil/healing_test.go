@@ -49,7 +49,7 @@ func TestFSReadErrorMarksMirrorDamaged(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
-	old, err := m.FS(c, "")
+	old, err := m.FS(c, at(""))
 	require.NoError(t, err)
 	require.True(t, m.HasCommit(c))
 
@@ -70,7 +70,7 @@ func TestFSReadErrorMarksMirrorDamaged(t *testing.T) {
 	require.Error(t, res.Rebuilt)
 	_, err = fs.ReadFile(old, "d/aa")
 	require.ErrorIs(t, err, ErrRebuilt, "a file system of the damaged store reads nothing more")
-	fresh, err := m.FS(c, "")
+	fresh, err := m.FS(c, at(""))
 	require.NoError(t, err)
 	data, err := fs.ReadFile(fresh, "d/xb")
 	require.NoError(t, err)
@@ -138,7 +138,7 @@ func TestFSStreamsLargeFiles(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
-	fsys, err := m.FS(c, "")
+	fsys, err := m.FS(c, at(""))
 	require.NoError(t, err)
 
 	var before, after runtime.MemStats
@@ -190,7 +190,7 @@ func TestRepackKeepsOpenFileSystemsWhole(t *testing.T) {
 			require.NoError(t, err)
 			_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 			require.NoError(t, err)
-			old, err := m.FS(c0, "")
+			old, err := m.FS(c0, at(""))
 			require.NoError(t, err)
 
 			var last plumbing.Hash
@@ -212,7 +212,7 @@ func TestRepackKeepsOpenFileSystemsWhole(t *testing.T) {
 			assert.LessOrEqual(t, len(packNames(dir)), 3, "dropped once the last reader closed")
 			require.NoError(t, checkPacks(dir, true))
 
-			fresh, err := m.FS(last, "")
+			fresh, err := m.FS(last, at(""))
 			require.NoError(t, err)
 			data, err := fs.ReadFile(fresh, "n")
 			require.NoError(t, err)
@@ -242,7 +242,7 @@ func TestFSDecodesEachDirectoryOnce(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
-	fsys, err := m.FS(c, "")
+	fsys, err := m.FS(c, at(""))
 	require.NoError(t, err)
 	defer fsys.(io.Closer).Close()
 

@@ -99,6 +99,10 @@ type Mirror struct {
 	// trees holds the last few directory trees decoded for path diffs: a
 	// delivery's "to" is the next one's "from".
 	trees [treeSlots]*object.Tree
+	// selected memoises the selected hashes of directories (see
+	// selectedHash), so that a new commit re-reads only the directories it
+	// changed; content-addressed, it survives rebuilds.
+	selected map[memoKey]plumbing.Hash
 	// gen counts rebuilds; a file system handed out reads only while it is
 	// the generation it was made in.
 	gen atomic.Uint64

@@ -22,6 +22,9 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
+// at is the selection of a plain path.
+func at(p string) Selection { return Selection{Path: p} }
+
 func TestListRefsPeelsTags(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
@@ -104,30 +107,30 @@ func TestMirrorIncrementalFetchAndTreeQueries(t *testing.T) {
 
 	h1, h2 := plumbing.NewHash(c1), plumbing.NewHash(c2)
 	before := m.TreesRead()
-	ta1, err := m.TreeHash(h1, "apps/a")
+	ta1, err := m.TreeHash(h1, at("apps/a"))
 	// The root and apps: a path check reads the trees above the path, not
 	// the one it names (its hash is in its parent).
 	assert.Equal(t, int64(2), m.TreesRead()-before)
 	require.NoError(t, err)
-	ta2, err := m.TreeHash(h2, "apps/a/")
+	ta2, err := m.TreeHash(h2, at("apps/a/"))
 	require.NoError(t, err)
 	assert.Equal(t, ta1, ta2, "apps/a is untouched by c2")
-	tb1, _ := m.TreeHash(h1, "apps/b")
-	tb2, _ := m.TreeHash(h2, "./apps/b")
+	tb1, _ := m.TreeHash(h1, at("apps/b"))
+	tb2, _ := m.TreeHash(h2, at("./apps/b"))
 	assert.NotEqual(t, tb1, tb2)
 
-	_, err = m.TreeHash(h2, "nope")
+	_, err = m.TreeHash(h2, at("nope"))
 	require.ErrorIs(t, err, ErrPathNotFound)
-	_, err = m.TreeHash(h2, "../etc")
+	_, err = m.TreeHash(h2, at("../etc"))
 	require.ErrorIs(t, err, ErrInvalidPath)
 
-	paths, err := m.ChangedPaths(ctxT(t), h1, h2, "apps")
+	paths, err := m.ChangedPaths(ctxT(t), h1, h2, at("apps"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"b/deploy.yaml"}, paths)
-	paths, err = m.ChangedPaths(ctxT(t), h1, h2, "")
+	paths, err = m.ChangedPaths(ctxT(t), h1, h2, at(""))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"README", "apps/b/deploy.yaml"}, paths)
-	paths, err = m.ChangedPaths(ctxT(t), h1, h2, "apps/a")
+	paths, err = m.ChangedPaths(ctxT(t), h1, h2, at("apps/a"))
 	require.NoError(t, err)
 	assert.Empty(t, paths)
 
@@ -161,7 +164,7 @@ func TestMirrorFullHistoryAnswersAncestry(t *testing.T) {
 	assert.True(t, ok)
 
 	// The rewritten history brings back a blob only older commits had.
-	fsys, err := m.FS(plumbing.NewHash(rewritten), "")
+	fsys, err := m.FS(plumbing.NewHash(rewritten), at(""))
 	require.NoError(t, err)
 	data, err := fs.ReadFile(fsys, "b")
 	require.NoError(t, err)
@@ -196,7 +199,7 @@ func TestShallowMirror(t *testing.T) {
 	ok, err = m.IsAncestor(ctxT(t), plumbing.NewHash(rewritten), plumbing.NewHash(next))
 	require.NoError(t, err)
 	assert.True(t, ok)
-	paths, err := m.ChangedPaths(ctxT(t), plumbing.NewHash(old), plumbing.NewHash(next), "")
+	paths, err := m.ChangedPaths(ctxT(t), plumbing.NewHash(old), plumbing.NewHash(next), at(""))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a"}, paths)
 }
@@ -251,13 +254,13 @@ func TestMirrorRebuildsAfterStaleLockAndCorruption(t *testing.T) {
 	}
 	m, err = OpenMirror(dir, repo.URL(), MirrorOptions{})
 	require.NoError(t, err)
-	_, err = m.TreeHash(plumbing.NewHash(c1), "")
+	_, err = m.TreeHash(plumbing.NewHash(c1), at(""))
 	require.Error(t, err)
 	t.Log(err)
 	res, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	require.Error(t, res.Rebuilt, "a corrupt store is rebuilt")
-	_, err = m.TreeHash(plumbing.NewHash(c1), "")
+	_, err = m.TreeHash(plumbing.NewHash(c1), at(""))
 	require.NoError(t, err)
 }
 
@@ -278,7 +281,7 @@ func TestFS(t *testing.T) {
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
 
-	fsys, err := m.FS(plumbing.NewHash(c), "app")
+	fsys, err := m.FS(plumbing.NewHash(c), at("app"))
 	require.NoError(t, err)
 
 	data, err := fs.ReadFile(fsys, "link.yaml")
@@ -317,18 +320,18 @@ func TestFS(t *testing.T) {
 	assert.Equal(t, []string{"deploy.yaml", "sub/cm.yaml"}, files)
 
 	// The standard conformance checks, on a tree with no symlinks.
-	plain, err := m.FS(plumbing.NewHash(c), "app/sub/../sub")
+	plain, err := m.FS(plumbing.NewHash(c), at("app/sub/../sub"))
 	require.Error(t, err, "'..' is rejected even when it would stay inside")
 	require.ErrorIs(t, err, ErrInvalidPath)
 	_ = plain
 	c2 := repo.Commit(t, "plain", gittest.Delete("app"), gittest.File("app/x/y.txt", "y"), gittest.File("app/z.txt", "z"))
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
-	plain, err = m.FS(plumbing.NewHash(c2), "app")
+	plain, err = m.FS(plumbing.NewHash(c2), at("app"))
 	require.NoError(t, err)
 	require.NoError(t, fstest.TestFS(plain, "x/y.txt", "z.txt"))
 
-	_, err = m.FS(plumbing.NewHash(c2), "app/z.txt")
+	_, err = m.FS(plumbing.NewHash(c2), at("app/z.txt"))
 	require.ErrorIs(t, err, ErrPathNotFound, "a file is not a tree")
 }
 
@@ -356,7 +359,7 @@ func TestFSSymlinkChainsResolvedPhysically(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
-	fsys, err := m.FS(plumbing.NewHash(c), "deploy")
+	fsys, err := m.FS(plumbing.NewHash(c), at("deploy"))
 	require.NoError(t, err)
 	rl := fsys.(fs.ReadLinkFS)
 

@@ -18,16 +18,18 @@ import (
 // and a repository is hostile until checked.
 const maxGitmodules = 1 << 20
 
-// Submodules returns the paths, relative to p, of the submodules under p in
-// the commit: the gitlinks its .gitmodules declares. The file systems of
+// Submodules returns the paths, relative to the selection's Path, of the
+// submodules the selection keeps in the commit: the gitlinks its
+// .gitmodules declares. The file systems of
 // [Mirror.FS] leave submodules out, so a caller that delivers a tree says
 // which ones it lacks. A commit without .gitmodules has none; a
 // .gitmodules that cannot be parsed is an error.
-func (m *Mirror) Submodules(commit plumbing.Hash, p string) ([]string, error) {
-	p, err := CleanPath(p)
+func (m *Mirror) Submodules(commit plumbing.Hash, sel Selection) ([]string, error) {
+	s, err := sel.compile()
 	if err != nil {
 		return nil, err
 	}
+	p := s.root
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, err := m.commit(commit)
@@ -79,5 +81,16 @@ func (m *Mirror) Submodules(commit plumbing.Hash, p string) ([]string, error) {
 		}
 	}
 	sort.Strings(out)
-	return out, nil
+	if sel.plain() || len(out) == 0 {
+		return out, nil
+	}
+	e, err := m.entryAt(commit, p)
+	if err != nil {
+		return nil, err
+	}
+	selRoot, err := m.selectionRoot(commit, s, e)
+	if err != nil || selRoot == nil {
+		return out, err
+	}
+	return m.keep(s, selRoot, out)
 }

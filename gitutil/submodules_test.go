@@ -35,11 +35,11 @@ func TestSubmodules(t *testing.T) {
 		"docs":    nil,
 		"dep":     nil, // a prefix of a name is not a parent
 	} {
-		got, err := m.Submodules(h, p)
+		got, err := m.Submodules(h, at(p))
 		require.NoError(t, err, p)
 		assert.Equal(t, want, got, "path %q", p)
 	}
-	fsys, err := m.FS(h, "deploy")
+	fsys, err := m.FS(h, at("deploy"))
 	require.NoError(t, err)
 	_, err = fs.Stat(fsys, "vendor/lib")
 	assert.ErrorIs(t, err, fs.ErrNotExist, "the file system leaves it out: hence the list")
@@ -51,12 +51,12 @@ func TestSubmodules(t *testing.T) {
 	got, err := m.FetchCommit(ctxT(t), nil, plumbing.NewHash(c2))
 	require.NoError(t, err)
 	require.True(t, got.Fetched)
-	subs, err := m.Submodules(plumbing.NewHash(c2), "")
+	subs, err := m.Submodules(plumbing.NewHash(c2), at(""))
 	require.NoError(t, err)
 	assert.Empty(t, subs)
 	c3 := repo.Commit(t, "broken", gittest.File(".gitmodules", "[submodule \"x\"\n"+strings.Repeat("=", 10)))
 	_, err = m.FetchCommit(ctxT(t), nil, plumbing.NewHash(c3))
 	require.NoError(t, err)
-	_, err = m.Submodules(plumbing.NewHash(c3), "")
+	_, err = m.Submodules(plumbing.NewHash(c3), at(""))
 	assert.Error(t, err)
 }

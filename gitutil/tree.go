@@ -93,58 +93,146 @@ func (m *Mirror) treeOf(e *object.TreeEntry) (*object.Tree, error) {
 	return t, nil
 }
 
-// TreeHash returns the hash of the tree (or blob) at path p in commit. Two
-// commits with the same TreeHash for a path have identical content under it,
-// which is how the watcher skips commits that do not touch a target.
-func (m *Mirror) TreeHash(commit plumbing.Hash, p string) (plumbing.Hash, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, err := m.entryAt(commit, p)
+// TreeHash returns the hash of what the selection keeps at commit: for a
+// plain path, the hash of the tree (or blob) there. Two commits with the
+// same TreeHash for a selection deliver identical content, which is how
+// the watcher skips commits that do not touch a target. With paths or
+// ignore patterns it is a digest of what is kept (the tree's own hash when
+// nothing is left out), and directories seen before are not read again.
+func (m *Mirror) TreeHash(commit plumbing.Hash, sel Selection) (plumbing.Hash, error) {
+	s, err := sel.compile()
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	return e.Hash, nil
-}
-
-// ChangedPaths lists, sorted, the files added, modified or deleted under
-// prefix between commits from and to, relative to prefix. It diffs trees
-// (skipping identical subtrees by hash) and never reads blobs. A prefix
-// missing at from counts as empty; missing at to is ErrPathNotFound.
-func (m *Mirror) ChangedPaths(ctx context.Context, from, to plumbing.Hash, prefix string) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	toEntry, err := m.entryAt(to, prefix)
+	e, err := m.entryAt(commit, s.root)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if sel.plain() {
+		return e.Hash, nil
+	}
+	root, err := m.selectionRoot(commit, s, e)
+	if err != nil || root == nil {
+		return e.Hash, err
+	}
+	return m.selectedHash(s, root.Hash, root, nil, s.base())
+}
+
+// selectionRoot decodes the tree at the selection's root and checks that
+// each of its paths exists; nil for a file, which has nothing to select.
+// Callers hold m.mu.
+func (m *Mirror) selectionRoot(commit plumbing.Hash, s *selector, e *object.TreeEntry) (*object.Tree, error) {
+	root, err := m.treeOf(e)
 	if err != nil {
 		return nil, err
+	}
+	if root == nil {
+		if s.paths != nil {
+			return nil, fmt.Errorf("%w: %q at %s is a file, with no paths under it", ErrPathNotFound, s.root, commit)
+		}
+		return nil, nil
+	}
+	for _, p := range s.paths {
+		if _, err := root.FindEntry(strings.Join(p, "/")); err != nil {
+			if errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
+				return nil, fmt.Errorf("%w: %q at %s", ErrPathNotFound, path.Join(s.root, strings.Join(p, "/")), commit)
+			}
+			return nil, m.markCorrupt(err)
+		}
+	}
+	return root, nil
+}
+
+// ChangedPaths lists, sorted, the files added, modified or deleted in the
+// selection between commits from and to, relative to its Path. It diffs
+// trees (skipping identical subtrees by hash) and reads no blob but the
+// ignore files. A Path missing at from counts as empty; missing at to is
+// ErrPathNotFound. When an ignore file changed, what it hides or shows
+// changed without a file of its own changing: the list is nil, unknown.
+func (m *Mirror) ChangedPaths(ctx context.Context, from, to plumbing.Hash, sel Selection) ([]string, error) {
+	s, err := sel.compile()
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	paths, toTree, err := m.changedPaths(ctx, from, to, s.root)
+	if err != nil || sel.plain() || toTree == nil || len(paths) == 0 {
+		return paths, err
+	}
+	return m.keep(s, toTree, paths)
+}
+
+// keep filters paths (files relative to the selection's root, whose tree
+// is root) to those the selection keeps; nil when one is an ignore file.
+// Callers hold m.mu.
+func (m *Mirror) keep(s *selector, root *object.Tree, paths []string) ([]string, error) {
+	cache := map[string]rules{}
+	rulesAt := func(dir []string) (rules, error) {
+		return s.rulesAt(root, dir, cache, m.tree, m.blob)
+	}
+	out := paths[:0:0]
+	for _, p := range paths {
+		if s.file != "" && path.Base(p) == s.file {
+			return nil, nil
+		}
+		hidden, err := s.hiddenPath(strings.Split(p, "/"), false, rulesAt)
+		if err != nil {
+			return nil, err
+		}
+		if !hidden {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// tree decodes a tree of the mirror; callers hold m.mu.
+func (m *Mirror) tree(h plumbing.Hash) (*object.Tree, error) {
+	t, err := m.repo.TreeObject(h)
+	if err != nil {
+		return nil, m.markCorrupt(err)
+	}
+	return t, nil
+}
+
+// changedPaths is ChangedPaths of a plain path, and the tree at to (nil
+// for a file); callers hold m.mu.
+func (m *Mirror) changedPaths(ctx context.Context, from, to plumbing.Hash, prefix string) ([]string, *object.Tree, error) {
+	toEntry, err := m.entryAt(to, prefix)
+	if err != nil {
+		return nil, nil, err
 	}
 	fromEntry, err := m.entryAt(from, prefix)
 	if err != nil && !errors.Is(err, ErrPathNotFound) {
-		return nil, err
+		return nil, nil, err
 	}
 	if fromEntry != nil && fromEntry.Hash == toEntry.Hash && fromEntry.Mode == toEntry.Mode {
-		return []string{}, nil // the same tree: nothing to decode
+		return []string{}, nil, nil // the same tree: nothing to decode
 	}
 	toTree, err := m.treeOf(toEntry)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fromTree, err := m.treeOf(fromEntry)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if toTree == nil || (fromEntry != nil && fromTree == nil) {
 		// A file target (or a file that became a directory): one path.
 		if fromEntry != nil && fromEntry.Hash == toEntry.Hash {
-			return nil, nil
+			return nil, nil, nil
 		}
-		return []string{path.Base(prefix)}, nil
+		return []string{path.Base(prefix)}, nil, nil
 	}
 	if fromTree == nil {
 		fromTree = &object.Tree{}
 	}
 	changes, err := object.DiffTreeWithOptions(ctx, fromTree, toTree, nil)
 	if err != nil {
-		return nil, m.markCorrupt(err)
+		return nil, nil, m.markCorrupt(err)
 	}
 	seen := make(map[string]struct{}, len(changes))
 	out := make([]string, 0, len(changes))
@@ -160,7 +248,7 @@ func (m *Mirror) ChangedPaths(ctx context.Context, from, to plumbing.Hash, prefi
 		}
 	}
 	sort.Strings(out)
-	return out, nil
+	return out, toTree, nil
 }
 
 // ErrHistoryIncomplete is returned by [Mirror.IsAncestor] when the walk
