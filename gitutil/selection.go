@@ -92,7 +92,7 @@ func (s Selection) compile() (*selector, error) {
 	for _, p := range s.Paths {
 		c, err := CleanPath(p)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("paths: %w", err)
 		}
 		if c == "" {
 			clean = nil // the root: everything
@@ -109,7 +109,7 @@ func (s Selection) compile() (*selector, error) {
 	}
 	patterns, err := parsePatterns(s.Ignore, nil)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ignore: %w", err)
 	}
 	sel.patterns = patterns
 	h := sha256.New()

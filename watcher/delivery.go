@@ -237,11 +237,11 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Ch
 		if anc, err := want.mirror.IsAncestor(ctx, from, want.commit); err == nil && !anc {
 			c.Reason = ReasonForcePush
 		}
-		if paths, err := want.mirror.ChangedPaths(ctx, from, want.commit, t.Path); err == nil {
+		if paths, err := want.mirror.ChangedPaths(ctx, from, want.commit, t.Selection()); err == nil {
 			c.Paths = paths
 		}
 	}
-	fsys, err := want.mirror.FS(want.commit, t.Path)
+	fsys, err := want.mirror.FS(want.commit, t.Selection())
 	if err != nil {
 		if errors.Is(err, gitutil.ErrCommitNotFound) || errors.Is(err, gitutil.ErrCorrupt) {
 			d.env.trigger(t.URL) // the mirror lost it (rebuilt): have it fetched again now
@@ -251,7 +251,7 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Ch
 	c.FS = fsys
 	// A .gitmodules that cannot be read leaves the list empty: the FS is
 	// what it is either way.
-	c.Submodules, _ = want.mirror.Submodules(want.commit, t.Path)
+	c.Submodules, _ = want.mirror.Submodules(want.commit, t.Selection())
 	return c, nil
 }
 

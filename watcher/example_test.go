@@ -46,6 +46,8 @@ func ExampleTarget_Validate() {
 		{ID: "escape", URL: "https://github.com/stefanprodan/podinfo", Path: "../../etc"},
 		{ID: "transport", URL: "ext::git-remote-evil"},
 		{ID: "option", URL: "https://github.com/stefanprodan/podinfo", Revision: "--upload-pack=touch"},
+		{ID: "paths", URL: "https://github.com/stefanprodan/podinfo", Paths: []string{"kustomize", "../secrets"}},
+		{ID: "ignore", URL: "https://github.com/stefanprodan/podinfo", Ignore: []string{"*.png", "a\x00b"}},
 	} {
 		fmt.Printf("%s: %v\n", t.ID, t.Validate())
 	}
@@ -54,4 +56,6 @@ func ExampleTarget_Validate() {
 	// escape: watcher: invalid target escape: path: gitutil: invalid path: "../../etc" contains ".."
 	// transport: watcher: invalid target transport: url: gitutil: invalid repository URL: "ext::git-remote-evil": "transport::" remotes are refused
 	// option: watcher: invalid target option: revision: revision "--upload-pack=touch": gitutil: invalid revision: a name or path segment starting with "-"
+	// paths: watcher: invalid target paths: paths: gitutil: invalid path: "../secrets" contains ".."
+	// ignore: watcher: invalid target ignore: ignore: gitutil: invalid selection: ignore pattern "a\x00b" holds a NUL byte or a newline
 }

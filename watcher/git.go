@@ -35,21 +35,22 @@ type Mirror interface {
 	FetchCommit(ctx context.Context, auth *gitutil.Auth, commit plumbing.Hash) (gitutil.FetchResult, error)
 	// HasCommit reports whether the commit is in the mirror.
 	HasCommit(commit plumbing.Hash) bool
-	// TreeHash returns the hash of the tree at path ("" the root) in
-	// commit; a path that does not exist has the zero hash.
-	TreeHash(commit plumbing.Hash, path string) (plumbing.Hash, error)
+	// TreeHash returns a hash of what the selection keeps in commit (for a
+	// plain path, the hash of the tree there): two commits with the same
+	// hash deliver the same files.
+	TreeHash(commit plumbing.Hash, sel gitutil.Selection) (plumbing.Hash, error)
 	// IsAncestor reports whether ancestor is commit or one of its
 	// ancestors.
 	IsAncestor(ctx context.Context, ancestor, commit plumbing.Hash) (bool, error)
-	// ChangedPaths returns the paths under path that differ between the
-	// two commits, relative to path.
-	ChangedPaths(ctx context.Context, from, to plumbing.Hash, path string) ([]string, error)
-	// FS returns the tree at path in commit, read-only. If it is an
-	// io.Closer, the watcher closes it when the delivery is over.
-	FS(commit plumbing.Hash, path string) (fs.FS, error)
-	// Submodules lists the submodules under path in commit, relative to
-	// path; FS leaves them out.
-	Submodules(commit plumbing.Hash, path string) ([]string, error)
+	// ChangedPaths returns the paths the selection keeps that differ
+	// between the two commits, relative to its Path; nil when unknown.
+	ChangedPaths(ctx context.Context, from, to plumbing.Hash, sel gitutil.Selection) ([]string, error)
+	// FS returns what the selection keeps in commit, read-only. If it is
+	// an io.Closer, the watcher closes it when the delivery is over.
+	FS(commit plumbing.Hash, sel gitutil.Selection) (fs.FS, error)
+	// Submodules lists the submodules the selection keeps in commit,
+	// relative to its Path; FS leaves them out.
+	Submodules(commit plumbing.Hash, sel gitutil.Selection) ([]string, error)
 	// VerifyCommit checks the commit's signature against keyRing and
 	// returns the signer; an unverified commit is gitutil.ErrUnverified.
 	VerifyCommit(commit plumbing.Hash, keyRing string) (string, error)

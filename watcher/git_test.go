@@ -49,11 +49,11 @@ type faultyMirror struct {
 	g *faultyGit
 }
 
-func (m faultyMirror) FS(commit plumbing.Hash, path string) (fs.FS, error) {
+func (m faultyMirror) FS(commit plumbing.Hash, sel gitutil.Selection) (fs.FS, error) {
 	if m.g.trees.Add(1) == 1 {
 		return nil, errInjected
 	}
-	return m.Mirror.FS(commit, path)
+	return m.Mirror.FS(commit, sel)
 }
 
 // The watcher reads git only through WithGit's: a failing listing fails

@@ -312,7 +312,7 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[strin
 				continue
 			}
 		}
-		tree, err := r.mirror.TreeHash(j.res.Commit, j.p.b.t.Path)
+		tree, err := r.mirror.TreeHash(j.res.Commit, j.p.b.t.Selection())
 		if err != nil {
 			r.fail(ctx, j.p, err)
 			continue

@@ -26,6 +26,20 @@ type Target struct {
 	// Path is the directory inside the repository to watch; "" is the whole
 	// repository. It may not contain "..".
 	Path string
+	// Paths, when set, narrow the target to these files and directories
+	// under Path (Flux's sparseCheckout, Argo CD's several paths): a change
+	// under any of them is a change, and Change.FS shows Path with only
+	// them (and the directories on the way) in it. Each must exist.
+	Paths []string
+	// Ignore hides what these patterns match, in .gitignore syntax, as a
+	// .gitignore at Path would (Flux's spec.ignore, a line each): a commit
+	// that changes only hidden files is not a change, and Change.FS and
+	// Change.Paths leave them out.
+	Ignore []string
+	// IgnoreFile names the ignore files read from the repository in each
+	// directory under Path (".sourceignore" for Flux), in the same syntax;
+	// "" reads none.
+	IgnoreFile string
 	// Interval is how often to poll; 0 uses the watcher's interval. A remote
 	// is polled at the shortest interval of its targets, never more often
 	// than the watcher's floor (see [WithMinInterval]).
@@ -88,6 +102,9 @@ func (t Target) Validate() error {
 	if _, err := gitutil.CleanPath(t.Path); err != nil {
 		return fmt.Errorf("%w %s: path: %w", ErrInvalidTarget, t.ID, err)
 	}
+	if err := t.Selection().Validate(); err != nil {
+		return fmt.Errorf("%w %s: %w", ErrInvalidTarget, t.ID, err)
+	}
 	if t.Interval < 0 {
 		return fmt.Errorf("%w %s: interval is negative", ErrInvalidTarget, t.ID)
 	}
@@ -104,6 +121,11 @@ func (t Target) Validate() error {
 	return nil
 }
 
+// Selection is what the target watches of its repository's tree.
+func (t Target) Selection() gitutil.Selection {
+	return gitutil.Selection{Path: t.Path, Paths: t.Paths, Ignore: t.Ignore, IgnoreFile: t.IgnoreFile}
+}
+
 // fingerprint digests what, besides the commit, decides what a sink does
 // with a target; a different fingerprint means the target changed.
 func (t Target) fingerprint() string {
@@ -116,7 +138,13 @@ func (t Target) fingerprint() string {
 	if err != nil {
 		payload = fmt.Appendf(nil, "%#v", t.Payload)
 	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s", key, t.Revision, p, payload))
+	data := fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s", key, t.Revision, p, payload)
+	if len(t.Paths) > 0 || len(t.Ignore) > 0 || t.IgnoreFile != "" {
+		// Only when set, so that a target without them keeps the
+		// fingerprint it had before they existed.
+		data = fmt.Appendf(data, "\x00%q\x00%q\x00%s", t.Paths, t.Ignore, t.IgnoreFile)
+	}
+	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:12])
 }
 
@@ -132,8 +160,8 @@ const (
 	// ReasonForcePush: the new commit does not descend from the delivered
 	// one (history was rewritten, or a tag moved back).
 	ReasonForcePush Reason = "ForcePush"
-	// ReasonTargetChanged: the target's revision, path, URL or payload
-	// changed.
+	// ReasonTargetChanged: the target's revision, path (or paths and
+	// ignore patterns), URL or payload changed.
 	ReasonTargetChanged Reason = "TargetChanged"
 	// ReasonResync: a periodic delivery of the same commit, for drift
 	// correction.
@@ -150,11 +178,13 @@ type Change struct {
 	// delivery. To is the commit to act on.
 	From, To string
 	Reason   Reason
-	// Paths are the files added, changed or deleted under Target.Path
-	// between From and To, relative to Target.Path; nil when unknown (first
-	// delivery, resync, or From no longer in the mirror).
+	// Paths are the files added, changed or deleted in what the target
+	// selects between From and To, relative to Target.Path; nil when
+	// unknown (first delivery, resync, From no longer in the mirror, or an
+	// ignore file changed).
 	Paths []string
-	// FS is a read-only view of Target.Path at To. It stays valid after
+	// FS is a read-only view of Target.Path at To, narrowed to its Paths
+	// and without what its ignore patterns hide. It stays valid after
 	// Deliver returns and is safe for concurrent use.
 	FS fs.FS
 	// Submodules are the paths, relative to Target.Path, of the submodules

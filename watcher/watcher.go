@@ -327,6 +327,13 @@ func (w *Watcher) admit(t Target) (Target, error) {
 		return t, fmt.Errorf("%w %s: url: local repositories are refused (see WithLocalRepositories)", ErrInvalidTarget, t.ID)
 	}
 	t.Path, _ = gitutil.CleanPath(t.Path)
+	if len(t.Paths) > 0 {
+		paths := make([]string, len(t.Paths))
+		for i, p := range t.Paths {
+			paths[i], _ = gitutil.CleanPath(p)
+		}
+		t.Paths = paths // a copy: the source's slice stays its own
+	}
 	return t, nil
 }
 

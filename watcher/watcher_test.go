@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -144,6 +145,46 @@ func TestCommitOutsidePathIsNotDelivered(t *testing.T) {
 	got := sink.WaitCommit(t, "t", c3)
 	assert.Equal(t, c2, got.From, "the checkpoint recorded c2")
 	assert.Equal(t, []string{"app.yaml"}, got.Paths)
+}
+
+// Several paths and ignore patterns: a commit that changes only what they
+// leave out is not delivered, and what is delivered leaves it out.
+func TestPathsAndIgnorePatterns(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "init",
+		gittest.File("apps/app.yaml", "a"), gittest.File("apps/notes.md", "n"),
+		gittest.File("infra/db.yaml", "d"), gittest.File("infra/.sourceignore", "tmp/\n"),
+		gittest.File("infra/tmp/scratch.yaml", "s"), gittest.File("docs/README", "x"))
+
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	w := newWatcher(t, obs)
+	target := watcher.Target{ID: "t", URL: repo.URL(), Paths: []string{"apps/", "infra"}, Ignore: []string{"*.md"}, IgnoreFile: ".sourceignore"}
+	require.NoError(t, w.Route(watchertest.NewSource(target), sink))
+	start(t, w)
+	first := sink.WaitCommit(t, "t", c1)
+	var got []string
+	require.NoError(t, fs.WalkDir(first.FS, ".", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			got = append(got, p)
+		}
+		return err
+	}))
+	assert.Equal(t, []string{"apps/app.yaml", "infra/.sourceignore", "infra/db.yaml"}, got)
+
+	c2 := repo.Commit(t, "hidden only", gittest.File("docs/README", "y"), gittest.File("apps/notes.md", "m"), gittest.File("infra/tmp/scratch.yaml", "t"))
+	pollNow(t, w, obs, repo.URL())
+	obs.WaitFor(t, "up to date at c2", func(e watcher.Event) bool {
+		return e.Type == watcher.EventUpToDate && e.Commit == c2
+	})
+	assert.Len(t, sink.Delivered(), 1, "a commit that changes only what is left out is not delivered")
+
+	c3 := repo.Commit(t, "kept and hidden", gittest.File("infra/db.yaml", "d2"), gittest.File("apps/notes.md", "o"))
+	pollNow(t, w, obs, repo.URL())
+	last := sink.WaitCommit(t, "t", c3)
+	assert.Equal(t, c2, last.From)
+	assert.Equal(t, []string{"infra/db.yaml"}, last.Paths)
 }
 
 func TestLatestWins(t *testing.T) {

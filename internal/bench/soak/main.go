@@ -113,7 +113,7 @@ func run(c config) (err error) {
 		if got := res.Refs["refs/heads/main"].String(); got != commit {
 			return 0, fmt.Errorf("fetched %s, pushed %s", got, commit)
 		}
-		fsys, err := m.FS(plumbing.NewHash(commit), "app")
+		fsys, err := m.FS(plumbing.NewHash(commit), gitutil.Selection{Path: "app"})
 		if err != nil {
 			return 0, err
 		}

@@ -66,7 +66,7 @@ func publish(mirror, commit, root string) error {
 	if err != nil {
 		return err
 	}
-	fsys, err := m.FS(plumbing.NewHash(commit), "")
+	fsys, err := m.FS(plumbing.NewHash(commit), gitutil.Selection{})
 	if err != nil {
 		return err
 	}
