@@ -324,10 +324,39 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 	if t.Verify, err = s.verify(ctx, u); err != nil {
 		return nil, err
 	}
+	t.Paths, _, _ = unstructured.NestedStringSlice(u.Object, "spec", "sparseCheckout")
+	t.Ignore, t.IgnoreFile = ignore(u), ".sourceignore"
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	return t, nil
+}
+
+// Flux's own exclusions (fluxcd/pkg/sourceignore): the VCS files always,
+// the others unless spec.ignore is set.
+var (
+	ignoreVCS     = []string{".git/", ".gitignore", ".gitmodules", ".gitattributes"}
+	ignoreDefault = []string{
+		"*.jpg", "*.jpeg", "*.gif", "*.png", "*.wmv", "*.flv", "*.tar.gz", "*.zip",
+		".github/", ".circleci/", ".travis.yml", ".gitlab-ci.yml", "appveyor.yml", ".drone.yml",
+		"cloudbuild.yaml", "codeship-services.yml", "codeship-steps.yml",
+		"**/.goreleaser.yml", "**/.sops.yaml", "**/.flux.yaml",
+	}
+)
+
+// ignore returns the ignore patterns of a GitRepository as Flux applies
+// them to its artifact: the VCS files, then spec.ignore's lines or, when
+// it is not set, Flux's default exclusions. The .sourceignore files of the
+// repository come after (the target's IgnoreFile). One difference: Flux
+// drops its default exclusions when a .sourceignore exists anywhere in the
+// repository, which only a walk of the whole tree at every commit could
+// tell; here they stay until spec.ignore is set.
+func ignore(u *unstructured.Unstructured) []string {
+	out := slices.Clone(ignoreVCS)
+	if ignore, ok, _ := unstructured.NestedString(u.Object, "spec", "ignore"); ok {
+		return append(out, strings.Split(ignore, "\n")...)
+	}
+	return append(out, ignoreDefault...)
 }
 
 // verify reads spec.verify: its mode (HEAD, the default, Tag or

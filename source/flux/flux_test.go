@@ -123,7 +123,8 @@ func TestGitRepositoriesBecomeTargets(t *testing.T) {
 	create(t, gitRepository(ns, "paused", "https://git.example.com/apps.git", map[string]any{"suspend": true}))
 	create(t, gitRepository(ns, "elsewhere", "https://github.com/org/repo.git", nil))
 	create(t, gitRepository(ns, "nosecret", "https://git.example.com/x.git", map[string]any{"secretRef": map[string]any{"name": "missing"}}))
-	create(t, gitRepository(ns, "head", "https://git.example.com/head.git", nil))
+	create(t, gitRepository(ns, "head", "https://git.example.com/head.git", map[string]any{
+		"ignore": "# mine\n/*\n!/deploy\n", "sparseCheckout": []any{"deploy", "base"}}))
 
 	sets := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns, Hosts: []string{"git.example.com"}}))
 	got := byID(waitSet(t, sets, "apps and head", func(ts []watcher.Target) bool { return len(ts) == 2 }))
@@ -137,7 +138,14 @@ func TestGitRepositoriesBecomeTargets(t *testing.T) {
 	p := apps.Payload.(spec.GitRepository)
 	assert.Equal(t, spec.GitRepository{APIVersion: "source.toolkit.fluxcd.io/v1", Namespace: ns, Name: "apps", UID: p.UID}, p)
 	assert.NotEmpty(t, p.UID)
-	assert.Equal(t, "", got["flux/"+ns+"/head"].Revision, "no ref: the remote's HEAD")
+	head := got["flux/"+ns+"/head"]
+	assert.Equal(t, "", head.Revision, "no ref: the remote's HEAD")
+	assert.Equal(t, []string{"deploy", "base"}, head.Paths, "sparseCheckout")
+	assert.Equal(t, []string{".git/", ".gitignore", ".gitmodules", ".gitattributes", "# mine", "/*", "!/deploy", ""}, head.Ignore,
+		"the VCS files, then spec.ignore")
+	assert.Contains(t, apps.Ignore, "*.png", "no spec.ignore: Flux's default exclusions")
+	assert.Contains(t, apps.Ignore, ".git/")
+	assert.Equal(t, ".sourceignore", apps.IgnoreFile)
 	// pinned (nothing can change), paused (suspended), elsewhere (another
 	// host) and nosecret (its Secret is missing) are not watched.
 }
