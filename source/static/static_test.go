@@ -31,6 +31,9 @@ targets:
     payload: {namespace: apps}
   - id: ctl
     url: git@example.com:platform/control.git
+    paths: [clusters/prod, base]
+    ignore: ["*.md", "!keep.md"]
+    ignoreFile: .sourceignore
   - id: shop
     url: https://h/shop.git
     render: {renderer: helm, namespace: shop, helm: {valueFiles: [prod.yaml]}}
@@ -42,6 +45,8 @@ targets:
 		Path: "./kustomize/", Interval: 5 * time.Minute, Payload: map[string]any{"namespace": "apps"},
 	}, ts[0])
 	assert.Equal(t, "", ts[1].Revision)
+	assert.Equal(t, watcher.Target{ID: "ctl", URL: "git@example.com:platform/control.git",
+		Paths: []string{"clusters/prod", "base"}, Ignore: []string{"*.md", "!keep.md"}, IgnoreFile: ".sourceignore"}, ts[1])
 	assert.Nil(t, ts[1].Payload)
 	assert.Equal(t, spec.Render{Renderer: "helm", Namespace: "shop", Helm: &spec.Helm{ValueFiles: []string{"prod.yaml"}}}, ts[2].Payload)
 	for _, tgt := range ts {
@@ -55,6 +60,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"missing url", "targets: [{id: a}]", "targets[0].url: required"},
 		{"bad scheme", "targets: [{id: a, url: 'ftp://h/r'}]", "targets[0].url"},
 		{"dotdot path", "targets: [{id: a, url: 'https://h/r', path: ../etc}]", "targets[0].path"},
+		{"dotdot paths", "targets: [{id: a, url: 'https://h/r', paths: [ok, ../etc]}]", "targets[0].paths/ignore: paths: gitutil: invalid path"},
+		{"ignore file with a slash", "targets: [{id: a, url: 'https://h/r', ignoreFile: ../x}]", "targets[0].paths/ignore: gitutil: invalid selection"},
 		{"bad revision", "targets: [{id: a, url: 'https://h/r', revision: 'a..b'}]", "targets[0].revision"},
 		{"bad interval", "targets: [{id: a, url: 'https://h/r', interval: soon}]", "targets[0].interval"},
 		{"negative interval", "targets: [{id: a, url: 'https://h/r', interval: -1s}]", "targets[0].interval"},
