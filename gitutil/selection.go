@@ -247,11 +247,12 @@ type memoKey struct {
 }
 
 // selectedHash returns the hash of what the selection keeps of the tree h
-// at rel (t, when not nil, is that tree decoded): h itself when it keeps
-// everything, otherwise a digest of the entries kept (a file's blob hash,
-// a directory's selected hash). Two commits with the same selected hash
-// deliver the same files. A directory seen before with the same rules is
-// not decoded again. Callers hold m.mu.
+// at rel (t, when not nil, is that tree decoded): the git hash of the tree
+// that holds only the entries kept, each directory by its own selected
+// hash. It is h itself when everything is kept, and two trees that keep
+// the same files have the same hash wherever they come from, so that
+// hiding a file is the same as not having it. A directory seen before
+// with the same rules is not decoded again. Callers hold m.mu.
 func (m *Mirror) selectedHash(s *selector, h plumbing.Hash, t *object.Tree, rel []string, parent rules) (plumbing.Hash, error) {
 	inside, _ := s.within(rel)
 	if inside && !s.filters(parent) {
@@ -271,7 +272,7 @@ func (m *Mirror) selectedHash(s *selector, h plumbing.Hash, t *object.Tree, rel 
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	d := sha256.New()
+	var enc bytes.Buffer
 	same := true
 	for _, e := range t.Entries {
 		sub := append(slices.Clip(rel), e.Name)
@@ -287,11 +288,12 @@ func (m *Mirror) selectedHash(s *selector, h plumbing.Hash, t *object.Tree, rel 
 			}
 			same = same && eh == e.Hash
 		}
-		fmt.Fprintf(d, "%o %s\x00%s", e.Mode, e.Name, eh[:])
+		fmt.Fprintf(&enc, "%o %s\x00", e.Mode, e.Name) // as git encodes a tree
+		enc.Write(eh[:])
 	}
 	out := h
 	if !same {
-		copy(out[:], d.Sum(nil))
+		out = plumbing.ComputeHash(plumbing.TreeObject, enc.Bytes())
 	}
 	if m.selected == nil || len(m.selected) >= maxSelectMemo {
 		m.selected = make(map[memoKey]plumbing.Hash)

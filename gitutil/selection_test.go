@@ -110,6 +110,21 @@ func TestSelection(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, files(t, fsys4), "apps/b/build/out.yaml")
 
+	// Hiding a file is the same as not having it: the selected hash is
+	// the git hash of the tree that holds what is kept.
+	_, t5, paths := step("a hidden file where nothing was hidden", gittest.File("infra/notes.md", "n"))
+	assert.Equal(t, t4, t5)
+	assert.Empty(t, paths)
+	c6, _, _ := step("png deleted", gittest.Delete("apps/b/logo.png"))
+	c7 := plumbing.NewHash(repo.Commit(t, "png back", gittest.File("apps/b/logo.png", "back")))
+	_, err = m.FetchCommit(ctxT(t), nil, c7)
+	require.NoError(t, err)
+	filtered, err := m.TreeHash(c7, Selection{Path: "apps/b", Ignore: []string{"*.png"}})
+	require.NoError(t, err)
+	raw, err := m.TreeHash(c6, at("apps/b"))
+	require.NoError(t, err)
+	assert.Equal(t, raw, filtered, "a tree with logo.png hidden hashes as the tree without it")
+
 	// Without IgnoreFile the tree's ignore file is an ordinary file.
 	plainer := Selection{Path: "apps/b", Ignore: []string{"*.png"}}
 	fsysB, err := m.FS(c3, plainer)

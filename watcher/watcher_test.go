@@ -153,7 +153,7 @@ func TestPathsAndIgnorePatterns(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
 	c1 := repo.Commit(t, "init",
-		gittest.File("apps/app.yaml", "a"), gittest.File("apps/notes.md", "n"),
+		gittest.File("apps/app.yaml", "a"),
 		gittest.File("infra/db.yaml", "d"), gittest.File("infra/.sourceignore", "tmp/\n"),
 		gittest.File("infra/tmp/scratch.yaml", "s"), gittest.File("docs/README", "x"))
 
@@ -173,6 +173,7 @@ func TestPathsAndIgnorePatterns(t *testing.T) {
 	}))
 	assert.Equal(t, []string{"apps/app.yaml", "infra/.sourceignore", "infra/db.yaml"}, got)
 
+	// apps/ had nothing hidden: a hidden file added is the same as none.
 	c2 := repo.Commit(t, "hidden only", gittest.File("docs/README", "y"), gittest.File("apps/notes.md", "m"), gittest.File("infra/tmp/scratch.yaml", "t"))
 	pollNow(t, w, obs, repo.URL())
 	obs.WaitFor(t, "up to date at c2", func(e watcher.Event) bool {

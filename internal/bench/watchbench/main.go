@@ -155,6 +155,19 @@ func (e *events) Observe(ev watcher.Event) {
 }
 
 // wait waits until count(match) >= n.
+// count counts the events of a type so far.
+func (e *events) count(t watcher.EventType) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := 0
+	for _, ev := range e.all {
+		if ev.Type == t {
+			k++
+		}
+	}
+	return k
+}
+
 func (e *events) wait(n int, limit time.Duration, match func(watcher.Event) bool) error {
 	timeout := time.NewTimer(limit)
 	defer timeout.Stop()
@@ -464,17 +477,7 @@ func run(c config) (err error) {
 	logf("P3/P4/P6 done")
 
 	// P7: a commit outside the watched path.
-	deliveries := func() int {
-		bev.mu.Lock()
-		defer bev.mu.Unlock()
-		k := 0
-		for _, e := range bev.all {
-			if e.Type == watcher.EventDelivered {
-				k++
-			}
-		}
-		return k
-	}
+	deliveries := func() int { return bev.count(watcher.EventDelivered) }
 	d0, trees0 := deliveries(), counted.treesRead()
 	outside := big.Commit(env, "docs only", gittest.File("docs/00001", "docs changed"))
 	bw.Trigger(big.URL())
@@ -482,6 +485,35 @@ func run(c config) (err error) {
 		return err
 	}
 	trees := counted.treesRead() - trees0
+	logf("P7 done")
+
+	// P7 with ignore patterns: the whole repository but docs/ and *.md,
+	// in a watcher of its own so that its trees are counted alone.
+	iev := newEvents()
+	icounted := &countingGit{}
+	iw := watcher.New(watcher.WithCacheDir(env.TempDir()), watcher.WithInterval(time.Hour), watcher.WithObserver(iev), watcher.WithGit(icounted))
+	if err := iw.Route(static.New(watcher.Target{ID: "mono-ignore", URL: big.URL(), Ignore: []string{"docs/", "*.md"}, IgnoreFile: ".sourceignore"}), nop); err != nil {
+		return err
+	}
+	istop := start(iw)
+	defer func() {
+		if serr := istop(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	if err := iev.wait(1, 10*time.Minute, func(e watcher.Event) bool { return e.Type == watcher.EventDelivered }); err != nil {
+		return err
+	}
+	firstTrees := icounted.treesRead()
+	id0, itrees0 := iev.count(watcher.EventDelivered), icounted.treesRead()
+	ignored := big.Commit(env, "ignored only", gittest.File("docs/00002", "docs changed"), gittest.File("app/NOTES.md", "notes"))
+	iw.Trigger(big.URL())
+	if err := iev.wait(1, time.Minute, func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit == ignored }); err != nil {
+		return err
+	}
+	itrees := icounted.treesRead() - itrees0
+	ideliveries := iev.count(watcher.EventDelivered) - id0
+	logf("P7 with ignore patterns done")
 
 	ratio := func(a, b time.Duration) string { return fmt.Sprintf("%.2f", float64(a)/float64(b)) }
 	rows = append(rows,
@@ -498,6 +530,9 @@ func run(c config) (err error) {
 			coldCLI.Wall.Round(time.Millisecond).String()+" (git clone --bare)", ratio(coldOurs.Wall, coldCLI.Wall), "≤ 1.2"),
 		harness.NewRow("P7", "a commit outside the watched path: deliveries / tree objects read", fmt.Sprintf("%d / %d", deliveries()-d0, trees),
 			fmt.Sprintf("1 / %d (a re-clone and render reads every object)", c.files+3), "", "0 deliveries"),
+		harness.NewRow("P7", "a commit of ignored files only (whole repository, ignore docs/ and *.md, .sourceignore read): deliveries / tree objects read",
+			fmt.Sprintf("%d / %d", ideliveries, itrees),
+			fmt.Sprintf("%d (the first commit: every tree, once)", firstTrees), fmt.Sprintf("%.4f", float64(itrees)/float64(firstTrees)), "0 deliveries"),
 	)
 	slices.SortStableFunc(rows, func(a, b row) int { return strings.Compare(a.ID, b.ID) })
 
