@@ -209,4 +209,3 @@ func TestSelectionRefusesHostileInput(t *testing.T) {
 	_, err = fs.ReadDir(fsys, "a")
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 }
-
