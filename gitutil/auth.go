@@ -66,6 +66,41 @@ type Auth struct {
 	// AllowInsecureHTTP lets credentials travel over plain http://. Without
 	// it, credentials and an http:// URL are refused.
 	AllowInsecureHTTP bool
+
+	// Proxy, when set, is the proxy an HTTP(S) remote is reached through
+	// (Flux's proxySecretRef), instead of the environment's
+	// HTTPS_PROXY/HTTP_PROXY. SSH remotes refuse it.
+	Proxy *Proxy
+}
+
+// Proxy is an HTTP(S) or SOCKS5 proxy and its credentials.
+type Proxy struct {
+	// URL is "http://host:port", "https://host:port" or
+	// "socks5://host:port", without credentials.
+	URL string
+	// Username and Password, when set, authenticate to the proxy.
+	Username string
+	Password string
+}
+
+// options checks the proxy and returns go-git's form of it.
+func (p *Proxy) options() (transport.ProxyOptions, error) {
+	if p == nil {
+		return transport.ProxyOptions{}, nil
+	}
+	u, err := url.Parse(p.URL)
+	if err != nil || u.Host == "" || strings.ContainsAny(p.URL, " \t\r\n") {
+		return transport.ProxyOptions{}, fmt.Errorf("%w: proxy URL %q is not scheme://host:port", ErrInvalidAuth, RedactURL(p.URL))
+	}
+	switch {
+	case u.User != nil:
+		return transport.ProxyOptions{}, fmt.Errorf("%w: the proxy URL carries credentials: give them as the proxy's username and password", ErrInvalidAuth)
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "socks5":
+		return transport.ProxyOptions{}, fmt.Errorf("%w: proxy scheme %q is not http, https or socks5", ErrInvalidAuth, u.Scheme)
+	case u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "":
+		return transport.ProxyOptions{}, fmt.Errorf("%w: proxy URL %q has more than scheme://host:port", ErrInvalidAuth, RedactURL(p.URL))
+	}
+	return transport.ProxyOptions{URL: u.Scheme + "://" + u.Host, Username: p.Username, Password: p.Password}, nil
 }
 
 // String never shows a secret.
@@ -103,15 +138,23 @@ func (a *Auth) hasSecret() bool {
 // default settings is "anonymous".
 func (a *Auth) Identity() string {
 	if a == nil || (!a.hasSecret() && len(a.CABundle) == 0 && len(a.KnownHosts) == 0 &&
-		!a.InsecureSkipTLSVerify && !a.InsecureIgnoreHostKey && a.ID == "") {
+		!a.InsecureSkipTLSVerify && !a.InsecureIgnoreHostKey && a.ID == "" && a.Proxy == nil) {
 		return "anonymous"
 	}
 	parts := [][]byte{[]byte(a.ID), []byte(a.Username), a.KnownHosts, a.CABundle,
 		[]byte(fmt.Sprint(a.InsecureIgnoreHostKey, a.InsecureSkipTLSVerify, a.AllowInsecureHTTP))}
+	if a.Proxy != nil {
+		// Who reaches the remote, and how: one target's proxy (and its
+		// credentials) never carries another's traffic.
+		parts = append(parts, []byte("proxy"), []byte(a.Proxy.URL), []byte(a.Proxy.Username))
+	}
 	prefix := "id-"
 	if a.ID == "" {
 		prefix = ""
 		parts = append(parts, []byte(a.Password), []byte(a.BearerToken), a.SSHPrivateKey, []byte(a.SSHPassphrase))
+		if a.Proxy != nil {
+			parts = append(parts, []byte(a.Proxy.Password))
+		}
 	}
 	h := sha256.New()
 	for _, part := range parts {
@@ -127,6 +170,7 @@ type transportOptions struct {
 	auth            transport.AuthMethod
 	caBundle        []byte
 	insecureSkipTLS bool
+	proxy           transport.ProxyOptions
 }
 
 // forEndpoint checks a against the URL's scheme and builds go-git's auth.
@@ -135,6 +179,14 @@ func (a *Auth) forEndpoint(e Endpoint) (transportOptions, error) {
 		a = &Auth{}
 	}
 	opts := transportOptions{orig: a, caBundle: a.CABundle, insecureSkipTLS: a.InsecureSkipTLSVerify}
+	proxy, err := a.Proxy.options()
+	if err != nil {
+		return opts, err
+	}
+	if a.Proxy != nil && e.Scheme != "http" && e.Scheme != "https" {
+		return opts, fmt.Errorf("%w: a proxy is used for http and https URLs only, not %s", ErrInvalidAuth, e.Scheme)
+	}
+	opts.proxy = proxy
 	switch e.Scheme {
 	case "http", "https":
 		if len(a.SSHPrivateKey) > 0 {

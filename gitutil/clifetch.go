@@ -74,6 +74,21 @@ func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []strin
 		if a.InsecureSkipTLSVerify {
 			env = append(env, "GIT_SSL_NO_VERIFY=1")
 		}
+		if a.Proxy != nil {
+			po, err := a.Proxy.options()
+			if err != nil {
+				return err
+			}
+			u, err := po.FullURL()
+			if err != nil {
+				return err
+			}
+			// Through the environment, as the other credentials: never argv.
+			// The proxy carries everything, as go-git's does: NO_PROXY is
+			// not consulted.
+			cfg = append(cfg, [2]string{"http.proxy", u.String()})
+			env = append(env, "NO_PROXY=", "no_proxy=")
+		}
 	case "ssh":
 		key, kh := filepath.Join(tmp, "key"), filepath.Join(tmp, "known_hosts")
 		if err := os.WriteFile(key, a.SSHPrivateKey, 0o600); err != nil {

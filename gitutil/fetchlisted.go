@@ -79,7 +79,7 @@ func (m *Mirror) uploadPack(ctx context.Context, topts transportOptions, wants [
 	if err != nil {
 		return err
 	}
-	ep.CaBundle, ep.InsecureSkipTLS = topts.caBundle, topts.insecureSkipTLS
+	ep.CaBundle, ep.InsecureSkipTLS, ep.Proxy = topts.caBundle, topts.insecureSkipTLS, topts.proxy
 	cl, err := client.NewClient(ep)
 	if err != nil {
 		return err

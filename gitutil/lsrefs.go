@@ -255,11 +255,20 @@ func truncate(s string, n int) string {
 var v2Clients sync.Map
 
 func v2Client(topts transportOptions) (*http.Client, error) {
-	key := fmt.Sprintf("%x/%t", sha256.Sum256(topts.caBundle), topts.insecureSkipTLS)
+	px := topts.proxy
+	key := fmt.Sprintf("%x/%t/%x", sha256.Sum256(topts.caBundle), topts.insecureSkipTLS,
+		sha256.Sum256(fmt.Appendf(nil, "%d:%s%d:%s%d:%s", len(px.URL), px.URL, len(px.Username), px.Username, len(px.Password), px.Password)))
 	if c, ok := v2Clients.Load(key); ok {
 		return c.(*http.Client), nil
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if px.URL != "" {
+		u, err := px.FullURL()
+		if err != nil {
+			return nil, fmt.Errorf("%w: proxy URL", ErrInvalidAuth)
+		}
+		tr.Proxy = http.ProxyURL(u)
+	}
 	if len(topts.caBundle) > 0 || topts.insecureSkipTLS {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: topts.insecureSkipTLS} //nolint:gosec // opted in by the caller
 		if len(topts.caBundle) > 0 {

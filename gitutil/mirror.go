@@ -375,6 +375,7 @@ func (m *Mirror) goGitFetch(ctx context.Context, topts transportOptions, specs [
 		Auth:            topts.auth,
 		CABundle:        topts.caBundle,
 		InsecureSkipTLS: topts.insecureSkipTLS,
+		ProxyOptions:    topts.proxy,
 		Tags:            git.NoTags,
 		Force:           true,
 		Progress:        progressWriter{&m.progress},

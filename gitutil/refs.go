@@ -89,6 +89,7 @@ func ListRefs(ctx context.Context, repoURL string, auth *Auth, opts ...ListOptio
 		Auth:            topts.auth,
 		CABundle:        topts.caBundle,
 		InsecureSkipTLS: topts.insecureSkipTLS,
+		ProxyOptions:    topts.proxy,
 		PeelingOption:   git.AppendPeeled,
 	})
 	if err != nil {
