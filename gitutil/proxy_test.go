@@ -114,4 +114,3 @@ func TestProxyRefusesWhatItCannotUse(t *testing.T) {
 	assert.NotEqual(t, a.Identity(), b.Identity())
 	assert.NotEqual(t, "anonymous", (&Auth{Proxy: &Proxy{URL: "http://proxy-a:3128"}}).Identity())
 }
-
