@@ -87,6 +87,11 @@ func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []strin
 			// The proxy carries everything, as go-git's does: NO_PROXY is
 			// not consulted.
 			cfg = append(cfg, [2]string{"http.proxy", u.String()})
+			if po.Username != "" {
+				// Basic at once, as go-git: curl's "anyauth" asks first
+				// without credentials.
+				cfg = append(cfg, [2]string{"http.proxyAuthMethod", "basic"})
+			}
 			env = append(env, "NO_PROXY=", "no_proxy=")
 		}
 	case "ssh":

@@ -69,6 +69,7 @@ func TestProxy(t *testing.T) {
 				})
 				assert.Equal(t, "0\n", statuses(), "the CLI itself succeeded, through the proxy")
 			}
+			assert.Zero(t, proxy.Refused.Load(), "the credentials are sent at once")
 
 			// The wrong proxy password fails, and says nothing of it.
 			wrong := *auth

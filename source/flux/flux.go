@@ -321,6 +321,11 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 			return nil, err
 		}
 	}
+	if proxy, _, _ := unstructured.NestedString(u.Object, "spec", "proxySecretRef", "name"); proxy != "" {
+		if t.Auth, err = s.proxy(ctx, u.GetNamespace(), proxy, t.Auth); err != nil {
+			return nil, err
+		}
+	}
 	if t.Verify, err = s.verify(ctx, u); err != nil {
 		return nil, err
 	}
@@ -452,6 +457,35 @@ func (s *Source) githubAppAuth(ctx context.Context, namespace, name, repoURL str
 		return nil, fmt.Errorf("flux: secret %s: %s is not on the GitHub App's host, or not HTTPS", key, gitutil.RedactURL(repoURL))
 	}
 	return a, nil
+}
+
+// proxy adds to a (nil: anonymous) the proxy of a GitRepository's
+// proxySecretRef, with Flux's keys: address, and optionally username and
+// password.
+func (s *Source) proxy(ctx context.Context, namespace, name string, a *gitutil.Auth) (*gitutil.Auth, error) {
+	sec, err := s.secret(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	d := sec.Data
+	addr := strings.TrimSpace(string(d["address"]))
+	if addr == "" {
+		return nil, fmt.Errorf("flux: proxy secret %s/%s has no address", namespace, name)
+	}
+	out := &gitutil.Auth{}
+	if a != nil {
+		c := *a // a copy: a resolver's Auth is its own
+		out = &c
+	}
+	// A rotated proxy password keeps the mirror; another proxy Secret
+	// makes another identity.
+	id := "proxy:" + namespace + "/" + name
+	if out.ID != "" {
+		id = out.ID + "+" + id
+	}
+	out.ID = id
+	out.Proxy = &gitutil.Proxy{URL: addr, Username: string(d["username"]), Password: string(d["password"])}
+	return out, nil
 }
 
 // auth reads the credentials of a GitRepository's secretRef, with Flux's

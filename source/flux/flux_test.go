@@ -300,3 +300,34 @@ func TestVerify(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, ring, 2, "every key of the Secret")
 }
+
+// proxySecretRef: the GitRepository's repository is reached through the
+// proxy its Secret names, with its credentials, end to end.
+func TestProxySecretRef(t *testing.T) {
+	ns := env.Namespace(t)
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/behind-proxy")
+	commit := repo.Commit(t, "one", gittest.File("app.yaml", "a"))
+	proxy := gittest.NewProxy(t, "squid", "pr0xy-s3cret")
+	_, err := env.Kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "proxy", Namespace: ns},
+		Data:       map[string][]byte{"address": []byte(proxy.URL()), "username": []byte("squid"), "password": []byte("pr0xy-s3cret")},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	create(t, gitRepository(ns, "app", repo.URL(), map[string]any{"proxySecretRef": map[string]any{"name": "proxy"}}))
+	create(t, gitRepository(ns, "nowhere", repo.URL(), map[string]any{"proxySecretRef": map[string]any{"name": "missing"}}))
+
+	sink := watchertest.NewSink("rec")
+	w := watchertest.NewWatcher(t)
+	require.NoError(t, w.Route(flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns}), sink))
+	watchertest.Run(t, w.Run)
+	got := sink.WaitCommit(t, "flux/"+ns+"/app", commit)
+	a := got.Target.Auth
+	require.NotNil(t, a)
+	assert.Equal(t, "proxy:"+ns+"/proxy", a.ID)
+	assert.Positive(t, proxy.Passed.Load(), "the repository was reached through the proxy")
+	assert.Zero(t, proxy.Refused.Load())
+	for _, c := range sink.Delivered() {
+		assert.NotEqual(t, "flux/"+ns+"/nowhere", c.Target.ID, "a missing proxy Secret is not a direct connection")
+	}
+}
