@@ -1,36 +1,57 @@
 package gitutil
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/hiddeco/sshsig"
+	"golang.org/x/crypto/ssh"
 )
 
 // ErrUnverified is returned (wrapped) for a commit that is not signed, or
 // not by a trusted key.
 var ErrUnverified = errors.New("gitutil: signature not verified")
 
-// maxKeyRing caps the armored keys read.
+// maxKeyRing caps the keys read.
 const maxKeyRing = 1 << 20
 
-// ParseKeyRing reads armored OpenPGP public keys: every armored block in
-// armored, not only the first (a Secret with one key per entry, joined). It
-// is an error when there is none.
-func ParseKeyRing(armored string) (openpgp.EntityList, error) {
-	if len(armored) > maxKeyRing {
+// sshNamespace is the namespace git signs commits and tags in (ssh-keygen
+// -Y sign -n git).
+const sshNamespace = "git"
+
+// KeyRing is a set of trusted public keys: OpenPGP keys and SSH keys, as
+// git signs with either (gpg.format openpgp or ssh).
+type KeyRing struct {
+	OpenPGP openpgp.EntityList
+	SSH     []ssh.PublicKey
+}
+
+// ParseKeyRing reads trusted public keys: every armored OpenPGP block, not
+// only the first (a Secret with one key per entry, joined), and every SSH
+// public key line in authorized_keys format ("ssh-ed25519 AAAA... name")
+// outside them, as Flux's .sshpub entries hold them. Other text around the
+// blocks is skipped, but a line that names an SSH key type and does not
+// parse is an error, and so is a ring with no key.
+func ParseKeyRing(keys string) (*KeyRing, error) {
+	if len(keys) > maxKeyRing {
 		return nil, fmt.Errorf("gitutil: key ring larger than %d bytes", maxKeyRing)
 	}
-	var keys openpgp.EntityList
-	rest := armored
+	ring := &KeyRing{}
+	rest := keys
 	for {
 		i := strings.Index(rest, "-----BEGIN ")
 		if i < 0 {
 			break
+		}
+		if err := ring.addSSH(rest[:i]); err != nil {
+			return nil, err
 		}
 		block, err := armor.Decode(strings.NewReader(rest[i:]))
 		if err != nil {
@@ -39,27 +60,59 @@ func ParseKeyRing(armored string) (openpgp.EntityList, error) {
 		if block.Type != openpgp.PublicKeyType && block.Type != openpgp.PrivateKeyType {
 			return nil, fmt.Errorf("gitutil: key ring: a %q block is not a key", block.Type)
 		}
-		ring, err := openpgp.ReadKeyRing(block.Body)
+		pgp, err := openpgp.ReadKeyRing(block.Body)
 		if err != nil {
 			return nil, fmt.Errorf("gitutil: key ring: %w", err)
 		}
-		keys = append(keys, ring...)
+		ring.OpenPGP = append(ring.OpenPGP, pgp...)
 		end := strings.Index(rest[i:], "-----END ")
 		if end < 0 {
+			rest = ""
 			break
 		}
 		rest = rest[i+end+len("-----END "):]
+		if close := strings.Index(rest, "-----"); close >= 0 {
+			rest = rest[close+len("-----"):] // past "-----END PGP PUBLIC KEY BLOCK-----"
+		} else {
+			rest = ""
+		}
 	}
-	if len(keys) == 0 {
-		return nil, errors.New("gitutil: key ring holds no armored key")
+	if err := ring.addSSH(rest); err != nil {
+		return nil, err
 	}
-	return keys, nil
+	if len(ring.OpenPGP) == 0 && len(ring.SSH) == 0 {
+		return nil, errors.New("gitutil: key ring holds no armored OpenPGP key and no SSH public key")
+	}
+	return ring, nil
 }
 
-// VerifyCommit checks the commit's OpenPGP signature against keyRing
-// (armored public keys, see [ParseKeyRing]) and returns the signer's
-// identity. An unsigned commit, one signed twice or by a key not in
-// keyRing is ErrUnverified.
+// sshKeyTypes are the starts of the SSH public key lines ParseKeyRing
+// reads (key types, and the options authorized_keys lines may begin with).
+var sshKeyTypes = []string{"ssh-", "ecdsa-", "sk-", "rsa-", "cert-authority", "namespaces=", "valid-", "from="}
+
+// addSSH reads the SSH public key lines of text.
+func (r *KeyRing) addSSH(text string) error {
+	for line := range strings.Lines(text) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if !slices.ContainsFunc(sshKeyTypes, func(p string) bool { return strings.HasPrefix(line, p) }) {
+			continue // text around an armored block
+		}
+		pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
+		if err != nil {
+			return fmt.Errorf("gitutil: key ring: SSH public key %q: %w", truncate(line, 32), err)
+		}
+		r.SSH = append(r.SSH, pub)
+	}
+	return nil
+}
+
+// VerifyCommit checks the commit's signature, OpenPGP or SSH, against
+// keyRing (see [ParseKeyRing]) and returns the signer's identity (an
+// OpenPGP key's name or ID, an SSH key's SHA256 fingerprint). An unsigned
+// commit, one signed twice or by a key not in keyRing is ErrUnverified.
 func (m *Mirror) VerifyCommit(commit plumbing.Hash, keyRing string) (string, error) {
 	keys, err := ParseKeyRing(keyRing)
 	if err != nil {
@@ -102,14 +155,15 @@ func (m *Mirror) VerifyTag(ref string, commit plumbing.Hash, keyRing string) (st
 	return m.checkSignature(keys, "tag "+t.Name, t.Hash, t.PGPSignature, t.EncodeWithoutSignature)
 }
 
-// checkSignature checks one detached armored signature over the object encoded
-// without it.
-func (m *Mirror) checkSignature(keys openpgp.EntityList, what string, h plumbing.Hash, signature string, encode func(plumbing.EncodedObject) error) (string, error) {
-	switch strings.Count(signature, "-----BEGIN PGP SIGNATURE-----") {
-	case 0:
-		return "", fmt.Errorf("%w: %s %s is not signed (with OpenPGP)", ErrUnverified, what, h)
-	case 1:
-	default:
+// checkSignature checks one detached armored signature over the object
+// encoded without it.
+func (m *Mirror) checkSignature(keys *KeyRing, what string, h plumbing.Hash, signature string, encode func(plumbing.EncodedObject) error) (string, error) {
+	pgp := strings.Count(signature, "-----BEGIN PGP SIGNATURE-----")
+	sshSigs := strings.Count(signature, "-----BEGIN SSH SIGNATURE-----")
+	switch {
+	case pgp+sshSigs == 0:
+		return "", fmt.Errorf("%w: %s %s is not signed (with OpenPGP or SSH)", ErrUnverified, what, h)
+	case pgp+sshSigs > 1:
 		return "", fmt.Errorf("%w: %s %s carries several signatures", ErrUnverified, what, h)
 	}
 	unsigned := &plumbing.MemoryObject{}
@@ -121,7 +175,14 @@ func (m *Mirror) checkSignature(keys openpgp.EntityList, what string, h plumbing
 		return "", err
 	}
 	defer r.Close()
-	signer, err := openpgp.CheckArmoredDetachedSignature(keys, io.Reader(r), strings.NewReader(signature), nil)
+	if sshSigs == 1 {
+		payload, err := io.ReadAll(r)
+		if err != nil {
+			return "", err
+		}
+		return verifySSH(keys.SSH, what, h, signature, payload)
+	}
+	signer, err := openpgp.CheckArmoredDetachedSignature(keys.OpenPGP, io.Reader(r), strings.NewReader(signature), nil)
 	if err != nil {
 		return "", fmt.Errorf("%w: %s %s: %w", ErrUnverified, what, h, err)
 	}
@@ -129,4 +190,22 @@ func (m *Mirror) checkSignature(keys openpgp.EntityList, what string, h plumbing
 		return id.Name, nil
 	}
 	return signer.PrimaryKey.KeyIdString(), nil
+}
+
+// verifySSH checks an armored SSH signature (git's namespace) of payload
+// against the trusted SSH keys.
+func verifySSH(keys []ssh.PublicKey, what string, h plumbing.Hash, signature string, payload []byte) (string, error) {
+	if len(keys) == 0 {
+		return "", fmt.Errorf("%w: %s %s is signed with SSH, and no SSH key is trusted", ErrUnverified, what, h)
+	}
+	sig, err := sshsig.Unarmor([]byte(strings.TrimSpace(signature)))
+	if err != nil {
+		return "", fmt.Errorf("%w: %s %s: SSH signature: %w", ErrUnverified, what, h, err)
+	}
+	for _, k := range keys {
+		if sshsig.Verify(bytes.NewReader(payload), sig, k, sig.HashAlgorithm, sshNamespace) == nil {
+			return ssh.FingerprintSHA256(k), nil
+		}
+	}
+	return "", fmt.Errorf("%w: %s %s: SSH signature by %s, not a trusted key", ErrUnverified, what, h, ssh.FingerprintSHA256(sig.PublicKey))
 }

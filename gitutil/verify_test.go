@@ -5,8 +5,10 @@ import (
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/hiddeco/sshsig"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/modwatch/modwatch/internal/gittest"
 )
@@ -20,25 +22,73 @@ func key(t *testing.T, name string) string {
 // one); hostile input is an error, never a panic.
 func TestParseKeyRing(t *testing.T) {
 	a, b := key(t, "a"), key(t, "b")
+	_, sshA := gittest.SSHSigningKey(t, "a")
+	_, sshB := gittest.SSHSigningKey(t, "b")
 	keys, err := ParseKeyRing(a + "\n" + b)
 	require.NoError(t, err)
-	assert.Len(t, keys, 2)
+	assert.Len(t, keys.OpenPGP, 2)
 	keys, err = ParseKeyRing("comment before\n" + a)
 	require.NoError(t, err)
-	assert.Len(t, keys, 1)
+	assert.Len(t, keys.OpenPGP, 1)
+	// SSH keys around and between the blocks, joined without newlines too.
+	keys, err = ParseKeyRing(sshA + a + sshB + "# a comment\n" + b)
+	require.NoError(t, err)
+	assert.Len(t, keys.OpenPGP, 2)
+	assert.Len(t, keys.SSH, 2)
+	keys, err = ParseKeyRing(`namespaces="git" ` + sshA)
+	require.NoError(t, err, "authorized_keys options")
+	assert.Len(t, keys.SSH, 1)
 
 	signature := "-----BEGIN PGP SIGNATURE-----\n\nwsBcBAABCAAQBQJ\n-----END PGP SIGNATURE-----\n"
 	for name, in := range map[string]string{
-		"empty":         "",
-		"not armored":   "ssh-ed25519 AAAA",
-		"truncated":     a[:len(a)/2],
-		"a signature":   signature,
-		"garbage body":  "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nAAAA\n-----END PGP PUBLIC KEY BLOCK-----\n",
-		"too large":     a + strings.Repeat(" ", maxKeyRing),
-		"only a header": "-----BEGIN PGP PUBLIC KEY BLOCK-----",
+		"empty":          "",
+		"not armored":    "just text",
+		"broken SSH key": "ssh-ed25519 AAAA",
+		"SSH key junk":   a + "\nssh-rsa !!!\n",
+		"truncated":      a[:len(a)/2],
+		"a signature":    signature,
+		"garbage body":   "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nAAAA\n-----END PGP PUBLIC KEY BLOCK-----\n",
+		"too large":      a + strings.Repeat(" ", maxKeyRing),
+		"only a header":  "-----BEGIN PGP PUBLIC KEY BLOCK-----",
 	} {
 		_, err := ParseKeyRing(in)
 		assert.Error(t, err, name)
+	}
+}
+
+// An SSH signature is checked over the very payload, in git's namespace,
+// against the trusted keys only.
+func TestVerifySSH(t *testing.T) {
+	signer, pub := gittest.SSHSigningKey(t, "release")
+	_, other := gittest.SSHSigningKey(t, "other")
+	sign := func(payload, namespace string) string {
+		sig, err := sshsig.Sign(strings.NewReader(payload), signer, sshsig.HashSHA512, namespace)
+		require.NoError(t, err)
+		return string(sshsig.Armor(sig))
+	}
+	ring := func(s string) []ssh.PublicKey {
+		r, err := ParseKeyRing(s)
+		require.NoError(t, err)
+		return r.SSH
+	}
+	h := plumbing.NewHash("0123456789012345678901234567890123456789")
+	good := sign("tree 1\n", "git")
+	id, err := verifySSH(ring(pub), "commit", h, good, []byte("tree 1\n"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(id, "SHA256:"))
+	for name, tc := range map[string]struct {
+		keys      []ssh.PublicKey
+		signature string
+		payload   string
+	}{
+		"another key":       {ring(other), good, "tree 1\n"},
+		"no SSH key":        {nil, good, "tree 1\n"},
+		"another payload":   {ring(pub), good, "tree 2\n"},
+		"another namespace": {ring(pub), sign("tree 1\n", "file"), "tree 1\n"},
+		"garbage":           {ring(pub), "-----BEGIN SSH SIGNATURE-----\nAAAA\n-----END SSH SIGNATURE-----\n", "tree 1\n"},
+	} {
+		_, err := verifySSH(tc.keys, "commit", h, tc.signature, []byte(tc.payload))
+		assert.ErrorIs(t, err, ErrUnverified, name)
 	}
 }
 

@@ -173,6 +173,38 @@ func TestVerifiedCommitsOnly(t *testing.T) {
 	assert.ErrorIs(t, bad.Validate(), watcher.ErrInvalidTarget)
 }
 
+// SSH signatures (git's gpg.format=ssh) are verified as OpenPGP ones are,
+// against the SSH public keys of the key ring, beside its OpenPGP keys.
+func TestVerifiedSSHSignedCommits(t *testing.T) {
+	release, releasePub := gittest.SSHSigningKey(t, "release")
+	mallory, _ := gittest.SSHSigningKey(t, "mallory")
+	_, pgpPub := gittest.SigningKey(t, "Release")
+	repo := watchertest.NewRepo(t)
+	repo.SignWithSSH(release)
+	first := repo.Commit(t, map[string]string{"app.yaml": "v: 1\n"})
+
+	obs := watchertest.NewObserver()
+	w := watchertest.NewWatcher(t, watcher.WithObserver(obs))
+	sink := watchertest.NewSink("rec")
+	target := watcher.Target{ID: "app", URL: repo.URL(), Verify: &watcher.Verify{KeyRing: pgpPub + releasePub}}
+	require.NoError(t, w.Route(watchertest.NewSource(target), sink))
+	watchertest.Run(t, w.Run)
+	sink.WaitCommit(t, "app", first)
+
+	repo.SignWithSSH(mallory)
+	bad := repo.Commit(t, map[string]string{"app.yaml": "v: mallory\n"})
+	w.Trigger(repo.URL())
+	e := obs.WaitFor(t, "signed by another SSH key", func(e watcher.Event) bool {
+		return e.Type == watcher.EventTargetFailed && errors.Is(e.Err, gitutil.ErrUnverified) && strings.Contains(e.Err.Error(), bad)
+	})
+	assert.Contains(t, e.Err.Error(), "not a trusted key")
+	repo.SignWithSSH(release)
+	good := repo.Commit(t, map[string]string{"app.yaml": "v: 2\n"})
+	w.Trigger(repo.URL())
+	c := sink.WaitCommit(t, "app", good)
+	assert.Equal(t, first, c.From, "nothing unverified was delivered in between")
+}
+
 // The tag modes verify the annotated tag the revision resolves through:
 // Tag alone accepts an unsigned commit under a signed tag, TagAndHEAD does
 // not; a revision that is not a tag fails either.

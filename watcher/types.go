@@ -52,9 +52,9 @@ type Target struct {
 	// a change of the target: it is delivered again.
 	Payload any
 	// Verify, when set, makes the watcher deliver only what it verifies
-	// the signature of (Flux's verify): an unsigned commit or tag, or one
-	// signed by another key, fails the target with gitutil.ErrUnverified
-	// and the last delivery stays.
+	// the OpenPGP or SSH signature of (Flux's verify): an unsigned commit
+	// or tag, or one signed by another key, fails the target with
+	// gitutil.ErrUnverified and the last delivery stays.
 	Verify *Verify
 }
 
@@ -76,8 +76,9 @@ type Verify struct {
 	// Mode is VerifyHEAD ("" too), VerifyTag or VerifyTagAndHEAD. The tag
 	// modes need a revision that resolves through an annotated tag.
 	Mode VerifyMode
-	// KeyRing holds the trusted OpenPGP public keys, armored (several may
-	// follow each other).
+	// KeyRing holds the trusted public keys: OpenPGP keys, armored, and
+	// SSH keys as authorized_keys lines (git signs with either); several
+	// may follow each other. See [gitutil.ParseKeyRing].
 	KeyRing string
 }
 

@@ -365,8 +365,9 @@ func ignore(u *unstructured.Unstructured) []string {
 }
 
 // verify reads spec.verify: its mode (HEAD, the default, Tag or
-// TagAndHEAD) and the armored public keys of its Secret, every value of
-// which is a key, as Flux has it.
+// TagAndHEAD) and the public keys of its Secret, every value of which is
+// a key, as Flux has it: armored OpenPGP keys, and SSH authorized_keys
+// lines (Flux's ".sshpub" entries).
 func (s *Source) verify(ctx context.Context, u *unstructured.Unstructured) (*watcher.Verify, error) {
 	v, ok, _ := unstructured.NestedMap(u.Object, "spec", "verify")
 	if !ok {

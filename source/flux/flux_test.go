@@ -276,9 +276,10 @@ func TestVerify(t *testing.T) {
 	ns := env.Namespace(t)
 	_, keyA := gittest.SigningKey(t, "a")
 	_, keyB := gittest.SigningKey(t, "b")
+	_, keyC := gittest.SSHSigningKey(t, "c")
 	_, err := env.Kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "keys", Namespace: ns},
-		Data:       map[string][]byte{"a.asc": []byte(keyA), "b.asc": []byte(keyB)},
+		Data:       map[string][]byte{"a.asc": []byte(keyA), "b.asc": []byte(keyB), "c.sshpub": []byte(keyC)},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	create(t, gitRepository(ns, "signed", "https://git.example.com/apps.git", map[string]any{
@@ -298,7 +299,8 @@ func TestVerify(t *testing.T) {
 	assert.Equal(t, watcher.VerifyHEAD, v.Mode)
 	ring, err := gitutil.ParseKeyRing(v.KeyRing)
 	require.NoError(t, err)
-	assert.Len(t, ring, 2, "every key of the Secret")
+	assert.Len(t, ring.OpenPGP, 2, "every key of the Secret")
+	assert.Len(t, ring.SSH, 1, "its SSH keys too")
 }
 
 // proxySecretRef: the GitRepository's repository is reached through the

@@ -26,6 +26,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/plumbing/transport/server"
 	"github.com/go-git/go-git/v5/storage/memory"
+	"github.com/hiddeco/sshsig"
+	"golang.org/x/crypto/ssh"
 )
 
 // Repo is a git repository in memory, served over smart HTTP on loopback by
@@ -39,11 +41,12 @@ import (
 type Repo struct {
 	srv *httptest.Server
 
-	mu     sync.RWMutex // commits write the storage, fetches read it
-	repo   *git.Repository
-	wt     *git.Worktree
-	n      int
-	signer *openpgp.Entity
+	mu        sync.RWMutex // commits write the storage, fetches read it
+	repo      *git.Repository
+	wt        *git.Worktree
+	n         int
+	signer    *openpgp.Entity
+	sshSigner ssh.Signer
 }
 
 // NewRepo starts an empty repository whose default branch is "main".
@@ -100,7 +103,11 @@ func (r *Repo) Commit(t testing.TB, files map[string]string) string {
 	// orders them.
 	when := time.Date(2020, 1, 1, 0, 0, r.n, 0, time.UTC)
 	sig := &object.Signature{Name: "watchertest", Email: "watchertest@example.com", When: when}
-	h, err := r.wt.Commit(fmt.Sprintf("commit %d", r.n), &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true, SignKey: r.signer})
+	opts := &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true, SignKey: r.signer}
+	if r.sshSigner != nil {
+		opts.Signer = sshGitSigner{r.sshSigner}
+	}
+	h, err := r.wt.Commit(fmt.Sprintf("commit %d", r.n), opts)
 	if err != nil {
 		t.Fatalf("watchertest: commit: %v", err)
 	}
@@ -112,7 +119,28 @@ func (r *Repo) Commit(t testing.TB, files map[string]string) string {
 func (r *Repo) SignWith(key *openpgp.Entity) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.signer = key
+	r.signer, r.sshSigner = key, nil
+}
+
+// SignWithSSH makes the next commits signed by an SSH key (as git signs
+// with gpg.format=ssh, in the namespace "git"); nil makes them unsigned
+// again. Tags stay OpenPGP-signed or unsigned.
+func (r *Repo) SignWithSSH(key ssh.Signer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.signer, r.sshSigner = nil, key
+}
+
+// sshGitSigner signs as git does with an SSH key: an armored SSHSIG over
+// the object, SHA-512, namespace "git".
+type sshGitSigner struct{ key ssh.Signer }
+
+func (s sshGitSigner) Sign(message io.Reader) ([]byte, error) {
+	sig, err := sshsig.Sign(message, s.key, sshsig.HashSHA512, "git")
+	if err != nil {
+		return nil, err
+	}
+	return sshsig.Armor(sig), nil
 }
 
 // Tag makes an annotated tag name at main's last commit, signed when
