@@ -4,6 +4,11 @@
 GO          ?= go
 K8S_VERSION := 1.37.2
 TESTBIN     := $(CURDIR)/.cache/testbin/k8s-$(K8S_VERSION)
+# Flux's source-controller, built from its module beside the control plane
+# (the version is internal/testbin/sourcecontroller/go.mod's, and
+# fluxtest.SourceControllerVersion's).
+SC_VERSION  := $(shell sed -n 's/^[[:space:]]*github.com\/fluxcd\/source-controller \(v[^ ]*\).*/\1/p' internal/testbin/sourcecontroller/go.mod)
+SCBIN       := $(CURDIR)/.cache/testbin/source-controller-$(SC_VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -count=1 -timeout 20m
 # Every package of every module of the workspace (go.work): the core module
@@ -24,7 +29,8 @@ staticcheck:
 	$(GO) run $(STATICCHECK) $(PKGS)
 
 # kube-apiserver and etcd, built from their Go modules (internal/testbin),
-# once per version: about ten minutes cold on 2 cores, nothing after.
+# once per version: about ten minutes cold on 2 cores, nothing after. Then
+# Flux's source-controller and the CRDs its module ships (a few minutes).
 testbin:
 	@if [ -x $(TESTBIN)/kube-apiserver ] && [ -x $(TESTBIN)/etcd ]; then \
 		echo "testbin: using $(TESTBIN)"; \
@@ -33,6 +39,17 @@ testbin:
 		mkdir -p $(TESTBIN).tmp && \
 		cd internal/testbin && GOWORK=off $(GO) build -buildvcs=false -o $(TESTBIN).tmp/ ./kube-apiserver ./etcd && \
 		rm -rf $(TESTBIN) && mv $(TESTBIN).tmp $(TESTBIN); \
+	fi
+	@if [ -x $(SCBIN)/source-controller ] && [ -d $(SCBIN)/crds ]; then \
+		echo "testbin: using $(SCBIN)"; \
+	else \
+		echo "testbin: building Flux's source-controller $(SC_VERSION) into $(SCBIN)"; \
+		rm -rf $(SCBIN).tmp && mkdir -p $(SCBIN).tmp/crds && \
+		cd internal/testbin/sourcecontroller && \
+		GOWORK=off $(GO) build -buildvcs=false -o $(SCBIN).tmp/source-controller github.com/fluxcd/source-controller && \
+		cp "$$(GOWORK=off $(GO) list -m -f '{{.Dir}}' github.com/fluxcd/source-controller)"/config/crd/bases/*.yaml $(SCBIN).tmp/crds/ && \
+		chmod u+w $(SCBIN).tmp/crds/*.yaml && \
+		rm -rf $(SCBIN) && mv $(SCBIN).tmp $(SCBIN); \
 	fi
 
 clean-testbin:
