@@ -63,14 +63,16 @@ quickstart:
 # table (S1, S2, H1; about 25 minutes) in bench-results/soak.md, the
 # wide-tree table (sink/dir vs git archive | tar -x) in
 # bench-results/widetree.md, a watcher of 1,000 targets at steady state in
-# bench-results/fleet.md, and the apply sink against the test control
-# plane (500 objects: initial, one changed, resync).
+# bench-results/fleet.md, the apply sink against the test control plane
+# (500 objects: initial, one changed, resync), and push → Flux artifact on
+# the real source-controller, hinted vs its interval.
 bench: testbin
 	$(GO) run ./internal/bench/watchbench -out bench-results/table.md
 	$(GO) run ./internal/bench/soak -out bench-results/soak.md
 	$(GO) run ./internal/bench/widetree -out bench-results/widetree.md
 	$(GO) run ./internal/bench/fleet -out bench-results/fleet.md
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkApply500 -benchtime 5x ./sink/apply/ | tee bench-results/apply.txt
+	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkPushToArtifact -benchtime 5x ./sink/fluxreceiver/ | tee bench-results/fluxartifact.txt
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

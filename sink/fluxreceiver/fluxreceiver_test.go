@@ -34,12 +34,17 @@ func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
 var gitRepos = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "gitrepositories"}
 
-func createGitRepository(t *testing.T, ns, name, url string) *unstructured.Unstructured {
+func createGitRepository(t testing.TB, ns, name, url string) *unstructured.Unstructured {
+	return createGitRepositoryEvery(t, ns, name, url, "10m")
+}
+
+// createGitRepositoryEvery makes a GitRepository reconciled every interval.
+func createGitRepositoryEvery(t testing.TB, ns, name, url, interval string) *unstructured.Unstructured {
 	t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
 		"metadata": map[string]any{"name": name, "namespace": ns},
-		"spec":     map[string]any{"url": url, "interval": "10m", "ref": map[string]any{"branch": "main"}},
+		"spec":     map[string]any{"url": url, "interval": interval, "ref": map[string]any{"branch": "main"}},
 	}}
 	got, err := env.Dynamic.Resource(gitRepos).Namespace(ns).Create(context.Background(), u, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -75,7 +80,7 @@ type fixture struct {
 
 // start runs the Flux source into the receiver sink, for the GitRepository
 // "apps" of a new repository.
-func start(t *testing.T, cfg fluxreceiver.Config) *fixture {
+func start(t testing.TB, cfg fluxreceiver.Config) *fixture {
 	t.Helper()
 	f := &fixture{ns: env.Namespace(t), obs: watchertest.NewObserver()}
 	srv := gittest.NewServer(t)
@@ -93,7 +98,7 @@ func start(t *testing.T, cfg fluxreceiver.Config) *fixture {
 	return f
 }
 
-func (f *fixture) delivered(t *testing.T, commit string) {
+func (f *fixture) delivered(t testing.TB, commit string) {
 	t.Helper()
 	f.obs.WaitFor(t, "the delivery of "+commit, func(e watcher.Event) bool {
 		return e.Type == watcher.EventDelivered && e.Commit == commit

@@ -14,10 +14,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/modwatch/modwatch/internal/testenv"
 )
@@ -75,6 +77,9 @@ func StartSourceController(t TB, cfg *rest.Config) *SourceController {
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
+	// envtest logs through controller-runtime's logger, which complains,
+	// stack and all, when none is set.
+	setLogger.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{filepath.Join(dir, "crds")}, ErrorIfPathMissing: true}); err != nil {
 		t.Fatalf("fluxtest: install source-controller's CRDs: %v", err)
 	}
@@ -152,6 +157,8 @@ func ready(addr string) bool {
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
 }
+
+var setLogger sync.Once
 
 // writeKubeconfig writes a kubeconfig with cfg's server and identity (the
 // test control plane's administrator, by client certificate).
