@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -18,13 +20,24 @@ import (
 // and a repository is hostile until checked.
 const maxGitmodules = 1 << 20
 
-// Submodules returns the paths, relative to the selection's Path, of the
-// submodules the selection keeps in the commit: the gitlinks its
-// .gitmodules declares. The file systems of
+// Submodule is a submodule of a commit: where it is, the repository its
+// .gitmodules names, and the commit the superproject pins it at.
+type Submodule struct {
+	// Path is where it is, relative to the selection's Path.
+	Path string
+	// URL is the repository as .gitmodules has it: absolute, or relative
+	// to the superproject's URL ("../lib.git"; see [ResolveSubmoduleURL]).
+	URL string
+	// Commit is the commit the superproject's tree pins (its gitlink).
+	Commit plumbing.Hash
+}
+
+// Submodules returns the submodules the selection keeps in the commit:
+// the gitlinks its .gitmodules declares, sorted by path. The file systems of
 // [Mirror.FS] leave submodules out, so a caller that delivers a tree says
 // which ones it lacks. A commit without .gitmodules has none; a
 // .gitmodules that cannot be parsed is an error.
-func (m *Mirror) Submodules(commit plumbing.Hash, sel Selection) ([]string, error) {
+func (m *Mirror) Submodules(commit plumbing.Hash, sel Selection) ([]Submodule, error) {
 	s, err := sel.compile()
 	if err != nil {
 		return nil, err
@@ -63,7 +76,7 @@ func (m *Mirror) Submodules(commit plumbing.Hash, sel Selection) ([]string, erro
 	if err := mods.Unmarshal(data); err != nil {
 		return nil, fmt.Errorf("gitutil: .gitmodules at %s: %w", commit, err)
 	}
-	var out []string
+	var out []Submodule
 	for _, sm := range mods.Submodules {
 		sp, err := CleanPath(sm.Path)
 		if err != nil || sp == "" {
@@ -77,10 +90,10 @@ func (m *Mirror) Submodules(commit plumbing.Hash, sel Selection) ([]string, erro
 			}
 		}
 		if e, err := root.FindEntry(sp); err == nil && e.Mode == filemode.Submodule {
-			out = append(out, path.Clean(rel))
+			out = append(out, Submodule{Path: path.Clean(rel), URL: sm.URL, Commit: e.Hash})
 		}
 	}
-	sort.Strings(out)
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	if sel.plain() || len(out) == 0 {
 		return out, nil
 	}
@@ -92,5 +105,52 @@ func (m *Mirror) Submodules(commit plumbing.Hash, sel Selection) ([]string, erro
 	if err != nil || selRoot == nil {
 		return out, err
 	}
-	return m.keep(s, selRoot, out)
+	paths := make([]string, len(out))
+	for i, sm := range out {
+		paths[i] = sm.Path
+	}
+	kept, err := m.keep(s, selRoot, paths)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(out, func(sm Submodule) bool { return !slices.Contains(kept, sm.Path) }), nil
+}
+
+// ResolveSubmoduleURL returns the URL of a submodule whose .gitmodules
+// says sub, in a superproject fetched from super: a URL relative to the
+// superproject ("./x", "../lib.git") is resolved against its path, as git
+// does; any other must be a URL [ParseURL] accepts. A relative URL never
+// climbs above the superproject's host.
+func ResolveSubmoduleURL(super, sub string) (string, error) {
+	if !strings.HasPrefix(sub, "./") && !strings.HasPrefix(sub, "../") {
+		if _, err := ParseURL(sub); err != nil {
+			return "", fmt.Errorf("submodule URL: %w", err)
+		}
+		return sub, nil
+	}
+	e, err := ParseURL(super)
+	if err != nil {
+		return "", err
+	}
+	var out string
+	if e.Scheme == "ssh" && !strings.Contains(super, "://") { // scp-like: git@host:path
+		prefix, base, _ := strings.Cut(super, ":")
+		out = prefix + ":" + strings.TrimPrefix(path.Clean("/"+base+"/"+sub), "/")
+	} else {
+		u, err := url.Parse(super)
+		if err != nil {
+			return "", fmt.Errorf("%w: %s", ErrInvalidURL, RedactURL(super))
+		}
+		// "/../x" cleans to "/x": never above the host.
+		u.Path, u.RawPath = path.Clean("/"+u.Path+"/"+sub), ""
+		u.RawQuery, u.Fragment = "", ""
+		if e.Scheme != "ssh" {
+			u.User = nil
+		}
+		out = u.String()
+	}
+	if _, err := ParseURL(out); err != nil {
+		return "", fmt.Errorf("submodule URL: %w", err)
+	}
+	return out, nil
 }

@@ -37,7 +37,13 @@ func TestSubmodules(t *testing.T) {
 	} {
 		got, err := m.Submodules(h, at(p))
 		require.NoError(t, err, p)
-		assert.Equal(t, want, got, "path %q", p)
+		var paths []string
+		for _, sm := range got {
+			paths = append(paths, sm.Path)
+			assert.Equal(t, pin, sm.Commit.String(), "the pinned commit")
+			assert.Equal(t, lib.URL(), sm.URL)
+		}
+		assert.Equal(t, want, paths, "path %q", p)
 	}
 	fsys, err := m.FS(h, at("deploy"))
 	require.NoError(t, err)
@@ -59,4 +65,28 @@ func TestSubmodules(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.Submodules(plumbing.NewHash(c3), at(""))
 	assert.Error(t, err)
+}
+
+// Relative submodule URLs resolve against the superproject's as git
+// resolves them, and never above its host; anything else must be a URL the
+// watcher accepts.
+func TestResolveSubmoduleURL(t *testing.T) {
+	for _, tc := range []struct{ super, sub, want string }{
+		{"https://h/org/app.git", "../lib.git", "https://h/org/lib.git"},
+		{"https://h/org/app.git", "./lib", "https://h/org/app.git/lib"},
+		{"https://h/org/app", "../../../../x.git", "https://h/x.git"},
+		{"https://h:8443/org/app.git", "../lib.git", "https://h:8443/org/lib.git"},
+		{"ssh://git@h/org/app.git", "../lib.git", "ssh://git@h/org/lib.git"},
+		{"git@h:org/app.git", "../lib.git", "git@h:org/lib.git"},
+		{"https://h/org/app.git", "https://other/x.git", "https://other/x.git"},
+		{"https://h/org/app.git", "git@other:x.git", "git@other:x.git"},
+	} {
+		got, err := ResolveSubmoduleURL(tc.super, tc.sub)
+		require.NoError(t, err, tc.sub)
+		assert.Equal(t, tc.want, got, "%s in %s", tc.sub, tc.super)
+	}
+	for _, sub := range []string{"ext::sh -c touch% /tmp/pwned", "-uhack", "", "https://h/x\nHost: evil", "fd::17"} {
+		_, err := ResolveSubmoduleURL("https://h/org/app.git", sub)
+		assert.Error(t, err, "%q", sub)
+	}
 }

@@ -248,10 +248,25 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Ch
 		}
 		return c, err
 	}
+	if t.RecurseSubmodules {
+		count := 0
+		mounted, err := d.env.mountSubmodules(ctx, t, want.mirror, t.URL, want.commit, t.Selection(), fsys, 0, &count)
+		if err != nil {
+			if c, ok := fsys.(io.Closer); ok {
+				_ = c.Close()
+			}
+			return c, err
+		}
+		c.FS = mounted
+		return c, nil
+	}
 	c.FS = fsys
 	// A .gitmodules that cannot be read leaves the list empty: the FS is
 	// what it is either way.
-	c.Submodules, _ = want.mirror.Submodules(want.commit, t.Selection())
+	subs, _ := want.mirror.Submodules(want.commit, t.Selection())
+	for _, sm := range subs {
+		c.Submodules = append(c.Submodules, sm.Path)
+	}
 	return c, nil
 }
 

@@ -22,6 +22,9 @@ type env struct {
 	// trigger is Watcher.Trigger: a deliverer whose commit the mirror lost
 	// asks for a poll with it.
 	trigger func(repoURL string) bool
+	// subs are the submodules' mirrors, set by Run before anything reads
+	// them.
+	subs *submodules
 }
 
 func newEnv(o options) *env {

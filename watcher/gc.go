@@ -54,6 +54,9 @@ func (w *Watcher) collectMirrors() {
 	for _, r := range w.remotes {
 		used[filepath.Base(r.dir)] = true
 	}
+	for _, dir := range w.env.subs.dirs() {
+		used[dir] = true
+	}
 	entries, err := os.ReadDir(w.opts.cacheDir)
 	if err != nil {
 		w.mu.Unlock()

@@ -48,9 +48,10 @@ type Mirror interface {
 	// FS returns what the selection keeps in commit, read-only. If it is
 	// an io.Closer, the watcher closes it when the delivery is over.
 	FS(commit plumbing.Hash, sel gitutil.Selection) (fs.FS, error)
-	// Submodules lists the submodules the selection keeps in commit,
-	// relative to its Path; FS leaves them out.
-	Submodules(commit plumbing.Hash, sel gitutil.Selection) ([]string, error)
+	// Submodules lists the submodules the selection keeps in commit (their
+	// paths relative to its Path, URLs and pinned commits); FS leaves them
+	// out.
+	Submodules(commit plumbing.Hash, sel gitutil.Selection) ([]gitutil.Submodule, error)
 	// VerifyCommit checks the commit's signature against keyRing and
 	// returns the signer; an unverified commit is gitutil.ErrUnverified.
 	VerifyCommit(commit plumbing.Hash, keyRing string) (string, error)

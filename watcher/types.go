@@ -40,6 +40,16 @@ type Target struct {
 	// directory under Path (".sourceignore" for Flux), in the same syntax;
 	// "" reads none.
 	IgnoreFile string
+	// RecurseSubmodules puts the submodules in Change.FS, at the commits
+	// the repository pins, and theirs in turn (Flux's recurseSubmodules;
+	// off by default, as there). Each submodule's repository is mirrored
+	// once for every target and fetched by the pinned commit. It is
+	// fetched with the target's own Auth when it is on the same host,
+	// anonymously on another; without an Auth, with what the watcher's
+	// credential resolver gives for its URL, as for a target naming it.
+	// Ignore patterns apply to the repository's own tree, not to what the
+	// submodules hold.
+	RecurseSubmodules bool
 	// Interval is how often to poll; 0 uses the watcher's interval. A remote
 	// is polled at the shortest interval of its targets, never more often
 	// than the watcher's floor (see [WithMinInterval]).
@@ -145,6 +155,9 @@ func (t Target) fingerprint() string {
 		// fingerprint it had before they existed.
 		data = fmt.Appendf(data, "\x00%q\x00%q\x00%s", t.Paths, t.Ignore, t.IgnoreFile)
 	}
+	if t.RecurseSubmodules {
+		data = append(data, "\x00submodules"...)
+	}
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:12])
 }
@@ -185,13 +198,14 @@ type Change struct {
 	// ignore file changed).
 	Paths []string
 	// FS is a read-only view of Target.Path at To, narrowed to its Paths
-	// and without what its ignore patterns hide. It stays valid after
+	// and without what its ignore patterns hide, with its submodules when
+	// the target recurses into them. It stays valid after
 	// Deliver returns and is safe for concurrent use.
 	FS fs.FS
 	// Submodules are the paths, relative to Target.Path, of the submodules
-	// under it: FS leaves them out (submodules are not fetched), and the
-	// watcher reports them ([EventSubmodulesLeftOut]) rather than deliver
-	// an incomplete tree without a word.
+	// under it that FS leaves out (the target does not recurse into them):
+	// the watcher reports them ([EventSubmodulesLeftOut]) rather than
+	// deliver an incomplete tree without a word.
 	Submodules []string
 }
 

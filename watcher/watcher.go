@@ -132,6 +132,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	defer cache.close()
 	w.cache = cache
+	w.env.subs = &submodules{v: w.env, dir: w.opts.cacheDir, tmp: cache.tmp}
 	g, gctx := errgroup.WithContext(ctx)
 	w.group = g
 	w.mu.Unlock()

@@ -202,3 +202,13 @@ func Submodule(path, url, commit string) Change {
 		}
 	}
 }
+
+// Pin moves the submodule at path (recorded by [Submodule]) to commit.
+func Pin(path, commit string) Change {
+	return func(t TB, work string) {
+		t.Helper()
+		if out, err := exec.Command("git", "-C", work, "update-index", "--cacheinfo", "160000,"+commit+","+path).CombinedOutput(); err != nil {
+			t.Fatalf("gittest: git update-index: %v: %s", err, out)
+		}
+	}
+}

@@ -331,6 +331,7 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 	}
 	t.Paths, _, _ = unstructured.NestedStringSlice(u.Object, "spec", "sparseCheckout")
 	t.Ignore, t.IgnoreFile = ignore(u), ".sourceignore"
+	t.RecurseSubmodules, _, _ = unstructured.NestedBool(u.Object, "spec", "recurseSubmodules")
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}

@@ -124,7 +124,7 @@ func TestGitRepositoriesBecomeTargets(t *testing.T) {
 	create(t, gitRepository(ns, "elsewhere", "https://github.com/org/repo.git", nil))
 	create(t, gitRepository(ns, "nosecret", "https://git.example.com/x.git", map[string]any{"secretRef": map[string]any{"name": "missing"}}))
 	create(t, gitRepository(ns, "head", "https://git.example.com/head.git", map[string]any{
-		"ignore": "# mine\n/*\n!/deploy\n", "sparseCheckout": []any{"deploy", "base"}}))
+		"ignore": "# mine\n/*\n!/deploy\n", "sparseCheckout": []any{"deploy", "base"}, "recurseSubmodules": true}))
 
 	sets := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns, Hosts: []string{"git.example.com"}}))
 	got := byID(waitSet(t, sets, "apps and head", func(ts []watcher.Target) bool { return len(ts) == 2 }))
@@ -141,6 +141,8 @@ func TestGitRepositoriesBecomeTargets(t *testing.T) {
 	head := got["flux/"+ns+"/head"]
 	assert.Equal(t, "", head.Revision, "no ref: the remote's HEAD")
 	assert.Equal(t, []string{"deploy", "base"}, head.Paths, "sparseCheckout")
+	assert.True(t, head.RecurseSubmodules)
+	assert.False(t, apps.RecurseSubmodules, "off by default, as in Flux")
 	assert.Equal(t, []string{".git/", ".gitignore", ".gitmodules", ".gitattributes", "# mine", "/*", "!/deploy", ""}, head.Ignore,
 		"the VCS files, then spec.ignore")
 	assert.Contains(t, apps.Ignore, "*.png", "no spec.ignore: Flux's default exclusions")

@@ -44,6 +44,7 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 //	    paths: [base, prod]     # optional: only these, under path
 //	    ignore: ["*.md"]        # optional: .gitignore patterns, relative to path
 //	    ignoreFile: .sourceignore # optional: ignore files read from the tree
+//	    recurseSubmodules: true # optional: submodules in the delivered tree
 //	    interval: 5m            # optional
 //	    render:                 # optional: the Payload is this spec.Render
 //	      renderer: kustomize
@@ -55,16 +56,19 @@ type File struct {
 
 // FileTarget is one target in a [File].
 type FileTarget struct {
-	ID         string         `json:"id"`
-	URL        string         `json:"url"`
-	Revision   string         `json:"revision,omitempty"`
-	Path       string         `json:"path,omitempty"`
-	Paths      []string       `json:"paths,omitempty"`
-	Ignore     []string       `json:"ignore,omitempty"`
-	IgnoreFile string         `json:"ignoreFile,omitempty"`
-	Interval   string         `json:"interval,omitempty"`
-	Render     *spec.Render   `json:"render,omitempty"`
-	Payload    map[string]any `json:"payload,omitempty"`
+	ID         string   `json:"id"`
+	URL        string   `json:"url"`
+	Revision   string   `json:"revision,omitempty"`
+	Path       string   `json:"path,omitempty"`
+	Paths      []string `json:"paths,omitempty"`
+	Ignore     []string `json:"ignore,omitempty"`
+	IgnoreFile string   `json:"ignoreFile,omitempty"`
+	// RecurseSubmodules puts the submodules in the delivered tree.
+	RecurseSubmodules bool `json:"recurseSubmodules,omitempty"`
+
+	Interval string         `json:"interval,omitempty"`
+	Render   *spec.Render   `json:"render,omitempty"`
+	Payload  map[string]any `json:"payload,omitempty"`
 }
 
 // ErrInvalidFile is returned (wrapped) for a target file that cannot be
@@ -102,7 +106,7 @@ func Parse(data []byte) ([]watcher.Target, error) {
 	out := make([]watcher.Target, 0, len(f.Targets))
 	for i, ft := range f.Targets {
 		field := func(name string) string { return fmt.Sprintf("targets[%d].%s", i, name) }
-		t := watcher.Target{ID: ft.ID, URL: ft.URL, Revision: ft.Revision, Path: ft.Path, Paths: ft.Paths, Ignore: ft.Ignore, IgnoreFile: ft.IgnoreFile}
+		t := watcher.Target{ID: ft.ID, URL: ft.URL, Revision: ft.Revision, Path: ft.Path, Paths: ft.Paths, Ignore: ft.Ignore, IgnoreFile: ft.IgnoreFile, RecurseSubmodules: ft.RecurseSubmodules}
 		switch {
 		case ft.Render != nil && ft.Payload != nil:
 			errs = append(errs, fmt.Errorf("%s: render and payload are both set", field("payload")))

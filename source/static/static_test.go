@@ -34,6 +34,7 @@ targets:
     paths: [clusters/prod, base]
     ignore: ["*.md", "!keep.md"]
     ignoreFile: .sourceignore
+    recurseSubmodules: true
   - id: shop
     url: https://h/shop.git
     render: {renderer: helm, namespace: shop, helm: {valueFiles: [prod.yaml]}}
@@ -46,7 +47,7 @@ targets:
 	}, ts[0])
 	assert.Equal(t, "", ts[1].Revision)
 	assert.Equal(t, watcher.Target{ID: "ctl", URL: "git@example.com:platform/control.git",
-		Paths: []string{"clusters/prod", "base"}, Ignore: []string{"*.md", "!keep.md"}, IgnoreFile: ".sourceignore"}, ts[1])
+		Paths: []string{"clusters/prod", "base"}, Ignore: []string{"*.md", "!keep.md"}, IgnoreFile: ".sourceignore", RecurseSubmodules: true}, ts[1])
 	assert.Nil(t, ts[1].Payload)
 	assert.Equal(t, spec.Render{Renderer: "helm", Namespace: "shop", Helm: &spec.Helm{ValueFiles: []string{"prod.yaml"}}}, ts[2].Payload)
 	for _, tgt := range ts {

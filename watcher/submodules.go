@@ -1,0 +1,207 @@
+package watcher
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path/filepath"
+	"sync"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/modwatch/modwatch/gitutil"
+)
+
+// maxSubmoduleDepth bounds how deep submodules of submodules are followed;
+// maxSubmodules how many one delivery mounts in all. A repository is
+// hostile until checked.
+const (
+	maxSubmoduleDepth = 8
+	maxSubmodules     = 256
+)
+
+// submodules are the mirrors of the repositories that targets recurse
+// into. They are not polled: each is fetched by the commit a superproject
+// pins, once for every target that pins it, into a mirror of its own per
+// repository and credential identity.
+type submodules struct {
+	v   *env
+	dir string // the cache directory
+	tmp string // its private temporary directory
+
+	mu      sync.Mutex
+	mirrors map[string]*subMirror
+}
+
+type subMirror struct {
+	dir    string
+	mirror Mirror
+	// fetching is held while a commit is fetched: targets pinning the same
+	// one wait for that fetch rather than make their own.
+	fetching sync.Mutex
+}
+
+// open returns the mirror of url for auth, opening it the first time.
+func (s *submodules) open(url string, auth *gitutil.Auth) (*subMirror, error) {
+	ep, err := gitutil.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	// Another name space than the remotes': a submodule's mirror is never
+	// a polled remote's.
+	key := "submodule#" + ep.Key() + "#" + auth.Identity()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sm, ok := s.mirrors[key]; ok {
+		return sm, nil
+	}
+	sum := sha256.Sum256([]byte(key))
+	dir := filepath.Join(s.dir, hex.EncodeToString(sum[:12]))
+	m, err := s.v.opts.git.OpenMirror(dir, url, gitutil.MirrorOptions{
+		FirstFetchDepth: s.v.opts.firstFetchDepth, TempDir: s.tmp, RepackPacks: s.v.opts.repackPacks,
+	})
+	if err != nil {
+		return nil, err
+	}
+	sm := &subMirror{dir: dir, mirror: m}
+	if s.mirrors == nil {
+		s.mirrors = map[string]*subMirror{}
+	}
+	s.mirrors[key] = sm
+	return sm, nil
+}
+
+// dirs are the directories of the open mirrors, which the cache's
+// collector keeps.
+func (s *submodules) dirs() []string {
+	if s == nil {
+		return nil // not running
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.mirrors))
+	for _, sm := range s.mirrors {
+		out = append(out, filepath.Base(sm.dir))
+	}
+	return out
+}
+
+// fetch makes sure the mirror of url has commit: asked for by its SHA,
+// or, from a server that refuses that, with its branches and tags.
+func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, commit plumbing.Hash) (Mirror, error) {
+	sm, err := s.open(url, auth)
+	if err != nil {
+		return nil, err
+	}
+	s.v.touchMirror(sm.dir)
+	m := sm.mirror
+	if m.HasCommit(commit) {
+		return m, nil
+	}
+	sm.fetching.Lock()
+	defer sm.fetching.Unlock()
+	if m.HasCommit(commit) {
+		return m, nil // fetched while this one waited
+	}
+	select {
+	case s.v.fetchSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-s.v.fetchSem }()
+	ctx, cancel := context.WithTimeout(ctx, s.v.opts.fetchTimeout)
+	defer cancel()
+	_, err = m.FetchCommit(ctx, auth, commit)
+	if err == nil || m.HasCommit(commit) {
+		return m, nil
+	}
+	refs, lerr := s.v.opts.git.ListRefs(ctx, url, auth, []string{"refs/heads/", "refs/tags/"})
+	if lerr == nil && len(refs.Refs) > 0 {
+		_, lerr = m.FetchListed(ctx, auth, refs.Refs)
+	}
+	if m.HasCommit(commit) {
+		return m, nil
+	}
+	return nil, fmt.Errorf("watcher: submodule %s at %s: %w", gitutil.RedactURL(url), commit, errors.Join(err, lerr))
+}
+
+// auth is what a submodule of t at url is fetched with: what a target
+// naming url would get, never more. The target's own credentials go to its
+// own host only (a .gitmodules names any URL it likes); without them,
+// the watcher's resolver answers for url, as it would for a target.
+func (v *env) submoduleAuth(ctx context.Context, t Target, url string) (*gitutil.Auth, error) {
+	if t.Auth != nil {
+		super, _ := gitutil.ParseURL(t.URL)
+		sub, err := gitutil.ParseURL(url)
+		if err != nil {
+			return nil, err
+		}
+		if sub.Scheme == super.Scheme && sub.Host == super.Host {
+			return t.Auth, nil
+		}
+		return nil, nil
+	}
+	if v.opts.creds == nil {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, v.opts.listTimeout)
+	defer cancel()
+	return v.opts.creds.Resolve(ctx, url)
+}
+
+// mountSubmodules puts into fsys (what sel keeps of commit in m, a mirror
+// of url) the trees of its submodules at the commits it pins, and theirs
+// in turn. The file systems it opened are closed on error.
+func (v *env) mountSubmodules(ctx context.Context, t Target, m Mirror, url string, commit plumbing.Hash, sel gitutil.Selection, fsys fs.FS, depth int, count *int) (_ fs.FS, err error) {
+	subs, err := m.Submodules(commit, sel)
+	if err != nil || len(subs) == 0 {
+		return fsys, err
+	}
+	if depth >= maxSubmoduleDepth {
+		return nil, fmt.Errorf("watcher: submodules nested deeper than %d", maxSubmoduleDepth)
+	}
+	mounts := map[string]fs.FS{}
+	defer func() {
+		if err != nil {
+			for _, f := range mounts {
+				if c, ok := f.(io.Closer); ok {
+					_ = c.Close()
+				}
+			}
+		}
+	}()
+	for _, sm := range subs {
+		if *count++; *count > maxSubmodules {
+			return nil, fmt.Errorf("watcher: more than %d submodules", maxSubmodules)
+		}
+		subURL, err := gitutil.ResolveSubmoduleURL(url, sm.URL)
+		if err != nil {
+			return nil, fmt.Errorf("watcher: submodule %s: %w", sm.Path, err)
+		}
+		if ep, _ := gitutil.ParseURL(subURL); ep.Scheme == "file" && !v.opts.localRepos {
+			return nil, fmt.Errorf("watcher: submodule %s: local repositories are refused (see WithLocalRepositories)", sm.Path)
+		}
+		auth, err := v.submoduleAuth(ctx, t, subURL)
+		if err != nil {
+			return nil, fmt.Errorf("watcher: submodule %s: credentials for %s: %w", sm.Path, gitutil.RedactURL(subURL), err)
+		}
+		sub, err := v.subs.fetch(ctx, subURL, auth, sm.Commit)
+		if err != nil {
+			return nil, err
+		}
+		subFS, err := sub.FS(sm.Commit, gitutil.Selection{})
+		if err != nil {
+			return nil, err
+		}
+		mounts[sm.Path] = subFS
+		if mounts[sm.Path], err = v.mountSubmodules(ctx, t, sub, subURL, sm.Commit, gitutil.Selection{}, subFS, depth+1, count); err != nil {
+			mounts[sm.Path] = subFS // closed by the deferred loop
+			return nil, err
+		}
+	}
+	return gitutil.Mount(fsys, mounts), nil
+}
