@@ -48,7 +48,8 @@ type Target struct {
 	// anonymously on another; without an Auth, with what the watcher's
 	// credential resolver gives for its URL, as for a target naming it.
 	// Ignore patterns apply to the repository's own tree, not to what the
-	// submodules hold.
+	// submodules hold, and a moved pin shows in Change.Paths as the
+	// submodule's path.
 	RecurseSubmodules bool
 	// Interval is how often to poll; 0 uses the watcher's interval. A remote
 	// is polled at the shortest interval of its targets, never more often
