@@ -42,6 +42,7 @@ type options struct {
 	git              Git
 	credentialsRetry time.Duration
 	localRepos       bool
+	shard            Shard
 }
 
 func defaultOptions() options {

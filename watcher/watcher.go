@@ -42,6 +42,7 @@ type Watcher struct {
 	deliverers map[string]*deliverer // by route, target and sink
 	removing   map[string]*deliverer // deliverers told to remove, until done
 	cache      *cacheDir             // while running
+	unowned    int                   // targets another replica polls (WithShard)
 }
 
 type route struct {
@@ -155,6 +156,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return nil
 		})
 	}
+	if rn, ok := w.opts.shard.(Runnable); ok {
+		g.Go(func() error {
+			err := rn.Run(gctx)
+			if err != nil && gctx.Err() == nil {
+				return fmt.Errorf("watcher: shard: %w", err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error { return w.reconcileLoop(gctx) })
 	g.Go(func() error { return w.gcLoop(gctx) })
 	err = g.Wait()
@@ -255,6 +265,9 @@ type Stats struct {
 	// timeout and its grace (see [Timeouts.SinkGrace]) and have not returned
 	// yet: each holds a goroutine the watcher no longer waits for.
 	Abandoned int
+	// Unowned counts the targets (of Targets) on remotes that another
+	// replica polls (see [WithShard]).
+	Unowned int
 }
 
 // Stats returns a snapshot of what the watcher is doing; it is cheap and
@@ -262,7 +275,7 @@ type Stats struct {
 func (w *Watcher) Stats() Stats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	st := Stats{Remotes: len(w.remotes), Retrying: int(w.retrying.Load()), Abandoned: int(w.abandoned.Load()), Synced: len(w.routes) > 0}
+	st := Stats{Remotes: len(w.remotes), Retrying: int(w.retrying.Load()), Abandoned: int(w.abandoned.Load()), Synced: len(w.routes) > 0, Unowned: w.unowned}
 	for _, r := range w.routes {
 		st.Targets += len(r.targets)
 		st.Invalid += len(r.invalid)
@@ -359,10 +372,15 @@ func (w *Watcher) reconcileLoop(ctx context.Context) error {
 		if retry != nil {
 			retryC = retry.C
 		}
+		var shardC <-chan struct{}
+		if w.opts.shard != nil {
+			shardC = w.opts.shard.Changed()
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-w.changed:
+		case <-shardC:
 		case <-retryC:
 		case <-resync:
 			w.resyncAll()
@@ -401,10 +419,26 @@ type remoteSpec struct {
 func (w *Watcher) reconcile(ctx context.Context) bool {
 	all := w.bindDeliverers(ctx)
 	specs, credsOK := w.remoteSpecs(ctx, all)
+	others := map[string]bool{} // targets another replica polls
+	if sh := w.opts.shard; sh != nil {
+		for key, spec := range specs {
+			if !sh.Owns(key) {
+				delete(specs, key) // another replica's: its poller stops here
+				for _, b := range spec.targets {
+					others[b.t.ID] = true
+				}
+			}
+		}
+	}
+	w.mu.Lock()
+	w.unowned = len(others)
+	w.mu.Unlock()
 	failed := w.applyRemotes(ctx, specs)
 	watched := make(map[string]bool, len(all))
 	for _, b := range all {
-		watched[b.t.ID] = true
+		if !others[b.t.ID] {
+			watched[b.t.ID] = true // the failures of the others are theirs to report
+		}
 	}
 	w.health.keep(watched)
 	for _, e := range failed {

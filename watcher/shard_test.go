@@ -1,0 +1,97 @@
+package watcher_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+// handShard owns the remotes whose key holds one of its words; a test moves
+// the words, as a Lease shard does when replicas come and go.
+type handShard struct {
+	mu      sync.Mutex
+	words   []string
+	changed chan struct{}
+}
+
+func newHandShard(words ...string) *handShard {
+	return &handShard{words: words, changed: make(chan struct{})}
+}
+
+func (s *handShard) Owns(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.words {
+		if strings.Contains(key, w) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *handShard) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+func (s *handShard) set(words ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.words = words
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Two replicas with the same targets: each polls and delivers only the
+// remotes its shard owns, and takes over the other's when told.
+func TestShardSplitsRemotesBetweenReplicas(t *testing.T) {
+	srv := gittest.NewServer(t)
+	red, blue := srv.NewRepo(t, "g/red"), srv.NewRepo(t, "g/blue")
+	r1 := red.Commit(t, "red", gittest.File("a", "1"))
+	b1 := blue.Commit(t, "blue", gittest.File("a", "1"))
+	targets := []watcher.Target{{ID: "red", URL: red.URL()}, {ID: "blue", URL: blue.URL()}}
+
+	shardA, shardB := newHandShard("red"), newHandShard("blue")
+	obsA, obsB := watchertest.NewObserver(), watchertest.NewObserver()
+	sinkA, sinkB := watchertest.NewSink("a"), watchertest.NewSink("b")
+	a := newWatcher(t, obsA, watcher.WithShard(shardA))
+	b := newWatcher(t, obsB, watcher.WithShard(shardB))
+	require.NoError(t, a.Route(watchertest.NewSource(targets...), sinkA))
+	require.NoError(t, b.Route(watchertest.NewSource(targets...), sinkB))
+	start(t, a)
+	start(t, b)
+	sinkA.WaitCommit(t, "red", r1)
+	sinkB.WaitCommit(t, "blue", b1)
+	polled := func(o *watchertest.Observer, repo *gittest.Repo) int {
+		return o.Count(func(e watcher.Event) bool { return e.Type == watcher.EventPolled && e.Remote == repo.URL() })
+	}
+	assert.Equal(t, 1, polled(obsA, red))
+	assert.Zero(t, polled(obsA, blue), "blue is b's")
+	assert.Equal(t, 1, polled(obsB, blue))
+	assert.Zero(t, polled(obsB, red), "red is a's")
+	assert.False(t, a.Trigger(blue.URL()), "blue is not a's to poll")
+	st := a.Stats()
+	assert.Equal(t, 2, st.Targets)
+	assert.Equal(t, 1, st.Unowned)
+	assert.Equal(t, 1, st.Remotes)
+
+	// b goes: a takes blue over, and polls it at once.
+	shardB.set()
+	shardA.set("red", "blue")
+	sinkA.WaitCommit(t, "blue", b1)
+	b2 := blue.Commit(t, "blue 2", gittest.File("a", "2"))
+	pollNow(t, a, obsA, blue.URL())
+	sinkA.WaitCommit(t, "blue", b2)
+	for _, c := range sinkB.Delivered() {
+		assert.NotEqual(t, b2, c.To, "b no longer delivers blue")
+	}
+	assert.Equal(t, 0, b.Stats().Remotes)
+}
