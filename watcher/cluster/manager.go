@@ -1,0 +1,95 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/modwatch/modwatch/watcher"
+)
+
+// Runnable is a watcher as a controller-runtime [manager.Runnable], with
+// checks for the Manager's health and readiness endpoints.
+type Runnable struct {
+	w      *watcher.Watcher
+	leader bool
+
+	mu      sync.Mutex
+	running bool
+	failed  error
+}
+
+var (
+	_ manager.Runnable               = (*Runnable)(nil)
+	_ manager.LeaderElectionRunnable = (*Runnable)(nil)
+)
+
+// NewRunnable wraps w. With leaderElection the Manager runs it on the
+// elected leader only (one replica polls everything); without, on every
+// replica, which suits a watcher given a [LeaseShard].
+func NewRunnable(w *watcher.Watcher, leaderElection bool) *Runnable {
+	return &Runnable{w: w, leader: leaderElection}
+}
+
+// Start runs the watcher until ctx ends.
+func (r *Runnable) Start(ctx context.Context) error {
+	r.mu.Lock()
+	r.running = true
+	r.mu.Unlock()
+	err := r.w.Run(ctx)
+	r.mu.Lock()
+	r.running, r.failed = false, err
+	r.mu.Unlock()
+	return err
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (r *Runnable) NeedLeaderElection() bool { return r.leader }
+
+// Healthz fails once the watcher stopped with an error (a source failed):
+// restarting the process is the cure. A replica that waits for the
+// leadership is healthy.
+func (r *Runnable) Healthz(*http.Request) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failed != nil {
+		return fmt.Errorf("watcher stopped: %w", r.failed)
+	}
+	return nil
+}
+
+// Readyz fails while a running watcher's sources have not all given their
+// targets. Failing targets do not make it unready: they are the
+// repositories' trouble, reported by events and metrics, and an unready
+// replica would stop receiving the push hints that cure them.
+func (r *Runnable) Readyz(*http.Request) error {
+	r.mu.Lock()
+	running := r.running
+	r.mu.Unlock()
+	if running && !r.w.Stats().Synced {
+		return errors.New("watcher: sources not synced yet")
+	}
+	return nil
+}
+
+// AddToManager adds w to mgr, with its health and readiness checks named
+// "modwatch". For metrics, give the watcher watcher/metrics registered on
+// controller-runtime's registry (sigs.k8s.io/controller-runtime/pkg/metrics.Registry).
+func AddToManager(mgr manager.Manager, w *watcher.Watcher, leaderElection bool) (*Runnable, error) {
+	r := NewRunnable(w, leaderElection)
+	if err := mgr.Add(r); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("modwatch", healthz.Checker(r.Healthz)); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("modwatch", healthz.Checker(r.Readyz)); err != nil {
+		return nil, err
+	}
+	return r, nil
+}

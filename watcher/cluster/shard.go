@@ -1,0 +1,301 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/modwatch/modwatch/watcher"
+)
+
+// LabelGroup labels the membership Leases of a group.
+const LabelGroup = "modwatch.io/shard-group"
+
+// LeaseShardConfig configures a [LeaseShard].
+type LeaseShardConfig struct {
+	// Namespace holds the Leases.
+	Namespace string
+	// Group names the replicas that share targets ("modwatch" by default):
+	// the Leases are "<Group>-<Identity>", labelled [LabelGroup]=<Group>.
+	Group string
+	// Identity names this replica, unique in the group (the pod's name).
+	Identity string
+	// LeaseDuration is how long a replica that stopped renewing its Lease
+	// is taken for alive: its remotes move to the others after it, plus one
+	// RenewPeriod at most. Default 15s.
+	LeaseDuration time.Duration
+	// RenewPeriod is how often the Lease is renewed and the others' read.
+	// Default LeaseDuration/5.
+	RenewPeriod time.Duration
+	// ReleaseOnCancel deletes the Lease when Run ends, so that the others
+	// take the remotes over at once (a rolling update) rather than after
+	// LeaseDuration (a crash). As client-go's leader election, off by
+	// default; set it when the process ends with Run.
+	ReleaseOnCancel bool
+	// Log receives membership changes.
+	Log logr.Logger
+}
+
+// LeaseShard is a [watcher.Shard] over Kubernetes Leases. Run it (the
+// watcher does when given it with [watcher.WithShard]).
+//
+// Fencing: a replica owns nothing once its last successful renewal is
+// older than LeaseDuration - RenewPeriod, and the others take it for gone
+// only when they have seen no renewal for LeaseDuration; so a replica that
+// cannot renew (cut off from the apiserver, or stalled) stops polling
+// before another starts, by RenewPeriod at least. What it was delivering
+// then is bounded by the watcher's delivery timeout.
+type LeaseShard struct {
+	cfg    LeaseShardConfig
+	client kubernetes.Interface
+	name   string // of its own Lease
+
+	mu        sync.Mutex
+	members   []string // live, sorted
+	fresh     bool     // its own claim holds
+	lastRenew time.Time
+	seen      map[string]observed // by Lease name
+	changed   chan struct{}
+}
+
+// observed is when a member's Lease was last seen renewed, on this
+// replica's clock (another's clock may be skewed; its renewals are not).
+type observed struct {
+	holder string
+	renew  string
+	at     time.Time
+}
+
+var (
+	_ watcher.Shard    = (*LeaseShard)(nil)
+	_ watcher.Runnable = (*LeaseShard)(nil)
+)
+
+// NewLeaseShard checks cfg and returns a shard that owns nothing until it
+// has run once.
+func NewLeaseShard(client kubernetes.Interface, cfg LeaseShardConfig) (*LeaseShard, error) {
+	if cfg.Group == "" {
+		cfg.Group = "modwatch"
+	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = 15 * time.Second
+	}
+	if cfg.RenewPeriod <= 0 {
+		cfg.RenewPeriod = cfg.LeaseDuration / 5
+	}
+	if cfg.RenewPeriod*2 > cfg.LeaseDuration {
+		return nil, fmt.Errorf("cluster: RenewPeriod %s must be at most half of LeaseDuration %s", cfg.RenewPeriod, cfg.LeaseDuration)
+	}
+	if cfg.Namespace == "" || cfg.Identity == "" {
+		return nil, errors.New("cluster: a lease shard needs a namespace and an identity")
+	}
+	name := cfg.Group + "-" + cfg.Identity
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return nil, fmt.Errorf("cluster: lease name %q: %v", name, errs)
+	}
+	if errs := validation.IsValidLabelValue(cfg.Group); len(errs) > 0 {
+		return nil, fmt.Errorf("cluster: group %q: %v", cfg.Group, errs)
+	}
+	return &LeaseShard{cfg: cfg, client: client, name: name, seen: map[string]observed{}, changed: make(chan struct{})}, nil
+}
+
+// Owns implements watcher.Shard: this replica's claim holds and the
+// remote's rendezvous hash is highest for it among the live members.
+func (s *LeaseShard) Owns(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fresh && Owner(s.members, key) == s.cfg.Identity
+}
+
+// Changed implements watcher.Shard.
+func (s *LeaseShard) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// Members returns the live members, sorted; empty while this replica's
+// own claim does not hold.
+func (s *LeaseShard) Members() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.fresh {
+		return nil
+	}
+	return slices.Clone(s.members)
+}
+
+// Owner is the member that owns key by rendezvous (highest random weight)
+// hashing: adding or removing a member moves only the keys it wins or
+// held. "" when there is no member.
+func Owner(members []string, key string) string {
+	best, owner := uint64(0), ""
+	for _, m := range members {
+		sum := sha256.Sum256([]byte(m + "\x00" + key))
+		if w := binary.BigEndian.Uint64(sum[:8]); owner == "" || w > best || (w == best && m < owner) {
+			best, owner = w, m
+		}
+	}
+	return owner
+}
+
+// Run renews this replica's Lease and reads the group's until ctx ends.
+func (s *LeaseShard) Run(ctx context.Context) error {
+	tick := time.NewTicker(s.cfg.RenewPeriod)
+	defer tick.Stop()
+	lapse := time.NewTimer(time.Hour)
+	defer lapse.Stop()
+	for {
+		s.renew(ctx)
+		s.observe(ctx)
+		if d := s.recompute(); d > 0 {
+			lapse.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			s.stop()
+			return nil
+		case <-tick.C:
+		case <-lapse.C:
+			// The claim lapses now, between two ticks: stop owning at once.
+		}
+	}
+}
+
+// renew creates or renews this replica's Lease, recording when a renewal
+// that succeeded was sent.
+func (s *LeaseShard) renew(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RenewPeriod)
+	defer cancel()
+	sent := time.Now()
+	leases := s.client.CoordinationV1().Leases(s.cfg.Namespace)
+	now := metav1.NewMicroTime(sent)
+	secs := int32(s.cfg.LeaseDuration / time.Second)
+	l, err := leases.Get(ctx, s.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		l = &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.cfg.Namespace, Labels: map[string]string{LabelGroup: s.cfg.Group}},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: &s.cfg.Identity, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now,
+			},
+		}
+		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+	case err == nil:
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != s.cfg.Identity {
+			err = fmt.Errorf("lease %s is held by %v, not %s: two replicas share an identity", s.name, deref(l.Spec.HolderIdentity), s.cfg.Identity)
+			break
+		}
+		l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, &secs
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Log.Error(err, "renew membership lease", "lease", s.name)
+		}
+		return
+	}
+	s.mu.Lock()
+	s.lastRenew = sent
+	s.mu.Unlock()
+}
+
+// observe reads the group's Leases and records which were renewed.
+func (s *LeaseShard) observe(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RenewPeriod)
+	defer cancel()
+	list, err := s.client.CoordinationV1().Leases(s.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelGroup + "=" + s.cfg.Group})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Log.Error(err, "read membership leases")
+		}
+		return
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	present := map[string]bool{}
+	for _, l := range list.Items {
+		if l.Spec.HolderIdentity == nil || l.Spec.RenewTime == nil {
+			continue
+		}
+		present[l.Name] = true
+		holder, renew := *l.Spec.HolderIdentity, l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+		if o, ok := s.seen[l.Name]; !ok || o.renew != renew || o.holder != holder {
+			s.seen[l.Name] = observed{holder: holder, renew: renew, at: now}
+		}
+	}
+	for name := range s.seen {
+		if !present[name] {
+			delete(s.seen, name) // released
+		}
+	}
+}
+
+// recompute derives the live members and whether this replica's claim
+// holds, tells the watcher when either changed, and returns how long the
+// claim holds from now (0: it does not).
+func (s *LeaseShard) recompute() time.Duration {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var live []string
+	for _, o := range s.seen {
+		if now.Sub(o.at) < s.cfg.LeaseDuration {
+			live = append(live, o.holder)
+		}
+	}
+	holds := s.cfg.LeaseDuration - s.cfg.RenewPeriod - now.Sub(s.lastRenew)
+	fresh := !s.lastRenew.IsZero() && holds > 0
+	if fresh && !slices.Contains(live, s.cfg.Identity) {
+		live = append(live, s.cfg.Identity) // renewed, not listed yet
+	}
+	slices.Sort(live)
+	live = slices.Compact(live)
+	if fresh != s.fresh || !slices.Equal(live, s.members) {
+		s.cfg.Log.Info("shard membership", "identity", s.cfg.Identity, "members", live, "claim", fresh)
+		s.fresh, s.members = fresh, live
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+	if !fresh {
+		return 0
+	}
+	return holds
+}
+
+// stop gives up the claim and, with ReleaseOnCancel, the Lease.
+func (s *LeaseShard) stop() {
+	s.mu.Lock()
+	s.fresh, s.lastRenew = false, time.Time{}
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+	if !s.cfg.ReleaseOnCancel {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RenewPeriod)
+	defer cancel()
+	if err := s.client.CoordinationV1().Leases(s.cfg.Namespace).Delete(ctx, s.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		s.cfg.Log.Error(err, "release membership lease", "lease", s.name)
+	}
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return "<nobody>"
+	}
+	return *p
+}

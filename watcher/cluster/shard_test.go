@@ -1,0 +1,156 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/modwatch/modwatch/internal/testenv"
+	"github.com/modwatch/modwatch/watcher/cluster"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+// Rendezvous hashing: a fourth member takes about a quarter of the keys,
+// all from the others, and nothing else moves.
+func TestOwnerMovesAboutOneNth(t *testing.T) {
+	three := []string{"a", "b", "c"}
+	four := append(three, "d")
+	moved := 0
+	const n = 3000
+	for i := range n {
+		key := fmt.Sprintf("https://git.example.com/org/repo-%d#id-%d", i, i%7)
+		before, after := cluster.Owner(three, key), cluster.Owner(four, key)
+		if before != after {
+			moved++
+			assert.Equal(t, "d", after, "a key moves to the new member only")
+		}
+	}
+	assert.InDelta(t, 0.25, float64(moved)/n, 0.04, "moved %d of %d", moved, n)
+	assert.Equal(t, "", cluster.Owner(nil, "k"))
+}
+
+// switchable is a transport that a test can cut, as a network partition
+// cuts a replica from the apiserver.
+type switchable struct {
+	next http.RoundTripper
+	cut  atomic.Bool
+}
+
+func (s *switchable) RoundTrip(r *http.Request) (*http.Response, error) {
+	if s.cut.Load() {
+		return nil, errors.New("cut off")
+	}
+	return s.next.RoundTrip(r)
+}
+
+type replica struct {
+	shard  *cluster.LeaseShard
+	cancel context.CancelFunc
+	done   chan struct{}
+	net    *switchable
+}
+
+func startShard(t *testing.T, ns, id string, release bool) *replica {
+	t.Helper()
+	r := &replica{net: &switchable{}, done: make(chan struct{})}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { r.net.next = rt; return r.net }
+	client, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	r.shard, err = cluster.NewLeaseShard(client, cluster.LeaseShardConfig{
+		Namespace: ns, Identity: id, LeaseDuration: 3 * time.Second, RenewPeriod: 300 * time.Millisecond,
+		ReleaseOnCancel: release, Log: testr.New(t),
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { defer close(r.done); _ = r.shard.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-r.done })
+	return r
+}
+
+func waitMembers(t *testing.T, r *replica, want []string, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		got := r.shard.Members()
+		if assert.ObjectsAreEqual(want, got) || (len(want) == 0 && len(got) == 0) {
+			return time.Since(start)
+		}
+		if time.Since(start) > limit {
+			t.Fatalf("members are %v after %s, not %v", got, limit, want)
+		}
+		select {
+		case <-r.shard.Changed():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Three replicas agree on their members and split every key; one that
+// crashes (its Lease kept) is dropped after the lease duration, one that
+// stops cleanly (its Lease released) at once.
+func TestLeaseShardMembership(t *testing.T) {
+	ns := env.Namespace(t)
+	a, b, c := startShard(t, ns, "a", false), startShard(t, ns, "b", false), startShard(t, ns, "c", true)
+	for _, r := range []*replica{a, b, c} {
+		waitMembers(t, r, []string{"a", "b", "c"}, 10*time.Second)
+	}
+	for i := range 100 {
+		key := fmt.Sprint("remote-", i)
+		owners := 0
+		for _, r := range []*replica{a, b, c} {
+			if r.shard.Owns(key) {
+				owners++
+			}
+		}
+		assert.Equal(t, 1, owners, key)
+	}
+
+	c.cancel() // released
+	<-c.done
+	took := waitMembers(t, a, []string{"a", "b"}, 3*time.Second)
+	assert.Less(t, took, time.Second, "a released Lease is seen gone at the next read")
+
+	b.cancel() // a crash: the Lease stays
+	<-b.done
+	took = waitMembers(t, a, []string{"a"}, 6*time.Second)
+	assert.Greater(t, took, 2*time.Second, "a crashed replica is alive until its lease duration passes")
+	for i := range 100 {
+		assert.True(t, a.shard.Owns(fmt.Sprint("remote-", i)), "the survivor owns everything")
+	}
+}
+
+// Fencing: a replica cut off from the apiserver stops owning before the
+// others take it for gone.
+func TestLeaseShardFencing(t *testing.T) {
+	ns := env.Namespace(t)
+	a, b := startShard(t, ns, "a", false), startShard(t, ns, "b", false)
+	waitMembers(t, a, []string{"a", "b"}, 10*time.Second)
+	waitMembers(t, b, []string{"a", "b"}, 10*time.Second)
+
+	cut := time.Now()
+	a.net.cut.Store(true)
+	waitMembers(t, a, nil, 5*time.Second)
+	stopped := time.Since(cut)
+	waitMembers(t, b, []string{"b"}, 6*time.Second)
+	takenOver := time.Since(cut)
+	assert.Less(t, stopped, takenOver-200*time.Millisecond, "a stopped at %s, b took over at %s", stopped, takenOver)
+	assert.False(t, a.shard.Owns("anything"))
+
+	a.net.cut.Store(false) // back: it renews and rejoins
+	waitMembers(t, b, []string{"a", "b"}, 5*time.Second)
+}
