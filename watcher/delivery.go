@@ -24,7 +24,15 @@ type desired struct {
 	mirror Mirror
 	remote string    // redacted URL
 	seen   time.Time // when the poller first saw commit for the target
+	// live is the poller's context: once it is done (the remote went to
+	// another replica, or another remote took the target), what it offered
+	// is not delivered, and a delivery of it in flight is cancelled.
+	live context.Context
 }
+
+// errHandedOff ends a delivery whose poller stopped: the target is another
+// poller's now (see desired.live).
+var errHandedOff = errors.New("watcher: the target's remote is polled elsewhere now")
 
 // deliverer serializes the deliveries of one target to one sink. It holds at
 // most one pending desire: a newer one replaces it (latest wins).
@@ -144,6 +152,9 @@ func (d *deliverer) run(ctx context.Context) error {
 			resync, attempt = false, 0
 		case ctx.Err() != nil:
 			return nil
+		case errors.Is(err, errHandedOff):
+			// Its new poller offers it again, here or on another replica.
+			want, resync, attempt = nil, false, 0
 		case IsPermanent(err):
 			// Wait for the next commit or resync; do not retry this one.
 			resync, attempt = false, 0
@@ -158,6 +169,9 @@ func (d *deliverer) run(ctx context.Context) error {
 // deliver hands want to the sink unless its checkpoint says it has it.
 func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, attempt int) error {
 	t := want.target
+	if want.live != nil && want.live.Err() != nil {
+		return errHandedOff
+	}
 	commit, tree, fp := want.commit.String(), want.tree.String(), t.fingerprint()
 	ev := Event{Target: &t, Sink: d.sink.name, Remote: want.remote, Ref: want.ref, Commit: commit, Attempt: attempt, Seen: want.seen}
 	cp, have, err := d.checkpoint(ctx)
@@ -193,8 +207,17 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 			_ = closer.Close() // an abandoned sink may read on
 		}
 	}()
-	ev.Result, ev.Duration, err = d.call(ctx, c)
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if want.live != nil {
+		defer context.AfterFunc(want.live, cancel)()
+	}
+	ev.Result, ev.Duration, err = d.call(callCtx, c)
 	abandoned = errors.Is(err, ErrSinkAbandoned)
+	if err != nil && want.live != nil && want.live.Err() != nil && ctx.Err() == nil {
+		d.env.log.V(1).Info("delivery cancelled: the remote is polled elsewhere now", "target", t.ID, "sink", d.sink.name, "commit", short(commit))
+		return errHandedOff
+	}
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
 	}

@@ -320,7 +320,7 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[strin
 		r.env.targetPolled(j.p.b.t, r.redacted)
 		d := desired{
 			target: j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree,
-			mirror: r.mirror, remote: r.redacted, seen: time.Now(),
+			mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
 		}
 		for _, s := range j.p.b.sinks {
 			s.offer(d)

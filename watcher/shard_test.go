@@ -1,9 +1,12 @@
 package watcher_test
 
 import (
+	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -94,4 +97,50 @@ func TestShardSplitsRemotesBetweenReplicas(t *testing.T) {
 		assert.NotEqual(t, b2, c.To, "b no longer delivers blue")
 	}
 	assert.Equal(t, 0, b.Stats().Remotes)
+}
+
+// A replica that loses a remote cancels the delivery it was making and
+// drops what it had been offered: the new owner delivers, the old one does
+// not deliver again (not on retry, not on resync).
+func TestHandOffCancelsDeliveriesInFlight(t *testing.T) {
+	srv := gittest.NewServer(t)
+	red := srv.NewRepo(t, "g/red")
+	r1 := red.Commit(t, "red", gittest.File("a", "1"))
+	target := watcher.Target{ID: "red", URL: red.URL()}
+
+	started, cancelled := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	slow := watcher.Named("slow", watcher.SinkFunc(func(ctx context.Context, c watcher.Change) error {
+		if calls.Add(1) == 1 {
+			close(started)
+		}
+		<-ctx.Done()
+		if calls.Load() == 1 {
+			close(cancelled)
+		}
+		return ctx.Err()
+	}))
+	shardA, shardB := newHandShard("red"), newHandShard()
+	obsA, obsB := watchertest.NewObserver(), watchertest.NewObserver()
+	a := newWatcher(t, obsA, watcher.WithShard(shardA), watcher.WithResync(200*time.Millisecond))
+	b := newWatcher(t, obsB, watcher.WithShard(shardB))
+	sinkB := watchertest.NewSink("slow")
+	require.NoError(t, a.Route(watchertest.NewSource(target), slow))
+	require.NoError(t, b.Route(watchertest.NewSource(target), sinkB))
+	start(t, a)
+	start(t, b)
+	<-started
+
+	shardA.set()
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delivery in flight was not cancelled")
+	}
+	shardB.set("red")
+	sinkB.WaitCommit(t, "red", r1)
+	time.Sleep(time.Second) // retries and resyncs would come in this time
+	assert.EqualValues(t, 1, calls.Load(), "the old owner does not deliver again")
+	assert.Zero(t, obsA.Count(func(e watcher.Event) bool { return e.Type == watcher.EventDeliveryFailed }),
+		"a hand-off is not a failure")
 }

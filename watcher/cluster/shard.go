@@ -55,8 +55,12 @@ type LeaseShardConfig struct {
 // older than LeaseDuration - RenewPeriod, and the others take it for gone
 // only when they have seen no renewal for LeaseDuration; so a replica that
 // cannot renew (cut off from the apiserver, or stalled) stops polling
-// before another starts, by RenewPeriod at least. What it was delivering
-// then is bounded by the watcher's delivery timeout.
+// before another starts, by RenewPeriod at least. When the members change
+// (a replica joins, leaves or dies), a replica gives up the remotes it
+// loses at once and takes those it gains two RenewPeriods later, by when a
+// previous owner that is alive has seen the change and let go: the
+// watcher stops that remote's poller and cancels the deliveries it had
+// offered, so no target is delivered by two replicas at once.
 type LeaseShard struct {
 	cfg    LeaseShardConfig
 	client kubernetes.Interface
@@ -65,6 +69,12 @@ type LeaseShard struct {
 	mu        sync.Mutex
 	members   []string // live, sorted
 	fresh     bool     // its own claim holds
+	// Until settle, a remote is owned only if it was under before too: a
+	// replica gives up what it loses at once and takes what it gains two
+	// renew periods after it saw the change, by when a previous owner that
+	// is alive has seen it too and let go.
+	before []string
+	settle time.Time
 	lastRenew time.Time
 	seen      map[string]observed // by Lease name
 	changed   chan struct{}
@@ -116,7 +126,10 @@ func NewLeaseShard(client kubernetes.Interface, cfg LeaseShardConfig) (*LeaseSha
 func (s *LeaseShard) Owns(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.fresh && Owner(s.members, key) == s.cfg.Identity
+	if !s.fresh || Owner(s.members, key) != s.cfg.Identity {
+		return false
+	}
+	return !time.Now().Before(s.settle) || Owner(s.before, key) == s.cfg.Identity
 }
 
 // Changed implements watcher.Shard.
@@ -157,11 +170,17 @@ func (s *LeaseShard) Run(ctx context.Context) error {
 	defer tick.Stop()
 	lapse := time.NewTimer(time.Hour)
 	defer lapse.Stop()
+	settled := time.NewTimer(time.Hour)
+	defer settled.Stop()
 	for {
 		s.renew(ctx)
 		s.observe(ctx)
-		if d := s.recompute(); d > 0 {
-			lapse.Reset(d)
+		holds, settle := s.recompute()
+		if holds > 0 {
+			lapse.Reset(holds)
+		}
+		if settle > 0 {
+			settled.Reset(settle)
 		}
 		select {
 		case <-ctx.Done():
@@ -170,6 +189,8 @@ func (s *LeaseShard) Run(ctx context.Context) error {
 		case <-tick.C:
 		case <-lapse.C:
 			// The claim lapses now, between two ticks: stop owning at once.
+		case <-settled.C:
+			s.notify() // what was gained is owned now
 		}
 	}
 }
@@ -244,10 +265,19 @@ func (s *LeaseShard) observe(ctx context.Context) {
 	}
 }
 
+// notify tells the watcher to ask Owns again.
+func (s *LeaseShard) notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
 // recompute derives the live members and whether this replica's claim
 // holds, tells the watcher when either changed, and returns how long the
-// claim holds from now (0: it does not).
-func (s *LeaseShard) recompute() time.Duration {
+// claim holds from now (0: it does not) and how long until what it gained
+// in a change is owned (0: nothing pending).
+func (s *LeaseShard) recompute() (holds, settle time.Duration) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -257,29 +287,40 @@ func (s *LeaseShard) recompute() time.Duration {
 			live = append(live, o.holder)
 		}
 	}
-	holds := s.cfg.LeaseDuration - s.cfg.RenewPeriod - now.Sub(s.lastRenew)
+	holds = s.cfg.LeaseDuration - s.cfg.RenewPeriod - now.Sub(s.lastRenew)
 	fresh := !s.lastRenew.IsZero() && holds > 0
 	if fresh && !slices.Contains(live, s.cfg.Identity) {
 		live = append(live, s.cfg.Identity) // renewed, not listed yet
 	}
 	slices.Sort(live)
 	live = slices.Compact(live)
+	owned := s.members
+	if !s.fresh {
+		owned = nil // owned nothing
+	}
 	if fresh != s.fresh || !slices.Equal(live, s.members) {
 		s.cfg.Log.Info("shard membership", "identity", s.cfg.Identity, "members", live, "claim", fresh)
+		if !now.Before(s.settle) {
+			s.before = owned // what it owned; kept while an earlier change settles
+		}
+		s.settle = now.Add(2 * s.cfg.RenewPeriod)
 		s.fresh, s.members = fresh, live
 		close(s.changed)
 		s.changed = make(chan struct{})
 	}
-	if !fresh {
-		return 0
+	if now.Before(s.settle) {
+		settle = s.settle.Sub(now)
 	}
-	return holds
+	if !fresh {
+		return 0, settle
+	}
+	return holds, settle
 }
 
 // stop gives up the claim and, with ReleaseOnCancel, the Lease.
 func (s *LeaseShard) stop() {
 	s.mu.Lock()
-	s.fresh, s.lastRenew = false, time.Time{}
+	s.fresh, s.lastRenew, s.before = false, time.Time{}, nil
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()

@@ -109,15 +109,23 @@ func TestLeaseShardMembership(t *testing.T) {
 	for _, r := range []*replica{a, b, c} {
 		waitMembers(t, r, []string{"a", "b", "c"}, 10*time.Second)
 	}
-	for i := range 100 {
-		key := fmt.Sprint("remote-", i)
-		owners := 0
+	// Each key has one owner, once the change settled (two renew periods).
+	owners := func(key string) int {
+		n := 0
 		for _, r := range []*replica{a, b, c} {
 			if r.shard.Owns(key) {
-				owners++
+				n++
 			}
 		}
-		assert.Equal(t, 1, owners, key)
+		return n
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for i := range 100 {
+		key := fmt.Sprint("remote-", i)
+		for owners(key) != 1 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		assert.Equal(t, 1, owners(key), key)
 	}
 
 	c.cancel() // released
@@ -129,6 +137,7 @@ func TestLeaseShardMembership(t *testing.T) {
 	<-b.done
 	took = waitMembers(t, a, []string{"a"}, 6*time.Second)
 	assert.Greater(t, took, 2*time.Second, "a crashed replica is alive until its lease duration passes")
+	time.Sleep(2 * 300 * time.Millisecond) // settled
 	for i := range 100 {
 		assert.True(t, a.shard.Owns(fmt.Sprint("remote-", i)), "the survivor owns everything")
 	}
