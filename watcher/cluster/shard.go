@@ -66,15 +66,15 @@ type LeaseShard struct {
 	client kubernetes.Interface
 	name   string // of its own Lease
 
-	mu        sync.Mutex
-	members   []string // live, sorted
-	fresh     bool     // its own claim holds
+	mu      sync.Mutex
+	members []string // live, sorted
+	fresh   bool     // its own claim holds
 	// Until settle, a remote is owned only if it was under before too: a
 	// replica gives up what it loses at once and takes what it gains two
 	// renew periods after it saw the change, by when a previous owner that
 	// is alive has seen it too and let go.
-	before []string
-	settle time.Time
+	before    []string
+	settle    time.Time
 	lastRenew time.Time
 	seen      map[string]observed // by Lease name
 	changed   chan struct{}
