@@ -2,9 +2,15 @@
 // applies each GitSync's repository path to the cluster, prunes what a
 // commit removed, and writes the outcome into the GitSync's status. All
 // the watching, fetching, rendering and applying lives in the library;
-// this file is wiring.
+// this file is wiring, on a controller-runtime Manager (metrics, health
+// probes and leader election come from it).
 //
 //	go run ./examples/controller -config /etc/numaplane/config.yaml -kubeconfig ~/.kube/config
+//
+// Replicas: with -leader-elect one replica polls everything and the others
+// wait; with -shard every replica polls a share of the repositories
+// (membership Leases in $POD_NAMESPACE, named after $POD_NAME) and the
+// checkpoints live in ConfigMaps, so that they follow the repositories.
 //
 // The configuration is Numaplane's controller ConfigMap; it is reloaded
 // when it changes (credentials, cluster name and interval at once; the
@@ -14,66 +20,65 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
 	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/cluster"
 	"github.com/modwatch/modwatch/watcher/metrics"
 )
 
-// options is what main reads from its flags.
+// options is what main reads from its flags and environment.
 type options struct {
 	config      string // Numaplane's controller configuration file
 	kube        *rest.Config
 	namespace   string // "" watches GitSyncs in every namespace
 	cacheDir    string // default when the configuration has no persistentRepoClonePath
 	inventory   string // the namespace of the apply inventories
-	metricsAddr string
+	metricsAddr string // "" or "0": off
+	probeAddr   string // "" or "0": off
+	leaderElect bool   // one replica polls everything
+	shard       bool   // every replica polls a share
+	podName     string // this replica, for -shard
+	podNS       string // where the Leases (and the -shard checkpoints) are
 	log         logr.Logger
 	observer    watcher.Observer // more observers (tests); may be nil
 	refresh     time.Duration    // how often credentials are resolved again; 0: the default
 }
 
 func main() {
-	var o options
+	o := options{podName: os.Getenv("POD_NAME"), podNS: cmp.Or(os.Getenv("POD_NAMESPACE"), "default")}
 	flag.StringVar(&o.config, "config", "/etc/numaplane/config.yaml", "Numaplane's controller configuration, mounted from a ConfigMap")
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file (empty: in-cluster, or $KUBECONFIG)")
 	flag.StringVar(&o.namespace, "namespace", "", "namespace of the GitSyncs (empty: all)")
 	flag.StringVar(&o.cacheDir, "cache-dir", "/var/cache/modwatch", "mirror cache when the configuration names none")
 	flag.StringVar(&o.inventory, "inventory-namespace", "default", "namespace of the apply inventory ConfigMaps (the controller's own)")
-	flag.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "serve /metrics and /healthz here (empty: off)")
-	flag.Parse()
-
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "serve /metrics here (0: off)")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "serve /healthz and /readyz here (0: off)")
+	flag.BoolVar(&o.leaderElect, "leader-elect", false, "run the watcher on the elected leader only")
+	flag.BoolVar(&o.shard, "shard", false, "share the repositories among the replicas by Leases")
+	flag.Parse() // and -kubeconfig, which controller-runtime registers
 	o.log = logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	kube, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	ctrl.SetLogger(o.log)
+	kube, err := ctrl.GetConfig()
 	if err == nil {
 		o.kube = kube
-		err = run(ctx, o)
+		err = run(ctrl.SetupSignalHandler(), o)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "controller:", err)
@@ -94,6 +99,13 @@ func run(ctx context.Context, o options) error {
 		o.log.Info("configuration keys not used by this controller", "keys", ignored)
 	}
 	cacheDir := cmp.Or(cfg.PersistentRepoClonePath, o.cacheDir)
+	mgr, err := ctrl.NewManager(o.kube, ctrl.Options{
+		Logger: o.log, Metrics: server.Options{BindAddress: cmp.Or(o.metricsAddr, "0")}, HealthProbeBindAddress: cmp.Or(o.probeAddr, "0"),
+		LeaderElection: o.leaderElect && !o.shard, LeaderElectionID: "modwatch-controller", LeaderElectionNamespace: o.podNS,
+	})
+	if err != nil {
+		return err
+	}
 	dyn, err := dynamic.NewForConfig(o.kube)
 	if err != nil {
 		return err
@@ -118,12 +130,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	store, err := watcher.NewFileStore(filepath.Join(cacheDir, "checkpoints"))
-	if err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
+	m, err := metrics.New(ctrlmetrics.Registry)
 	if err != nil {
 		return err
 	}
@@ -132,42 +139,50 @@ func run(ctx context.Context, o options) error {
 		observers = append(observers, o.observer)
 	}
 	wopts := []watcher.Option{watcher.WithLogger(o.log), watcher.WithCacheDir(filepath.Join(cacheDir, "mirrors")),
-		watcher.WithStore(store), watcher.WithCredentials(creds), watcher.WithObserver(observers...)}
+		watcher.WithCredentials(creds), watcher.WithObserver(observers...)}
 	if !cfg.AutoHealDisabled {
 		wopts = append(wopts, watcher.WithResync(10*max(cfg.Interval(), time.Minute)))
 	}
-	w := watcher.New(wopts...)
-	m.CollectStats(w)
+	more, err := storeAndShard(kc, o, cacheDir)
+	if err != nil {
+		return err
+	}
+	w := watcher.New(append(wopts, more...)...)
+	if err := m.CollectStats(w); err != nil {
+		return err
+	}
 	if err := w.Route(src, applier); err != nil {
 		return err
 	}
-
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return w.Run(ctx) })
-	g.Go(func() error { return gitsync.FollowConfig(ctx, o.config, src, creds, o.log) })
-	if o.metricsAddr != "" {
-		srv := &http.Server{Addr: o.metricsAddr, Handler: mux(reg, w), ReadHeaderTimeout: 5 * time.Second}
-		g.Go(func() error {
-			<-ctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return srv.Shutdown(sctx)
-		})
-		g.Go(func() error {
-			if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
+	if _, err := cluster.AddToManager(mgr, w, o.leaderElect && !o.shard); err != nil {
+		return err
 	}
-	return g.Wait()
+	if err := mgr.Add(runnableFunc(func(ctx context.Context) error { return gitsync.FollowConfig(ctx, o.config, src, creds, o.log) })); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
 }
 
-func mux(reg *prometheus.Registry, w *watcher.Watcher) http.Handler {
-	m := http.NewServeMux()
-	m.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	m.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintf(rw, "%+v\n", w.Stats())
+// storeAndShard keeps the checkpoints on disk for one replica, or in
+// ConfigMaps with a Lease shard when the replicas share the repositories.
+func storeAndShard(kc kubernetes.Interface, o options, cacheDir string) ([]watcher.Option, error) {
+	if !o.shard {
+		store, err := watcher.NewFileStore(filepath.Join(cacheDir, "checkpoints"))
+		return []watcher.Option{watcher.WithStore(store)}, err
+	}
+	shard, err := cluster.NewLeaseShard(kc, cluster.LeaseShardConfig{
+		Namespace: o.podNS, Group: "modwatch-controller", Identity: o.podName, ReleaseOnCancel: true, Log: o.log.WithName("shard"),
 	})
-	return m
+	if err != nil {
+		return nil, err
+	}
+	store, err := cluster.NewConfigMapStore(kc, o.podNS, "modwatch-controller-checkpoints")
+	return []watcher.Option{watcher.WithShard(shard), watcher.WithStore(store)}, err
 }
+
+// runnableFunc runs on every replica, elected or not: the configuration
+// feeds the source, which every replica has.
+type runnableFunc func(context.Context) error
+
+func (f runnableFunc) Start(ctx context.Context) error { return f(ctx) }
+func (runnableFunc) NeedLeaderElection() bool         { return false }
