@@ -185,4 +185,4 @@ func storeAndShard(kc kubernetes.Interface, o options, cacheDir string) ([]watch
 type runnableFunc func(context.Context) error
 
 func (f runnableFunc) Start(ctx context.Context) error { return f(ctx) }
-func (runnableFunc) NeedLeaderElection() bool         { return false }
+func (runnableFunc) NeedLeaderElection() bool          { return false }
