@@ -64,8 +64,9 @@ quickstart:
 # wide-tree table (sink/dir vs git archive | tar -x) in
 # bench-results/widetree.md, a watcher of 1,000 targets at steady state in
 # bench-results/fleet.md, the apply sink against the test control plane
-# (500 objects: initial, one changed, resync), and push → Flux artifact on
-# the real source-controller, hinted vs its interval.
+# (500 objects: initial, one changed, resync), push → Flux artifact on
+# the real source-controller, hinted vs its interval, and the failover of
+# a crashed replica (time to the lease duration, deliveries made again).
 bench: testbin
 	$(GO) run ./internal/bench/watchbench -out bench-results/table.md
 	$(GO) run ./internal/bench/soak -out bench-results/soak.md
@@ -73,6 +74,7 @@ bench: testbin
 	$(GO) run ./internal/bench/fleet -out bench-results/fleet.md
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkApply500 -benchtime 5x ./sink/apply/ | tee bench-results/apply.txt
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkPushToArtifact -benchtime 5x ./sink/fluxreceiver/ | tee bench-results/fluxartifact.txt
+	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkFailover -benchtime 2x ./watcher/cluster/ | tee bench-results/failover.txt
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

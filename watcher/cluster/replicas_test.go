@@ -99,14 +99,21 @@ type running struct {
 
 // startReplica runs a watcher with a Lease shard and the checkpoints in
 // ConfigMaps, as a controller's replica does.
-func startReplica(t *testing.T, ns, id string, targets []watcher.Target, l *ledger) *running {
+func startReplica(t testing.TB, ns, id string, targets []watcher.Target, l *ledger) *running {
+	return startReplicaWith(t, ns, id, targets, l, nil)
+}
+
+// startReplicaWith is startReplica with another store (nil: the ConfigMaps).
+func startReplicaWith(t testing.TB, ns, id string, targets []watcher.Target, l *ledger, store watcher.Store) *running {
 	t.Helper()
 	shard, err := cluster.NewLeaseShard(env.Kube, cluster.LeaseShardConfig{
 		Namespace: ns, Identity: id, LeaseDuration: leaseDuration, RenewPeriod: renewPeriod, Log: logr.Discard(),
 	})
 	require.NoError(t, err)
-	store, err := cluster.NewConfigMapStore(env.Kube, ns, "")
-	require.NoError(t, err)
+	if store == nil {
+		store, err = cluster.NewConfigMapStore(env.Kube, ns, "")
+		require.NoError(t, err)
+	}
 	w := watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithShard(shard), watcher.WithStore(store),
 		watcher.WithInterval(interval), watcher.WithMinInterval(interval), watcher.WithJitter(0),
 		watcher.WithObserver(l.observer(id)), watcher.WithRetryBackoff(50*time.Millisecond, time.Second))
@@ -118,7 +125,7 @@ func startReplica(t *testing.T, ns, id string, targets []watcher.Target, l *ledg
 	return r
 }
 
-func eventually(t *testing.T, what string, limit time.Duration, ok func() bool) time.Duration {
+func eventually(t testing.TB, what string, limit time.Duration, ok func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for !ok() {
