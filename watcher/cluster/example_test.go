@@ -1,0 +1,34 @@
+package cluster_test
+
+import (
+	"os"
+
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/modwatch/modwatch/source/static"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/cluster"
+	"github.com/modwatch/modwatch/watcher/metrics"
+)
+
+// Every replica of a controller runs the watcher in its Manager; each
+// polls a share of the repositories, and the checkpoints follow them.
+func Example() {
+	mgr, _ := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{HealthProbeBindAddress: ":8081"})
+	kube := kubernetes.NewForConfigOrDie(mgr.GetConfig())
+	ns, pod := os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")
+	shard, _ := cluster.NewLeaseShard(kube, cluster.LeaseShardConfig{Namespace: ns, Identity: pod, ReleaseOnCancel: true})
+	store, _ := cluster.NewConfigMapStore(kube, ns, "")
+	m, _ := metrics.New(ctrlmetrics.Registry)
+	w := watcher.New(watcher.WithShard(shard), watcher.WithStore(store), watcher.WithObserver(m))
+	_ = w.Route(static.New(targets...), sink)
+	_, _ = cluster.AddToManager(mgr, w, false) // false: every replica runs it
+	_ = mgr.Start(ctrl.SetupSignalHandler())
+}
+
+var (
+	targets []watcher.Target
+	sink    watcher.Sink
+)
