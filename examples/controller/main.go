@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -48,22 +49,23 @@ import (
 type options struct {
 	config      string // Numaplane's controller configuration file
 	kube        *rest.Config
-	namespace   string // "" watches GitSyncs in every namespace
-	cacheDir    string // default when the configuration has no persistentRepoClonePath
-	inventory   string // the namespace of the apply inventories
-	metricsAddr string // "" or "0": off
-	probeAddr   string // "" or "0": off
-	leaderElect bool   // one replica polls everything
-	shard       bool   // every replica polls a share
-	podName     string // this replica, for -shard
-	podNS       string // where the Leases (and the -shard checkpoints) are
+	namespace   string                // "" watches GitSyncs in every namespace
+	cacheDir    string                // default when the configuration has no persistentRepoClonePath
+	inventory   string                // the namespace of the apply inventories
+	metricsAddr string                // "" or "0": off
+	probeAddr   string                // "" or "0": off
+	leaderElect bool                  // one replica polls everything
+	shard       bool                  // every replica polls a share
+	podName     string                // this replica, for -shard
+	podNS       string                // where the Leases (and the -shard checkpoints) are
+	registry    prometheus.Registerer // the metrics' (main: the Manager's; nil: a private one)
 	log         logr.Logger
 	observer    watcher.Observer // more observers (tests); may be nil
 	refresh     time.Duration    // how often credentials are resolved again; 0: the default
 }
 
 func main() {
-	o := options{podName: os.Getenv("POD_NAME"), podNS: cmp.Or(os.Getenv("POD_NAMESPACE"), "default")}
+	o := options{podName: os.Getenv("POD_NAME"), podNS: cmp.Or(os.Getenv("POD_NAMESPACE"), "default"), registry: ctrlmetrics.Registry}
 	flag.StringVar(&o.config, "config", "/etc/numaplane/config.yaml", "Numaplane's controller configuration, mounted from a ConfigMap")
 	flag.StringVar(&o.namespace, "namespace", "", "namespace of the GitSyncs (empty: all)")
 	flag.StringVar(&o.cacheDir, "cache-dir", "/var/cache/modwatch", "mirror cache when the configuration names none")
@@ -130,7 +132,10 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	m, err := metrics.New(ctrlmetrics.Registry)
+	if o.registry == nil {
+		o.registry = prometheus.NewRegistry()
+	}
+	m, err := metrics.New(o.registry)
 	if err != nil {
 		return err
 	}

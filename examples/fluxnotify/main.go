@@ -6,6 +6,10 @@
 //
 //	go run ./examples/fluxnotify -kubeconfig ~/.kube/config -listen :9000
 //
+// It runs on a controller-runtime Manager: metrics, health probes and, with
+// -leader-elect, leader election (one replica polls; point the webhooks at
+// examples/hub then, so that the leader hears them) come from it.
+//
 // With -listen it also serves push hints (GitHub, GitLab, Gitea, Bitbucket,
 // generic HMAC), whose secrets come from the environment:
 // MODWATCH_GITHUB_SECRET, MODWATCH_GITLAB_TOKEN, MODWATCH_GITEA_SECRET,
@@ -14,6 +18,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -22,50 +27,55 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
-	"golang.org/x/sync/errgroup"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/modwatch/modwatch/sink/fluxreceiver"
 	"github.com/modwatch/modwatch/source/flux"
 	"github.com/modwatch/modwatch/source/webhook"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/cluster"
+	"github.com/modwatch/modwatch/watcher/metrics"
 )
 
 type options struct {
-	kube     *rest.Config
-	notify   fluxreceiver.Config
-	cacheDir string
-	interval time.Duration
-	hints    net.Listener // push hints; may be nil
-	log      logr.Logger
-	observer watcher.Observer // more observers (tests); may be nil
+	kube        *rest.Config
+	notify      fluxreceiver.Config
+	cacheDir    string
+	interval    time.Duration
+	hints       net.Listener // push hints; may be nil
+	metricsAddr string       // "" or "0": off
+	probeAddr   string       // "" or "0": off
+	leaderElect bool
+	podNS       string                // where the leader's Lease is
+	registry    prometheus.Registerer // the metrics' (main: the Manager's; nil: a private one)
+	log         logr.Logger
+	observer    watcher.Observer // more observers (tests); may be nil
 }
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file (empty: in-cluster, or $KUBECONFIG)")
+	o := options{podNS: cmp.Or(os.Getenv("POD_NAMESPACE"), "flux-system"), registry: ctrlmetrics.Registry}
 	receiverURL := flag.String("receiver-url", "http://webhook-receiver.flux-system.svc.cluster.local", "notification-controller's webhook receiver")
 	mode := flag.String("mode", "receiver", "receiver (a managed Receiver) or annotate (the requestedAt annotation)")
 	listen := flag.String("listen", "", "serve push hints here, e.g. :9000 (empty: off)")
-	cacheDir := flag.String("cache-dir", os.TempDir()+"/fluxnotify", "where repository mirrors are kept")
-	interval := flag.Duration("interval", time.Minute, "poll interval")
-	flag.Parse()
-
-	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	o := options{cacheDir: *cacheDir, interval: *interval, log: log,
-		notify: fluxreceiver.Config{ReceiverURL: *receiverURL, Mode: map[string]fluxreceiver.Mode{"receiver": fluxreceiver.ModeReceiver, "annotate": fluxreceiver.ModeAnnotate}[*mode]}}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	kube, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	flag.StringVar(&o.cacheDir, "cache-dir", os.TempDir()+"/fluxnotify", "where repository mirrors are kept")
+	flag.DurationVar(&o.interval, "interval", time.Minute, "poll interval")
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "serve /metrics here (0: off)")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "serve /healthz and /readyz here (0: off)")
+	flag.BoolVar(&o.leaderElect, "leader-elect", false, "run on the elected leader only")
+	flag.Parse() // and -kubeconfig, which controller-runtime registers
+	o.log = logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
+	ctrl.SetLogger(o.log)
+	o.notify = fluxreceiver.Config{ReceiverURL: *receiverURL, Mode: map[string]fluxreceiver.Mode{"receiver": fluxreceiver.ModeReceiver, "annotate": fluxreceiver.ModeAnnotate}[*mode]}
+	kube, err := ctrl.GetConfig()
 	if err == nil && o.notify.Mode == "" {
 		err = fmt.Errorf("-mode %q is neither receiver nor annotate", *mode)
 	}
@@ -74,7 +84,7 @@ func main() {
 	}
 	if err == nil {
 		o.kube = kube
-		err = run(ctx, o)
+		err = run(ctrl.SetupSignalHandler(), o)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fluxnotify:", err)
@@ -83,6 +93,13 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	mgr, err := ctrl.NewManager(o.kube, ctrl.Options{
+		Logger: o.log, Metrics: server.Options{BindAddress: cmp.Or(o.metricsAddr, "0")}, HealthProbeBindAddress: cmp.Or(o.probeAddr, "0"),
+		LeaderElection: o.leaderElect, LeaderElectionID: "modwatch-fluxnotify", LeaderElectionNamespace: o.podNS,
+	})
+	if err != nil {
+		return err
+	}
 	kc, err := kubernetes.NewForConfig(o.kube)
 	if err != nil {
 		return err
@@ -95,7 +112,14 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	observers := []watcher.Observer{watcher.ObserverFunc(func(e watcher.Event) {
+	if o.registry == nil {
+		o.registry = prometheus.NewRegistry()
+	}
+	m, err := metrics.New(o.registry)
+	if err != nil {
+		return err
+	}
+	observers := []watcher.Observer{m, watcher.ObserverFunc(func(e watcher.Event) {
 		switch e.Type {
 		case watcher.EventDelivered:
 			o.log.Info("Flux notified", "gitrepository", e.Target.ID, "commit", e.Commit)
@@ -107,11 +131,15 @@ func run(ctx context.Context, o options) error {
 		observers = append(observers, o.observer)
 	}
 	w := watcher.New(watcher.WithLogger(o.log), watcher.WithCacheDir(o.cacheDir), watcher.WithInterval(o.interval), watcher.WithObserver(observers...))
+	if err := m.CollectStats(w); err != nil {
+		return err
+	}
 	if err := w.Route(flux.New(kc, dyn, flux.Config{}, flux.WithLogger(o.log.WithName("flux"))), notify); err != nil {
 		return err
 	}
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return w.Run(ctx) })
+	if _, err := cluster.AddToManager(mgr, w, o.leaderElect); err != nil {
+		return err
+	}
 	if o.hints != nil {
 		hooks, err := webhook.New(webhook.Config{
 			GitHubSecret: os.Getenv("MODWATCH_GITHUB_SECRET"), GitLabToken: os.Getenv("MODWATCH_GITLAB_TOKEN"),
@@ -123,19 +151,33 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		defer hooks.Close()
-		srv := &http.Server{Handler: hooks, ReadHeaderTimeout: 5 * time.Second}
-		g.Go(func() error {
-			<-ctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return srv.Shutdown(sctx)
-		})
-		g.Go(func() error {
-			if err := srv.Serve(o.hints); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
+		if err := mgr.Add(hintServer{hooks, o.hints, o.leaderElect}); err != nil {
+			return err
+		}
 	}
-	return g.Wait()
+	return mgr.Start(ctx)
+}
+
+// hintServer serves push hints where the watcher runs (on the leader with
+// leader election).
+type hintServer struct {
+	handler http.Handler
+	l       net.Listener
+	leader  bool
+}
+
+func (h hintServer) NeedLeaderElection() bool { return h.leader }
+
+func (h hintServer) Start(ctx context.Context) error {
+	srv := &http.Server{Handler: h.handler, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(h.l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }

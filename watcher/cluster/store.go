@@ -69,7 +69,7 @@ type entry struct {
 // place is the ConfigMap and the data key of key.
 func (s *ConfigMapStore) place(key string) (name, field string) {
 	sum := sha256.Sum256([]byte(key))
-	return fmt.Sprintf("%s-%x", s.prefix, sum[0]&0x0f), hex.EncodeToString(sum[:16])
+	return fmt.Sprintf("%s-%x", s.prefix, sum[0]%checkpointMaps), hex.EncodeToString(sum[:16])
 }
 
 // Get implements watcher.Store.
