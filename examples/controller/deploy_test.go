@@ -17,9 +17,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/source/gitsync"
@@ -51,33 +48,17 @@ func (l *logs) has(s string) bool {
 // it says it is forbidden to.
 func TestDeployedWithLeastPrivilege(t *testing.T) {
 	ctx := context.Background()
-	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "deploy")
-	require.NoError(t, err)
 	var config string
-	for _, r := range res.Resources() {
-		m, err := r.Map()
-		require.NoError(t, err)
-		u := &unstructured.Unstructured{Object: m}
+	for _, u := range env.ApplyKustomization(t, "deploy") {
 		if u.GetKind() == "ConfigMap" {
 			config, _, _ = unstructured.NestedString(u.Object, "data", "config.yaml")
 		}
-		mapping, err := env.Mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version)
-		require.NoError(t, err, u.GetKind())
-		client := env.Dynamic.Resource(mapping.Resource).Namespace(u.GetNamespace())
-		_, err = client.Create(ctx, u, metav1.CreateOptions{})
-		require.NoError(t, err, "%s %s", u.GetKind(), u.GetName())
 	}
 	ns := "modwatch-system"
 	require.NotEmpty(t, config)
 	configFile := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(configFile, []byte(config), 0o644))
-
-	// The ServiceAccount's identity, as its token would give it.
-	sa := rest.CopyConfig(env.Config)
-	sa.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + ns + ":modwatch-controller",
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-	}
+	sa := env.ServiceAccountConfig(ns, "modwatch-controller")
 	apps := env.Namespace(t)
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "platform/apps")
@@ -95,7 +76,7 @@ func TestDeployedWithLeastPrivilege(t *testing.T) {
 		"spec": map[string]any{"repoUrl": repo.URL(), "path": "web", "targetRevision": "main",
 			"destination": map[string]any{"cluster": "staging-1", "namespace": apps}},
 	}}
-	_, err = env.Dynamic.Resource(gitsync.GVR).Namespace(apps).Create(ctx, gs, metav1.CreateOptions{})
+	_, err := env.Dynamic.Resource(gitsync.GVR).Namespace(apps).Create(ctx, gs, metav1.CreateOptions{})
 	require.NoError(t, err)
 	id := "gitsync/" + apps + "/web"
 	defer func() {

@@ -29,6 +29,8 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
+var gitRepos = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "gitrepositories"}
+
 func TestAPushHintReachesFluxAtOnce(t *testing.T) {
 	ns := env.Namespace(t)
 	srv := gittest.NewServer(t)
@@ -36,7 +38,6 @@ func TestAPushHintReachesFluxAtOnce(t *testing.T) {
 	var head atomic.Value // the commit source-controller would see
 	head.Store(repo.Commit(t, "init", gittest.File("a.yaml", "a: 1")))
 	rcv := fluxtest.Start(t, env.Dynamic, env.Kube)
-	gitRepos := schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "gitrepositories"}
 	// Play source-controller: each accepted request makes the artifact fresh.
 	rcv.OnAccepted = func(ns, name string) {
 		client := env.Dynamic.Resource(gitRepos).Namespace(ns)

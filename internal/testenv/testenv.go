@@ -50,6 +50,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -295,4 +297,44 @@ func (e *Env) WaitFor(t testing.TB, gvr schema.GroupVersionResource, namespace, 
 		}
 		w.Stop()
 	}
+}
+
+// ApplyKustomization renders the kustomization in dir, as `kubectl apply
+// -k` would, creates every object it holds, and returns them.
+func (e *Env) ApplyKustomization(t testing.TB, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("testenv: kustomize %s: %v", dir, err)
+	}
+	var out []*unstructured.Unstructured
+	for _, r := range res.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			t.Fatalf("testenv: kustomize %s: %v", dir, err)
+		}
+		u := &unstructured.Unstructured{Object: m}
+		gvk := u.GroupVersionKind()
+		mapping, err := e.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("testenv: %s %s: %v", gvk.Kind, u.GetName(), err)
+		}
+		if _, err := e.Dynamic.Resource(mapping.Resource).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("testenv: create %s %s: %v", gvk.Kind, u.GetName(), err)
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+// ServiceAccountConfig reaches the apiserver as the ServiceAccount
+// namespace/name, with the groups its token would give it, so that RBAC
+// judges what a program running as it may do.
+func (e *Env) ServiceAccountConfig(namespace, name string) *rest.Config {
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + namespace + ":" + name,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+	}
+	return cfg
 }
