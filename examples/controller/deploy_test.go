@@ -17,10 +17,13 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/cluster"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
@@ -67,8 +70,9 @@ func TestDeployedWithLeastPrivilege(t *testing.T) {
 	log := funcr.New(out.write, funcr.Options{Verbosity: 1})
 	obs := watchertest.NewObserver()
 	watchertest.Run(t, func(ctx context.Context) error {
-		return run(ctx, options{config: configFile, kube: sa, inventory: ns, cacheDir: t.TempDir(), shard: true,
-			podName: "controller-0", podNS: ns, log: log, observer: obs})
+		return run(ctx, sa, options{config: configFile, inventory: ns, cacheDir: t.TempDir(), shard: true,
+			pod: cluster.LeaseShardConfig{Namespace: ns, Identity: "controller-0", Group: "modwatch-controller", ReleaseOnCancel: true},
+			mgr: ctrl.Options{Metrics: server.Options{BindAddress: "0"}, Logger: log}, observers: []watcher.Observer{obs}})
 	})
 	gs := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "numaplane.numaproj.io/v1alpha1", "kind": "GitSync",

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/internal/testenv"
@@ -41,7 +43,8 @@ func TestControllerAppliesGitSyncsAndFollowsItsConfig(t *testing.T) {
 	writeConfig("staging-1")
 	obs := watchertest.NewObserver()
 	watchertest.Run(t, func(ctx context.Context) error {
-		return run(ctx, options{config: config, kube: env.Config, namespace: ns, inventory: ns, cacheDir: t.TempDir(), log: testr.New(t), observer: obs})
+		return run(ctx, env.Config, options{config: config, namespace: ns, inventory: ns, cacheDir: t.TempDir(),
+			mgr: ctrl.Options{Metrics: server.Options{BindAddress: "0"}, Logger: testr.New(t)}, observers: []watcher.Observer{obs}})
 	})
 
 	gs := &unstructured.Unstructured{Object: map[string]any{

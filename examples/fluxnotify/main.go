@@ -30,12 +30,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/modwatch/modwatch/sink/fluxreceiver"
@@ -43,7 +41,6 @@ import (
 	"github.com/modwatch/modwatch/source/webhook"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/cluster"
-	"github.com/modwatch/modwatch/watcher/metrics"
 )
 
 type options struct {
@@ -55,14 +52,13 @@ type options struct {
 	metricsAddr string       // "" or "0": off
 	probeAddr   string       // "" or "0": off
 	leaderElect bool
-	podNS       string                // where the leader's Lease is
-	registry    prometheus.Registerer // the metrics' (main: the Manager's; nil: a private one)
+	podNS       string // where the leader's Lease is
 	log         logr.Logger
 	observer    watcher.Observer // more observers (tests); may be nil
 }
 
 func main() {
-	o := options{podNS: cmp.Or(os.Getenv("POD_NAMESPACE"), "flux-system"), registry: ctrlmetrics.Registry}
+	o := options{podNS: cmp.Or(os.Getenv("POD_NAMESPACE"), "flux-system")}
 	receiverURL := flag.String("receiver-url", "http://webhook-receiver.flux-system.svc.cluster.local", "notification-controller's webhook receiver")
 	mode := flag.String("mode", "receiver", "receiver (a managed Receiver) or annotate (the requestedAt annotation)")
 	listen := flag.String("listen", "", "serve push hints here, e.g. :9000 (empty: off)")
@@ -112,14 +108,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	if o.registry == nil {
-		o.registry = prometheus.NewRegistry()
-	}
-	m, err := metrics.New(o.registry)
-	if err != nil {
-		return err
-	}
-	observers := []watcher.Observer{m, watcher.ObserverFunc(func(e watcher.Event) {
+	observers := []watcher.Observer{watcher.ObserverFunc(func(e watcher.Event) {
 		switch e.Type {
 		case watcher.EventDelivered:
 			o.log.Info("Flux notified", "gitrepository", e.Target.ID, "commit", e.Commit)
@@ -130,14 +119,12 @@ func run(ctx context.Context, o options) error {
 	if o.observer != nil {
 		observers = append(observers, o.observer)
 	}
-	w := watcher.New(watcher.WithLogger(o.log), watcher.WithCacheDir(o.cacheDir), watcher.WithInterval(o.interval), watcher.WithObserver(observers...))
-	if err := m.CollectStats(w); err != nil {
+	// The watcher's metrics, probes and runs come with the Manager.
+	w, err := cluster.NewWatcher(mgr, o.leaderElect, watcher.WithLogger(o.log), watcher.WithCacheDir(o.cacheDir), watcher.WithInterval(o.interval), watcher.WithObserver(observers...))
+	if err != nil {
 		return err
 	}
 	if err := w.Route(flux.New(kc, dyn, flux.Config{}, flux.WithLogger(o.log.WithName("flux"))), notify); err != nil {
-		return err
-	}
-	if _, err := cluster.AddToManager(mgr, w, o.leaderElect); err != nil {
 		return err
 	}
 	if o.hints != nil {

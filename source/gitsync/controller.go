@@ -1,10 +1,12 @@
 package gitsync
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"sync/atomic"
@@ -13,11 +15,13 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/filewatch"
+	"github.com/modwatch/modwatch/watcher"
 )
 
 // ControllerConfig is Numaplane's controller configuration file. Keys it
@@ -350,3 +354,67 @@ func FollowConfig(ctx context.Context, path string, src *Source, creds *Credenti
 		}
 	})
 }
+
+// Controller is Numaplane's controller configuration as a program runs it:
+// the configuration it started with, the credentials it names, and the
+// source of GitSyncs, kept in step with the file while Start runs.
+type Controller struct {
+	// Config is the configuration read at the start.
+	Config *ControllerConfig
+	// Source is the GitSyncs for this cluster; Credentials the
+	// configuration's repository credentials, from its Secrets and files.
+	Source      *Source
+	Credentials *Credentials
+	path        string
+}
+
+// LoadController reads the controller configuration at path and makes its
+// credentials and the source of the GitSyncs in namespace ("" for all),
+// with opts. Keys of the file it does not use are logged.
+func LoadController(path string, kube kubernetes.Interface, dyn dynamic.Interface, namespace string, opts ...Option) (*Controller, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, ignored, err := ParseControllerConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	creds, err := NewCredentials(kube, cfg)
+	if err != nil {
+		return nil, err
+	}
+	src := New(dyn, Config{Namespace: namespace, ClusterName: cfg.ClusterName, Interval: cfg.Interval()}, append([]Option{WithCredentials(creds)}, opts...)...)
+	if len(ignored) > 0 {
+		src.log.Info("configuration keys not used by this controller", "keys", ignored)
+	}
+	return &Controller{Config: cfg, Source: src, Credentials: creds, path: path}, nil
+}
+
+// WatcherOptions are what the configuration says of the watcher: the
+// repository mirrors and the checkpoints under persistentRepoClonePath (or
+// cacheDir), the credentials, the source's status writer, and a resync
+// every ten intervals (at least ten minutes) that corrects drift, unless
+// autoHealDisabled.
+func (c *Controller) WatcherOptions(cacheDir string) ([]watcher.Option, error) {
+	root := cmp.Or(c.Config.PersistentRepoClonePath, cacheDir)
+	store, err := watcher.NewFileStore(filepath.Join(root, "checkpoints"))
+	if err != nil {
+		return nil, err
+	}
+	opts := []watcher.Option{watcher.WithCacheDir(filepath.Join(root, "mirrors")), watcher.WithStore(store),
+		watcher.WithCredentials(c.Credentials), watcher.WithObserver(c.Source.Observer())}
+	if !c.Config.AutoHealDisabled {
+		opts = append(opts, watcher.WithResync(10*max(c.Config.Interval(), time.Minute)))
+	}
+	return opts, nil
+}
+
+// Start follows the configuration file until ctx is done (see
+// [FollowConfig]). It is a controller-runtime Runnable for every replica.
+func (c *Controller) Start(ctx context.Context) error {
+	return FollowConfig(ctx, c.path, c.Source, c.Credentials, c.Source.log)
+}
+
+// NeedLeaderElection is false: every replica's source follows the file.
+func (c *Controller) NeedLeaderElection() bool { return false }

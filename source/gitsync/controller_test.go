@@ -117,3 +117,36 @@ func TestCredentialsFromFilesAndLongestPrefix(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, a, "no prefix: anonymous")
 }
+
+// LoadController reads the file and says what it means for the watcher:
+// the cache under persistentRepoClonePath, the resync unless
+// autoHealDisabled; a broken file names itself.
+func TestLoadController(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	cache := filepath.Join(dir, "cache")
+	require.NoError(t, os.WriteFile(path, []byte("clusterName: c1\nsyncTimeIntervalMs: 60000\npersistentRepoClonePath: "+cache+"\n"), 0o644))
+	c, err := gitsync.LoadController(path, nil, nil, "")
+	require.NoError(t, err)
+	assert.Equal(t, "c1", c.Config.ClusterName)
+	assert.False(t, c.NeedLeaderElection(), "every replica follows the file")
+	opts, err := c.WatcherOptions(filepath.Join(dir, "elsewhere"))
+	require.NoError(t, err)
+	assert.Len(t, opts, 5, "mirrors, checkpoints, credentials, status, resync")
+	assert.DirExists(t, filepath.Join(cache, "checkpoints"), "under persistentRepoClonePath")
+	assert.NoDirExists(t, filepath.Join(dir, "elsewhere"))
+
+	require.NoError(t, os.WriteFile(path, []byte("autoHealDisabled: true\n"), 0o644))
+	c, err = gitsync.LoadController(path, nil, nil, "")
+	require.NoError(t, err)
+	opts, err = c.WatcherOptions(filepath.Join(dir, "elsewhere"))
+	require.NoError(t, err)
+	assert.Len(t, opts, 4, "no resync")
+	assert.DirExists(t, filepath.Join(dir, "elsewhere", "checkpoints"))
+
+	require.NoError(t, os.WriteFile(path, []byte("syncTimeIntervalMs: soon\n"), 0o644))
+	_, err = gitsync.LoadController(path, nil, nil, "")
+	assert.ErrorContains(t, err, path)
+	_, err = gitsync.LoadController(filepath.Join(dir, "missing.yaml"), nil, nil, "")
+	assert.Error(t, err)
+}

@@ -9,8 +9,10 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/metrics"
 )
 
 // Runnable is a watcher as a controller-runtime [manager.Runnable], with
@@ -77,9 +79,30 @@ func (r *Runnable) Readyz(*http.Request) error {
 	return nil
 }
 
+// NewWatcher makes a watcher with opts that runs in mgr, in one line: its
+// metrics (watcher/metrics) on controller-runtime's registry, which the
+// Manager serves, its health and readiness checks, and a Runnable that runs
+// it with the Manager, on the elected leader only with leaderElection. Route
+// it before mgr.Start.
+func NewWatcher(mgr manager.Manager, leaderElection bool, opts ...watcher.Option) (*watcher.Watcher, error) {
+	m, err := metrics.New(ctrlmetrics.Registry)
+	if err != nil {
+		return nil, err
+	}
+	w := watcher.New(append(opts, watcher.WithObserver(m))...)
+	if err := m.CollectStats(w); err != nil {
+		return nil, err
+	}
+	if _, err := AddToManager(mgr, w, leaderElection); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
 // AddToManager adds w to mgr, with its health and readiness checks named
 // "modwatch". For metrics, give the watcher watcher/metrics registered on
-// controller-runtime's registry (sigs.k8s.io/controller-runtime/pkg/metrics.Registry).
+// controller-runtime's registry (sigs.k8s.io/controller-runtime/pkg/metrics.Registry),
+// or make it with [NewWatcher].
 func AddToManager(mgr manager.Manager, w *watcher.Watcher, leaderElection bool) (*Runnable, error) {
 	r := NewRunnable(w, leaderElection)
 	if err := mgr.Add(r); err != nil {

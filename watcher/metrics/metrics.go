@@ -1,5 +1,7 @@
 // Package metrics exports what a watcher does as Prometheus metrics, on a
-// Registerer the caller passes (nothing is registered globally):
+// Registerer the caller passes (nothing is registered globally). Several
+// watchers of one process on one Registerer share the counters and
+// histograms; the gauges are the last one's.
 //
 //	m, err := metrics.New(reg)
 //	w := watcher.New(watcher.WithObserver(m))
@@ -13,6 +15,8 @@
 package metrics
 
 import (
+	"errors"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/modwatch/modwatch/watcher"
@@ -63,12 +67,32 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "modwatch_delivery_lag_seconds", Help: "From a commit first seen to the sink's success.", Buckets: seconds,
 		}, []string{"sink"}),
 	}
-	for _, c := range []prometheus.Collector{m.polls, m.listing, m.fetch, m.rebuilds, m.failures, m.deliveries, m.deliverTime, m.lag} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	errs := make([]error, 8)
+	m.polls, errs[0] = register(reg, m.polls)
+	m.listing, errs[1] = register(reg, m.listing)
+	m.fetch, errs[2] = register(reg, m.fetch)
+	m.rebuilds, errs[3] = register(reg, m.rebuilds)
+	m.failures, errs[4] = register(reg, m.failures)
+	m.deliveries, errs[5] = register(reg, m.deliveries)
+	m.deliverTime, errs[6] = register(reg, m.deliverTime)
+	m.lag, errs[7] = register(reg, m.lag)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// register registers c on reg; when another watcher of the process
+// registered the same metric there, its collector is returned, shared.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
 }
 
 // CollectStats registers gauges read from w at each scrape: targets,
@@ -86,7 +110,14 @@ func (m *Metrics) CollectStats(w *watcher.Watcher) error {
 		gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help},
 			func() float64 { return float64(value(w.Stats())) })
 		if err := m.reg.Register(gauge); err != nil {
-			return err
+			// Another watcher of the process has them: this one's count.
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) || !m.reg.Unregister(are.ExistingCollector) {
+				return err
+			}
+			if err := m.reg.Register(gauge); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -69,8 +69,11 @@ modwatch_targets 2
 	require.NoError(t, err)
 	assert.Equal(t, 4, n, "lag, listing and fetch histograms and the retry gauge are exported")
 
-	_, err = metrics.New(reg)
-	require.Error(t, err, "registering twice on one registry is an error, not a panic")
+	// A metric of the same name and another kind is an error, not a panic.
+	clash := prometheus.NewRegistry()
+	require.NoError(t, clash.Register(prometheus.NewGauge(prometheus.GaugeOpts{Name: "modwatch_polls_total", Help: "not ours"})))
+	_, err = metrics.New(clash)
+	require.Error(t, err)
 }
 
 // value is the counter of family name with these labels, read from the
@@ -98,4 +101,29 @@ func value(t *testing.T, reg *prometheus.Registry, name string, labels prometheu
 	}
 	t.Fatalf("no %s%v in the registry", name, labels)
 	return 0
+}
+
+// Two watchers of one process on one registry share the counters; the
+// gauges are the second one's.
+func TestTwoWatchersShareARegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, err := metrics.New(reg)
+	require.NoError(t, err)
+	b, err := metrics.New(reg)
+	require.NoError(t, err, "the second shares the first's collectors")
+	wa, wb := watcher.New(), watcher.New()
+	require.NoError(t, a.CollectStats(wa))
+	require.NoError(t, b.CollectStats(wb))
+	a.Observe(watcher.Event{Type: watcher.EventPolled, Remote: "r"})
+	b.Observe(watcher.Event{Type: watcher.EventPolled, Remote: "r"})
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == "modwatch_polls_total" {
+			require.Len(t, f.GetMetric(), 1)
+			require.Equal(t, 2.0, f.GetMetric()[0].GetCounter().GetValue())
+			return
+		}
+	}
+	t.Fatal("no modwatch_polls_total")
 }
