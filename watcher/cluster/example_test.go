@@ -5,12 +5,10 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/modwatch/modwatch/source/static"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/cluster"
-	"github.com/modwatch/modwatch/watcher/metrics"
 )
 
 // Every replica of a controller runs the watcher in its Manager; each
@@ -21,10 +19,10 @@ func Example() {
 	ns, pod := os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")
 	shard, _ := cluster.NewLeaseShard(kube, cluster.LeaseShardConfig{Namespace: ns, Identity: pod, ReleaseOnCancel: true})
 	store, _ := cluster.NewConfigMapStore(kube, ns, "")
-	m, _ := metrics.New(ctrlmetrics.Registry)
-	w := watcher.New(watcher.WithShard(shard), watcher.WithStore(store), watcher.WithObserver(m))
+	// Metrics on the Manager's registry, its probes, and a run on every
+	// replica (false: no leader election).
+	w, _ := cluster.NewWatcher(mgr, false, watcher.WithShard(shard), watcher.WithStore(store))
 	_ = w.Route(static.New(targets...), sink)
-	_, _ = cluster.AddToManager(mgr, w, false) // false: every replica runs it
 	_ = mgr.Start(ctrl.SetupSignalHandler())
 }
 
