@@ -152,27 +152,18 @@ func (m *mounted) ReadDir(name string) ([]fs.DirEntry, error) {
 	return entries, nil
 }
 
-func (m *mounted) Stat(name string) (fs.FileInfo, error) {
-	f, rel, err := m.route("stat", name)
-	if err != nil {
-		return nil, err
-	}
-	info, err := fs.Stat(f, rel)
-	if err != nil {
-		return nil, rebase(err, name)
-	}
-	if rel == "." && name != "." {
-		return renamed{info, path.Base(name)}, nil
-	}
-	return info, nil
-}
+func (m *mounted) Stat(name string) (fs.FileInfo, error) { return m.stat("stat", name, fs.Stat) }
 
-func (m *mounted) Lstat(name string) (fs.FileInfo, error) {
-	f, rel, err := m.route("lstat", name)
+func (m *mounted) Lstat(name string) (fs.FileInfo, error) { return m.stat("lstat", name, fs.Lstat) }
+
+// stat is Stat or Lstat (by stat) in the file system name is read from; a
+// mount's root is named as its mount point.
+func (m *mounted) stat(op, name string, stat func(fs.FS, string) (fs.FileInfo, error)) (fs.FileInfo, error) {
+	f, rel, err := m.route(op, name)
 	if err != nil {
 		return nil, err
 	}
-	info, err := fs.Lstat(f, rel)
+	info, err := stat(f, rel)
 	if err != nil {
 		return nil, rebase(err, name)
 	}

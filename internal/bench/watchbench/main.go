@@ -16,6 +16,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -400,21 +401,16 @@ func run(c config) (err error) {
 	}
 	logf("P6 cold done")
 
-	bev := newEvents()
-	counted := &countingGit{}
-	bw := watcher.New(watcher.WithCacheDir(env.TempDir()), watcher.WithInterval(time.Hour), watcher.WithObserver(bev), watcher.WithGit(counted))
-	if err := bw.Route(static.New(watcher.Target{ID: "mono", URL: big.URL(), Path: "app"}), nop); err != nil {
+	bcw, err := startCounted(env.TempDir(), watcher.Target{ID: "mono", URL: big.URL(), Path: "app"}, nop)
+	if err != nil {
 		return err
 	}
-	bstop := start(bw)
 	defer func() {
-		if serr := bstop(); serr != nil && err == nil {
+		if serr := bcw.stop(); serr != nil && err == nil {
 			err = serr
 		}
 	}()
-	if err := bev.wait(1, 10*time.Minute, func(e watcher.Event) bool { return e.Type == watcher.EventDelivered }); err != nil {
-		return err
-	}
+	bw, bev, counted := bcw.w, bcw.ev, bcw.git
 	cliMirror, goMirror := fresh(), fresh()
 	if _, err := timeCmd("git", "clone", "-q", "--bare", big.URL(), cliMirror); err != nil {
 		return err
@@ -489,21 +485,16 @@ func run(c config) (err error) {
 
 	// P7 with ignore patterns: the whole repository but docs/ and *.md,
 	// in a watcher of its own so that its trees are counted alone.
-	iev := newEvents()
-	icounted := &countingGit{}
-	iw := watcher.New(watcher.WithCacheDir(env.TempDir()), watcher.WithInterval(time.Hour), watcher.WithObserver(iev), watcher.WithGit(icounted))
-	if err := iw.Route(static.New(watcher.Target{ID: "mono-ignore", URL: big.URL(), Ignore: []string{"docs/", "*.md"}, IgnoreFile: ".sourceignore"}), nop); err != nil {
+	icw, err := startCounted(env.TempDir(), watcher.Target{ID: "mono-ignore", URL: big.URL(), Ignore: []string{"docs/", "*.md"}, IgnoreFile: ".sourceignore"}, nop)
+	if err != nil {
 		return err
 	}
-	istop := start(iw)
 	defer func() {
-		if serr := istop(); serr != nil && err == nil {
+		if serr := icw.stop(); serr != nil && err == nil {
 			err = serr
 		}
 	}()
-	if err := iev.wait(1, 10*time.Minute, func(e watcher.Event) bool { return e.Type == watcher.EventDelivered }); err != nil {
-		return err
-	}
+	iw, iev, icounted := icw.w, icw.ev, icw.git
 	firstTrees := icounted.treesRead()
 	id0, itrees0 := iev.count(watcher.EventDelivered), icounted.treesRead()
 	ignored := big.Commit(env, "ignored only", gittest.File("docs/00002", "docs changed"), gittest.File("app/NOTES.md", "notes"))
@@ -561,6 +552,30 @@ func parallel(k, n int, f func(i int) error) (time.Duration, error) {
 	}
 	wg.Wait()
 	return time.Since(start), first
+}
+
+// countedWatcher is a running watcher of one target whose mirrors' tree
+// reads are counted.
+type countedWatcher struct {
+	w    *watcher.Watcher
+	ev   *events
+	git  *countingGit
+	stop func() error
+}
+
+// startCounted runs a watcher of t into sink and waits for its first
+// delivery.
+func startCounted(dir string, t watcher.Target, sink watcher.Sink) (*countedWatcher, error) {
+	cw := &countedWatcher{ev: newEvents(), git: &countingGit{}}
+	cw.w = watcher.New(watcher.WithCacheDir(dir), watcher.WithInterval(time.Hour), watcher.WithObserver(cw.ev), watcher.WithGit(cw.git))
+	if err := cw.w.Route(static.New(t), sink); err != nil {
+		return nil, err
+	}
+	cw.stop = start(cw.w)
+	if err := cw.ev.wait(1, 10*time.Minute, func(e watcher.Event) bool { return e.Type == watcher.EventDelivered }); err != nil {
+		return nil, errors.Join(err, cw.stop())
+	}
+	return cw, nil
 }
 
 // countingGit is the watcher's default git, keeping the mirrors it opens
