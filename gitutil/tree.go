@@ -100,6 +100,15 @@ func (m *Mirror) treeOf(e *object.TreeEntry) (*object.Tree, error) {
 // ignore patterns it is a digest of what is kept (the tree's own hash when
 // nothing is left out), and directories seen before are not read again.
 func (m *Mirror) TreeHash(commit plumbing.Hash, sel Selection) (plumbing.Hash, error) {
+	if sel.plain() { // the poll's common case: one path, nothing to compile
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		e, err := m.entryAt(commit, sel.Path)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		return e.Hash, nil
+	}
 	s, err := sel.compile()
 	if err != nil {
 		return plumbing.ZeroHash, err
@@ -109,9 +118,6 @@ func (m *Mirror) TreeHash(commit plumbing.Hash, sel Selection) (plumbing.Hash, e
 	e, err := m.entryAt(commit, s.root)
 	if err != nil {
 		return plumbing.ZeroHash, err
-	}
-	if sel.plain() {
-		return e.Hash, nil
 	}
 	root, err := m.selectionRoot(commit, s, e)
 	if err != nil || root == nil {

@@ -137,10 +137,14 @@ func TestLeaseShardMembership(t *testing.T) {
 	<-b.done
 	took = waitMembers(t, a, []string{"a"}, 6*time.Second)
 	assert.Greater(t, took, 2*time.Second, "a crashed replica is alive until its lease duration passes")
-	time.Sleep(2 * 300 * time.Millisecond) // settled
-	for i := range 100 {
-		assert.True(t, a.shard.Owns(fmt.Sprint("remote-", i)), "the survivor owns everything")
-	}
+	require.Eventually(t, func() bool { // once the change settled
+		for i := range 100 {
+			if !a.shard.Owns(fmt.Sprint("remote-", i)) {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Second, 20*time.Millisecond, "the survivor owns everything")
 }
 
 // Fencing: a replica cut off from the apiserver stops owning before the
