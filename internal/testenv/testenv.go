@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -337,4 +338,15 @@ func (e *Env) ServiceAccountConfig(namespace, name string) *rest.Config {
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
 	}
 	return cfg
+}
+
+// FreeAddr returns a loopback address ("127.0.0.1:port") no one listens on
+// now, for a program under test that must be told where to listen.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }

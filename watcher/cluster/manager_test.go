@@ -3,7 +3,6 @@ package cluster_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -15,17 +14,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/internal/testenv"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/cluster"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
 
 func probe(addr, path string) int {
 	resp, err := (&http.Client{Timeout: time.Second}).Get("http://" + addr + path)
@@ -42,7 +35,8 @@ func TestAddToManager(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/app")
 	commit := repo.Commit(t, "one", gittest.File("a.yaml", "a"))
-	addr := freeAddr(t)
+	addr, err := testenv.FreeAddr()
+	require.NoError(t, err)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Logger: logr.Discard(), Metrics: server.Options{BindAddress: "0"}, HealthProbeBindAddress: addr})
 	require.NoError(t, err)
 	w := watcher.New(watcher.WithCacheDir(t.TempDir()))

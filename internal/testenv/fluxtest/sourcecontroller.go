@@ -5,12 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -94,16 +92,14 @@ func StartSourceController(t TB, cfg *rest.Config) *SourceController {
 	if err := os.Mkdir(filepath.Join(tmp, "storage"), 0o700); err != nil {
 		t.Fatalf("%v", err)
 	}
-	port, err := freePort()
+	storage, err := testenv.FreeAddr()
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	healthPort, err := freePort()
+	health, err := testenv.FreeAddr()
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	storage := "127.0.0.1:" + strconv.Itoa(port)
-	health := "127.0.0.1:" + strconv.Itoa(healthPort)
 	sc := &SourceController{}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, filepath.Join(dir, "source-controller"),
@@ -172,13 +168,4 @@ func writeKubeconfig(cfg *rest.Config, path string) error {
 	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
 	kc.CurrentContext = "test"
 	return clientcmd.WriteToFile(*kc, path)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
