@@ -73,9 +73,14 @@ func TestShardSplitsRemotesBetweenReplicas(t *testing.T) {
 	start(t, b)
 	sinkA.WaitCommit(t, "red", r1)
 	sinkB.WaitCommit(t, "blue", b1)
-	polled := func(o *watchertest.Observer, repo *gittest.Repo) int {
-		return o.Count(func(e watcher.Event) bool { return e.Type == watcher.EventPolled && e.Remote == repo.URL() })
+	polledOf := func(repo *gittest.Repo) func(watcher.Event) bool {
+		return func(e watcher.Event) bool { return e.Type == watcher.EventPolled && e.Remote == repo.URL() }
 	}
+	polled := func(o *watchertest.Observer, repo *gittest.Repo) int { return o.Count(polledOf(repo)) }
+	// A poll's event is emitted when the poll ends, which may be after its
+	// delivery: wait for it rather than read it at once.
+	obsA.WaitCount(t, "a's poll of red", 1, polledOf(red))
+	obsB.WaitCount(t, "b's poll of blue", 1, polledOf(blue))
 	assert.Equal(t, 1, polled(obsA, red))
 	assert.Zero(t, polled(obsA, blue), "blue is b's")
 	assert.Equal(t, 1, polled(obsB, blue))
