@@ -15,10 +15,8 @@ import (
 	"weak"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
-	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
 // ErrSymlinkEscape is returned (wrapped in a *fs.PathError) when a symlink
@@ -67,7 +65,15 @@ func (m *Mirror) FS(commit plumbing.Hash, sel Selection) (fs.FS, error) {
 		if !sel.plain() {
 			f.sel, f.rules = s, map[string]rules{}
 		}
-		m.readers[weak.Make(f)] = time.Now()
+		// The packs of now, with their indexes shared with the views
+		// before: a fetch or repack later does not change what it reads.
+		var st *packView
+		if st, err = newPackView(m.dir, &m.indexes, m.replaced, &m.treesRead); err != nil {
+			err = m.readFailed(gen, err)
+		} else {
+			f.st = st
+			m.readers[weak.Make(f)] = time.Now()
+		}
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -78,16 +84,15 @@ func (m *Mirror) FS(commit plumbing.Hash, sel Selection) (fs.FS, error) {
 	}
 	// Packs stay open while the file system is read (one open per object
 	// otherwise), a few at most, until Close or the garbage collector.
-	st := newCountingStorage(m.dir, cache.NewObjectLRU(8*cache.MiByte), &m.treesRead,
-		filesystem.Options{LargeObjectThreshold: streamThreshold, MaxOpenDescriptors: 4, ExclusiveAccess: true})
-	runtime.AddCleanup(f, func(st *filesystem.Storage) { _ = st.Close() }, st.Storage)
+	st := f.st
+	runtime.AddCleanup(f, func(st *packView) { _ = st.Close() }, st)
 	root, err := object.GetTree(st, e.Hash)
 	if err != nil {
 		m.release(f)
 		_ = st.Close()
 		return nil, fmt.Errorf("gitutil: open tree %s: %w", e.Hash, m.readFailed(gen, err))
 	}
-	f.st, f.root = st, root
+	f.root = root
 	return f, nil
 }
 
@@ -99,7 +104,7 @@ type treeFS struct {
 	m       *Mirror
 	gen     uint64
 	mu      sync.Mutex // go-git's object storage is not safe for concurrent use
-	st      countingStorage
+	st      *packView
 	root    *object.Tree
 	modTime time.Time
 
