@@ -53,18 +53,33 @@ func (m *Mirror) entryAt(commit plumbing.Hash, p string) (*object.TreeEntry, err
 	if p == "" {
 		return &object.TreeEntry{Mode: filemode.Dir, Hash: c.TreeHash}, nil
 	}
-	root, err := c.Tree()
+	t, err := m.tree(c.TreeHash)
 	if err != nil {
-		return nil, m.markCorrupt(err)
+		return nil, err
 	}
-	e, err := root.FindEntry(p)
-	if err != nil {
-		if errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
-			return nil, fmt.Errorf("%w: %q at %s", ErrPathNotFound, p, commit)
+	// Walked here, not with go-git's FindEntry, which reads a file where
+	// the path wants a directory as a missing tree: in an old commit, "a"
+	// a link and the path "a/b" is not there, not a corrupt store.
+	parts := strings.Split(p, "/")
+	for i, name := range parts {
+		var e *object.TreeEntry
+		for j := range t.Entries {
+			if t.Entries[j].Name == name {
+				e = &t.Entries[j]
+				break
+			}
 		}
-		return nil, m.markCorrupt(err)
+		switch {
+		case e == nil || (i < len(parts)-1 && e.Mode != filemode.Dir):
+			return nil, fmt.Errorf("%w: %q at %s", ErrPathNotFound, p, commit)
+		case i == len(parts)-1:
+			return e, nil
+		}
+		if t, err = m.tree(e.Hash); err != nil {
+			return nil, err
+		}
 	}
-	return e, nil
+	return nil, fmt.Errorf("%w: %q at %s", ErrPathNotFound, p, commit)
 }
 
 // treeSlots is how many decoded trees a mirror keeps for path diffs: a
@@ -226,35 +241,84 @@ func (m *Mirror) changedPaths(ctx context.Context, from, to plumbing.Hash, prefi
 	if err != nil {
 		return nil, nil, err
 	}
-	if toTree == nil || (fromEntry != nil && fromTree == nil) {
-		// A file target (or a file that became a directory): one path.
+	if toTree == nil {
+		// A file target: one path.
 		if fromEntry != nil && fromEntry.Hash == toEntry.Hash {
 			return nil, nil, nil
 		}
 		return []string{path.Base(prefix)}, nil, nil
 	}
 	if fromTree == nil {
-		fromTree = &object.Tree{}
+		fromTree = &object.Tree{} // missing, or a file then: every file is new
 	}
-	changes, err := object.DiffTreeWithOptions(ctx, fromTree, toTree, nil)
-	if err != nil {
-		return nil, nil, m.markCorrupt(err)
+	var out []string
+	if err := m.diffTrees(ctx, fromTree, toTree, "", &out); err != nil {
+		return nil, nil, err
 	}
-	seen := make(map[string]struct{}, len(changes))
-	out := make([]string, 0, len(changes))
-	for _, ch := range changes {
-		for _, name := range []string{ch.From.Name, ch.To.Name} {
-			if name == "" {
-				continue
-			}
-			if _, ok := seen[name]; !ok {
-				seen[name] = struct{}{}
-				out = append(out, name)
-			}
-		}
+	if out == nil {
+		out = []string{}
 	}
 	sort.Strings(out)
 	return out, toTree, nil
+}
+
+// diffTrees appends to out the files (prefixed with prefix) that differ
+// between trees from and to: present on one side only, or with another
+// object or mode. Identical subtrees are skipped by hash; a subtree on one
+// side only is listed whole. It decodes each entry once, where go-git's
+// tree diff builds and hashes a node per entry. Callers hold m.mu.
+func (m *Mirror) diffTrees(ctx context.Context, from, to *object.Tree, prefix string, out *[]string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	old := make(map[string]*object.TreeEntry, len(from.Entries))
+	for i := range from.Entries {
+		old[from.Entries[i].Name] = &from.Entries[i]
+	}
+	for i := range to.Entries {
+		e := &to.Entries[i]
+		o := old[e.Name]
+		delete(old, e.Name)
+		if o != nil && o.Hash == e.Hash && o.Mode == e.Mode {
+			continue
+		}
+		if err := m.diffEntries(ctx, o, e, prefix+e.Name, out); err != nil {
+			return err
+		}
+	}
+	for i := range from.Entries { // in tree order, what to lacks
+		if o := &from.Entries[i]; old[o.Name] != nil {
+			if err := m.diffEntries(ctx, o, nil, prefix+o.Name, out); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// diffEntries appends the files that differ between entries a and b (nil
+// when absent) at path p; callers hold m.mu.
+func (m *Mirror) diffEntries(ctx context.Context, a, b *object.TreeEntry, p string, out *[]string) error {
+	aDir, bDir := a != nil && a.Mode == filemode.Dir, b != nil && b.Mode == filemode.Dir
+	if (a != nil && !aDir) || (b != nil && !bDir) {
+		*out = append(*out, p) // a file (or link, or submodule) changed, came or went
+	}
+	if !aDir && !bDir {
+		return nil
+	}
+	from, to := &object.Tree{}, &object.Tree{}
+	var err error
+	if aDir {
+		if from, err = m.tree(a.Hash); err != nil {
+			return err
+		}
+	}
+	if bDir {
+		if to, err = m.tree(b.Hash); err != nil {
+			return err
+		}
+	}
+	return m.diffTrees(ctx, from, to, p+"/", out)
 }
 
 // ErrHistoryIncomplete is returned by [Mirror.IsAncestor] when the walk
