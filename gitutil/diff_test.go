@@ -102,4 +102,3 @@ func TestChangedPathsAgreesWithGit(t *testing.T) {
 	}
 	assert.Greater(t, compared, 60)
 }
-
