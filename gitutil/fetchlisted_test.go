@@ -1,6 +1,8 @@
 package gitutil
 
 import (
+	"io"
+	"io/fs"
 	"strings"
 	"testing"
 
@@ -125,4 +127,14 @@ func TestChangedPathsKeepsTheLastTrees(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"b"}, paths)
 	assert.Equal(t, int64(3), m.TreesRead()-before, "two roots and the new apps tree; the old one is kept")
+
+	// The delivery's file system starts from the apps tree just decoded.
+	before = m.TreesRead()
+	fsys, err := m.FS(h(c3), at("apps"))
+	require.NoError(t, err)
+	defer fsys.(io.Closer).Close()
+	assert.Equal(t, int64(1), m.TreesRead()-before, "the root, to find apps; apps itself is shared")
+	b, err := fs.ReadFile(fsys, "b")
+	require.NoError(t, err)
+	assert.Equal(t, "3", string(b))
 }

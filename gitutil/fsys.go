@@ -60,7 +60,9 @@ func (m *Mirror) FS(commit plumbing.Hash, sel Selection) (fs.FS, error) {
 	}
 	gen := m.gen.Load()
 	var f *treeFS
+	var decoded *object.Tree
 	if err == nil && e.Mode == filemode.Dir {
+		decoded = m.keptTree(e.Hash)
 		f = &treeFS{m: m, gen: gen, modTime: when}
 		if !sel.plain() {
 			f.sel, f.rules = s, map[string]rules{}
@@ -86,7 +88,15 @@ func (m *Mirror) FS(commit plumbing.Hash, sel Selection) (fs.FS, error) {
 	// otherwise), a few at most, until Close or the garbage collector.
 	st := f.st
 	runtime.AddCleanup(f, func(st *packView) { _ = st.Close() }, st)
-	root, err := object.GetTree(st, e.Hash)
+	var root *object.Tree
+	if decoded != nil {
+		// A path diff just decoded it: the entries are the tree's (its
+		// hash names them), read-only, and the lookups of the file system
+		// go through its own store.
+		root = &object.Tree{Hash: decoded.Hash, Entries: decoded.Entries}
+	} else {
+		root, err = object.GetTree(st, e.Hash)
+	}
 	if err != nil {
 		m.release(f)
 		_ = st.Close()

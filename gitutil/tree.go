@@ -94,10 +94,8 @@ func (m *Mirror) treeOf(e *object.TreeEntry) (*object.Tree, error) {
 	if e == nil || e.Mode != filemode.Dir {
 		return nil, nil
 	}
-	for _, t := range m.trees {
-		if t != nil && t.Hash == e.Hash {
-			return t, nil
-		}
+	if t := m.keptTree(e.Hash); t != nil {
+		return t, nil
 	}
 	t, err := m.repo.TreeObject(e.Hash)
 	if err != nil {
@@ -106,6 +104,17 @@ func (m *Mirror) treeOf(e *object.TreeEntry) (*object.Tree, error) {
 	copy(m.trees[1:], m.trees[:treeSlots-1])
 	m.trees[0] = t
 	return t, nil
+}
+
+// keptTree returns tree h if it is one of the last few decoded for path
+// diffs, or nil. Callers hold m.mu, and only read its entries.
+func (m *Mirror) keptTree(h plumbing.Hash) *object.Tree {
+	for _, t := range m.trees {
+		if t != nil && t.Hash == h {
+			return t
+		}
+	}
+	return nil
 }
 
 // TreeHash returns the hash of what the selection keeps at commit: for a
