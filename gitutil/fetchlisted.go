@@ -7,7 +7,6 @@ import (
 	"sort"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
@@ -92,10 +91,10 @@ func (m *Mirror) uploadPack(ctx context.Context, topts transportOptions, wants [
 
 	req := packp.NewUploadPackRequest()
 	// What every git server has offered since 2006; a server ignores what
-	// it does not know. No multi_ack: one round, ended by "done". No
-	// thin-pack: go-git stores a pack as it comes, so a delta's base must
-	// be in it (go-git's own fetch filters thin-pack out too).
-	for _, c := range []capability.Capability{capability.OFSDelta, capability.Sideband64k} {
+	// it does not know. No multi_ack: one round, ended by "done". A thin
+	// pack (deltas against what the mirror has) is completed before it is
+	// stored (see storeThinPack); go-git's own fetch does not ask for one.
+	for _, c := range []capability.Capability{capability.OFSDelta, capability.ThinPack, capability.Sideband64k} {
 		if err := req.Capabilities.Set(c); err != nil {
 			return err
 		}
@@ -127,5 +126,9 @@ func (m *Mirror) uploadPack(ctx context.Context, topts transportOptions, wants [
 	}()
 	d := sideband.NewDemuxer(sideband.Sideband64k, resp)
 	d.Progress = progressWriter{&m.progress}
-	return packfile.UpdateObjectStorage(m.repo.Storer, d)
+	if err := m.storeThinPack(d); err != nil {
+		clearTemporary(m.dir)
+		return err
+	}
+	return nil
 }

@@ -46,6 +46,8 @@ type Counts struct {
 	// Fetches counts pack negotiations (POST git-upload-pack, but for
 	// ls-refs).
 	Fetches atomic.Int64
+	// FetchBytes counts the bytes of the fetches' answers (bodies).
+	FetchBytes atomic.Int64
 }
 
 // NewServer starts a server whose repositories live in a temporary
@@ -105,9 +107,9 @@ func newServer(t TB, start func(http.Handler) *httptest.Server) *Server {
 				return
 			}
 		}
-		listBytes, fetch := s.count(r)
-		if listBytes != nil {
-			w = countingWriter{w, listBytes}
+		answerBytes, fetch := s.count(r)
+		if answerBytes != nil {
+			w = countingWriter{w, answerBytes}
 		}
 		if after, ok := s.stallOf(r); ok && fetch {
 			w = &stallWriter{ResponseWriter: w, left: after, done: r.Context().Done(), release: s.release}
@@ -192,8 +194,8 @@ func (w *stallWriter) Write(p []byte) (int, error) {
 }
 
 // count counts the request, and returns the counter of the bytes of its
-// answer when it is a ref listing (nil otherwise), and whether it is a
-// fetch.
+// answer when it is a ref listing or a fetch (nil otherwise), and whether
+// it is a fetch.
 func (s *Server) count(r *http.Request) (*atomic.Int64, bool) {
 	p := r.URL.Path
 	v2 := strings.Contains(r.Header.Get("Git-Protocol"), "version=2")
@@ -226,7 +228,7 @@ func (s *Server) count(r *http.Request) (*atomic.Int64, bool) {
 		return nil, false
 	}
 	c.Fetches.Add(1)
-	return nil, true
+	return &c.FetchBytes, true
 }
 
 // countingWriter adds what it writes to n.
