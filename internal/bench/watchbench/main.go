@@ -453,7 +453,7 @@ func run(c config) (err error) {
 			return err
 		}
 		incOurs = append(incOurs, r)
-		big.Commit(env, "bump for the CLI", gittest.File("docs/00003", fmt.Sprint("cli ", i)))
+		cliCommit := big.Commit(env, "bump for the CLI", gittest.File("docs/00003", fmt.Sprint("cli ", i)))
 		r, err = harness.Measure(1, func() []string {
 			return []string{"git", "-C", cliMirror, "fetch", "-q", big.URL(), "+refs/heads/main:refs/heads/main"}
 		})
@@ -461,6 +461,12 @@ func run(c config) (err error) {
 			return err
 		}
 		incCLI = append(incCLI, r)
+		// The watcher takes that commit too (outside its path), so that
+		// the next run fetches one new commit, as git fetch does.
+		bw.Trigger(big.URL())
+		if err := bev.wait(1, time.Minute, func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit == cliCommit }); err != nil {
+			return err
+		}
 	}
 	rssMed := func(rs []harness.Result) int64 {
 		v := make([]int64, len(rs))
