@@ -2,15 +2,17 @@
 package quantile
 
 import (
+	"cmp"
 	"slices"
-	"time"
 )
 
-// Of returns the q-quantile (0 < q <= 1) of ds by nearest rank; ds need
-// not be sorted and is not modified. It returns 0 for no samples.
-func Of(ds []time.Duration, q float64) time.Duration {
+// Of returns the q-quantile (0 < q <= 1) of ds (latencies, sizes) by
+// nearest rank; ds need not be sorted and is not modified. It returns 0
+// for no samples.
+func Of[T cmp.Ordered](ds []T, q float64) T {
 	if len(ds) == 0 {
-		return 0
+		var zero T
+		return zero
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
