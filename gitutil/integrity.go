@@ -1,8 +1,10 @@
 package gitutil
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha1"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,8 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 )
 
 // checkPacks looks for damage in a mirror's packs without reading them:
@@ -67,14 +67,9 @@ func checkPack(base string, full bool) error {
 	var count int64
 	var packSum [20]byte
 	if full {
-		idx := idxfile.NewMemoryIndex()
-		if err := idxfile.NewDecoder(idxFile).Decode(idx); err != nil {
+		if count, packSum, err = verifyIndex(idxFile); err != nil {
 			return fmt.Errorf("index: %w", err)
 		}
-		if count, err = idx.Count(); err != nil {
-			return fmt.Errorf("index: %w", err)
-		}
-		packSum = idx.PackfileChecksum
 	} else if count, packSum, err = quickIndex(idxFile); err != nil {
 		return fmt.Errorf("index: %w", err)
 	}
@@ -109,6 +104,75 @@ func checkPack(base string, full bool) error {
 		return errors.New("pack does not end with the checksum its index names (cut short?)")
 	}
 	return nil
+}
+
+// verifyIndex reads a version 2 index through, in constant memory (not
+// decoded into go-git's index, which costs about 30 bytes per object of
+// the mirror at every open): its fanout must not decrease, its names must
+// ascend, each large offset must be in its table, and its checksum must be
+// that of its content. It returns the object count and the pack checksum.
+func verifyIndex(f *os.File) (count int64, packSum [20]byte, err error) {
+	count, packSum, err = quickIndex(f)
+	if err != nil {
+		return 0, packSum, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return 0, packSum, err
+	}
+	const header, fanout, trailer = 8, 256 * 4, 40
+	large := (st.Size() - (header + fanout + count*(20+4+4) + trailer)) / 8
+	sum := sha1.New()
+	r := bufio.NewReaderSize(io.TeeReader(io.NewSectionReader(f, 0, st.Size()-20), sum), 64<<10)
+	var buf [header + fanout]byte
+	if _, err := io.ReadFull(r, buf[:]); err != nil {
+		return 0, packSum, err
+	}
+	prev := uint32(0)
+	for k := range 256 {
+		n := binary.BigEndian.Uint32(buf[header+4*k:])
+		if n < prev {
+			return 0, packSum, fmt.Errorf("fanout decreases at %d", k)
+		}
+		prev = n
+	}
+	var name, last [20]byte
+	for i := range count {
+		if _, err := io.ReadFull(r, name[:]); err != nil {
+			return 0, packSum, err
+		}
+		if i > 0 && bytes.Compare(last[:], name[:]) >= 0 {
+			return 0, packSum, fmt.Errorf("object names out of order at %d", i)
+		}
+		if int(name[0]) > 0 && int64(binary.BigEndian.Uint32(buf[header+4*(int(name[0])-1):])) > i ||
+			int64(binary.BigEndian.Uint32(buf[header+4*int(name[0]):])) <= i {
+			return 0, packSum, fmt.Errorf("object %d is not where the fanout puts it", i)
+		}
+		last = name
+	}
+	if _, err := r.Discard(int(count) * 4); err != nil { // CRCs
+		return 0, packSum, err
+	}
+	var off [8]byte
+	for range count {
+		if _, err := io.ReadFull(r, off[:4]); err != nil {
+			return 0, packSum, err
+		}
+		if o := binary.BigEndian.Uint32(off[:4]); o&(1<<31) != 0 && int64(o&^(1<<31)) >= large {
+			return 0, packSum, fmt.Errorf("offset %d is past the large offsets (%d)", o&^(1<<31), large)
+		}
+	}
+	if _, err := io.Copy(io.Discard, r); err != nil { // large offsets, pack checksum
+		return 0, packSum, err
+	}
+	var want [20]byte
+	if _, err := f.ReadAt(want[:], st.Size()-20); err != nil {
+		return 0, packSum, err
+	}
+	if !bytes.Equal(sum.Sum(nil), want[:]) {
+		return 0, packSum, errors.New("checksum mismatch")
+	}
+	return count, packSum, nil
 }
 
 // quickIndex reads the object count and the pack checksum of a version 2
