@@ -123,7 +123,7 @@ func verifyIndex(f *os.File) (count int64, packSum [20]byte, err error) {
 	const header, fanout, trailer = 8, 256 * 4, 40
 	large := (st.Size() - (header + fanout + count*(20+4+4) + trailer)) / 8
 	sum := sha1.New()
-	r := bufio.NewReaderSize(io.TeeReader(io.NewSectionReader(f, 0, st.Size()-20), sum), 64<<10)
+	r := bufio.NewReaderSize(io.TeeReader(io.NewSectionReader(f, 0, st.Size()-20), sum), 16<<10)
 	var buf [header + fanout]byte
 	if _, err := io.ReadFull(r, buf[:]); err != nil {
 		return 0, packSum, err

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -163,4 +164,25 @@ func Publish(table, out string) error {
 		return err
 	}
 	return os.WriteFile(out, []byte(table), 0o644)
+}
+
+// Profile writes a CPU profile to prefix.cpu until stop, and a heap
+// profile (in-use and allocations) to prefix.heap at stop.
+func Profile(prefix string) (stop func(), err error) {
+	cpu, err := os.Create(prefix + ".cpu")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		cpu.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		cpu.Close()
+		if heap, err := os.Create(prefix + ".heap"); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(heap, 0)
+			heap.Close()
+		}
+	}, nil
 }

@@ -25,7 +25,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -40,26 +39,6 @@ import (
 	"github.com/modwatch/modwatch/watcher"
 )
 
-// profile writes a CPU profile to prefix.cpu until stop, and a heap
-// profile (in-use and allocations) to prefix.heap at stop.
-func profile(prefix string) (stop func(), err error) {
-	cpu, err := os.Create(prefix + ".cpu")
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(cpu); err != nil {
-		return nil, err
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		cpu.Close()
-		if heap, err := os.Create(prefix + ".heap"); err == nil {
-			_ = pprof.Lookup("allocs").WriteTo(heap, 0)
-			heap.Close()
-		}
-	}, nil
-}
-
 type config struct {
 	repos, perRepo, commits, files, runs, pushes, polled int
 	out, p3Profile                                       string
@@ -67,9 +46,6 @@ type config struct {
 
 func main() {
 	var c config
-	child := flag.String("child", "", "internal: sync|fetch, run in its own process for -url into -dir")
-	url := flag.String("url", "", "internal: repository for -child")
-	dir := flag.String("dir", "", "internal: directory for -child")
 	flag.IntVar(&c.repos, "repos", 100, "P1/P2: repositories")
 	flag.IntVar(&c.perRepo, "per-repo", 10, "P1/P2: targets per repository")
 	flag.IntVar(&c.commits, "commits", 10000, "P3/P4/P6/P7: commits in the large repository")
@@ -80,60 +56,10 @@ func main() {
 	flag.StringVar(&c.out, "out", "", "also write the table to this file")
 	flag.StringVar(&c.p3Profile, "p3-profile", "", "write CPU and allocation profiles of the P3 runs (this process) to this prefix + .cpu/.heap")
 	flag.Parse()
-	var err error
-	if *child != "" {
-		err = runChild(*child, *url, *dir)
-	} else {
-		err = run(c)
-	}
-	if err != nil {
+	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "watchbench:", err)
 		os.Exit(1)
 	}
-}
-
-// runChild is one measured process: "sync" runs a watcher until its first
-// delivery of url (a cold first sync into dir); "fetch" brings an existing
-// mirror in dir up to date.
-func runChild(mode, url, dir string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	switch mode {
-	case "fetch":
-		m, err := gitutil.OpenMirror(dir, url, gitutil.MirrorOptions{})
-		if err != nil {
-			return err
-		}
-		if p := os.Getenv("WATCHBENCH_PROFILE"); p != "" {
-			stop, err := profile(p)
-			if err != nil {
-				return err
-			}
-			defer stop()
-		}
-		_, err = m.Fetch(ctx, nil, []string{"refs/heads/main"})
-		return err
-	case "sync":
-		done := make(chan struct{})
-		w := watcher.New(watcher.WithCacheDir(dir))
-		var once sync.Once
-		sink := watcher.Named("done", watcher.SinkFunc(func(context.Context, watcher.Change) error { once.Do(func() { close(done) }); return nil }))
-		if err := w.Route(static.New(watcher.Target{ID: "t", URL: url, Path: "app"}), sink); err != nil {
-			return err
-		}
-		ctx, stop := context.WithCancel(ctx)
-		errc := make(chan error, 1)
-		go func() { errc <- w.Run(ctx) }()
-		select {
-		case <-done:
-		case err := <-errc:
-			stop()
-			return fmt.Errorf("watcher stopped: %v", err)
-		}
-		stop()
-		return <-errc
-	}
-	return fmt.Errorf("unknown child %q", mode)
 }
 
 // events collects a watcher's events for the waits below.
@@ -382,16 +308,18 @@ func run(c config) (err error) {
 	}
 	big.Git(env, "pull", "-q", "origin", "main")
 	logf("large repository generated")
-	self, err := os.Executable()
-	if err != nil {
-		return err
+	// The measured processes are a program that links the watcher and
+	// nothing else (see internal/bench/child), built outside the tree.
+	self := filepath.Join(env.TempDir(), "child")
+	if out, err := exec.Command("go", "build", "-o", self, "github.com/modwatch/modwatch/internal/bench/child").CombinedOutput(); err != nil {
+		return fmt.Errorf("build the child: %v\n%s", err, out)
 	}
 	scratch := env.TempDir()
 	n := 0
 	fresh := func() string { n++; return filepath.Join(scratch, fmt.Sprint(n)) }
 
 	// P6 cold: a whole first sync in its own process vs git clone --bare.
-	coldOurs, err := harness.Measure(c.runs, func() []string { return []string{self, "-child", "sync", "-url", big.URL(), "-dir", fresh()} })
+	coldOurs, err := harness.Measure(c.runs, func() []string { return []string{self, "sync", "-url", big.URL(), "-dir", fresh()} })
 	if err != nil {
 		return err
 	}
@@ -415,7 +343,7 @@ func run(c config) (err error) {
 	if _, err := timeCmd("git", "clone", "-q", "--bare", big.URL(), cliMirror); err != nil {
 		return err
 	}
-	if _, err := timeCmd(self, "-child", "fetch", "-url", big.URL(), "-dir", goMirror); err != nil {
+	if _, err := timeCmd(self, "fetch", "-url", big.URL(), "-dir", goMirror); err != nil {
 		return err
 	}
 	var ours, cliFetch, clone []time.Duration
@@ -426,7 +354,7 @@ func run(c config) (err error) {
 	received := func() int64 { return big.Counts().ListBytes.Load() + big.Counts().FetchBytes.Load() }
 	var incOurs, incCLI []harness.Result
 	if c.p3Profile != "" {
-		stop, err := profile(c.p3Profile)
+		stop, err := harness.Profile(c.p3Profile)
 		if err != nil {
 			return err
 		}
@@ -457,7 +385,7 @@ func run(c config) (err error) {
 		clone = append(clone, d)
 		_ = os.RemoveAll(dir)
 		// P6 incremental, each in its own process, on the same new commit.
-		r, err := harness.Measure(1, func() []string { return []string{self, "-child", "fetch", "-url", big.URL(), "-dir", goMirror} })
+		r, err := harness.Measure(1, func() []string { return []string{self, "fetch", "-url", big.URL(), "-dir", goMirror} })
 		if err != nil {
 			return err
 		}
