@@ -15,6 +15,7 @@ import (
 	"weak"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 )
@@ -70,7 +71,7 @@ func (m *Mirror) FS(commit plumbing.Hash, sel Selection) (fs.FS, error) {
 		// The packs of now, with their indexes shared with the views
 		// before: a fetch or repack later does not change what it reads.
 		var st *packView
-		if st, err = newPackView(m.dir, &m.indexes, m.replaced, &m.treesRead); err != nil {
+		if st, err = newPackView(m.dir, &m.indexes, m.replaced, &m.treesRead, cache.NewObjectLRU(8*cache.MiByte), false); err != nil {
 			err = m.readFailed(gen, err)
 		} else {
 			f.st = st

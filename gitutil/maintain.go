@@ -177,6 +177,7 @@ func (m *Mirror) dropReplaced() {
 		for _, ext := range []string{".idx", ".rev", ".pack"} {
 			_ = os.Remove(filepath.Join(packDir, p+ext))
 		}
+		m.indexes.forget(p)
 		delete(m.replaced, p)
 	}
 	_ = m.reopen()

@@ -16,12 +16,10 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
-	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
 // defaultFetchTimeout bounds a fetch whose ctx carries no deadline.
@@ -114,9 +112,13 @@ type Mirror struct {
 // opened, by its own queries and by the file systems it handed out.
 func (m *Mirror) TreesRead() int64 { return m.treesRead.Load() }
 
-// openRepo opens the bare repository in m.dir on a counting store.
+// openRepo opens the bare repository in m.dir on the mirror's store.
 func (m *Mirror) openRepo() (*git.Repository, error) {
-	return git.Open(newCountingStorage(m.dir, cache.NewObjectLRUDefault(), &m.treesRead, filesystem.Options{}), nil)
+	st, err := m.newMirrorStore()
+	if err != nil {
+		return nil, err
+	}
+	return git.Open(st, nil)
 }
 
 // FetchResult says what a fetch did.
@@ -152,13 +154,16 @@ func OpenMirror(dir, repoURL string, opts MirrorOptions) (*Mirror, error) {
 	}
 	if rebuilt == nil {
 		clearTemporary(dir)
+		if perr := checkPacks(dir, true); perr != nil {
+			rebuilt = fmt.Errorf("damaged object store: %w", perr)
+		}
+	}
+	if rebuilt == nil {
 		repo, err := m.openRepo()
 		switch {
 		case err == nil:
 			if cfg, cerr := repo.Config(); cerr != nil || !cfg.Core.IsBare {
 				rebuilt = fmt.Errorf("not a bare repository")
-			} else if perr := checkPacks(dir, true); perr != nil {
-				rebuilt = fmt.Errorf("damaged object store: %w", perr)
 			} else {
 				m.repo = repo
 			}
@@ -212,7 +217,12 @@ func (m *Mirror) reinit() error {
 	if err := os.MkdirAll(m.dir, 0o755); err != nil {
 		return fmt.Errorf("gitutil: create mirror %s: %w", m.dir, err)
 	}
-	repo, err := git.Init(newCountingStorage(m.dir, cache.NewObjectLRUDefault(), &m.treesRead, filesystem.Options{}), nil)
+	m.indexes.forget("")
+	st, err := m.newMirrorStore()
+	if err != nil {
+		return fmt.Errorf("gitutil: init mirror %s: %w", m.dir, err)
+	}
+	repo, err := git.Init(st, nil)
 	if err != nil {
 		return fmt.Errorf("gitutil: init mirror %s: %w", m.dir, err)
 	}

@@ -1,12 +1,13 @@
 package gitutil
 
 import (
-	"bytes"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -14,115 +15,144 @@ import (
 	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
-	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/go-git/go-git/v5/plumbing/format/objfile"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 )
 
-// indexCache holds the decoded indexes of a mirror's packs for the views
-// of [Mirror.FS]. A pack never changes (its name is its checksum), so its
-// index decoded once serves every view: opening a file system of a large
-// repository costs a directory listing, not the decoding of an index of
-// every object it holds (go-git's store decodes them all at its first
-// lookup, and it cannot be handed indexes decoded elsewhere).
+// indexCache holds the indexes of a mirror's packs (see [packIndex]) for
+// the mirror's store and the views of [Mirror.FS]. A pack never changes
+// (its name is its checksum), so its index opened once serves every
+// reader: opening a file system of a large repository costs a directory
+// listing. Packs leave it when they are deleted (see forget).
 type indexCache struct {
 	mu    sync.Mutex
-	packs map[plumbing.Hash]*idxfile.MemoryIndex
+	packs map[plumbing.Hash]*packIndex
 }
 
-// indexes returns the decoded indexes of packs, decoding those not cached,
-// and forgets the packs not named (gone, or replaced by a repack).
-func (c *indexCache) indexes(d *dotgit.DotGit, packs []plumbing.Hash) ([]*idxfile.MemoryIndex, error) {
+// indexes returns the indexes of the packs of the mirror in dir, opening
+// those not cached.
+func (c *indexCache) indexes(dir string, packs []plumbing.Hash) ([]*packIndex, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	live := make(map[plumbing.Hash]*idxfile.MemoryIndex, len(packs))
-	out := make([]*idxfile.MemoryIndex, len(packs))
+	out := make([]*packIndex, len(packs))
 	for i, h := range packs {
 		idx := c.packs[h]
 		if idx == nil {
 			var err error
-			if idx, err = decodeIndex(d, h); err != nil {
+			if idx, err = openPackIndex(filepath.Join(dir, "objects", "pack", "pack-"+h.String()+".idx"), h); err != nil {
 				return nil, err
 			}
+			if c.packs == nil {
+				c.packs = map[plumbing.Hash]*packIndex{}
+			}
+			c.packs[h] = idx
 		}
-		live[h], out[i] = idx, idx
+		out[i] = idx
 	}
-	c.packs = live
 	return out, nil
 }
 
-// decodeIndex reads the index of pack h and checks that it is that pack's.
-func decodeIndex(d *dotgit.DotGit, h plumbing.Hash) (idx *idxfile.MemoryIndex, err error) {
-	f, err := d.ObjectPackIdx(h)
-	if err != nil {
-		return nil, err
+// forget drops the pack named name ("pack-<checksum>"), or every pack when
+// name is "". Readers that hold its index keep it.
+func (c *indexCache) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if name == "" {
+		c.packs = nil
+		return
 	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	idx = idxfile.NewMemoryIndex()
-	if err := idxfile.NewDecoder(f).Decode(idx); err != nil {
-		return nil, err
-	}
-	if !bytes.Equal(idx.PackfileChecksum[:], h[:]) {
-		return nil, fmt.Errorf("%w: index of pack %s is for pack %s", idxfile.ErrMalformedIdxFile, h, hex.EncodeToString(idx.PackfileChecksum[:]))
-	}
-	return idx, nil
+	delete(c.packs, plumbing.NewHash(strings.TrimPrefix(name, "pack-")))
 }
 
 // maxOpenPacks bounds the pack files a view keeps open.
 const maxOpenPacks = 4
 
-// packView is a read-only object store over a fixed set of a mirror's
-// packs (and its loose objects), with indexes from the mirror's
-// [indexCache]. It is not safe for concurrent use.
+// packView is a read-only object store over a mirror's packs (and its
+// loose objects), with indexes from the mirror's [indexCache]. A fixed
+// view (a file system's) reads the packs there were when it was made; a
+// live one (the mirror's own) looks for new packs when an object is not
+// found. It is not safe for concurrent use.
 type packView struct {
-	dir   *dotgit.DotGit
-	fs    billy.Filesystem
-	cache cache.Object
-	trees *atomic.Int64
-	packs []viewPack
-	open  []int // indexes into packs of the open ones, oldest first
+	root    string
+	dir     *dotgit.DotGit
+	fs      billy.Filesystem
+	ic      *indexCache
+	cache   cache.Object
+	trees   *atomic.Int64
+	live    bool
+	leftOut map[string]bool
+	packs   []viewPack
+	open    []int // indexes into packs of the open ones, oldest first
 }
 
 type viewPack struct {
 	hash plumbing.Hash
-	idx  *idxfile.MemoryIndex
+	idx  *packIndex
 	pf   *packfile.Packfile // nil until read
 }
 
 // newPackView opens a view of the packs in dir as they are now, but for
 // those left out; the caller holds the mirror's lock, so that no fetch or
 // repack changes them meanwhile.
-func newPackView(dir string, ic *indexCache, leftOut map[string]bool, trees *atomic.Int64) (*packView, error) {
+func newPackView(dir string, ic *indexCache, leftOut map[string]bool, trees *atomic.Int64, objects cache.Object, live bool) (*packView, error) {
 	fs := osfs.New(dir)
-	d := dotgit.New(fs)
-	all, err := d.ObjectPacks()
-	if err != nil {
+	v := &packView{root: dir, dir: dotgit.New(fs), fs: fs, ic: ic, cache: objects, trees: trees, live: live, leftOut: leftOut}
+	if _, err := v.refresh(); err != nil {
 		return nil, err
 	}
-	packs := all[:0]
-	for _, h := range all {
-		if !leftOut["pack-"+h.String()] {
-			packs = append(packs, h)
-		}
-	}
-	idxs, err := ic.indexes(d, packs)
-	if err != nil {
-		return nil, err
-	}
-	v := &packView{dir: d, fs: fs, cache: cache.NewObjectLRU(8 * cache.MiByte), trees: trees}
-	for i, h := range packs {
-		v.packs = append(v.packs, viewPack{hash: h, idx: idxs[i]})
+	if !live {
+		v.leftOut = nil // read at the start only
 	}
 	return v, nil
 }
 
+// refresh adds the packs on disk the view does not have yet, and reports
+// whether there were any.
+func (v *packView) refresh() (bool, error) {
+	all, err := v.dir.ObjectPacks()
+	if err != nil {
+		return false, err
+	}
+	var added []plumbing.Hash
+	for _, h := range all {
+		if !v.leftOut["pack-"+h.String()] && !slices.ContainsFunc(v.packs, func(p viewPack) bool { return p.hash == h }) {
+			added = append(added, h)
+		}
+	}
+	if len(added) == 0 {
+		return false, nil
+	}
+	idxs, err := v.ic.indexes(v.root, added)
+	if err != nil {
+		return false, err
+	}
+	for i, h := range added {
+		v.packs = append(v.packs, viewPack{hash: h, idx: idxs[i]})
+	}
+	return true, nil
+}
+
 var errReadOnly = errors.New("gitutil: the view of a mirror is read-only")
+
+// locate finds the pack that holds h and its offset there; -1 when no
+// pack does (it may be loose), after a live view looked for new packs.
+func (v *packView) locate(h plumbing.Hash) (int, int64, error) {
+	if i, off := v.find(h); i >= 0 || !v.live {
+		return i, off, nil
+	}
+	if f, err := v.dir.Object(h); err == nil {
+		_ = f.Close()
+		return -1, 0, nil // loose
+	}
+	added, err := v.refresh()
+	if err != nil || !added {
+		return -1, 0, err
+	}
+	i, off := v.find(h)
+	return i, off, nil
+}
 
 // find returns the pack that holds h and its offset there, or -1.
 func (v *packView) find(h plumbing.Hash) (int, int64) {
@@ -172,7 +202,11 @@ func (v *packView) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbi
 }
 
 func (v *packView) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
-	if i, off := v.find(h); i >= 0 {
+	i, off, err := v.locate(h)
+	if err != nil {
+		return nil, err
+	}
+	if i >= 0 {
 		pf, err := v.pack(i)
 		if err != nil {
 			return nil, err
@@ -226,7 +260,11 @@ func (v *packView) loose(h plumbing.Hash) (o plumbing.EncodedObject, err error) 
 
 // EncodedObjectSize returns the size of object h without reading it whole.
 func (v *packView) EncodedObjectSize(h plumbing.Hash) (int64, error) {
-	if i, off := v.find(h); i >= 0 {
+	i, off, err := v.locate(h)
+	if err != nil {
+		return 0, err
+	}
+	if i >= 0 {
 		pf, err := v.pack(i)
 		if err != nil {
 			return 0, err
@@ -252,8 +290,8 @@ func (v *packView) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 
 // HasEncodedObject reports whether the view holds h.
 func (v *packView) HasEncodedObject(h plumbing.Hash) error {
-	if i, _ := v.find(h); i >= 0 {
-		return nil
+	if i, _, err := v.locate(h); err != nil || i >= 0 {
+		return err
 	}
 	f, err := v.dir.Object(h)
 	if os.IsNotExist(err) {

@@ -1,0 +1,249 @@
+package gitutil
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
+)
+
+// packIndex is a version 2 pack index read in place: the file is mapped
+// into memory where the system can (read whole elsewhere), and a lookup
+// reads the few pages it needs. go-git decodes an index into slices and,
+// at the first lookup by offset, a map, about 60 bytes per object of the
+// mirror held for as long as the store is open; this holds nothing per
+// object but, once something asks for a hash by offset (a delta's base),
+// 4 bytes for the objects in offset order. It implements idxfile.Index and
+// is safe for concurrent use.
+type packIndex struct {
+	data  []byte
+	count int
+	large int // 8-byte offsets, for packs over 2 GiB
+	// sections of data
+	names, crcs, offsets, offsets64 int
+
+	revOnce sync.Once
+	rev     []uint32 // positions in offset order
+	revErr  error
+}
+
+const (
+	idxHeader  = 8
+	idxFanout  = 256 * 4
+	idxTrailer = 40
+)
+
+// openPackIndex maps the index at path and checks that its structure fits
+// its size (so that no lookup reads past it), that its fanout ascends and
+// that it is the index of pack.
+func openPackIndex(path string, pack plumbing.Hash) (*packIndex, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() < idxHeader+idxFanout+idxTrailer || st.Size() > 1<<40 {
+		return nil, fmt.Errorf("%w: %s is %d bytes", idxfile.ErrMalformedIdxFile, path, st.Size())
+	}
+	data, unmap, err := mapFile(f, int(st.Size()))
+	if err != nil {
+		return nil, err
+	}
+	idx, err := newPackIndex(data)
+	if err == nil && !bytes.Equal(data[len(data)-idxTrailer:len(data)-20], pack[:]) {
+		err = fmt.Errorf("%w: index of pack %s is for another pack", idxfile.ErrMalformedIdxFile, pack)
+	}
+	if err != nil {
+		_ = unmap()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	runtime.AddCleanup(idx, func(unmap func() error) { _ = unmap() }, unmap)
+	return idx, nil
+}
+
+// newPackIndex reads the index in data.
+func newPackIndex(data []byte) (*packIndex, error) {
+	if !bytes.Equal(data[:idxHeader], []byte{0xff, 't', 'O', 'c', 0, 0, 0, 2}) {
+		return nil, fmt.Errorf("%w: not a version 2 index", idxfile.ErrMalformedIdxFile)
+	}
+	prev := uint32(0)
+	for k := range 256 {
+		n := binary.BigEndian.Uint32(data[idxHeader+4*k:])
+		if n < prev {
+			return nil, fmt.Errorf("%w: fanout decreases at %d", idxfile.ErrMalformedIdxFile, k)
+		}
+		prev = n
+	}
+	count := int64(prev)
+	least := idxHeader + idxFanout + count*(20+4+4) + idxTrailer
+	size := int64(len(data))
+	if size < least || (size-least)%8 != 0 {
+		return nil, fmt.Errorf("%w: %d bytes for %d objects", idxfile.ErrMalformedIdxFile, size, count)
+	}
+	idx := &packIndex{data: data, count: int(count), large: int((size - least) / 8)}
+	idx.names = idxHeader + idxFanout
+	idx.crcs = idx.names + 20*idx.count
+	idx.offsets = idx.crcs + 4*idx.count
+	idx.offsets64 = idx.offsets + 4*idx.count
+	return idx, nil
+}
+
+func (x *packIndex) fanout(b int) int {
+	if b < 0 {
+		return 0
+	}
+	return int(binary.BigEndian.Uint32(x.data[idxHeader+4*b:]))
+}
+
+func (x *packIndex) name(pos int) []byte { return x.data[x.names+20*pos : x.names+20*pos+20] }
+
+// find returns the position of h, or -1.
+func (x *packIndex) find(h plumbing.Hash) int {
+	lo, hi := x.fanout(int(h[0])-1), x.fanout(int(h[0]))
+	i := lo + sort.Search(hi-lo, func(i int) bool { return bytes.Compare(x.name(lo+i), h[:]) >= 0 })
+	if i < hi && bytes.Equal(x.name(i), h[:]) {
+		return i
+	}
+	return -1
+}
+
+func (x *packIndex) offset(pos int) (int64, error) {
+	o := binary.BigEndian.Uint32(x.data[x.offsets+4*pos:])
+	if o&(1<<31) == 0 {
+		return int64(o), nil
+	}
+	k := int(o &^ (1 << 31))
+	if k >= x.large {
+		return 0, fmt.Errorf("%w: offset %d past the large offsets", idxfile.ErrMalformedIdxFile, k)
+	}
+	v := binary.BigEndian.Uint64(x.data[x.offsets64+8*k:])
+	if v > 1<<62 {
+		return 0, fmt.Errorf("%w: offset %d", idxfile.ErrMalformedIdxFile, v)
+	}
+	return int64(v), nil
+}
+
+// Contains reports whether the pack holds h.
+func (x *packIndex) Contains(h plumbing.Hash) (bool, error) { return x.find(h) >= 0, nil }
+
+// FindOffset returns the offset of h in the pack.
+func (x *packIndex) FindOffset(h plumbing.Hash) (int64, error) {
+	pos := x.find(h)
+	if pos < 0 {
+		return 0, plumbing.ErrObjectNotFound
+	}
+	return x.offset(pos)
+}
+
+// FindCRC32 returns the CRC32 of h's entry in the pack.
+func (x *packIndex) FindCRC32(h plumbing.Hash) (uint32, error) {
+	pos := x.find(h)
+	if pos < 0 {
+		return 0, plumbing.ErrObjectNotFound
+	}
+	return binary.BigEndian.Uint32(x.data[x.crcs+4*pos:]), nil
+}
+
+// byOffset returns the positions in offset order, made at the first call.
+func (x *packIndex) byOffset() ([]uint32, error) {
+	x.revOnce.Do(func() {
+		offs := make([]int64, x.count)
+		for pos := range offs {
+			if offs[pos], x.revErr = x.offset(pos); x.revErr != nil {
+				return
+			}
+		}
+		rev := make([]uint32, x.count)
+		for i := range rev {
+			rev[i] = uint32(i)
+		}
+		slices.SortFunc(rev, func(a, b uint32) int { return cmp.Compare(offs[a], offs[b]) })
+		x.rev = rev
+	})
+	return x.rev, x.revErr
+}
+
+// FindHash returns the object at offset o of the pack.
+func (x *packIndex) FindHash(o int64) (plumbing.Hash, error) {
+	rev, err := x.byOffset()
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	var found error
+	i := sort.Search(len(rev), func(i int) bool {
+		off, err := x.offset(int(rev[i]))
+		if err != nil {
+			found = err
+		}
+		return off >= o
+	})
+	if found != nil {
+		return plumbing.ZeroHash, found
+	}
+	if i < len(rev) {
+		if off, _ := x.offset(int(rev[i])); off == o {
+			var h plumbing.Hash
+			copy(h[:], x.name(int(rev[i])))
+			return h, nil
+		}
+	}
+	return plumbing.ZeroHash, plumbing.ErrObjectNotFound
+}
+
+// Count returns the number of objects in the pack.
+func (x *packIndex) Count() (int64, error) { return int64(x.count), nil }
+
+// Entries iterates over the objects in name order.
+func (x *packIndex) Entries() (idxfile.EntryIter, error) {
+	return &packIndexIter{x: x}, nil
+}
+
+// EntriesByOffset iterates over the objects in offset order.
+func (x *packIndex) EntriesByOffset() (idxfile.EntryIter, error) {
+	rev, err := x.byOffset()
+	if err != nil {
+		return nil, err
+	}
+	return &packIndexIter{x: x, order: rev}, nil
+}
+
+type packIndexIter struct {
+	x     *packIndex
+	order []uint32 // nil: name order
+	i     int
+}
+
+func (it *packIndexIter) Next() (*idxfile.Entry, error) {
+	if it.i >= it.x.count {
+		return nil, io.EOF
+	}
+	pos := it.i
+	if it.order != nil {
+		pos = int(it.order[it.i])
+	}
+	it.i++
+	off, err := it.x.offset(pos)
+	if err != nil {
+		return nil, err
+	}
+	e := &idxfile.Entry{CRC32: binary.BigEndian.Uint32(it.x.data[it.x.crcs+4*pos:]), Offset: uint64(off)}
+	copy(e.Hash[:], it.x.name(pos))
+	return e, nil
+}
+
+func (it *packIndexIter) Close() error { it.i = it.x.count; return nil }
+
+var _ idxfile.Index = (*packIndex)(nil)

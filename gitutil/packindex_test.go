@@ -1,0 +1,212 @@
+package gitutil
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+)
+
+// entries reads every entry of an index through it.
+func entries(t *testing.T, iter func() (idxfile.EntryIter, error)) []idxfile.Entry {
+	t.Helper()
+	it, err := iter()
+	require.NoError(t, err)
+	var out []idxfile.Entry
+	for {
+		e, err := it.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		require.NoError(t, err)
+		out = append(out, *e)
+	}
+}
+
+// sameIndex checks that the index read in place answers as go-git's
+// decoded one does, for every object and for objects it does not hold.
+func sameIndex(t *testing.T, data []byte) {
+	t.Helper()
+	mem := idxfile.NewMemoryIndex()
+	require.NoError(t, idxfile.NewDecoder(bytes.NewReader(data)).Decode(mem))
+	idx, err := newPackIndex(data)
+	require.NoError(t, err)
+	n, _ := mem.Count()
+	got, _ := idx.Count()
+	require.Equal(t, n, got)
+	all := entries(t, mem.Entries)
+	assert.Equal(t, all, entries(t, idx.Entries))
+	assert.Equal(t, entries(t, mem.EntriesByOffset), entries(t, idx.EntriesByOffset))
+	for _, e := range all {
+		off, err := idx.FindOffset(e.Hash)
+		require.NoError(t, err)
+		assert.Equal(t, int64(e.Offset), off)
+		crc, err := idx.FindCRC32(e.Hash)
+		require.NoError(t, err)
+		assert.Equal(t, e.CRC32, crc)
+		h, err := idx.FindHash(off)
+		require.NoError(t, err)
+		assert.Equal(t, e.Hash, h)
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	for range 200 {
+		var h plumbing.Hash
+		for i := range h {
+			h[i] = byte(rng.IntN(256))
+		}
+		want, _ := mem.Contains(h)
+		has, err := idx.Contains(h)
+		require.NoError(t, err)
+		assert.Equal(t, want, has)
+		_, err = idx.FindOffset(h)
+		assert.Equal(t, want, err == nil)
+	}
+	_, err = idx.FindHash(1 << 40)
+	assert.ErrorIs(t, err, plumbing.ErrObjectNotFound)
+}
+
+// An index read in place answers as go-git's decoded index does: on a
+// real pack's, and on one with offsets past 2 GiB (a table of 8-byte
+// offsets).
+func TestPackIndexAnswersAsGoGits(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	var files []gittest.Change
+	for i := range 300 {
+		files = append(files, gittest.File(filepath.Join("d", string(rune('a'+i%26)), string(rune('a'+i/26))), string(rune(i))))
+	}
+	repo.Commit(t, "one", files...)
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	idxs, err := filepath.Glob(filepath.Join(m.dir, "objects", "pack", "*.idx"))
+	require.NoError(t, err)
+	require.Len(t, idxs, 1)
+	data, err := os.ReadFile(idxs[0])
+	require.NoError(t, err)
+	t.Run("a pack's", func(t *testing.T) { sameIndex(t, data) })
+	t.Run("another pack's", func(t *testing.T) {
+		_, err := openPackIndex(idxs[0], plumbing.NewHash(strings.Repeat("12", 20)))
+		assert.ErrorIs(t, err, idxfile.ErrMalformedIdxFile)
+	})
+
+	t.Run("large offsets", func(t *testing.T) {
+		w := new(idxfile.Writer)
+		rng := rand.New(rand.NewPCG(2, 2))
+		w.OnHeader(500)
+		for i := range 500 {
+			var h plumbing.Hash
+			for k := range h {
+				h[k] = byte(rng.IntN(256))
+			}
+			off := int64(12 + i*100)
+			if i%3 == 0 {
+				off += 3 << 30 // past 2 GiB
+			}
+			require.NoError(t, w.OnInflatedObjectHeader(plumbing.BlobObject, 10, off))
+			require.NoError(t, w.OnInflatedObjectContent(h, off, rng.Uint32(), nil))
+		}
+		require.NoError(t, w.OnFooter(plumbing.NewHash("0123456789012345678901234567890123456789")))
+		mem, err := w.Index()
+		require.NoError(t, err)
+		var buf bytes.Buffer
+		_, err = idxfile.NewEncoder(&buf).Encode(mem)
+		require.NoError(t, err)
+		require.Greater(t, len(mem.Offset64), 0)
+		sameIndex(t, buf.Bytes())
+	})
+}
+
+// Hostile or damaged indexes are refused with an error, never read past
+// their end, and whatever is accepted answers lookups without a panic:
+// random indexes of the right shape, and a real one mutated.
+func TestPackIndexTakesHostileInput(t *testing.T) {
+	w := new(idxfile.Writer)
+	w.OnHeader(40)
+	rng := rand.New(rand.NewPCG(4, 4))
+	for i := range 40 {
+		var h plumbing.Hash
+		for k := range h {
+			h[k] = byte(rng.IntN(256))
+		}
+		off := int64(12 + i*10)
+		if i%4 == 0 {
+			off += 3 << 30
+		}
+		require.NoError(t, w.OnInflatedObjectHeader(plumbing.BlobObject, 1, off))
+		require.NoError(t, w.OnInflatedObjectContent(h, off, 0, nil))
+	}
+	require.NoError(t, w.OnFooter(plumbing.ZeroHash))
+	mem, err := w.Index()
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = idxfile.NewEncoder(&buf).Encode(mem)
+	require.NoError(t, err)
+	whole := buf.Bytes()
+
+	use := func(data []byte) {
+		idx, err := newPackIndex(data)
+		if err != nil {
+			return
+		}
+		for i := range min(idx.count, 50) {
+			var h plumbing.Hash
+			copy(h[:], idx.name(i))
+			if off, err := idx.FindOffset(h); err == nil {
+				_, _ = idx.FindHash(off)
+			}
+			_, _ = idx.FindCRC32(h)
+		}
+		_, _ = idx.FindOffset(plumbing.NewHash("ffffffffffffffffffffffffffffffffffffffff"))
+		for _, iter := range []func() (idxfile.EntryIter, error){idx.Entries, idx.EntriesByOffset} {
+			if it, err := iter(); err == nil {
+				for range 50 {
+					if _, err := it.Next(); err != nil {
+						break
+					}
+				}
+			}
+		}
+	}
+	accepted := 0
+	for range 20000 {
+		data := bytes.Clone(whole)
+		switch rng.IntN(3) {
+		case 0: // bytes changed anywhere
+			for range 1 + rng.IntN(8) {
+				data[rng.IntN(len(data))] = byte(rng.IntN(256))
+			}
+		case 1: // cut or grown
+			if n := rng.IntN(len(data)); rng.IntN(2) == 0 {
+				data = data[:n]
+			} else {
+				data = append(data, make([]byte, n)...)
+			}
+		default: // a fanout claiming more or fewer objects
+			binary.BigEndian.PutUint32(data[idxHeader+4*(128+rng.IntN(128)):], uint32(rng.IntN(1<<20)))
+		}
+		if len(data) < idxHeader+idxFanout+idxTrailer {
+			continue // openPackIndex refuses these before reading
+		}
+		if _, err := newPackIndex(data); err == nil {
+			accepted++
+		}
+		use(data)
+	}
+	assert.Positive(t, accepted, "some damage leaves a readable index")
+	_, err = newPackIndex(append(bytes.Clone(whole), 1, 2, 3))
+	assert.ErrorIs(t, err, idxfile.ErrMalformedIdxFile)
+}

@@ -1,0 +1,52 @@
+package gitutil
+
+import (
+	"io"
+
+	"github.com/go-git/go-billy/v5/osfs"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
+)
+
+// mirrorStore is a mirror's store: go-git's for refs, configuration and
+// what go-git's own repack iterates over, but its objects are read
+// through the pack indexes the mirror shares with its file systems (see
+// [packIndex]; go-git would decode every index again, and hold it), and a
+// new pack is written without first decoding every index of the mirror,
+// as go-git's PackfileWriter does. It counts the tree objects read (see
+// [Mirror.TreesRead]).
+type mirrorStore struct {
+	*filesystem.Storage
+	objects *packView
+	dot     *dotgit.DotGit
+}
+
+// newMirrorStore opens the store of the mirror in m.dir.
+func (m *Mirror) newMirrorStore() (*mirrorStore, error) {
+	objects := cache.NewObjectLRUDefault()
+	fs := osfs.New(m.dir)
+	v, err := newPackView(m.dir, &m.indexes, nil, &m.treesRead, objects, true)
+	if err != nil {
+		return nil, err
+	}
+	return &mirrorStore{Storage: filesystem.NewStorageWithOptions(fs, objects, filesystem.Options{}), objects: v, dot: dotgit.New(fs)}, nil
+}
+
+// EncodedObject reads an object, counting trees.
+func (s *mirrorStore) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	return s.objects.EncodedObject(t, h)
+}
+
+// HasEncodedObject reports whether the mirror holds h.
+func (s *mirrorStore) HasEncodedObject(h plumbing.Hash) error { return s.objects.HasEncodedObject(h) }
+
+// EncodedObjectSize returns the size of object h.
+func (s *mirrorStore) EncodedObjectSize(h plumbing.Hash) (int64, error) {
+	return s.objects.EncodedObjectSize(h)
+}
+
+// PackfileWriter writes a pack and its index into the mirror; the next
+// lookup of an object it holds finds it.
+func (s *mirrorStore) PackfileWriter() (io.WriteCloser, error) { return s.dot.NewObjectPack() }
