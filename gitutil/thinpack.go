@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
-	"github.com/go-git/go-git/v5/plumbing/storer"
 )
 
 // maxThinBases bounds the objects a thin pack may name as delta bases
@@ -28,7 +27,7 @@ const maxThinBases = 1 << 16
 // mirror's pack directory (a leftover is cleared at the next open).
 // Callers hold m.mu.
 func (m *Mirror) storeThinPack(r io.Reader) (err error) {
-	pw, ok := m.repo.Storer.(storer.PackfileWriter)
+	st, ok := m.repo.Storer.(*mirrorStore)
 	if !ok {
 		return errors.New("gitutil: the mirror's store cannot take packs")
 	}
@@ -59,13 +58,13 @@ func (m *Mirror) storeThinPack(r io.Reader) (err error) {
 	// base named by hash is one the server expects the mirror to hold.
 	var extra []plumbing.EncodedObject
 	for _, h := range bases {
-		o, err := m.repo.Storer.EncodedObject(plumbing.AnyObject, h)
+		o, err := st.objects.object(h) // fetch work: not a tree read of a check
 		if err != nil {
 			return fmt.Errorf("gitutil: delta base %s of the received pack: %w", h, err)
 		}
 		extra = append(extra, o)
 	}
-	w, err := pw.PackfileWriter()
+	w, err := st.PackfileWriter()
 	if err != nil {
 		return err
 	}

@@ -48,9 +48,10 @@ func TestFetchListedTakesThinPacks(t *testing.T) {
 	two := repo.Commit(t, "two", gittest.File("big", grown), gittest.File("dir/new", "new"))
 	refs, err := ListRefs(ctxT(t), repo.URL(), nil)
 	require.NoError(t, err)
-	before := repo.Counts().FetchBytes.Load()
+	before, trees := repo.Counts().FetchBytes.Load(), m.TreesRead()
 	res, err := m.FetchListed(ctxT(t), nil, map[string]plumbing.Hash{"refs/heads/main": refs.Refs["refs/heads/main"]})
 	require.NoError(t, err)
+	assert.Equal(t, trees, m.TreesRead(), "copying the bases into the pack reads no tree (TreesRead counts what checks cost)")
 	assert.Equal(t, two, res.Refs["refs/heads/main"].String())
 	sent := repo.Counts().FetchBytes.Load() - before
 	assert.Less(t, sent, int64(2048), "deltas, not a 2,001-entry tree and a 1.3 MB file")
