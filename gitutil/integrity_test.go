@@ -10,28 +10,12 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/modwatch/modwatch/internal/gittest"
 )
 
 // The full check of an index reads it through in constant memory and
 // finds what go-git's decoder finds, and a checksum that does not match.
 func TestVerifyIndexFindsDamage(t *testing.T) {
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "g/r")
-	var files []gittest.Change
-	for i := range 40 {
-		files = append(files, gittest.File(filepath.Join("d", string(rune('a'+i%26))+string(rune('a'+i/26))), "x"+string(rune(i))))
-	}
-	repo.Commit(t, "one", files...)
-	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
-	require.NoError(t, err)
-	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
-	require.NoError(t, err)
-	idxs, err := filepath.Glob(filepath.Join(m.dir, "objects", "pack", "*.idx"))
-	require.NoError(t, err)
-	require.Len(t, idxs, 1)
-	good, err := os.ReadFile(idxs[0])
+	good, err := os.ReadFile(mirrorIndex(t, 40))
 	require.NoError(t, err)
 	count := int(binary.BigEndian.Uint32(good[8+255*4:]))
 	require.Greater(t, count, 40)

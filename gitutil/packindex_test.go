@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -77,15 +78,15 @@ func sameIndex(t *testing.T, data []byte) {
 	assert.ErrorIs(t, err, plumbing.ErrObjectNotFound)
 }
 
-// An index read in place answers as go-git's decoded index does: on a
-// real pack's, and on one with offsets past 2 GiB (a table of 8-byte
-// offsets).
-func TestPackIndexAnswersAsGoGits(t *testing.T) {
+// mirrorIndex makes a mirror of a repository of n files, in one pack, and
+// returns the path of its index.
+func mirrorIndex(t *testing.T, n int) string {
+	t.Helper()
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
 	var files []gittest.Change
-	for i := range 300 {
-		files = append(files, gittest.File(filepath.Join("d", string(rune('a'+i%26)), string(rune('a'+i/26))), string(rune(i))))
+	for i := range n {
+		files = append(files, gittest.File(fmt.Sprintf("d/%03d", i), fmt.Sprint(i)))
 	}
 	repo.Commit(t, "one", files...)
 	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
@@ -95,11 +96,19 @@ func TestPackIndexAnswersAsGoGits(t *testing.T) {
 	idxs, err := filepath.Glob(filepath.Join(m.dir, "objects", "pack", "*.idx"))
 	require.NoError(t, err)
 	require.Len(t, idxs, 1)
-	data, err := os.ReadFile(idxs[0])
+	return idxs[0]
+}
+
+// An index read in place answers as go-git's decoded index does: on a
+// real pack's, and on one with offsets past 2 GiB (a table of 8-byte
+// offsets).
+func TestPackIndexAnswersAsGoGits(t *testing.T) {
+	idx := mirrorIndex(t, 300)
+	data, err := os.ReadFile(idx)
 	require.NoError(t, err)
 	t.Run("a pack's", func(t *testing.T) { sameIndex(t, data) })
 	t.Run("another pack's", func(t *testing.T) {
-		_, err := openPackIndex(idxs[0], plumbing.NewHash(strings.Repeat("12", 20)))
+		_, err := openPackIndex(idx, plumbing.NewHash(strings.Repeat("12", 20)))
 		assert.ErrorIs(t, err, idxfile.ErrMalformedIdxFile)
 	})
 
