@@ -112,59 +112,44 @@ func TestPackIndexAnswersAsGoGits(t *testing.T) {
 		assert.ErrorIs(t, err, idxfile.ErrMalformedIdxFile)
 	})
 
-	t.Run("large offsets", func(t *testing.T) {
-		w := new(idxfile.Writer)
-		rng := rand.New(rand.NewPCG(2, 2))
-		w.OnHeader(500)
-		for i := range 500 {
-			var h plumbing.Hash
-			for k := range h {
-				h[k] = byte(rng.IntN(256))
-			}
-			off := int64(12 + i*100)
-			if i%3 == 0 {
-				off += 3 << 30 // past 2 GiB
-			}
-			require.NoError(t, w.OnInflatedObjectHeader(plumbing.BlobObject, 10, off))
-			require.NoError(t, w.OnInflatedObjectContent(h, off, rng.Uint32(), nil))
+	t.Run("large offsets", func(t *testing.T) { sameIndex(t, syntheticIndex(t, 500, 3)) })
+}
+
+// syntheticIndex encodes an index of n objects with random names, every
+// large-th of them past 2 GiB in the pack.
+func syntheticIndex(t *testing.T, n, large int) []byte {
+	t.Helper()
+	w := new(idxfile.Writer)
+	rng := rand.New(rand.NewPCG(2, uint64(n)))
+	w.OnHeader(uint32(n))
+	for i := range n {
+		var h plumbing.Hash
+		for k := range h {
+			h[k] = byte(rng.IntN(256))
 		}
-		require.NoError(t, w.OnFooter(plumbing.NewHash("0123456789012345678901234567890123456789")))
-		mem, err := w.Index()
-		require.NoError(t, err)
-		var buf bytes.Buffer
-		_, err = idxfile.NewEncoder(&buf).Encode(mem)
-		require.NoError(t, err)
-		require.Greater(t, len(mem.Offset64), 0)
-		sameIndex(t, buf.Bytes())
-	})
+		off := int64(12 + i*100)
+		if i%large == 0 {
+			off += 3 << 30
+		}
+		require.NoError(t, w.OnInflatedObjectHeader(plumbing.BlobObject, 10, off))
+		require.NoError(t, w.OnInflatedObjectContent(h, off, rng.Uint32(), nil))
+	}
+	require.NoError(t, w.OnFooter(plumbing.NewHash("0123456789012345678901234567890123456789")))
+	mem, err := w.Index()
+	require.NoError(t, err)
+	require.NotEmpty(t, mem.Offset64)
+	var buf bytes.Buffer
+	_, err = idxfile.NewEncoder(&buf).Encode(mem)
+	require.NoError(t, err)
+	return buf.Bytes()
 }
 
 // Hostile or damaged indexes are refused with an error, never read past
 // their end, and whatever is accepted answers lookups without a panic:
 // random indexes of the right shape, and a real one mutated.
 func TestPackIndexTakesHostileInput(t *testing.T) {
-	w := new(idxfile.Writer)
-	w.OnHeader(40)
+	whole := syntheticIndex(t, 40, 4)
 	rng := rand.New(rand.NewPCG(4, 4))
-	for i := range 40 {
-		var h plumbing.Hash
-		for k := range h {
-			h[k] = byte(rng.IntN(256))
-		}
-		off := int64(12 + i*10)
-		if i%4 == 0 {
-			off += 3 << 30
-		}
-		require.NoError(t, w.OnInflatedObjectHeader(plumbing.BlobObject, 1, off))
-		require.NoError(t, w.OnInflatedObjectContent(h, off, 0, nil))
-	}
-	require.NoError(t, w.OnFooter(plumbing.ZeroHash))
-	mem, err := w.Index()
-	require.NoError(t, err)
-	var buf bytes.Buffer
-	_, err = idxfile.NewEncoder(&buf).Encode(mem)
-	require.NoError(t, err)
-	whole := buf.Bytes()
 
 	use := func(data []byte) {
 		idx, err := newPackIndex(data)
@@ -216,6 +201,6 @@ func TestPackIndexTakesHostileInput(t *testing.T) {
 		use(data)
 	}
 	assert.Positive(t, accepted, "some damage leaves a readable index")
-	_, err = newPackIndex(append(bytes.Clone(whole), 1, 2, 3))
+	_, err := newPackIndex(append(bytes.Clone(whole), 1, 2, 3))
 	assert.ErrorIs(t, err, idxfile.ErrMalformedIdxFile)
 }
