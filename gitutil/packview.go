@@ -164,16 +164,23 @@ func (v *packView) find(h plumbing.Hash) (int, int64) {
 	return -1, 0
 }
 
-// pack returns the opened pack i, closing the oldest open one past the
-// bound.
-func (v *packView) pack(i int) (*packfile.Packfile, error) {
+// pack returns pack i opened, and what to call when done reading it. A
+// file system's view keeps a few packs open while it is read (closing the
+// oldest past the bound); the mirror's own view, open for as long as the
+// watcher runs, closes each after use, so that a watcher of many remotes
+// holds no descriptor between polls.
+func (v *packView) pack(i int) (*packfile.Packfile, func(), error) {
 	p := &v.packs[i]
 	if p.pf != nil {
-		return p.pf, nil
+		return p.pf, func() {}, nil
 	}
 	f, err := v.dir.ObjectPack(p.hash)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	pf := packfile.NewPackfileWithCache(p.idx, v.fs, f, v.cache, streamThreshold)
+	if v.live {
+		return pf, func() { _ = pf.Close() }, nil
 	}
 	if len(v.open) == maxOpenPacks {
 		old := &v.packs[v.open[0]]
@@ -181,9 +188,9 @@ func (v *packView) pack(i int) (*packfile.Packfile, error) {
 		_ = old.pf.Close()
 		old.pf = nil
 	}
-	p.pf = packfile.NewPackfileWithCache(p.idx, v.fs, f, v.cache, streamThreshold)
+	p.pf = pf
 	v.open = append(v.open, i)
-	return p.pf, nil
+	return pf, func() {}, nil
 }
 
 // EncodedObject reads object h, counting trees.
@@ -207,10 +214,11 @@ func (v *packView) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
 		return nil, err
 	}
 	if i >= 0 {
-		pf, err := v.pack(i)
+		pf, done, err := v.pack(i)
 		if err != nil {
 			return nil, err
 		}
+		defer done()
 		return pf.GetByOffset(off)
 	}
 	return v.loose(h)
@@ -265,10 +273,11 @@ func (v *packView) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 		return 0, err
 	}
 	if i >= 0 {
-		pf, err := v.pack(i)
+		pf, done, err := v.pack(i)
 		if err != nil {
 			return 0, err
 		}
+		defer done()
 		return pf.GetSizeByOffset(off)
 	}
 	f, err := v.dir.Object(h)
