@@ -36,6 +36,9 @@ type packIndex struct {
 	revErr  error
 }
 
+// mapThreshold is the size from which an index is mapped, not read.
+const mapThreshold = 1 << 20
+
 const (
 	idxHeader  = 8
 	idxFanout  = 256 * 4
@@ -58,9 +61,21 @@ func openPackIndex(path string, pack plumbing.Hash) (*packIndex, error) {
 	if st.Size() < idxHeader+idxFanout+idxTrailer || st.Size() > 1<<40 {
 		return nil, fmt.Errorf("%w: %s is %d bytes", idxfile.ErrMalformedIdxFile, path, st.Size())
 	}
-	data, unmap, err := mapFile(f, int(st.Size()))
-	if err != nil {
-		return nil, err
+	// Small indexes (most, in a mirror of incremental fetches) are read
+	// whole: a mapping costs a page and one of the process's limited
+	// count of mappings. A mapping refused is a read.
+	var data []byte
+	unmap := func() error { return nil }
+	if st.Size() >= mapThreshold {
+		if d, u, err := mapFile(f, int(st.Size())); err == nil {
+			data, unmap = d, u
+		}
+	}
+	if data == nil {
+		data = make([]byte, st.Size())
+		if _, err := io.ReadFull(f, data); err != nil {
+			return nil, err
+		}
 	}
 	idx, err := newPackIndex(data)
 	if err == nil && !bytes.Equal(data[len(data)-idxTrailer:len(data)-20], pack[:]) {

@@ -40,10 +40,16 @@ func entries(t *testing.T, iter func() (idxfile.EntryIter, error)) []idxfile.Ent
 // decoded one does, for every object and for objects it does not hold.
 func sameIndex(t *testing.T, data []byte) {
 	t.Helper()
-	mem := idxfile.NewMemoryIndex()
-	require.NoError(t, idxfile.NewDecoder(bytes.NewReader(data)).Decode(mem))
 	idx, err := newPackIndex(data)
 	require.NoError(t, err)
+	answersAs(t, idx, data)
+}
+
+// answersAs checks that idx answers as go-git's decoding of data.
+func answersAs(t *testing.T, idx *packIndex, data []byte) {
+	t.Helper()
+	mem := idxfile.NewMemoryIndex()
+	require.NoError(t, idxfile.NewDecoder(bytes.NewReader(data)).Decode(mem))
 	n, _ := mem.Count()
 	got, _ := idx.Count()
 	require.Equal(t, n, got)
@@ -74,7 +80,7 @@ func sameIndex(t *testing.T, data []byte) {
 		_, err = idx.FindOffset(h)
 		assert.Equal(t, want, err == nil)
 	}
-	_, err = idx.FindHash(1 << 40)
+	_, err := idx.FindHash(1 << 40)
 	assert.ErrorIs(t, err, plumbing.ErrObjectNotFound)
 }
 
@@ -113,6 +119,15 @@ func TestPackIndexAnswersAsGoGits(t *testing.T) {
 	})
 
 	t.Run("large offsets", func(t *testing.T) { sameIndex(t, syntheticIndex(t, 500, 3)) })
+	t.Run("mapped", func(t *testing.T) {
+		data := syntheticIndex(t, 40000, 7)
+		require.Greater(t, len(data), mapThreshold)
+		p := filepath.Join(t.TempDir(), "pack.idx")
+		require.NoError(t, os.WriteFile(p, data, 0o444))
+		idx, err := openPackIndex(p, plumbing.NewHash("0123456789012345678901234567890123456789"))
+		require.NoError(t, err)
+		answersAs(t, idx, data)
+	})
 }
 
 // syntheticIndex encodes an index of n objects with random names, every
