@@ -7,6 +7,10 @@
 //     incrementally, rebuilt by itself when it finds itself damaged (at
 //     open, after a fetch, or on any read error, including those of the file
 //     systems it hands out) or locked, and repacked when its packs pile up.
+//     A fetch after a listing is one request, for a thin pack (deltas
+//     against what the mirror has, completed before it is stored). Pack
+//     indexes are read in place (large ones mapped), not decoded into
+//     memory, and shared by the mirror and its file systems.
 //   - [Resolve] turns a revision (branch, tag, full SHA, semver range) into a
 //     commit, against a ref listing.
 //   - A mirror answers the questions the scheduler asks before doing heavy
