@@ -97,3 +97,28 @@ func TestFirstFetchFallsBackToGoGit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, c1, res.Refs["refs/heads/main"].String())
 }
+
+// A listed first fetch is the CLI's clone and, for the listed refs the
+// clone did not take (tags), one request: no advertisement of every ref
+// again, as go-git's fetch would make.
+func TestFirstListedFetchWithGitCLI(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err)
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one", gittest.File("a/x", "1"))
+	repo.Tag(t, "v1", true)
+	c2 := repo.Commit(t, "two", gittest.File("a/x", "2"))
+	refs, err := ListRefs(ctxT(t), repo.URL(), nil)
+	require.NoError(t, err)
+	listed := map[string]plumbing.Hash{"refs/heads/main": refs.Refs["refs/heads/main"], "refs/tags/v1": refs.Refs["refs/tags/v1"]}
+
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: gitBin})
+	require.NoError(t, err)
+	lists := repo.Counts().Lists.Load()
+	res, err := m.FetchListed(ctxT(t), nil, listed)
+	require.NoError(t, err)
+	assert.Equal(t, c2, res.Refs["refs/heads/main"].String())
+	assert.Equal(t, c1, res.Refs["refs/tags/v1"].String())
+	assert.Equal(t, lists+1, repo.Counts().Lists.Load(), "the clone's listing only")
+}

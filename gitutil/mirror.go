@@ -350,6 +350,13 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 			}
 		}
 		cloned = err == nil
+		if cloned && listed != nil && m.directFetchable() {
+			// The clone has the branch; the other listed refs (tags) are
+			// asked for in one request, if the clone lacks their objects.
+			if _, err := m.fetchDirect(ctx, topts, listed); err == nil || ctx.Err() != nil {
+				return true, err
+			}
+		}
 	}
 	depth := 0
 	if m.opts.FirstFetchDepth > 0 && empty {
