@@ -209,7 +209,7 @@ func (v *packView) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbi
 }
 
 func (v *packView) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
-	i, off, err := v.locate(h)
+	i, _, err := v.locate(h)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +219,9 @@ func (v *packView) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
 			return nil, err
 		}
 		defer done()
-		return pf.GetByOffset(off)
+		// By hash: by offset, go-git first looks the hash up by offset,
+		// which makes the index build its offset order for any read.
+		return pf.Get(h)
 	}
 	return v.loose(h)
 }
