@@ -73,7 +73,8 @@ const maxOpenPacks = 4
 // loose objects), with indexes from the mirror's [indexCache]. A fixed
 // view (a file system's) reads the packs there were when it was made; a
 // live one (the mirror's own) looks for new packs when an object is not
-// found. It is not safe for concurrent use.
+// found after it was told of a pack written (see written). It is not
+// safe for concurrent use.
 type packView struct {
 	root    string
 	dir     *dotgit.DotGit
@@ -82,6 +83,7 @@ type packView struct {
 	cache   cache.Object
 	trees   *atomic.Int64
 	live    bool
+	stale   bool // a live view's packs changed since it listed them
 	leftOut map[string]bool
 	packs   []viewPack
 	open    []int // indexes into packs of the open ones, oldest first
@@ -134,18 +136,21 @@ func (v *packView) refresh() (bool, error) {
 	return true, nil
 }
 
+// written tells a live view that a pack was written into the mirror.
+func (v *packView) written() { v.stale = true }
+
 var errReadOnly = errors.New("gitutil: the view of a mirror is read-only")
 
 // locate finds the pack that holds h and its offset there; -1 when no
-// pack does (it may be loose), after a live view looked for new packs.
+// pack does (it may be loose), after a live view that was told of new
+// packs looked for them.
 func (v *packView) locate(h plumbing.Hash) (int, int64, error) {
-	if i, off := v.find(h); i >= 0 || !v.live {
+	if i, off := v.find(h); i >= 0 || !v.live || !v.stale {
 		return i, off, nil
 	}
-	if f, err := v.dir.Object(h); err == nil {
-		_ = f.Close()
-		return -1, 0, nil // loose
-	}
+	// Listed once per pack written, not at every miss: a first fetch
+	// asks about every ref a remote advertises, most of them absent.
+	v.stale = false
 	added, err := v.refresh()
 	if err != nil || !added {
 		return -1, 0, err

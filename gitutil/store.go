@@ -49,4 +49,21 @@ func (s *mirrorStore) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 
 // PackfileWriter writes a pack and its index into the mirror; the next
 // lookup of an object it holds finds it.
-func (s *mirrorStore) PackfileWriter() (io.WriteCloser, error) { return s.dot.NewObjectPack() }
+func (s *mirrorStore) PackfileWriter() (io.WriteCloser, error) {
+	w, err := s.dot.NewObjectPack()
+	if err != nil {
+		return nil, err
+	}
+	return packWriter{w, s.objects}, nil
+}
+
+// packWriter tells the store's view of the pack it wrote.
+type packWriter struct {
+	io.WriteCloser
+	v *packView
+}
+
+func (w packWriter) Close() error {
+	defer w.v.written() // even a failed pack may have been saved
+	return w.WriteCloser.Close()
+}
