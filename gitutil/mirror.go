@@ -101,7 +101,8 @@ type Mirror struct {
 	// selectedHash), so that a new commit re-reads only the directories it
 	// changed; content-addressed, it survives rebuilds.
 	selected map[memoKey]plumbing.Hash
-	// indexes holds the decoded pack indexes the file systems share.
+	// indexes holds the pack indexes the mirror's store and its file
+	// systems share (see packIndex).
 	indexes indexCache
 	// gen counts rebuilds; a file system handed out reads only while it is
 	// the generation it was made in.
