@@ -63,8 +63,17 @@ func TestRecurseSubmodules(t *testing.T) {
 	lib2 := lib.Commit(t, "lib v2", gittest.File("lib.yaml", "v2"))
 	c2 := app.Commit(t, "docs", gittest.File("README", "not deployed"))
 	pollNow(t, w, obs, app.URL())
-	obs.WaitFor(t, "up to date at c2", func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit == c2 })
-	assert.Len(t, sink.Delivered(), 2, "the submodule's new commit is not pinned yet")
+	obs.WaitFor(t, "t up to date at c2", func(e watcher.Event) bool {
+		return e.Type == watcher.EventUpToDate && e.Commit == c2 && e.Target != nil && e.Target.ID == "t"
+	})
+	sink.WaitCommit(t, "whole", c2) // its README changed
+	var toT int
+	for _, c := range sink.Delivered() {
+		if c.Target.ID == "t" {
+			toT++
+		}
+	}
+	assert.Equal(t, 1, toT, "the submodule's new commit is not pinned yet")
 
 	c3 := app.Commit(t, "pin lib v2", gittest.Pin("deploy/lib", lib2))
 	pollNow(t, w, obs, app.URL())
