@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,6 +64,9 @@ func setArtifact(t *testing.T, ns, name, commit string) {
 	_ = unstructured.SetNestedMap(u.Object, map[string]any{
 		"path": "gitrepository/x.tar.gz", "url": "http://source-controller/x.tar.gz",
 		"revision": "main@sha1:" + commit, "lastUpdateTime": time.Now().UTC().Format(time.RFC3339),
+		// Required by source-controller's own CRD, which another test
+		// installs in the same control plane.
+		"digest": "sha256:" + strings.Repeat("0", 64),
 	}, "status", "artifact")
 	if _, err := client.UpdateStatus(context.Background(), u, metav1.UpdateOptions{}); err != nil {
 		t.Errorf("artifact of %s: %v", name, err)
