@@ -112,7 +112,7 @@ func checkPack(base string, full bool) error {
 // ascend, each large offset must be in its table, and its checksum must be
 // that of its content. It returns the object count and the pack checksum.
 func verifyIndex(f *os.File) (count int64, packSum [20]byte, err error) {
-	count, packSum, err = quickIndex(f)
+	count, large, packSum, err := indexHead(f)
 	if err != nil {
 		return 0, packSum, err
 	}
@@ -120,21 +120,11 @@ func verifyIndex(f *os.File) (count int64, packSum [20]byte, err error) {
 	if err != nil {
 		return 0, packSum, err
 	}
-	const header, fanout, trailer = 8, 256 * 4, 40
-	large := (st.Size() - (header + fanout + count*(20+4+4) + trailer)) / 8
 	sum := sha1.New()
 	r := bufio.NewReaderSize(io.TeeReader(io.NewSectionReader(f, 0, st.Size()-20), sum), 16<<10)
-	var buf [header + fanout]byte
+	var buf [idxHeader + idxFanout]byte // checked by indexHead; read again for the checksum
 	if _, err := io.ReadFull(r, buf[:]); err != nil {
 		return 0, packSum, err
-	}
-	prev := uint32(0)
-	for k := range 256 {
-		n := binary.BigEndian.Uint32(buf[header+4*k:])
-		if n < prev {
-			return 0, packSum, fmt.Errorf("fanout decreases at %d", k)
-		}
-		prev = n
 	}
 	var name, last [20]byte
 	for i := range count {
@@ -144,8 +134,8 @@ func verifyIndex(f *os.File) (count int64, packSum [20]byte, err error) {
 		if i > 0 && bytes.Compare(last[:], name[:]) >= 0 {
 			return 0, packSum, fmt.Errorf("object names out of order at %d", i)
 		}
-		if int(name[0]) > 0 && int64(binary.BigEndian.Uint32(buf[header+4*(int(name[0])-1):])) > i ||
-			int64(binary.BigEndian.Uint32(buf[header+4*int(name[0]):])) <= i {
+		if int(name[0]) > 0 && int64(binary.BigEndian.Uint32(buf[idxHeader+4*(int(name[0])-1):])) > i ||
+			int64(binary.BigEndian.Uint32(buf[idxHeader+4*int(name[0]):])) <= i {
 			return 0, packSum, fmt.Errorf("object %d is not where the fanout puts it", i)
 		}
 		last = name
@@ -178,28 +168,29 @@ func verifyIndex(f *os.File) (count int64, packSum [20]byte, err error) {
 // quickIndex reads the object count and the pack checksum of a version 2
 // index, and checks that its size fits that count.
 func quickIndex(f *os.File) (count int64, packSum [20]byte, err error) {
+	count, _, packSum, err = indexHead(f)
+	return count, packSum, err
+}
+
+// indexHead reads the header and fanout of an index and checks them
+// against its size (see idxLayout); it returns the object count, the
+// count of 8-byte offsets and the pack checksum.
+func indexHead(f *os.File) (count, large int64, packSum [20]byte, err error) {
 	st, err := f.Stat()
 	if err != nil {
-		return 0, packSum, err
+		return 0, 0, packSum, err
 	}
-	const header, fanout, trailer = 8, 256 * 4, 40
-	var head [header + fanout]byte
+	var head [idxHeader + idxFanout]byte
 	if _, err := f.ReadAt(head[:], 0); err != nil {
-		return 0, packSum, fmt.Errorf("header: %w", err)
+		return 0, 0, packSum, fmt.Errorf("header: %w", err)
 	}
-	if !bytes.Equal(head[:8], []byte{0xff, 't', 'O', 'c', 0, 0, 0, 2}) {
-		return 0, packSum, errors.New("not a version 2 index")
+	if count, large, err = idxLayout(head[:], st.Size()); err != nil {
+		return 0, 0, packSum, err
 	}
-	count = int64(binary.BigEndian.Uint32(head[header+fanout-4:]))
-	// Names, CRCs and offsets, then 8-byte offsets for a pack over 2 GiB.
-	least := header + fanout + count*(20+4+4) + trailer
-	if st.Size() < least || (st.Size()-least)%8 != 0 {
-		return 0, packSum, fmt.Errorf("index is %d bytes for %d objects (cut short?)", st.Size(), count)
+	if _, err := f.ReadAt(packSum[:], st.Size()-idxTrailer); err != nil {
+		return 0, 0, packSum, fmt.Errorf("trailer: %w", err)
 	}
-	if _, err := f.ReadAt(packSum[:], st.Size()-trailer); err != nil {
-		return 0, packSum, fmt.Errorf("trailer: %w", err)
-	}
-	return count, packSum, nil
+	return count, large, packSum, nil
 }
 
 // damage says whether err, from an operation on the mirror, was caused by

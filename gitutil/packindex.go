@@ -91,29 +91,40 @@ func openPackIndex(path string, pack plumbing.Hash) (*packIndex, error) {
 
 // newPackIndex reads the index in data.
 func newPackIndex(data []byte) (*packIndex, error) {
-	if !bytes.Equal(data[:idxHeader], []byte{0xff, 't', 'O', 'c', 0, 0, 0, 2}) {
-		return nil, fmt.Errorf("%w: not a version 2 index", idxfile.ErrMalformedIdxFile)
+	count, large, err := idxLayout(data[:idxHeader+idxFanout], int64(len(data)))
+	if err != nil {
+		return nil, err
 	}
-	prev := uint32(0)
-	for k := range 256 {
-		n := binary.BigEndian.Uint32(data[idxHeader+4*k:])
-		if n < prev {
-			return nil, fmt.Errorf("%w: fanout decreases at %d", idxfile.ErrMalformedIdxFile, k)
-		}
-		prev = n
-	}
-	count := int64(prev)
-	least := idxHeader + idxFanout + count*(20+4+4) + idxTrailer
-	size := int64(len(data))
-	if size < least || (size-least)%8 != 0 {
-		return nil, fmt.Errorf("%w: %d bytes for %d objects", idxfile.ErrMalformedIdxFile, size, count)
-	}
-	idx := &packIndex{data: data, count: int(count), large: int((size - least) / 8)}
+	idx := &packIndex{data: data, count: int(count), large: int(large)}
 	idx.names = idxHeader + idxFanout
 	idx.crcs = idx.names + 20*idx.count
 	idx.offsets = idx.crcs + 4*idx.count
 	idx.offsets64 = idx.offsets + 4*idx.count
 	return idx, nil
+}
+
+// idxLayout checks the head of a version 2 index (its header and fanout)
+// against the index's size: the fanout must not decrease, and the names,
+// CRCs, offsets and 8-byte offsets it implies must fill the size exactly.
+// It returns the object count and the count of 8-byte offsets.
+func idxLayout(head []byte, size int64) (count, large int64, err error) {
+	if !bytes.Equal(head[:idxHeader], []byte{0xff, 't', 'O', 'c', 0, 0, 0, 2}) {
+		return 0, 0, fmt.Errorf("%w: not a version 2 index", idxfile.ErrMalformedIdxFile)
+	}
+	prev := uint32(0)
+	for k := range 256 {
+		n := binary.BigEndian.Uint32(head[idxHeader+4*k:])
+		if n < prev {
+			return 0, 0, fmt.Errorf("%w: fanout decreases at %d", idxfile.ErrMalformedIdxFile, k)
+		}
+		prev = n
+	}
+	count = int64(prev)
+	least := idxHeader + idxFanout + count*(20+4+4) + idxTrailer
+	if size < least || (size-least)%8 != 0 {
+		return 0, 0, fmt.Errorf("%w: %d bytes for %d objects (cut short?)", idxfile.ErrMalformedIdxFile, size, count)
+	}
+	return count, (size - least) / 8, nil
 }
 
 func (x *packIndex) fanout(b int) int {

@@ -231,32 +231,37 @@ func (v *packView) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
 	return v.loose(h)
 }
 
-// loose reads a loose object (the git CLI leaves a small clone unpacked).
-func (v *packView) loose(h plumbing.Hash) (o plumbing.EncodedObject, err error) {
+// openLoose opens loose object h and reads its header; done closes it.
+func (v *packView) openLoose(h plumbing.Hash) (r *objfile.Reader, typ plumbing.ObjectType, size int64, done func(), err error) {
+	f, err := v.dir.Object(h)
+	if os.IsNotExist(err) {
+		return nil, 0, 0, nil, plumbing.ErrObjectNotFound
+	}
+	if err != nil {
+		return nil, 0, 0, nil, err
+	}
+	if r, err = objfile.NewReader(f); err == nil {
+		if typ, size, err = r.Header(); err != nil {
+			_ = r.Close()
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, 0, 0, nil, err
+	}
+	return r, typ, size, func() { _ = r.Close(); _ = f.Close() }, nil
+}
+
+// loose reads a loose object (git writes them for small fetches).
+func (v *packView) loose(h plumbing.Hash) (plumbing.EncodedObject, error) {
 	if o, ok := v.cache.Get(h); ok {
 		return o, nil
 	}
-	f, err := v.dir.Object(h)
-	if os.IsNotExist(err) {
-		return nil, plumbing.ErrObjectNotFound
-	}
+	r, typ, size, done, err := v.openLoose(h)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	r, err := objfile.NewReader(f)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	typ, size, err := r.Header()
-	if err != nil {
-		return nil, err
-	}
+	defer done()
 	if size > streamThreshold {
 		return dotgit.NewEncodedObject(v.dir, h, typ, size), nil
 	}
@@ -287,21 +292,12 @@ func (v *packView) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 		defer done()
 		return pf.GetSizeByOffset(off)
 	}
-	f, err := v.dir.Object(h)
-	if os.IsNotExist(err) {
-		return 0, plumbing.ErrObjectNotFound
-	}
+	_, _, size, done, err := v.openLoose(h)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	r, err := objfile.NewReader(f)
-	if err != nil {
-		return 0, err
-	}
-	defer r.Close()
-	_, size, err := r.Header()
-	return size, err
+	done()
+	return size, nil
 }
 
 // HasEncodedObject reports whether the view holds h.

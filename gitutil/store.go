@@ -3,11 +3,9 @@ package gitutil
 import (
 	"io"
 
-	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/storage/filesystem"
-	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 )
 
 // mirrorStore is a mirror's store: go-git's for refs, configuration and
@@ -20,18 +18,16 @@ import (
 type mirrorStore struct {
 	*filesystem.Storage
 	objects *packView
-	dot     *dotgit.DotGit
 }
 
 // newMirrorStore opens the store of the mirror in m.dir.
 func (m *Mirror) newMirrorStore() (*mirrorStore, error) {
 	objects := cache.NewObjectLRUDefault()
-	fs := osfs.New(m.dir)
 	v, err := newPackView(m.dir, &m.indexes, nil, &m.treesRead, objects, true)
 	if err != nil {
 		return nil, err
 	}
-	return &mirrorStore{Storage: filesystem.NewStorageWithOptions(fs, objects, filesystem.Options{}), objects: v, dot: dotgit.New(fs)}, nil
+	return &mirrorStore{Storage: filesystem.NewStorageWithOptions(v.fs, objects, filesystem.Options{}), objects: v}, nil
 }
 
 // EncodedObject reads an object, counting trees.
@@ -50,7 +46,7 @@ func (s *mirrorStore) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 // PackfileWriter writes a pack and its index into the mirror; the next
 // lookup of an object it holds finds it.
 func (s *mirrorStore) PackfileWriter() (io.WriteCloser, error) {
-	w, err := s.dot.NewObjectPack()
+	w, err := s.objects.dir.NewObjectPack()
 	if err != nil {
 		return nil, err
 	}
