@@ -117,18 +117,19 @@ func (s *FileStore) path(key string) string {
 	return filepath.Join(s.dir, hex.EncodeToString(sum[:16])+".json")
 }
 
-// Get implements Store. A file that cannot be parsed (a torn write on a
-// file system without atomic rename, a disk error) is an error wrapping
-// [ErrCheckpointUnreadable]: the watcher reports it and treats the
-// checkpoint as absent, so the target is delivered again and the file
-// rewritten.
+// Get implements Store. A record that cannot be read (a directory where
+// the file should be, as a missing subPath mount leaves, a disk error) or
+// parsed (a torn write on a file system without atomic rename) is an
+// error wrapping [ErrCheckpointUnreadable]: the watcher reports it and
+// treats the checkpoint as absent, so the target is delivered again and
+// the record rewritten.
 func (s *FileStore) Get(_ context.Context, key string) (Checkpoint, bool, error) {
 	data, err := os.ReadFile(s.path(key))
 	if errors.Is(err, fs.ErrNotExist) {
 		return Checkpoint{}, false, nil
 	}
 	if err != nil {
-		return Checkpoint{}, false, fmt.Errorf("watcher: read checkpoint %s: %w", key, err)
+		return Checkpoint{}, false, fmt.Errorf("%w: %s: %w", ErrCheckpointUnreadable, key, err)
 	}
 	var rec fileRecord
 	if err := json.Unmarshal(data, &rec); err != nil || rec.Key != key {
@@ -137,13 +138,20 @@ func (s *FileStore) Get(_ context.Context, key string) (Checkpoint, bool, error)
 	return rec.Checkpoint, true, nil
 }
 
-// Put implements Store.
+// Put implements Store. A directory in the record's place (see Get) is
+// removed first: the store's directory holds nothing else of that name.
 func (s *FileStore) Put(_ context.Context, key string, cp Checkpoint) error {
 	data, err := json.Marshal(fileRecord{Key: key, Checkpoint: cp})
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(s.path(key), data); err != nil {
+	p := s.path(key)
+	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("watcher: write checkpoint %s: a directory is in its place: %w", key, err)
+		}
+	}
+	if err := writeAtomic(p, data); err != nil {
 		return fmt.Errorf("watcher: write checkpoint %s: %w", key, err)
 	}
 	return nil

@@ -67,6 +67,24 @@ func TestFileStoreSurvivesACrashMidWrite(t *testing.T) {
 	assert.Contains(t, err.Error(), ": k in ")
 }
 
+// A directory where a record should be (what a missing subPath mount
+// makes) is unreadable like a torn file, not an error retried for ever,
+// and the next Put replaces it with the record.
+func TestFileStoreDirectoryInARecordsPlace(t *testing.T) {
+	s, err := NewFileStore(t.TempDir())
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, os.MkdirAll(filepath.Join(s.path("k"), "sub"), 0o755))
+	_, ok, err := s.Get(ctx, "k")
+	require.ErrorIs(t, err, ErrCheckpointUnreadable)
+	assert.False(t, ok)
+	require.NoError(t, s.Put(ctx, "k", Checkpoint{Commit: "c"}))
+	got, ok, err := s.Get(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, "c", got.Commit)
+}
+
 // A Put never changes the file a reader already opened: it writes a new
 // file and renames it into place, so a reader (or a crash) sees the old
 // checkpoint whole or the new one whole, never a mix or a truncated file.
