@@ -9,9 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/objfile"
 )
 
 // checkPacks looks for damage in a mirror's packs without reading them:
@@ -193,31 +199,170 @@ func indexHead(f *os.File) (count, large int64, packSum [20]byte, err error) {
 	return count, large, packSum, nil
 }
 
-// damage says whether err, from an operation on the mirror, was caused by
-// what is on disk, and why: errors that only a damaged store gives are
-// damage; errors that could also come from the network (an EOF) are damage
-// when checkPacks finds some; context, authentication and remote errors
-// never are.
-func (m *Mirror) damage(err error) error {
+// damage decides whether err, from an operation on the mirror, was caused
+// by what is on disk, and returns why (nil: it was not). It is the one
+// place that decides it; see judge.
+func (m *Mirror) damage(err error) error { return judge(err, m.verifyStore) }
+
+// judge is the damage decision, apart from the store it verifies:
+//   - a stop (ctx), the remote's answer or the network's, and what is the
+//     target's own (a ref that names a tree: [ErrNotCommit]; a commit the
+//     mirror lacks; a selection, its budget or a path) are never damage,
+//     and nothing is verified for them;
+//   - an object that another object of the store names, and that no pack
+//     and no loose object holds, is damage: the store is incomplete;
+//   - anything else (a decompression or checksum error, a short read, an
+//     I/O error, a fault reading a mapped index, a malformed index) is
+//     damage when verify, the store's own verification, finds some, and
+//     is not otherwise: rebuilding a store that verifies would change
+//     nothing.
+func judge(err error, verify func() error) error {
 	switch {
-	case err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+	case err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		isRemoteError(err) || isNetworkError(err):
 		return nil
-	case isCorruption(err):
-		return err
-	case isRemoteError(err):
+	case errors.Is(err, ErrNotCommit) || errors.Is(err, ErrCommitNotFound) || errors.Is(err, ErrRebuilt) ||
+		errors.Is(err, ErrInvalidSelection) || errors.Is(err, ErrPathNotFound) || errors.Is(err, ErrSymlinkEscape):
 		return nil
+	case errors.Is(err, plumbing.ErrObjectNotFound):
+		return fmt.Errorf("an object the store names is missing: %w", err)
 	}
-	if cerr := checkPacks(m.dir, true); cerr != nil {
-		return cerr
+	if verr := verify(); verr != nil {
+		return fmt.Errorf("%w (verified after: %v)", verr, err)
 	}
 	return nil
 }
 
-// readDamage is damage for an error from reading the store, where a short
-// read can only be the disk's.
-func (m *Mirror) readDamage(err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+// isNetworkError tells errors of a connection: what the remote or the
+// network did, never the disk. (Not net.Error: a syscall.Errno, EIO
+// included, is one.)
+func isNetworkError(err error) bool {
+	var oerr *net.OpError
+	var derr *net.DNSError
+	var uerr *url.Error
+	return errors.As(err, &oerr) || errors.As(err, &derr) || errors.As(err, &uerr)
+}
+
+// fileStamp is what a verified file looked like: one whose size or
+// modification time changed since (a byte written into it) is verified
+// again.
+type fileStamp struct {
+	size  int64
+	mtime time.Time
+}
+
+func stampOf(fi os.FileInfo) fileStamp { return fileStamp{fi.Size(), fi.ModTime()} }
+
+// verifyStore is the store's own verification: every index whole and
+// naming its pack (checkPacks), every pack's content matching the SHA-1
+// it ends with, and every loose object inflating to the content its name
+// is the hash of. Files verified before and unchanged since are not read
+// again, so that an error that is not damage, repeated, costs a listing.
+// Callers hold m.mu.
+func (m *Mirror) verifyStore() error {
+	if err := checkPacks(m.dir, true); err != nil {
 		return err
 	}
-	return m.damage(err)
+	if m.verified == nil {
+		m.verified = map[string]fileStamp{}
+	}
+	packDir := filepath.Join(m.dir, "objects", "pack")
+	for name := range packNames(m.dir) {
+		p := filepath.Join(packDir, name+".pack")
+		if err := m.verifyOnce(p, verifyPackSum); err != nil {
+			return fmt.Errorf("pack %s: %w", name, err)
+		}
+	}
+	objects := filepath.Join(m.dir, "objects")
+	dirs, err := os.ReadDir(objects)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", objects, err)
+	}
+	for _, d := range dirs {
+		if !d.IsDir() || len(d.Name()) != 2 {
+			continue
+		}
+		files, err := os.ReadDir(filepath.Join(objects, d.Name()))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", d.Name(), err)
+		}
+		for _, f := range files {
+			h := d.Name() + f.Name()
+			if !plumbing.IsHash(h) {
+				continue
+			}
+			verify := func(file *os.File) error { return verifyLoose(file, plumbing.NewHash(h)) }
+			if err := m.verifyOnce(filepath.Join(objects, d.Name(), f.Name()), verify); err != nil {
+				return fmt.Errorf("loose object %s: %w", h, err)
+			}
+		}
+	}
+	return nil
+}
+
+// verifyOnce verifies the file at path with check, unless it was verified
+// as it is now.
+func (m *Mirror) verifyOnce(path string, check func(*os.File) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if m.verified[path] == stampOf(fi) {
+		return nil
+	}
+	if err := check(f); err != nil {
+		delete(m.verified, path)
+		return err
+	}
+	m.verified[path] = stampOf(fi)
+	return nil
+}
+
+// verifyPackSum checks that a pack's content hashes to the SHA-1 it ends
+// with: one flipped byte anywhere is found.
+func verifyPackSum(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() < 12+20 {
+		return fmt.Errorf("pack is %d bytes, too short", fi.Size())
+	}
+	sum := sha1.New()
+	if _, err := io.Copy(sum, io.NewSectionReader(f, 0, fi.Size()-20)); err != nil {
+		return err
+	}
+	var want [20]byte
+	if _, err := f.ReadAt(want[:], fi.Size()-20); err != nil {
+		return err
+	}
+	if !bytes.Equal(sum.Sum(nil), want[:]) {
+		return errors.New("content does not match its checksum")
+	}
+	return nil
+}
+
+// verifyLoose checks that a loose object inflates to content whose hash is
+// its name.
+func verifyLoose(f *os.File, h plumbing.Hash) error {
+	r, err := objfile.NewReader(f)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if _, _, err := r.Header(); err != nil {
+		return err
+	}
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return err
+	}
+	if got := r.Hash(); got != h {
+		return fmt.Errorf("content hashes to %s", got)
+	}
+	return nil
 }

@@ -16,8 +16,6 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
-	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 )
@@ -36,6 +34,12 @@ var ErrRebuilt = errors.New("gitutil: mirror was rebuilt since this file system 
 
 // ErrCommitNotFound is returned (wrapped) when a commit is not in the mirror.
 var ErrCommitNotFound = errors.New("gitutil: commit not in mirror")
+
+// ErrNotCommit is returned (wrapped) for a ref that names something other
+// than a commit: a lightweight tag on a tree or a blob, an annotated tag
+// of one. It is that ref's error (see [FetchResult.RefErrors]), never a
+// sign that the mirror is damaged.
+var ErrNotCommit = errors.New("gitutil: ref does not name a commit")
 
 // MirrorOptions tune a [Mirror].
 type MirrorOptions struct {
@@ -107,6 +111,9 @@ type Mirror struct {
 	// gen counts rebuilds; a file system handed out reads only while it is
 	// the generation it was made in.
 	gen atomic.Uint64
+	// verified holds the files of the store that its verification read
+	// whole and found sound, as they were then (see verifyStore).
+	verified map[string]fileStamp
 }
 
 // TreesRead counts the tree objects read from the mirror since it was
@@ -127,6 +134,10 @@ type FetchResult struct {
 	// Refs maps each requested ref to the commit it points at in the mirror
 	// after the fetch (annotated tags peeled).
 	Refs map[string]plumbing.Hash
+	// RefErrors holds the requested refs that do not lead to a commit (a
+	// tag on a tree), each with its error, wrapping [ErrNotCommit]: the
+	// error of the targets that read them, not of the fetch.
+	RefErrors map[string]error
 	// Fetched reports whether anything was transferred.
 	Fetched bool
 	// Rebuilt is non-nil when the mirror was rebuilt from scratch first, and
@@ -237,6 +248,7 @@ func (m *Mirror) reinit() error {
 	}
 	m.repo = repo
 	m.broken = nil
+	clear(m.verified)
 	clear(m.replaced)
 	clear(m.trees[:])
 	return nil
@@ -272,7 +284,7 @@ func (m *Mirror) fetchRefs(ctx context.Context, auth *Auth, refs []string, liste
 	}
 	fetched, err := m.fetch(ctx, topts, refs, listed)
 	if err == nil {
-		err = m.verify(refs, res.Refs)
+		err = m.verify(refs, &res)
 	}
 	if err == nil && fetched {
 		// What the fetch did not read may have been damaged meanwhile:
@@ -288,9 +300,10 @@ func (m *Mirror) fetchRefs(ctx context.Context, auth *Auth, refs []string, liste
 		if rerr := m.reinit(); rerr != nil {
 			return res, rerr
 		}
+		clear(res.RefErrors)
 		fetched, err = m.fetch(ctx, topts, refs, nil)
 		if err == nil {
-			err = m.verify(refs, res.Refs)
+			err = m.verify(refs, &res)
 		}
 	}
 	if err != nil {
@@ -300,18 +313,27 @@ func (m *Mirror) fetchRefs(ctx context.Context, auth *Auth, refs []string, liste
 	return res, nil
 }
 
-// verify checks that every ref names a commit that is readable, and records
-// it in out. A ref whose commit is missing means the store lost objects.
-func (m *Mirror) verify(refs []string, out map[string]plumbing.Hash) error {
+// verify checks that every ref names a commit that is readable, and
+// records it in res.Refs. A ref that names something else is that ref's
+// error, in res.RefErrors; a ref whose commit is missing means the store
+// lost objects (an error the damage decision takes as such).
+func (m *Mirror) verify(refs []string, res *FetchResult) error {
 	for _, name := range refs {
 		h, err := m.refCommit(name)
+		if errors.Is(err, ErrNotCommit) {
+			if res.RefErrors == nil {
+				res.RefErrors = map[string]error{}
+			}
+			res.RefErrors[name] = err
+			continue
+		}
 		if err != nil {
 			return err
 		}
 		if _, err := m.repo.CommitObject(h); err != nil {
 			return fmt.Errorf("ref %s points at unreadable commit %s: %w", name, h, err)
 		}
-		out[name] = h
+		res.Refs[name] = h
 	}
 	return nil
 }
@@ -478,8 +500,9 @@ func (m *Mirror) isEmpty() bool {
 
 var errStop = errors.New("stop")
 
-// refCommit is the commit a local ref points at, peeling annotated tags.
-// Callers hold m.mu.
+// refCommit is the commit a local ref points at, peeling annotated tags;
+// a ref that leads to anything else is an error wrapping [ErrNotCommit]
+// that names what it leads to. Callers hold m.mu.
 func (m *Mirror) refCommit(name string) (plumbing.Hash, error) {
 	ref, err := m.repo.Reference(plumbing.ReferenceName(name), true)
 	if err != nil {
@@ -487,19 +510,24 @@ func (m *Mirror) refCommit(name string) (plumbing.Hash, error) {
 	}
 	h := ref.Hash()
 	for range 10 {
-		tag, err := m.repo.TagObject(h)
-		if errors.Is(err, plumbing.ErrObjectNotFound) {
-			break
-		}
+		o, err := m.repo.Storer.EncodedObject(plumbing.AnyObject, h)
 		if err != nil {
-			return plumbing.ZeroHash, m.markCorrupt(err)
+			return plumbing.ZeroHash, fmt.Errorf("ref %s: object %s: %w", name, h, err)
 		}
-		if tag.TargetType != plumbing.CommitObject && tag.TargetType != plumbing.TagObject {
-			return plumbing.ZeroHash, fmt.Errorf("ref %s: tag points at a %s, not a commit", name, tag.TargetType)
+		switch o.Type() {
+		case plumbing.CommitObject:
+			return h, nil
+		case plumbing.TagObject:
+			tag, err := object.DecodeTag(m.repo.Storer, o)
+			if err != nil {
+				return plumbing.ZeroHash, m.markCorrupt(err)
+			}
+			h = tag.Target
+		default:
+			return plumbing.ZeroHash, fmt.Errorf("%w: %s names a %s (%s)", ErrNotCommit, name, o.Type(), h)
 		}
-		h = tag.Target
 	}
-	return h, nil
+	return plumbing.ZeroHash, fmt.Errorf("%w: %s is a chain of more than 10 tags", ErrNotCommit, name)
 }
 
 // HasCommit reports whether commit is in the mirror. A mirror found
@@ -529,7 +557,7 @@ func (m *Mirror) commit(h plumbing.Hash) (*object.Commit, error) {
 // markCorrupt records a read failure that means the store is damaged, so
 // the next Fetch rebuilds; callers hold m.mu.
 func (m *Mirror) markCorrupt(err error) error {
-	reason := m.readDamage(err)
+	reason := m.damage(err)
 	if reason == nil {
 		return err
 	}
@@ -561,26 +589,6 @@ func isRemoteError(err error) bool {
 		transport.ErrInvalidAuthMethod,
 	} {
 		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return false
-}
-
-// isCorruption tells errors that only a damaged object store gives from
-// network, auth and context errors.
-func isCorruption(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || isRemoteError(err) {
-		return false
-	}
-	var perr *packfile.Error
-	if errors.As(err, &perr) || errors.Is(err, packfile.ErrZLib) || errors.Is(err, plumbing.ErrObjectNotFound) ||
-		errors.Is(err, plumbing.ErrInvalidType) || errors.Is(err, idxfile.ErrMalformedIdxFile) {
-		return true
-	}
-	msg := err.Error()
-	for _, s := range []string{"zlib", "checksum", "malformed", "invalid pack", "idx file", "bad object"} {
-		if strings.Contains(msg, s) {
 			return true
 		}
 	}

@@ -161,6 +161,8 @@ func TestVerifiedCommitsOnly(t *testing.T) {
 			return e.Type == watcher.EventTargetFailed && errors.Is(e.Err, gitutil.ErrUnverified) && strings.Contains(e.Err.Error(), bad)
 		})
 		assert.Equal(t, "app", e.Target.ID)
+		assert.Equal(t, bad, e.Commit, "the event names the commit refused")
+		assert.Equal(t, "refs/heads/main", e.Ref)
 	}
 	repo.SignWith(release)
 	good := repo.Commit(t, map[string]string{"app.yaml": "v: 2\n"})

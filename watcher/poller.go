@@ -280,8 +280,12 @@ func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []jo
 	failed := map[string]error{}
 	for i := range jobs {
 		j := &jobs[i]
-		if h, ok := fetched[j.res.Ref]; ok && j.res.Ref != "" {
+		if h, ok := fetched.Refs[j.res.Ref]; ok && j.res.Ref != "" {
 			j.res.Commit = h
+		}
+		if rerr, ok := fetched.RefErrors[j.res.Ref]; ok && j.res.Ref != "" {
+			failed[j.p.b.key] = rerr // a tag on a tree: this target's, not the remote's
+			continue
 		}
 		if err != nil && !r.mirror.HasCommit(j.res.Commit) {
 			failed[j.p.b.key] = err
@@ -294,7 +298,7 @@ func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []jo
 func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[string]error) {
 	for _, j := range jobs {
 		if err, failed := fetchFailed[j.p.b.key]; failed {
-			r.fail(ctx, j.p, err)
+			r.failJob(ctx, j, err)
 			continue
 		}
 		r.mu.Lock()
@@ -308,13 +312,13 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[strin
 			// Not offered: the next poll verifies it again, and the last
 			// delivery stays.
 			if err := r.verify(j, *v); err != nil {
-				r.fail(ctx, j.p, err)
+				r.failJob(ctx, j, err)
 				continue
 			}
 		}
 		tree, err := r.mirror.TreeHash(j.res.Commit, j.p.b.t.Selection())
 		if err != nil {
-			r.fail(ctx, j.p, err)
+			r.failJob(ctx, j, err)
 			continue
 		}
 		r.env.targetPolled(j.p.b.t, r.redacted)
@@ -352,12 +356,12 @@ func (r *remote) verify(j job, v Verify) error {
 
 // fetch brings the wanted refs and commits into the mirror, within the
 // watcher's fetch concurrency limit.
-func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]plumbing.Hash, commits []plumbing.Hash) (map[string]plumbing.Hash, error) {
+func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]plumbing.Hash, commits []plumbing.Hash) (gitutil.FetchResult, error) {
 	w := r.env
 	select {
 	case w.fetchSem <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return gitutil.FetchResult{}, ctx.Err()
 	}
 	var release sync.Once
 	defer release.Do(func() { <-w.fetchSem })
@@ -395,7 +399,7 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 		err = fmt.Errorf("watcher: fetch %s: %w", r.redacted, err)
 	}
 	w.emit(Event{Type: EventFetched, Remote: r.redacted, Duration: time.Since(start), Err: err})
-	return res.Refs, err
+	return res, err
 }
 
 var errFetchTimeout = errors.New("fetch timed out")
@@ -457,4 +461,18 @@ func (r *remote) fail(ctx context.Context, p *polled, err error) {
 	}
 	t := p.b.t
 	r.env.targetFailed(Event{Type: EventTargetFailed, Target: &t, Remote: r.redacted, Err: err})
+}
+
+// failJob is fail for a target that resolved: the event names the ref and
+// the commit it was refused at (a ref that names no commit has none).
+func (r *remote) failJob(ctx context.Context, j job, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	t := j.p.b.t
+	ev := Event{Type: EventTargetFailed, Target: &t, Remote: r.redacted, Ref: j.res.Ref, Err: err}
+	if !errors.Is(err, gitutil.ErrNotCommit) {
+		ev.Commit = j.res.Commit.String()
+	}
+	r.env.targetFailed(ev)
 }

@@ -2,6 +2,7 @@ package watcher_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,6 +98,42 @@ func TestRotatedCredentialKeepsItsMirror(t *testing.T) {
 	assert.Len(t, mirrorDirs(t, cacheDir), 1, "the same mirror")
 	assert.Zero(t, obs.Count(watchertest.Is(watcher.EventMirrorRebuilt, "")))
 	assert.Equal(t, fetches+1, repo.Counts().Fetches.Load(), "one incremental fetch, no new clone")
+}
+
+// One tenant's target on a tag that names a tree fails with what the tag
+// names, poll after poll, and the mirror another tenant's target reads is
+// never rebuilt for it.
+func TestTagOnATreeFailsItsTargetOnly(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+	tree := repo.Git(t, "rev-parse", "HEAD^{tree}")
+	repo.Git(t, "tag", "v9", tree)
+	repo.Git(t, "push", "-q", "origin", "refs/tags/v9")
+
+	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
+	w := newWatcher(t, obs)
+	good := watcher.Target{ID: "team-a", URL: repo.URL()}
+	bad := watcher.Target{ID: "team-b", URL: repo.URL(), Revision: "v9"}
+	require.NoError(t, w.Route(watchertest.NewSource(good, bad), sink))
+	start(t, w)
+	sink.WaitCommit(t, "team-a", c1)
+	e := obs.WaitFor(t, "team-b failing", watchertest.Is(watcher.EventTargetFailed, "team-b"))
+	require.ErrorIs(t, e.Err, gitutil.ErrNotCommit)
+	assert.Contains(t, e.Err.Error(), "refs/tags/v9 names a tree ("+tree+")")
+	assert.Equal(t, "refs/tags/v9", e.Ref)
+	assert.Empty(t, e.Commit, "a tree is not a commit")
+
+	for i := range 3 {
+		c := repo.Commit(t, fmt.Sprint(i), gittest.File("f", fmt.Sprint(i)))
+		pollNow(t, w, obs, repo.URL())
+		sink.WaitCommit(t, "team-a", c)
+	}
+	assert.Zero(t, obs.Count(watchertest.Is(watcher.EventMirrorRebuilt, "")), "the shared mirror is kept")
+	assert.GreaterOrEqual(t, obs.Count(watchertest.Is(watcher.EventTargetFailed, "team-b")), 4, "failing at every poll")
+	for _, c := range sink.Attempts() {
+		assert.NotEqual(t, "team-b", c.Target.ID, "nothing handed to a sink for it")
+	}
 }
 
 func TestLocalRepositoriesAreRefusedUnlessAllowed(t *testing.T) {
