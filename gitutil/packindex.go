@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"sync"
@@ -25,9 +26,10 @@ import (
 // 4 bytes for the objects in offset order. It implements idxfile.Index and
 // is safe for concurrent use.
 type packIndex struct {
-	data  []byte
-	count int
-	large int // 8-byte offsets, for packs over 2 GiB
+	data   []byte
+	mapped bool // data is a mapping of the file (see recoverFault)
+	count  int
+	large  int // 8-byte offsets, for packs over 2 GiB
 	// sections of data
 	names, crcs, offsets, offsets64 int
 
@@ -66,9 +68,10 @@ func openPackIndex(path string, pack plumbing.Hash) (*packIndex, error) {
 	// count of mappings. A mapping refused is a read.
 	var data []byte
 	unmap := func() error { return nil }
+	mapped := false
 	if st.Size() >= mapThreshold {
 		if d, u, err := mapFile(f, int(st.Size())); err == nil {
-			data, unmap = d, u
+			data, unmap, mapped = d, u, true
 		}
 	}
 	if data == nil {
@@ -77,16 +80,54 @@ func openPackIndex(path string, pack plumbing.Hash) (*packIndex, error) {
 			return nil, err
 		}
 	}
-	idx, err := newPackIndex(data)
-	if err == nil && !bytes.Equal(data[len(data)-idxTrailer:len(data)-20], pack[:]) {
-		err = fmt.Errorf("%w: index of pack %s is for another pack", idxfile.ErrMalformedIdxFile, pack)
-	}
+	idx, err := checkedIndex(data, pack, mapped)
 	if err != nil {
 		_ = unmap()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	runtime.AddCleanup(idx, func(unmap func() error) { _ = unmap() }, unmap)
 	return idx, nil
+}
+
+// checkedIndex reads the index in data (mapped or not) and checks that it
+// is the index of pack.
+func checkedIndex(data []byte, pack plumbing.Hash, mapped bool) (idx *packIndex, err error) {
+	if mapped {
+		defer recoverFault(&err, debug.SetPanicOnFault(true))
+	}
+	if idx, err = newPackIndex(data); err != nil {
+		return nil, err
+	}
+	idx.mapped = mapped
+	if !bytes.Equal(data[len(data)-idxTrailer:len(data)-20], pack[:]) {
+		return nil, fmt.Errorf("%w: index of pack %s is for another pack", idxfile.ErrMalformedIdxFile, pack)
+	}
+	return idx, nil
+}
+
+// errIndexFault is what reading a mapped index whose file was cut short
+// under the mapping (by another process, a failing disk) gives instead of
+// the SIGBUS that would end the program: an index the damage decision
+// verifies, finds cut short, and rebuilds.
+var errIndexFault = fmt.Errorf("%w: fault reading a mapped index (its file changed under the mapping)", idxfile.ErrMalformedIdxFile)
+
+// recoverFault, deferred by every method that reads a mapping with
+//
+//	defer recoverFault(&err, debug.SetPanicOnFault(true))
+//
+// turns a memory fault there into errIndexFault, and restores the
+// goroutine's setting. Any other panic goes on.
+func recoverFault(err *error, old bool) {
+	r := recover()
+	debug.SetPanicOnFault(old)
+	if r == nil {
+		return
+	}
+	if _, fault := r.(interface{ Addr() uintptr }); fault {
+		*err = errIndexFault
+		return
+	}
+	panic(r)
 }
 
 // newPackIndex reads the index in data.
@@ -163,10 +204,18 @@ func (x *packIndex) offset(pos int) (int64, error) {
 }
 
 // Contains reports whether the pack holds h.
-func (x *packIndex) Contains(h plumbing.Hash) (bool, error) { return x.find(h) >= 0, nil }
+func (x *packIndex) Contains(h plumbing.Hash) (ok bool, err error) {
+	if x.mapped {
+		defer recoverFault(&err, debug.SetPanicOnFault(true))
+	}
+	return x.find(h) >= 0, nil
+}
 
 // FindOffset returns the offset of h in the pack.
-func (x *packIndex) FindOffset(h plumbing.Hash) (int64, error) {
+func (x *packIndex) FindOffset(h plumbing.Hash) (off int64, err error) {
+	if x.mapped {
+		defer recoverFault(&err, debug.SetPanicOnFault(true))
+	}
 	pos := x.find(h)
 	if pos < 0 {
 		return 0, plumbing.ErrObjectNotFound
@@ -175,7 +224,10 @@ func (x *packIndex) FindOffset(h plumbing.Hash) (int64, error) {
 }
 
 // FindCRC32 returns the CRC32 of h's entry in the pack.
-func (x *packIndex) FindCRC32(h plumbing.Hash) (uint32, error) {
+func (x *packIndex) FindCRC32(h plumbing.Hash) (crc uint32, err error) {
+	if x.mapped {
+		defer recoverFault(&err, debug.SetPanicOnFault(true))
+	}
 	pos := x.find(h)
 	if pos < 0 {
 		return 0, plumbing.ErrObjectNotFound
@@ -186,6 +238,9 @@ func (x *packIndex) FindCRC32(h plumbing.Hash) (uint32, error) {
 // byOffset returns the positions in offset order, made at the first call.
 func (x *packIndex) byOffset() ([]uint32, error) {
 	x.revOnce.Do(func() {
+		if x.mapped {
+			defer recoverFault(&x.revErr, debug.SetPanicOnFault(true))
+		}
 		offs := make([]int64, x.count)
 		for pos := range offs {
 			if offs[pos], x.revErr = x.offset(pos); x.revErr != nil {
@@ -203,7 +258,10 @@ func (x *packIndex) byOffset() ([]uint32, error) {
 }
 
 // FindHash returns the object at offset o of the pack.
-func (x *packIndex) FindHash(o int64) (plumbing.Hash, error) {
+func (x *packIndex) FindHash(o int64) (h plumbing.Hash, err error) {
+	if x.mapped {
+		defer recoverFault(&err, debug.SetPanicOnFault(true))
+	}
 	rev, err := x.byOffset()
 	if err != nil {
 		return plumbing.ZeroHash, err
@@ -221,7 +279,6 @@ func (x *packIndex) FindHash(o int64) (plumbing.Hash, error) {
 	}
 	if i < len(rev) {
 		if off, _ := x.offset(int(rev[i])); off == o {
-			var h plumbing.Hash
 			copy(h[:], x.name(int(rev[i])))
 			return h, nil
 		}
@@ -252,7 +309,10 @@ type packIndexIter struct {
 	i     int
 }
 
-func (it *packIndexIter) Next() (*idxfile.Entry, error) {
+func (it *packIndexIter) Next() (e *idxfile.Entry, err error) {
+	if it.x.mapped {
+		defer recoverFault(&err, debug.SetPanicOnFault(true))
+	}
 	if it.i >= it.x.count {
 		return nil, io.EOF
 	}
@@ -265,7 +325,7 @@ func (it *packIndexIter) Next() (*idxfile.Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &idxfile.Entry{CRC32: binary.BigEndian.Uint32(it.x.data[it.x.crcs+4*pos:]), Offset: uint64(off)}
+	e = &idxfile.Entry{CRC32: binary.BigEndian.Uint32(it.x.data[it.x.crcs+4*pos:]), Offset: uint64(off)}
 	copy(e.Hash[:], it.x.name(pos))
 	return e, nil
 }

@@ -145,8 +145,8 @@ var errReadOnly = errors.New("gitutil: the view of a mirror is read-only")
 // pack does (it may be loose), after a live view that was told of new
 // packs looked for them.
 func (v *packView) locate(h plumbing.Hash) (int, int64, error) {
-	if i, off := v.find(h); i >= 0 || !v.live || !v.stale {
-		return i, off, nil
+	if i, off, err := v.find(h); err != nil || i >= 0 || !v.live || !v.stale {
+		return i, off, err
 	}
 	// Listed once per pack written, not at every miss: a first fetch
 	// asks about every ref a remote advertises, most of them absent.
@@ -155,18 +155,23 @@ func (v *packView) locate(h plumbing.Hash) (int, int64, error) {
 	if err != nil || !added {
 		return -1, 0, err
 	}
-	i, off := v.find(h)
-	return i, off, nil
+	return v.find(h)
 }
 
-// find returns the pack that holds h and its offset there, or -1.
-func (v *packView) find(h plumbing.Hash) (int, int64) {
+// find returns the pack that holds h and its offset there, or -1; an
+// index that cannot be read (a fault under its mapping) is an error, not
+// a miss.
+func (v *packView) find(h plumbing.Hash) (int, int64, error) {
 	for i := range v.packs {
-		if off, err := v.packs[i].idx.FindOffset(h); err == nil {
-			return i, off
+		off, err := v.packs[i].idx.FindOffset(h)
+		if err == nil {
+			return i, off, nil
+		}
+		if !errors.Is(err, plumbing.ErrObjectNotFound) {
+			return -1, 0, fmt.Errorf("index of pack %s: %w", v.packs[i].hash, err)
 		}
 	}
-	return -1, 0
+	return -1, 0, nil
 }
 
 // pack returns pack i opened, and what to call when done reading it. A
