@@ -39,9 +39,13 @@ const streamThreshold = 1 << 20
 // [Mirror.Submodules], which names them). The FS
 // implements fs.ReadDirFS, fs.ReadFileFS, fs.StatFS and fs.ReadLinkFS and is
 // safe for concurrent use. It has its own view of the mirror's store, so
-// reading it never waits on a fetch. It implements io.Closer: close it when
-// done, so that the packs a repack replaced can be deleted (an FS left open
-// keeps them for an hour at most). Large files are streamed.
+// reading it never waits on a fetch, and it reads the same tree for as long
+// as it is referenced: the packs a repack replaces stay on disk while an
+// FS that reads them is (they are deleted at a fetch after it is garbage
+// collected). It implements io.Closer, which closes the pack files it
+// holds open (a read after it opens them again): close it when a read is
+// over. A mirror rebuilt since makes it fail with [ErrRebuilt]. Large
+// files are streamed.
 func (m *Mirror) FS(commit plumbing.Hash, sel Selection) (fs.FS, error) {
 	s, err := sel.compile()
 	if err != nil {
@@ -75,7 +79,7 @@ func (m *Mirror) FS(commit plumbing.Hash, sel Selection) (fs.FS, error) {
 			err = m.readFailed(gen, err)
 		} else {
 			f.st = st
-			m.readers[weak.Make(f)] = time.Now()
+			m.readers[weak.Make(f)] = st.packNames()
 		}
 	}
 	m.mu.Unlock()
@@ -99,7 +103,6 @@ func (m *Mirror) FS(commit plumbing.Hash, sel Selection) (fs.FS, error) {
 		root, err = object.GetTree(st, e.Hash)
 	}
 	if err != nil {
-		m.release(f)
 		_ = st.Close()
 		return nil, fmt.Errorf("gitutil: open tree %s: %w", e.Hash, m.readFailed(gen, err))
 	}
@@ -185,12 +188,11 @@ func (f *treeFS) tree(h plumbing.Hash) (*object.Tree, error) {
 	return t, nil
 }
 
-// Close ends the file system's hold on the mirror's store: packs a repack
-// replaced are kept on disk while a file system that may read them is
-// open (at most an hour), and the packs it keeps open are closed. Reading
-// after Close still works until the replaced packs are gone.
+// Close closes the pack files the file system holds open. It stays
+// readable after Close (it opens what it reads again) for as long as it is
+// referenced: the packs it reads stay on disk until it is garbage
+// collected.
 func (f *treeFS) Close() error {
-	f.m.release(f)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.st.Close()

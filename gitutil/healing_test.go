@@ -176,10 +176,11 @@ type countingWriter struct{ n uint64 }
 func (w *countingWriter) Write(p []byte) (int, error) { w.n += uint64(len(p)); return len(p), nil }
 
 // A mirror that passes its pack threshold is repacked after a fetch, with
-// the git CLI or go-git; a file system opened before keeps reading the
-// same bytes until it is closed, and only then are the replaced packs
-// deleted.
-func TestRepackKeepsOpenFileSystemsWhole(t *testing.T) {
+// the git CLI or go-git; a file system opened before, and closed as the
+// watcher closes it after a delivery, keeps reading the same bytes through
+// more fetches and repacks for as long as it is kept, and the packs it
+// held are deleted at a fetch once it is collected.
+func TestRepackKeepsFileSystemsWhole(t *testing.T) {
 	for name, cli := range map[string]string{"git CLI": "git", "go-git": ""} {
 		t.Run(name, func(t *testing.T) {
 			srv := gittest.NewServer(t)
@@ -192,31 +193,67 @@ func TestRepackKeepsOpenFileSystemsWhole(t *testing.T) {
 			require.NoError(t, err)
 			old, err := m.FS(c0, at(""))
 			require.NoError(t, err)
+			require.NoError(t, old.(io.Closer).Close(), "as the watcher does when Deliver returns")
+			held := packNames(dir) // what old reads
+			kept := func() (n int) {
+				now := packNames(dir)
+				for p := range held {
+					if now[p] {
+						n++
+					}
+				}
+				return n
+			}
 
 			var last plumbing.Hash
-			for i := range 6 {
-				last = plumbing.NewHash(repo.Commit(t, fmt.Sprint(i), gittest.File("n", fmt.Sprint(i+1))))
+			lastN := ""
+			commit := func(i int) {
+				lastN = fmt.Sprint(i + 1)
+				last = plumbing.NewHash(repo.Commit(t, fmt.Sprint(i), gittest.File("n", lastN)))
 				_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 				require.NoError(t, err)
 			}
-			require.Positive(t, m.Repacks())
-			held := len(packNames(dir))
-			assert.Greater(t, held, 3, "replaced packs stay while a reader is open")
-			for _, name := range []string{"keep/f", "n"} {
-				want := map[string]string{"keep/f": "kept", "n": "0"}[name]
-				data, err := fs.ReadFile(old, name)
-				require.NoError(t, err, "read through the file system opened before the repack")
-				assert.Equal(t, want, string(data))
+			for i := range 6 {
+				commit(i)
 			}
+			require.Positive(t, m.Repacks())
+			assert.Equal(t, len(held), kept(), "the packs a kept reader reads stay")
+			read := func() {
+				t.Helper()
+				for _, name := range []string{"keep/f", "n"} {
+					want := map[string]string{"keep/f": "kept", "n": "0"}[name]
+					data, err := fs.ReadFile(old, name)
+					require.NoError(t, err, "read through the file system kept since before the repacks")
+					assert.Equal(t, want, string(data))
+				}
+			}
+			read()
 			require.NoError(t, old.(io.Closer).Close())
-			assert.LessOrEqual(t, len(packNames(dir)), 3, "dropped once the last reader closed")
+			repacks := m.Repacks()
+			for i := 6; m.Repacks() == repacks; i++ {
+				commit(i)
+			}
+			read()
+			assert.Equal(t, len(held), kept())
+
+			old = nil
+			for range 5 { // the reader is collected at a GC; its packs go at the fetch after
+				if kept() == 0 {
+					break
+				}
+				runtime.GC()
+				_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+				require.NoError(t, err)
+			}
+			assert.Zero(t, kept(), "dropped once the reader was collected")
+			assert.LessOrEqual(t, len(packNames(dir)), 3)
 			require.NoError(t, checkPacks(dir, true))
 
 			fresh, err := m.FS(last, at(""))
 			require.NoError(t, err)
 			data, err := fs.ReadFile(fresh, "n")
 			require.NoError(t, err)
-			assert.Equal(t, "6", string(data))
+			assert.Equal(t, lastN, string(data))
 			require.NoError(t, fresh.(io.Closer).Close())
 
 			m, err = OpenMirror(dir, repo.URL(), MirrorOptions{})

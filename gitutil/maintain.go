@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"weak"
 
 	"github.com/go-git/go-git/v5"
 )
@@ -18,10 +17,6 @@ import (
 // DefaultRepackPacks is the number of packs above which a mirror is
 // repacked after a fetch (see [MirrorOptions.RepackPacks]).
 const DefaultRepackPacks = 32
-
-// leaseLimit bounds how long an unclosed file system of [Mirror.FS] keeps
-// replaced packs on disk.
-const leaseLimit = time.Hour
 
 // packNames lists the packs of a mirror by base name ("pack-<hash>").
 func packNames(dir string) map[string]bool {
@@ -154,33 +149,40 @@ func largePacks(dir string) []string {
 	return large
 }
 
-// dropReplaced deletes the replaced packs once no file system handed out in
-// the last leaseLimit is still open. Callers hold m.mu.
+// dropReplaced deletes the replaced packs that no file system handed out
+// may read: those of none that is still referenced (see [Mirror.FS]).
+// Callers hold m.mu.
 func (m *Mirror) dropReplaced() {
 	if len(m.replaced) == 0 {
 		return
 	}
-	now := time.Now()
-	for fsys, since := range m.readers {
-		switch {
-		case fsys.Value() == nil:
+	held := map[string]bool{}
+	for fsys, packs := range m.readers {
+		if fsys.Value() == nil {
 			delete(m.readers, fsys) // collected: nothing can read through it
-		case now.Sub(since) < leaseLimit:
-			return
-		default:
-			delete(m.readers, fsys) // forgotten: it may now fail to read
+			continue
+		}
+		for _, p := range packs {
+			held[p] = true
 		}
 	}
 	packDir := filepath.Join(m.dir, "objects", "pack")
+	dropped := false
 	for p := range m.replaced {
+		if held[p] {
+			continue
+		}
 		// The index first: a pack without index is damage, found at open.
 		for _, ext := range []string{".idx", ".rev", ".pack"} {
 			_ = os.Remove(filepath.Join(packDir, p+ext))
 		}
 		m.indexes.forget(p)
 		delete(m.replaced, p)
+		dropped = true
 	}
-	_ = m.reopen()
+	if dropped {
+		_ = m.reopen()
+	}
 }
 
 // reopen gives the mirror a fresh view of its store, after packs changed
@@ -196,12 +198,3 @@ func (m *Mirror) reopen() error {
 
 // Repacks counts the repacks since the mirror was opened.
 func (m *Mirror) Repacks() int64 { return m.repacks.Load() }
-
-// release ends a file system's lease; the last one out drops the replaced
-// packs (see dropReplaced).
-func (m *Mirror) release(fsys *treeFS) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.readers, weak.Make(fsys))
-	m.dropReplaced()
-}

@@ -96,8 +96,8 @@ type Mirror struct {
 	// progress counts the bytes of the servers' progress messages.
 	progress atomic.Int64
 	repacks  atomic.Int64
-	readers  map[weak.Pointer[treeFS]]time.Time // file systems handed out, not closed or collected
-	replaced map[string]bool                    // packs a repack made redundant, kept for readers
+	readers  map[weak.Pointer[treeFS]][]string // file systems handed out, not collected, and the packs each reads
+	replaced map[string]bool                   // packs a repack made redundant, kept for readers
 	// trees holds the last few directory trees decoded for path diffs: a
 	// delivery's "to" is the next one's "from".
 	trees [treeSlots]*object.Tree
@@ -159,7 +159,7 @@ func OpenMirror(dir, repoURL string, opts MirrorOptions) (*Mirror, error) {
 	if _, err := parseBare(repoURL); err != nil {
 		return nil, err
 	}
-	m := &Mirror{dir: dir, url: repoURL, opts: opts, readers: map[weak.Pointer[treeFS]]time.Time{}, replaced: map[string]bool{}}
+	m := &Mirror{dir: dir, url: repoURL, opts: opts, readers: map[weak.Pointer[treeFS]][]string{}, replaced: map[string]bool{}}
 	var rebuilt error
 	if locks := staleLocks(dir); len(locks) > 0 {
 		rebuilt = fmt.Errorf("stale lock files: %s", strings.Join(locks, ", "))
@@ -295,6 +295,7 @@ func (m *Mirror) fetchRefs(ctx context.Context, auth *Auth, refs []string, liste
 		// A failed repack leaves the mirror as the fetch made it: whole.
 		res.Repacked, res.RepackErr = m.maintain(ctx)
 	}
+	m.dropReplaced() // those that readers held, now collected
 	if reason := m.damage(err); reason != nil && res.Rebuilt == nil {
 		res.Rebuilt = reason
 		if rerr := m.reinit(); rerr != nil {

@@ -136,6 +136,15 @@ func (v *packView) refresh() (bool, error) {
 	return true, nil
 }
 
+// packNames names the view's packs ("pack-<checksum>").
+func (v *packView) packNames() []string {
+	out := make([]string, len(v.packs))
+	for i, p := range v.packs {
+		out[i] = "pack-" + p.hash.String()
+	}
+	return out
+}
+
 // written tells a live view that a pack was written into the mirror.
 func (v *packView) written() { v.stale = true }
 

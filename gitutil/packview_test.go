@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -60,6 +61,7 @@ func TestFileSystemsShareDecodedIndexes(t *testing.T) {
 	}
 
 	c3 := repo.Commit(t, "three", gittest.File("a/x", "3"))
+	runtime.GC() // the file systems read so far are collected: none holds a pack
 	res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	require.True(t, res.Repacked)

@@ -45,8 +45,10 @@ type Mirror interface {
 	// ChangedPaths returns the paths the selection keeps that differ
 	// between the two commits, relative to its Path; nil when unknown.
 	ChangedPaths(ctx context.Context, from, to plumbing.Hash, sel gitutil.Selection) ([]string, error)
-	// FS returns what the selection keeps in commit, read-only. If it is
-	// an io.Closer, the watcher closes it when the delivery is over.
+	// FS returns what the selection keeps in commit, read-only, readable
+	// for as long as it is referenced (see Change.FS). If it is an
+	// io.Closer, the watcher closes it when the delivery is over, and it
+	// must stay readable after that.
 	FS(commit plumbing.Hash, sel gitutil.Selection) (fs.FS, error)
 	// Submodules lists the submodules the selection keeps in commit (their
 	// paths relative to its Path, URLs and pinned commits); FS leaves them

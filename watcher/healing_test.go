@@ -188,3 +188,26 @@ func TestStalledFetchIsAborted(t *testing.T) {
 	require.ErrorIs(t, e.Err, watcher.ErrFetchStalled)
 	srv.Stall(repo.Name(), -1)
 }
+
+// A sink may keep Change.FS after Deliver returns: it reads the tree it
+// was handed through later fetches and the repacks they cause, though the
+// watcher closed it when Deliver returned.
+func TestKeptFSReadsAfterRepacks(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("app/f", "v1"))
+	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
+	w := newWatcher(t, obs, watcher.WithRepackThreshold(2))
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Path: "app"}), sink))
+	start(t, w)
+	kept := sink.WaitCommit(t, "t", c1).FS
+
+	for i := 2; i <= 6; i++ {
+		c := repo.Commit(t, fmt.Sprint(i), gittest.File("app/f", fmt.Sprint("v", i)))
+		pollNow(t, w, obs, repo.URL())
+		sink.WaitCommit(t, "t", c)
+	}
+	data, err := fs.ReadFile(kept, "f")
+	require.NoError(t, err, "the kept file system reads after the repacks")
+	assert.Equal(t, "v1", string(data))
+}

@@ -200,8 +200,13 @@ type Change struct {
 	Paths []string
 	// FS is a read-only view of Target.Path at To, narrowed to its Paths
 	// and without what its ignore patterns hide, with its submodules when
-	// the target recurses into them. It stays valid after
-	// Deliver returns and is safe for concurrent use.
+	// the target recurses into them. It is safe for concurrent use and
+	// reads the same tree for as long as the sink keeps it, after Deliver
+	// returns too, through fetches and repacks (the packs it reads stay on
+	// disk until it is garbage collected). When it is an io.Closer, the
+	// watcher closes it after Deliver: that lets go of the files it holds
+	// open, and a later read opens them again. A mirror rebuilt since (it
+	// was found damaged) makes a later read fail with gitutil.ErrRebuilt.
 	FS fs.FS
 	// Submodules are the paths, relative to Target.Path, of the submodules
 	// under it that FS leaves out (the target does not recurse into them):
