@@ -46,7 +46,7 @@ func TestMirrorHoldsNoFilesBetweenOperations(t *testing.T) {
 		require.Equal(t, c, res.Refs["refs/heads/main"].String())
 		commits = append(commits, plumbing.NewHash(c))
 	}
-	_, err = m.TreeHash(commits[2], at("a"))
+	_, err = m.TreeHash(ctxT(t), commits[2], at("a"))
 	require.NoError(t, err)
 	_, err = m.ChangedPaths(ctxT(t), commits[0], commits[2], at("a"))
 	require.NoError(t, err)

@@ -1,6 +1,7 @@
 package gitutil
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -130,9 +131,11 @@ type treeFS struct {
 	entries int
 
 	// sel, when set, hides what the selection leaves out; rules holds the
-	// ignore rules of the directories seen, by path.
+	// ignore rules of the directories seen, by path; work is the budget of
+	// the operation under way (each has its own).
 	sel   *selector
 	rules map[string]rules
+	work  *budget
 }
 
 // hidden reports whether the entry rel, in directory dir (rel without
@@ -145,7 +148,7 @@ func (f *treeFS) hidden(rel []string, isDir bool) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return f.sel.hidden(r, rel, isDir), nil
+	return f.sel.hidden(f.work, r, rel, isDir)
 }
 
 // ignoreFile reads at most what an ignore file may hold, and a byte more;
@@ -218,6 +221,8 @@ func checked[T any](f *treeFS, op, name string, fn func() (T, error)) (T, error)
 	if err := f.stale(); err != nil {
 		return zero, &fs.PathError{Op: op, Path: name, Err: err}
 	}
+	// An io/fs operation has no ctx: its budget bounds it.
+	f.work = newBudget(context.Background())
 	v, err := fn()
 	if serr := f.stale(); serr != nil && err == nil {
 		return zero, &fs.PathError{Op: op, Path: name, Err: serr}

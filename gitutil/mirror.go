@@ -105,6 +105,9 @@ type Mirror struct {
 	// selectedHash), so that a new commit re-reads only the directories it
 	// changed; content-addressed, it survives rebuilds.
 	selected map[memoKey]plumbing.Hash
+	// overBudget remembers the trees whose selection was over its budget
+	// (content-addressed, as selected).
+	overBudget map[memoKey]error
 	// indexes holds the pack indexes the mirror's store and its file
 	// systems share (see packIndex).
 	indexes indexCache

@@ -107,21 +107,21 @@ func TestMirrorIncrementalFetchAndTreeQueries(t *testing.T) {
 
 	h1, h2 := plumbing.NewHash(c1), plumbing.NewHash(c2)
 	before := m.TreesRead()
-	ta1, err := m.TreeHash(h1, at("apps/a"))
+	ta1, err := m.TreeHash(ctxT(t), h1, at("apps/a"))
 	// The root and apps: a path check reads the trees above the path, not
 	// the one it names (its hash is in its parent).
 	assert.Equal(t, int64(2), m.TreesRead()-before)
 	require.NoError(t, err)
-	ta2, err := m.TreeHash(h2, at("apps/a/"))
+	ta2, err := m.TreeHash(ctxT(t), h2, at("apps/a/"))
 	require.NoError(t, err)
 	assert.Equal(t, ta1, ta2, "apps/a is untouched by c2")
-	tb1, _ := m.TreeHash(h1, at("apps/b"))
-	tb2, _ := m.TreeHash(h2, at("./apps/b"))
+	tb1, _ := m.TreeHash(ctxT(t), h1, at("apps/b"))
+	tb2, _ := m.TreeHash(ctxT(t), h2, at("./apps/b"))
 	assert.NotEqual(t, tb1, tb2)
 
-	_, err = m.TreeHash(h2, at("nope"))
+	_, err = m.TreeHash(ctxT(t), h2, at("nope"))
 	require.ErrorIs(t, err, ErrPathNotFound)
-	_, err = m.TreeHash(h2, at("../etc"))
+	_, err = m.TreeHash(ctxT(t), h2, at("../etc"))
 	require.ErrorIs(t, err, ErrInvalidPath)
 
 	paths, err := m.ChangedPaths(ctxT(t), h1, h2, at("apps"))
@@ -254,13 +254,13 @@ func TestMirrorRebuildsAfterStaleLockAndCorruption(t *testing.T) {
 	}
 	m, err = OpenMirror(dir, repo.URL(), MirrorOptions{})
 	require.NoError(t, err)
-	_, err = m.TreeHash(plumbing.NewHash(c1), at(""))
+	_, err = m.TreeHash(ctxT(t), plumbing.NewHash(c1), at(""))
 	require.Error(t, err)
 	t.Log(err)
 	res, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	require.Error(t, res.Rebuilt, "a corrupt store is rebuilt")
-	_, err = m.TreeHash(plumbing.NewHash(c1), at(""))
+	_, err = m.TreeHash(ctxT(t), plumbing.NewHash(c1), at(""))
 	require.NoError(t, err)
 }
 

@@ -3,6 +3,7 @@ package gitutil
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -49,6 +50,7 @@ const (
 	maxIgnoreFile   = 1 << 20
 	maxSelectPaths  = 1_000
 	maxSelectMemo   = 1 << 17
+	maxOverBudget   = 1 << 10
 	selectionDigest = 20
 )
 
@@ -71,7 +73,7 @@ func (s Selection) plain() bool {
 type selector struct {
 	root     string
 	paths    [][]string // none nested in another; nil selects everything
-	patterns []gitignore.Pattern
+	patterns []pattern
 	file     string
 	id       string // digests paths, patterns and file: the memo key's part
 }
@@ -121,12 +123,19 @@ func (s Selection) compile() (*selector, error) {
 	return sel, nil
 }
 
+// pattern is an ignore pattern and what matching it against one element
+// of a path costs (see budget).
+type pattern struct {
+	gitignore.Pattern
+	cost int64
+}
+
 // parsePatterns parses ignore lines for the directory domain.
-func parsePatterns(lines []string, domain []string) ([]gitignore.Pattern, error) {
+func parsePatterns(lines []string, domain []string) ([]pattern, error) {
 	if len(lines) > maxPatterns {
 		return nil, fmt.Errorf("%w: %d ignore patterns, at most %d", ErrInvalidSelection, len(lines), maxPatterns)
 	}
-	var out []gitignore.Pattern
+	var out []pattern
 	for _, l := range lines {
 		l = strings.TrimSuffix(l, "\r")
 		if len(l) > maxPatternLen {
@@ -138,9 +147,59 @@ func parsePatterns(lines []string, domain []string) ([]gitignore.Pattern, error)
 		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
 			continue
 		}
-		out = append(out, gitignore.ParsePattern(l, domain))
+		out = append(out, pattern{gitignore.ParsePattern(l, domain), 1 + int64(len(l))/patternUnit})
 	}
 	return out, nil
+}
+
+// ErrSelectionBudget is returned (wrapped, with [ErrInvalidSelection]) when
+// evaluating a selection's ignore patterns over a tree takes more work than
+// one evaluation may: patterns and ignore files within their size limits
+// can still be made to cost minutes.
+var ErrSelectionBudget = errors.New("gitutil: the ignore patterns cost more to evaluate than their budget")
+
+// The work one evaluation of a selection may do (a TreeHash, the paths a
+// ChangedPaths keeps, one operation of a file system), in units of
+// matching one element of a path against 16 bytes of a pattern (go-git's
+// matcher and path.Match scan a pattern about linearly). A unit costs
+// 50-60 ns of one core, on 1,000-byte patterns as on a usual .sourceignore
+// (BenchmarkSelectionWork), so the budget is about 2 s; a tree of 10,000
+// files under 10 usual patterns costs 0.4 M units, 100,000 files under 50
+// about 20 M. ctx is looked at every budgetCheck units (about 1 ms).
+const (
+	patternUnit = 16
+	selectWork  = 1 << 25
+	budgetCheck = 1 << 14
+)
+
+// budget counts the work of one evaluation of a selection, and ends it
+// when ctx ends or the work passes selectWork.
+type budget struct {
+	ctx   context.Context
+	left  int64
+	check int64
+	spent int64 // for tests
+}
+
+func newBudget(ctx context.Context) *budget {
+	return &budget{ctx: ctx, left: selectWork, check: budgetCheck}
+}
+
+// spend counts n units of work.
+func (b *budget) spend(n int64) error {
+	b.left -= n
+	b.check -= n
+	b.spent += n
+	if b.check <= 0 {
+		b.check = budgetCheck
+		if err := b.ctx.Err(); err != nil {
+			return fmt.Errorf("gitutil: evaluating the ignore patterns: %w", err)
+		}
+	}
+	if b.left < 0 {
+		return fmt.Errorf("%w: %w (%d units of matching a path against 16 bytes of a pattern)", ErrInvalidSelection, ErrSelectionBudget, int64(selectWork))
+	}
+	return nil
 }
 
 // isUnder reports whether p is base or below it.
@@ -151,7 +210,7 @@ func isUnder(p, base []string) bool {
 // rules are the ignore patterns in effect in one directory: the
 // selection's, then those of the ignore files from the root down to it.
 type rules struct {
-	patterns []gitignore.Pattern
+	patterns []pattern
 	id       string // names patterns: the selection's id and the files read
 }
 
@@ -220,18 +279,23 @@ func (s *selector) within(rel []string) (inside, onTheWay bool) {
 }
 
 // hidden reports whether the entry rel (relative to the root, in a
-// directory whose rules are r) is left out. Its parents are not checked.
-func (s *selector) hidden(r rules, rel []string, isDir bool) bool {
+// directory whose rules are r) is left out, counting the work in b. Its
+// parents are not checked.
+func (s *selector) hidden(b *budget, r rules, rel []string, isDir bool) (bool, error) {
 	inside, onTheWay := s.within(rel)
 	if !inside && !(onTheWay && isDir) {
-		return true
+		return true, nil
 	}
 	for i := len(r.patterns) - 1; i >= 0; i-- {
-		if m := r.patterns[i].Match(rel, isDir); m != gitignore.NoMatch {
-			return m == gitignore.Exclude
+		p := r.patterns[i]
+		if err := b.spend(p.cost * int64(len(rel))); err != nil {
+			return false, err
+		}
+		if m := p.Match(rel, isDir); m != gitignore.NoMatch {
+			return m == gitignore.Exclude, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 // filters reports whether anything below a directory whose own place is
@@ -253,7 +317,7 @@ type memoKey struct {
 // the same files have the same hash wherever they come from, so that
 // hiding a file is the same as not having it. A directory seen before
 // with the same rules is not decoded again. Callers hold m.mu.
-func (m *Mirror) selectedHash(s *selector, h plumbing.Hash, t *object.Tree, rel []string, parent rules) (plumbing.Hash, error) {
+func (m *Mirror) selectedHash(b *budget, s *selector, h plumbing.Hash, t *object.Tree, rel []string, parent rules) (plumbing.Hash, error) {
 	inside, _ := s.within(rel)
 	if inside && !s.filters(parent) {
 		return h, nil // nothing below can be hidden
@@ -277,13 +341,17 @@ func (m *Mirror) selectedHash(s *selector, h plumbing.Hash, t *object.Tree, rel 
 	for _, e := range t.Entries {
 		sub := append(slices.Clip(rel), e.Name)
 		isDir := e.Mode == filemode.Dir
-		if s.hidden(r, sub, isDir) {
+		hidden, err := s.hidden(b, r, sub, isDir)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		if hidden {
 			same = false
 			continue
 		}
 		eh := e.Hash
 		if isDir {
-			if eh, err = m.selectedHash(s, e.Hash, nil, sub, r); err != nil {
+			if eh, err = m.selectedHash(b, s, e.Hash, nil, sub, r); err != nil {
 				return plumbing.ZeroHash, err
 			}
 			same = same && eh == e.Hash
@@ -368,14 +436,14 @@ func (s *selector) rulesAt(root *object.Tree, dir []string, cache map[string]rul
 
 // hiddenPath reports whether rel (a file, or a directory when isDir) is
 // left out: it or a directory above it is hidden.
-func (s *selector) hiddenPath(rel []string, isDir bool, rulesAt func(dir []string) (rules, error)) (bool, error) {
+func (s *selector) hiddenPath(b *budget, rel []string, isDir bool, rulesAt func(dir []string) (rules, error)) (bool, error) {
 	for i := 1; i <= len(rel); i++ {
 		r, err := rulesAt(rel[:i-1])
 		if err != nil {
 			return false, err
 		}
-		if s.hidden(r, rel[:i], i < len(rel) || isDir) {
-			return true, nil
+		if hidden, err := s.hidden(b, r, rel[:i], i < len(rel) || isDir); err != nil || hidden {
+			return hidden, err
 		}
 	}
 	return false, nil

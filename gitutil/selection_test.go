@@ -1,9 +1,14 @@
 package gitutil
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io/fs"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
@@ -78,16 +83,16 @@ func TestSelection(t *testing.T) {
 	require.Len(t, root, 2, "only the directories on the way to the paths")
 
 	// The hash: a change of what is hidden is no change.
-	t1, err := m.TreeHash(h1, sel)
+	t1, err := m.TreeHash(ctxT(t), h1, sel)
 	require.NoError(t, err)
-	raw1, err := m.TreeHash(h1, at(""))
+	raw1, err := m.TreeHash(ctxT(t), h1, at(""))
 	require.NoError(t, err)
 	assert.NotEqual(t, raw1, t1)
 	step := func(msg string, changes ...gittest.Change) (plumbing.Hash, plumbing.Hash, []string) {
 		c := plumbing.NewHash(repo.Commit(t, msg, changes...))
 		_, err := m.FetchCommit(ctxT(t), nil, c)
 		require.NoError(t, err)
-		h, err := m.TreeHash(c, sel)
+		h, err := m.TreeHash(ctxT(t), c, sel)
 		require.NoError(t, err)
 		before := c1
 		paths, err := m.ChangedPaths(ctxT(t), plumbing.NewHash(before), c, sel)
@@ -119,9 +124,9 @@ func TestSelection(t *testing.T) {
 	c7 := plumbing.NewHash(repo.Commit(t, "png back", gittest.File("apps/b/logo.png", "back")))
 	_, err = m.FetchCommit(ctxT(t), nil, c7)
 	require.NoError(t, err)
-	filtered, err := m.TreeHash(c7, Selection{Path: "apps/b", Ignore: []string{"*.png"}})
+	filtered, err := m.TreeHash(ctxT(t), c7, Selection{Path: "apps/b", Ignore: []string{"*.png"}})
 	require.NoError(t, err)
-	raw, err := m.TreeHash(c6, at("apps/b"))
+	raw, err := m.TreeHash(ctxT(t), c6, at("apps/b"))
 	require.NoError(t, err)
 	assert.Equal(t, raw, filtered, "a tree with logo.png hidden hashes as the tree without it")
 
@@ -130,19 +135,19 @@ func TestSelection(t *testing.T) {
 	fsysB, err := m.FS(c3, plainer)
 	require.NoError(t, err)
 	assert.Equal(t, []string{".sourceignore", "app.yaml", "build/out.yaml", "keep.md"}, files(t, fsysB))
-	subs, err := m.Submodules(c3, plainer)
+	subs, err := m.Submodules(ctxT(t), c3, plainer)
 	require.NoError(t, err)
 	assert.Empty(t, subs)
 
 	// A selection that keeps everything hashes as the tree itself.
-	all, err := m.TreeHash(c3, Selection{Path: "infra", Ignore: []string{"*.png"}, Paths: []string{""}})
+	all, err := m.TreeHash(ctxT(t), c3, Selection{Path: "infra", Ignore: []string{"*.png"}, Paths: []string{""}})
 	require.NoError(t, err)
-	rawInfra, err := m.TreeHash(c3, at("infra"))
+	rawInfra, err := m.TreeHash(ctxT(t), c3, at("infra"))
 	require.NoError(t, err)
 	assert.Equal(t, rawInfra, all)
 
 	// Paths must exist.
-	_, err = m.TreeHash(c3, Selection{Paths: []string{"apps", "nope"}})
+	_, err = m.TreeHash(ctxT(t), c3, Selection{Paths: []string{"apps", "nope"}})
 	assert.ErrorIs(t, err, ErrPathNotFound)
 	_, err = m.FS(c3, Selection{Paths: []string{"nope"}})
 	assert.ErrorIs(t, err, ErrPathNotFound)
@@ -162,10 +167,10 @@ func TestSelectionReadsOnlyWhatChanged(t *testing.T) {
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	sel := Selection{Ignore: []string{"*.png"}}
-	_, err = m.TreeHash(plumbing.NewHash(c1), sel)
+	_, err = m.TreeHash(ctxT(t), plumbing.NewHash(c1), sel)
 	require.NoError(t, err)
 	before := m.TreesRead()
-	_, err = m.TreeHash(plumbing.NewHash(c2), sel)
+	_, err = m.TreeHash(ctxT(t), plumbing.NewHash(c2), sel)
 	require.NoError(t, err)
 	// The root, the directory and its subdirectory changed; the other
 	// directories are known by their hash.
@@ -200,7 +205,7 @@ func TestSelectionRefusesHostileInput(t *testing.T) {
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	sel := Selection{IgnoreFile: ".sourceignore"}
-	_, err = m.TreeHash(plumbing.NewHash(c), sel)
+	_, err = m.TreeHash(ctxT(t), plumbing.NewHash(c), sel)
 	assert.ErrorIs(t, err, ErrInvalidSelection, "an ignore file too large to read is an error, not a silent partial read")
 	assert.ErrorContains(t, err, "a/.sourceignore")
 	fsys, err := m.FS(plumbing.NewHash(c), Selection{Paths: []string{"b"}, IgnoreFile: ".sourceignore"})
@@ -208,4 +213,169 @@ func TestSelectionRefusesHostileInput(t *testing.T) {
 	assert.Equal(t, []string{"b/.sourceignore", "b/b.yaml"}, files(t, fsys), "an ignore file that is a link is not read")
 	_, err = fs.ReadDir(fsys, "a")
 	assert.ErrorIs(t, err, fs.ErrNotExist)
+}
+
+// hostileIgnores is a repository of nine nested directories, each with a
+// .sourceignore of 1,000 patterns of 1,000 bytes that match nothing (1 MiB,
+// within every limit) and 300 files: each file is matched against every
+// pattern above it.
+func hostileIgnores(t testing.TB) (*Mirror, plumbing.Hash) {
+	t.Helper()
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/hostile")
+	var b strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&b, "*%0999d\n", i)
+	}
+	var changes []gittest.Change
+	dir := ""
+	for d := range 9 {
+		dir += fmt.Sprintf("d%d/", d)
+		changes = append(changes, gittest.File(dir+".sourceignore", b.String()))
+		for f := range 300 {
+			changes = append(changes, gittest.File(fmt.Sprintf("%sf%03d.yaml", dir, f), "x"))
+		}
+	}
+	c := plumbing.NewHash(repo.Commit(t, "hostile", changes...))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(context.Background(), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	return m, c
+}
+
+// Ignore files within every limit can still cost minutes to evaluate; a
+// budget ends the evaluation with an error that says so (the target's,
+// not the mirror's), and a cancel that lands inside it is honoured at the
+// next look at ctx.
+func TestIgnorePatternsHaveABudget(t *testing.T) {
+	m, c := hostileIgnores(t)
+	sel := Selection{IgnoreFile: ".sourceignore"}
+	start := time.Now()
+	_, err := m.TreeHash(ctxT(t), c, sel)
+	require.ErrorIs(t, err, ErrSelectionBudget)
+	require.ErrorIs(t, err, ErrInvalidSelection)
+	t.Logf("TreeHash over its budget after %v", time.Since(start))
+	assert.NoError(t, m.damage(err), "the selection's error, not damage")
+	assert.True(t, m.HasCommit(c), "the mirror is whole")
+	trees := m.TreesRead()
+	_, again := m.TreeHash(ctxT(t), c, sel)
+	assert.Equal(t, err, again, "the next poll is refused at once")
+	assert.Equal(t, trees, m.TreesRead(), "without evaluating it again")
+
+	fsys, err := m.FS(c, sel)
+	require.NoError(t, err)
+	_, err = fs.ReadDir(fsys, "d0/d1/d2/d3/d4/d5/d6/d7/d8")
+	require.ErrorIs(t, err, ErrSelectionBudget, "each operation of the file system has the budget")
+	_, err = m.Submodules(ctxT(t), c, sel)
+	require.NoError(t, err, "no .gitmodules: nothing to evaluate")
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	done := make(chan error, 1)
+	trees = m.TreesRead()
+	go func() {
+		_, err := m.TreeHash(ctx, c, Selection{IgnoreFile: ".sourceignore", Ignore: []string{"another/"}})
+		done <- err
+	}()
+	for m.TreesRead() < trees+5 { // well inside: five directories down
+		runtime.Gosched()
+	}
+	cancel()
+	cancelled := time.Now()
+	err = <-done
+	require.ErrorIs(t, err, context.Canceled)
+	t.Logf("a cancel inside the evaluation returned after %v", time.Since(cancelled))
+}
+
+// flipContext is a context whose Err is Canceled from its flip-th call on.
+type flipContext struct {
+	context.Context
+	calls, flip int
+}
+
+func (c *flipContext) Err() error {
+	c.calls++
+	if c.calls >= c.flip {
+		return context.Canceled
+	}
+	return nil
+}
+
+// The budget looks at ctx at least every budgetCheck units (and one
+// match): a cancel landing anywhere is seen within that much work, and
+// ends the evaluation there. Past selectWork it ends it too.
+func TestBudgetLooksAtCtx(t *testing.T) {
+	ctx := &flipContext{Context: context.Background(), flip: 20}
+	b := newBudget(ctx)
+	const match = 63 * 10 // a 1,000-byte pattern against a path of 10 elements
+	var err error
+	calls, lastLook, widest := 0, int64(0), int64(0)
+	for err == nil {
+		err = b.spend(match)
+		if ctx.calls != calls {
+			calls, widest, lastLook = ctx.calls, max(widest, b.spent-lastLook), b.spent
+		}
+	}
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, ctx.flip, ctx.calls, "ended at the look that saw the cancel")
+	assert.LessOrEqual(t, widest, int64(budgetCheck+match), "work between two looks at ctx")
+
+	b = newBudget(context.Background())
+	for err = nil; err == nil; {
+		err = b.spend(match)
+	}
+	require.ErrorIs(t, err, ErrSelectionBudget)
+	assert.LessOrEqual(t, b.spent, int64(selectWork+match))
+}
+
+// BenchmarkSelectionWork reports what a unit of the selection budget
+// costs: on the hostile ignore files, and on a usual .sourceignore over a
+// wide tree. The budget's comment states the figures.
+func BenchmarkSelectionWork(b *testing.B) {
+	b.Run("hostile", func(b *testing.B) {
+		m, c := hostileIgnores(b)
+		sel := Selection{IgnoreFile: ".sourceignore"}
+		for b.Loop() {
+			m.selected = nil
+			if _, err := m.TreeHash(context.Background(), c, sel); !errors.Is(err, ErrSelectionBudget) {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/selectWork, "ns/unit")
+	})
+	b.Run("usual", func(b *testing.B) {
+		srv := gittest.NewServer(b)
+		repo := srv.NewRepo(b, "g/usual")
+		var ignore strings.Builder
+		for _, p := range []string{"*.png", "*.jpg", "docs/", "/tmp", "**/testdata/**", "*.md", "!README.md", ".github/", "vendor/", "*.tgz"} {
+			ignore.WriteString(p + "\n")
+		}
+		changes := []gittest.Change{gittest.File(".sourceignore", ignore.String())}
+		for i := range 10_000 {
+			changes = append(changes, gittest.File(fmt.Sprintf("apps/a%02d/b%02d/f%02d.yaml", i/1000, i/100%10, i%100), "x"))
+		}
+		c := plumbing.NewHash(repo.Commit(b, "usual", changes...))
+		m, err := OpenMirror(b.TempDir(), repo.URL(), MirrorOptions{})
+		require.NoError(b, err)
+		_, err = m.Fetch(context.Background(), nil, []string{"refs/heads/main"})
+		require.NoError(b, err)
+		sel := Selection{IgnoreFile: ".sourceignore"}
+		var spent int64
+		for b.Loop() {
+			m.selected = nil
+			s, err := sel.compile()
+			require.NoError(b, err)
+			e, err := m.entryAt(c, "")
+			require.NoError(b, err)
+			root, err := m.treeOf(e)
+			require.NoError(b, err)
+			work := newBudget(context.Background())
+			_, err = m.selectedHash(work, s, root.Hash, root, nil, s.base())
+			require.NoError(b, err)
+			spent = work.spent
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(spent), "ns/unit")
+		b.ReportMetric(float64(spent), "units/tree")
+	})
 }

@@ -1,6 +1,7 @@
 package gitutil
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -36,8 +37,9 @@ type Submodule struct {
 // the gitlinks its .gitmodules declares, sorted by path. The file systems of
 // [Mirror.FS] leave submodules out, so a caller that delivers a tree says
 // which ones it lacks. A commit without .gitmodules has none; a
-// .gitmodules that cannot be parsed is an error.
-func (m *Mirror) Submodules(commit plumbing.Hash, sel Selection) ([]Submodule, error) {
+// .gitmodules that cannot be parsed is an error. Evaluating ignore
+// patterns honours ctx and has a budget ([ErrSelectionBudget]).
+func (m *Mirror) Submodules(ctx context.Context, commit plumbing.Hash, sel Selection) ([]Submodule, error) {
 	s, err := sel.compile()
 	if err != nil {
 		return nil, err
@@ -109,7 +111,7 @@ func (m *Mirror) Submodules(commit plumbing.Hash, sel Selection) ([]Submodule, e
 	for i, sm := range out {
 		paths[i] = sm.Path
 	}
-	kept, err := m.keep(s, selRoot, paths)
+	kept, err := m.keep(ctx, s, selRoot, paths)
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ func TestSubmodules(t *testing.T) {
 		"docs":    nil,
 		"dep":     nil, // a prefix of a name is not a parent
 	} {
-		got, err := m.Submodules(h, at(p))
+		got, err := m.Submodules(ctxT(t), h, at(p))
 		require.NoError(t, err, p)
 		var paths []string
 		for _, sm := range got {
@@ -57,13 +57,13 @@ func TestSubmodules(t *testing.T) {
 	got, err := m.FetchCommit(ctxT(t), nil, plumbing.NewHash(c2))
 	require.NoError(t, err)
 	require.True(t, got.Fetched)
-	subs, err := m.Submodules(plumbing.NewHash(c2), at(""))
+	subs, err := m.Submodules(ctxT(t), plumbing.NewHash(c2), at(""))
 	require.NoError(t, err)
 	assert.Empty(t, subs)
 	c3 := repo.Commit(t, "broken", gittest.File(".gitmodules", "[submodule \"x\"\n"+strings.Repeat("=", 10)))
 	_, err = m.FetchCommit(ctxT(t), nil, plumbing.NewHash(c3))
 	require.NoError(t, err)
-	_, err = m.Submodules(plumbing.NewHash(c3), at(""))
+	_, err = m.Submodules(ctxT(t), plumbing.NewHash(c3), at(""))
 	assert.Error(t, err)
 }
 

@@ -123,7 +123,10 @@ func (m *Mirror) keptTree(h plumbing.Hash) *object.Tree {
 // the watcher skips commits that do not touch a target. With paths or
 // ignore patterns it is a digest of what is kept (the tree's own hash when
 // nothing is left out), and directories seen before are not read again.
-func (m *Mirror) TreeHash(commit plumbing.Hash, sel Selection) (plumbing.Hash, error) {
+//
+// Evaluating ignore patterns honours ctx and has a budget
+// ([ErrSelectionBudget]).
+func (m *Mirror) TreeHash(ctx context.Context, commit plumbing.Hash, sel Selection) (plumbing.Hash, error) {
 	if sel.plain() { // the poll's common case: one path, nothing to compile
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -147,7 +150,20 @@ func (m *Mirror) TreeHash(commit plumbing.Hash, sel Selection) (plumbing.Hash, e
 	if err != nil || root == nil {
 		return e.Hash, err
 	}
-	return m.selectedHash(s, root.Hash, root, nil, s.base())
+	// A tree whose patterns were over the budget once is, at every poll:
+	// it is refused at once, not evaluated again under the mirror's lock.
+	key := memoKey{root.Hash, "", s.id}
+	if err, ok := m.overBudget[key]; ok {
+		return plumbing.ZeroHash, err
+	}
+	h, err := m.selectedHash(newBudget(ctx), s, root.Hash, root, nil, s.base())
+	if errors.Is(err, ErrSelectionBudget) {
+		if m.overBudget == nil || len(m.overBudget) >= maxOverBudget {
+			m.overBudget = map[memoKey]error{}
+		}
+		m.overBudget[key] = err
+	}
+	return h, err
 }
 
 // selectionRoot decodes the tree at the selection's root and checks that
@@ -192,13 +208,14 @@ func (m *Mirror) ChangedPaths(ctx context.Context, from, to plumbing.Hash, sel S
 	if err != nil || sel.plain() || toTree == nil || len(paths) == 0 {
 		return paths, err
 	}
-	return m.keep(s, toTree, paths)
+	return m.keep(ctx, s, toTree, paths)
 }
 
 // keep filters paths (files relative to the selection's root, whose tree
 // is root) to those the selection keeps; nil when one is an ignore file.
 // Callers hold m.mu.
-func (m *Mirror) keep(s *selector, root *object.Tree, paths []string) ([]string, error) {
+func (m *Mirror) keep(ctx context.Context, s *selector, root *object.Tree, paths []string) ([]string, error) {
+	b := newBudget(ctx)
 	cache := map[string]rules{}
 	rulesAt := func(dir []string) (rules, error) {
 		return s.rulesAt(root, dir, cache, m.tree, m.blob)
@@ -208,7 +225,7 @@ func (m *Mirror) keep(s *selector, root *object.Tree, paths []string) ([]string,
 		if s.file != "" && path.Base(p) == s.file {
 			return nil, nil
 		}
-		hidden, err := s.hiddenPath(strings.Split(p, "/"), false, rulesAt)
+		hidden, err := s.hiddenPath(b, strings.Split(p, "/"), false, rulesAt)
 		if err != nil {
 			return nil, err
 		}

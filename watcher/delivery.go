@@ -286,7 +286,7 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Ch
 	c.FS = fsys
 	// A .gitmodules that cannot be read leaves the list empty: the FS is
 	// what it is either way.
-	subs, _ := want.mirror.Submodules(want.commit, t.Selection())
+	subs, _ := want.mirror.Submodules(ctx, want.commit, t.Selection())
 	for _, sm := range subs {
 		c.Submodules = append(c.Submodules, sm.Path)
 	}

@@ -37,8 +37,8 @@ type Mirror interface {
 	HasCommit(commit plumbing.Hash) bool
 	// TreeHash returns a hash of what the selection keeps in commit (for a
 	// plain path, the hash of the tree there): two commits with the same
-	// hash deliver the same files.
-	TreeHash(commit plumbing.Hash, sel gitutil.Selection) (plumbing.Hash, error)
+	// hash deliver the same files. Evaluating the selection honours ctx.
+	TreeHash(ctx context.Context, commit plumbing.Hash, sel gitutil.Selection) (plumbing.Hash, error)
 	// IsAncestor reports whether ancestor is commit or one of its
 	// ancestors.
 	IsAncestor(ctx context.Context, ancestor, commit plumbing.Hash) (bool, error)
@@ -53,7 +53,7 @@ type Mirror interface {
 	// Submodules lists the submodules the selection keeps in commit (their
 	// paths relative to its Path, URLs and pinned commits); FS leaves them
 	// out.
-	Submodules(commit plumbing.Hash, sel gitutil.Selection) ([]gitutil.Submodule, error)
+	Submodules(ctx context.Context, commit plumbing.Hash, sel gitutil.Selection) ([]gitutil.Submodule, error)
 	// VerifyCommit checks the commit's signature against keyRing and
 	// returns the signer; an unverified commit is gitutil.ErrUnverified.
 	VerifyCommit(commit plumbing.Hash, keyRing string) (string, error)

@@ -316,7 +316,7 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[strin
 				continue
 			}
 		}
-		tree, err := r.mirror.TreeHash(j.res.Commit, j.p.b.t.Selection())
+		tree, err := r.mirror.TreeHash(ctx, j.res.Commit, j.p.b.t.Selection())
 		if err != nil {
 			r.failJob(ctx, j, err)
 			continue
