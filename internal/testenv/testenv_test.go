@@ -11,11 +11,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/internal/testenv"
 )
@@ -169,4 +171,51 @@ func TestMakefileBuildsThisVersion(t *testing.T) {
 	mod, err := os.ReadFile(filepath.Join("..", "testbin", "go.mod"))
 	require.NoError(t, err)
 	assert.Contains(t, string(mod), "k8s.io/kubernetes v"+testenv.KubernetesVersion)
+}
+
+// The GitSync fixture is Numaplane's CRD as its users install it: the same
+// names, scope, versions, subresources and schema (descriptions aside), so
+// that what the tests' apiserver accepts and refuses is what Numaplane's
+// does.
+func TestGitSyncFixtureIsFaithful(t *testing.T) {
+	p, err := testenv.Upstream("numaplane/config/crd/bases/numaplane.numaproj.io_gitsyncs.yaml")
+	require.NoError(t, err)
+	data, err := os.ReadFile(p)
+	require.NoError(t, err)
+	var upstream apiextensionsv1.CustomResourceDefinition
+	require.NoError(t, yaml.Unmarshal(data, &upstream))
+	crds, err := testenv.CRDs()
+	require.NoError(t, err)
+	var fixture *apiextensionsv1.CustomResourceDefinition
+	for _, c := range crds {
+		if c.Name == upstream.Name {
+			fixture = c
+		}
+	}
+	require.NotNil(t, fixture, "no fixture of %s", upstream.Name)
+	for _, v := range append(upstream.Spec.Versions, fixture.Spec.Versions...) {
+		stripDescriptions(v.Schema.OpenAPIV3Schema)
+	}
+	assert.Equal(t, upstream.Spec, fixture.Spec)
+}
+
+// stripDescriptions removes the descriptions of a schema, at every depth.
+func stripDescriptions(s *apiextensionsv1.JSONSchemaProps) {
+	if s == nil {
+		return
+	}
+	s.Description = ""
+	for k, p := range s.Properties {
+		stripDescriptions(&p)
+		s.Properties[k] = p
+	}
+	if s.Items != nil {
+		stripDescriptions(s.Items.Schema)
+		for i := range s.Items.JSONSchemas {
+			stripDescriptions(&s.Items.JSONSchemas[i])
+		}
+	}
+	if s.AdditionalProperties != nil {
+		stripDescriptions(s.AdditionalProperties.Schema)
+	}
 }

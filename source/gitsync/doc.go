@@ -4,12 +4,19 @@
 //
 // A dynamic informer (unstructured: no dependency on Numaplane's Go types)
 // watches GitSyncs in one namespace or all. Each valid GitSync whose
-// destination is this cluster is one target, "gitsync/<namespace>/<name>",
-// whose Payload the apply sink reads (render type, Helm values, destination
-// namespace). An invalid GitSync is marked Failed with a message saying what
-// is wrong, one for another cluster NotApplicable; neither stops the others.
+// destination is this cluster, and that the program accepts ([WithAccept]),
+// is one target, [TargetID] "gitsync/<namespace>/<name>", whose Payload the
+// apply sink reads (render type, Helm values, destination namespace). An
+// invalid GitSync is marked Failed with a message saying what is wrong, one
+// for another cluster NotApplicable; neither stops the others.
 //
 // [Source.Observer] writes what the watcher did back into each GitSync's
-// status (commitStatus, phase, Configured and Synced conditions), through
-// the status subresource and only when it changed.
+// status, only the fields Numaplane's schema has and only when they
+// changed: by default (phase, message, the Configured and Synced
+// conditions and commitStatus) through a server-side apply of the status
+// subresource as [DefaultFieldManager], so that the fields of any other
+// writer stay as they are. A program whose own reconciler writes phase,
+// message and conditions, as Numaplane's does, gives [StatusCommit]: the
+// source then writes commitStatus only. [WithStatusWriter] replaces the
+// writer, or turns it off.
 package gitsync

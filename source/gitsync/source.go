@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -48,6 +49,10 @@ type Source struct {
 	creds   *Credentials
 	dirty   chan struct{}
 
+	fields StatusFields
+	writer StatusWriter // nil: statuses are not written
+	accept func(*unstructured.Unstructured) error
+
 	mu      sync.Mutex
 	pending map[string][]mutation // status mutations by "namespace/name"
 	wake    chan struct{}
@@ -55,12 +60,12 @@ type Source struct {
 	written map[string]written
 }
 
-// written is the last status write: the object it returned and the
-// resourceVersion it was made from, so that a cache that has not caught up
-// is not taken for the truth.
+// written is the last status written for a GitSync (the fields the source
+// owns), so that a cache that has not caught up with it is not taken for
+// the truth.
 type written struct {
-	from string
-	obj  *unstructured.Unstructured
+	uid    types.UID
+	status Status
 }
 
 var _ watcher.Source = (*Source)(nil)
@@ -86,12 +91,33 @@ func WithRefreshInterval(d time.Duration) Option { return func(s *Source) { s.re
 // alone picks a rotation up.
 func WithCredentials(creds *Credentials) Option { return func(s *Source) { s.creds = creds } }
 
+// WithStatusFields sets which fields of the status the source writes.
+// Default [StatusAll]; a program whose own reconciler writes phase,
+// message and conditions (Numaplane's) gives [StatusCommit].
+func WithStatusFields(f StatusFields) Option { return func(s *Source) { s.fields = f } }
+
+// WithStatusWriter replaces the writer of statuses; nil turns status
+// writing off. Default: [ApplyStatus] through the source's client, as
+// [DefaultFieldManager].
+func WithStatusWriter(w StatusWriter) Option { return func(s *Source) { s.writer = w } }
+
+// WithAccept gives the embedding program the say on which GitSyncs are
+// watched: accept is called with each valid GitSync for this cluster, and
+// one it refuses (a non-nil error) never becomes a target. With
+// [StatusAll] its status says Failed with the error; with [StatusCommit]
+// the source writes nothing for it (the program's reconciler does).
+// Default: every valid GitSync is.
+func WithAccept(accept func(gs *unstructured.Unstructured) error) Option {
+	return func(s *Source) { s.accept = accept }
+}
+
 // New returns a source of the GitSyncs dyn reaches.
 func New(dyn dynamic.Interface, cfg Config, opts ...Option) *Source {
 	s := &Source{
 		dyn: dyn, log: logr.Discard(), timeout: 30 * time.Second, refresh: time.Minute,
 		dirty: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		pending: map[string][]mutation{}, written: map[string]written{},
+		writer: ApplyStatus{Client: dyn, FieldManager: DefaultFieldManager},
 	}
 	s.cfg.Store(&cfg)
 	for _, o := range opts {
@@ -202,6 +228,13 @@ func (s *Source) targets(objs []any) []watcher.Target {
 		case cfg.ClusterName != "" && t.Payload.(spec.Render).Cluster != cfg.ClusterName:
 			s.enqueue(key, notApplicable(gen, fmt.Sprintf("destination cluster %q is not this cluster (%q)", t.Payload.(spec.Render).Cluster, cfg.ClusterName)))
 		default:
+			if s.accept != nil {
+				if err := s.accept(u); err != nil {
+					s.enqueue(key, refused(gen, "Refused", err))
+					s.log.V(1).Info("GitSync refused by the program", "gitsync", key, "error", err.Error())
+					continue
+				}
+			}
 			s.enqueue(key, accepted(gen))
 			out = append(out, t)
 		}
@@ -223,7 +256,7 @@ func target(u *unstructured.Unstructured, interval time.Duration) (watcher.Targe
 	if gs.TargetRevision == "" {
 		return watcher.Target{}, fmt.Errorf("%w: targetRevision is empty", spec.ErrInvalid)
 	}
-	t, err := gs.Target(idOf(u.GetNamespace(), u.GetName()), interval)
+	t, err := gs.Target(TargetID(u.GetNamespace(), u.GetName()), interval)
 	if err != nil {
 		return watcher.Target{}, err
 	}
@@ -240,7 +273,7 @@ func (s *Source) Observer() watcher.Observer {
 		if e.Target == nil {
 			return
 		}
-		ns, name, ok := keyOf(e.Target.ID)
+		ns, name, ok := ParseTargetID(e.Target.ID)
 		if !ok {
 			return
 		}
@@ -297,74 +330,101 @@ func (s *Source) writeStatuses(ctx context.Context) {
 	}
 }
 
-// writeStatus applies ms to the GitSync's status and writes it if it
-// changed. A GitSync that is gone needs no status.
+// writeStatus applies ms to the GitSync's status and writes the fields the
+// source owns if they changed. A GitSync that is gone needs no status.
 func (s *Source) writeStatus(ctx context.Context, key string, ms []mutation) error {
 	s.mu.Lock()
 	item, exists, err := s.store.GetByKey(key)
-	last := s.written[key]
+	last, wrote := s.written[key]
 	if !exists {
 		delete(s.written, key)
 	}
 	s.mu.Unlock()
-	if err != nil || !exists {
+	if err != nil || !exists || s.writer == nil {
 		return err
 	}
 	obj := item.(*unstructured.Unstructured)
-	if last.obj != nil && obj.GetResourceVersion() == last.from {
-		obj = last.obj // our last write is not in the cache yet
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	client := s.dyn.Resource(GVR).Namespace(obj.GetNamespace())
-	for try := 0; ; try++ {
-		res, err := s.update(ctx, client, obj, ms)
-		if apierrors.IsConflict(err) && try == 0 {
-			// Someone else wrote it: apply the mutations to what is there.
-			if obj, err = client.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil {
-				continue
-			}
-		}
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("gitsync: write status of %s: %w", key, err)
-		}
-		if res != nil {
-			s.mu.Lock()
-			s.written[key] = written{from: obj.GetResourceVersion(), obj: res}
-			s.mu.Unlock()
-		}
-		return nil
-	}
-}
-
-// update writes obj's status with ms applied, unless that changes nothing
-// (then it returns nil, nil).
-func (s *Source) update(ctx context.Context, client dynamic.ResourceInterface, obj *unstructured.Unstructured, ms []mutation) (*unstructured.Unstructured, error) {
-	before, err := decodeStatus(obj.Object)
+	cur, err := decodeStatus(obj.Object)
 	if err != nil {
-		before = Status{} // unreadable: rewritten whole
+		cur = Status{} // unreadable: rewritten whole
 	}
-	after := before
-	after.Conditions = append([]metav1.Condition(nil), before.Conditions...)
-	if before.CommitStatus != nil {
-		cs := *before.CommitStatus
-		after.CommitStatus = &cs
+	before := s.fields.owned(cur)
+	if wrote && last.uid == obj.GetUID() {
+		before = last.status // the cache may not have caught up with it
 	}
+	after := copyStatus(before)
 	now := time.Now()
 	for _, m := range ms {
 		m(&after, now)
 	}
+	after = s.fields.owned(after)
 	if sameStatus(before, after) {
-		return nil, nil
+		return nil
 	}
-	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&after)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := s.writer.WriteStatus(ctx, obj.GetNamespace(), obj.GetName(), after); err != nil {
+		return fmt.Errorf("gitsync: write status of %s: %w", key, err)
+	}
+	s.mu.Lock()
+	s.written[key] = written{uid: obj.GetUID(), status: after}
+	s.mu.Unlock()
+	return nil
+}
+
+// copyStatus copies s deeply enough for mutations.
+func copyStatus(s Status) Status {
+	s.Conditions = append([]metav1.Condition(nil), s.Conditions...)
+	if s.CommitStatus != nil {
+		cs := *s.CommitStatus
+		s.CommitStatus = &cs
+	}
+	return s
+}
+
+// StatusWriter writes the fields of a GitSync's status that the source owns
+// (see [StatusFields]); s holds those, and only those.
+type StatusWriter interface {
+	WriteStatus(ctx context.Context, namespace, name string, s Status) error
+}
+
+// StatusWriterFunc adapts a function to [StatusWriter].
+type StatusWriterFunc func(ctx context.Context, namespace, name string, s Status) error
+
+// WriteStatus implements StatusWriter.
+func (f StatusWriterFunc) WriteStatus(ctx context.Context, namespace, name string, s Status) error {
+	return f(ctx, namespace, name, s)
+}
+
+// DefaultFieldManager is the field manager of [ApplyStatus] in a source
+// made by [New].
+const DefaultFieldManager = "modwatch-gitsync"
+
+// ApplyStatus is the default [StatusWriter]: a server-side apply of the
+// status subresource as FieldManager. The fields it sends are the
+// source's (it takes them over from another manager that set them); every
+// other field of the status stays whoever's it is, untouched.
+type ApplyStatus struct {
+	Client       dynamic.Interface
+	FieldManager string
+}
+
+var _ StatusWriter = ApplyStatus{}
+
+// WriteStatus implements StatusWriter. A GitSync that is gone is no error.
+func (a ApplyStatus) WriteStatus(ctx context.Context, namespace, name string, s Status) error {
+	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&s)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	next := obj.DeepCopy()
-	next.Object["status"] = status
-	return client.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": GVR.GroupVersion().String(), "kind": "GitSync",
+		"metadata": map[string]any{"name": name, "namespace": namespace},
+		"status":   status,
+	}}
+	_, err = a.Client.Resource(GVR).Namespace(namespace).ApplyStatus(ctx, name, u, metav1.ApplyOptions{FieldManager: a.FieldManager, Force: true})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }

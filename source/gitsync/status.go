@@ -30,21 +30,46 @@ const (
 	ConditionSynced = "Synced"
 )
 
-// Status is a GitSync's status.
+// Status is a GitSync's status, with the fields of Numaplane's schema and
+// no other (the generation a condition was set for is in the condition).
 type Status struct {
-	Phase              string             `json:"phase,omitempty"`
-	Message            string             `json:"message,omitempty"`
-	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
-	Conditions         []metav1.Condition `json:"conditions,omitempty"`
-	CommitStatus       *CommitStatus      `json:"commitStatus,omitempty"`
+	Phase        string             `json:"phase,omitempty"`
+	Message      string             `json:"message,omitempty"`
+	Conditions   []metav1.Condition `json:"conditions,omitempty"`
+	CommitStatus *CommitStatus      `json:"commitStatus,omitempty"`
 }
 
-// CommitStatus says which commit was synced.
+// CommitStatus says which commit was synced, when it was last tried and
+// how it went; Numaplane's schema requires Hash (empty when no commit is
+// known), SyncTime and Synced.
 type CommitStatus struct {
-	Hash     string       `json:"hash,omitempty"`
-	Synced   bool         `json:"synced"`
-	SyncTime *metav1.Time `json:"syncTime,omitempty"`
-	Error    string       `json:"error,omitempty"`
+	Hash     string      `json:"hash"`
+	Synced   bool        `json:"synced"`
+	SyncTime metav1.Time `json:"syncTime"`
+	Error    string      `json:"error,omitempty"`
+}
+
+// StatusFields says which fields of a GitSync's status the source writes;
+// the others belong to another writer (the embedding controller's
+// reconciler), whose values the source never changes.
+type StatusFields int
+
+const (
+	// StatusAll: phase, message, conditions (Configured, Synced) and
+	// commitStatus, for a program in which nothing else writes GitSyncs'
+	// status.
+	StatusAll StatusFields = iota
+	// StatusCommit: commitStatus only, as Numaplane's own syncer does; its
+	// reconciler writes phase, message and conditions.
+	StatusCommit
+)
+
+// owned returns the part of s that fields says the source writes.
+func (f StatusFields) owned(s Status) Status {
+	if f == StatusCommit {
+		return Status{CommitStatus: s.CommitStatus}
+	}
+	return s
 }
 
 // maxMessage bounds the messages written (the CRD allows 32768).
@@ -72,17 +97,20 @@ func setCondition(s *Status, typ string, ok bool, reason, msg string, gen int64,
 }
 
 // invalid: the spec cannot be watched.
-func invalid(gen int64, err error) mutation {
+func invalid(gen int64, err error) mutation { return refused(gen, "InvalidSpec", err) }
+
+// refused: the spec is not watched, for the reason given.
+func refused(gen int64, reason string, err error) mutation {
 	return func(s *Status, now time.Time) {
-		s.Phase, s.Message, s.ObservedGeneration = PhaseFailed, clip(err.Error()), gen
-		setCondition(s, ConditionConfigured, false, "InvalidSpec", err.Error(), gen, now)
+		s.Phase, s.Message = PhaseFailed, clip(err.Error())
+		setCondition(s, ConditionConfigured, false, reason, err.Error(), gen, now)
 	}
 }
 
 // notApplicable: the GitSync is for another cluster.
 func notApplicable(gen int64, msg string) mutation {
 	return func(s *Status, now time.Time) {
-		s.Phase, s.Message, s.ObservedGeneration = PhaseNotApplicable, msg, gen
+		s.Phase, s.Message = PhaseNotApplicable, msg
 		setCondition(s, ConditionConfigured, false, "NotApplicable", msg, gen, now)
 	}
 }
@@ -95,7 +123,6 @@ func accepted(gen int64) mutation {
 		if s.Phase == "" || s.Phase == PhaseNotApplicable || (c != nil && c.Status == metav1.ConditionFalse) {
 			s.Phase, s.Message = PhasePending, "waiting for the first sync"
 		}
-		s.ObservedGeneration = gen
 		setCondition(s, ConditionConfigured, true, "Watched", "the spec is valid and watched", gen, now)
 	}
 }
@@ -103,10 +130,9 @@ func accepted(gen int64) mutation {
 // synced: commit is applied (or its path did not change).
 func synced(gen int64, commit, msg string) mutation {
 	return func(s *Status, now time.Time) {
-		s.Phase, s.Message, s.ObservedGeneration = PhaseRunning, clip(msg), gen
+		s.Phase, s.Message = PhaseRunning, clip(msg)
 		if s.CommitStatus == nil || s.CommitStatus.Hash != commit || !s.CommitStatus.Synced || s.CommitStatus.Error != "" {
-			t := metav1.NewTime(now)
-			s.CommitStatus = &CommitStatus{Hash: commit, Synced: true, SyncTime: &t}
+			s.CommitStatus = &CommitStatus{Hash: commit, Synced: true, SyncTime: metav1.NewTime(now)}
 		}
 		setCondition(s, ConditionSynced, true, "Synced", msg, gen, now)
 	}
@@ -115,8 +141,8 @@ func synced(gen int64, commit, msg string) mutation {
 // failed: the commit (if known) could not be synced.
 func failed(gen int64, commit, reason string, err error) mutation {
 	return func(s *Status, now time.Time) {
-		s.Phase, s.Message, s.ObservedGeneration = PhaseFailed, clip(err.Error()), gen
-		cs := CommitStatus{Hash: commit, Error: clip(err.Error())}
+		s.Phase, s.Message = PhaseFailed, clip(err.Error())
+		cs := CommitStatus{Hash: commit, Error: clip(err.Error()), SyncTime: metav1.NewTime(now)}
 		if commit == "" && s.CommitStatus != nil {
 			cs.Hash = s.CommitStatus.Hash
 		}
@@ -183,7 +209,7 @@ func sameStatus(a, b Status) bool {
 		}
 		if s.CommitStatus != nil {
 			cs := *s.CommitStatus
-			cs.SyncTime = nil
+			cs.SyncTime = metav1.Time{}
 			s.CommitStatus = &cs
 		}
 		return s
@@ -191,10 +217,14 @@ func sameStatus(a, b Status) bool {
 	return apiequality.Semantic.DeepEqual(strip(a), strip(b))
 }
 
-// idOf and keyOf map GitSyncs to target IDs and back.
-func idOf(namespace, name string) string { return "gitsync/" + namespace + "/" + name }
+// TargetID is the ID of the target of the GitSync namespace/name
+// ("gitsync/<namespace>/<name>"), as events, metrics and checkpoints name
+// it.
+func TargetID(namespace, name string) string { return "gitsync/" + namespace + "/" + name }
 
-func keyOf(id string) (namespace, name string, ok bool) {
+// ParseTargetID is TargetID's inverse; ok is false for an ID that is not a
+// GitSync's.
+func ParseTargetID(id string) (namespace, name string, ok bool) {
 	rest, ok := strings.CutPrefix(id, "gitsync/")
 	if !ok {
 		return "", "", false
