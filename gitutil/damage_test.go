@@ -134,6 +134,9 @@ func TestTagOnATreeIsTheRefsError(t *testing.T) {
 			assert.NotContains(t, res.Refs, tag)
 		}
 	}
+	_, err = m.FetchCommit(ctxT(t), nil, plumbing.NewHash(tree))
+	require.ErrorIs(t, err, ErrNotCommit, "a revision that is the SHA of a tree")
+	assert.ErrorContains(t, err, tree+" is a tree")
 	assert.Zero(t, damaged.Load())
 	assert.True(t, m.HasCommit(plumbing.NewHash(c)))
 }

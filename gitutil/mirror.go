@@ -480,6 +480,9 @@ func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, commit plumbing.Ha
 		return FetchResult{}, &RemoteError{Op: "fetch commit " + commit.String(), URL: m.url, Err: err}
 	}
 	if _, err := m.repo.CommitObject(commit); err != nil {
+		if o, oerr := m.repo.Storer.EncodedObject(plumbing.AnyObject, commit); oerr == nil {
+			return FetchResult{}, fmt.Errorf("fetch %s: %w: %s is a %s", RedactURL(m.url), ErrNotCommit, commit, o.Type())
+		}
 		return FetchResult{}, fmt.Errorf("fetch %s: %w: %s", RedactURL(m.url), ErrCommitNotFound, commit)
 	}
 	return FetchResult{Fetched: true, Refs: map[string]plumbing.Hash{name: commit}}, nil
