@@ -52,6 +52,7 @@ type deliverer struct {
 	pending *desired
 	resync  bool
 	removed bool
+	held    bool // the target is suspended: drop what was to be delivered
 }
 
 func newDeliverer(v *env, t Target, s namedSink, prev *deliverer, finished func()) *deliverer {
@@ -71,7 +72,16 @@ func (d *deliverer) signal() {
 // offer makes want the next thing to deliver, replacing any pending one.
 func (d *deliverer) offer(want desired) {
 	d.mu.Lock()
-	d.pending, d.target = &want, want.target
+	d.pending, d.target, d.held = &want, want.target, false
+	d.mu.Unlock()
+	d.signal()
+}
+
+// hold drops what the deliverer was to deliver, a retry too: its target
+// is suspended. The next offer (it was resumed) delivers again.
+func (d *deliverer) hold() {
+	d.mu.Lock()
+	d.pending, d.resync, d.held = nil, false, true
 	d.mu.Unlock()
 	d.signal()
 }
@@ -129,13 +139,18 @@ func (d *deliverer) run(ctx context.Context) error {
 			d.env.retrying.Add(-1)
 		case <-d.wake:
 			d.mu.Lock()
-			next, rs, rm, target := d.pending, d.resync, d.removed, d.target
-			d.pending, d.resync = nil, false
+			next, rs, rm, held, target := d.pending, d.resync, d.removed, d.held, d.target
+			d.pending, d.resync, d.held = nil, false, false
 			d.mu.Unlock()
 			if rm {
 				stopRetry()
 				d.doRemove(ctx, target)
 				return nil
+			}
+			if held {
+				stopRetry()
+				want, resync, attempt = nil, false, 0
+				continue
 			}
 			if next != nil {
 				want, attempt = next, 0

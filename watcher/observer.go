@@ -32,6 +32,9 @@ const (
 	// EventRefVanished: the ref a target resolved to before is gone from
 	// the remote. The last delivery stays in place.
 	EventRefVanished EventType = "RefVanished"
+	// EventSuspended: the target is suspended ([Target.Suspend]) and
+	// resolved to Commit, which is not handed to its sinks.
+	EventSuspended EventType = "Suspended"
 	// EventUpToDate: the target resolved to a commit whose tree at Path is
 	// what the sink has; the checkpoint records the commit, nothing is
 	// delivered.

@@ -308,6 +308,18 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[strin
 			r.env.targetPolled(j.p.b.t, r.redacted)
 			continue
 		}
+		if j.p.b.t.Suspend {
+			for _, s := range j.p.b.sinks {
+				s.hold()
+			}
+			r.env.targetPolled(j.p.b.t, r.redacted)
+			t := j.p.b.t
+			r.env.emit(Event{Type: EventSuspended, Target: &t, Remote: r.redacted, Ref: j.res.Ref, Commit: j.res.Commit.String()})
+			r.mu.Lock()
+			j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
+			r.mu.Unlock()
+			continue
+		}
 		if v := j.p.b.t.Verify; v != nil {
 			// Not offered: the next poll verifies it again, and the last
 			// delivery stays.

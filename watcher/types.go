@@ -62,6 +62,13 @@ type Target struct {
 	// (for instance a render type and a destination). A change of Payload is
 	// a change of the target: it is delivered again.
 	Payload any
+	// Suspend stops the deliveries of the target (Flux's suspend,
+	// Numaplane's automatedSyncDisabled): it is still polled, and its
+	// failures reported, but no commit is handed to its sinks
+	// ([EventSuspended] instead), a retry of a failed delivery included,
+	// until it is resumed, which delivers the latest commit. A change of
+	// Suspend alone is not a change of what is delivered.
+	Suspend bool
 	// Verify, when set, makes the watcher deliver only what it verifies
 	// the OpenPGP or SSH signature of (Flux's verify): an unsigned commit
 	// or tag, or one signed by another key, fails the target with

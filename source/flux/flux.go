@@ -283,9 +283,7 @@ func (s *Source) targets(ctx context.Context, gvr schema.GroupVersionResource, o
 
 // target reads one GitRepository; nil when there is nothing to watch.
 func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured, used map[string]bool) (*watcher.Target, error) {
-	if suspended, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend"); suspended {
-		return nil, nil
-	}
+	suspended, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend")
 	url, _, _ := unstructured.NestedString(u.Object, "spec", "url")
 	ep, err := gitutil.ParseURL(url)
 	if err != nil {
@@ -300,7 +298,7 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 		return nil, nil // pinned to a commit: nothing can change
 	}
 	t := &watcher.Target{
-		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision,
+		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision, Suspend: suspended,
 		Payload: spec.GitRepository{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID())},
 	}
 	provider, _, _ := unstructured.NestedString(u.Object, "spec", "provider")

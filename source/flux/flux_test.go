@@ -127,7 +127,7 @@ func TestGitRepositoriesBecomeTargets(t *testing.T) {
 		"ignore": "# mine\n/*\n!/deploy\n", "sparseCheckout": []any{"deploy", "base"}, "recurseSubmodules": true}))
 
 	sets := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns, Hosts: []string{"git.example.com"}}))
-	got := byID(waitSet(t, sets, "apps and head", func(ts []watcher.Target) bool { return len(ts) == 2 }))
+	got := byID(waitSet(t, sets, "apps, head and paused", func(ts []watcher.Target) bool { return len(ts) == 3 }))
 	apps := got["flux/"+ns+"/apps"]
 	assert.Equal(t, "refs/heads/main", apps.Revision)
 	require.NotNil(t, apps.Auth)
@@ -148,8 +148,10 @@ func TestGitRepositoriesBecomeTargets(t *testing.T) {
 	assert.Contains(t, apps.Ignore, "*.png", "no spec.ignore: Flux's default exclusions")
 	assert.Contains(t, apps.Ignore, ".git/")
 	assert.Equal(t, ".sourceignore", apps.IgnoreFile)
-	// pinned (nothing can change), paused (suspended), elsewhere (another
-	// host) and nosecret (its Secret is missing) are not watched.
+	assert.True(t, got["flux/"+ns+"/paused"].Suspend, "spec.suspend: watched, not delivered")
+	assert.False(t, apps.Suspend)
+	// pinned (nothing can change), elsewhere (another host) and nosecret
+	// (its Secret is missing) are not watched.
 }
 
 var crdsGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
