@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,9 +25,9 @@ import (
 	"github.com/modwatch/modwatch/watcher"
 )
 
-// ControllerConfig is Numaplane's controller configuration file. Keys it
-// does not know are accepted (see [ParseControllerConfig]), so an existing
-// Numaplane controller ConfigMap works unchanged.
+// ControllerConfig is Numaplane's controller configuration file: the keys
+// this package implements. A key it does not is an error, unless the
+// program says it reads that key itself (see [ParseControllerConfig]).
 type ControllerConfig struct {
 	ClusterName string `json:"clusterName,omitempty"`
 	// SyncTimeIntervalMs is the poll interval.
@@ -36,8 +37,11 @@ type ControllerConfig struct {
 	// CascadeDeletion deletes a GitSync's objects with it.
 	CascadeDeletion bool `json:"cascadeDeletion,omitempty"`
 	// AutoHealDisabled turns off the periodic resync that corrects drift.
-	AutoHealDisabled bool             `json:"autoHealDisabled,omitempty"`
-	RepoCredentials  []RepoCredential `json:"repoCredentials,omitempty"`
+	AutoHealDisabled bool `json:"autoHealDisabled,omitempty"`
+	// AutomatedSyncDisabled suspends every GitSync: polled, its failures
+	// shown, nothing applied, until it is false again.
+	AutomatedSyncDisabled bool             `json:"automatedSyncDisabled,omitempty"`
+	RepoCredentials       []RepoCredential `json:"repoCredentials,omitempty"`
 }
 
 // RepoCredential is how to reach the repositories under URL (a prefix of
@@ -56,10 +60,14 @@ type HTTPCredential struct {
 }
 
 // SSHCredential is an SSH key, and (added to Numaplane's) the known_hosts
-// that SSH checks the server against.
+// that SSH checks the server against, or the explicit opt-out of that
+// check.
 type SSHCredential struct {
 	SSHKey     *SecretSource `json:"SSHKey,omitempty"`
 	KnownHosts *SecretSource `json:"knownHosts,omitempty"`
+	// InsecureIgnoreHostKey accepts any host key: SSH then cannot tell the
+	// repository's host from another that answers in its place.
+	InsecureIgnoreHostKey bool `json:"insecureIgnoreHostKey,omitempty"`
 }
 
 // TLS is HTTPS verification; CACertificate (added to Numaplane's) is a PEM
@@ -94,33 +102,57 @@ type FileKeyRef struct {
 var ErrInvalidConfig = errors.New("gitsync: invalid controller configuration")
 
 // knownKeys are the controller configuration's keys this package reads.
-// Numaplane's others (logLevel, includedResources, automatedSyncDisabled,
-// ...) are returned as ignored, for the caller to log.
 var knownKeys = []string{"clusterName", "syncTimeIntervalMs", "persistentRepoClonePath", "cascadeDeletion",
-	"autoHealDisabled", "repoCredentials"}
+	"autoHealDisabled", "automatedSyncDisabled", "repoCredentials"}
+
+// programKeys are keys of Numaplane's configuration that belong to the
+// program, not to this package: they are errors unless the program names
+// them as its own.
+var programKeys = map[string]string{
+	"logLevel":          "the program's log verbosity",
+	"includedResources": "the kinds Numaplane's cluster cache watches",
+}
 
 // ParseControllerConfig reads a controller configuration (YAML or JSON)
-// and checks it. ignored lists the top-level keys it does not use, for the
-// caller to log once.
-func ParseControllerConfig(data []byte) (cfg *ControllerConfig, ignored []string, err error) {
+// and checks it, strictly: a key this package does not implement is an
+// error that names it, unless it is one of ownKeys, the keys the program
+// reads itself (Numaplane's logLevel, for one). Nothing is silently
+// ignored, in the file or in any object of it.
+func ParseControllerConfig(data []byte, ownKeys ...string) (*ControllerConfig, error) {
 	var raw map[string]any
 	if err := yaml.Unmarshal(data, &raw); err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	var unknown []string
 	for k := range raw {
+		if slices.Contains(ownKeys, k) {
+			delete(raw, k)
+			continue
+		}
 		if !slices.Contains(knownKeys, k) {
-			ignored = append(ignored, k)
+			what := "not a key of this package"
+			if p, ok := programKeys[k]; ok {
+				what = p + ", which this package does not implement: the program reads it (and names it as its own) or the key goes"
+			}
+			unknown = append(unknown, fmt.Sprintf("%s (%s)", k, what))
 		}
 	}
-	sort.Strings(ignored)
-	cfg = &ControllerConfig{}
-	if err := yaml.Unmarshal(data, cfg); err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return nil, fmt.Errorf("%w: unknown keys: %s", ErrInvalidConfig, strings.Join(unknown, "; "))
+	}
+	known, err := yaml.Marshal(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	cfg := &ControllerConfig{}
+	if err := yaml.UnmarshalStrict(known, cfg); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return cfg, ignored, nil
+	return cfg, nil
 }
 
 // Validate checks the configuration and says which field is wrong.
@@ -138,6 +170,17 @@ func (c *ControllerConfig) Validate() error {
 		for name, src := range rc.sources() {
 			if err := src.validate(); err != nil {
 				return fmt.Errorf("%w: %s.%s: %w", ErrInvalidConfig, at, name, err)
+			}
+		}
+		if s := rc.SSHCredential; s != nil {
+			switch {
+			case s.SSHKey == nil:
+				return fmt.Errorf("%w: %s.sshCredential: no SSHKey", ErrInvalidConfig, at)
+			case s.KnownHosts == nil && !s.InsecureIgnoreHostKey:
+				return fmt.Errorf("%w: %s.sshCredential: no knownHosts: SSH would refuse every host; give sshCredential.knownHosts "+
+					"(a known_hosts file's lines), or sshCredential.insecureIgnoreHostKey: true to accept any host key", ErrInvalidConfig, at)
+			case s.KnownHosts != nil && s.InsecureIgnoreHostKey:
+				return fmt.Errorf("%w: %s.sshCredential: both knownHosts and insecureIgnoreHostKey", ErrInvalidConfig, at)
 			}
 		}
 	}
@@ -271,6 +314,7 @@ func (c *Credentials) Resolve(ctx context.Context, repoURL string) (*gitutil.Aut
 				return nil, err
 			}
 		}
+		auth.InsecureIgnoreHostKey = s.InsecureIgnoreHostKey
 	}
 	if t := rc.TLS; t != nil {
 		auth.InsecureSkipTLSVerify = t.InsecureSkipVerify
@@ -320,18 +364,23 @@ func (c *Credentials) read(ctx context.Context, s *SecretSource) ([]byte, error)
 
 // FollowConfig keeps src and creds in step with the controller
 // configuration file at path until ctx is done: a changed file changes the
-// credentials, the cluster name and the interval at once (the namespace
-// watched stays); a changed persistentRepoClonePath, cascadeDeletion or
-// autoHealDisabled is logged as taking effect at the next start. A file
+// credentials, the cluster name, the interval and automatedSyncDisabled at
+// once (the namespace watched stays); a changed persistentRepoClonePath or
+// autoHealDisabled is logged as taking effect at the next start.
+// cascadeDeletion is read at each removal through [Controller.Current]. A file
 // that cannot be read or parsed leaves the last good configuration in
 // place and is logged.
 func FollowConfig(ctx context.Context, path string, src *Source, creds *Credentials, log logr.Logger) error {
+	return followConfig(ctx, path, src, creds, nil, log, nil)
+}
+
+func followConfig(ctx context.Context, path string, src *Source, creds *Credentials, ownKeys []string, log logr.Logger, reloaded func(*ControllerConfig, []byte)) error {
 	var started *ControllerConfig // what the caller started with
 	first := true
 	return filewatch.Watch(ctx, path, 100*time.Millisecond, log, func(data []byte, err error) {
 		var cfg *ControllerConfig
 		if err == nil {
-			cfg, _, err = ParseControllerConfig(data)
+			cfg, err = ParseControllerConfig(data, ownKeys...)
 		}
 		if first {
 			first, started = false, cfg
@@ -345,12 +394,14 @@ func FollowConfig(ctx context.Context, path string, src *Source, creds *Credenti
 			return
 		}
 		cur := *src.cfg.Load()
-		cur.ClusterName, cur.Interval = cfg.ClusterName, cfg.Interval()
+		cur.ClusterName, cur.Interval, cur.Suspend = cfg.ClusterName, cfg.Interval(), cfg.AutomatedSyncDisabled
 		src.SetConfig(cur)
+		if reloaded != nil {
+			reloaded(cfg, data)
+		}
 		log.Info("configuration reloaded", "path", path)
-		if started != nil && (cfg.PersistentRepoClonePath != started.PersistentRepoClonePath ||
-			cfg.CascadeDeletion != started.CascadeDeletion || cfg.AutoHealDisabled != started.AutoHealDisabled) {
-			log.Info("persistentRepoClonePath, cascadeDeletion and autoHealDisabled take effect at the next start")
+		if started != nil && (cfg.PersistentRepoClonePath != started.PersistentRepoClonePath || cfg.AutoHealDisabled != started.AutoHealDisabled) {
+			log.Info("persistentRepoClonePath and autoHealDisabled take effect at the next start")
 		}
 	})
 }
@@ -366,29 +417,61 @@ type Controller struct {
 	Source      *Source
 	Credentials *Credentials
 	path        string
+	ownKeys     []string
+	onReload    func([]byte)
+	current     atomic.Pointer[ControllerConfig]
 }
+
+// Current is the configuration as the file says now (Config until it
+// changes): for the keys a program reads at each use, such as
+// cascadeDeletion (see apply.Config.CascadeDeleteFunc).
+func (c *Controller) Current() *ControllerConfig { return c.current.Load() }
+
+// CascadeDeletion is Current's cascadeDeletion.
+func (c *Controller) CascadeDeletion() bool { return c.Current().CascadeDeletion }
 
 // LoadController reads the controller configuration at path and makes its
 // credentials and the source of the GitSyncs in namespace ("" for all),
-// with opts. Keys of the file it does not use are logged.
+// with opts. Every key of the file must be one this package implements
+// (see [NewController] for a program that reads some keys itself).
 func LoadController(path string, kube kubernetes.Interface, dyn dynamic.Interface, namespace string, opts ...Option) (*Controller, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	cfg, ignored, err := ParseControllerConfig(data)
+	cfg, err := ParseControllerConfig(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	return NewController(ControllerFile{Path: path, Config: cfg}, kube, dyn, namespace, opts...)
+}
+
+// ControllerFile is a controller configuration the program read itself:
+// the file it came from (followed while [Controller.Start] runs), what
+// [ParseControllerConfig] made of it, and the keys the program reads
+// itself (passed to it again at each change).
+type ControllerFile struct {
+	Path    string
+	Config  *ControllerConfig
+	OwnKeys []string
+	// OnReload, when set, is called with the file's content each time a
+	// change of it was parsed and taken: the program reads its own keys
+	// from it again.
+	OnReload func(data []byte)
+}
+
+// NewController is LoadController for a configuration the program parsed.
+func NewController(file ControllerFile, kube kubernetes.Interface, dyn dynamic.Interface, namespace string, opts ...Option) (*Controller, error) {
+	cfg := file.Config
 	creds, err := NewCredentials(kube, cfg)
 	if err != nil {
 		return nil, err
 	}
-	src := New(dyn, Config{Namespace: namespace, ClusterName: cfg.ClusterName, Interval: cfg.Interval()}, append([]Option{WithCredentials(creds)}, opts...)...)
-	if len(ignored) > 0 {
-		src.log.Info("configuration keys not used by this controller", "keys", ignored)
-	}
-	return &Controller{Config: cfg, Source: src, Credentials: creds, path: path}, nil
+	src := New(dyn, Config{Namespace: namespace, ClusterName: cfg.ClusterName, Interval: cfg.Interval(), Suspend: cfg.AutomatedSyncDisabled},
+		append([]Option{WithCredentials(creds)}, opts...)...)
+	c := &Controller{Config: cfg, Source: src, Credentials: creds, path: file.Path, ownKeys: file.OwnKeys, onReload: file.OnReload}
+	c.current.Store(cfg)
+	return c, nil
 }
 
 // WatcherOptions are what the configuration says of the watcher: the
@@ -413,7 +496,12 @@ func (c *Controller) WatcherOptions(cacheDir string) ([]watcher.Option, error) {
 // Start follows the configuration file until ctx is done (see
 // [FollowConfig]). It is a controller-runtime Runnable for every replica.
 func (c *Controller) Start(ctx context.Context) error {
-	return FollowConfig(ctx, c.path, c.Source, c.Credentials, c.Source.log)
+	return followConfig(ctx, c.path, c.Source, c.Credentials, c.ownKeys, c.Source.log, func(cfg *ControllerConfig, data []byte) {
+		c.current.Store(cfg)
+		if c.onReload != nil {
+			c.onReload(data)
+		}
+	})
 }
 
 // NeedLeaderElection is false: every replica's source follows the file.

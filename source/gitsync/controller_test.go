@@ -4,11 +4,15 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
+	"github.com/modwatch/modwatch/internal/testenv"
 	"github.com/modwatch/modwatch/source/gitsync"
 )
 
@@ -29,18 +33,58 @@ repoCredentials:
     sshCredential:
       SSHKey:
         fromKubernetesSecret: {name: ssh-creds, key: sshKey, namespace: watcher-system}
+      knownHosts:
+        fromKubernetesSecret: {name: ssh-creds, key: known_hosts, namespace: watcher-system}
     tls:
       insecureSkipVerify: false
 `
 
 func TestParseControllerConfig(t *testing.T) {
-	cfg, ignored, err := gitsync.ParseControllerConfig([]byte(numaplaneConfig))
+	cfg, err := gitsync.ParseControllerConfig([]byte(numaplaneConfig), "logLevel", "includedResources")
 	require.NoError(t, err)
 	assert.Equal(t, "staging-1", cfg.ClusterName)
 	assert.Equal(t, int64(30000), cfg.SyncTimeIntervalMs)
 	assert.Len(t, cfg.RepoCredentials, 2)
 	assert.Equal(t, "sshKey", cfg.RepoCredentials[1].SSHCredential.SSHKey.FromKubernetesSecret.Key)
-	assert.Equal(t, []string{"automatedSyncDisabled", "includedResources", "logLevel"}, ignored, "accepted, and said to be unused")
+
+	_, err = gitsync.ParseControllerConfig([]byte(numaplaneConfig), "logLevel")
+	require.ErrorIs(t, err, gitsync.ErrInvalidConfig)
+	assert.ErrorContains(t, err, "includedResources (the kinds Numaplane's cluster cache watches, which this package does not implement")
+}
+
+// Numaplane's own configuration samples, as its users have them: every key
+// is read or refused by name, never passed over.
+func TestNumaplanesOwnControllerConfigs(t *testing.T) {
+	read := func(rel string) []byte {
+		t.Helper()
+		p, err := testenv.Upstream(rel)
+		require.NoError(t, err)
+		data, err := os.ReadFile(p)
+		require.NoError(t, err)
+		var cm corev1.ConfigMap
+		require.NoError(t, yaml.Unmarshal(data, &cm))
+		return []byte(cm.Data["config.yaml"])
+	}
+	manager := read("numaplane/config/manager/controller-config.yaml")
+	_, err := gitsync.ParseControllerConfig(manager)
+	require.ErrorIs(t, err, gitsync.ErrInvalidConfig)
+	assert.ErrorContains(t, err, "includedResources")
+	cfg, err := gitsync.ParseControllerConfig(manager, "includedResources")
+	require.NoError(t, err, "the program that reads includedResources itself")
+	assert.Equal(t, int64(30000), cfg.SyncTimeIntervalMs)
+
+	sample := read("numaplane/config/samples/config_map.yaml")
+	_, err = gitsync.ParseControllerConfig(sample)
+	require.ErrorIs(t, err, gitsync.ErrInvalidConfig)
+	assert.ErrorContains(t, err, "repoCredentials[1].sshCredential: no knownHosts")
+	assert.ErrorContains(t, err, "insecureIgnoreHostKey: true")
+
+	fixed := strings.Replace(string(sample), "          namespace: \"numaplane-system\"\n    tls:", "          namespace: \"numaplane-system\"\n      insecureIgnoreHostKey: true\n    tls:", 1)
+	require.NotEqual(t, string(sample), fixed)
+	_, err = gitsync.ParseControllerConfig([]byte(fixed))
+	require.ErrorIs(t, err, gitsync.ErrInvalidConfig)
+	assert.ErrorContains(t, err, "repoCredentials[2].httpCredential.password: fromKubernetesSecret needs name, key and namespace",
+		"Numaplane fails at the first use of a Secret without namespace; this fails at load")
 }
 
 func TestParseControllerConfigErrors(t *testing.T) {
@@ -54,10 +98,14 @@ func TestParseControllerConfigErrors(t *testing.T) {
 		{"file with two paths", "repoCredentials: [{url: h.com, httpCredential: {password: {fromFile: {jsonFilePath: x, yamlFilePath: y, key: k}}}}]\n", "one of"},
 		{"bad url", "repoCredentials: [{url: 'https://', httpCredential: {username: a}}]\n", "repoCredentials"},
 		{"wrong type", "cascadeDeletion: often\n", "cascadeDeletion"},
+		{"unknown key", "clusterName: a\nsyncInterval: 5\n", "unknown keys: syncInterval (not a key of this package)"},
+		{"unknown nested key", "repoCredentials: [{url: h.com, httpCredential: {username: a, user: b}}]\n", "unknown field"},
+		{"ssh without known hosts", "repoCredentials: [{url: h.com, sshCredential: {SSHKey: {fromFile: {yamlFilePath: k, key: k}}}}]\n", "repoCredentials[0].sshCredential: no knownHosts"},
+		{"ssh without key", "repoCredentials: [{url: h.com, sshCredential: {insecureIgnoreHostKey: true}}]\n", "no SSHKey"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := gitsync.ParseControllerConfig([]byte(tt.in))
+			_, err := gitsync.ParseControllerConfig([]byte(tt.in))
 			require.ErrorIs(t, err, gitsync.ErrInvalidConfig)
 			assert.Contains(t, err.Error(), tt.err)
 		})
@@ -68,7 +116,7 @@ func FuzzParseControllerConfig(f *testing.F) {
 	f.Add([]byte(numaplaneConfig))
 	f.Add([]byte(`{"repoCredentials":[{"url":"h.com/a","tls":{"insecureSkipVerify":true}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, _, err := gitsync.ParseControllerConfig(data)
+		cfg, err := gitsync.ParseControllerConfig(data)
 		if err != nil {
 			return
 		}
@@ -82,11 +130,11 @@ func TestCredentialsFromFilesAndLongestPrefix(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "creds.json"), []byte(`{"token": "s3cret"}`), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "creds.yaml"), []byte("key: |\n  -----BEGIN KEY-----\n"), 0o600))
-	cfg, _, err := gitsync.ParseControllerConfig([]byte(`repoCredentials:
+	cfg, err := gitsync.ParseControllerConfig([]byte(`repoCredentials:
   - url: git.example.com
     httpCredential: {username: all, password: {fromFile: {jsonFilePath: ` + filepath.Join(dir, "creds.json") + `, key: token}}}
   - url: git.example.com/platform
-    sshCredential: {SSHKey: {fromFile: {yamlFilePath: ` + filepath.Join(dir, "creds.yaml") + `, key: key}}}
+    sshCredential: {SSHKey: {fromFile: {yamlFilePath: ` + filepath.Join(dir, "creds.yaml") + `, key: key}}, insecureIgnoreHostKey: true}
   - url: git.example.com/missing
     httpCredential: {password: {fromFile: {jsonFilePath: ` + filepath.Join(dir, "creds.json") + `, key: nope}}}
   - url: git.example.com/k8s
@@ -106,6 +154,7 @@ func TestCredentialsFromFilesAndLongestPrefix(t *testing.T) {
 	a, err = creds.Resolve(ctx, "git@git.example.com:platform/control.git")
 	require.NoError(t, err)
 	assert.Equal(t, "-----BEGIN KEY-----\n", string(a.SSHPrivateKey), "the longest prefix wins, whatever the URL form")
+	assert.True(t, a.InsecureIgnoreHostKey, "the explicit opt-in")
 
 	_, err = creds.Resolve(ctx, "https://git.example.com/missing/r.git")
 	assert.ErrorContains(t, err, `no string key "nope"`)

@@ -279,7 +279,7 @@ func TestPrivateRepositoryWithCredentialsFromASecret(t *testing.T) {
 		Data: map[string][]byte{"password": []byte("first-password"), "ca.crt": srv.CACert()}}
 	_, err := env.Kube.CoreV1().Secrets(secretNS).Create(context.Background(), secret, metav1.CreateOptions{})
 	require.NoError(t, err)
-	cfg, _, err := gitsync.ParseControllerConfig(fmt.Appendf(nil, `
+	cfg, err := gitsync.ParseControllerConfig(fmt.Appendf(nil, `
 clusterName: staging-1
 repoCredentials:
   - url: %s/private

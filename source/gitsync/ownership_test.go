@@ -141,3 +141,32 @@ func TestAGitSyncTheProgramRefusesAppliesNothing(t *testing.T) {
 	assert.Error(t, err, "nothing applied into default")
 	assert.Equal(t, "gitsync/"+h.ns+"/good", gitsync.TargetID(h.ns, "good"))
 }
+
+// automatedSyncDisabled (Config.Suspend) suspends every GitSync: a new
+// commit is not applied and the status says so; enabled again, the latest
+// commit is applied.
+func TestAutomatedSyncDisabled(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
+	h := newHarness(t, "staging-1", apply.Config{}, nil)
+	h.create("web", spec(repo.URL(), "", h.ns))
+	h.waitStatus("web", "synced", syncedAt(c1))
+
+	h.src.SetConfig(gitsync.Config{Namespace: h.ns, ClusterName: "staging-1", Suspend: true})
+	c2 := repo.Commit(t, "2", gittest.File("a.yaml", cm("a", "2")))
+	h.pollOnce(repo.URL())
+	st := h.waitStatus("web", "suspended", func(s gitsync.Status) bool {
+		c := findCondition(s, gitsync.ConditionSynced)
+		return c != nil && c.Reason == "Suspended"
+	})
+	assert.Contains(t, st.Message, "automated sync is disabled")
+	assert.Equal(t, c1, st.CommitStatus.Hash, "the last commit applied")
+	v, _ := h.value("a")
+	assert.Equal(t, "1", v, "c2 not applied")
+
+	h.src.SetConfig(gitsync.Config{Namespace: h.ns, ClusterName: "staging-1"})
+	h.waitStatus("web", "synced at c2 once enabled", syncedAt(c2))
+	v, _ = h.value("a")
+	assert.Equal(t, "2", v)
+}

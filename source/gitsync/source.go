@@ -37,6 +37,10 @@ type Config struct {
 	ClusterName string
 	// Interval is the poll interval of the targets; 0 leaves the watcher's.
 	Interval time.Duration
+	// Suspend suspends every target (Numaplane's automatedSyncDisabled):
+	// polled, not delivered, until it is false again (see
+	// [watcher.Target.Suspend]).
+	Suspend bool
 }
 
 // Source watches GitSyncs.
@@ -126,8 +130,8 @@ func New(dyn dynamic.Interface, cfg Config, opts ...Option) *Source {
 	return s
 }
 
-// SetConfig changes the cluster name and interval (a reloaded controller
-// configuration); the namespace watched stays as Run started it.
+// SetConfig changes the cluster name, interval and suspension (a reloaded
+// controller configuration); the namespace watched stays as Run started it.
 func (s *Source) SetConfig(cfg Config) {
 	s.cfg.Store(&cfg)
 	s.Refresh()
@@ -221,6 +225,7 @@ func (s *Source) targets(objs []any) []watcher.Target {
 		}
 		key, gen := u.GetNamespace()+"/"+u.GetName(), u.GetGeneration()
 		t, err := target(u, cfg.Interval)
+		t.Suspend = cfg.Suspend
 		switch {
 		case err != nil:
 			s.enqueue(key, invalid(gen, err))

@@ -138,6 +138,15 @@ func synced(gen int64, commit, msg string) mutation {
 	}
 }
 
+// suspended: commit is not applied, as automated sync is disabled.
+func suspended(gen int64, commit string) mutation {
+	return func(s *Status, now time.Time) {
+		msg := "automated sync is disabled: " + short(commit) + " is not applied"
+		s.Message = msg
+		setCondition(s, ConditionSynced, false, "Suspended", msg, gen, now)
+	}
+}
+
 // failed: the commit (if known) could not be synced.
 func failed(gen int64, commit, reason string, err error) mutation {
 	return func(s *Status, now time.Time) {
@@ -176,6 +185,8 @@ func eventMutation(e watcher.Event) (m mutation, ok bool) {
 		return failed(gen, e.Commit, "SyncFailed", e.Err), true
 	case watcher.EventInvalidTarget:
 		return invalid(gen, e.Err), true
+	case watcher.EventSuspended:
+		return suspended(gen, e.Commit), true
 	case watcher.EventRefVanished:
 		return failed(gen, "", "RefVanished", fmt.Errorf("the revision's ref is gone from the repository; %s stays applied", short(e.Commit))), true
 	}
