@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
@@ -48,12 +49,33 @@ type options struct {
 	pod                                    cluster.LeaseShardConfig
 	mgr                                    ctrl.Options
 	observers                              []watcher.Observer // more (tests)
+	logLevel                               *slog.LevelVar     // set from the configuration's logLevel (nil: none)
+}
+
+// setLogLevel reads Numaplane's logLevel (0 info, higher more verbose, as
+// logr's V levels) from the configuration into level.
+func setLogLevel(level *slog.LevelVar, data []byte) error {
+	var own struct {
+		LogLevel *int `json:"logLevel"`
+	}
+	if err := yaml.Unmarshal(data, &own); err != nil {
+		return fmt.Errorf("logLevel: %w", err)
+	}
+	if own.LogLevel == nil || level == nil {
+		return nil
+	}
+	if *own.LogLevel < 0 {
+		return fmt.Errorf("logLevel %d is negative", *own.LogLevel)
+	}
+	level.Set(slog.Level(-*own.LogLevel))
+	return nil
 }
 
 func main() {
-	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
+	level := new(slog.LevelVar)
+	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ns := cmp.Or(os.Getenv("POD_NAMESPACE"), "default") // the Leases' and checkpoints' (-shard)
-	o := options{mgr: ctrl.Options{Logger: log, LeaderElectionID: "modwatch-controller", LeaderElectionNamespace: ns},
+	o := options{logLevel: level, mgr: ctrl.Options{Logger: log, LeaderElectionID: "modwatch-controller", LeaderElectionNamespace: ns},
 		pod: cluster.LeaseShardConfig{Namespace: ns, Identity: os.Getenv("POD_NAME"), Group: "modwatch-controller", ReleaseOnCancel: true, Log: log.WithName("shard")}}
 	flag.StringVar(&o.config, "config", "/etc/numaplane/config.yaml", "Numaplane's controller configuration, mounted from a ConfigMap")
 	flag.StringVar(&o.namespace, "namespace", "", "namespace of the GitSyncs (empty: all)")
@@ -77,11 +99,28 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 		return err
 	}
 	kc, dyn := kubernetes.NewForConfigOrDie(kube), dynamic.NewForConfigOrDie(kube)
-	c, err := gitsync.LoadController(o.config, kc, dyn, o.namespace, gitsync.WithLogger(o.mgr.Logger.WithName("gitsync")))
+	// Numaplane's configuration, of which the program reads logLevel
+	// itself, the rest the library: no key passed over.
+	data, err := os.ReadFile(o.config)
 	if err != nil {
 		return err
 	}
-	applier, err := apply.New(kube, apply.Config{FieldManager: "numaplane-controller", CascadeDelete: c.Config.CascadeDeletion, InventoryNamespace: o.inventory},
+	cfg, err := gitsync.ParseControllerConfig(data, "logLevel")
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.config, err)
+	}
+	if err := setLogLevel(o.logLevel, data); err != nil {
+		return err
+	}
+	c, err := gitsync.NewController(gitsync.ControllerFile{Path: o.config, Config: cfg, OwnKeys: []string{"logLevel"},
+		OnReload: func(data []byte) { _ = setLogLevel(o.logLevel, data) }}, kc, dyn, o.namespace, gitsync.WithLogger(o.mgr.Logger.WithName("gitsync")))
+	if err != nil {
+		return err
+	}
+	// As Numaplane applies: into the destination namespace, with its
+	// tracking label, cascadeDeletion read at each removal.
+	applier, err := apply.New(kube, apply.Config{FieldManager: "numaplane-controller", CascadeDeleteFunc: c.CascadeDeletion, InventoryNamespace: o.inventory,
+		ForceNamespace: true, TrackingLabel: "numaplane.numaproj.io/tracking-id"},
 		apply.WithLogger(o.mgr.Logger.WithName("apply")), apply.WithRenderer(kustomize.Name, kustomize.New()), apply.WithRenderer(helm.Name, helm.New()))
 	if err != nil {
 		return err

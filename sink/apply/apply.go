@@ -52,14 +52,14 @@ func (s *Sink) prepare(objs []*unstructured.Unstructured, rs spec.Render, owner 
 		switch {
 		case !namespaced:
 			o.SetNamespace("")
-		case o.GetNamespace() == "":
+		case o.GetNamespace() == "" || (s.cfg.ForceNamespace && rs.Namespace != ""):
 			o.SetNamespace(rs.Namespace)
 		}
 		labels := o.GetLabels()
 		if labels == nil {
 			labels = map[string]string{}
 		}
-		labels[LabelTarget] = owner
+		labels[s.cfg.TrackingLabel] = owner
 		o.SetLabels(labels)
 		k := refOf(o).key()
 		if seen[k] {
@@ -199,7 +199,7 @@ func (s *Sink) prune(ctx context.Context, stale []ObjectRef, owner string, res *
 	// before their Namespace.
 	sort.Sort(sort.Reverse(ssa.SortableUnstructureds(objs)))
 	var kept []ObjectRef
-	opts := ssa.DeleteOptions{PropagationPolicy: metav1.DeletePropagationBackground, Inclusions: map[string]string{LabelTarget: owner}}
+	opts := ssa.DeleteOptions{PropagationPolicy: metav1.DeletePropagationBackground, Inclusions: map[string]string{s.cfg.TrackingLabel: owner}}
 	for _, o := range objs {
 		e := Entry{Object: refOf(o), Action: Deleted}
 		cse, err := s.rm.Delete(ctx, o, opts)
@@ -264,7 +264,7 @@ func (s *Sink) plan(ctx context.Context, objs []*unstructured.Unstructured, old 
 		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 		case err != nil:
 			res.Entries = append(res.Entries, Entry{Object: r, Action: Failed, Err: err})
-		case live.GetLabels()[LabelTarget] != owner:
+		case live.GetLabels()[s.cfg.TrackingLabel] != owner:
 			res.Entries = append(res.Entries, Entry{Object: r, Action: Skipped})
 		default:
 			res.Entries = append(res.Entries, Entry{Object: r, Action: Deleted})

@@ -3,7 +3,10 @@ package apply
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/spec"
@@ -52,6 +55,20 @@ type Config struct {
 	// Without it, Remove only forgets the target (its inventory) and the
 	// objects stay.
 	CascadeDelete bool
+	// CascadeDeleteFunc, when set, is asked at each Remove instead of
+	// CascadeDelete: for a configuration that changes while the program
+	// runs (Numaplane's cascadeDeletion).
+	CascadeDeleteFunc func() bool
+	// TrackingLabel is the label every applied object carries, whose value
+	// names its target (a digest of the field manager and the target ID);
+	// prune and cascade deletion touch only objects whose label matches.
+	// Default [LabelTarget]; Numaplane's is "numaplane.numaproj.io/tracking-id".
+	TrackingLabel string
+	// ForceNamespace puts every namespaced object into the target's
+	// destination namespace, whatever namespace its manifest names, as
+	// Numaplane does. By default a manifest's own namespace wins, and the
+	// destination is where objects without one go.
+	ForceNamespace bool
 	// AlwaysCheckDrift makes a new commit check every object for drift.
 	// By default a new commit dry-runs only the objects whose rendered
 	// manifest changed since the target's last apply (the inventory keeps
@@ -84,6 +101,9 @@ func (c *Config) Default() {
 	if c.InventoryNamespace == "" {
 		c.InventoryNamespace = "default"
 	}
+	if c.TrackingLabel == "" {
+		c.TrackingLabel = LabelTarget
+	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 8
 	}
@@ -110,7 +130,21 @@ func (c Config) Validate() error {
 	case len(c.FieldManager) > 128:
 		return fmt.Errorf("%w: field manager is longer than 128 characters", ErrInvalidConfig)
 	}
+	if errs := validation.IsQualifiedName(c.TrackingLabel); len(errs) > 0 {
+		return fmt.Errorf("%w: tracking label %q: %s", ErrInvalidConfig, c.TrackingLabel, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Label(c.InventoryNamespace); len(errs) > 0 {
+		return fmt.Errorf("%w: inventory namespace %q: %s", ErrInvalidConfig, c.InventoryNamespace, strings.Join(errs, "; "))
+	}
 	return nil
+}
+
+// cascade says whether Remove deletes the target's objects.
+func (c Config) cascade() bool {
+	if c.CascadeDeleteFunc != nil {
+		return c.CascadeDeleteFunc()
+	}
+	return c.CascadeDelete
 }
 
 // SpecFunc finds how a target is rendered.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -143,7 +145,7 @@ func (s *Sink) writeInventory(ctx context.Context, old, inv *inventory) error {
 			"namespace": s.cfg.InventoryNamespace,
 			"labels": map[string]any{
 				LabelInventory:                 "true",
-				LabelTarget:                    s.owner(inv.Target),
+				s.cfg.TrackingLabel:            s.owner(inv.Target),
 				"app.kubernetes.io/managed-by": s.cfg.FieldManager,
 			},
 			"annotations": map[string]any{AnnotationTargetID: inv.Target},
@@ -153,6 +155,29 @@ func (s *Sink) writeInventory(ctx context.Context, old, inv *inventory) error {
 	if err := s.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(cm), client.ForceOwnership, client.FieldOwner(s.cfg.FieldManager)); err != nil {
 		return fmt.Errorf("apply: write inventory of %s: %w", inv.Target, err)
 	}
+	return nil
+}
+
+// checkInventoryNamespace refuses to apply anything while the inventory's
+// namespace is missing: the objects would be applied and their record
+// lost. Once found, it is not asked again.
+func (s *Sink) checkInventoryNamespace(ctx context.Context) error {
+	if s.cfg.Mode != ModeApply || s.inventoryNS.Load() {
+		return nil
+	}
+	// A dry-run create of a ConfigMap there: what the sink may do anyway
+	// (no right to read Namespaces needed), and only a missing namespace
+	// makes it fail with that namespace not found.
+	probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "modwatch-probe-", Namespace: s.cfg.InventoryNamespace}}
+	err := s.client.Create(ctx, probe, client.DryRunAll)
+	var status apierrors.APIStatus
+	if apierrors.IsNotFound(err) && errors.As(err, &status) && status.Status().Details != nil && status.Status().Details.Kind == "namespaces" {
+		return fmt.Errorf("apply: the inventory namespace %q does not exist (create it, or set Config.InventoryNamespace): nothing applied", s.cfg.InventoryNamespace)
+	}
+	if err != nil {
+		return fmt.Errorf("apply: inventory namespace %q: %w", s.cfg.InventoryNamespace, err)
+	}
+	s.inventoryNS.Store(true)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"sync/atomic"
 	"time"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
@@ -26,6 +27,8 @@ type Sink struct {
 	renderers map[string]Renderer
 	spec      SpecFunc
 	log       logr.Logger
+
+	inventoryNS atomic.Bool // the inventory namespace was found
 }
 
 var (
@@ -118,6 +121,9 @@ func (s *Sink) Apply(ctx context.Context, c watcher.Change) (*Result, error) {
 	if err != nil {
 		return res, err
 	}
+	if err := s.checkInventoryNamespace(ctx); err != nil {
+		return res, err
+	}
 	old, err := s.readInventory(ctx, c.Target.ID)
 	if err != nil {
 		return res, err
@@ -167,14 +173,14 @@ func (s *Sink) render(ctx context.Context, c watcher.Change) ([]*unstructured.Un
 	return s.prepare(objs, rs, s.owner(c.Target.ID))
 }
 
-// Remove forgets t. With Config.CascadeDelete it first deletes every
+// Remove forgets t. With Config.CascadeDelete (or CascadeDeleteFunc) it first deletes every
 // object t's inventory holds and that still carries t's label. In ModeDryRun
 // and ModeDiff it does nothing.
 func (s *Sink) Remove(ctx context.Context, t watcher.Target) error {
 	if s.cfg.Mode != ModeApply {
 		return nil
 	}
-	if s.cfg.CascadeDelete {
+	if s.cfg.cascade() {
 		inv, err := s.readInventory(ctx, t.ID)
 		if err != nil {
 			return err

@@ -1,0 +1,54 @@
+package apply_test
+
+import (
+	"fmt"
+	"testing"
+	"testing/fstest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/sink/apply"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
+)
+
+// Numaplane's way of applying: every namespaced object into the
+// destination namespace, its own tracking label, cascade deletion read at
+// each removal.
+func TestApplyAsNumaplaneDoes(t *testing.T) {
+	ns, other := env.Namespace(t), env.Namespace(t)
+	const label = "numaplane.numaproj.io/tracking-id"
+	cascade := false
+	s := newSink(t, apply.Config{InventoryNamespace: ns, ForceNamespace: true, TrackingLabel: label,
+		CascadeDeleteFunc: func() bool { return cascade }})
+	files := fstest.MapFS{
+		"a.yaml": file(configMap("a", "1")),
+		"b.yaml": file(fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n  namespace: %s\n", other)),
+	}
+	applyOK(t, s, change("np/"+ns, "c1", spec.Render{Namespace: ns}, files))
+	b := get(t, configMaps, ns, "b")
+	require.NotNil(t, b, "the manifest's namespace gives way to the destination")
+	assert.Nil(t, get(t, configMaps, other, "b"))
+	assert.NotEmpty(t, b.GetLabels()[label])
+	assert.NotContains(t, b.GetLabels(), apply.LabelTarget)
+
+	cascade = true // the configuration changed meanwhile
+	require.NoError(t, s.Remove(ctxT(t), watcher.Target{ID: "np/" + ns}))
+	assert.Nil(t, get(t, configMaps, ns, "a"), "deleted: cascade is read at the removal")
+	assert.Nil(t, get(t, configMaps, ns, "b"))
+
+	_, err := apply.New(env.Config, apply.Config{TrackingLabel: "not a label!"})
+	assert.ErrorIs(t, err, apply.ErrInvalidConfig)
+}
+
+// An inventory namespace that does not exist is refused before anything is
+// applied, with an error that says so, not after every object was.
+func TestMissingInventoryNamespaceAppliesNothing(t *testing.T) {
+	ns := env.Namespace(t)
+	s := newSink(t, apply.Config{InventoryNamespace: "no-such-namespace-" + ns[len(ns)-6:]})
+	_, err := s.Apply(ctxT(t), change("inv/"+ns, "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))}))
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "does not exist")
+	assert.Nil(t, get(t, configMaps, ns, "a"), "nothing applied")
+}
