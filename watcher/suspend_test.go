@@ -3,6 +3,9 @@ package watcher_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,4 +59,75 @@ func TestSuspendedTargetIsNotDelivered(t *testing.T) {
 	src.Set(target)
 	got := sink.WaitCommit(t, "t", c3)
 	assert.Equal(t, c1, got.From, "the latest commit, once resumed")
+}
+
+// inventorySink holds something for each target it was given, across
+// "restarts" (it outlives the watcher), as the apply sink's inventories do.
+type inventorySink struct {
+	*watchertest.Sink
+	mu   sync.Mutex
+	held map[string]bool
+}
+
+func (s *inventorySink) Deliver(ctx context.Context, c watcher.Change) error {
+	s.mu.Lock()
+	s.held[c.Target.ID] = true
+	s.mu.Unlock()
+	return s.Sink.Deliver(ctx, c)
+}
+
+func (s *inventorySink) Remove(ctx context.Context, t watcher.Target) error {
+	s.mu.Lock()
+	delete(s.held, t.ID)
+	s.mu.Unlock()
+	return s.Sink.Remove(ctx, t)
+}
+
+func (s *inventorySink) Targets(context.Context) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.held)), nil
+}
+
+// A target deleted while the program was not running is removed at the
+// next start, once every source has given its set: what the sink holds is
+// compared with what is wanted, level-based.
+func TestTargetDeletedWhileDownIsRemovedAtStart(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("a/f", "1"), gittest.File("b/f", "1"))
+	sink := &inventorySink{Sink: watchertest.NewSink("inv"), held: map[string]bool{}}
+	a, b := watcher.Target{ID: "a", URL: repo.URL(), Path: "a"}, watcher.Target{ID: "b", URL: repo.URL(), Path: "b"}
+
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs)
+	require.NoError(t, w.Route(watchertest.NewSource(a, b), sink))
+	stop := watchertest.Run(t, w.Run)
+	sink.WaitCommit(t, "a", c1)
+	sink.WaitCommit(t, "b", c1)
+	stop()
+
+	// b is gone from the source while nothing runs; a second source's set
+	// comes later, and nothing is removed before it did.
+	obs = watchertest.NewObserver()
+	w = newWatcher(t, obs)
+	require.NoError(t, w.Route(watchertest.NewSource(a), sink))
+	require.NoError(t, w.Route(watcher.SourceFunc(func(ctx context.Context, update func([]watcher.Target)) error {
+		<-ctx.Done()
+		return nil
+	}), watchertest.NewSink("other")))
+	stop = watchertest.Run(t, w.Run)
+	obs.WaitFor(t, "a delivered again", watchertest.Is(watcher.EventDelivered, "a"))
+	pollNow(t, w, obs, repo.URL())
+	stop()
+	assert.Empty(t, sink.Removed(), "a source has not given its set yet: nothing is known to be gone")
+
+	obs = watchertest.NewObserver()
+	w = newWatcher(t, obs)
+	require.NoError(t, w.Route(watchertest.NewSource(a), sink))
+	watchertest.Run(t, w.Run)
+	sink.WaitRemoved(t, "b")
+	obs.WaitFor(t, "b removed", watchertest.Is(watcher.EventRemoved, "b"))
+	held, _ := sink.Targets(context.Background())
+	assert.Equal(t, []string{"a"}, held)
 }

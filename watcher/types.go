@@ -262,6 +262,17 @@ type Remover interface {
 	Remove(ctx context.Context, t Target) error
 }
 
+// Inventory is a [Remover] that keeps what it did for each target across
+// restarts (the apply sink's inventories): Targets lists the IDs of the
+// targets it holds something for. Once every route's source has given its
+// first set, the watcher removes those that no source wants any more — a
+// target deleted while the program was not running — as it removes a
+// target that leaves a set (Remove, then EventRemoved).
+type Inventory interface {
+	Remover
+	Targets(ctx context.Context) ([]string, error)
+}
+
 // Reporter is a Sink that says what each delivery did. The watcher calls
 // DeliverReport instead of Deliver and hands the report to observers in
 // [Event.Result], on success and on failure (a partial report).

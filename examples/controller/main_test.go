@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -68,4 +69,46 @@ func TestControllerAppliesGitSyncsAndFollowsItsConfig(t *testing.T) {
 	obs.WaitFor(t, "the target removed", watchertest.Is(watcher.EventRemoved, id))
 	_, err = env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "web", metav1.GetOptions{})
 	assert.NoError(t, err)
+}
+
+// A GitSync deleted while the controller was stopped is pruned at its next
+// start (with cascadeDeletion, its objects too): what the inventories hold
+// is compared with the GitSyncs there are.
+func TestGitSyncDeletedWhileStoppedIsPrunedAtStart(t *testing.T) {
+	ns := env.Namespace(t)
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", gittest.File("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  v: \"1\"\n"))
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.yaml")
+	require.NoError(t, os.WriteFile(config, []byte("clusterName: staging-1\nsyncTimeIntervalMs: 3600000\ncascadeDeletion: true\n"), 0o644))
+	cache := t.TempDir()
+	start := func(obs *watchertest.Observer) (stop func()) {
+		return watchertest.Run(t, func(ctx context.Context) error {
+			return run(ctx, env.Config, options{config: config, namespace: ns, inventory: ns, cacheDir: cache,
+				mgr: ctrl.Options{Metrics: server.Options{BindAddress: "0"}, Logger: testr.New(t)}, observers: []watcher.Observer{obs}})
+		})
+	}
+	obs := watchertest.NewObserver()
+	stop := start(obs)
+	gs := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "numaplane.numaproj.io/v1alpha1", "kind": "GitSync",
+		"metadata": map[string]any{"name": "web", "namespace": ns},
+		"spec": map[string]any{"repoUrl": repo.URL(), "path": "web", "targetRevision": "main",
+			"destination": map[string]any{"cluster": "staging-1", "namespace": ns}},
+	}}
+	_, err := env.Dynamic.Resource(gitsync.GVR).Namespace(ns).Create(context.Background(), gs, metav1.CreateOptions{})
+	require.NoError(t, err)
+	id := gitsync.TargetID(ns, "web")
+	obs.WaitFor(t, "the GitSync applied", func(e watcher.Event) bool {
+		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit == c1
+	})
+	stop()
+
+	require.NoError(t, env.Dynamic.Resource(gitsync.GVR).Namespace(ns).Delete(context.Background(), "web", metav1.DeleteOptions{}))
+	obs = watchertest.NewObserver()
+	start(obs)
+	obs.WaitFor(t, "the GitSync's target removed", watchertest.Is(watcher.EventRemoved, id))
+	_, err = env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "web", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "cascade deleted: %v", err)
 }

@@ -158,6 +158,30 @@ func (s *Sink) writeInventory(ctx context.Context, old, inv *inventory) error {
 	return nil
 }
 
+// Targets lists the targets this sink holds an inventory for: those of
+// its field manager in its inventory namespace, by the target ID each
+// names (the watcher removes those no source wants any more; see
+// watcher.Inventory). In ModeDryRun and ModeDiff it holds none.
+func (s *Sink) Targets(ctx context.Context) ([]string, error) {
+	if s.cfg.Mode != ModeApply {
+		return nil, nil
+	}
+	var list corev1.ConfigMapList
+	if err := s.client.List(ctx, &list, client.InNamespace(s.cfg.InventoryNamespace),
+		client.MatchingLabels{LabelInventory: "true", "app.kubernetes.io/managed-by": s.cfg.FieldManager}); err != nil {
+		return nil, fmt.Errorf("apply: list inventories in %s: %w", s.cfg.InventoryNamespace, err)
+	}
+	var ids []string
+	for _, cm := range list.Items {
+		id := cm.Annotations[AnnotationTargetID]
+		if id != "" && cm.Name == s.inventoryName(id) { // ours: the name is the digest of our manager and the ID
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
 // checkInventoryNamespace refuses to apply anything while the inventory's
 // namespace is missing: the objects would be applied and their record
 // lost. Once found, it is not asked again.

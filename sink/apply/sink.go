@@ -32,10 +32,11 @@ type Sink struct {
 }
 
 var (
-	_ watcher.Sink     = (*Sink)(nil)
-	_ watcher.Reporter = (*Sink)(nil)
-	_ watcher.Remover  = (*Sink)(nil)
-	_ watcher.Namer    = (*Sink)(nil)
+	_ watcher.Sink      = (*Sink)(nil)
+	_ watcher.Reporter  = (*Sink)(nil)
+	_ watcher.Remover   = (*Sink)(nil)
+	_ watcher.Inventory = (*Sink)(nil)
+	_ watcher.Namer     = (*Sink)(nil)
 )
 
 // Option configures a Sink.

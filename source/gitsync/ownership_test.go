@@ -97,7 +97,7 @@ func TestTheReconcilersStatusFieldsSurvive(t *testing.T) {
 	owners := map[string]string{}
 	for _, f := range u.GetManagedFields() {
 		if f.Subresource == "status" {
-			owners[f.Manager] = string(f.FieldsV1.Raw)
+			owners[f.Manager] = f.FieldsV1.GetRawString()
 		}
 	}
 	require.Contains(t, owners, gitsync.DefaultFieldManager)
