@@ -2,9 +2,14 @@ package watcher
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,6 +198,12 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	if err != nil {
 		return d.fail(ctx, ev, nil, err)
 	}
+	if have && len(cp.Reads) > 0 {
+		// What the last delivery read outside the path counts as the path.
+		if tree, err = readsTree(ctx, want, cp.Reads); err != nil {
+			return d.fail(ctx, ev, nil, err)
+		}
+	}
 	dec := decide(cp, have, commit, tree, fp, resync)
 	switch dec.action {
 	case skip:
@@ -218,8 +229,10 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	}
 	abandoned := false
 	defer func() {
-		if closer, ok := c.FS.(io.Closer); ok && !abandoned {
-			_ = closer.Close() // an abandoned sink may read on
+		for _, fsys := range []fs.FS{c.FS, c.Root} {
+			if closer, ok := fsys.(io.Closer); ok && !abandoned {
+				_ = closer.Close() // an abandoned sink may read on
+			}
 		}
 	}()
 	callCtx, cancel := context.WithCancel(ctx)
@@ -236,7 +249,14 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
 	}
-	if err := d.env.opts.store.Put(ctx, d.key, Checkpoint{Commit: commit, Tree: tree, Target: fp, Time: time.Now()}); err != nil {
+	reads := readsOf(ev.Result, t.Path)
+	tree = want.tree.String()
+	if len(reads) > 0 {
+		if tree, err = readsTree(ctx, want, reads); err != nil {
+			return d.fail(ctx, ev, &c, err)
+		}
+	}
+	if err := d.env.opts.store.Put(ctx, d.key, Checkpoint{Commit: commit, Tree: tree, Target: fp, Reads: reads, Time: time.Now()}); err != nil {
 		// Delivered but not recorded: deliver again rather than lose it.
 		return d.fail(ctx, ev, &c, err)
 	}
@@ -245,6 +265,56 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	d.env.emit(ev)
 	d.env.log.V(1).Info("delivered", "target", t.ID, "sink", d.sink.name, "commit", short(commit), "reason", c.Reason)
 	return nil
+}
+
+// maxReads bounds the paths outside its own that a target's delivery is
+// remembered to have read.
+const maxReads = 256
+
+// readsOf returns what a delivery's report says it read outside path,
+// cleaned, sorted and bounded; nil when it says nothing.
+func readsOf(report any, path string) []string {
+	dep, ok := report.(Dependent)
+	if !ok || path == "" {
+		return nil // the whole repository is the path
+	}
+	var out []string
+	for _, r := range dep.Reads() {
+		c, err := gitutil.CleanPath(r)
+		if err != nil || c == "" || c == path || strings.HasPrefix(c, path+"/") {
+			continue // invalid, or inside the path: counted already
+		}
+		if strings.HasPrefix(path, c+"/") {
+			continue // a directory above the path: too wide to be a dependency
+		}
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if len(out) > maxReads {
+		out = out[:maxReads]
+	}
+	return out
+}
+
+// readsTree digests the tree of the target's path with the trees (or
+// blobs) of reads at the commit wanted; a read path that is gone counts
+// as such.
+func readsTree(ctx context.Context, want *desired, reads []string) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00", want.tree)
+	for _, r := range reads {
+		th, err := want.mirror.TreeHash(ctx, want.commit, gitutil.Selection{Path: r})
+		switch {
+		case errors.Is(err, gitutil.ErrPathNotFound):
+			fmt.Fprintf(h, "%s\x00-\x00", r)
+		case err != nil:
+			return "", err
+		default:
+			fmt.Fprintf(h, "%s\x00%s\x00", r, th)
+		}
+	}
+	return "r" + hex.EncodeToString(h.Sum(nil)[:20]), nil
 }
 
 // checkpoint reads the sink's checkpoint; an unreadable one is reported
@@ -280,6 +350,12 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Ch
 		}
 	}
 	fsys, err := want.mirror.FS(want.commit, t.Selection())
+	if err == nil {
+		c.Root, err = want.mirror.FS(want.commit, gitutil.Selection{})
+		if closer, ok := fsys.(io.Closer); ok && err != nil {
+			_ = closer.Close()
+		}
+	}
 	if err != nil {
 		if errors.Is(err, gitutil.ErrCommitNotFound) || errors.Is(err, gitutil.ErrCorrupt) {
 			d.env.trigger(t.URL) // the mirror lost it (rebuilt): have it fetched again now
@@ -290,8 +366,10 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Ch
 		count := 0
 		mounted, err := d.env.mountSubmodules(ctx, t, want.mirror, t.URL, want.commit, t.Selection(), fsys, 0, &count)
 		if err != nil {
-			if c, ok := fsys.(io.Closer); ok {
-				_ = c.Close()
+			for _, f := range []fs.FS{fsys, c.Root} {
+				if closer, ok := f.(io.Closer); ok {
+					_ = closer.Close()
+				}
 			}
 			return c, err
 		}

@@ -19,8 +19,13 @@ type Checkpoint struct {
 	// Commit is the commit delivered (or found to leave the target's tree
 	// unchanged).
 	Commit string `json:"commit"`
-	// Tree is the hash of the target's path at Commit.
+	// Tree is the hash of the target's path at Commit (with Reads, of
+	// those paths too).
 	Tree string `json:"tree"`
+	// Reads are the repository paths outside the target's path that the
+	// sink's delivery read (see [Dependent]): a commit that changes one of
+	// them is delivered too.
+	Reads []string `json:"reads,omitempty"`
 	// Target is a digest of the target spec it was delivered for; a
 	// different digest means the target changed and is delivered again.
 	Target string `json:"target"`

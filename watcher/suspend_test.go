@@ -3,6 +3,7 @@ package watcher_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"maps"
 	"slices"
 	"sync"
@@ -130,4 +131,45 @@ func TestTargetDeletedWhileDownIsRemovedAtStart(t *testing.T) {
 	obs.WaitFor(t, "b removed", watchertest.Is(watcher.EventRemoved, "b"))
 	held, _ := sink.Targets(context.Background())
 	assert.Equal(t, []string{"a"}, held)
+}
+
+// readsReport is a report that says the delivery read base too.
+type readsReport []string
+
+func (r readsReport) Reads() []string { return r }
+
+// readingSink reads ../../base through Change.Root, as a kustomize
+// overlay does, and says so.
+type readingSink struct{ *watchertest.Sink }
+
+func (s readingSink) DeliverReport(ctx context.Context, c watcher.Change) (any, error) {
+	if _, err := fs.ReadFile(c.Root, "base/cm.yaml"); err != nil {
+		return nil, err
+	}
+	return readsReport{"base", "overlays/prod/x", "../escape"}, s.Deliver(ctx, c)
+}
+
+// A delivery that read outside the target's path (and said so) is made
+// again when a commit changes what it read, not only the path; a commit
+// that changes neither is not delivered.
+func TestWhatADeliveryReadOutsideItsPathIsWatched(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("base/cm.yaml", "1"), gittest.File("overlays/prod/k.yaml", "1"), gittest.File("docs/x", "1"))
+	obs := watchertest.NewObserver()
+	sink := readingSink{watchertest.NewSink("reads")}
+	w := newWatcher(t, obs)
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "prod", URL: repo.URL(), Path: "overlays/prod"}), sink))
+	start(t, w)
+	sink.WaitCommit(t, "prod", c1)
+
+	c2 := repo.Commit(t, "base only", gittest.File("base/cm.yaml", "2"))
+	pollNow(t, w, obs, repo.URL())
+	got := sink.WaitCommit(t, "prod", c2)
+	assert.Equal(t, watcher.ReasonNewCommit, got.Reason, "the base it read changed")
+
+	c3 := repo.Commit(t, "neither", gittest.File("docs/x", "2"))
+	pollNow(t, w, obs, repo.URL())
+	obs.WaitFor(t, "c3 up to date", func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit == c3 })
+	assert.Len(t, sink.Delivered(), 2, "a commit touching neither is not delivered")
 }

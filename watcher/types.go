@@ -215,6 +215,11 @@ type Change struct {
 	// open, and a later read opens them again. A mirror rebuilt since (it
 	// was found damaged) makes a later read fail with gitutil.ErrRebuilt.
 	FS fs.FS
+	// Root is the whole repository at To, read-only, as FS is and for as
+	// long: for a sink that reads outside Target.Path (a kustomize overlay
+	// whose base is "../../base"), confined to the repository. What it
+	// reads there is worth reporting (see [Dependent]).
+	Root fs.FS
 	// Submodules are the paths, relative to Target.Path, of the submodules
 	// under it that FS leaves out (the target does not recurse into them):
 	// the watcher reports them ([EventSubmodulesLeftOut]) rather than
@@ -271,6 +276,16 @@ type Remover interface {
 type Inventory interface {
 	Remover
 	Targets(ctx context.Context) ([]string, error)
+}
+
+// Dependent is a report of a delivery (see [Reporter]) that read files of
+// the repository outside the target's Path, through Change.Root: Reads
+// lists them, relative to the repository's root (files or directories).
+// The watcher remembers them with the checkpoint, and delivers the target
+// again when a later commit changes any of them, as when its Path
+// changes; a commit that changes neither is not delivered.
+type Dependent interface {
+	Reads() []string
 }
 
 // Reporter is a Sink that says what each delivery did. The watcher calls
