@@ -48,8 +48,9 @@ type options struct {
 	shard                                  bool   // every replica polls a share
 	pod                                    cluster.LeaseShardConfig
 	mgr                                    ctrl.Options
-	observers                              []watcher.Observer // more (tests)
-	logLevel                               *slog.LevelVar     // set from the configuration's logLevel (nil: none)
+	observers                              []watcher.Observer     // more (tests)
+	made                                   func(*watcher.Watcher) // told of the watcher (tests)
+	logLevel                               *slog.LevelVar         // set from the configuration's logLevel (nil: none)
 }
 
 // setLogLevel reads Numaplane's logLevel (0 info, higher more verbose, as
@@ -137,6 +138,9 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 	w, err := cluster.NewWatcher(mgr, o.mgr.LeaderElection, append(opts, watcher.WithLogger(o.mgr.Logger), watcher.WithObserver(o.observers...))...)
 	if err == nil {
 		err = errors.Join(w.Route(c.Source, applier), mgr.Add(c))
+	}
+	if err == nil && o.made != nil {
+		o.made(w)
 	}
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
@@ -111,4 +112,73 @@ func TestGitSyncDeletedWhileStoppedIsPrunedAtStart(t *testing.T) {
 	obs.WaitFor(t, "the GitSync's target removed", watchertest.Is(watcher.EventRemoved, id))
 	_, err = env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "web", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "cascade deleted: %v", err)
+}
+
+// The base/overlays layout: a GitSync on an overlay whose base is
+// "../../base" is rendered against the repository; a commit that touches
+// only the base is applied to it, one that touches neither is not.
+func TestKustomizeOverlayWithItsBaseElsewhere(t *testing.T) {
+	ns := env.Namespace(t)
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/apps")
+	cm := func(v string) string {
+		return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  v: \"" + v + "\"\n"
+	}
+	c1 := repo.Commit(t, "init",
+		gittest.File("base/kustomization.yaml", "resources: [cm.yaml]\n"), gittest.File("base/cm.yaml", cm("1")),
+		gittest.File("overlays/prod/kustomization.yaml", "resources: [../../base]\nnamePrefix: prod-\n"),
+		gittest.File("docs/README.md", "1"))
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.yaml")
+	require.NoError(t, os.WriteFile(config, []byte("clusterName: staging-1\nsyncTimeIntervalMs: 3600000\n"), 0o644))
+	obs := watchertest.NewObserver()
+	made := make(chan *watcher.Watcher, 1)
+	watchertest.Run(t, func(ctx context.Context) error {
+		return run(ctx, env.Config, options{config: config, namespace: ns, inventory: ns, cacheDir: t.TempDir(),
+			mgr: ctrl.Options{Metrics: server.Options{BindAddress: "0"}, Logger: testr.New(t)}, observers: []watcher.Observer{obs},
+			made: func(w *watcher.Watcher) { made <- w }})
+	})
+	w := <-made
+	poll := func() {
+		t.Helper()
+		t0 := time.Now()
+		require.True(t, w.Trigger(repo.URL()))
+		obs.WaitFor(t, "a poll after the trigger", func(e watcher.Event) bool {
+			return e.Type == watcher.EventPolled && !e.Time.Add(-e.Duration).Before(t0)
+		})
+	}
+	gs := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "numaplane.numaproj.io/v1alpha1", "kind": "GitSync",
+		"metadata": map[string]any{"name": "prod", "namespace": ns},
+		"spec": map[string]any{"repoUrl": repo.URL(), "path": "overlays/prod", "targetRevision": "main", "kustomize": map[string]any{},
+			"destination": map[string]any{"cluster": "staging-1", "namespace": ns}},
+	}}
+	_, err := env.Dynamic.Resource(gitsync.GVR).Namespace(ns).Create(context.Background(), gs, metav1.CreateOptions{})
+	require.NoError(t, err)
+	id := gitsync.TargetID(ns, "prod")
+	delivered := func(commit string) {
+		t.Helper()
+		obs.WaitFor(t, "applied at "+commit, func(e watcher.Event) bool {
+			return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit == commit
+		})
+	}
+	delivered(c1)
+	value := func() string {
+		c, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "prod-web", metav1.GetOptions{})
+		require.NoError(t, err)
+		return c.Data["v"]
+	}
+	assert.Equal(t, "1", value())
+
+	c2 := repo.Commit(t, "the base only", gittest.File("base/cm.yaml", cm("2")))
+	poll()
+	delivered(c2)
+	assert.Equal(t, "2", value(), "a commit touching only the base is applied to the overlay")
+
+	c3 := repo.Commit(t, "neither", gittest.File("docs/README.md", "2"))
+	poll()
+	obs.WaitFor(t, "c3 seen, nothing to apply", func(e watcher.Event) bool {
+		return e.Type == watcher.EventUpToDate && e.Target.ID == id && e.Commit == c3
+	})
+	assert.Zero(t, obs.Count(func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == c3 }))
 }

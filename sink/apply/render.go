@@ -28,6 +28,18 @@ type Renderer interface {
 	Render(ctx context.Context, fsys fs.FS, r spec.Render) ([]*unstructured.Unstructured, error)
 }
 
+// RepoRenderer is a Renderer that can read the whole repository: root is
+// the repository at the commit (watcher.Change.Root), dir the target's
+// path in it. It reads what dir references elsewhere in root (a kustomize
+// overlay's "../../base"), never outside root, and returns the paths it
+// read outside dir (relative to root), so that a commit changing them is
+// delivered too. The sink calls it instead of Render when the Change has
+// a Root.
+type RepoRenderer interface {
+	Renderer
+	RenderRepo(ctx context.Context, root fs.FS, dir string, r spec.Render) (objs []*unstructured.Unstructured, reads []string, err error)
+}
+
 // RendererFunc adapts a function to [Renderer].
 type RendererFunc func(ctx context.Context, fsys fs.FS, r spec.Render) ([]*unstructured.Unstructured, error)
 

@@ -78,7 +78,14 @@ type Result struct {
 	// Entries has one entry per object applied or pruned, in apply order
 	// then prune order.
 	Entries []Entry
+	// Read are the repository paths outside the target's path that the
+	// render read (a kustomize overlay's bases; see RepoRenderer).
+	Read []string
 }
+
+// Reads implements watcher.Dependent: a commit that changes what the
+// render read is delivered.
+func (r *Result) Reads() []string { return r.Read }
 
 // Count returns how many entries have action a.
 func (r *Result) Count(a Action) int {

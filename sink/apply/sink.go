@@ -118,7 +118,7 @@ func (s *Sink) DeliverReport(ctx context.Context, c watcher.Change) (any, error)
 // is pruned.
 func (s *Sink) Apply(ctx context.Context, c watcher.Change) (*Result, error) {
 	res := &Result{Target: c.Target.ID, Commit: c.To, Mode: s.cfg.Mode}
-	objs, err := s.render(ctx, c)
+	objs, err := s.render(ctx, c, res)
 	if err != nil {
 		return res, err
 	}
@@ -142,7 +142,7 @@ func (s *Sink) Apply(ctx context.Context, c watcher.Change) (*Result, error) {
 
 // render finds how the target is rendered, and its renderer, and makes its objects ready
 // to apply.
-func (s *Sink) render(ctx context.Context, c watcher.Change) ([]*unstructured.Unstructured, error) {
+func (s *Sink) render(ctx context.Context, c watcher.Change, res *Result) ([]*unstructured.Unstructured, error) {
 	rs, err := s.spec(c.Target)
 	if err != nil {
 		return nil, watcher.Permanent(err)
@@ -164,7 +164,12 @@ func (s *Sink) render(ctx context.Context, c watcher.Change) ([]*unstructured.Un
 	if !ok {
 		return nil, watcher.Permanent(fmt.Errorf("%w: target %s: no renderer %q is registered", ErrInvalidConfig, c.Target.ID, rs.Renderer))
 	}
-	objs, err := r.Render(ctx, c.FS, rs)
+	var objs []*unstructured.Unstructured
+	if rr, ok := r.(RepoRenderer); ok && c.Root != nil {
+		objs, res.Read, err = rr.RenderRepo(ctx, c.Root, c.Target.Path, rs)
+	} else {
+		objs, err = r.Render(ctx, c.FS, rs)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, err

@@ -2,10 +2,12 @@ package kustomize
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,54 +23,206 @@ import (
 // Name is the value of spec.Render.Renderer that selects this renderer.
 const Name = spec.RendererKustomize
 
-// MaxTreeSize caps the bytes of the tree copied for kustomize.
+// MaxTreeSize caps the bytes of the tree copied for kustomize: the
+// target's path and what its kustomizations reference elsewhere in the
+// repository, together.
 const MaxTreeSize = 64 << 20
 
-// root is where the tree sits in kustomize's in-memory file system.
-const root = "/target"
+// repo is where the repository sits in kustomize's in-memory file system.
+const repo = "/repo"
 
 // Renderer is the kustomize renderer.
 type Renderer struct{}
 
-var _ apply.Renderer = Renderer{}
+var _ apply.RepoRenderer = Renderer{}
 
 // New returns the renderer.
 func New() Renderer { return Renderer{} }
 
-// Render runs `kustomize build` over fsys.
+// Render runs `kustomize build` over fsys alone: a reference outside it is
+// an error (see RenderRepo, which the apply sink calls instead).
 func (Renderer) Render(ctx context.Context, fsys fs.FS, _ spec.Render) ([]*unstructured.Unstructured, error) {
+	objs, _, err := render(ctx, fsys, ".", false)
+	return objs, err
+}
+
+// RenderRepo runs `kustomize build` over dir of the repository root: the
+// kustomizations there may reference bases, components and files anywhere
+// in the repository ("../../base"), never outside it, on the host or on
+// the network. It returns what it read outside dir, for the watcher to
+// deliver the target again when a commit changes it.
+func (Renderer) RenderRepo(ctx context.Context, root fs.FS, dir string, _ spec.Render) ([]*unstructured.Unstructured, []string, error) {
+	return render(ctx, root, dir, true)
+}
+
+func render(ctx context.Context, fsys fs.FS, dir string, repoWide bool) ([]*unstructured.Unstructured, []string, error) {
+	dir = path.Clean(dir)
 	mem := filesys.MakeFsInMemory()
-	if err := copyTree(ctx, fsys, mem); err != nil {
-		return nil, err
+	c := &copier{fsys: fsys, mem: mem, copied: map[string]bool{}, repoWide: repoWide, dir: dir}
+	if err := c.copy(ctx, dir); err != nil {
+		return nil, nil, err
 	}
-	if err := checkLocal(mem); err != nil {
-		return nil, err
+	if err := c.follow(ctx); err != nil {
+		return nil, nil, err
 	}
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	rm, err := k.Run(mem, root)
+	rm, err := k.Run(mem, path.Join(repo, dir))
 	if err != nil {
-		return nil, fmt.Errorf("kustomize: %w", err)
+		return nil, nil, fmt.Errorf("kustomize: %w", err)
 	}
 	out, err := rm.AsYaml()
 	if err != nil {
-		return nil, fmt.Errorf("kustomize: %w", err)
+		return nil, nil, fmt.Errorf("kustomize: %w", err)
 	}
-	return apply.Decode("kustomize build", out)
+	objs, err := apply.Decode("kustomize build", out)
+	return objs, c.reads, err
 }
 
-// copyTree copies fsys under root in mem.
-func copyTree(ctx context.Context, fsys fs.FS, mem filesys.FileSystem) error {
-	err := apply.ReadFiles(ctx, fsys, MaxTreeSize, func(name string, data []byte) error {
-		dst := path.Join(root, name)
-		if err := mem.MkdirAll(path.Dir(dst)); err != nil {
+// copier copies into kustomize's in-memory file system the target's path,
+// then what its kustomizations reference outside it, transitively.
+type copier struct {
+	fsys     fs.FS
+	mem      filesys.FileSystem
+	dir      string          // the target's path
+	repoWide bool            // references may leave dir (within the repository)
+	copied   map[string]bool // repository paths copied (files and directories)
+	pending  []string        // kustomization files copied and not yet followed
+	reads    []string        // paths outside dir copied
+	total    int64
+}
+
+// copy copies p (a file or a directory of the repository) once.
+func (c *copier) copy(ctx context.Context, p string) error {
+	if c.copied[p] {
+		return nil
+	}
+	c.copied[p] = true
+	fi, err := fs.Stat(c.fsys, p)
+	if err != nil {
+		return err
+	}
+	if p != c.dir && p != "." && !under(p, c.dir) {
+		c.reads = append(c.reads, p)
+	}
+	add := func(name string, data []byte) error {
+		dst := path.Join(repo, name)
+		if err := c.mem.MkdirAll(path.Dir(dst)); err != nil {
 			return err
 		}
-		return mem.WriteFile(dst, data)
+		if isKustomization(path.Base(name)) {
+			c.pending = append(c.pending, name)
+		}
+		return c.mem.WriteFile(dst, data)
+	}
+	if !fi.IsDir() {
+		if c.total += fi.Size(); c.total > MaxTreeSize {
+			return fmt.Errorf("kustomize: the tree is larger than %d bytes", MaxTreeSize)
+		}
+		data, err := fs.ReadFile(c.fsys, p)
+		if err != nil {
+			return err
+		}
+		return add(p, data)
+	}
+	sub, err := fs.Sub(c.fsys, p)
+	if err != nil {
+		return err
+	}
+	err = apply.ReadFiles(ctx, sub, MaxTreeSize-c.total, func(name string, data []byte) error {
+		c.total += int64(len(data))
+		return add(path.Join(p, name), data)
 	})
 	if err != nil {
-		return fmt.Errorf("kustomize: %w", err)
+		return fmt.Errorf("kustomize: %s: %w", p, err)
 	}
-	return mem.MkdirAll(root)
+	return c.mem.MkdirAll(path.Join(repo, p))
+}
+
+// under reports whether p is below dir ("." is the repository's root).
+func under(p, dir string) bool { return dir == "." || strings.HasPrefix(p, dir+"/") }
+
+// follow reads the kustomizations copied and copies what they reference,
+// until nothing new is referenced. A remote reference, one that leaves the
+// repository (or, without repoWide, the target's path), and one to
+// nothing are errors.
+func (c *copier) follow(ctx context.Context) error {
+	for len(c.pending) > 0 {
+		k := c.pending[0]
+		c.pending = c.pending[1:]
+		data, err := c.mem.ReadFile(path.Join(repo, k))
+		if err != nil {
+			return err
+		}
+		refs, err := references(k, data)
+		if err != nil {
+			return err
+		}
+		for _, ref := range refs {
+			if remote.MatchString(ref) {
+				return fmt.Errorf("kustomize: %s: %q is remote; only references inside the repository are allowed", k, ref)
+			}
+			p := path.Join(path.Dir(k), ref)
+			where := "the repository"
+			if !c.repoWide {
+				where = "the target's path"
+			}
+			switch {
+			case path.IsAbs(ref) || p == ".." || strings.HasPrefix(p, "../"):
+				return fmt.Errorf("kustomize: %s: %q is outside %s", k, ref, where)
+			case !c.repoWide && !under(p, c.dir) && p != c.dir:
+				return fmt.Errorf("kustomize: %s: %q is not in %s", k, ref, where)
+			}
+			if c.mem.Exists(path.Join(repo, p)) {
+				continue
+			}
+			if err := c.copy(ctx, p); errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("kustomize: %s: %q is not in %s", k, ref, where)
+			} else if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// references returns the paths a kustomization names: its resources,
+// bases, components, patches, generators' files and the like. helmCharts
+// are refused (kustomize would run a helm binary).
+func references(name string, data []byte) ([]string, error) {
+	var k map[string]any
+	if err := yaml.Unmarshal(data, &k); err != nil {
+		return nil, fmt.Errorf("kustomize: %s: %w", name, err)
+	}
+	if _, ok := k["helmCharts"]; ok {
+		return nil, fmt.Errorf("kustomize: %s: helmCharts needs a helm binary; use the helm renderer", name)
+	}
+	var refs []string
+	for _, f := range pathFields {
+		refs = append(refs, strs(k[f])...)
+	}
+	for _, f := range []string{"patches", "patchesJson6902", "replacements"} {
+		for _, item := range list(k[f]) {
+			if m, ok := item.(map[string]any); ok {
+				refs = append(refs, strs(m["path"])...)
+			}
+		}
+	}
+	for _, f := range []string{"configMapGenerator", "secretGenerator"} {
+		for _, item := range list(k[f]) {
+			m, _ := item.(map[string]any)
+			for _, src := range append(strs(m["files"]), strs(m["envs"])...) {
+				if _, file, ok := strings.Cut(src, "="); ok {
+					src = file
+				}
+				refs = append(refs, src)
+			}
+			refs = append(refs, strs(m["env"])...)
+		}
+	}
+	if api, ok := k["openapi"].(map[string]any); ok {
+		refs = append(refs, strs(api["path"])...)
+	}
+	return slices.DeleteFunc(refs, func(r string) bool { return strings.Contains(r, "\n") || r == "" }), nil // inline patches are not paths
 }
 
 // remote matches what kustomize would fetch rather than read: URLs, scp-like
@@ -79,67 +233,6 @@ var remote = regexp.MustCompile(`://|^git@|^gh:|^(github\.com|gitlab\.com|bitbuc
 // "path") name files or directories.
 var pathFields = []string{"resources", "bases", "components", "crds", "configurations",
 	"generators", "transformers", "validators", "patchesStrategicMerge"}
-
-// checkLocal refuses kustomizations that reference anything outside the
-// tree: remote bases and files, and paths that do not exist in it.
-func checkLocal(mem filesys.FileSystem) error {
-	return mem.Walk(root, func(p string, info fs.FileInfo, err error) error {
-		if err != nil || info.IsDir() || !isKustomization(path.Base(p)) {
-			return err
-		}
-		data, err := mem.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		var k map[string]any
-		if err := yaml.Unmarshal(data, &k); err != nil {
-			return fmt.Errorf("kustomize: %s: %w", strings.TrimPrefix(p, root+"/"), err)
-		}
-		if _, ok := k["helmCharts"]; ok {
-			return fmt.Errorf("kustomize: %s: helmCharts needs a helm binary; use the helm renderer", strings.TrimPrefix(p, root+"/"))
-		}
-		var refs []string
-		for _, f := range pathFields {
-			refs = append(refs, strs(k[f])...)
-		}
-		for _, f := range []string{"patches", "patchesJson6902", "replacements"} {
-			for _, item := range list(k[f]) {
-				if m, ok := item.(map[string]any); ok {
-					refs = append(refs, strs(m["path"])...)
-				}
-			}
-		}
-		for _, f := range []string{"configMapGenerator", "secretGenerator"} {
-			for _, item := range list(k[f]) {
-				m, _ := item.(map[string]any)
-				for _, src := range append(strs(m["files"]), strs(m["envs"])...) {
-					if _, file, ok := strings.Cut(src, "="); ok {
-						src = file
-					}
-					refs = append(refs, src)
-				}
-				refs = append(refs, strs(m["env"])...)
-			}
-		}
-		if api, ok := k["openapi"].(map[string]any); ok {
-			refs = append(refs, strs(api["path"])...)
-		}
-		dir := path.Dir(p)
-		for _, ref := range refs {
-			if strings.Contains(ref, "\n") {
-				continue // an inline patch, generator or transformer
-			}
-			rel := strings.TrimPrefix(p, root+"/")
-			if remote.MatchString(ref) {
-				return fmt.Errorf("kustomize: %s: %q is remote; only references inside the target's path are allowed", rel, ref)
-			}
-			if !mem.Exists(path.Join(dir, ref)) {
-				return fmt.Errorf("kustomize: %s: %q is not in the target's path", rel, ref)
-			}
-		}
-		return nil
-	})
-}
 
 func isKustomization(name string) bool {
 	for _, n := range konfig.RecognizedKustomizationFileNames() {

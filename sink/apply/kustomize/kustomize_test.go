@@ -64,7 +64,7 @@ func TestRefusesWhatIsNotInTheTree(t *testing.T) {
 		{"remote file", "resources: ['https://example.com/all.yaml']\n", "is remote"},
 		{"remote patch", "patches: [{path: 'https://example.com/p.yaml'}]\n", "is remote"},
 		{"remote generator file", "configMapGenerator: [{name: c, files: ['k=https://example.com/x']}]\n", "is remote"},
-		{"parent directory", "resources: [../base]\n", "not in the target's path"},
+		{"parent directory", "resources: [../base]\n", "outside the target's path"},
 		{"missing", "resources: [nowhere.yaml]\n", "not in the target's path"},
 		{"helm charts", "helmCharts: [{name: x, repo: https://charts.example.com}]\n", "helm renderer"},
 		{"not yaml", "resources: [\n", "kustomization.yaml"},
@@ -81,4 +81,37 @@ func TestRefusesWhatIsNotInTheTree(t *testing.T) {
 func TestNoKustomization(t *testing.T) {
 	_, err := kustomize.New().Render(context.Background(), fstest.MapFS{"a.yaml": f(deployment)}, spec.Render{})
 	assert.ErrorContains(t, err, "kustomization")
+}
+
+// The standard base/overlays layout: an overlay whose base is elsewhere in
+// the repository renders against the repository, confined to it, and says
+// what it read outside its own path.
+func TestOverlayWithABaseElsewhereInTheRepository(t *testing.T) {
+	repo := fstest.MapFS{
+		"base/kustomization.yaml":              f("resources: [deployment.yaml]\n"),
+		"base/deployment.yaml":                 f(deployment),
+		"components/labels/kustomization.yaml": f("apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\nlabels: [{pairs: {team: web}}]\n"),
+		"overlays/prod/kustomization.yaml":     f("resources: [../../base]\ncomponents: [../../components/labels]\nnamePrefix: prod-\npatches: [{path: replicas.yaml}]\n"),
+		"overlays/prod/replicas.yaml":          f("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 3\n"),
+		"docs/README.md":                       f("x"),
+	}
+	objs, reads, err := kustomize.New().RenderRepo(context.Background(), repo, "overlays/prod", spec.Render{})
+	require.NoError(t, err)
+	require.Len(t, objs, 1)
+	assert.Equal(t, "prod-web", objs[0].GetName())
+	assert.Equal(t, "web", objs[0].GetLabels()["team"], "the component applied")
+	assert.Equal(t, int64(3), objs[0].Object["spec"].(map[string]any)["replicas"])
+	assert.ElementsMatch(t, []string{"base", "components/labels"}, reads, "what it read outside its path, and nothing else")
+
+	for name, k := range map[string]string{
+		"outside the repository": "resources: [../../../etc]\n",
+		"absolute":               "resources: [/etc/passwd]\n",
+		"missing":                "resources: [../../nowhere]\n",
+		"remote":                 "resources: ['github.com/org/repo//deploy?ref=v1']\n",
+	} {
+		bad := fstest.MapFS{"overlays/prod/kustomization.yaml": f(k)}
+		_, _, err := kustomize.New().RenderRepo(context.Background(), bad, "overlays/prod", spec.Render{})
+		require.Error(t, err, name)
+		assert.Regexp(t, "outside the repository|not in the repository|is remote", err.Error(), name)
+	}
 }
