@@ -23,6 +23,7 @@ import (
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/filewatch"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // ControllerConfig is Numaplane's controller configuration file: the keys
@@ -44,58 +45,17 @@ type ControllerConfig struct {
 	RepoCredentials       []RepoCredential `json:"repoCredentials,omitempty"`
 }
 
-// RepoCredential is how to reach the repositories under URL (a prefix of
-// normalised repository URLs: https, ssh and scp-like forms all match).
-type RepoCredential struct {
-	URL            string          `json:"url"`
-	HTTPCredential *HTTPCredential `json:"httpCredential,omitempty"`
-	SSHCredential  *SSHCredential  `json:"sshCredential,omitempty"`
-	TLS            *TLS            `json:"tls,omitempty"`
-}
-
-// HTTPCredential is a user and password (or token) for HTTPS.
-type HTTPCredential struct {
-	Username string        `json:"username,omitempty"`
-	Password *SecretSource `json:"password,omitempty"`
-}
-
-// SSHCredential is an SSH key, and (added to Numaplane's) the known_hosts
-// that SSH checks the server against, or the explicit opt-out of that
-// check.
-type SSHCredential struct {
-	SSHKey     *SecretSource `json:"SSHKey,omitempty"`
-	KnownHosts *SecretSource `json:"knownHosts,omitempty"`
-	// InsecureIgnoreHostKey accepts any host key: SSH then cannot tell the
-	// repository's host from another that answers in its place.
-	InsecureIgnoreHostKey bool `json:"insecureIgnoreHostKey,omitempty"`
-}
-
-// TLS is HTTPS verification; CACertificate (added to Numaplane's) is a PEM
-// bundle trusted for the repositories.
-type TLS struct {
-	InsecureSkipVerify bool          `json:"insecureSkipVerify,omitempty"`
-	CACertificate      *SecretSource `json:"caCertificate,omitempty"`
-}
-
-// SecretSource says where a secret value is.
-type SecretSource struct {
-	FromKubernetesSecret *SecretKeyRef `json:"fromKubernetesSecret,omitempty"`
-	FromFile             *FileKeyRef   `json:"fromFile,omitempty"`
-}
-
-// SecretKeyRef is a key of a Secret.
-type SecretKeyRef struct {
-	Name      string `json:"name"`
-	Key       string `json:"key"`
-	Namespace string `json:"namespace"`
-}
-
-// FileKeyRef is a key of a JSON or YAML file holding a map.
-type FileKeyRef struct {
-	JSONFilePath string `json:"jsonFilePath,omitempty"`
-	YAMLFilePath string `json:"yamlFilePath,omitempty"`
-	Key          string `json:"key"`
-}
+// The credential types are watcher/spec's, Numaplane's JSON form, shared
+// with the agent's configuration (source/configmap).
+type (
+	RepoCredential = spec.RepoCredential
+	HTTPCredential = spec.HTTPCredential
+	SSHCredential  = spec.SSHCredential
+	TLS            = spec.TLS
+	SecretSource   = spec.SecretSource
+	SecretKeyRef   = spec.SecretKeyRef
+	FileKeyRef     = spec.FileKeyRef
+)
 
 // ErrInvalidConfig is returned (wrapped) for a controller configuration
 // that cannot be used.
@@ -162,26 +122,9 @@ func (c *ControllerConfig) Validate() error {
 	}
 	var prefixes []string
 	for i, rc := range c.RepoCredentials {
-		at := fmt.Sprintf("repoCredentials[%d]", i)
 		prefixes = append(prefixes, rc.URL)
-		if rc.HTTPCredential == nil && rc.SSHCredential == nil && rc.TLS == nil {
-			return fmt.Errorf("%w: %s: no httpCredential, sshCredential or tls", ErrInvalidConfig, at)
-		}
-		for name, src := range rc.sources() {
-			if err := src.validate(); err != nil {
-				return fmt.Errorf("%w: %s.%s: %w", ErrInvalidConfig, at, name, err)
-			}
-		}
-		if s := rc.SSHCredential; s != nil {
-			switch {
-			case s.SSHKey == nil:
-				return fmt.Errorf("%w: %s.sshCredential: no SSHKey", ErrInvalidConfig, at)
-			case s.KnownHosts == nil && !s.InsecureIgnoreHostKey:
-				return fmt.Errorf("%w: %s.sshCredential: no knownHosts: SSH would refuse every host; give sshCredential.knownHosts "+
-					"(a known_hosts file's lines), or sshCredential.insecureIgnoreHostKey: true to accept any host key", ErrInvalidConfig, at)
-			case s.KnownHosts != nil && s.InsecureIgnoreHostKey:
-				return fmt.Errorf("%w: %s.sshCredential: both knownHosts and insecureIgnoreHostKey", ErrInvalidConfig, at)
-			}
+		if err := rc.Validate(fmt.Sprintf("repoCredentials[%d]", i)); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
 	if _, err := gitutil.NewURLPrefixes(prefixes); err != nil {
@@ -193,45 +136,6 @@ func (c *ControllerConfig) Validate() error {
 // Interval is the poll interval.
 func (c *ControllerConfig) Interval() time.Duration {
 	return time.Duration(c.SyncTimeIntervalMs) * time.Millisecond
-}
-
-func (rc RepoCredential) sources() map[string]*SecretSource {
-	m := map[string]*SecretSource{}
-	if h := rc.HTTPCredential; h != nil && h.Password != nil {
-		m["httpCredential.password"] = h.Password
-	}
-	if s := rc.SSHCredential; s != nil {
-		if s.SSHKey != nil {
-			m["sshCredential.SSHKey"] = s.SSHKey
-		}
-		if s.KnownHosts != nil {
-			m["sshCredential.knownHosts"] = s.KnownHosts
-		}
-	}
-	if t := rc.TLS; t != nil && t.CACertificate != nil {
-		m["tls.caCertificate"] = t.CACertificate
-	}
-	return m
-}
-
-func (s *SecretSource) validate() error {
-	switch {
-	case s.FromKubernetesSecret != nil && s.FromFile != nil:
-		return errors.New("both fromKubernetesSecret and fromFile are set")
-	case s.FromKubernetesSecret != nil:
-		r := s.FromKubernetesSecret
-		if r.Name == "" || r.Key == "" || r.Namespace == "" {
-			return errors.New("fromKubernetesSecret needs name, key and namespace")
-		}
-	case s.FromFile != nil:
-		f := s.FromFile
-		if (f.JSONFilePath == "") == (f.YAMLFilePath == "") || f.Key == "" {
-			return errors.New("fromFile needs one of jsonFilePath and yamlFilePath, and key")
-		}
-	default:
-		return errors.New("neither fromKubernetesSecret nor fromFile is set")
-	}
-	return nil
 }
 
 // Credentials resolves repository credentials from a controller

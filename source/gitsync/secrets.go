@@ -12,7 +12,7 @@ import (
 func (set *credSet) secrets() map[string]map[string]bool {
 	out := map[string]map[string]bool{}
 	for _, rc := range set.creds {
-		for _, src := range rc.sources() {
+		for _, src := range rc.Sources() {
 			if r := src.FromKubernetesSecret; r != nil {
 				if out[r.Namespace] == nil {
 					out[r.Namespace] = map[string]bool{}
