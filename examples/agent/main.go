@@ -15,16 +15,21 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
 	"github.com/modwatch/modwatch/source/configmap"
+	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // options is what main reads from its flags.
@@ -34,7 +39,27 @@ type options struct {
 	cacheDir  string // the repositories' mirrors and the checkpoints
 	inventory string // the namespace of the apply inventories
 	log       logr.Logger
+	level     *slog.LevelVar   // set from the configuration's logLevel (nil: none)
 	observer  watcher.Observer // more observers (tests); may be nil
+}
+
+// setLogLevel reads Numaplane's logLevel (0 info, higher more verbose, as
+// logr's V levels) from the configuration into level.
+func setLogLevel(level *slog.LevelVar, data []byte) error {
+	var own struct {
+		LogLevel *int `json:"logLevel"`
+	}
+	if err := yaml.Unmarshal(data, &own); err != nil {
+		return fmt.Errorf("logLevel: %w", err)
+	}
+	if own.LogLevel == nil || level == nil {
+		return nil
+	}
+	if *own.LogLevel < 0 {
+		return fmt.Errorf("logLevel %d is negative", *own.LogLevel)
+	}
+	level.Set(slog.Level(-*own.LogLevel))
+	return nil
 }
 
 func main() {
@@ -44,14 +69,15 @@ func main() {
 	inventory := flag.String("inventory-namespace", "default", "namespace of the inventory ConfigMaps")
 	flag.Parse()
 
-	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
+	level := new(slog.LevelVar)
+	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = *kubeconfig
 	kube, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err == nil {
-		err = run(ctx, options{config: *config, kube: kube, cacheDir: *cacheDir, inventory: *inventory, log: log})
+		err = run(ctx, options{config: *config, kube: kube, cacheDir: *cacheDir, inventory: *inventory, log: log, level: level})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
@@ -72,10 +98,30 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	// The credentials the configuration names (gitDefinition.repoCredential,
+	// the reference files'), read from Secrets or files at each resolution.
+	kube, err := kubernetes.NewForConfig(o.kube)
+	if err != nil {
+		return err
+	}
+	creds, err := gitsync.NewCredentials(kube, &gitsync.ControllerConfig{})
+	if err != nil {
+		return err
+	}
 	src := configmap.New(o.config, configmap.WithLogger(o.log.WithName("config")),
+		configmap.WithOwnKeys("logLevel"), // Numaplane's: the agent's log verbosity, not the library's
+		configmap.WithCredentials(func(rcs []spec.RepoCredential) error {
+			return creds.Set(&gitsync.ControllerConfig{RepoCredentials: rcs})
+		}),
+		configmap.WithValues(configmap.GitValues(o.cacheDir+"/values", creds, time.Minute)),
 		configmap.WithOnReload(func(r configmap.Reload) {
 			if r.Err == nil {
 				o.log.Info("configuration reloaded", "targets", len(r.Targets), "missing", r.Missing, "removed", r.Removed)
+			}
+			if r.Data != nil {
+				if err := setLogLevel(o.level, r.Data); err != nil {
+					o.log.Error(err, "logLevel not applied")
+				}
 			}
 		}))
 	observers := []watcher.Observer{watcher.ObserverFunc(func(e watcher.Event) {
@@ -90,7 +136,7 @@ func run(ctx context.Context, o options) error {
 		observers = append(observers, o.observer)
 	}
 	w := watcher.New(watcher.WithLogger(o.log), watcher.WithCacheDir(o.cacheDir+"/mirrors"),
-		watcher.WithStore(store), watcher.WithObserver(observers...))
+		watcher.WithStore(store), watcher.WithObserver(observers...), watcher.WithCredentials(creds))
 	if err := w.Route(src, applier); err != nil {
 		return err
 	}

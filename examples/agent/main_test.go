@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -105,4 +106,64 @@ func TestAgentAppliesTheControlRepoAndFollowsTheConfigMap(t *testing.T) {
 	next := repo.Commit(t, "release 2", gittest.File("clusters/c1/control.yaml", manifest("release-2")))
 	delivered(next)
 	assert.Equal(t, "release-2", value(), "a new commit on the control repo is applied")
+}
+
+// Numaplane's reference form: the placeholders' values come from files in
+// a git repository (the cluster's entry of each, the later overriding),
+// and the control repository is reached with the gitDefinition's own
+// repoCredential (a password from a file), which no other target uses.
+func TestAgentOnTheReferenceFormWithARepoCredential(t *testing.T) {
+	ns := env.Namespace(t)
+	srv := gittest.NewTLSServer(t)
+	values := srv.NewRepo(t, "platform/values")
+	values.Commit(t, "values",
+		gittest.File("default-clusters.json", `{"c1": {"clusterName": "c1", "env": "dev"}}`),
+		gittest.File("override-clusters.json", `{"c1": {"env": "prod"}}`))
+	control := srv.NewRepo(t, "platform/control")
+	c1 := control.Commit(t, "main", gittest.File("clusters/c1/prod/control.yaml", manifest("ref-1")))
+	srv.SetBasicAuth("agent", "s3cret-pw")
+
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "creds.json")
+	secrets, err := json.Marshal(map[string]string{"password": "s3cret-pw", "ca.crt": string(srv.CACert())})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(pw, secrets, 0o600))
+	cred := fmt.Sprintf(`{httpCredential: {username: agent, password: {fromFile: {jsonFilePath: %[1]s, key: password}}}, tls: {caCertificate: {fromFile: {jsonFilePath: %[1]s, key: ca.crt}}}}`, pw)
+	config := fmt.Sprintf(`clusterName: c1
+timeIntervalSec: 1
+logLevel: 1
+source:
+  keyValueGenerator:
+    reference:
+      files:
+        - {path: default-clusters.json, repoUrl: %[1]s, targetRevision: main, repoCredential: %[4]s}
+        - {path: override-clusters.json, repoUrl: %[1]s, targetRevision: main, repoCredential: %[4]s}
+  gitDefinition:
+    repoUrl: %[2]s
+    path: clusters/{{clusterName}}/{{env}}
+    targetRevision: main
+    repoCredential: %[4]s
+    destination:
+      namespace: %[3]s
+`, values.URL(), control.URL(), ns, cred)
+	mountDir := t.TempDir()
+	mount(t, mountDir, config)
+	obs := watchertest.NewObserver()
+	watchertest.Run(t, func(ctx context.Context) error {
+		return run(ctx, options{
+			config: filepath.Join(mountDir, "config.yaml"), kube: env.Config, cacheDir: t.TempDir(),
+			inventory: ns, log: testr.New(t), observer: obs,
+		})
+	})
+	obs.WaitFor(t, "the delivery of the control repository", func(e watcher.Event) bool {
+		return e.Type == watcher.EventDelivered && e.Commit == c1
+	})
+	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "control", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "ref-1", cm.Data["value"], "clusters/c1/prod: both files' values, the override's last")
+	for _, e := range obs.Events() {
+		if e.Err != nil {
+			assert.NotContains(t, e.Err.Error(), "s3cret-pw")
+		}
+	}
 }

@@ -36,6 +36,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/internal/upstream"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -117,25 +118,9 @@ func repoRoot() (string, error) {
 	}
 }
 
-// Upstream returns the path of a file of the users' own artifacts, by its
-// path under them ("numaplane/config/crd/bases/..."): $MODWATCH_UPSTREAM
-// when set, else ../shared/upstream beside the repository, where the
-// project's checkouts and CI find them. Fixtures are compared with them.
-func Upstream(rel string) (string, error) {
-	dir := os.Getenv("MODWATCH_UPSTREAM")
-	if dir == "" {
-		root, err := repoRoot()
-		if err != nil {
-			return "", err
-		}
-		dir = filepath.Join(filepath.Dir(root), "shared", "upstream")
-	}
-	p := filepath.Join(dir, filepath.FromSlash(rel))
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("testenv: the users' artifact %s is not there (set MODWATCH_UPSTREAM to the folder that holds them): %w", rel, err)
-	}
-	return p, nil
-}
+// Upstream returns the path of a file of the users' own artifacts (see
+// internal/upstream).
+func Upstream(rel string) (string, error) { return upstream.Path(rel) }
 
 // CRDs returns the CustomResourceDefinitions shipped in crds/: GitSync,
 // Flux's GitRepository and Receiver.

@@ -17,7 +17,6 @@ import (
 // numaplane is the agent configuration as Numaplane's agents have it.
 const numaplane = `clusterName: staging-1
 timeIntervalSec: 60
-someOtherNumaplaneField: kept as is
 source:
   keyValueGenerator:
     embedded:
@@ -86,6 +85,13 @@ func TestParseErrors(t *testing.T) {
 		{"negative interval", "timeIntervalSec: -1\nsource:\n  gitDefinition: {repoUrl: https://h/r.git}\n", "negative"},
 		{"wrong type", "timeIntervalSec: often\nsource:\n  gitDefinition: {repoUrl: https://h/r.git}\n", "timeIntervalSec"},
 		{"empty helm parameter", def("    repoUrl: https://h/r.git\n    helm: {parameters: [{value: x}]}\n"), "parameters[0]"},
+		{"unknown key", "logLevel: 3\nsource:\n  gitDefinition: {repoUrl: https://h/r.git}\n", "unknown keys: logLevel"},
+		{"unknown nested key", def("    repoUrl: https://h/r.git\n    revision: main\n"), "unknown field \"revision\""},
+		{"credential unresolved", def("    repoUrl: https://h/r.git\n    repoCredential: {httpCredential: {username: a}}\n"), "resolves none"},
+		{"bad credential", def("    repoUrl: https://h/r.git\n    repoCredential: {sshCredential: {SSHKey: {fromFile: {jsonFilePath: k, key: k}}}}\n"), "repoCredential.sshCredential: no knownHosts"},
+		{"reference without reader", "source:\n  keyValueGenerator: {reference: {files: [{repoUrl: https://h/v.git, path: v.json}]}}\n  gitDefinition: {repoUrl: https://h/r.git}\n", "gives no way to read its files"},
+		{"both generators", "source:\n  keyValueGenerator: {embedded: {values: {}}, reference: {files: [{repoUrl: https://h/v.git, path: v.json}]}}\n  gitDefinition: {repoUrl: https://h/r.git}\n", "both set"},
+		{"reference file escaping", "source:\n  keyValueGenerator: {reference: {files: [{repoUrl: https://h/v.git, path: ../v.json}]}}\n  gitDefinition: {repoUrl: https://h/r.git}\n", "files[0].path"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"reflect"
 	"sync"
 	"time"
 
@@ -12,9 +13,11 @@ import (
 
 	"github.com/modwatch/modwatch/internal/filewatch"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
-// Reload is the outcome of reading the file after it changed.
+// Reload is the outcome of reading the file after it changed (or of
+// reading a reference generator's files again).
 type Reload struct {
 	// Targets is the set handed to the watcher; on error, the last good set
 	// that stays in place.
@@ -26,6 +29,9 @@ type Reload struct {
 	Missing bool
 	// Removed says the file has been gone for the whole grace, or was
 	// absent at start: Targets is empty and the watcher was told so.
+	// Data is the file's content, when it was read and used: the program
+	// reads its own keys from it (see [WithOwnKeys]).
+	Data    []byte
 	Removed bool
 }
 
@@ -41,6 +47,10 @@ type Source struct {
 	grace    time.Duration
 	log      logr.Logger
 	onReload func(Reload)
+	ownKeys  []string
+	values   Values
+	creds    func([]spec.RepoCredential) error
+	refresh  time.Duration
 }
 
 var _ watcher.Source = (*Source)(nil)
@@ -70,9 +80,36 @@ func WithIDPrefix(p string) Option { return func(s *Source) { s.prefix = p } }
 // each change of content), from the source's goroutine.
 func WithOnReload(f func(Reload)) Option { return func(s *Source) { s.onReload = f } }
 
+// WithOwnKeys names the top-level keys of the file the program reads
+// itself (Numaplane's logLevel); any other key the package does not know
+// is an error.
+func WithOwnKeys(keys ...string) Option { return func(s *Source) { s.ownKeys = keys } }
+
+// WithValues reads a keyValueGenerator.reference's files (see
+// [GitValues]); without it, such a configuration is an error. The files
+// are read at each change of the configuration and every refresh interval
+// (see [WithValuesRefresh]).
+func WithValues(v Values) Option { return func(s *Source) { s.values = v } }
+
+// WithValuesRefresh sets how often a reference generator's files are read
+// again (default 1m; the configuration's timeIntervalSec when it is
+// longer).
+func WithValuesRefresh(d time.Duration) Option { return func(s *Source) { s.refresh = d } }
+
+// WithCredentials hands the program the credentials the configuration
+// names (gitDefinition.repoCredential, the reference files'), before the
+// targets that need them: the program resolves them, typically into the
+// watcher's credential resolver (gitsync.Credentials.Set). An error makes
+// the configuration unused, as a parse error does. Without it, a
+// configuration that names a credential is an error.
+func WithCredentials(set func([]spec.RepoCredential) error) Option {
+	return func(s *Source) { s.creds = set }
+}
+
 // New returns a source reading the file at path.
 func New(path string, opts ...Option) *Source {
-	s := &Source{path: path, prefix: "configmap", debounce: 100 * time.Millisecond, grace: DefaultMissingGrace, log: logr.Discard(), onReload: func(Reload) {}}
+	s := &Source{path: path, prefix: "configmap", debounce: 100 * time.Millisecond, grace: DefaultMissingGrace, log: logr.Discard(), onReload: func(Reload) {},
+		refresh: time.Minute}
 	for _, o := range opts {
 		o(s)
 	}
@@ -88,7 +125,40 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 		loaded  bool        // a good set was handed over
 		missing *time.Timer // the grace of a missing file, while it runs
 		stopped bool
+		last    []byte // the file as last read
+		refresh bool   // it has a reference generator: its files are read again
 	)
+	load := func(data []byte, again bool) {
+		ok, ref := s.load(ctx, data, again, &good, update)
+		if ok {
+			loaded, refresh = true, ref
+		}
+	}
+	// A reference generator's files change without the file changing:
+	// they are read again every refresh interval.
+	tick := time.NewTicker(s.refresh)
+	refreshed := make(chan struct{})
+	ctx, cancel := context.WithCancel(ctx) // Watch may return before ctx ends
+	go func() {
+		defer close(refreshed)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			mu.Lock()
+			if refresh && loaded && last != nil && !stopped {
+				load(last, true)
+			}
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		cancel()
+		tick.Stop()
+		<-refreshed
+	}()
 	stopGrace := func() {
 		if missing != nil {
 			missing.Stop()
@@ -96,7 +166,7 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 		}
 	}
 	removeAll := func(why string) {
-		good, loaded = nil, false
+		good, loaded, last = nil, false, nil
 		s.log.Error(errors.New(why), "configuration file absent: every target is removed", "path", s.path)
 		update(nil)
 		s.onReload(Reload{Removed: true})
@@ -139,20 +209,36 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 			s.onReload(Reload{Targets: good, Err: err})
 			return
 		}
-		targets, err := Parse(data, s.prefix)
-		if err != nil {
-			err = fmt.Errorf("%s: %w", s.path, err)
-			s.log.Error(err, "configuration not used; the last good one stays", "targets", len(good))
-			s.onReload(Reload{Targets: good, Err: err})
-			return
-		}
-		good, loaded = targets, true
-		if len(targets) == 0 {
-			s.log.Info("configuration is explicitly empty: every target is removed", "path", s.path)
-		} else {
-			s.log.Info("configuration loaded", "path", s.path, "targets", len(targets))
-		}
-		update(targets)
-		s.onReload(Reload{Targets: targets})
+		last = data
+		load(data, false)
 	})
+}
+
+// load reads data into targets and hands them to update, unless they are
+// the ones handed last and again is set (a refresh of the reference
+// files). The caller holds the lock of Run.
+func (s *Source) load(ctx context.Context, data []byte, again bool, good *[]watcher.Target, update func([]watcher.Target)) (ok, hasReference bool) {
+	l, err := Load(ctx, data, LoadOptions{Prefix: s.prefix, OwnKeys: s.ownKeys, Values: s.values, Credentials: s.creds})
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, false
+		}
+		err = fmt.Errorf("%s: %w", s.path, err)
+		s.log.Error(err, "configuration not used; the last good one stays", "targets", len(*good))
+		s.onReload(Reload{Targets: *good, Err: err})
+		return false, false
+	}
+	hasReference = l.Config.Source.KeyValueGenerator.Reference != nil
+	if again && reflect.DeepEqual(l.Targets, *good) {
+		return true, hasReference
+	}
+	*good = l.Targets
+	if len(l.Targets) == 0 {
+		s.log.Info("configuration is explicitly empty: every target is removed", "path", s.path)
+	} else {
+		s.log.Info("configuration loaded", "path", s.path, "targets", len(l.Targets), "reference", hasReference)
+	}
+	update(l.Targets)
+	s.onReload(Reload{Targets: l.Targets, Data: data})
+	return true, hasReference
 }
