@@ -92,8 +92,7 @@ func WithOwnKeys(keys ...string) Option { return func(s *Source) { s.ownKeys = k
 func WithValues(v Values) Option { return func(s *Source) { s.values = v } }
 
 // WithValuesRefresh sets how often a reference generator's files are read
-// again (default 1m; the configuration's timeIntervalSec when it is
-// longer).
+// again (default 1m).
 func WithValuesRefresh(d time.Duration) Option { return func(s *Source) { s.refresh = d } }
 
 // WithCredentials hands the program the credentials the configuration
