@@ -84,9 +84,21 @@ func (s *Sink) apply(ctx context.Context, objs []*unstructured.Unstructured, rea
 	digests := make(map[string]string, len(objs))
 	var defs, rest []*unstructured.Unstructured
 	for _, o := range objs {
+		once := createOnly(o)
 		r := refOf(o)
 		d := digest(o)
 		digests[r.key()] = d
+		if once {
+			exists, err := s.exists(ctx, o)
+			if err != nil {
+				res.Entries = append(res.Entries, Entry{Object: r, Action: Failed, Err: err})
+				continue
+			}
+			if exists {
+				res.Entries = append(res.Entries, Entry{Object: r, Action: Unchanged}) // created once, never changed
+				continue
+			}
+		}
 		switch e, ok := was[r.key()]; {
 		case onlyChanged && ok && d != "" && e.D == d && e.V == r.Version:
 			res.Entries = append(res.Entries, Entry{Object: r, Action: Unchanged})
@@ -142,6 +154,42 @@ func (s *Sink) apply(ctx context.Context, objs []*unstructured.Unstructured, rea
 		return err
 	}
 	return res.err()
+}
+
+// AnnotationCreateOnly, set to "true" by a renderer on an object, makes
+// the sink create the object when it is absent and never change it after
+// (Helm's way with a chart's crds/; see helm.CRDsCreate). The sink removes
+// the annotation before applying: it never reaches the cluster.
+const AnnotationCreateOnly = "apply.modwatch.io/create-only"
+
+// createOnly removes AnnotationCreateOnly from o and reports whether it
+// was set.
+func createOnly(o *unstructured.Unstructured) bool {
+	a := o.GetAnnotations()
+	v, ok := a[AnnotationCreateOnly]
+	if !ok {
+		return false
+	}
+	delete(a, AnnotationCreateOnly)
+	if len(a) == 0 {
+		a = nil
+	}
+	o.SetAnnotations(a)
+	return v == "true"
+}
+
+// exists reports whether the cluster has o.
+func (s *Sink) exists(ctx context.Context, o *unstructured.Unstructured) (bool, error) {
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(o.GroupVersionKind())
+	err := s.client.Get(ctx, client.ObjectKeyFromObject(o), live)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("apply: %s: %w", refOf(o), err)
+	}
+	return true, nil
 }
 
 // applyStage applies objs concurrently, each written only when a dry run
@@ -219,6 +267,9 @@ func (s *Sink) prune(ctx context.Context, stale []ObjectRef, owner string, res *
 
 // plan fills res with what apply would do, through dry runs.
 func (s *Sink) plan(ctx context.Context, objs []*unstructured.Unstructured, old *inventory, res *Result) {
+	for _, o := range objs {
+		createOnly(o) // a dry run shows it as applying would show it the first time
+	}
 	sort.Sort(ssa.SortableUnstructureds(objs))
 	entries := make([]Entry, len(objs))
 	var g errgroup.Group

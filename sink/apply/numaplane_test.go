@@ -52,3 +52,23 @@ func TestMissingInventoryNamespaceAppliesNothing(t *testing.T) {
 	assert.ErrorContains(t, err, "does not exist")
 	assert.Nil(t, get(t, configMaps, ns, "a"), "nothing applied")
 }
+
+// An object a renderer marks create-only (Helm's crds/ under
+// helm.CRDsCreate) is created when absent and never changed after; the
+// mark never reaches the cluster.
+func TestCreateOnlyObjects(t *testing.T) {
+	ns := env.Namespace(t)
+	s := newSink(t, apply.Config{InventoryNamespace: ns})
+	once := func(v string) string {
+		return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: once\n  annotations: {" + apply.AnnotationCreateOnly + ": \"true\"}\ndata:\n  value: \"" + v + "\"\n"
+	}
+	res := applyOK(t, s, change("once/"+ns, "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(once("1"))}))
+	assert.Equal(t, apply.Created, res.Entries[0].Action)
+	live := get(t, configMaps, ns, "once")
+	require.NotNil(t, live)
+	assert.NotContains(t, live.GetAnnotations(), apply.AnnotationCreateOnly)
+
+	res = applyOK(t, s, change("once/"+ns, "c2", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(once("2"))}))
+	assert.Equal(t, apply.Unchanged, res.Entries[0].Action)
+	assert.Equal(t, "1", cmValue(t, ns, "once"), "never changed after it was created")
+}

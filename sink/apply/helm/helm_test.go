@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
 	"github.com/modwatch/modwatch/watcher/spec"
 )
@@ -83,7 +84,17 @@ func TestRenderErrors(t *testing.T) {
 		{name: "missing dependency", mutate: func(c fstest.MapFS) {
 			delete(c, "charts/cache/Chart.yaml")
 			delete(c, "charts/cache/templates/cm.yaml")
-		}, err: "cache are missing from charts/"},
+		}, err: "dependency cache is not vendored under charts/ and names no file:// repository"},
+		{name: "dependency from a chart repository", mutate: func(c fstest.MapFS) {
+			delete(c, "charts/cache/Chart.yaml")
+			delete(c, "charts/cache/templates/cm.yaml")
+			c["Chart.yaml"] = f("apiVersion: v2\nname: web\nversion: 0.1.0\ndependencies:\n- name: cache\n  version: 0.1.0\n  repository: https://charts.example.com\n")
+		}, err: "needs a chart repository (\"https://charts.example.com\"): vendor it under charts/"},
+		{name: "file dependency outside the tree", mutate: func(c fstest.MapFS) {
+			delete(c, "charts/cache/Chart.yaml")
+			delete(c, "charts/cache/templates/cm.yaml")
+			c["Chart.yaml"] = f("apiVersion: v2\nname: web\nversion: 0.1.0\ndependencies:\n- name: cache\n  version: 0.1.0\n  repository: file://../cache\n")
+		}, err: "only charts/ can be read here"},
 		{name: "no chart", mutate: func(c fstest.MapFS) { delete(c, "Chart.yaml") }, err: "Chart.yaml"},
 		{name: "bad template", mutate: func(c fstest.MapFS) { c["templates/bad.yaml"] = f("{{ .Values.nope.deeper }}") }, err: "bad.yaml"},
 		{name: "template renders bad yaml", mutate: func(c fstest.MapFS) { c["templates/bad.yaml"] = f("kind: [\n") }, err: "bad.yaml"},
@@ -104,4 +115,54 @@ func TestRenderErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.err)
 		})
 	}
+}
+
+// In the repository, a dependency named with file:// is read from where it
+// says (inside the repository, never outside), and reported as read.
+func TestFileDependenciesInTheRepository(t *testing.T) {
+	repo := fstest.MapFS{
+		"charts/web/Chart.yaml":           f("apiVersion: v2\nname: web\nversion: 0.1.0\ndependencies:\n- name: common\n  version: 0.1.0\n  repository: file://../../libs/common\n"),
+		"charts/web/templates/cm.yaml":    f("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n"),
+		"libs/common/Chart.yaml":          f("apiVersion: v2\nname: common\nversion: 0.1.0\n"),
+		"libs/common/templates/cm.yaml":   f("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: common-{{ .Release.Name }}\n"),
+		"libs/other/templates/never.yaml": f("not read"),
+	}
+	objs, reads, err := helm.New().RenderRepo(context.Background(), repo, "charts/web", spec.Render{Helm: &spec.Helm{ReleaseName: "shop"}})
+	require.NoError(t, err)
+	got := byName(objs)
+	assert.NotNil(t, got["ConfigMap/web"])
+	assert.NotNil(t, got["ConfigMap/common-shop"], "the file:// dependency is rendered")
+	assert.Equal(t, []string{"libs/common"}, reads)
+
+	repo["charts/web/Chart.yaml"] = f("apiVersion: v2\nname: web\nversion: 0.1.0\ndependencies:\n- name: common\n  version: 0.1.0\n  repository: file://../../../etc\n")
+	_, _, err = helm.New().RenderRepo(context.Background(), repo, "charts/web", spec.Render{})
+	assert.ErrorContains(t, err, "outside the repository")
+	repo["charts/web/Chart.yaml"] = f("apiVersion: v2\nname: web\nversion: 0.1.0\ndependencies:\n- name: common\n  version: 0.1.0\n  repository: file://../nowhere\n")
+	_, _, err = helm.New().RenderRepo(context.Background(), repo, "charts/web", spec.Render{})
+	assert.ErrorContains(t, err, "not in the repository")
+}
+
+// The chart's crds/ follow the policy: applied and kept up to date
+// (CreateReplace, the default), created once (Create: marked for the
+// sink), or left out (Skip); another policy is refused by name.
+func TestCRDPolicies(t *testing.T) {
+	crd := func(objs []*unstructured.Unstructured) *unstructured.Unstructured {
+		return byName(objs)["CustomResourceDefinition/widgets.example.com"]
+	}
+	objs, err := helm.New().Render(context.Background(), Chart(), spec.Render{Helm: &spec.Helm{ReleaseName: "shop"}})
+	require.NoError(t, err)
+	require.NotNil(t, crd(objs))
+	assert.NotContains(t, crd(objs).GetAnnotations(), apply.AnnotationCreateOnly)
+
+	objs, err = helm.New(helm.WithCRDs(helm.CRDsCreate)).Render(context.Background(), Chart(), spec.Render{Helm: &spec.Helm{ReleaseName: "shop"}})
+	require.NoError(t, err)
+	assert.Equal(t, "true", crd(objs).GetAnnotations()[apply.AnnotationCreateOnly])
+
+	objs, err = helm.New(helm.WithCRDs(helm.CRDsSkip)).Render(context.Background(), Chart(), spec.Render{Helm: &spec.Helm{ReleaseName: "shop"}})
+	require.NoError(t, err)
+	assert.Nil(t, crd(objs))
+	assert.Len(t, objs, 2)
+
+	_, err = helm.New(helm.WithCRDs("Sometimes")).Render(context.Background(), Chart(), spec.Render{})
+	assert.ErrorContains(t, err, `CRD policy "Sometimes"`)
 }
