@@ -2,10 +2,12 @@ package gitsync_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -198,4 +200,49 @@ func TestLoadController(t *testing.T) {
 	assert.ErrorContains(t, err, path)
 	_, err = gitsync.LoadController(filepath.Join(dir, "missing.yaml"), nil, nil, "")
 	assert.Error(t, err)
+}
+
+// The keys Numaplane reads at each use are read when the file changes:
+// cascadeDeletion (Controller.Current), automatedSyncDisabled, and the
+// program's own keys (OnReload).
+func TestControllerFollowsTheLiveKeys(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	write := func(s string) {
+		tmp := path + ".tmp"
+		require.NoError(t, os.WriteFile(tmp, []byte(s), 0o644))
+		require.NoError(t, os.Rename(tmp, path))
+	}
+	write("clusterName: c1\ncascadeDeletion: false\nlogLevel: 1\n")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	cfg, err := gitsync.ParseControllerConfig(data, "logLevel")
+	require.NoError(t, err)
+	reloaded := make(chan []byte, 4)
+	c, err := gitsync.NewController(gitsync.ControllerFile{Path: path, Config: cfg, OwnKeys: []string{"logLevel"},
+		OnReload: func(data []byte) { reloaded <- data }}, nil, nil, "")
+	require.NoError(t, err)
+	assert.False(t, c.CascadeDeletion())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Start(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+
+	// The watch starts with Start: until it has, a change may be taken
+	// for the file as it started. Written again (the other way round)
+	// until a reload says the new content.
+	for i := 0; ; i++ {
+		level := 4 + i%2
+		write(fmt.Sprintf("clusterName: c1\ncascadeDeletion: true\nautomatedSyncDisabled: true\nlogLevel: %d\n", level))
+		select {
+		case data := <-reloaded:
+			assert.Contains(t, string(data), "logLevel:", "the program reads its own key again")
+			assert.True(t, c.CascadeDeletion(), "cascadeDeletion as the file says now")
+			assert.True(t, c.Current().AutomatedSyncDisabled)
+			assert.False(t, c.Config.CascadeDeletion, "Config stays what it started with")
+			return
+		case <-time.After(time.Second): // well past the watch's debounce
+		}
+		require.Less(t, i, 30, "no reload")
+	}
 }
