@@ -26,6 +26,7 @@ type options struct {
 	creds            gitutil.CredentialResolver
 	store            Store
 	resync           time.Duration
+	resyncFunc       func() time.Duration
 	observers        []Observer
 	retryMin         time.Duration
 	retryMax         time.Duration
@@ -158,7 +159,17 @@ func WithStore(s Store) Option { return func(o *options) { o.store = s } }
 // WithResync delivers every target's current commit again at this interval
 // (Reason [ReasonResync]), so that sinks can correct drift; 0 (the default)
 // turns it off.
-func WithResync(d time.Duration) Option { return func(o *options) { o.resync = max(d, 0) } }
+func WithResync(d time.Duration) Option {
+	return func(o *options) { o.resync, o.resyncFunc = max(d, 0), nil }
+}
+
+// WithResyncFunc is WithResync for an interval that may change while the
+// watcher runs (a configuration followed live): f is asked at the start and
+// after each resync for the time to the next; 0 or less means none, and f
+// is asked again a minute later.
+func WithResyncFunc(f func() time.Duration) Option {
+	return func(o *options) { o.resync, o.resyncFunc = 0, f }
+}
 
 // WithObserver adds observers that hear every outcome.
 func WithObserver(obs ...Observer) Option {

@@ -3,6 +3,7 @@ package watcher_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -305,4 +306,50 @@ type sourceFunc func(ctx context.Context, update func([]watcher.Target)) error
 
 func (f sourceFunc) Run(ctx context.Context, update func([]watcher.Target)) error {
 	return f(ctx, update)
+}
+
+// WithResyncFunc's interval is asked at the start and after each resync:
+// off (0) it is asked again a minute later, and a resync happens only when
+// it says so, on fake time.
+func TestResyncFuncIsAskedAgain(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	repo.Commit(t, "1", gittest.File("f", "1"))
+	url := "file://" + repo.BareDir()
+	cacheDir := t.TempDir()
+
+	synctest.Test(t, func(t *testing.T) {
+		var interval atomic.Int64 // 0: off
+		asked := make(chan time.Time, 16)
+		resynced := make(chan time.Time, 16)
+		sink := watchertest.NewSink("rec")
+		sink.SetHook(func(_ context.Context, c watcher.Change) error {
+			if c.Reason == watcher.ReasonResync {
+				resynced <- time.Now()
+			}
+			return nil
+		})
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGitCLI(""), watcher.WithLocalRepositories(),
+			watcher.WithResyncFunc(func() time.Duration {
+				asked <- time.Now()
+				return time.Duration(interval.Load())
+			}))
+		require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: url}), sink))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+
+		start := <-asked
+		sink.WaitDelivered(t, 1)
+		second := <-asked
+		assert.Equal(t, time.Minute, second.Sub(start), "off: asked again a minute later")
+		assert.Empty(t, resynced, "no resync while off")
+		interval.Store(int64(10 * time.Minute))
+		third := <-asked
+		assert.Equal(t, time.Minute, third.Sub(second))
+		at := <-resynced
+		assert.Equal(t, 10*time.Minute, at.Sub(third), "on: the resync at the interval it said")
+		cancel()
+		require.NoError(t, <-done)
+	})
 }

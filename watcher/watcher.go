@@ -354,10 +354,26 @@ func (w *Watcher) admit(t Target) (Target, error) {
 func (w *Watcher) reconcileLoop(ctx context.Context) error {
 	var resync <-chan time.Time
 	var resyncTimer *time.Timer
-	if w.opts.resync > 0 {
-		resyncTimer = time.NewTimer(w.opts.resync)
+	// nextResync arms the timer to the next resync; due says whether it
+	// is a resync or a look at WithResyncFunc's interval again.
+	due := false
+	nextResync := func() {
+		d := w.opts.resync
+		if f := w.opts.resyncFunc; f != nil {
+			d = f()
+		}
+		switch {
+		case d > 0:
+			resyncTimer, due = time.NewTimer(d), true
+		case w.opts.resyncFunc != nil:
+			resyncTimer, due = time.NewTimer(time.Minute), false
+		default:
+			resyncTimer, resync = nil, nil
+			return
+		}
 		resync = resyncTimer.C
 	}
+	nextResync()
 	var retry *time.Timer
 	pruned := false // what Inventory sinks hold for targets no source wants
 	defer func() {
@@ -384,9 +400,10 @@ func (w *Watcher) reconcileLoop(ctx context.Context) error {
 		case <-shardC:
 		case <-retryC:
 		case <-resync:
-			w.resyncAll()
-			resyncTimer = time.NewTimer(w.opts.resync)
-			resync = resyncTimer.C
+			if due {
+				w.resyncAll()
+			}
+			nextResync()
 			continue
 		}
 		if retry != nil {

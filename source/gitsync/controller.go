@@ -269,9 +269,10 @@ func (c *Credentials) read(ctx context.Context, s *SecretSource) ([]byte, error)
 // FollowConfig keeps src and creds in step with the controller
 // configuration file at path until ctx is done: a changed file changes the
 // credentials, the cluster name, the interval and automatedSyncDisabled at
-// once (the namespace watched stays); a changed persistentRepoClonePath or
-// autoHealDisabled is logged as taking effect at the next start.
-// cascadeDeletion is read at each removal through [Controller.Current]. A file
+// once (the namespace watched stays); a changed persistentRepoClonePath is
+// logged as taking effect at the next start. cascadeDeletion (at each
+// removal) and autoHealDisabled (at each resync) are read through
+// [Controller.Current]. A file
 // that cannot be read or parsed leaves the last good configuration in
 // place and is logged.
 func FollowConfig(ctx context.Context, path string, src *Source, creds *Credentials, log logr.Logger) error {
@@ -304,8 +305,8 @@ func followConfig(ctx context.Context, path string, src *Source, creds *Credenti
 			reloaded(cfg, data)
 		}
 		log.Info("configuration reloaded", "path", path)
-		if started != nil && (cfg.PersistentRepoClonePath != started.PersistentRepoClonePath || cfg.AutoHealDisabled != started.AutoHealDisabled) {
-			log.Info("persistentRepoClonePath and autoHealDisabled take effect at the next start")
+		if started != nil && cfg.PersistentRepoClonePath != started.PersistentRepoClonePath {
+			log.Info("persistentRepoClonePath takes effect at the next start")
 		}
 	})
 }
@@ -382,19 +383,24 @@ func NewController(file ControllerFile, kube kubernetes.Interface, dyn dynamic.I
 // repository mirrors and the checkpoints under persistentRepoClonePath (or
 // cacheDir), the credentials, the source's status writer, and a resync
 // every ten intervals (at least ten minutes) that corrects drift, unless
-// autoHealDisabled.
+// autoHealDisabled — both as the file says at each resync.
 func (c *Controller) WatcherOptions(cacheDir string) ([]watcher.Option, error) {
 	root := cmp.Or(c.Config.PersistentRepoClonePath, cacheDir)
 	store, err := watcher.NewFileStore(filepath.Join(root, "checkpoints"))
 	if err != nil {
 		return nil, err
 	}
-	opts := []watcher.Option{watcher.WithCacheDir(filepath.Join(root, "mirrors")), watcher.WithStore(store),
-		watcher.WithCredentials(c.Credentials), watcher.WithObserver(c.Source.Observer())}
-	if !c.Config.AutoHealDisabled {
-		opts = append(opts, watcher.WithResync(10*max(c.Config.Interval(), time.Minute)))
+	// autoHealDisabled and syncTimeIntervalMs are read at each resync, as
+	// the file says then.
+	resync := func() time.Duration {
+		cur := c.Current()
+		if cur.AutoHealDisabled {
+			return 0
+		}
+		return 10 * max(cur.Interval(), time.Minute)
 	}
-	return opts, nil
+	return []watcher.Option{watcher.WithCacheDir(filepath.Join(root, "mirrors")), watcher.WithStore(store),
+		watcher.WithCredentials(c.Credentials), watcher.WithObserver(c.Source.Observer()), watcher.WithResyncFunc(resync)}, nil
 }
 
 // Start follows the configuration file until ctx is done (see

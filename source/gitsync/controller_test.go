@@ -192,7 +192,7 @@ func TestLoadController(t *testing.T) {
 	require.NoError(t, err)
 	opts, err = c.WatcherOptions(filepath.Join(dir, "elsewhere"))
 	require.NoError(t, err)
-	assert.Len(t, opts, 4, "no resync")
+	assert.Len(t, opts, 5, "the resync asks the configuration (off now) at each")
 	assert.DirExists(t, filepath.Join(dir, "elsewhere", "checkpoints"))
 
 	require.NoError(t, os.WriteFile(path, []byte("syncTimeIntervalMs: soon\n"), 0o644))
