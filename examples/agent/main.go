@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/yaml"
 
+	"github.com/modwatch/modwatch/examples/internal/loglevel"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
@@ -41,25 +41,6 @@ type options struct {
 	log       logr.Logger
 	level     *slog.LevelVar   // set from the configuration's logLevel (nil: none)
 	observer  watcher.Observer // more observers (tests); may be nil
-}
-
-// setLogLevel reads Numaplane's logLevel (0 info, higher more verbose, as
-// logr's V levels) from the configuration into level.
-func setLogLevel(level *slog.LevelVar, data []byte) error {
-	var own struct {
-		LogLevel *int `json:"logLevel"`
-	}
-	if err := yaml.Unmarshal(data, &own); err != nil {
-		return fmt.Errorf("logLevel: %w", err)
-	}
-	if own.LogLevel == nil || level == nil {
-		return nil
-	}
-	if *own.LogLevel < 0 {
-		return fmt.Errorf("logLevel %d is negative", *own.LogLevel)
-	}
-	level.Set(slog.Level(-*own.LogLevel))
-	return nil
 }
 
 func main() {
@@ -119,7 +100,7 @@ func run(ctx context.Context, o options) error {
 				o.log.Info("configuration reloaded", "targets", len(r.Targets), "missing", r.Missing, "removed", r.Removed)
 			}
 			if r.Data != nil {
-				if err := setLogLevel(o.level, r.Data); err != nil {
+				if err := loglevel.Set(o.level, r.Data); err != nil {
 					o.log.Error(err, "logLevel not applied")
 				}
 			}

@@ -31,8 +31,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/yaml"
 
+	"github.com/modwatch/modwatch/examples/internal/loglevel"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
@@ -51,25 +51,6 @@ type options struct {
 	observers                              []watcher.Observer     // more (tests)
 	made                                   func(*watcher.Watcher) // told of the watcher (tests)
 	logLevel                               *slog.LevelVar         // set from the configuration's logLevel (nil: none)
-}
-
-// setLogLevel reads Numaplane's logLevel (0 info, higher more verbose, as
-// logr's V levels) from the configuration into level.
-func setLogLevel(level *slog.LevelVar, data []byte) error {
-	var own struct {
-		LogLevel *int `json:"logLevel"`
-	}
-	if err := yaml.Unmarshal(data, &own); err != nil {
-		return fmt.Errorf("logLevel: %w", err)
-	}
-	if own.LogLevel == nil || level == nil {
-		return nil
-	}
-	if *own.LogLevel < 0 {
-		return fmt.Errorf("logLevel %d is negative", *own.LogLevel)
-	}
-	level.Set(slog.Level(-*own.LogLevel))
-	return nil
 }
 
 func main() {
@@ -110,11 +91,11 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.config, err)
 	}
-	if err := setLogLevel(o.logLevel, data); err != nil {
+	if err := loglevel.Set(o.logLevel, data); err != nil {
 		return err
 	}
 	c, err := gitsync.NewController(gitsync.ControllerFile{Path: o.config, Config: cfg, OwnKeys: []string{"logLevel"},
-		OnReload: func(data []byte) { _ = setLogLevel(o.logLevel, data) }}, kc, dyn, o.namespace, gitsync.WithLogger(o.mgr.Logger.WithName("gitsync")))
+		OnReload: func(data []byte) { _ = loglevel.Set(o.logLevel, data) }}, kc, dyn, o.namespace, gitsync.WithLogger(o.mgr.Logger.WithName("gitsync")))
 	if err != nil {
 		return err
 	}

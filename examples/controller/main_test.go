@@ -28,6 +28,20 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
+// createGitSync creates a GitSync for this cluster (staging-1) into ns, at
+// main, with spec's fields.
+func createGitSync(t *testing.T, ns, name string, spec map[string]any) {
+	t.Helper()
+	spec["targetRevision"] = "main"
+	spec["destination"] = map[string]any{"cluster": "staging-1", "namespace": ns}
+	gs := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "numaplane.numaproj.io/v1alpha1", "kind": "GitSync",
+		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec,
+	}}
+	_, err := env.Dynamic.Resource(gitsync.GVR).Namespace(ns).Create(context.Background(), gs, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
 func TestControllerAppliesGitSyncsAndFollowsItsConfig(t *testing.T) {
 	ns := env.Namespace(t)
 	srv := gittest.NewServer(t)
@@ -49,19 +63,12 @@ func TestControllerAppliesGitSyncsAndFollowsItsConfig(t *testing.T) {
 			mgr: ctrl.Options{Metrics: server.Options{BindAddress: "0"}, Logger: testr.New(t)}, observers: []watcher.Observer{obs}})
 	})
 
-	gs := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "numaplane.numaproj.io/v1alpha1", "kind": "GitSync",
-		"metadata": map[string]any{"name": "web", "namespace": ns},
-		"spec": map[string]any{"repoUrl": repo.URL(), "path": "web", "targetRevision": "main",
-			"destination": map[string]any{"cluster": "staging-1", "namespace": ns}},
-	}}
-	_, err := env.Dynamic.Resource(gitsync.GVR).Namespace(ns).Create(context.Background(), gs, metav1.CreateOptions{})
-	require.NoError(t, err)
+	createGitSync(t, ns, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
 	id := "gitsync/" + ns + "/web"
 	obs.WaitFor(t, "the GitSync applied", func(e watcher.Event) bool {
 		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit == c1
 	})
-	_, err = env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "web", metav1.GetOptions{})
+	_, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "web", metav1.GetOptions{})
 	require.NoError(t, err)
 
 	// The configuration now names another cluster: the GitSync is no
@@ -92,14 +99,7 @@ func TestGitSyncDeletedWhileStoppedIsPrunedAtStart(t *testing.T) {
 	}
 	obs := watchertest.NewObserver()
 	stop := start(obs)
-	gs := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "numaplane.numaproj.io/v1alpha1", "kind": "GitSync",
-		"metadata": map[string]any{"name": "web", "namespace": ns},
-		"spec": map[string]any{"repoUrl": repo.URL(), "path": "web", "targetRevision": "main",
-			"destination": map[string]any{"cluster": "staging-1", "namespace": ns}},
-	}}
-	_, err := env.Dynamic.Resource(gitsync.GVR).Namespace(ns).Create(context.Background(), gs, metav1.CreateOptions{})
-	require.NoError(t, err)
+	createGitSync(t, ns, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
 	id := gitsync.TargetID(ns, "web")
 	obs.WaitFor(t, "the GitSync applied", func(e watcher.Event) bool {
 		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit == c1
@@ -110,7 +110,7 @@ func TestGitSyncDeletedWhileStoppedIsPrunedAtStart(t *testing.T) {
 	obs = watchertest.NewObserver()
 	start(obs)
 	obs.WaitFor(t, "the GitSync's target removed", watchertest.Is(watcher.EventRemoved, id))
-	_, err = env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "web", metav1.GetOptions{})
+	_, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "web", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "cascade deleted: %v", err)
 }
 
@@ -147,14 +147,7 @@ func TestKustomizeOverlayWithItsBaseElsewhere(t *testing.T) {
 			return e.Type == watcher.EventPolled && !e.Time.Add(-e.Duration).Before(t0)
 		})
 	}
-	gs := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "numaplane.numaproj.io/v1alpha1", "kind": "GitSync",
-		"metadata": map[string]any{"name": "prod", "namespace": ns},
-		"spec": map[string]any{"repoUrl": repo.URL(), "path": "overlays/prod", "targetRevision": "main", "kustomize": map[string]any{},
-			"destination": map[string]any{"cluster": "staging-1", "namespace": ns}},
-	}}
-	_, err := env.Dynamic.Resource(gitsync.GVR).Namespace(ns).Create(context.Background(), gs, metav1.CreateOptions{})
-	require.NoError(t, err)
+	createGitSync(t, ns, "prod", map[string]any{"repoUrl": repo.URL(), "path": "overlays/prod", "kustomize": map[string]any{}})
 	id := gitsync.TargetID(ns, "prod")
 	delivered := func(commit string) {
 		t.Helper()

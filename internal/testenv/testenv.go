@@ -85,7 +85,7 @@ var ErrNoBinaries = errors.New("testenv: control plane binaries not found; run `
 func AssetsDir() (string, error) {
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
 	if dir == "" {
-		root, err := repoRoot()
+		root, err := upstream.RepoRoot()
 		if err != nil {
 			return "", err
 		}
@@ -97,25 +97,6 @@ func AssetsDir() (string, error) {
 		}
 	}
 	return dir, nil
-}
-
-// repoRoot walks up from the working directory to the module root.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.HasPrefix(bytes.TrimSpace(data), []byte("module github.com/modwatch/modwatch\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("testenv: no github.com/modwatch/modwatch go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // Upstream returns the path of a file of the users' own artifacts (see

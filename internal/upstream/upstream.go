@@ -16,7 +16,7 @@ import (
 func Path(rel string) (string, error) {
 	dir := os.Getenv("MODWATCH_UPSTREAM")
 	if dir == "" {
-		root, err := repoRoot()
+		root, err := RepoRoot()
 		if err != nil {
 			return "", err
 		}
@@ -29,8 +29,9 @@ func Path(rel string) (string, error) {
 	return p, nil
 }
 
-// repoRoot walks up from the working directory to the root module.
-func repoRoot() (string, error) {
+// RepoRoot walks up from the working directory to the root of the
+// repository: the directory of the github.com/modwatch/modwatch module.
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
