@@ -25,8 +25,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -75,6 +78,17 @@ func main() {
 	}
 }
 
+// validDestination refuses a GitSync whose destination namespace is not a
+// namespace name, as Numaplane's reconciler does: nothing of it is applied
+// (into "default" or anywhere).
+func validDestination(gs *unstructured.Unstructured) error {
+	ns, _, _ := unstructured.NestedString(gs.Object, "spec", "destination", "namespace")
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return fmt.Errorf("spec.destination.namespace %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
 func run(ctx context.Context, kube *rest.Config, o options) error {
 	mgr, err := ctrl.NewManager(kube, o.mgr)
 	if err != nil {
@@ -95,7 +109,8 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 		return err
 	}
 	c, err := gitsync.NewController(gitsync.ControllerFile{Path: o.config, Config: cfg, OwnKeys: []string{"logLevel"},
-		OnReload: func(data []byte) { _ = loglevel.Set(o.logLevel, data) }}, kc, dyn, o.namespace, gitsync.WithLogger(o.mgr.Logger.WithName("gitsync")))
+		OnReload: func(data []byte) { _ = loglevel.Set(o.logLevel, data) }}, kc, dyn, o.namespace,
+		gitsync.WithLogger(o.mgr.Logger.WithName("gitsync")), gitsync.WithAccept(validDestination))
 	if err != nil {
 		return err
 	}

@@ -175,3 +175,42 @@ func TestKustomizeOverlayWithItsBaseElsewhere(t *testing.T) {
 	})
 	assert.Zero(t, obs.Count(func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == c3 }))
 }
+
+// A GitSync without a destination namespace is refused, as Numaplane's
+// reconciler refuses it: its status says so and nothing of it is applied,
+// in "default" or anywhere.
+func TestGitSyncWithoutANamespaceIsRefused(t *testing.T) {
+	ns := env.Namespace(t)
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/apps")
+	repo.Commit(t, "init", gittest.File("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: refused-web\ndata:\n  v: \"1\"\n"))
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.yaml")
+	require.NoError(t, os.WriteFile(config, []byte("clusterName: staging-1\nsyncTimeIntervalMs: 3600000\n"), 0o644))
+	obs := watchertest.NewObserver()
+	watchertest.Run(t, func(ctx context.Context) error {
+		return run(ctx, env.Config, options{config: config, namespace: ns, inventory: ns, cacheDir: t.TempDir(),
+			mgr: ctrl.Options{Metrics: server.Options{BindAddress: "0"}, Logger: testr.New(t)}, observers: []watcher.Observer{obs}})
+	})
+	gs := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "numaplane.numaproj.io/v1alpha1", "kind": "GitSync",
+		"metadata": map[string]any{"name": "web", "namespace": ns},
+		"spec": map[string]any{"repoUrl": repo.URL(), "path": "web", "targetRevision": "main",
+			"destination": map[string]any{"cluster": "staging-1"}},
+	}}
+	_, err := env.Dynamic.Resource(gitsync.GVR).Namespace(ns).Create(context.Background(), gs, metav1.CreateOptions{})
+	require.NoError(t, err)
+	got := env.WaitFor(t, gitsync.GVR, ns, "web", "refused", func(u *unstructured.Unstructured) bool {
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		return phase == gitsync.PhaseFailed
+	})
+	msg, _, _ := unstructured.NestedString(got.Object, "status", "message")
+	assert.Contains(t, msg, "spec.destination.namespace")
+	for _, e := range obs.Events() {
+		if e.Target != nil {
+			assert.NotEqual(t, gitsync.TargetID(ns, "web"), e.Target.ID, "never a target")
+		}
+	}
+	_, err = env.Kube.CoreV1().ConfigMaps("default").Get(context.Background(), "refused-web", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "nothing applied into default")
+}
