@@ -1,6 +1,7 @@
 package gitutil
 
 import (
+	"bytes"
 	"compress/flate"
 	"compress/zlib"
 	"context"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
+	"github.com/go-git/go-git/v5/plumbing/format/objfile"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/stretchr/testify/assert"
@@ -225,4 +227,58 @@ func TestFlippedBytesInAPackHeal(t *testing.T) {
 			assert.Equal(t, content, string(data))
 		})
 	}
+}
+
+// The store's verification reads loose objects too (git's fetches of a
+// few objects leave them): one that inflates to its name is sound, one
+// with flipped bytes is damage that names it, and a file verified once is
+// not read again while it is unchanged.
+func TestVerifyStoreReadsLooseObjects(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	repo.Commit(t, "1", gittest.File("f", "1"))
+	dir := t.TempDir()
+	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+
+	writeLoose := func(content string, flip bool) string {
+		obj := &plumbing.MemoryObject{}
+		obj.SetType(plumbing.BlobObject)
+		_, err := obj.Write([]byte(content))
+		require.NoError(t, err)
+		var buf bytes.Buffer
+		w := objfile.NewWriter(&buf)
+		require.NoError(t, w.WriteHeader(plumbing.BlobObject, int64(len(content))))
+		_, err = w.Write([]byte(content))
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+		data := buf.Bytes()
+		if flip {
+			for i := len(data) / 2; i < len(data)/2+4; i++ {
+				data[i] ^= 0x5a
+			}
+		}
+		h := obj.Hash().String()
+		p := filepath.Join(dir, "objects", h[:2], h[2:])
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, data, 0o644))
+		return h
+	}
+	writeLoose(strings.Repeat("sound\n", 100), false)
+	m.mu.Lock()
+	err = m.verifyStore()
+	m.mu.Unlock()
+	require.NoError(t, err)
+	verified := len(m.verified)
+	assert.Positive(t, verified)
+
+	bad := writeLoose(strings.Repeat("damaged\n", 100), true)
+	m.mu.Lock()
+	err = m.verifyStore()
+	m.mu.Unlock()
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "loose object "+bad)
+	assert.Equal(t, verified, len(m.verified), "what was sound is not read again; the damaged is not recorded")
 }
