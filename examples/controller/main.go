@@ -117,7 +117,7 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 	// As Numaplane applies: into the destination namespace, with its
 	// tracking label, cascadeDeletion read at each removal.
 	applier, err := apply.New(kube, apply.Config{FieldManager: "numaplane-controller", CascadeDeleteFunc: c.CascadeDeletion, InventoryNamespace: o.inventory,
-		ForceNamespace: true, TrackingLabel: "numaplane.numaproj.io/tracking-id"},
+		ForceNamespace: true, TrackingLabel: "numaplane.numaproj.io/tracking-id", Include: c.Included},
 		apply.WithLogger(o.mgr.Logger.WithName("apply")), apply.WithRenderer(kustomize.Name, kustomize.New()), apply.WithRenderer(helm.Name, helm.New()))
 	if err != nil {
 		return err

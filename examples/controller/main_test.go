@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/internal/testenv"
@@ -213,4 +214,47 @@ func TestGitSyncWithoutANamespaceIsRefused(t *testing.T) {
 	}
 	_, err = env.Kube.CoreV1().ConfigMaps("default").Get(context.Background(), "refused-web", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "nothing applied into default")
+}
+
+// On Numaplane's own controller configuration (its config/manager sample,
+// as it is): its includedResources are the kinds GitSyncs may apply; a
+// ConfigMap is one, a ClusterRole is not, and a GitSync that holds one
+// shows Failed, naming it, with nothing of it applied.
+func TestOnNumaplanesOwnControllerConfig(t *testing.T) {
+	p, err := testenv.Upstream("numaplane/config/manager/controller-config.yaml")
+	require.NoError(t, err)
+	data, err := os.ReadFile(p)
+	require.NoError(t, err)
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	require.NoError(t, yaml.Unmarshal(data, &cm))
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(config, []byte(cm.Data["config.yaml"]), 0o644))
+
+	ns := env.Namespace(t)
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init",
+		gittest.File("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  v: \"1\"\n"),
+		gittest.File("rbac/role.yaml", "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: excluded-"+ns+"\nrules: []\n"),
+		gittest.File("rbac/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: with-role\n"))
+	obs := watchertest.NewObserver()
+	watchertest.Run(t, func(ctx context.Context) error {
+		return run(ctx, env.Config, options{config: config, namespace: ns, inventory: ns, cacheDir: t.TempDir(),
+			mgr: ctrl.Options{Metrics: server.Options{BindAddress: "0"}, Logger: testr.New(t)}, observers: []watcher.Observer{obs}})
+	})
+	createGitSync(t, ns, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
+	createGitSync(t, ns, "rbac", map[string]any{"repoUrl": repo.URL(), "path": "rbac"})
+	obs.WaitFor(t, "web applied", func(e watcher.Event) bool {
+		return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, "web") && e.Commit == c1
+	})
+	got := env.WaitFor(t, gitsync.GVR, ns, "rbac", "rbac Failed", func(u *unstructured.Unstructured) bool {
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		return phase == gitsync.PhaseFailed
+	})
+	msg, _, _ := unstructured.NestedString(got.Object, "status", "message")
+	assert.Contains(t, msg, "ClusterRole.rbac.authorization.k8s.io/excluded-"+ns)
+	_, err = env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "with-role", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "nothing of it applied")
 }

@@ -41,6 +41,9 @@ func (s *Sink) prepare(objs []*unstructured.Unstructured, rs spec.Render, owner 
 	}
 	seen := make(map[string]bool, len(objs))
 	for _, o := range objs {
+		if inc := s.cfg.Include; inc != nil && !inc(o.GroupVersionKind().GroupKind()) {
+			return nil, watcher.Permanent(fmt.Errorf("apply: %s: its kind is not among the kinds this sink may apply (includedResources): nothing applied", refOf(o)))
+		}
 		namespaced, err := s.client.IsObjectNamespaced(o)
 		if err != nil {
 			scoped, ok := crdScopes[o.GroupVersionKind().GroupKind()]

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/modwatch/modwatch/watcher"
@@ -64,6 +65,11 @@ type Config struct {
 	// prune and cascade deletion touch only objects whose label matches.
 	// Default [LabelTarget]; Numaplane's is "numaplane.numaproj.io/tracking-id".
 	TrackingLabel string
+	// Include, when set, says which kinds a target may apply (Numaplane's
+	// includedResources): an object of another kind fails the delivery
+	// before anything is applied, naming it ([watcher.Permanent]: the next
+	// commit, or a resync, tries again).
+	Include func(schema.GroupKind) bool
 	// ForceNamespace puts every namespaced object into the target's
 	// destination namespace, whatever namespace its manifest names, as
 	// Numaplane does. By default a manifest's own namespace wins, and the

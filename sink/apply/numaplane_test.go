@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/watcher"
@@ -71,4 +72,19 @@ func TestCreateOnlyObjects(t *testing.T) {
 	res = applyOK(t, s, change("once/"+ns, "c2", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(once("2"))}))
 	assert.Equal(t, apply.Unchanged, res.Entries[0].Action)
 	assert.Equal(t, "1", cmValue(t, ns, "once"), "never changed after it was created")
+}
+
+// Only the kinds Include allows are applied; an object of another kind
+// fails the delivery before anything is applied, naming it.
+func TestIncludedKindsOnly(t *testing.T) {
+	ns := env.Namespace(t)
+	onlyConfigMaps := func(gk schema.GroupKind) bool { return gk == schema.GroupKind{Kind: "ConfigMap"} }
+	s := newSink(t, apply.Config{InventoryNamespace: ns, Include: onlyConfigMaps})
+	applyOK(t, s, change("inc/"+ns, "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))}))
+	_, err := s.Apply(ctxT(t), change("inc/"+ns, "c2", spec.Render{Namespace: ns}, fstest.MapFS{
+		"a.yaml": file(configMap("a", "2")), "role.yaml": file(clusterRole("excluded-" + ns))}))
+	require.Error(t, err)
+	assert.True(t, watcher.IsPermanent(err))
+	assert.ErrorContains(t, err, "ClusterRole.rbac.authorization.k8s.io/excluded-"+ns)
+	assert.Equal(t, "1", cmValue(t, ns, "a"), "nothing applied")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
@@ -41,8 +42,67 @@ type ControllerConfig struct {
 	AutoHealDisabled bool `json:"autoHealDisabled,omitempty"`
 	// AutomatedSyncDisabled suspends every GitSync: polled, its failures
 	// shown, nothing applied, until it is false again.
-	AutomatedSyncDisabled bool             `json:"automatedSyncDisabled,omitempty"`
-	RepoCredentials       []RepoCredential `json:"repoCredentials,omitempty"`
+	AutomatedSyncDisabled bool `json:"automatedSyncDisabled,omitempty"`
+	// IncludedResources are the kinds GitSyncs may apply, in Numaplane's
+	// form: "group=apps,kind=Deployment;group=,kind=ConfigMap;group=x.io,kind="
+	// (an empty kind: every kind of the group); "" includes every kind. See
+	// [Controller.Included].
+	IncludedResources string           `json:"includedResources,omitempty"`
+	RepoCredentials   []RepoCredential `json:"repoCredentials,omitempty"`
+}
+
+// GroupKinds are kinds by API group: an entry with an empty Kind is every
+// kind of its group.
+type GroupKinds []schema.GroupKind
+
+// Includes reports whether gk is one of them; an empty list includes
+// every kind.
+func (l GroupKinds) Includes(gk schema.GroupKind) bool {
+	if len(l) == 0 {
+		return true
+	}
+	for _, r := range l {
+		if r.Group == gk.Group && (r.Kind == "" || r.Kind == gk.Kind) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseIncludedResources reads Numaplane's includedResources: rules
+// separated by ";", each "group=G,kind=K" (both keys, in any order and
+// case; spaces around them and an empty rule are ignored, where Numaplane
+// is stricter). Anything else is an error naming the rule. One difference
+// from Numaplane: "" includes every kind (Numaplane's cache then watches
+// none).
+func ParseIncludedResources(s string) (GroupKinds, error) {
+	var out GroupKinds
+	for i, rule := range strings.Split(s, ";") {
+		rule = strings.TrimSpace(rule)
+		if rule == "" {
+			continue
+		}
+		var gk schema.GroupKind
+		seen := map[string]bool{}
+		for _, kv := range strings.Split(rule, ",") {
+			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			k = strings.ToLower(k) // as Numaplane compares them
+			if !ok || (k != "group" && k != "kind") || seen[k] {
+				return nil, fmt.Errorf("%w: includedResources rule %d %q: not group=G,kind=K", ErrInvalidConfig, i+1, rule)
+			}
+			seen[k] = true
+			if k == "group" {
+				gk.Group = strings.TrimSpace(v)
+			} else {
+				gk.Kind = strings.TrimSpace(v)
+			}
+		}
+		if !seen["group"] || !seen["kind"] {
+			return nil, fmt.Errorf("%w: includedResources rule %d %q: needs both group= and kind=", ErrInvalidConfig, i+1, rule)
+		}
+		out = append(out, gk)
+	}
+	return out, nil
 }
 
 // The credential types are watcher/spec's, Numaplane's JSON form, shared
@@ -63,14 +123,13 @@ var ErrInvalidConfig = errors.New("gitsync: invalid controller configuration")
 
 // knownKeys are the controller configuration's keys this package reads.
 var knownKeys = []string{"clusterName", "syncTimeIntervalMs", "persistentRepoClonePath", "cascadeDeletion",
-	"autoHealDisabled", "automatedSyncDisabled", "repoCredentials"}
+	"autoHealDisabled", "automatedSyncDisabled", "includedResources", "repoCredentials"}
 
 // programKeys are keys of Numaplane's configuration that belong to the
 // program, not to this package: they are errors unless the program names
 // them as its own.
 var programKeys = map[string]string{
-	"logLevel":          "the program's log verbosity",
-	"includedResources": "the kinds Numaplane's cluster cache watches",
+	"logLevel": "the program's log verbosity",
 }
 
 // ParseControllerConfig reads a controller configuration (YAML or JSON)
@@ -119,6 +178,9 @@ func ParseControllerConfig(data []byte, ownKeys ...string) (*ControllerConfig, e
 func (c *ControllerConfig) Validate() error {
 	if c.SyncTimeIntervalMs < 0 {
 		return fmt.Errorf("%w: syncTimeIntervalMs is negative", ErrInvalidConfig)
+	}
+	if _, err := ParseIncludedResources(c.IncludedResources); err != nil {
+		return err
 	}
 	var prefixes []string
 	for i, rc := range c.RepoCredentials {
@@ -334,6 +396,13 @@ func (c *Controller) Current() *ControllerConfig { return c.current.Load() }
 
 // CascadeDeletion is Current's cascadeDeletion.
 func (c *Controller) CascadeDeletion() bool { return c.Current().CascadeDeletion }
+
+// Included reports whether Current's includedResources include gk (for
+// apply.Config.Include).
+func (c *Controller) Included(gk schema.GroupKind) bool {
+	l, _ := ParseIncludedResources(c.Current().IncludedResources) // checked when it was loaded
+	return l.Includes(gk)
+}
 
 // LoadController reads the controller configuration at path and makes its
 // credentials and the source of the GitSyncs in namespace ("" for all),

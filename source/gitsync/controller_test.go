@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/internal/testenv"
@@ -23,7 +24,7 @@ const numaplaneConfig = `clusterName: staging-1
 syncTimeIntervalMs: 30000
 cascadeDeletion: false
 logLevel: 3
-includedResources: "group=apps"
+includedResources: "group=apps,kind=Deployment;group=,kind=ConfigMap"
 automatedSyncDisabled: false
 repoCredentials:
   - url: "git.example.com/platform"
@@ -42,16 +43,31 @@ repoCredentials:
 `
 
 func TestParseControllerConfig(t *testing.T) {
-	cfg, err := gitsync.ParseControllerConfig([]byte(numaplaneConfig), "logLevel", "includedResources")
+	cfg, err := gitsync.ParseControllerConfig([]byte(numaplaneConfig), "logLevel")
 	require.NoError(t, err)
 	assert.Equal(t, "staging-1", cfg.ClusterName)
 	assert.Equal(t, int64(30000), cfg.SyncTimeIntervalMs)
 	assert.Len(t, cfg.RepoCredentials, 2)
 	assert.Equal(t, "sshKey", cfg.RepoCredentials[1].SSHCredential.SSHKey.FromKubernetesSecret.Key)
 
-	_, err = gitsync.ParseControllerConfig([]byte(numaplaneConfig), "logLevel")
+	_, err = gitsync.ParseControllerConfig([]byte(numaplaneConfig))
 	require.ErrorIs(t, err, gitsync.ErrInvalidConfig)
-	assert.ErrorContains(t, err, "includedResources (the kinds Numaplane's cluster cache watches, which this package does not implement")
+	assert.ErrorContains(t, err, "logLevel (the program's log verbosity, which this package does not implement")
+}
+
+func TestParseIncludedResources(t *testing.T) {
+	got, err := gitsync.ParseIncludedResources("group=apps,kind=Deployment;group=,kind=ConfigMap; kind=, group=numaflow.numaproj.io ;")
+	require.NoError(t, err)
+	assert.Equal(t, gitsync.GroupKinds{{Group: "apps", Kind: "Deployment"}, {Kind: "ConfigMap"}, {Group: "numaflow.numaproj.io"}}, got)
+	assert.True(t, got.Includes(schema.GroupKind{Group: "apps", Kind: "Deployment"}))
+	assert.False(t, got.Includes(schema.GroupKind{Group: "apps", Kind: "StatefulSet"}))
+	assert.True(t, got.Includes(schema.GroupKind{Group: "numaflow.numaproj.io", Kind: "Pipeline"}), "an empty kind: the whole group")
+	assert.False(t, got.Includes(schema.GroupKind{Kind: "Secret"}))
+	assert.True(t, gitsync.GroupKinds(nil).Includes(schema.GroupKind{Kind: "Secret"}), "none given: every kind")
+	for _, bad := range []string{"apps", "group=apps", "group=apps,kind=A,kind=B", "group=apps,version=v1", "kind=A;group"} {
+		_, err := gitsync.ParseIncludedResources(bad)
+		assert.ErrorIs(t, err, gitsync.ErrInvalidConfig, bad)
+	}
 }
 
 // Numaplane's own configuration samples, as its users have them: every key
@@ -68,12 +84,14 @@ func TestNumaplanesOwnControllerConfigs(t *testing.T) {
 		return []byte(cm.Data["config.yaml"])
 	}
 	manager := read("numaplane/config/manager/controller-config.yaml")
-	_, err := gitsync.ParseControllerConfig(manager)
-	require.ErrorIs(t, err, gitsync.ErrInvalidConfig)
-	assert.ErrorContains(t, err, "includedResources")
-	cfg, err := gitsync.ParseControllerConfig(manager, "includedResources")
-	require.NoError(t, err, "the program that reads includedResources itself")
+	cfg, err := gitsync.ParseControllerConfig(manager)
+	require.NoError(t, err)
 	assert.Equal(t, int64(30000), cfg.SyncTimeIntervalMs)
+	kinds, err := gitsync.ParseIncludedResources(cfg.IncludedResources)
+	require.NoError(t, err)
+	assert.True(t, kinds.Includes(schema.GroupKind{Group: "apps", Kind: "Deployment"}))
+	assert.True(t, kinds.Includes(schema.GroupKind{Group: "numaflow.numaproj.io", Kind: "Pipeline"}))
+	assert.False(t, kinds.Includes(schema.GroupKind{Group: "apps", Kind: "DaemonSet"}))
 
 	sample := read("numaplane/config/samples/config_map.yaml")
 	_, err = gitsync.ParseControllerConfig(sample)
