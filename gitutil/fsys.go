@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"weak"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
@@ -80,7 +79,7 @@ func (m *Mirror) FS(commit plumbing.Hash, sel Selection) (fs.FS, error) {
 			err = m.readFailed(gen, err)
 		} else {
 			f.st = st
-			m.readers[weak.Make(f)] = st.packNames()
+			m.addReader(f, st.packNames())
 		}
 	}
 	m.mu.Unlock()

@@ -294,3 +294,29 @@ func TestFSDecodesEachDirectoryOnce(t *testing.T) {
 	}
 	assert.LessOrEqual(t, m.TreesRead()-before, int64(2), "the directory is decoded once for 1,000 opens")
 }
+
+// The record of file systems handed out stays bounded by those alive: a
+// watcher makes one per delivery and drops it, and the collected ones are
+// swept as the record grows.
+func TestFileSystemsHandedOutAreForgottenOnceCollected(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c := plumbing.NewHash(repo.Commit(t, "1", gittest.File("f", "1")))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	most := 0
+	for i := range 2000 {
+		fsys, err := m.FS(c, at(""))
+		require.NoError(t, err)
+		require.NoError(t, fsys.(io.Closer).Close())
+		if i%100 == 99 {
+			runtime.GC()
+		}
+		m.mu.Lock()
+		most = max(most, len(m.readers))
+		m.mu.Unlock()
+	}
+	assert.Less(t, most, 500, "2,000 file systems made and dropped")
+}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"weak"
+
 	"github.com/go-git/go-git/v5"
 )
 
@@ -153,15 +155,12 @@ func largePacks(dir string) []string {
 // may read: those of none that is still referenced (see [Mirror.FS]).
 // Callers hold m.mu.
 func (m *Mirror) dropReplaced() {
+	m.sweepReaders()
 	if len(m.replaced) == 0 {
 		return
 	}
 	held := map[string]bool{}
-	for fsys, packs := range m.readers {
-		if fsys.Value() == nil {
-			delete(m.readers, fsys) // collected: nothing can read through it
-			continue
-		}
+	for _, packs := range m.readers {
 		for _, p := range packs {
 			held[p] = true
 		}
@@ -183,6 +182,28 @@ func (m *Mirror) dropReplaced() {
 	if dropped {
 		_ = m.reopen()
 	}
+}
+
+// sweepReaders forgets the file systems handed out that were collected.
+// Callers hold m.mu.
+func (m *Mirror) sweepReaders() {
+	for fsys := range m.readers {
+		if fsys.Value() == nil {
+			delete(m.readers, fsys) // nothing can read through it
+		}
+	}
+	m.swept = len(m.readers)
+}
+
+// addReader records a file system handed out and the packs it reads;
+// the collected ones are swept when the record has doubled since the last
+// sweep, so that it stays bounded by the file systems alive. Callers hold
+// m.mu.
+func (m *Mirror) addReader(f *treeFS, packs []string) {
+	if len(m.readers) >= max(64, 2*m.swept) {
+		m.sweepReaders()
+	}
+	m.readers[weak.Make(f)] = packs
 }
 
 // reopen gives the mirror a fresh view of its store, after packs changed

@@ -98,6 +98,7 @@ type Mirror struct {
 	repacks  atomic.Int64
 	readers  map[weak.Pointer[treeFS]][]string // file systems handed out, not collected, and the packs each reads
 	replaced map[string]bool                   // packs a repack made redundant, kept for readers
+	swept    int                               // len(readers) after the last sweep
 	// trees holds the last few directory trees decoded for path diffs: a
 	// delivery's "to" is the next one's "from".
 	trees [treeSlots]*object.Tree

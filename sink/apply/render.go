@@ -34,7 +34,8 @@ type Renderer interface {
 // overlay's "../../base"), never outside root, and returns the paths it
 // read outside dir (relative to root), so that a commit changing them is
 // delivered too. The sink calls it instead of Render when the Change has
-// a Root.
+// a Root and the target selects a plain path (no Paths, no ignore
+// patterns: those narrow what FS shows, and the render reads that).
 type RepoRenderer interface {
 	Renderer
 	RenderRepo(ctx context.Context, root fs.FS, dir string, r spec.Render) (objs []*unstructured.Unstructured, reads []string, err error)

@@ -165,7 +165,10 @@ func (s *Sink) render(ctx context.Context, c watcher.Change, res *Result) ([]*un
 		return nil, watcher.Permanent(fmt.Errorf("%w: target %s: no renderer %q is registered", ErrInvalidConfig, c.Target.ID, rs.Renderer))
 	}
 	var objs []*unstructured.Unstructured
-	if rr, ok := r.(RepoRenderer); ok && c.Root != nil {
+	// From the repository only for a plain path: Paths and ignore patterns
+	// narrow what FS shows, and a render reads what the target selects.
+	plain := len(c.Target.Paths) == 0 && len(c.Target.Ignore) == 0 && c.Target.IgnoreFile == ""
+	if rr, ok := r.(RepoRenderer); ok && c.Root != nil && plain {
 		objs, res.Read, err = rr.RenderRepo(ctx, c.Root, c.Target.Path, rs)
 	} else {
 		objs, err = r.Render(ctx, c.FS, rs)
