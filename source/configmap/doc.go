@@ -16,4 +16,10 @@
 // sink remove, then re-create, what it applied; only a file gone for the
 // whole grace, or one that says "gitDefinitions: []", removes them, and
 // that is logged as an error.
+//
+// The file is read strictly (see [Load]): a key the package does not
+// implement is an error naming it, unless the program reads it itself
+// ([WithOwnKeys]). A keyValueGenerator.reference's files are read from git
+// ([WithValues], [GitValues]) at each change and every minute, and the
+// credentials the file names are handed to the program ([WithCredentials]).
 package configmap
