@@ -97,15 +97,22 @@ func (n *named) Name() string { return n.name }
 
 func passThrough(ctx context.Context, c Change, next NextFunc) (any, error) { return next(ctx, c) }
 
-// ErrUnnamedSink is returned by Route for a sink with no name, and for two
-// sinks of one route with the same name: a sink's name keys its
-// checkpoints, so it must not depend on the order of the sinks.
+// ErrUnnamedSink is returned by Route for a sink with no name beside other
+// sinks, and for two sinks of one route with the same name: a sink's name
+// keys its checkpoints, so it must not depend on the order of the sinks.
+// A route's only sink needs none (see [DefaultSinkName]).
 var ErrUnnamedSink = errors.New("watcher: sink needs a name of its own in its route")
+
+// DefaultSinkName is the name of a route's only sink when it has none of
+// its own (a plain SinkFunc): its checkpoints are kept under it.
+const DefaultSinkName = "sink"
 
 // sinkName is s's name: its own or, through Unwrap, the wrapped sink's.
 func sinkName(s Sink) (string, error) {
 	if n, ok := as[Namer](s); ok && n.Name() != "" {
 		return n.Name(), nil
+	} else if ok {
+		return "", fmt.Errorf("%w: %T's name is empty", ErrUnnamedSink, s)
 	}
 	return "", fmt.Errorf("%w: %T is not a Namer; use watcher.Named", ErrUnnamedSink, s)
 }

@@ -85,15 +85,18 @@ func TestNamedAndFilter(t *testing.T) {
 }
 
 // A sink's name keys its checkpoints, so it cannot come from the order of
-// the sinks: an unnamed sink and two sinks of one name are refused.
+// the sinks: an unnamed sink beside others and two sinks of one name are
+// refused; a route's only sink needs no name.
 func TestRouteNeedsSinksNamedApart(t *testing.T) {
 	nop := watcher.SinkFunc(func(context.Context, watcher.Change) error { return nil })
+	assert.NoError(t, watcher.New().Route(watchertest.NewSource(), nop), "the only sink: named "+watcher.DefaultSinkName)
 	for name, sinks := range map[string][]watcher.Sink{
-		"unnamed":              {nop},
-		"one name twice":       {watchertest.NewSink("dir"), watchertest.NewSink("dir")},
-		"a wrapped name twice": {watchertest.NewSink("dir"), watcher.Decorate(watchertest.NewSink("dir"), nil)},
-		"an empty name":        {watcher.Named("", nop)},
-		"one Named name twice": {watcher.Named("x", nop), watcher.Named("x", nop)},
+		"unnamed beside another": {nop, watchertest.NewSink("dir")},
+		"two unnamed":            {nop, nop},
+		"one name twice":         {watchertest.NewSink("dir"), watchertest.NewSink("dir")},
+		"a wrapped name twice":   {watchertest.NewSink("dir"), watcher.Decorate(watchertest.NewSink("dir"), nil)},
+		"an empty name":          {watcher.Named("", nop)},
+		"one Named name twice":   {watcher.Named("x", nop), watcher.Named("x", nop)},
 	} {
 		w := watcher.New()
 		err := w.Route(watchertest.NewSource(), sinks...)

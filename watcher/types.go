@@ -307,8 +307,9 @@ type Runnable interface {
 }
 
 // Namer is a Sink with a name for logs, observers and checkpoint keys.
-// Every sink of a route has one of its own: a sink that is not a Namer is
-// named with [Named].
+// Every sink of a route with several has one of its own: a sink that is
+// not a Namer is named with [Named]; a route's only sink may have none
+// ([DefaultSinkName]).
 type Namer interface {
 	Name() string
 }

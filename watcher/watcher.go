@@ -79,7 +79,9 @@ func New(opts ...Option) *Watcher {
 
 // Route sends the targets of src to sinks. Many routes share the watcher's
 // pollers, so routes watching the same repository cost one poll. Route must
-// be called before Run.
+// be called before Run. A sink's name keys its checkpoints: a route's only
+// sink may have none ([DefaultSinkName] is its name); several sinks are
+// named apart ([Namer], [Named]), so that no name depends on their order.
 func (w *Watcher) Route(src Source, sinks ...Sink) error {
 	if src == nil || len(sinks) == 0 {
 		return errors.New("watcher: a route needs a source and at least one sink")
@@ -96,6 +98,9 @@ func (w *Watcher) Route(src Source, sinks ...Sink) error {
 			return errors.New("watcher: nil sink")
 		}
 		name, err := sinkName(s)
+		if _, namer := as[Namer](s); !namer && len(sinks) == 1 {
+			name, err = DefaultSinkName, nil // the route's only sink: no order to depend on
+		}
 		if err != nil {
 			return err
 		}
