@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,4 +63,38 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// The README's layout table names every package of the repository, by its
+// folder, so that a newcomer finds each one.
+func TestReadmeLayoutNamesEveryPackage(t *testing.T) {
+	root := filepath.Join("..", "..")
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	text := string(readme)
+	start := strings.Index(text, "## Layout\n")
+	require.GreaterOrEqual(t, start, 0, "a Layout section")
+	layout := text[start:]
+	if end := strings.Index(layout[1:], "\n## "); end >= 0 {
+		layout = layout[:end+1]
+	}
+	var missing []string
+	require.NoError(t, filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || d.Name() == "bench-results") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		if dir != "." && !strings.Contains(layout, "`"+dir+"/`") && !slices.Contains(missing, dir) {
+			missing = append(missing, dir)
+		}
+		return nil
+	}))
+	assert.Empty(t, missing, "packages the README's layout table does not name")
 }
