@@ -510,67 +510,6 @@ func (w *Watcher) bindDeliverers(ctx context.Context) []*bound {
 	return all
 }
 
-// pruneOrphans removes, once every route's source has given a set, what
-// each [Inventory] sink holds for targets that no source wants (deleted
-// while the program was down). It reports whether it ran; a sink whose
-// inventory cannot be listed is logged and not asked again.
-func (w *Watcher) pruneOrphans(ctx context.Context) bool {
-	type inv struct {
-		route, idx int
-		sink       namedSink
-		inventory  Inventory
-	}
-	w.mu.Lock()
-	wanted := map[string]bool{}
-	var invs []inv
-	for _, r := range w.routes {
-		if !r.synced {
-			w.mu.Unlock()
-			return false
-		}
-		for _, t := range r.targets {
-			wanted[t.ID] = true
-		}
-		for i, s := range r.sinks {
-			if x, ok := as[Inventory](s.sink); ok {
-				invs = append(invs, inv{r.idx, i, s, x})
-			}
-		}
-	}
-	w.mu.Unlock()
-	for _, x := range invs {
-		lctx, cancel := context.WithTimeout(ctx, w.opts.deliverTimeout)
-		ids, err := x.inventory.Targets(lctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Error(err, "listing what a sink holds: targets deleted while the program was down are not removed", "sink", x.sink.name)
-			}
-			continue
-		}
-		for _, id := range ids {
-			if wanted[id] {
-				continue
-			}
-			w.log.Info("removing a target no source wants any more", "target", id, "sink", x.sink.name)
-			t := Target{ID: id}
-			dkey := fmt.Sprintf("%d\x00%s\x00%d", x.route, id, x.idx)
-			w.mu.Lock()
-			if _, busy := w.deliverers[dkey]; busy || w.removing[dkey] != nil {
-				w.mu.Unlock()
-				continue // wanted since, or already being removed
-			}
-			d := newDeliverer(w.env, t, x.sink, nil, nil)
-			d.finished = func() { w.removed(dkey, d) }
-			w.removing[dkey] = d
-			w.mu.Unlock()
-			d.remove()
-			w.group.Go(func() error { return d.run(ctx) })
-		}
-	}
-	return true
-}
-
 // remoteSpecs groups the targets by remote: URL and credential identity,
 // so that a target never reads through a mirror fetched with another's
 // credentials. A target whose credentials cannot be had now stays on the
