@@ -43,6 +43,16 @@ func createGitSync(t *testing.T, ns, name string, spec map[string]any) {
 	require.NoError(t, err)
 }
 
+// startController runs the controller on config for the GitSyncs of ns
+// (its inventories there too), with obs, until the test ends; made, when
+// set, is told of its watcher. It returns what stops it.
+func startController(t *testing.T, config, ns, cacheDir string, obs *watchertest.Observer, made func(*watcher.Watcher)) (stop func()) {
+	return watchertest.Run(t, func(ctx context.Context) error {
+		return run(ctx, env.Config, options{config: config, namespace: ns, inventory: ns, cacheDir: cacheDir,
+			mgr: ctrl.Options{Metrics: server.Options{BindAddress: "0"}, Logger: testr.New(t)}, observers: []watcher.Observer{obs}, made: made})
+	})
+}
+
 func TestControllerAppliesGitSyncsAndFollowsItsConfig(t *testing.T) {
 	ns := env.Namespace(t)
 	srv := gittest.NewServer(t)
@@ -59,10 +69,7 @@ func TestControllerAppliesGitSyncsAndFollowsItsConfig(t *testing.T) {
 	}
 	writeConfig("staging-1")
 	obs := watchertest.NewObserver()
-	watchertest.Run(t, func(ctx context.Context) error {
-		return run(ctx, env.Config, options{config: config, namespace: ns, inventory: ns, cacheDir: t.TempDir(),
-			mgr: ctrl.Options{Metrics: server.Options{BindAddress: "0"}, Logger: testr.New(t)}, observers: []watcher.Observer{obs}})
-	})
+	startController(t, config, ns, t.TempDir(), obs, nil)
 
 	createGitSync(t, ns, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
 	id := "gitsync/" + ns + "/web"
@@ -93,10 +100,7 @@ func TestGitSyncDeletedWhileStoppedIsPrunedAtStart(t *testing.T) {
 	require.NoError(t, os.WriteFile(config, []byte("clusterName: staging-1\nsyncTimeIntervalMs: 3600000\ncascadeDeletion: true\n"), 0o644))
 	cache := t.TempDir()
 	start := func(obs *watchertest.Observer) (stop func()) {
-		return watchertest.Run(t, func(ctx context.Context) error {
-			return run(ctx, env.Config, options{config: config, namespace: ns, inventory: ns, cacheDir: cache,
-				mgr: ctrl.Options{Metrics: server.Options{BindAddress: "0"}, Logger: testr.New(t)}, observers: []watcher.Observer{obs}})
-		})
+		return startController(t, config, ns, cache, obs, nil)
 	}
 	obs := watchertest.NewObserver()
 	stop := start(obs)
@@ -134,11 +138,7 @@ func TestKustomizeOverlayWithItsBaseElsewhere(t *testing.T) {
 	require.NoError(t, os.WriteFile(config, []byte("clusterName: staging-1\nsyncTimeIntervalMs: 3600000\n"), 0o644))
 	obs := watchertest.NewObserver()
 	made := make(chan *watcher.Watcher, 1)
-	watchertest.Run(t, func(ctx context.Context) error {
-		return run(ctx, env.Config, options{config: config, namespace: ns, inventory: ns, cacheDir: t.TempDir(),
-			mgr: ctrl.Options{Metrics: server.Options{BindAddress: "0"}, Logger: testr.New(t)}, observers: []watcher.Observer{obs},
-			made: func(w *watcher.Watcher) { made <- w }})
-	})
+	startController(t, config, ns, t.TempDir(), obs, func(w *watcher.Watcher) { made <- w })
 	w := <-made
 	poll := func() {
 		t.Helper()
@@ -189,10 +189,7 @@ func TestGitSyncWithoutANamespaceIsRefused(t *testing.T) {
 	config := filepath.Join(dir, "config.yaml")
 	require.NoError(t, os.WriteFile(config, []byte("clusterName: staging-1\nsyncTimeIntervalMs: 3600000\n"), 0o644))
 	obs := watchertest.NewObserver()
-	watchertest.Run(t, func(ctx context.Context) error {
-		return run(ctx, env.Config, options{config: config, namespace: ns, inventory: ns, cacheDir: t.TempDir(),
-			mgr: ctrl.Options{Metrics: server.Options{BindAddress: "0"}, Logger: testr.New(t)}, observers: []watcher.Observer{obs}})
-	})
+	startController(t, config, ns, t.TempDir(), obs, nil)
 	gs := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "numaplane.numaproj.io/v1alpha1", "kind": "GitSync",
 		"metadata": map[string]any{"name": "web", "namespace": ns},
@@ -240,10 +237,7 @@ func TestOnNumaplanesOwnControllerConfig(t *testing.T) {
 		gittest.File("rbac/role.yaml", "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: excluded-"+ns+"\nrules: []\n"),
 		gittest.File("rbac/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: with-role\n"))
 	obs := watchertest.NewObserver()
-	watchertest.Run(t, func(ctx context.Context) error {
-		return run(ctx, env.Config, options{config: config, namespace: ns, inventory: ns, cacheDir: t.TempDir(),
-			mgr: ctrl.Options{Metrics: server.Options{BindAddress: "0"}, Logger: testr.New(t)}, observers: []watcher.Observer{obs}})
-	})
+	startController(t, config, ns, t.TempDir(), obs, nil)
 	createGitSync(t, ns, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
 	createGitSync(t, ns, "rbac", map[string]any{"repoUrl": repo.URL(), "path": "rbac"})
 	obs.WaitFor(t, "web applied", func(e watcher.Event) bool {
