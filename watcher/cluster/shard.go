@@ -69,10 +69,12 @@ type LeaseShard struct {
 	mu      sync.Mutex
 	members []string // live, sorted
 	fresh   bool     // its own claim holds
-	// Until settle, a remote is owned only if it was under before too: a
-	// replica gives up what it loses at once and takes what it gains two
-	// renew periods after it saw the change, by when a previous owner that
-	// is alive has seen it too and let go.
+	// Until settle, a remote is owned only if it was under before too, or
+	// its owner under before is no longer a member: a replica gives up what
+	// it loses at once, takes what an expired (or released) member had at
+	// once — that member's own claim ended before its Lease did, so it has
+	// let go — and what a live member had two renew periods after it saw
+	// the change, by when that member has seen it too and let go.
 	before    []string
 	settle    time.Time
 	lastRenew time.Time
@@ -129,7 +131,11 @@ func (s *LeaseShard) Owns(key string) bool {
 	if !s.fresh || Owner(s.members, key) != s.cfg.Identity {
 		return false
 	}
-	return !time.Now().Before(s.settle) || Owner(s.before, key) == s.cfg.Identity
+	if !time.Now().Before(s.settle) {
+		return true
+	}
+	prev := Owner(s.before, key)
+	return prev == s.cfg.Identity || (prev != "" && !slices.Contains(s.members, prev))
 }
 
 // Changed implements watcher.Shard.
@@ -294,14 +300,16 @@ func (s *LeaseShard) recompute() (holds, settle time.Duration) {
 	}
 	slices.Sort(live)
 	live = slices.Compact(live)
-	owned := s.members
-	if !s.fresh {
-		owned = nil // owned nothing
-	}
 	if fresh != s.fresh || !slices.Equal(live, s.members) {
 		s.cfg.Log.Info("shard membership", "identity", s.cfg.Identity, "members", live, "claim", fresh)
 		if !now.Before(s.settle) {
-			s.before = owned // what it owned; kept while an earlier change settles
+			// Who owned what: kept while an earlier change settles. A
+			// replica without a claim owned nothing, so what it gains waits
+			// for the settle unless its owner left.
+			s.before = s.members
+			if !s.fresh {
+				s.before = slices.DeleteFunc(slices.Clone(s.members), func(m string) bool { return m == s.cfg.Identity })
+			}
 		}
 		s.settle = now.Add(2 * s.cfg.RenewPeriod)
 		s.fresh, s.members = fresh, live
