@@ -92,7 +92,7 @@ func WithOwnKeys(keys ...string) Option { return func(s *Source) { s.ownKeys = k
 func WithValues(v Values) Option { return func(s *Source) { s.values = v } }
 
 // WithValuesRefresh sets how often a reference generator's files are read
-// again (default 1m).
+// again (default 1m; 0 or less: only when the configuration changes).
 func WithValuesRefresh(d time.Duration) Option { return func(s *Source) { s.refresh = d } }
 
 // WithCredentials hands the program the credentials the configuration
@@ -135,7 +135,12 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 	}
 	// A reference generator's files change without the file changing:
 	// they are read again every refresh interval.
-	tick := time.NewTicker(s.refresh)
+	var tickC <-chan time.Time
+	if s.refresh > 0 {
+		tick := time.NewTicker(s.refresh)
+		defer tick.Stop()
+		tickC = tick.C
+	}
 	refreshed := make(chan struct{})
 	ctx, cancel := context.WithCancel(ctx) // Watch may return before ctx ends
 	go func() {
@@ -144,7 +149,7 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 			select {
 			case <-ctx.Done():
 				return
-			case <-tick.C:
+			case <-tickC:
 			}
 			mu.Lock()
 			if refresh && loaded && last != nil && !stopped {
@@ -155,7 +160,6 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 	}()
 	defer func() {
 		cancel()
-		tick.Stop()
 		<-refreshed
 	}()
 	stopGrace := func() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -264,4 +265,42 @@ func TestWithIDPrefix(t *testing.T) {
 	ts := r.nextUpdate(t)
 	require.Len(t, ts, 1)
 	assert.Equal(t, "agent-b/control", ts[0].ID)
+}
+
+// A reference generator's files are read again every refresh interval:
+// values that moved there make new targets though the file did not change;
+// values that did not move hand nothing new.
+func TestReferenceValuesAreReadAgain(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`clusterName: c1
+source:
+  keyValueGenerator:
+    reference:
+      files: [{repoUrl: "https://git.example.com/values.git", path: clusters.json}]
+  gitDefinition: {repoUrl: "https://git.example.com/control.git", targetRevision: "{{rev}}"}
+`), 0o644))
+	var mu sync.Mutex
+	rev, reads := "v1", 0
+	values := func(_ context.Context, ref configmap.Reference, cluster string) (map[string]string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reads++
+		return map[string]string{"rev": rev}, nil
+	}
+	r := start(t, path, configmap.WithValues(values), configmap.WithValuesRefresh(20*time.Millisecond))
+	assert.Equal(t, "v1", r.revision(t))
+	mu.Lock()
+	rev = "v2"
+	mu.Unlock()
+	assert.Equal(t, "v2", r.revision(t), "the file did not change; its values did")
+	mu.Lock()
+	n := reads
+	mu.Unlock()
+	require.Eventually(t, func() bool { // two more refreshes, values unchanged
+		mu.Lock()
+		defer mu.Unlock()
+		return reads >= n+2
+	}, 10*time.Second, 5*time.Millisecond)
+	r.noMore(t)
 }
