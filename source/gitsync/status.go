@@ -142,6 +142,9 @@ func synced(gen int64, commit, msg string) mutation {
 func suspended(gen int64, commit string) mutation {
 	return func(s *Status, now time.Time) {
 		msg := "automated sync is disabled: " + short(commit) + " is not applied"
+		if cs := s.CommitStatus; cs != nil && cs.Hash == commit && cs.Synced {
+			msg = "automated sync is disabled; " + short(commit) + ", the latest, is applied"
+		}
 		s.Message = msg
 		setCondition(s, ConditionSynced, false, "Suspended", msg, gen, now)
 	}
