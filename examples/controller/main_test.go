@@ -43,6 +43,20 @@ func createGitSync(t *testing.T, ns, name string, spec map[string]any) {
 	require.NoError(t, err)
 }
 
+// webRepo is a repository whose web/ holds one ConfigMap, named web, and
+// its commit.
+func webRepo(t *testing.T) (*gittest.Repo, string) {
+	repo := gittest.NewServer(t).NewRepo(t, "platform/apps")
+	return repo, repo.Commit(t, "init", gittest.File("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  v: \"1\"\n"))
+}
+
+// configFile writes a controller configuration and returns its path.
+func configFile(t *testing.T, content string) string {
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(config, []byte(content), 0o644))
+	return config
+}
+
 // startController runs the controller on config for the GitSyncs of ns
 // (its inventories there too), with obs, until the test ends; made, when
 // set, is told of its watcher. It returns what stops it.
@@ -55,9 +69,7 @@ func startController(t *testing.T, config, ns, cacheDir string, obs *watchertest
 
 func TestControllerAppliesGitSyncsAndFollowsItsConfig(t *testing.T) {
 	ns := env.Namespace(t)
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "platform/apps")
-	c1 := repo.Commit(t, "init", gittest.File("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  v: \"1\"\n"))
+	repo, c1 := webRepo(t)
 
 	dir := t.TempDir()
 	config := filepath.Join(dir, "config.yaml")
@@ -92,12 +104,8 @@ func TestControllerAppliesGitSyncsAndFollowsItsConfig(t *testing.T) {
 // is compared with the GitSyncs there are.
 func TestGitSyncDeletedWhileStoppedIsPrunedAtStart(t *testing.T) {
 	ns := env.Namespace(t)
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "platform/apps")
-	c1 := repo.Commit(t, "init", gittest.File("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  v: \"1\"\n"))
-	dir := t.TempDir()
-	config := filepath.Join(dir, "config.yaml")
-	require.NoError(t, os.WriteFile(config, []byte("clusterName: staging-1\nsyncTimeIntervalMs: 3600000\ncascadeDeletion: true\n"), 0o644))
+	repo, c1 := webRepo(t)
+	config := configFile(t, "clusterName: staging-1\nsyncTimeIntervalMs: 3600000\ncascadeDeletion: true\n")
 	cache := t.TempDir()
 	start := func(obs *watchertest.Observer) (stop func()) {
 		return startController(t, config, ns, cache, obs, nil)
@@ -133,9 +141,7 @@ func TestKustomizeOverlayWithItsBaseElsewhere(t *testing.T) {
 		gittest.File("base/kustomization.yaml", "resources: [cm.yaml]\n"), gittest.File("base/cm.yaml", cm("1")),
 		gittest.File("overlays/prod/kustomization.yaml", "resources: [../../base]\nnamePrefix: prod-\n"),
 		gittest.File("docs/README.md", "1"))
-	dir := t.TempDir()
-	config := filepath.Join(dir, "config.yaml")
-	require.NoError(t, os.WriteFile(config, []byte("clusterName: staging-1\nsyncTimeIntervalMs: 3600000\n"), 0o644))
+	config := configFile(t, "clusterName: staging-1\nsyncTimeIntervalMs: 3600000\n")
 	obs := watchertest.NewObserver()
 	made := make(chan *watcher.Watcher, 1)
 	startController(t, config, ns, t.TempDir(), obs, func(w *watcher.Watcher) { made <- w })
@@ -185,9 +191,7 @@ func TestGitSyncWithoutANamespaceIsRefused(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "platform/apps")
 	repo.Commit(t, "init", gittest.File("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: refused-web\ndata:\n  v: \"1\"\n"))
-	dir := t.TempDir()
-	config := filepath.Join(dir, "config.yaml")
-	require.NoError(t, os.WriteFile(config, []byte("clusterName: staging-1\nsyncTimeIntervalMs: 3600000\n"), 0o644))
+	config := configFile(t, "clusterName: staging-1\nsyncTimeIntervalMs: 3600000\n")
 	obs := watchertest.NewObserver()
 	startController(t, config, ns, t.TempDir(), obs, nil)
 	gs := &unstructured.Unstructured{Object: map[string]any{
