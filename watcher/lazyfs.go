@@ -1,0 +1,93 @@
+package watcher
+
+import (
+	"io"
+	"io/fs"
+	"sync"
+)
+
+// lazyFS is a file system opened at its first use, so that what a sink
+// never reads (Change.Root, for most sinks) costs nothing per delivery.
+type lazyFS struct {
+	open func() (fs.FS, error)
+
+	mu   sync.Mutex
+	fsys fs.FS // once opened
+}
+
+var (
+	_ fs.ReadFileFS = (*lazyFS)(nil)
+	_ fs.ReadDirFS  = (*lazyFS)(nil)
+	_ fs.StatFS     = (*lazyFS)(nil)
+	_ fs.ReadLinkFS = (*lazyFS)(nil)
+)
+
+// get opens the file system at the first call that needs it; a failed
+// open is tried again at the next.
+func (l *lazyFS) get() (fs.FS, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fsys == nil {
+		fsys, err := l.open()
+		if err != nil {
+			return nil, err
+		}
+		l.fsys = fsys
+	}
+	return l.fsys, nil
+}
+
+func (l *lazyFS) do(op, name string, fn func(fs.FS) error) error {
+	fsys, err := l.get()
+	if err != nil {
+		return &fs.PathError{Op: op, Path: name, Err: err}
+	}
+	return fn(fsys)
+}
+
+// Open implements fs.FS.
+func (l *lazyFS) Open(name string) (f fs.File, err error) {
+	err = l.do("open", name, func(fsys fs.FS) error { f, err = fsys.Open(name); return err })
+	return f, err
+}
+
+// ReadFile implements fs.ReadFileFS.
+func (l *lazyFS) ReadFile(name string) (data []byte, err error) {
+	err = l.do("readfile", name, func(fsys fs.FS) error { data, err = fs.ReadFile(fsys, name); return err })
+	return data, err
+}
+
+// ReadDir implements fs.ReadDirFS.
+func (l *lazyFS) ReadDir(name string) (entries []fs.DirEntry, err error) {
+	err = l.do("readdir", name, func(fsys fs.FS) error { entries, err = fs.ReadDir(fsys, name); return err })
+	return entries, err
+}
+
+// Stat implements fs.StatFS.
+func (l *lazyFS) Stat(name string) (fi fs.FileInfo, err error) {
+	err = l.do("stat", name, func(fsys fs.FS) error { fi, err = fs.Stat(fsys, name); return err })
+	return fi, err
+}
+
+// Lstat implements fs.ReadLinkFS.
+func (l *lazyFS) Lstat(name string) (fi fs.FileInfo, err error) {
+	err = l.do("lstat", name, func(fsys fs.FS) error { fi, err = fs.Lstat(fsys, name); return err })
+	return fi, err
+}
+
+// ReadLink implements fs.ReadLinkFS.
+func (l *lazyFS) ReadLink(name string) (target string, err error) {
+	err = l.do("readlink", name, func(fsys fs.FS) error { target, err = fs.ReadLink(fsys, name); return err })
+	return target, err
+}
+
+// Close closes the file system if it was opened (as it closes, it stays
+// readable: see Change.FS).
+func (l *lazyFS) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c, ok := l.fsys.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
