@@ -113,73 +113,85 @@ func (d *deliverer) run(ctx context.Context) error {
 			return nil
 		}
 	}
-	var (
-		want    *desired // latest desire taken
-		resync  bool
-		attempt int
-		retry   *time.Timer
-	)
-	stopRetry := func() {
-		if retry != nil {
-			retry.Stop()
-			retry = nil
-			d.env.retrying.Add(-1)
-		}
-	}
-	defer stopRetry()
+	var st deliveryState
+	defer st.stopRetry(d)
 	for {
 		var retryC <-chan time.Time
-		if retry != nil {
-			retryC = retry.C
+		if st.retry != nil {
+			retryC = st.retry.C
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-retryC:
-			retry = nil
+			st.retry = nil
 			d.env.retrying.Add(-1)
 		case <-d.wake:
 			d.mu.Lock()
 			next, rs, rm, held, target := d.pending, d.resync, d.removed, d.held, d.target
 			d.pending, d.resync, d.held = nil, false, false
 			d.mu.Unlock()
-			if rm {
-				stopRetry()
+			switch {
+			case rm:
+				st.stopRetry(d)
 				d.doRemove(ctx, target)
 				return nil
+			case held:
+				st.stopRetry(d)
+				st.want, st.resync, st.attempt = nil, false, 0
+				continue
+			case next != nil:
+				st.want, st.attempt = next, 0
 			}
-			if held {
-				stopRetry()
-				want, resync, attempt = nil, false, 0
+			st.resync = st.resync || rs
+			if st.want == nil || (next == nil && !rs) {
 				continue
 			}
-			if next != nil {
-				want, attempt = next, 0
-			}
-			resync = resync || rs
-			if want == nil || (next == nil && !rs) {
-				continue
-			}
-			stopRetry()
+			st.stopRetry(d)
 		}
-		err := d.deliver(ctx, want, resync, attempt+1)
-		switch {
-		case err == nil:
-			resync, attempt = false, 0
-		case ctx.Err() != nil:
+		if !st.after(ctx, d, d.deliver(ctx, st.want, st.resync, st.attempt+1)) {
 			return nil
-		case errors.Is(err, errHandedOff):
-			// Its new poller offers it again, here or on another replica.
-			want, resync, attempt = nil, false, 0
-		case IsPermanent(err):
-			// Wait for the next commit or resync; do not retry this one.
-			resync, attempt = false, 0
-		default:
-			attempt++
-			retry = time.NewTimer(backoff.Delay(attempt, d.env.opts.retryMin, d.env.opts.retryMax))
-			d.env.retrying.Add(1)
 		}
 	}
+}
+
+// deliveryState is what a deliverer's loop carries between wake-ups: the
+// latest desire taken, a resync asked for, the failures of this delivery
+// and the timer of its retry.
+type deliveryState struct {
+	want    *desired
+	resync  bool
+	attempt int
+	retry   *time.Timer
+}
+
+func (st *deliveryState) stopRetry(d *deliverer) {
+	if st.retry != nil {
+		st.retry.Stop()
+		st.retry = nil
+		d.env.retrying.Add(-1)
+	}
+}
+
+// after takes the outcome of a delivery; false means the loop ends.
+func (st *deliveryState) after(ctx context.Context, d *deliverer, err error) bool {
+	switch {
+	case err == nil:
+		st.resync, st.attempt = false, 0
+	case ctx.Err() != nil:
+		return false
+	case errors.Is(err, errHandedOff):
+		// Its new poller offers it again, here or on another replica.
+		st.want, st.resync, st.attempt = nil, false, 0
+	case IsPermanent(err):
+		// Wait for the next commit or resync; do not retry this one.
+		st.resync, st.attempt = false, 0
+	default:
+		st.attempt++
+		st.retry = time.NewTimer(backoff.Delay(st.attempt, d.env.opts.retryMin, d.env.opts.retryMax))
+		d.env.retrying.Add(1)
+	}
+	return true
 }
 
 // deliver hands want to the sink unless its checkpoint says it has it.
@@ -188,30 +200,23 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	if want.live != nil && want.live.Err() != nil {
 		return errHandedOff
 	}
-	commit, tree, fp := want.commit.String(), want.tree.String(), t.fingerprint()
+	commit, fp := want.commit.String(), t.fingerprint()
 	ev := Event{Target: &t, Sink: d.sink.name, Remote: want.remote, Ref: want.ref, Commit: commit, Attempt: attempt, Seen: want.seen}
 	cp, have, err := d.checkpoint(ctx)
 	if err != nil {
 		return d.fail(ctx, ev, nil, err)
 	}
-	if have && len(cp.Reads) > 0 {
-		// What the last delivery read outside the path counts as the path.
-		if tree, err = readsTree(ctx, want, cp.Reads); err != nil {
-			return d.fail(ctx, ev, nil, err)
-		}
+	// What the last delivery read outside the path counts as the path.
+	tree, err := readsTree(ctx, want, cp.Reads)
+	if err != nil {
+		return d.fail(ctx, ev, nil, err)
 	}
 	dec := decide(cp, have, commit, tree, fp, resync)
 	switch dec.action {
 	case skip:
 		return nil
 	case record:
-		cp.Commit, cp.Time = commit, time.Now()
-		if err := d.env.opts.store.Put(ctx, d.key, cp); err != nil {
-			return d.fail(ctx, ev, nil, err)
-		}
-		ev.Type = EventUpToDate
-		d.env.emit(ev)
-		return nil
+		return d.record(ctx, ev, cp)
 	}
 	c, err := d.change(ctx, want, dec)
 	if err != nil {
@@ -225,10 +230,8 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	}
 	abandoned := false
 	defer func() {
-		for _, fsys := range []fs.FS{c.FS, c.Root} {
-			if closer, ok := fsys.(io.Closer); ok && !abandoned {
-				_ = closer.Close() // an abandoned sink may read on
-			}
+		if !abandoned { // an abandoned sink may read on
+			closeAll(c.FS, c.Root)
 		}
 	}()
 	callCtx, cancel := context.WithCancel(ctx)
@@ -246,11 +249,8 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 		return d.fail(ctx, ev, &c, err)
 	}
 	reads := readsOf(ev.Result, t.Path)
-	tree = want.tree.String()
-	if len(reads) > 0 {
-		if tree, err = readsTree(ctx, want, reads); err != nil {
-			return d.fail(ctx, ev, &c, err)
-		}
+	if tree, err = readsTree(ctx, want, reads); err != nil {
+		return d.fail(ctx, ev, &c, err)
 	}
 	if err := d.env.opts.store.Put(ctx, d.key, Checkpoint{Commit: commit, Tree: tree, Target: fp, Reads: reads, Time: time.Now()}); err != nil {
 		// Delivered but not recorded: deliver again rather than lose it.
@@ -296,12 +296,8 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Ch
 		}
 	}
 	fsys, err := want.mirror.FS(want.commit, t.Selection())
-	if err == nil {
-		c.Root, err = want.mirror.FS(want.commit, gitutil.Selection{})
-		if closer, ok := fsys.(io.Closer); ok && err != nil {
-			_ = closer.Close()
-		}
-	}
+	// The whole repository, opened only if the sink reads it.
+	c.Root = &lazyFS{open: func() (fs.FS, error) { return want.mirror.FS(want.commit, gitutil.Selection{}) }}
 	if err != nil {
 		if errors.Is(err, gitutil.ErrCommitNotFound) || errors.Is(err, gitutil.ErrCorrupt) {
 			d.env.trigger(t.URL) // the mirror lost it (rebuilt): have it fetched again now
@@ -312,11 +308,7 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Ch
 		count := 0
 		mounted, err := d.env.mountSubmodules(ctx, t, want.mirror, t.URL, want.commit, t.Selection(), fsys, 0, &count)
 		if err != nil {
-			for _, f := range []fs.FS{fsys, c.Root} {
-				if closer, ok := f.(io.Closer); ok {
-					_ = closer.Close()
-				}
-			}
+			closeAll(fsys, c.Root)
 			return c, err
 		}
 		c.FS = mounted
@@ -330,6 +322,27 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Ch
 		c.Submodules = append(c.Submodules, sm.Path)
 	}
 	return c, nil
+}
+
+// record moves the checkpoint to the event's commit, whose tree the sink
+// has already: nothing is delivered.
+func (d *deliverer) record(ctx context.Context, ev Event, cp Checkpoint) error {
+	cp.Commit, cp.Time = ev.Commit, time.Now()
+	if err := d.env.opts.store.Put(ctx, d.key, cp); err != nil {
+		return d.fail(ctx, ev, nil, err)
+	}
+	ev.Type = EventUpToDate
+	d.env.emit(ev)
+	return nil
+}
+
+// closeAll closes the file systems that are io.Closers.
+func closeAll(fss ...fs.FS) {
+	for _, f := range fss {
+		if c, ok := f.(io.Closer); ok {
+			_ = c.Close()
+		}
+	}
 }
 
 // call hands c to the sink within the watcher's delivery limit.

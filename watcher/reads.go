@@ -44,8 +44,11 @@ func readsOf(report any, path string) []string {
 
 // readsTree digests the tree of the target's path with the trees (or
 // blobs) of reads at the commit wanted; a read path that is gone counts
-// as such.
+// as such. Without reads it is the path's tree.
 func readsTree(ctx context.Context, want *desired, reads []string) (string, error) {
+	if len(reads) == 0 {
+		return want.tree.String(), nil
+	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00", want.tree)
 	for _, r := range reads {

@@ -357,34 +357,12 @@ func (w *Watcher) admit(t Target) (Target, error) {
 }
 
 func (w *Watcher) reconcileLoop(ctx context.Context) error {
-	var resync <-chan time.Time
-	var resyncTimer *time.Timer
-	// nextResync arms the timer to the next resync; due says whether it
-	// is a resync or a look at WithResyncFunc's interval again.
-	due := false
-	nextResync := func() {
-		d := w.opts.resync
-		if f := w.opts.resyncFunc; f != nil {
-			d = f()
-		}
-		switch {
-		case d > 0:
-			resyncTimer, due = time.NewTimer(d), true
-		case w.opts.resyncFunc != nil:
-			resyncTimer, due = time.NewTimer(time.Minute), false
-		default:
-			resyncTimer, resync = nil, nil
-			return
-		}
-		resync = resyncTimer.C
-	}
-	nextResync()
+	resync := resyncer{every: w.opts.resync, ask: w.opts.resyncFunc}
+	resync.next()
 	var retry *time.Timer
 	pruned := false // what Inventory sinks hold for targets no source wants
 	defer func() {
-		if resyncTimer != nil {
-			resyncTimer.Stop()
-		}
+		resync.stop()
 		if retry != nil {
 			retry.Stop()
 		}
@@ -404,11 +382,11 @@ func (w *Watcher) reconcileLoop(ctx context.Context) error {
 		case <-w.changed:
 		case <-shardC:
 		case <-retryC:
-		case <-resync:
-			if due {
+		case <-resync.c:
+			if resync.due {
 				w.resyncAll()
 			}
-			nextResync()
+			resync.next()
 			continue
 		}
 		if retry != nil {
@@ -422,6 +400,40 @@ func (w *Watcher) reconcileLoop(ctx context.Context) error {
 		if !pruned {
 			pruned = w.pruneOrphans(ctx)
 		}
+	}
+}
+
+// resyncer times the resyncs: every (WithResync), or what ask says at
+// each (WithResyncFunc; none now: ask again a minute later).
+type resyncer struct {
+	every time.Duration
+	ask   func() time.Duration
+	timer *time.Timer
+	c     <-chan time.Time // nil: no resync
+	due   bool             // the timer is a resync, not a look at ask again
+}
+
+// next arms the timer to the next resync.
+func (r *resyncer) next() {
+	d := r.every
+	if r.ask != nil {
+		d = r.ask()
+	}
+	switch {
+	case d > 0:
+		r.timer, r.due = time.NewTimer(d), true
+	case r.ask != nil:
+		r.timer, r.due = time.NewTimer(time.Minute), false
+	default:
+		r.timer, r.c = nil, nil
+		return
+	}
+	r.c = r.timer.C
+}
+
+func (r *resyncer) stop() {
+	if r.timer != nil {
+		r.timer.Stop()
 	}
 }
 
