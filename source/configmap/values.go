@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -28,10 +29,11 @@ const maxValuesFile = 1 << 20
 // cannot be read or parsed is an error naming it. Each listing and fetch
 // is bounded by timeout.
 func GitValues(dir string, resolve gitutil.CredentialResolver, timeout time.Duration) Values {
+	g := &gitReader{dir: dir, resolve: resolve, timeout: timeout, mirrors: map[string]*gitutil.Mirror{}}
 	return func(ctx context.Context, ref Reference, cluster string) (map[string]string, error) {
 		out := map[string]string{}
 		for i, f := range ref.Files {
-			vals, err := gitValues(ctx, dir, resolve, timeout, f, cluster)
+			vals, err := g.values(ctx, f, cluster)
 			if err != nil {
 				return nil, fmt.Errorf("files[%d] (%s in %s): %w", i, f.Path, gitutil.RedactURL(f.RepoURL), err)
 			}
@@ -41,58 +43,91 @@ func GitValues(dir string, resolve gitutil.CredentialResolver, timeout time.Dura
 	}
 }
 
-func gitValues(ctx context.Context, dir string, resolve gitutil.CredentialResolver, timeout time.Duration, f FileRef, cluster string) (map[string]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+// gitReader reads reference files through mirrors it keeps open, one per
+// repository and credential, so that a refresh fetches what moved and
+// does not open and check a mirror again.
+type gitReader struct {
+	dir     string
+	resolve gitutil.CredentialResolver
+	timeout time.Duration
+
+	mu      sync.Mutex
+	mirrors map[string]*gitutil.Mirror
+}
+
+// values reads the cluster's entry of the file f.
+func (g *gitReader) values(ctx context.Context, f FileRef, cluster string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	url, auth, err := gitutil.MergeURLCredentials(f.RepoURL, nil)
 	if err != nil {
 		return nil, err
 	}
-	if auth == nil && resolve != nil {
-		if auth, err = resolve.Resolve(ctx, url); err != nil {
+	if auth == nil && g.resolve != nil {
+		if auth, err = g.resolve.Resolve(ctx, url); err != nil {
 			return nil, err
 		}
 	}
-	rev, err := gitutil.ParseRevision(f.TargetRevision)
+	m, commit, err := g.commit(ctx, url, auth, f.TargetRevision)
 	if err != nil {
 		return nil, err
+	}
+	return readValues(m, commit, f.Path, cluster)
+}
+
+// commit brings the commit revision names now into the mirror of url and
+// auth, and returns both.
+func (g *gitReader) commit(ctx context.Context, url string, auth *gitutil.Auth, revision string) (*gitutil.Mirror, plumbing.Hash, error) {
+	rev, err := gitutil.ParseRevision(revision)
+	if err != nil {
+		return nil, plumbing.ZeroHash, err
 	}
 	refs, err := gitutil.ListRefs(ctx, url, auth, gitutil.WithRefPrefixes(rev.RefPrefixes()...))
 	if err != nil {
-		return nil, err
+		return nil, plumbing.ZeroHash, err
 	}
 	res, err := gitutil.Resolve(rev, refs)
 	if err != nil {
-		return nil, err
+		return nil, plumbing.ZeroHash, err
 	}
 	key := sha256.Sum256([]byte(url + "\x00" + auth.Identity()))
-	m, err := gitutil.OpenMirror(filepath.Join(dir, hex.EncodeToString(key[:12])), url, gitutil.MirrorOptions{})
-	if err != nil {
-		return nil, err
-	}
-	if !m.HasCommit(res.Commit) {
-		if res.Ref != "" {
-			fetched, err := m.FetchListed(ctx, auth, map[string]plumbing.Hash{res.Ref: refs.Refs[res.Ref]})
-			if err != nil {
-				return nil, err
-			}
-			if e := fetched.RefErrors[res.Ref]; e != nil {
-				return nil, e
-			}
-			res.Commit = fetched.Refs[res.Ref]
-		} else if _, err := m.FetchCommit(ctx, auth, res.Commit); err != nil {
-			return nil, err
+	name := hex.EncodeToString(key[:12])
+	g.mu.Lock()
+	m := g.mirrors[name]
+	if m == nil {
+		if m, err = gitutil.OpenMirror(filepath.Join(g.dir, name), url, gitutil.MirrorOptions{}); err == nil {
+			g.mirrors[name] = m
 		}
 	}
-	fsys, err := m.FS(res.Commit, gitutil.Selection{})
+	g.mu.Unlock()
+	if err != nil {
+		return nil, plumbing.ZeroHash, err
+	}
+	if m.HasCommit(res.Commit) {
+		return m, res.Commit, nil
+	}
+	if res.Ref == "" {
+		_, err := m.FetchCommit(ctx, auth, res.Commit)
+		return m, res.Commit, err
+	}
+	fetched, err := m.FetchListed(ctx, auth, map[string]plumbing.Hash{res.Ref: refs.Refs[res.Ref]})
+	if err == nil {
+		err = fetched.RefErrors[res.Ref]
+	}
+	return m, fetched.Refs[res.Ref], err
+}
+
+// readValues reads the file at p of the commit: a map of cluster names to
+// key/value pairs, of which it returns the cluster's.
+func readValues(m *gitutil.Mirror, commit plumbing.Hash, p, cluster string) (map[string]string, error) {
+	fsys, err := m.FS(commit, gitutil.Selection{})
 	if err != nil {
 		return nil, err
 	}
 	if c, ok := fsys.(io.Closer); ok {
 		defer c.Close()
 	}
-	p, err := gitutil.CleanPath(f.Path)
-	if err != nil {
+	if p, err = gitutil.CleanPath(p); err != nil {
 		return nil, err
 	}
 	file, err := fsys.Open(p)
