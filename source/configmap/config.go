@@ -147,18 +147,8 @@ func Load(ctx context.Context, data []byte, opts LoadOptions) (*Loaded, error) {
 	if err := yaml.Unmarshal(data, &raw); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	var unknown []string
-	for k := range raw {
-		switch {
-		case slices.Contains(opts.OwnKeys, k):
-			delete(raw, k)
-		case !slices.Contains(topKeys, k):
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) > 0 {
-		slices.Sort(unknown)
-		return nil, fmt.Errorf("%w: unknown keys: %s (the program reads its own keys itself: configmap.LoadOptions.OwnKeys)", ErrInvalid, strings.Join(unknown, ", "))
+	if err := dropOwnKeys(raw, opts.OwnKeys); err != nil {
+		return nil, err
 	}
 	var cfg Config
 	if err := decode(raw, &cfg); err != nil {
@@ -176,24 +166,9 @@ func Load(ctx context.Context, data []byte, opts LoadOptions) (*Loaded, error) {
 			return nil, fmt.Errorf("configmap: repository credentials: %w", err)
 		}
 	}
-	kv := cfg.Source.KeyValueGenerator
-	var values map[string]string
-	switch {
-	case kv.Embedded != nil && kv.Reference != nil:
-		return nil, fmt.Errorf("%w: source.keyValueGenerator: embedded and reference are both set", ErrInvalid)
-	case kv.Embedded != nil:
-		values = kv.Embedded.Values
-	case kv.Reference != nil:
-		if err := kv.Reference.validate(); err != nil {
-			return nil, err
-		}
-		if opts.Values == nil {
-			return nil, fmt.Errorf("%w: source.keyValueGenerator.reference: the program gives no way to read its files (configmap.WithValues, configmap.GitValues)", ErrInvalid)
-		}
-		var err error
-		if values, err = opts.Values(ctx, *kv.Reference, cfg.ClusterName); err != nil {
-			return nil, fmt.Errorf("configmap: source.keyValueGenerator.reference: %w", err)
-		}
+	values, err := cfg.values(ctx, opts.Values)
+	if err != nil {
+		return nil, err
 	}
 	// Placeholders are filled in the parsed definitions, string by string,
 	// so that a value cannot change the document's structure.
@@ -215,6 +190,49 @@ func Load(ctx context.Context, data []byte, opts LoadOptions) (*Loaded, error) {
 		return nil, err
 	}
 	return &Loaded{Config: cfg, Targets: targets, Credentials: creds}, nil
+}
+
+// dropOwnKeys removes the program's own top-level keys from raw; any other
+// key that is not the configuration's is an error naming it.
+func dropOwnKeys(raw map[string]any, own []string) error {
+	var unknown []string
+	for k := range raw {
+		switch {
+		case slices.Contains(own, k):
+			delete(raw, k)
+		case !slices.Contains(topKeys, k):
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return fmt.Errorf("%w: unknown keys: %s (the program reads its own keys itself: configmap.LoadOptions.OwnKeys)", ErrInvalid, strings.Join(unknown, ", "))
+	}
+	return nil
+}
+
+// values returns the placeholders' values the key/value generator gives.
+func (c Config) values(ctx context.Context, read Values) (map[string]string, error) {
+	kv := c.Source.KeyValueGenerator
+	switch {
+	case kv.Embedded != nil && kv.Reference != nil:
+		return nil, fmt.Errorf("%w: source.keyValueGenerator: embedded and reference are both set", ErrInvalid)
+	case kv.Embedded != nil:
+		return kv.Embedded.Values, nil
+	case kv.Reference == nil:
+		return nil, nil
+	}
+	if err := kv.Reference.validate(); err != nil {
+		return nil, err
+	}
+	if read == nil {
+		return nil, fmt.Errorf("%w: source.keyValueGenerator.reference: the program gives no way to read its files (configmap.WithValues, configmap.GitValues)", ErrInvalid)
+	}
+	values, err := read(ctx, *kv.Reference, c.ClusterName)
+	if err != nil {
+		return nil, fmt.Errorf("configmap: source.keyValueGenerator.reference: %w", err)
+	}
+	return values, nil
 }
 
 func (r Reference) validate() error {

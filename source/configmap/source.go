@@ -135,33 +135,11 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 	}
 	// A reference generator's files change without the file changing:
 	// they are read again every refresh interval.
-	var tickC <-chan time.Time
-	if s.refresh > 0 {
-		tick := time.NewTicker(s.refresh)
-		defer tick.Stop()
-		tickC = tick.C
-	}
-	refreshed := make(chan struct{})
-	ctx, cancel := context.WithCancel(ctx) // Watch may return before ctx ends
-	go func() {
-		defer close(refreshed)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tickC:
-			}
-			mu.Lock()
-			if refresh && loaded && last != nil && !stopped {
-				load(last, true)
-			}
-			mu.Unlock()
+	defer every(ctx, s.refresh, &mu, func() {
+		if refresh && loaded && last != nil && !stopped {
+			load(last, true)
 		}
-	}()
-	defer func() {
-		cancel()
-		<-refreshed
-	}()
+	})()
 	stopGrace := func() {
 		if missing != nil {
 			missing.Stop()
@@ -215,6 +193,35 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 		last = data
 		load(data, false)
 	})
+}
+
+// every calls fn, holding mu, every d (none when d is 0 or less) until
+// ctx ends or the returned func is called, which waits for it.
+func every(ctx context.Context, d time.Duration, mu *sync.Mutex, fn func()) (stop func()) {
+	if d <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	tick := time.NewTicker(d)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			mu.Lock()
+			fn()
+			mu.Unlock()
+		}
+	}()
+	return func() {
+		cancel()
+		tick.Stop()
+		<-done
+	}
 }
 
 // load reads data into targets and hands them to update, unless they are
