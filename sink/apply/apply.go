@@ -84,33 +84,7 @@ func (s *Sink) apply(ctx context.Context, objs []*unstructured.Unstructured, rea
 	}
 	was := old.entries()
 	onlyChanged := !s.cfg.AlwaysCheckDrift && (reason == watcher.ReasonNewCommit || reason == watcher.ReasonForcePush)
-	digests := make(map[string]string, len(objs))
-	var defs, rest []*unstructured.Unstructured
-	for _, o := range objs {
-		once := createOnly(o)
-		r := refOf(o)
-		d := digest(o)
-		digests[r.key()] = d
-		if once {
-			exists, err := s.exists(ctx, o)
-			if err != nil {
-				res.Entries = append(res.Entries, Entry{Object: r, Action: Failed, Err: err})
-				continue
-			}
-			if exists {
-				res.Entries = append(res.Entries, Entry{Object: r, Action: Unchanged}) // created once, never changed
-				continue
-			}
-		}
-		switch e, ok := was[r.key()]; {
-		case onlyChanged && ok && d != "" && e.D == d && e.V == r.Version:
-			res.Entries = append(res.Entries, Entry{Object: r, Action: Unchanged})
-		case ssautils.IsClusterDefinition(o):
-			defs = append(defs, o)
-		default:
-			rest = append(rest, o)
-		}
-	}
+	defs, rest, digests := s.sort(ctx, objs, was, onlyChanged, res)
 	// applied records the objects this delivery did not fail on.
 	applied := func(inv entries) entries {
 		for _, e := range res.Entries {
@@ -193,6 +167,40 @@ func (s *Sink) exists(ctx context.Context, o *unstructured.Unstructured) (bool, 
 		return false, fmt.Errorf("apply: %s: %w", refOf(o), err)
 	}
 	return true, nil
+}
+
+// sort sorts objs into the cluster definitions and the rest to apply,
+// with each one's digest; those with nothing to do (unchanged since the
+// inventory's digest, when onlyChanged; create-only and there already)
+// get their entry in res now.
+func (s *Sink) sort(ctx context.Context, objs []*unstructured.Unstructured, was entries, onlyChanged bool, res *Result) (defs, rest []*unstructured.Unstructured, digests map[string]string) {
+	digests = make(map[string]string, len(objs))
+	for _, o := range objs {
+		once := createOnly(o)
+		r := refOf(o)
+		d := digest(o)
+		digests[r.key()] = d
+		if once {
+			exists, err := s.exists(ctx, o)
+			if err != nil {
+				res.Entries = append(res.Entries, Entry{Object: r, Action: Failed, Err: err})
+				continue
+			}
+			if exists {
+				res.Entries = append(res.Entries, Entry{Object: r, Action: Unchanged}) // created once, never changed
+				continue
+			}
+		}
+		switch e, ok := was[r.key()]; {
+		case onlyChanged && ok && d != "" && e.D == d && e.V == r.Version:
+			res.Entries = append(res.Entries, Entry{Object: r, Action: Unchanged})
+		case ssautils.IsClusterDefinition(o):
+			defs = append(defs, o)
+		default:
+			rest = append(rest, o)
+		}
+	}
+	return defs, rest, digests
 }
 
 // applyStage applies objs concurrently, each written only when a dry run

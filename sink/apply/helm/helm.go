@@ -112,45 +112,13 @@ func (r Renderer) render(ctx context.Context, root fs.FS, dir string, rs spec.Re
 	if err := chartutil.ProcessDependenciesWithMerge(chrt, vals); err != nil {
 		return nil, nil, fmt.Errorf("helm: dependencies: %w", err)
 	}
-	caps := chartutil.DefaultCapabilities.Copy()
-	opts := chartutil.ReleaseOptions{Name: h.ReleaseName, Namespace: rs.Namespace, Revision: 1, IsInstall: true}
-	top, err := chartutil.ToRenderValues(chrt, vals, opts, caps)
+	manifests, err := template(chrt, vals, chartutil.ReleaseOptions{Name: h.ReleaseName, Namespace: rs.Namespace, Revision: 1, IsInstall: true})
 	if err != nil {
-		return nil, nil, fmt.Errorf("helm: values: %w", err)
+		return nil, nil, err
 	}
-	rendered, err := engine.Render(chrt, top)
+	out, err := r.crdObjects(chrt)
 	if err != nil {
-		return nil, nil, fmt.Errorf("helm: %w", err)
-	}
-	for name := range rendered {
-		if strings.HasSuffix(name, "NOTES.txt") {
-			delete(rendered, name)
-		}
-	}
-	_, manifests, err := releaseutil.SortManifests(rendered, caps.APIVersions, releaseutil.InstallOrder)
-	if err != nil {
-		return nil, nil, fmt.Errorf("helm: %w", err)
-	}
-
-	var out []*unstructured.Unstructured
-	if r.crds != CRDsSkip {
-		for _, crd := range chrt.CRDObjects() {
-			objs, err := apply.Decode(crd.Filename, crd.File.Data)
-			if err != nil {
-				return nil, nil, err
-			}
-			for _, o := range objs {
-				if r.crds == CRDsCreate {
-					a := o.GetAnnotations()
-					if a == nil {
-						a = map[string]string{}
-					}
-					a[apply.AnnotationCreateOnly] = "true"
-					o.SetAnnotations(a)
-				}
-			}
-			out = append(out, objs...)
-		}
+		return nil, nil, err
 	}
 	for _, m := range manifests {
 		objs, err := apply.Decode(m.Name, []byte(m.Content))
@@ -160,6 +128,57 @@ func (r Renderer) render(ctx context.Context, root fs.FS, dir string, rs spec.Re
 		out = append(out, objs...)
 	}
 	return out, l.reads, nil
+}
+
+// template renders the chart's templates, as `helm template` does: no
+// notes, no hooks, in install order.
+func template(chrt *chart.Chart, vals map[string]any, opts chartutil.ReleaseOptions) ([]releaseutil.Manifest, error) {
+	caps := chartutil.DefaultCapabilities.Copy()
+	top, err := chartutil.ToRenderValues(chrt, vals, opts, caps)
+	if err != nil {
+		return nil, fmt.Errorf("helm: values: %w", err)
+	}
+	rendered, err := engine.Render(chrt, top)
+	if err != nil {
+		return nil, fmt.Errorf("helm: %w", err)
+	}
+	for name := range rendered {
+		if strings.HasSuffix(name, "NOTES.txt") {
+			delete(rendered, name)
+		}
+	}
+	_, manifests, err := releaseutil.SortManifests(rendered, caps.APIVersions, releaseutil.InstallOrder)
+	if err != nil {
+		return nil, fmt.Errorf("helm: %w", err)
+	}
+	return manifests, nil
+}
+
+// crdObjects returns the CRDs of the chart's crds/ folder as the policy
+// says: none (Skip), marked create-only (Create), or as they are.
+func (r Renderer) crdObjects(chrt *chart.Chart) ([]*unstructured.Unstructured, error) {
+	if r.crds == CRDsSkip {
+		return nil, nil
+	}
+	var out []*unstructured.Unstructured
+	for _, crd := range chrt.CRDObjects() {
+		objs, err := apply.Decode(crd.Filename, crd.File.Data)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			if r.crds == CRDsCreate {
+				a := o.GetAnnotations()
+				if a == nil {
+					a = map[string]string{}
+				}
+				a[apply.AnnotationCreateOnly] = "true"
+				o.SetAnnotations(a)
+			}
+		}
+		out = append(out, objs...)
+	}
+	return out, nil
 }
 
 // maxDependencyDepth bounds how deep file:// dependencies nest.
