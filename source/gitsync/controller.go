@@ -256,13 +256,27 @@ type Controller struct {
 	path        string
 	ownKeys     []string
 	onReload    func([]byte)
-	current     atomic.Pointer[ControllerConfig]
+	current     atomic.Pointer[liveConfig]
+}
+
+// liveConfig is the configuration as the file says now, with its
+// includedResources parsed once.
+type liveConfig struct {
+	cfg   *ControllerConfig
+	kinds GroupKinds
+}
+
+// setCurrent records cfg as the configuration now; it was validated, so
+// its includedResources parse.
+func (c *Controller) setCurrent(cfg *ControllerConfig) {
+	kinds, _ := ParseIncludedResources(cfg.IncludedResources)
+	c.current.Store(&liveConfig{cfg: cfg, kinds: kinds})
 }
 
 // Current is the configuration as the file says now (Config until it
 // changes): for the keys a program reads at each use, such as
 // cascadeDeletion (see apply.Config.CascadeDeleteFunc).
-func (c *Controller) Current() *ControllerConfig { return c.current.Load() }
+func (c *Controller) Current() *ControllerConfig { return c.current.Load().cfg }
 
 // CascadeDeletion is Current's cascadeDeletion.
 func (c *Controller) CascadeDeletion() bool { return c.Current().CascadeDeletion }
@@ -270,8 +284,7 @@ func (c *Controller) CascadeDeletion() bool { return c.Current().CascadeDeletion
 // Included reports whether Current's includedResources include gk (for
 // apply.Config.Include).
 func (c *Controller) Included(gk schema.GroupKind) bool {
-	l, _ := ParseIncludedResources(c.Current().IncludedResources) // checked when it was loaded
-	return l.Includes(gk)
+	return c.current.Load().kinds.Includes(gk)
 }
 
 // LoadController reads the controller configuration at path and makes its
@@ -314,7 +327,7 @@ func NewController(file ControllerFile, kube kubernetes.Interface, dyn dynamic.I
 	src := New(dyn, Config{Namespace: namespace, ClusterName: cfg.ClusterName, Interval: cfg.Interval(), Suspend: cfg.AutomatedSyncDisabled},
 		append([]Option{WithCredentials(creds)}, opts...)...)
 	c := &Controller{Config: cfg, Source: src, Credentials: creds, path: file.Path, ownKeys: file.OwnKeys, onReload: file.OnReload}
-	c.current.Store(cfg)
+	c.setCurrent(cfg)
 	return c, nil
 }
 
@@ -346,7 +359,7 @@ func (c *Controller) WatcherOptions(cacheDir string) ([]watcher.Option, error) {
 // [FollowConfig]). It is a controller-runtime Runnable for every replica.
 func (c *Controller) Start(ctx context.Context) error {
 	return followConfig(ctx, c.path, c.Source, c.Credentials, c.ownKeys, c.Source.log, func(cfg *ControllerConfig, data []byte) {
-		c.current.Store(cfg)
+		c.setCurrent(cfg)
 		if c.onReload != nil {
 			c.onReload(data)
 		}
