@@ -16,10 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/internal/testenv"
+	"github.com/modwatch/modwatch/internal/upstream"
 	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
@@ -222,16 +222,9 @@ func TestGitSyncWithoutANamespaceIsRefused(t *testing.T) {
 // ConfigMap is one, a ClusterRole is not, and a GitSync that holds one
 // shows Failed, naming it, with nothing of it applied.
 func TestOnNumaplanesOwnControllerConfig(t *testing.T) {
-	p, err := testenv.Upstream("numaplane/config/manager/controller-config.yaml")
+	data, err := upstream.ConfigFile("numaplane/config/manager/controller-config.yaml")
 	require.NoError(t, err)
-	data, err := os.ReadFile(p)
-	require.NoError(t, err)
-	var cm struct {
-		Data map[string]string `json:"data"`
-	}
-	require.NoError(t, yaml.Unmarshal(data, &cm))
-	config := filepath.Join(t.TempDir(), "config.yaml")
-	require.NoError(t, os.WriteFile(config, []byte(cm.Data["config.yaml"]), 0o644))
+	config := configFile(t, string(data))
 
 	ns := env.Namespace(t)
 	srv := gittest.NewServer(t)

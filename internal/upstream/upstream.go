@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"sigs.k8s.io/yaml"
 )
 
 // Path returns the path of the artifact rel ("numaplane/config/...").
@@ -47,4 +49,28 @@ func RepoRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// ConfigFile returns the config.yaml of the ConfigMap in the artifact rel,
+// as a program mounting that ConfigMap reads it.
+func ConfigFile(rel string) ([]byte, error) {
+	p, err := Path(rel)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := yaml.Unmarshal(data, &cm); err != nil {
+		return nil, fmt.Errorf("upstream: %s: %w", rel, err)
+	}
+	config, ok := cm.Data["config.yaml"]
+	if !ok {
+		return nil, fmt.Errorf("upstream: %s has no config.yaml", rel)
+	}
+	return []byte(config), nil
 }

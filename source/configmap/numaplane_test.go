@@ -2,13 +2,11 @@ package configmap_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/internal/upstream"
@@ -19,16 +17,9 @@ import (
 // sample reads config.yaml of one of Numaplane's agent ConfigMap samples.
 func sample(t *testing.T, name string) []byte {
 	t.Helper()
-	p, err := upstream.Path("numaplane/config/samples/agent/" + name)
+	data, err := upstream.ConfigFile("numaplane/config/samples/agent/" + name)
 	require.NoError(t, err)
-	data, err := os.ReadFile(p)
-	require.NoError(t, err)
-	var cm struct {
-		Data map[string]string `json:"data"`
-	}
-	require.NoError(t, yaml.Unmarshal(data, &cm))
-	require.NotEmpty(t, cm.Data["config.yaml"])
-	return []byte(cm.Data["config.yaml"])
+	return data
 }
 
 // Numaplane's embedded sample yields its target, its placeholders filled.

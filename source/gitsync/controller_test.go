@@ -11,11 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/yaml"
 
-	"github.com/modwatch/modwatch/internal/testenv"
+	"github.com/modwatch/modwatch/internal/upstream"
 	"github.com/modwatch/modwatch/source/gitsync"
 )
 
@@ -75,13 +73,9 @@ func TestParseIncludedResources(t *testing.T) {
 func TestNumaplanesOwnControllerConfigs(t *testing.T) {
 	read := func(rel string) []byte {
 		t.Helper()
-		p, err := testenv.Upstream(rel)
+		data, err := upstream.ConfigFile(rel)
 		require.NoError(t, err)
-		data, err := os.ReadFile(p)
-		require.NoError(t, err)
-		var cm corev1.ConfigMap
-		require.NoError(t, yaml.Unmarshal(data, &cm))
-		return []byte(cm.Data["config.yaml"])
+		return data
 	}
 	manager := read("numaplane/config/manager/controller-config.yaml")
 	cfg, err := gitsync.ParseControllerConfig(manager)
