@@ -72,9 +72,9 @@ bench: testbin
 	$(GO) run ./internal/bench/soak -out bench-results/soak.md
 	$(GO) run ./internal/bench/widetree -out bench-results/widetree.md
 	$(GO) run ./internal/bench/fleet -out bench-results/fleet.md
-	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkApply500 -benchtime 5x ./sink/apply/ | tee bench-results/apply.txt
-	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkPushToArtifact -benchtime 5x ./sink/fluxreceiver/ | tee bench-results/fluxartifact.txt
-	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkFailover -benchtime 2x ./watcher/cluster/ | tee bench-results/failover.txt
+	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkApply500 -benchtime 5x ./internal/testenv/sink/apply/ | tee bench-results/apply.txt
+	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkPushToArtifact -benchtime 5x ./internal/testenv/sink/fluxreceiver/ | tee bench-results/fluxartifact.txt
+	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkFailover -benchtime 2x ./internal/testenv/watcher/cluster/ | tee bench-results/failover.txt
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

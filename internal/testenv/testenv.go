@@ -8,6 +8,14 @@
 // are missing, Start fails with a message naming the make target: tests
 // never skip silently.
 //
+// The tests that need a control plane live in this module, not in the
+// published modules they test: internal/testenv/source/gitsync holds the
+// envtest suite of source/gitsync, and so on for source/flux, sink/apply,
+// sink/apply/helm, sink/fluxreceiver and watcher/cluster. A published
+// module never requires this one (it cannot be resolved from outside the
+// tree), so a consumer's module graph stays free of it and of envtest.
+// internal/repocheck checks that.
+//
 // Use it from TestMain:
 //
 //	var env *testenv.Env

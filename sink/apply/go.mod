@@ -7,7 +7,6 @@ require (
 	github.com/fluxcd/pkg/ssa v0.78.0
 	github.com/go-logr/logr v1.4.4
 	github.com/modwatch/modwatch v0.0.0
-	github.com/modwatch/modwatch/internal/testenv v0.0.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.25.0

@@ -81,8 +81,9 @@ func FuzzDecode(f *testing.F) {
 }
 
 func TestRawWalksManifestsOnly(t *testing.T) {
+	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
 	cm := func(name string) *fstest.MapFile {
-		return file(configMap(name, "v"))
+		return file("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\ndata:\n  value: v\n")
 	}
 	objs, err := apply.Raw.Render(context.Background(), fstest.MapFS{
 		"b.yaml":           cm("b"),
