@@ -16,9 +16,9 @@ TEST_FLAGS  ?= -race -count=1 -timeout 20m
 # examples, the test control plane's harness).
 PKGS        := github.com/modwatch/modwatch/...
 
-.PHONY: test vet staticcheck testbin quickstart fmt clean-testbin bench tidy
+.PHONY: test vet staticcheck api testbin quickstart fmt clean-testbin bench tidy release
 
-test: vet staticcheck testbin
+test: vet staticcheck api testbin
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test $(TEST_FLAGS) $(PKGS)
 
 vet:
@@ -31,6 +31,19 @@ staticcheck:
 # kube-apiserver and etcd, built from their Go modules (internal/testbin),
 # once per version: about ten minutes cold on 2 cores, nothing after. Then
 # Flux's source-controller and the CRDs its module ships (a few minutes).
+# The exported API of every published package against the last release
+# (CHANGELOG.md names its commit): each change is listed; an incompatible
+# one must be named in CHANGELOG.md's Unreleased section.
+api:
+	$(GO) run ./internal/release/cmd/release -api
+
+# make release VERSION=vX.Y.Z: every module's requirements on the others set
+# to VERSION, the tree checked, CHANGELOG.md's Unreleased section cut, one
+# commit and a tag per published module (nothing is pushed).
+release:
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=vX.Y.Z"; exit 2; }
+	$(GO) run ./internal/release/cmd/release -version $(VERSION)
+
 testbin:
 	@if [ -x $(TESTBIN)/kube-apiserver ] && [ -x $(TESTBIN)/etcd ]; then \
 		echo "testbin: using $(TESTBIN)"; \
@@ -79,15 +92,15 @@ bench: testbin
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-# go mod tidy in every module. Between releases the nested modules require
-# each other at v0.0.0, which only go.work resolves; tidy runs outside the
-# workspace, so each module gets the workspace's modules as replaces for the
-# run, and loses them after.
+# go mod tidy in every module. The modules require each other at the last
+# release's version, which only go.work resolves to this tree; tidy runs
+# outside the workspace, so each module gets the workspace's modules as
+# replaces for the run, and loses them after.
 tidy:
 	@mods="$$($(GO) list -m -f '{{.Path}}={{.Dir}}')"; \
 	for m in $$mods; do \
 		dir=$${m#*=}; reps=""; \
-		for o in $$mods; do [ "$$o" = "$$m" ] || reps="$$reps -replace=$${o%%=*}@v0.0.0=$${o#*=}"; done; \
+		for o in $$mods; do [ "$$o" = "$$m" ] || reps="$$reps -replace=$${o%%=*}=$${o#*=}"; done; \
 		echo "tidy $$dir"; \
 		(cd $$dir && $(GO) mod edit $$reps && GOWORK=off GOFLAGS=-mod=mod $(GO) mod tidy; rc=$$?; \
 		 $(GO) mod edit $$(echo $$reps | sed 's/-replace=\([^=]*\)=[^ ]*/-dropreplace=\1/g'); exit $$rc) || exit 1; \

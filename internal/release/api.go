@@ -1,0 +1,203 @@
+package release
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"go/types"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/exp/apidiff"
+	"golang.org/x/tools/go/packages"
+)
+
+// An APIChange is one difference in the exported API of a published
+// package between two trees.
+type APIChange struct {
+	Package    string // import path
+	Name       string // the package's name
+	Message    string // apidiff's, "Config.Prune: removed"; "package removed" for the package
+	Compatible bool
+}
+
+func (c APIChange) String() string {
+	kind := "compatible"
+	if !c.Compatible {
+		kind = "INCOMPATIBLE"
+	}
+	return fmt.Sprintf("%s: %s: %s", kind, c.Package, c.Message)
+}
+
+// Ident is what a CHANGELOG entry names for c: the package's name and the
+// top-level identifier changed ("apply.Config" for "Config.Prune:
+// removed", "gitutil.Mirror" for "(*Mirror).Close: removed"), or the
+// import path of a package added or removed.
+func (c APIChange) Ident() string {
+	if c.Message == "package removed" || c.Message == "package added" {
+		return c.Package
+	}
+	s, _, _ := strings.Cut(c.Message, ":")
+	s = strings.TrimLeft(s, "(*")
+	if i := strings.IndexAny(s, ".)[,"); i >= 0 {
+		s = s[:i]
+	}
+	return c.Name + "." + s
+}
+
+// diffAPI compares two sets of packages by import path.
+func diffAPI(oldPkgs, newPkgs map[string]*types.Package) []APIChange {
+	var changes []APIChange
+	for _, path := range sortedKeys(oldPkgs, newPkgs) {
+		o, n := oldPkgs[path], newPkgs[path]
+		switch {
+		case n == nil:
+			changes = append(changes, APIChange{Package: path, Name: o.Name(), Message: "package removed"})
+		case o == nil:
+			changes = append(changes, APIChange{Package: path, Name: n.Name(), Message: "package added", Compatible: true})
+		default:
+			for _, c := range apidiff.Changes(o, n).Changes {
+				changes = append(changes, APIChange{Package: path, Name: n.Name(), Message: c.Message, Compatible: c.Compatible})
+			}
+		}
+	}
+	return changes
+}
+
+// Undocumented are the incompatible changes that unreleased (the
+// CHANGELOG's Unreleased section) does not name by their Ident.
+func Undocumented(changes []APIChange, unreleased string) []APIChange {
+	var out []APIChange
+	for _, c := range changes {
+		if !c.Compatible && !strings.Contains(unreleased, c.Ident()) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// loadAPI type-checks the exported packages of mods in the workspace at
+// root, keyed by import path.
+func loadAPI(ctx context.Context, root string, mods []Module) (map[string]*types.Package, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*types.Package{}
+	var errs []string
+	for _, m := range mods {
+		cfg := &packages.Config{
+			Context: ctx,
+			Mode:    packages.NeedName | packages.NeedTypes | packages.NeedModule,
+			Dir:     filepath.Join(abs, filepath.FromSlash(m.Dir)),
+			Env:     append(os.Environ(), "GOWORK="+filepath.Join(abs, "go.work"), "GOFLAGS="),
+		}
+		pkgs, err := packages.Load(cfg, "./...")
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pkgs {
+			if p.Module == nil || p.Module.Path != m.Path || isInternal(p.PkgPath) || p.Name == "main" {
+				continue
+			}
+			for _, e := range p.Errors {
+				errs = append(errs, e.Error())
+			}
+			out[p.PkgPath] = p.Types
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s", strings.Join(errs, "\n"))
+	}
+	return out, nil
+}
+
+func isInternal(path string) bool {
+	return strings.HasSuffix(path, "/internal") || strings.Contains(path, "/internal/")
+}
+
+func sortedKeys(ms ...map[string]*types.Package) []string {
+	seen := map[string]bool{}
+	var keys []string
+	for _, m := range ms {
+		for k := range m {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// SinceLastRelease compares the exported API of the published modules at
+// root with the last release CHANGELOG.md names (ok is false before the
+// first). The release's tree is read from its commit, which the clone must
+// hold; tags are not needed.
+func SinceLastRelease(ctx context.Context, root string) (version string, changes []APIChange, ok bool, err error) {
+	cl, err := readChangelog(filepath.Join(root, "CHANGELOG.md"))
+	if err != nil {
+		return "", nil, false, err
+	}
+	version, commit, ok, err := cl.LastRelease()
+	if err != nil || !ok {
+		return version, nil, false, err
+	}
+	if _, err := git(ctx, root, "cat-file", "-e", commit+"^{commit}"); err != nil {
+		return version, nil, false, fmt.Errorf("CHANGELOG.md says %s is commit %s, which this clone does not have (a shallow clone? fetch its history): %w", version, commit, err)
+	}
+	old, err := os.MkdirTemp("", "release-api-")
+	if err != nil {
+		return version, nil, false, err
+	}
+	defer os.RemoveAll(old)
+	if err := extract(ctx, root, commit, old); err != nil {
+		return version, nil, false, err
+	}
+	// Both trees' published modules, as each names them.
+	oldMods, err := PublishedModules(old)
+	if err != nil {
+		return version, nil, false, err
+	}
+	newMods, err := PublishedModules(root)
+	if err != nil {
+		return version, nil, false, err
+	}
+	oldPkgs, err := loadAPI(ctx, old, oldMods)
+	if err != nil {
+		return version, nil, false, fmt.Errorf("%s (%s): %w", version, commit[:12], err)
+	}
+	newPkgs, err := loadAPI(ctx, root, newMods)
+	if err != nil {
+		return version, nil, false, err
+	}
+	return version, diffAPI(oldPkgs, newPkgs), true, nil
+}
+
+// extract writes the tree of commit into dir (git archive | tar -x).
+func extract(ctx context.Context, root, commit, dir string) error {
+	archive := exec.CommandContext(ctx, "git", "archive", "--format=tar", commit)
+	archive.Dir = root
+	untar := exec.CommandContext(ctx, "tar", "-x", "-C", dir)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	untar.Stdin = pipe
+	var stderr bytes.Buffer
+	archive.Stderr, untar.Stderr = &stderr, &stderr
+	if err := archive.Start(); err != nil {
+		return err
+	}
+	errUntar := untar.Run()
+	errArchive := archive.Wait()
+	if err := errors.Join(errArchive, errUntar); err != nil {
+		return fmt.Errorf("git archive %s | tar -x: %w: %s", commit, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return nil
+}

@@ -1,0 +1,265 @@
+package release
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/mod/modfile"
+)
+
+// Release makes version at the repository root: every module's
+// requirements on the published modules set to version, the tree checked
+// (Check), CHANGELOG.md's Unreleased section moved under version, one
+// commit, a tag per published module, then a second commit recording in
+// CHANGELOG.md the commit the release was made from. It returns the tags.
+// The working tree must be clean; nothing is pushed.
+func Release(ctx context.Context, root, version string, now time.Time) ([]string, error) {
+	if out, err := git(ctx, root, "status", "--porcelain"); err != nil {
+		return nil, err
+	} else if out != "" {
+		return nil, fmt.Errorf("the working tree has changes; commit or stash them first:\n%s", out)
+	}
+	all, err := Modules(root)
+	if err != nil {
+		return nil, err
+	}
+	clPath := filepath.Join(root, "CHANGELOG.md")
+	cl, err := readChangelog(clPath)
+	if err != nil {
+		return nil, err
+	}
+	cut, err := cl.Cut(version, now.UTC().Format(time.DateOnly))
+	if err != nil {
+		return nil, err
+	}
+	var tags []string
+	for _, m := range all {
+		if m.Published() {
+			tags = append(tags, m.Tag(version))
+		}
+	}
+	for _, t := range tags {
+		if _, err := git(ctx, root, "rev-parse", "-q", "--verify", "refs/tags/"+t); err == nil {
+			return nil, fmt.Errorf("tag %s exists already", t)
+		}
+	}
+	if err := SetRequirements(root, all, version); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(clPath, cut, 0o644); err != nil {
+		return nil, err
+	}
+	if err := Check(ctx, root); err != nil {
+		return nil, fmt.Errorf("the tree at %s does not check (left as it is, uncommitted): %w", version, err)
+	}
+	if _, err := git(ctx, root, "commit", "-q", "-a", "-m", "Release "+version); err != nil {
+		return nil, err
+	}
+	commit, err := git(ctx, root, "rev-parse", "HEAD")
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tags {
+		if _, err := git(ctx, root, "tag", "-a", "-m", "Release "+version, t, commit); err != nil {
+			return nil, err
+		}
+	}
+	if cl, err = readChangelog(clPath); err != nil {
+		return nil, err
+	}
+	recorded, err := cl.Record(version, commit, tags)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(clPath, recorded, 0o644); err != nil {
+		return nil, err
+	}
+	if _, err := git(ctx, root, "commit", "-q", "-m", "CHANGELOG: "+version+" is commit "+commit[:12], "--", "CHANGELOG.md"); err != nil {
+		return nil, err
+	}
+	return tags, nil
+}
+
+func readChangelog(name string) (*Changelog, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	return ParseChangelog(data)
+}
+
+// SetRequirements sets, in every module of all, each requirement on a
+// published module to version, and go.work's replaces of the repository's
+// modules to that version (the workspace replaces one version of a module
+// of its own, never all).
+func SetRequirements(root string, all []Module, version string) error {
+	if err := setWorkReplaces(root, all, version); err != nil {
+		return err
+	}
+	published := map[string]bool{}
+	for _, m := range all {
+		if m.Published() {
+			published[m.Path] = true
+		}
+	}
+	for _, m := range all {
+		f, err := readModFile(root, m.Dir)
+		if err != nil {
+			return err
+		}
+		changed := false
+		for _, r := range f.Require {
+			if published[r.Mod.Path] && r.Mod.Version != version {
+				if err := f.AddRequire(r.Mod.Path, version); err != nil {
+					return err
+				}
+				changed = true
+			}
+		}
+		if !changed {
+			continue
+		}
+		f.Cleanup()
+		data, err := f.Format()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(root, filepath.FromSlash(m.Dir), "go.mod"), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func setWorkReplaces(root string, all []Module, version string) error {
+	name := filepath.Join(root, "go.work")
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return err
+	}
+	wf, err := modfile.ParseWork(name, data, nil)
+	if err != nil {
+		return err
+	}
+	ours := map[string]bool{}
+	for _, m := range all {
+		ours[m.Path] = true
+	}
+	for _, r := range append([]*modfile.Replace(nil), wf.Replace...) {
+		if !ours[r.Old.Path] || r.Old.Version == version {
+			continue
+		}
+		old, newPath, newVersion := r.Old, r.New.Path, r.New.Version
+		if err := wf.DropReplace(old.Path, old.Version); err != nil {
+			return err
+		}
+		if err := wf.AddReplace(old.Path, version, newPath, newVersion); err != nil {
+			return err
+		}
+	}
+	wf.Cleanup()
+	return os.WriteFile(name, modfile.Format(wf.Syntax), 0o644)
+}
+
+// Check is what a release asks of the tree at root: each published module
+// resolves outside it (CheckPublishable), and each module's go.mod and
+// go.sum are tidy on their own, outside the workspace, the repository's
+// other modules standing in for the versions they require (a temporary
+// go.mod, never the module's own, holds those replaces).
+func Check(ctx context.Context, root string) error {
+	all, err := Modules(root)
+	if err != nil {
+		return err
+	}
+	var problems []string
+	for _, m := range all {
+		if m.Published() {
+			if err := CheckPublishable(root, m, all); err != nil {
+				problems = append(problems, err.Error())
+			}
+		}
+		if err := tidyDiff(ctx, root, m, all); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%s", strings.Join(problems, "\n"))
+	}
+	return nil
+}
+
+// tidyDiff runs go mod tidy -diff on m outside the workspace, with the
+// other modules of the repository as replaces in a copy of its go.mod.
+func tidyDiff(ctx context.Context, root string, m Module, all []Module) error {
+	dir := filepath.Join(root, filepath.FromSlash(m.Dir))
+	tmp, err := os.MkdirTemp("", "release-tidy-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	modFile, err := WithLocalReplaces(root, m, all, tmp)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "mod", "tidy", "-diff", "-modfile="+modFile)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s is not tidy (go mod tidy in %s, outside the workspace):\n%s", m.Path, m.Dir, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// WithLocalReplaces writes into dir a copy of m's go.mod and go.sum that
+// replaces every other module of the repository with its directory under
+// root, at every version, and returns the copy's go.mod path (for -modfile).
+func WithLocalReplaces(root string, m Module, all []Module, dir string) (string, error) {
+	modDir := filepath.Join(root, filepath.FromSlash(m.Dir))
+	f, err := readModFile(root, m.Dir)
+	if err != nil {
+		return "", err
+	}
+	for _, o := range all {
+		if o.Path == m.Path {
+			continue
+		}
+		abs, err := filepath.Abs(filepath.Join(root, filepath.FromSlash(o.Dir)))
+		if err != nil {
+			return "", err
+		}
+		if err := f.AddReplace(o.Path, "", abs, ""); err != nil {
+			return "", err
+		}
+	}
+	data, err := f.Format()
+	if err != nil {
+		return "", err
+	}
+	modFile := filepath.Join(dir, "go.mod")
+	if err := os.WriteFile(modFile, data, 0o644); err != nil {
+		return "", err
+	}
+	sum, err := os.ReadFile(filepath.Join(modDir, "go.sum"))
+	if err != nil && !os.IsNotExist(err) {
+		return "", err
+	}
+	return modFile, os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644)
+}
+
+func git(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
