@@ -92,7 +92,7 @@ func loadAPI(ctx context.Context, root string, mods []Module) (map[string]*types
 	for _, m := range mods {
 		cfg := &packages.Config{
 			Context: ctx,
-			Mode:    packages.NeedName | packages.NeedTypes | packages.NeedModule,
+			Mode:    packages.NeedName | packages.NeedTypes | packages.NeedImports | packages.NeedDeps | packages.NeedModule,
 			Dir:     filepath.Join(abs, filepath.FromSlash(m.Dir)),
 			Env:     append(os.Environ(), "GOWORK="+filepath.Join(abs, "go.work"), "GOFLAGS="),
 		}

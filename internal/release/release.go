@@ -143,41 +143,48 @@ func setWorkReplaces(root string, all []Module, version string) error {
 	if err != nil {
 		return err
 	}
-	wf, err := modfile.ParseWork(name, data, nil)
-	if err != nil {
-		return err
-	}
-	ours := map[string]bool{}
+	published := map[string]bool{}
 	for _, m := range all {
-		ours[m.Path] = true
+		published[m.Path] = m.Published()
 	}
-	for _, r := range append([]*modfile.Replace(nil), wf.Replace...) {
-		if !ours[r.Old.Path] || r.Old.Version == version {
-			continue
-		}
-		old, newPath, newVersion := r.Old, r.New.Path, r.New.Version
-		if err := wf.DropReplace(old.Path, old.Version); err != nil {
-			return err
-		}
-		if err := wf.AddReplace(old.Path, version, newPath, newVersion); err != nil {
-			return err
+	// Line by line, so that go.work keeps its form and comments: a
+	// replace of a published module, "<path> <version> => <dir>", in a
+	// block or on a replace line of its own, gets the new version.
+	lines := strings.Split(string(data), "\n")
+	for i, l := range lines {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(l), "replace "))
+		if len(f) == 4 && f[2] == "=>" && published[f[0]] && f[1] != version {
+			lines[i] = strings.Replace(l, f[0]+" "+f[1]+" ", f[0]+" "+version+" ", 1)
 		}
 	}
-	wf.Cleanup()
-	return os.WriteFile(name, modfile.Format(wf.Syntax), 0o644)
+	out := []byte(strings.Join(lines, "\n"))
+	if _, err := modfile.ParseWork(name, out, nil); err != nil {
+		return fmt.Errorf("go.work after setting its replaces to %s: %w", version, err)
+	}
+	return os.WriteFile(name, out, 0o644)
 }
 
 // Check is what a release asks of the tree at root: each published module
-// resolves outside it (CheckPublishable), and each module's go.mod and
-// go.sum are tidy on their own, outside the workspace, the repository's
-// other modules standing in for the versions they require (a temporary
-// go.mod, never the module's own, holds those replaces).
+// resolves outside it (CheckPublishable); each module's go.mod and go.sum
+// are tidy on their own, outside the workspace, the repository's other
+// modules standing in for the versions they require (a temporary go.mod,
+// never the module's own, holds those replaces); and the workspace loads
+// every package of every module (go.work's replaces match what the
+// modules require).
 func Check(ctx context.Context, root string) error {
 	all, err := Modules(root)
 	if err != nil {
 		return err
 	}
 	var problems []string
+	if len(all) > 0 {
+		cmd := exec.CommandContext(ctx, "go", "list", "-deps", "-f", "{{.ImportPath}}", all[0].Path+"/...")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "GOWORK="+filepath.Join(root, "go.work"), "GOFLAGS=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			problems = append(problems, fmt.Sprintf("the workspace does not load:\n%s", lastLines(out, 20)))
+		}
+	}
 	for _, m := range all {
 		if m.Published() {
 			if err := CheckPublishable(root, m, all); err != nil {
@@ -250,6 +257,15 @@ func WithLocalReplaces(root string, m Module, all []Module, dir string) (string,
 		return "", err
 	}
 	return modFile, os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644)
+}
+
+// lastLines is the end of a command's output, at most n lines.
+func lastLines(out []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) > n {
+		lines = append([]string{"…"}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
 }
 
 func git(ctx context.Context, dir string, args ...string) (string, error) {
