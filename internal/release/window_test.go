@@ -15,13 +15,15 @@ import (
 )
 
 // A minor is what a consumer on one Kubernetes minor pins: k8s.io/* at the
-// minor's newest patch, the controller-runtime built against it, and the
-// libraries that are each built for one minor, which a controller on a
-// later minor than the modules' floor requires with it: fluxcd/pkg/ssa
-// and fluxcd/cli-utils import API groups that v0.36 removed
-// (autoscaling/v2beta2, scheduling/v1alpha1), and so does Helm through
-// k8s.io/kubectl. On the floor's minor the consumer pins none of those:
-// what the modules require works.
+// minor's newest patch, the controller-runtime built against it, and
+// companions: the fluxcd/pkg/ssa release made for the minor, which a
+// controller on a later minor than the modules' floor requires with it.
+// The floor's ssa (v0.64.0) imports autoscaling/v2beta2, and the
+// fluxcd/cli-utils it requires imports scheduling/v1alpha1 through
+// k8s.io/kubectl; k8s.io v0.36 removed both. A later ssa brings the
+// cli-utils of its minor. On the floor's minor the consumer pins nothing
+// more: what the modules require works. Helm needs no companion: the
+// floor's v3.20.0 builds and passes at every minor of the window.
 type minor struct {
 	k8s, controllerRuntime string
 	companions             map[string]string
@@ -34,10 +36,10 @@ type minor struct {
 var window = []minor{
 	{k8s: "v0.35.10", controllerRuntime: "v0.23.3"},
 	{k8s: "v0.36.6", controllerRuntime: "v0.24.1", companions: map[string]string{
-		"github.com/fluxcd/pkg/ssa": "v0.76.2", "github.com/fluxcd/cli-utils": "v1.2.3", "helm.sh/helm/v3": "v3.21.4",
+		"github.com/fluxcd/pkg/ssa": "v0.76.2",
 	}},
 	{k8s: "v0.37.2", controllerRuntime: "v0.25.2", companions: map[string]string{
-		"github.com/fluxcd/pkg/ssa": "v0.78.0", "github.com/fluxcd/cli-utils": "v1.3.0", "helm.sh/helm/v3": "v3.22.0",
+		"github.com/fluxcd/pkg/ssa": "v0.78.0",
 	}},
 }
 

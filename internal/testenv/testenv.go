@@ -14,7 +14,7 @@
 // sink/apply/helm, sink/fluxreceiver and watcher/cluster. A published
 // module never requires this one (it cannot be resolved from outside the
 // tree), so a consumer's module graph stays free of it and of envtest.
-// internal/repocheck checks that.
+// internal/release checks that (TestPublishedModulesResolveOutsideTheTree).
 //
 // Use it from TestMain:
 //
