@@ -189,15 +189,16 @@ func extract(ctx context.Context, root, commit, dir string) error {
 		return err
 	}
 	untar.Stdin = pipe
-	var stderr bytes.Buffer
-	archive.Stderr, untar.Stderr = &stderr, &stderr
+	// One buffer each: the two processes write at once.
+	var archiveErr, untarErr bytes.Buffer
+	archive.Stderr, untar.Stderr = &archiveErr, &untarErr
 	if err := archive.Start(); err != nil {
 		return err
 	}
 	errUntar := untar.Run()
 	errArchive := archive.Wait()
 	if err := errors.Join(errArchive, errUntar); err != nil {
-		return fmt.Errorf("git archive %s | tar -x: %w: %s", commit, err, bytes.TrimSpace(stderr.Bytes()))
+		return fmt.Errorf("git archive %s | tar -x: %w: %s %s", commit, err, bytes.TrimSpace(archiveErr.Bytes()), bytes.TrimSpace(untarErr.Bytes()))
 	}
 	return nil
 }

@@ -84,7 +84,10 @@ func TestHubFansOutToSubscribers(t *testing.T) {
 	repoB.Commit(t, "1", gittest.File("f", "1"))
 
 	reg := prometheus.NewRegistry()
-	hub, err := webhook.NewHub(webhook.HubConfig{Webhook: webhook.Config{GitHubSecret: "gh-secret"}, Tokens: []string{"agent-token"}, Debounce: 20 * time.Millisecond},
+	// The debounce is longer than 100 pushes take on a loaded machine, so
+	// that the burst below is one hint (with 20 ms, a busy CI machine split
+	// it in two).
+	hub, err := webhook.NewHub(webhook.HubConfig{Webhook: webhook.Config{GitHubSecret: "gh-secret"}, Tokens: []string{"agent-token"}, Debounce: time.Second},
 		webhook.WithRegisterer(reg))
 	require.NoError(t, err)
 	hubSrv := httptest.NewServer(hub)
