@@ -5,13 +5,13 @@ go 1.26.0
 require (
 	github.com/fluxcd/notification-controller/api v1.9.4
 	github.com/go-logr/logr v1.4.4
-	github.com/modwatch/modwatch v0.0.0
-	github.com/modwatch/modwatch/sink/apply v0.0.0
-	github.com/modwatch/modwatch/sink/apply/helm v0.0.0
-	github.com/modwatch/modwatch/sink/fluxreceiver v0.0.0
-	github.com/modwatch/modwatch/source/flux v0.0.0
-	github.com/modwatch/modwatch/source/gitsync v0.0.0
-	github.com/modwatch/modwatch/watcher/cluster v0.0.0
+	github.com/modwatch/modwatch v0.1.0
+	github.com/modwatch/modwatch/sink/apply v0.1.0
+	github.com/modwatch/modwatch/sink/apply/helm v0.1.0
+	github.com/modwatch/modwatch/sink/fluxreceiver v0.1.0
+	github.com/modwatch/modwatch/source/flux v0.1.0
+	github.com/modwatch/modwatch/source/gitsync v0.1.0
+	github.com/modwatch/modwatch/watcher/cluster v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 	k8s.io/api v0.37.2

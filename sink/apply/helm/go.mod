@@ -3,8 +3,8 @@ module github.com/modwatch/modwatch/sink/apply/helm
 go 1.26.0
 
 require (
-	github.com/modwatch/modwatch v0.0.0
-	github.com/modwatch/modwatch/sink/apply v0.0.0
+	github.com/modwatch/modwatch v0.1.0
+	github.com/modwatch/modwatch/sink/apply v0.1.0
 	github.com/stretchr/testify v1.12.1
 	helm.sh/helm/v3 v3.20.0
 	k8s.io/apimachinery v0.35.0
