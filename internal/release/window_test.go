@@ -122,7 +122,12 @@ func TestKubernetesWindow(t *testing.T) {
 			// requirements (testify) to the consumer, never a pin.
 			out := run(t, ctx, dir, env, "go", append([]string{"test", "-count=1"}, pkgs...)...)
 			assertPins(t, dir, pins, "go test")
-			t.Logf("k8s.io %s, controller-runtime %s: pins unchanged by tidy, built, tests:\n%s", m.k8s, m.controllerRuntime, out)
+			after := requirements(t, dir)
+			var got []string
+			for _, p := range sortedMap(pins) {
+				got = append(got, p+" "+pins[p]+" → "+after[p])
+			}
+			t.Logf("pinned → after go mod tidy and go test: %s; built; the modules' tests:\n%s", strings.Join(got, ", "), out)
 		})
 	}
 }
