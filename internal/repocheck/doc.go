@@ -4,6 +4,8 @@
 //     (github.com/modwatch/modwatch: the watcher, gitutil, the
 //     Kubernetes-free sources and sinks) gets no Kubernetes, Helm,
 //     kustomize or Flux module in its module graph;
+//   - no source imports a sink and no sink a source: what both need
+//     lives below them;
 //   - every Go snippet of README.md is a verbatim excerpt of a test or
 //     example that compiles (and mostly runs), named by the comment above
 //     it, so that the README cannot rot.

@@ -24,7 +24,6 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/modwatch/modwatch/gitutil"
-	"github.com/modwatch/modwatch/source/webhook"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/spec"
 )
@@ -240,7 +239,7 @@ func (s *Sink) post(ctx context.Context, path, token string, c watcher.Change) e
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Signature", webhook.Sign(token, body))
+	req.Header.Set("X-Signature", spec.HMACSignature(token, body))
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("fluxreceiver: notify %s: %w", s.cfg.ReceiverURL, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // Triggerer is what a hint is given to; *watcher.Watcher is one.
@@ -210,12 +211,9 @@ func (h *Handler) detect(hdr http.Header) (p *provider, known bool) {
 
 // Sign returns the X-Signature header value of a generic webhook:
 // "sha256=" and the hex HMAC-SHA256 of body keyed by secret (the form
-// GitHub's X-Hub-Signature-256 and Flux's generic-hmac receivers use).
-func Sign(secret string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
-}
+// GitHub's X-Hub-Signature-256 and Flux's generic-hmac receivers use). It
+// is spec.HMACSignature, named where a sender of hints looks for it.
+func Sign(secret string, body []byte) string { return spec.HMACSignature(secret, body) }
 
 // verifyHMAC checks a hex HMAC-SHA256 of body, with an optional prefix
 // ("sha256=").

@@ -12,6 +12,8 @@
 //     Payload is a Render.
 //   - [GitRepository] names the Flux object a target stands for;
 //     source/flux gives it and sink/fluxreceiver reads it.
+//   - [HMACSignature] is the generic webhook signature that
+//     source/webhook checks and sink/fluxreceiver sends.
 package spec
 
 import (
