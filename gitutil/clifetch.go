@@ -23,19 +23,9 @@ import (
 // costs about 8 times clone's memory. Credentials reach git through the
 // environment and private temporary files, never its command line.
 func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []string) error {
-	var branch string
-	for _, r := range refs {
-		if name, ok := strings.CutPrefix(r, "refs/heads/"); ok {
-			branch = name
-			break
-		}
-		if name, ok := strings.CutPrefix(r, "refs/tags/"); ok {
-			branch = name
-			break
-		}
-	}
-	if branch == "" {
-		return fmt.Errorf("no branch or tag to clone")
+	branch, err := cloneBranch(refs)
+	if err != nil {
+		return err
 	}
 	if a == nil {
 		a = &Auth{}
@@ -48,59 +38,66 @@ func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []strin
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	env, err := cliEnv(tmp, e, a)
+	if err != nil {
+		return err
+	}
+	clone := m.dir + ".clone"
+	if err := os.RemoveAll(clone); err != nil {
+		return err
+	}
+	defer os.RemoveAll(clone)
+	if err := m.runCLIClone(ctx, env, branch, clone); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(m.dir); err != nil {
+		return err
+	}
+	if err := os.Rename(clone, m.dir); err != nil {
+		return err
+	}
+	repo, err := m.openRepo()
+	if err != nil {
+		return err
+	}
+	m.repo = repo
+	return nil
+}
 
+// cloneBranch is the branch or tag a clone of refs starts from: the first
+// of them that is one.
+func cloneBranch(refs []string) (string, error) {
+	for _, r := range refs {
+		if name, ok := strings.CutPrefix(r, "refs/heads/"); ok {
+			return name, nil
+		}
+		if name, ok := strings.CutPrefix(r, "refs/tags/"); ok {
+			return name, nil
+		}
+	}
+	return "", fmt.Errorf("no branch or tag to clone")
+}
+
+// cliEnv is the git CLI's environment for a clone of e with a: no prompt,
+// and every credential through the environment or a file under tmp (mode
+// 0600), never argv. Configuration goes in as GIT_CONFIG_* pairs.
+func cliEnv(tmp string, e Endpoint, a *Auth) ([]string, error) {
 	var cfg [][2]string
 	env := append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "SSH_ASKPASS=")
 	switch e.Scheme {
 	case "http", "https":
-		switch {
-		case a.BearerToken != "":
-			cfg = append(cfg, [2]string{"http.extraHeader", "Authorization: Bearer " + a.BearerToken})
-		case a.Username != "" || a.Password != "":
-			user := a.Username
-			if user == "" {
-				user = "git"
-			}
-			cred := base64.StdEncoding.EncodeToString([]byte(user + ":" + a.Password))
-			cfg = append(cfg, [2]string{"http.extraHeader", "Authorization: Basic " + cred})
+		hcfg, henv, err := cliHTTP(tmp, a)
+		if err != nil {
+			return nil, err
 		}
-		if len(a.CABundle) > 0 {
-			p := filepath.Join(tmp, "ca.pem")
-			if err := os.WriteFile(p, a.CABundle, 0o600); err != nil {
-				return err
-			}
-			env = append(env, "GIT_SSL_CAINFO="+p)
-		}
-		if a.InsecureSkipTLSVerify {
-			env = append(env, "GIT_SSL_NO_VERIFY=1")
-		}
-		if a.Proxy != nil {
-			po, err := a.Proxy.options()
-			if err != nil {
-				return err
-			}
-			u, err := po.FullURL()
-			if err != nil {
-				return err
-			}
-			// Through the environment, as the other credentials: never argv.
-			// The proxy carries everything, as go-git's does: NO_PROXY is
-			// not consulted.
-			cfg = append(cfg, [2]string{"http.proxy", u.String()})
-			if po.Username != "" {
-				// Basic at once, as go-git: curl's "anyauth" asks first
-				// without credentials.
-				cfg = append(cfg, [2]string{"http.proxyAuthMethod", "basic"})
-			}
-			env = append(env, "NO_PROXY=", "no_proxy=")
-		}
+		cfg, env = append(cfg, hcfg...), append(env, henv...)
 	case "ssh":
 		key, kh := filepath.Join(tmp, "key"), filepath.Join(tmp, "known_hosts")
 		if err := os.WriteFile(key, a.SSHPrivateKey, 0o600); err != nil {
-			return err
+			return nil, err
 		}
 		if err := os.WriteFile(kh, a.KnownHosts, 0o600); err != nil {
-			return err
+			return nil, err
 		}
 		strict := "yes"
 		if a.InsecureIgnoreHostKey {
@@ -112,12 +109,57 @@ func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []strin
 	for i, kv := range cfg {
 		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))
 	}
+	return env, nil
+}
 
-	clone := m.dir + ".clone"
-	if err := os.RemoveAll(clone); err != nil {
-		return err
+// cliHTTP is the configuration and environment of an HTTP(S) clone with a.
+func cliHTTP(tmp string, a *Auth) (cfg [][2]string, env []string, err error) {
+	switch {
+	case a.BearerToken != "":
+		cfg = append(cfg, [2]string{"http.extraHeader", "Authorization: Bearer " + a.BearerToken})
+	case a.Username != "" || a.Password != "":
+		user := a.Username
+		if user == "" {
+			user = "git"
+		}
+		cred := base64.StdEncoding.EncodeToString([]byte(user + ":" + a.Password))
+		cfg = append(cfg, [2]string{"http.extraHeader", "Authorization: Basic " + cred})
 	}
-	defer os.RemoveAll(clone)
+	if len(a.CABundle) > 0 {
+		p := filepath.Join(tmp, "ca.pem")
+		if err := os.WriteFile(p, a.CABundle, 0o600); err != nil {
+			return nil, nil, err
+		}
+		env = append(env, "GIT_SSL_CAINFO="+p)
+	}
+	if a.InsecureSkipTLSVerify {
+		env = append(env, "GIT_SSL_NO_VERIFY=1")
+	}
+	if a.Proxy != nil {
+		po, err := a.Proxy.options()
+		if err != nil {
+			return nil, nil, err
+		}
+		u, err := po.FullURL()
+		if err != nil {
+			return nil, nil, err
+		}
+		// Through the environment, as the other credentials: never argv.
+		// The proxy carries everything, as go-git's does: NO_PROXY is
+		// not consulted.
+		cfg = append(cfg, [2]string{"http.proxy", u.String()})
+		if po.Username != "" {
+			// Basic at once, as go-git: curl's "anyauth" asks first
+			// without credentials.
+			cfg = append(cfg, [2]string{"http.proxyAuthMethod", "basic"})
+		}
+		env = append(env, "NO_PROXY=", "no_proxy=")
+	}
+	return cfg, env, nil
+}
+
+// runCLIClone runs git clone --bare of branch into clone with env.
+func (m *Mirror) runCLIClone(ctx context.Context, env []string, branch, clone string) error {
 	// --progress: its messages, counted, tell a slow clone from a stalled
 	// one (see Progress).
 	args := []string{"clone", "--progress", "--bare", "--no-tags", "--single-branch", "--branch=" + branch, "--", m.url, clone}
@@ -134,16 +176,5 @@ func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []strin
 		}
 		return fmt.Errorf("git clone: %w: %s", err, scrub(msg, m.url))
 	}
-	if err := os.RemoveAll(m.dir); err != nil {
-		return err
-	}
-	if err := os.Rename(clone, m.dir); err != nil {
-		return err
-	}
-	repo, err := m.openRepo()
-	if err != nil {
-		return err
-	}
-	m.repo = repo
 	return nil
 }

@@ -383,58 +383,10 @@ func writeTree(ctx context.Context, fsys fs.FS, dir string) error {
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(copyWorkers)
-	var batch fileBatch
-	flush := func() {
-		if len(batch.files) == 0 {
-			return
-		}
-		b := batch
-		batch = fileBatch{}
-		g.Go(func() error { return b.copy(gctx, fsys, root) })
-	}
-	var links []string
-	walkErr := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if err := gctx.Err(); err != nil {
-			return err
-		}
-		name := filepath.FromSlash(p)
-		switch {
-		case p == ".":
-			return nil
-		case d.IsDir():
-			return root.Mkdir(name, 0o755)
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := fs.ReadLink(fsys, p)
-			if err != nil {
-				return err
-			}
-			if !gitutil.LinkInside(path.Dir(p), target) {
-				return &fs.PathError{Op: "symlink", Path: p, Err: gitutil.ErrSymlinkEscape}
-			}
-			links = append(links, name)
-			return root.Symlink(filepath.FromSlash(target), name)
-		case d.Type().IsRegular():
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			mode := fs.FileMode(0o644)
-			if info.Mode()&0o111 != 0 {
-				mode = 0o755
-			}
-			if dir := path.Dir(p); dir != batch.dir || len(batch.files) == batchFiles {
-				flush()
-				batch.dir = dir
-			}
-			batch.files = append(batch.files, batchFile{p, mode})
-		}
-		return nil
-	})
+	w := &treeWriter{ctx: gctx, fsys: fsys, root: root, g: g}
+	walkErr := fs.WalkDir(fsys, ".", w.visit)
 	if walkErr == nil {
-		flush()
+		w.flush()
 	} else {
 		cancel() // the tree is lost: the workers stop
 	}
@@ -444,11 +396,80 @@ func writeTree(ctx context.Context, fsys fs.FS, dir string) error {
 	if walkErr != nil {
 		return walkErr
 	}
-	for _, l := range links {
+	return w.checkLinks()
+}
+
+// A treeWriter is one writeTree's walk: directories and links made as the
+// walk meets them, files handed to the workers in batches.
+type treeWriter struct {
+	ctx   context.Context
+	fsys  fs.FS
+	root  *os.Root
+	g     *errgroup.Group
+	batch fileBatch
+	links []string
+}
+
+// visit is the fs.WalkDirFunc of the walk.
+func (w *treeWriter) visit(p string, d fs.DirEntry, err error) error {
+	if err != nil {
+		return err
+	}
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
+	name := filepath.FromSlash(p)
+	switch {
+	case p == ".":
+		return nil
+	case d.IsDir():
+		return w.root.Mkdir(name, 0o755)
+	case d.Type()&fs.ModeSymlink != 0:
+		target, err := fs.ReadLink(w.fsys, p)
+		if err != nil {
+			return err
+		}
+		if !gitutil.LinkInside(path.Dir(p), target) {
+			return &fs.PathError{Op: "symlink", Path: p, Err: gitutil.ErrSymlinkEscape}
+		}
+		w.links = append(w.links, name)
+		return w.root.Symlink(filepath.FromSlash(target), name)
+	case d.Type().IsRegular():
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := fs.FileMode(0o644)
+		if info.Mode()&0o111 != 0 {
+			mode = 0o755
+		}
+		if dir := path.Dir(p); dir != w.batch.dir || len(w.batch.files) == batchFiles {
+			w.flush()
+			w.batch.dir = dir
+		}
+		w.batch.files = append(w.batch.files, batchFile{p, mode})
+	}
+	return nil
+}
+
+// flush hands the batch so far to a worker.
+func (w *treeWriter) flush() {
+	if len(w.batch.files) == 0 {
+		return
+	}
+	b := w.batch
+	w.batch = fileBatch{}
+	w.g.Go(func() error { return b.copy(w.ctx, w.fsys, w.root) })
+}
+
+// checkLinks judges the links of the finished tree as the operating system
+// follows them.
+func (w *treeWriter) checkLinks() error {
+	for _, l := range w.links {
 		// The root refuses to follow a link out of it; a missing name
 		// inside is a link that dangles inside, which its text check
-		// above allowed.
-		if _, err := root.Stat(l); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// in visit allowed.
+		if _, err := w.root.Stat(l); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return &fs.PathError{Op: "symlink", Path: filepath.ToSlash(l), Err: fmt.Errorf("%w: %v", gitutil.ErrSymlinkEscape, err)}
 		}
 	}
