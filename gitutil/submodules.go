@@ -44,7 +44,6 @@ func (m *Mirror) Submodules(ctx context.Context, commit plumbing.Hash, sel Selec
 	if err != nil {
 		return nil, err
 	}
-	p := s.root
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, err := m.commit(commit)
@@ -55,6 +54,36 @@ func (m *Mirror) Submodules(ctx context.Context, commit plumbing.Hash, sel Selec
 	if err != nil {
 		return nil, m.markCorrupt(err)
 	}
+	mods, err := m.gitmodules(commit, root)
+	if err != nil || mods == nil {
+		return nil, err
+	}
+	out := gitlinksUnder(root, mods, s.root)
+	if sel.plain() || len(out) == 0 {
+		return out, nil
+	}
+	e, err := m.entryAt(commit, s.root)
+	if err != nil {
+		return nil, err
+	}
+	selRoot, err := m.selectionRoot(commit, s, e)
+	if err != nil || selRoot == nil {
+		return out, err
+	}
+	paths := make([]string, len(out))
+	for i, sm := range out {
+		paths[i] = sm.Path
+	}
+	kept, err := m.keep(ctx, s, selRoot, paths)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(out, func(sm Submodule) bool { return !slices.Contains(kept, sm.Path) }), nil
+}
+
+// gitmodules parses the .gitmodules of root, the tree of commit, at most
+// maxGitmodules bytes; nil without one.
+func (m *Mirror) gitmodules(commit plumbing.Hash, root *object.Tree) (*config.Modules, error) {
 	f, err := root.File(".gitmodules")
 	if errors.Is(err, object.ErrFileNotFound) {
 		return nil, nil
@@ -78,6 +107,12 @@ func (m *Mirror) Submodules(ctx context.Context, commit plumbing.Hash, sel Selec
 	if err := mods.Unmarshal(data); err != nil {
 		return nil, fmt.Errorf("gitutil: .gitmodules at %s: %w", commit, err)
 	}
+	return mods, nil
+}
+
+// gitlinksUnder are the submodules mods declares that root has as gitlinks
+// under p ("" for all), with paths relative to p, sorted.
+func gitlinksUnder(root *object.Tree, mods *config.Modules, p string) []Submodule {
 	var out []Submodule
 	for _, sm := range mods.Submodules {
 		sp, err := CleanPath(sm.Path)
@@ -96,26 +131,7 @@ func (m *Mirror) Submodules(ctx context.Context, commit plumbing.Hash, sel Selec
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	if sel.plain() || len(out) == 0 {
-		return out, nil
-	}
-	e, err := m.entryAt(commit, p)
-	if err != nil {
-		return nil, err
-	}
-	selRoot, err := m.selectionRoot(commit, s, e)
-	if err != nil || selRoot == nil {
-		return out, err
-	}
-	paths := make([]string, len(out))
-	for i, sm := range out {
-		paths[i] = sm.Path
-	}
-	kept, err := m.keep(ctx, s, selRoot, paths)
-	if err != nil {
-		return nil, err
-	}
-	return slices.DeleteFunc(out, func(sm Submodule) bool { return !slices.Contains(kept, sm.Path) }), nil
+	return out
 }
 
 // ResolveSubmoduleURL returns the URL of a submodule whose .gitmodules
