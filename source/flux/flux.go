@@ -160,29 +160,9 @@ var errGone = errors.New("flux: GitRepository API gone")
 func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, update func([]watcher.Target)) error {
 	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(s.dyn, 0, s.cfg.Namespace, nil)
 	inf := factory.ForResource(gvr).Informer()
-	poke := func() {
-		select {
-		case s.dirty <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(old, cur any) { specChanged(old, cur, poke) },
-		DeleteFunc: func(any) { poke() },
-	}); err != nil {
-		return fmt.Errorf("flux: %w", err)
-	}
-	// A broken list or watch (the CRD deleted, perhaps re-created at once)
-	// ends this informer: a new one relists now instead of backing off.
-	broken := make(chan struct{}, 1)
-	if err := inf.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) {
-		select {
-		case broken <- struct{}{}:
-		default:
-		}
-	}); err != nil {
-		return fmt.Errorf("flux: %w", err)
+	broken, err := s.handle(inf)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	factory.Start(ctx.Done())
@@ -192,25 +172,11 @@ func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, upd
 	}()
 	check := time.NewTicker(s.cfg.CRDCheckInterval)
 	defer check.Stop()
-	for synced := false; !synced; {
-		// Wait for the cache, but not forever if the CRD went away meanwhile.
-		sctx, scancel := context.WithTimeout(ctx, s.cfg.CRDCheckInterval)
-		synced = cache.WaitForCacheSync(sctx.Done(), inf.HasSynced)
-		scancel()
-		if ctx.Err() != nil {
-			return nil
-		}
-		if !synced && !s.stillServed(gvr) {
-			return errGone
-		}
-		select {
-		case <-broken:
-			return errGone
-		default:
-		}
+	if err := s.waitSynced(ctx, gvr, inf, broken); err != nil || ctx.Err() != nil {
+		return err
 	}
 	s.log.Info("watching Flux GitRepositories", "version", gvr.Version)
-	poke()
+	s.poke()
 	var tick <-chan time.Time
 	if s.cfg.RefreshInterval > 0 {
 		ticker := time.NewTicker(s.cfg.RefreshInterval)
@@ -232,6 +198,62 @@ func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, upd
 		case <-s.dirty:
 		}
 		update(s.targets(ctx, gvr, inf.GetStore().List()))
+	}
+}
+
+// poke asks for a new set of targets (at most one pending).
+func (s *Source) poke() {
+	select {
+	case s.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// handle makes inf's events poke, and returns a channel that receives when
+// its list or watch breaks (the CRD deleted, perhaps re-created at once):
+// that ends the informer, and a new one relists at once instead of backing
+// off.
+func (s *Source) handle(inf cache.SharedIndexInformer) (<-chan struct{}, error) {
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.poke() },
+		UpdateFunc: func(old, cur any) { specChanged(old, cur, s.poke) },
+		DeleteFunc: func(any) { s.poke() },
+	}); err != nil {
+		return nil, fmt.Errorf("flux: %w", err)
+	}
+	broken := make(chan struct{}, 1)
+	if err := inf.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) {
+		select {
+		case broken <- struct{}{}:
+		default:
+		}
+	}); err != nil {
+		return nil, fmt.Errorf("flux: %w", err)
+	}
+	return broken, nil
+}
+
+// waitSynced waits for inf's cache, but not forever if gvr went away
+// meanwhile (errGone); nil when synced or ctx ends.
+func (s *Source) waitSynced(ctx context.Context, gvr schema.GroupVersionResource, inf cache.SharedIndexInformer, broken <-chan struct{}) error {
+	for {
+		sctx, scancel := context.WithTimeout(ctx, s.cfg.CRDCheckInterval)
+		synced := cache.WaitForCacheSync(sctx.Done(), inf.HasSynced)
+		scancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !synced && !s.stillServed(gvr) {
+			return errGone
+		}
+		select {
+		case <-broken:
+			return errGone
+		default:
+		}
+		if synced {
+			return nil
+		}
 	}
 }
 
