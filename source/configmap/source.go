@@ -118,81 +118,99 @@ func New(path string, opts ...Option) *Source {
 // Run watches the file until ctx is done. It fails at once when the file's
 // directory cannot be watched.
 func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
-	var (
-		mu      sync.Mutex // orders the file watcher's calls and the grace timer's
-		good    []watcher.Target
-		loaded  bool        // a good set was handed over
-		missing *time.Timer // the grace of a missing file, while it runs
-		stopped bool
-		last    []byte // the file as last read
-		refresh bool   // it has a reference generator: its files are read again
-	)
-	load := func(data []byte, again bool) {
-		ok, ref := s.load(ctx, data, again, &good, update)
-		if ok {
-			loaded, refresh = true, ref
-		}
-	}
+	r := &run{s: s, ctx: ctx, update: update}
 	// A reference generator's files change without the file changing:
 	// they are read again every refresh interval.
-	defer every(ctx, s.refresh, &mu, func() {
-		if refresh && loaded && last != nil && !stopped {
-			load(last, true)
+	defer every(ctx, s.refresh, &r.mu, func() {
+		if r.refresh && r.loaded && r.last != nil && !r.stopped {
+			r.load(r.last, true)
 		}
 	})()
-	stopGrace := func() {
-		if missing != nil {
-			missing.Stop()
-			missing = nil
-		}
-	}
-	removeAll := func(why string) {
-		good, loaded, last = nil, false, nil
-		s.log.Error(errors.New(why), "configuration file absent: every target is removed", "path", s.path)
-		update(nil)
-		s.onReload(Reload{Removed: true})
-	}
 	defer func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		stopGrace()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.stopped = true
+		r.stopGrace()
 	}()
-	return filewatch.Watch(ctx, s.path, s.debounce, s.log, func(data []byte, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !errors.Is(err, fs.ErrNotExist) {
-			stopGrace()
+	return filewatch.Watch(ctx, s.path, s.debounce, s.log, r.file)
+}
+
+// A run is one Run's state, guarded by mu: the file watcher's calls and the
+// grace timer's are ordered by it.
+type run struct {
+	s      *Source
+	ctx    context.Context
+	update func([]watcher.Target)
+
+	mu      sync.Mutex
+	good    []watcher.Target
+	loaded  bool        // a good set was handed over
+	missing *time.Timer // the grace of a missing file, while it runs
+	stopped bool
+	last    []byte // the file as last read
+	refresh bool   // it has a reference generator: its files are read again
+}
+
+// file takes what the file watcher read: the file's bytes, or why not.
+func (r *run) file(data []byte, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !errors.Is(err, fs.ErrNotExist) {
+		r.stopGrace()
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !r.loaded:
+		r.removeAll("no configuration has been read yet")
+	case errors.Is(err, fs.ErrNotExist):
+		r.startGrace(err)
+	case err != nil:
+		err = fmt.Errorf("configmap: read %s: %w", r.s.path, err)
+		r.s.log.Error(err, "configuration kept")
+		r.s.onReload(Reload{Targets: r.good, Err: err})
+	default:
+		r.last = data
+		r.load(data, false)
+	}
+}
+
+func (r *run) load(data []byte, again bool) {
+	ok, ref := r.s.load(r.ctx, data, again, &r.good, r.update)
+	if ok {
+		r.loaded, r.refresh = true, ref
+	}
+}
+
+// startGrace keeps the last good targets while the file is missing, and
+// removes them all when the grace ends first.
+func (r *run) startGrace(err error) {
+	r.s.log.Error(err, "configuration file missing; the last good targets stay until the grace ends",
+		"path", r.s.path, "targets", len(r.good), "grace", r.s.grace)
+	r.s.onReload(Reload{Targets: r.good, Missing: true})
+	var timer *time.Timer
+	timer = time.AfterFunc(r.s.grace, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.stopped || r.missing != timer {
+			return // the file came back, or Run ended
 		}
-		switch {
-		case errors.Is(err, fs.ErrNotExist) && !loaded:
-			removeAll("no configuration has been read yet")
-			return
-		case errors.Is(err, fs.ErrNotExist):
-			s.log.Error(err, "configuration file missing; the last good targets stay until the grace ends",
-				"path", s.path, "targets", len(good), "grace", s.grace)
-			s.onReload(Reload{Targets: good, Missing: true})
-			var timer *time.Timer
-			timer = time.AfterFunc(s.grace, func() {
-				mu.Lock()
-				defer mu.Unlock()
-				if stopped || missing != timer {
-					return // the file came back, or Run ended
-				}
-				missing = nil
-				removeAll(fmt.Sprintf("missing for %s", s.grace))
-			})
-			missing = timer
-			return
-		case err != nil:
-			err = fmt.Errorf("configmap: read %s: %w", s.path, err)
-			s.log.Error(err, "configuration kept")
-			s.onReload(Reload{Targets: good, Err: err})
-			return
-		}
-		last = data
-		load(data, false)
+		r.missing = nil
+		r.removeAll(fmt.Sprintf("missing for %s", r.s.grace))
 	})
+	r.missing = timer
+}
+
+func (r *run) stopGrace() {
+	if r.missing != nil {
+		r.missing.Stop()
+		r.missing = nil
+	}
+}
+
+func (r *run) removeAll(why string) {
+	r.good, r.loaded, r.last = nil, false, nil
+	r.s.log.Error(errors.New(why), "configuration file absent: every target is removed", "path", r.s.path)
+	r.update(nil)
+	r.s.onReload(Reload{Removed: true})
 }
 
 // every calls fn, holding mu, every d (none when d is 0 or less) until
