@@ -50,8 +50,7 @@ func (m *Mirror) storeThinPack(r io.Reader) (err error) {
 	if err != nil {
 		return err
 	}
-	const header, trailer = 12, 20
-	if size < header+trailer {
+	if size < packHeader+packTrailer {
 		return fmt.Errorf("gitutil: received pack: %d bytes", size)
 	}
 	// Bases inside the pack come as offsets (ofs-delta is asked for): a
@@ -77,9 +76,20 @@ func (m *Mirror) storeThinPack(r io.Reader) (err error) {
 		_, err = io.Copy(w, io.NewSectionReader(tmp, 0, size))
 		return err
 	}
+	return fixThin(w, tmp, size, extra)
+}
+
+// A pack's header (signature, version, object count) and trailer (the
+// SHA-1 of what precedes it).
+const packHeader, packTrailer = 12, 20
+
+// fixThin writes to w the pack of size bytes in tmp with extra appended:
+// the count in its header raised, the objects after its own, and the
+// trailer computed again.
+func fixThin(w io.Writer, tmp *os.File, size int64, extra []plumbing.EncodedObject) error {
 	sum := sha1.New()
 	out := io.MultiWriter(w, sum)
-	var head [header]byte
+	var head [packHeader]byte
 	if _, err := tmp.ReadAt(head[:], 0); err != nil {
 		return err
 	}
@@ -88,7 +98,7 @@ func (m *Mirror) storeThinPack(r io.Reader) (err error) {
 	if _, err := out.Write(head[:]); err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, io.NewSectionReader(tmp, header, size-header-trailer)); err != nil {
+	if _, err := io.Copy(out, io.NewSectionReader(tmp, packHeader, size-packHeader-packTrailer)); err != nil {
 		return err
 	}
 	for _, o := range extra {
@@ -96,7 +106,7 @@ func (m *Mirror) storeThinPack(r io.Reader) (err error) {
 			return fmt.Errorf("gitutil: delta base %s: %w", o.Hash(), err)
 		}
 	}
-	_, err = w.Write(sum.Sum(nil))
+	_, err := w.Write(sum.Sum(nil))
 	return err
 }
 
