@@ -51,21 +51,9 @@ func (e Endpoint) Key() string {
 // a query or fragment (git ignores neither safely; a token in a query
 // string belongs in an Auth).
 func ParseURL(raw string) (Endpoint, error) {
-	if strings.ContainsFunc(raw, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return Endpoint{}, fmt.Errorf("%w: %q contains control characters", ErrInvalidURL, RedactURL(raw))
-	}
-	raw = strings.TrimSpace(raw)
-	if raw == "" {
-		return Endpoint{}, fmt.Errorf("%w: empty", ErrInvalidURL)
-	}
-	if strings.ContainsAny(raw, " ") {
-		return Endpoint{}, fmt.Errorf("%w: %q contains white space or control characters", ErrInvalidURL, RedactURL(raw))
-	}
-	if strings.HasPrefix(raw, "-") {
-		return Endpoint{}, fmt.Errorf("%w: %q starts with \"-\"", ErrInvalidURL, RedactURL(raw))
-	}
-	if transportPrefix.MatchString(raw) {
-		return Endpoint{}, fmt.Errorf("%w: %q: \"transport::\" remotes are refused", ErrInvalidURL, RedactURL(raw))
+	raw, err := screenURL(raw)
+	if err != nil {
+		return Endpoint{}, err
 	}
 	if !strings.Contains(raw, "://") {
 		m := scpLike.FindStringSubmatch(raw)
@@ -104,6 +92,39 @@ func ParseURL(raw string) (Endpoint, error) {
 	default:
 		return Endpoint{}, fmt.Errorf("%w: %q: unsupported scheme %q", ErrInvalidURL, RedactURL(raw), u.Scheme)
 	}
+	if e, err = withUserAndHost(e, u, raw); err != nil {
+		return Endpoint{}, err
+	}
+	return finish(e, u.Path, raw)
+}
+
+// screenURL refuses, before any parsing, what no remote may be: control
+// characters, white space, a leading "-" and "transport::" forms. It
+// returns raw trimmed.
+func screenURL(raw string) (string, error) {
+	if strings.ContainsFunc(raw, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return "", fmt.Errorf("%w: %q contains control characters", ErrInvalidURL, RedactURL(raw))
+	}
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return "", fmt.Errorf("%w: empty", ErrInvalidURL)
+	}
+	if strings.ContainsAny(raw, " ") {
+		return "", fmt.Errorf("%w: %q contains white space or control characters", ErrInvalidURL, RedactURL(raw))
+	}
+	if strings.HasPrefix(raw, "-") {
+		return "", fmt.Errorf("%w: %q starts with \"-\"", ErrInvalidURL, RedactURL(raw))
+	}
+	if transportPrefix.MatchString(raw) {
+		return "", fmt.Errorf("%w: %q: \"transport::\" remotes are refused", ErrInvalidURL, RedactURL(raw))
+	}
+	return raw, nil
+}
+
+// withUserAndHost sets e's user and host from a network URL u: a password
+// only over HTTP(S), the host lower-cased, its port kept unless the
+// scheme's default.
+func withUserAndHost(e Endpoint, u *url.URL, raw string) (Endpoint, error) {
 	if u.User != nil {
 		e.User = u.User.Username()
 		if _, has := u.User.Password(); has && e.Scheme != "https" && e.Scheme != "http" {
@@ -120,7 +141,7 @@ func ParseURL(raw string) (Endpoint, error) {
 		host = "[" + host + "]"
 	}
 	e.Host = host
-	return finish(e, u.Path, raw)
+	return e, nil
 }
 
 // transportPrefix matches git's "<transport>::<address>" remote form
