@@ -291,15 +291,9 @@ func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, fo
 			names = names[:len(names)-1]
 			continue
 		}
-		e, err := cur().FindEntry(elem)
+		e, rel, err := f.visible(cur(), names, elem)
 		if err != nil {
-			return node{}, fs.ErrNotExist
-		}
-		rel := append(slices.Clip(names), elem)
-		if hidden, err := f.hidden(rel, e.Mode == filemode.Dir); err != nil {
 			return node{}, err
-		} else if hidden {
-			return node{}, fs.ErrNotExist
 		}
 		last := len(todo) == 0
 		switch {
@@ -308,15 +302,11 @@ func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, fo
 			if hops > maxSymlinkHops {
 				return node{}, errors.New("too many levels of symbolic links")
 			}
-			target, err := f.blob(e.Hash)
+			elems, err := f.linkElems(e)
 			if err != nil {
-				return node{}, f.fail(err)
+				return node{}, err
 			}
-			t := string(target)
-			if t == "" || path.IsAbs(t) || strings.ContainsRune(t, 0) {
-				return node{}, ErrSymlinkEscape
-			}
-			todo = append(strings.Split(t, "/"), todo...)
+			todo = append(elems, todo...)
 		case e.Mode == filemode.Dir:
 			sub, err := f.tree(e.Hash)
 			if err != nil {
@@ -338,6 +328,36 @@ func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, fo
 	}
 	t := cur()
 	return node{name: ".", mode: filemode.Dir, hash: t.Hash, tree: t, isDir: true, rel: names}, nil
+}
+
+// visible finds elem in dir, the directory at names; an entry the
+// selection hides is not there. It returns the entry's path too.
+func (f *treeFS) visible(dir *object.Tree, names []string, elem string) (*object.TreeEntry, []string, error) {
+	e, err := dir.FindEntry(elem)
+	if err != nil {
+		return nil, nil, fs.ErrNotExist
+	}
+	rel := append(slices.Clip(names), elem)
+	if hidden, err := f.hidden(rel, e.Mode == filemode.Dir); err != nil {
+		return nil, nil, err
+	} else if hidden {
+		return nil, nil, fs.ErrNotExist
+	}
+	return e, rel, nil
+}
+
+// linkElems are the path elements the symlink e points to; an empty or
+// absolute target, or one with a NUL, escapes.
+func (f *treeFS) linkElems(e *object.TreeEntry) ([]string, error) {
+	target, err := f.blob(e.Hash)
+	if err != nil {
+		return nil, f.fail(err)
+	}
+	t := string(target)
+	if t == "" || path.IsAbs(t) || strings.ContainsRune(t, 0) {
+		return nil, ErrSymlinkEscape
+	}
+	return strings.Split(t, "/"), nil
 }
 
 func splitPath(name string) []string {
