@@ -228,9 +228,17 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 		left.Type, left.Change = EventSubmodulesLeftOut, &c
 		d.env.emit(left)
 	}
+	return d.invoke(ctx, want, ev, c)
+}
+
+// invoke calls the sink with c and, when it succeeds, records the
+// checkpoint and reports the delivery. c's file systems are closed after,
+// unless the sink was abandoned (it may read on).
+func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Change) error {
+	t, commit := want.target, ev.Commit
 	abandoned := false
 	defer func() {
-		if !abandoned { // an abandoned sink may read on
+		if !abandoned {
 			closeAll(c.FS, c.Root)
 		}
 	}()
@@ -239,6 +247,7 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	if want.live != nil {
 		defer context.AfterFunc(want.live, cancel)()
 	}
+	var err error
 	ev.Result, ev.Duration, err = d.call(callCtx, c)
 	abandoned = errors.Is(err, ErrSinkAbandoned)
 	if err != nil && want.live != nil && want.live.Err() != nil && ctx.Err() == nil {
@@ -249,10 +258,11 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 		return d.fail(ctx, ev, &c, err)
 	}
 	reads := readsOf(ev.Result, t.Path)
-	if tree, err = readsTree(ctx, want, reads); err != nil {
+	tree, err := readsTree(ctx, want, reads)
+	if err != nil {
 		return d.fail(ctx, ev, &c, err)
 	}
-	if err := d.env.opts.store.Put(ctx, d.key, Checkpoint{Commit: commit, Tree: tree, Target: fp, Reads: reads, Time: time.Now()}); err != nil {
+	if err := d.env.opts.store.Put(ctx, d.key, Checkpoint{Commit: commit, Tree: tree, Target: ev.Target.fingerprint(), Reads: reads, Time: time.Now()}); err != nil {
 		// Delivered but not recorded: deliver again rather than lose it.
 		return d.fail(ctx, ev, &c, err)
 	}
