@@ -64,24 +64,8 @@ func ListRefs(ctx context.Context, repoURL string, auth *Auth, opts ...ListOptio
 	}
 	server := e.Scheme + "://" + e.Host
 	if _, old := noV2.Load(server); len(o.prefixes) > 0 && (e.Scheme == "http" || e.Scheme == "https") && !old {
-		refs, err := listV2(ctx, repoURL, topts, auth, o.prefixes)
-		var status *httpStatusError
-		switch {
-		case err == nil:
-			return refs, nil
-		case errors.Is(err, errNoV2):
-			noV2.Store(server, true) // asked in version 0 from now on
-		case errors.As(err, &status) && status.code == http.StatusUnauthorized:
-			return RefList{}, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrAuthenticationRequired}
-		case errors.As(err, &status) && status.code == http.StatusForbidden:
-			return RefList{}, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrAuthorizationFailed}
-		case errors.As(err, &status) && status.code == http.StatusNotFound:
-			return RefList{}, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrRepositoryNotFound}
-		case errors.As(err, &status):
-			// Anything else (a redirect, a proxy's answer): go-git's
-			// listing below handles it, or says what it is.
-		default:
-			return RefList{}, &RemoteError{Op: "list refs", URL: repoURL, Err: err}
+		if refs, done, err := listV2OrFallBack(ctx, repoURL, server, topts, auth, o.prefixes); done {
+			return refs, err
 		}
 	}
 	remote := git.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{repoURL}})
@@ -95,6 +79,39 @@ func ListRefs(ctx context.Context, repoURL string, auth *Auth, opts ...ListOptio
 	if err != nil {
 		return RefList{}, &RemoteError{Op: "list refs", URL: repoURL, Err: err}
 	}
+	return refList(refs), nil
+}
+
+// listV2OrFallBack lists the refs under prefixes in protocol version 2;
+// done is false when the server answered in a way go-git's version 0
+// listing should handle (no version 2, which is remembered for the server,
+// or an HTTP answer other than 401, 403 and 404).
+func listV2OrFallBack(ctx context.Context, repoURL, server string, topts transportOptions, auth *Auth, prefixes []string) (refs RefList, done bool, err error) {
+	refs, err = listV2(ctx, repoURL, topts, auth, prefixes)
+	var status *httpStatusError
+	switch {
+	case err == nil:
+		return refs, true, nil
+	case errors.Is(err, errNoV2):
+		noV2.Store(server, true) // asked in version 0 from now on
+		return RefList{}, false, nil
+	case errors.As(err, &status) && status.code == http.StatusUnauthorized:
+		return RefList{}, true, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrAuthenticationRequired}
+	case errors.As(err, &status) && status.code == http.StatusForbidden:
+		return RefList{}, true, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrAuthorizationFailed}
+	case errors.As(err, &status) && status.code == http.StatusNotFound:
+		return RefList{}, true, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrRepositoryNotFound}
+	case errors.As(err, &status):
+		// Anything else (a redirect, a proxy's answer): go-git's listing
+		// handles it, or says what it is.
+		return RefList{}, false, nil
+	default:
+		return RefList{}, true, &RemoteError{Op: "list refs", URL: repoURL, Err: err}
+	}
+}
+
+// refList sorts go-git's advertised refs into a RefList.
+func refList(refs []*plumbing.Reference) RefList {
 	out := RefList{Refs: make(map[string]plumbing.Hash, len(refs)), Peeled: map[string]plumbing.Hash{}}
 	for _, r := range refs {
 		name := r.Name().String()
@@ -107,7 +124,7 @@ func ListRefs(ctx context.Context, repoURL string, auth *Auth, opts ...ListOptio
 			out.Refs[name] = r.Hash()
 		}
 	}
-	return out, nil
+	return out
 }
 
 // RemoteError is a failed network operation on a remote. Its message carries
