@@ -189,52 +189,64 @@ func (a *Auth) forEndpoint(e Endpoint) (transportOptions, error) {
 	opts.proxy = proxy
 	switch e.Scheme {
 	case "http", "https":
-		if len(a.SSHPrivateKey) > 0 {
-			return opts, fmt.Errorf("%w: an SSH key cannot be used with an %s URL", ErrInvalidAuth, e.Scheme)
-		}
-		if e.Scheme == "http" && a.hasSecret() && !a.AllowInsecureHTTP {
-			return opts, ErrInsecureCredentials
-		}
-		switch {
-		case a.BearerToken != "":
-			opts.auth = &githttp.TokenAuth{Token: a.BearerToken}
-		case a.Username != "" || a.Password != "":
-			user := a.Username
-			if user == "" {
-				// Tokens used as passwords still need a non-empty user.
-				user = "git"
-			}
-			opts.auth = &githttp.BasicAuth{Username: user, Password: a.Password}
-		}
+		opts.auth, err = a.httpAuth(e.Scheme)
 	case "ssh":
-		user := a.Username
-		if user == "" {
-			user = e.User
-		}
-		if user == "" {
-			user = "git"
-		}
-		cb, err := a.hostKeyCallback()
-		if err != nil {
-			return opts, err
-		}
-		if len(a.SSHPrivateKey) > 0 {
-			pk, err := gitssh.NewPublicKeys(user, a.SSHPrivateKey, a.SSHPassphrase)
-			if err != nil {
-				// The ssh package's message never contains key material.
-				return opts, fmt.Errorf("%w: SSH private key: %v", ErrInvalidAuth, err)
-			}
-			pk.HostKeyCallback = cb
-			opts.auth = pk
-		} else {
-			return opts, fmt.Errorf("%w: an ssh URL needs an SSH private key", ErrInvalidAuth)
-		}
+		opts.auth, err = a.sshAuth(e)
 	case "git", "file":
 		if a.hasSecret() {
-			return opts, fmt.Errorf("%w: %s URLs take no credentials", ErrInvalidAuth, e.Scheme)
+			err = fmt.Errorf("%w: %s URLs take no credentials", ErrInvalidAuth, e.Scheme)
 		}
 	}
-	return opts, nil
+	return opts, err
+}
+
+// httpAuth is go-git's auth for an HTTP(S) URL: a bearer token, or basic
+// credentials; never a secret over plain http unless allowed.
+func (a *Auth) httpAuth(scheme string) (transport.AuthMethod, error) {
+	if len(a.SSHPrivateKey) > 0 {
+		return nil, fmt.Errorf("%w: an SSH key cannot be used with an %s URL", ErrInvalidAuth, scheme)
+	}
+	if scheme == "http" && a.hasSecret() && !a.AllowInsecureHTTP {
+		return nil, ErrInsecureCredentials
+	}
+	switch {
+	case a.BearerToken != "":
+		return &githttp.TokenAuth{Token: a.BearerToken}, nil
+	case a.Username != "" || a.Password != "":
+		user := a.Username
+		if user == "" {
+			// Tokens used as passwords still need a non-empty user.
+			user = "git"
+		}
+		return &githttp.BasicAuth{Username: user, Password: a.Password}, nil
+	}
+	return nil, nil
+}
+
+// sshAuth is go-git's auth for an ssh URL: the private key, as the Auth's
+// user, the URL's or "git", with the host key checked.
+func (a *Auth) sshAuth(e Endpoint) (transport.AuthMethod, error) {
+	user := a.Username
+	if user == "" {
+		user = e.User
+	}
+	if user == "" {
+		user = "git"
+	}
+	cb, err := a.hostKeyCallback()
+	if err != nil {
+		return nil, err
+	}
+	if len(a.SSHPrivateKey) == 0 {
+		return nil, fmt.Errorf("%w: an ssh URL needs an SSH private key", ErrInvalidAuth)
+	}
+	pk, err := gitssh.NewPublicKeys(user, a.SSHPrivateKey, a.SSHPassphrase)
+	if err != nil {
+		// The ssh package's message never contains key material.
+		return nil, fmt.Errorf("%w: SSH private key: %v", ErrInvalidAuth, err)
+	}
+	pk.HostKeyCallback = cb
+	return pk, nil
 }
 
 func (a *Auth) hostKeyCallback() (ssh.HostKeyCallback, error) {
