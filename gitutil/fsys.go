@@ -51,43 +51,12 @@ func (m *Mirror) FS(commit plumbing.Hash, sel Selection) (fs.FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := s.root
-	m.mu.Lock()
-	e, err := m.entryAt(commit, p)
-	if err == nil && !sel.plain() && e.Mode == filemode.Dir {
-		_, err = m.selectionRoot(commit, s, e)
-	}
-	var when time.Time
-	if err == nil {
-		if c, cerr := m.commit(commit); cerr == nil {
-			when = c.Committer.When
-		}
-	}
-	gen := m.gen.Load()
-	var f *treeFS
-	var decoded *object.Tree
-	if err == nil && e.Mode == filemode.Dir {
-		decoded = m.keptTree(e.Hash)
-		f = &treeFS{m: m, gen: gen, modTime: when}
-		if !sel.plain() {
-			f.sel, f.rules = s, map[string]rules{}
-		}
-		// The packs of now, with their indexes shared with the views
-		// before: a fetch or repack later does not change what it reads.
-		var st *packView
-		if st, err = newPackView(m.dir, &m.indexes, m.replaced, &m.treesRead, cache.NewObjectLRU(8*cache.MiByte), false); err != nil {
-			err = m.readFailed(gen, err)
-		} else {
-			f.st = st
-			m.addReader(f, st.packNames())
-		}
-	}
-	m.mu.Unlock()
+	f, e, decoded, err := m.newTreeFS(commit, sel, s)
 	if err != nil {
 		return nil, err
 	}
 	if f == nil {
-		return nil, fmt.Errorf("%w: %q at %s is a %s, not a directory", ErrPathNotFound, p, commit, e.Mode)
+		return nil, fmt.Errorf("%w: %q at %s is a %s, not a directory", ErrPathNotFound, s.root, commit, e.Mode)
 	}
 	// Packs stay open while the file system is read (one open per object
 	// otherwise), a few at most, until Close or the garbage collector.
@@ -104,10 +73,48 @@ func (m *Mirror) FS(commit plumbing.Hash, sel Selection) (fs.FS, error) {
 	}
 	if err != nil {
 		_ = st.Close()
-		return nil, fmt.Errorf("gitutil: open tree %s: %w", e.Hash, m.readFailed(gen, err))
+		return nil, fmt.Errorf("gitutil: open tree %s: %w", e.Hash, m.readFailed(f.gen, err))
 	}
 	f.root = root
 	return f, nil
+}
+
+// newTreeFS makes, holding m.mu, the file system of the selection s of
+// commit, on a view of the packs of now, without its root tree yet; nil
+// when the path is not a directory (e says what it is). decoded is the
+// path's tree when a diff just decoded it.
+func (m *Mirror) newTreeFS(commit plumbing.Hash, sel Selection, s *selector) (f *treeFS, e *object.TreeEntry, decoded *object.Tree, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, err = m.entryAt(commit, s.root)
+	if err == nil && !sel.plain() && e.Mode == filemode.Dir {
+		_, err = m.selectionRoot(commit, s, e)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if e.Mode != filemode.Dir {
+		return nil, e, nil, nil
+	}
+	var when time.Time
+	if c, cerr := m.commit(commit); cerr == nil {
+		when = c.Committer.When
+	}
+	gen := m.gen.Load()
+	decoded = m.keptTree(e.Hash)
+	f = &treeFS{m: m, gen: gen, modTime: when}
+	if !sel.plain() {
+		f.sel, f.rules = s, map[string]rules{}
+	}
+	// The packs of now, with their indexes shared with the views before:
+	// a fetch or repack later does not change what it reads.
+	st, err := newPackView(m.dir, &m.indexes, m.replaced, &m.treesRead, cache.NewObjectLRU(8*cache.MiByte), false)
+	if err != nil {
+		return nil, nil, nil, m.readFailed(gen, err)
+	}
+	f.st = st
+	m.addReader(f, st.packNames())
+	return f, e, decoded, nil
 }
 
 // treeFS is the file system of [Mirror.FS]. Any error reading the store
