@@ -277,12 +277,7 @@ func (f *treeFS) resolve(op, name string, followLast bool) (node, error) {
 // in stack below root; see resolve.
 func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, followLast bool) (node, error) {
 	var names []string // the path of the directory reached, parallel to stack
-	cur := func() *object.Tree {
-		if len(stack) == 0 {
-			return root
-		}
-		return stack[len(stack)-1]
-	}
+	cur := func() *object.Tree { return top(root, stack) }
 	hops := 0
 	for len(todo) > 0 {
 		elem := todo[0]
@@ -335,6 +330,14 @@ func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, fo
 	}
 	t := cur()
 	return node{name: ".", mode: filemode.Dir, hash: t.Hash, tree: t, isDir: true, rel: names}, nil
+}
+
+// top is the directory reached: the last of stack, or root.
+func top(root *object.Tree, stack []*object.Tree) *object.Tree {
+	if len(stack) == 0 {
+		return root
+	}
+	return stack[len(stack)-1]
 }
 
 // visible finds elem in dir, the directory at names; an entry the

@@ -20,35 +20,11 @@ import (
 // CHANGELOG.md the commit the release was made from. It returns the tags.
 // The working tree must be clean; nothing is pushed.
 func Release(ctx context.Context, root, version string, now time.Time) ([]string, error) {
-	if out, err := git(ctx, root, "status", "--porcelain"); err != nil {
-		return nil, err
-	} else if out != "" {
-		return nil, fmt.Errorf("the working tree has changes; commit or stash them first:\n%s", out)
-	}
-	all, err := Modules(root)
+	all, cut, tags, err := prepare(ctx, root, version, now)
 	if err != nil {
 		return nil, err
 	}
 	clPath := filepath.Join(root, "CHANGELOG.md")
-	cl, err := readChangelog(clPath)
-	if err != nil {
-		return nil, err
-	}
-	cut, err := cl.Cut(version, now.UTC().Format(time.DateOnly))
-	if err != nil {
-		return nil, err
-	}
-	var tags []string
-	for _, m := range all {
-		if m.Published() {
-			tags = append(tags, m.Tag(version))
-		}
-	}
-	for _, t := range tags {
-		if _, err := git(ctx, root, "rev-parse", "-q", "--verify", "refs/tags/"+t); err == nil {
-			return nil, fmt.Errorf("tag %s exists already", t)
-		}
-	}
 	if err := SetRequirements(root, all, version); err != nil {
 		return nil, err
 	}
@@ -70,7 +46,8 @@ func Release(ctx context.Context, root, version string, now time.Time) ([]string
 			return nil, err
 		}
 	}
-	if cl, err = readChangelog(clPath); err != nil {
+	cl, err := readChangelog(clPath)
+	if err != nil {
 		return nil, err
 	}
 	recorded, err := cl.Record(version, commit, tags)
@@ -84,6 +61,38 @@ func Release(ctx context.Context, root, version string, now time.Time) ([]string
 		return nil, err
 	}
 	return tags, nil
+}
+
+// prepare checks that version can be released from root (a clean tree, a
+// newer version, something Unreleased, no tag taken) and returns the
+// modules, CHANGELOG.md cut at version, and the tags to make.
+func prepare(ctx context.Context, root, version string, now time.Time) (all []Module, cut []byte, tags []string, err error) {
+	if out, err := git(ctx, root, "status", "--porcelain"); err != nil {
+		return nil, nil, nil, err
+	} else if out != "" {
+		return nil, nil, nil, fmt.Errorf("the working tree has changes; commit or stash them first:\n%s", out)
+	}
+	if all, err = Modules(root); err != nil {
+		return nil, nil, nil, err
+	}
+	cl, err := readChangelog(filepath.Join(root, "CHANGELOG.md"))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if cut, err = cl.Cut(version, now.UTC().Format(time.DateOnly)); err != nil {
+		return nil, nil, nil, err
+	}
+	for _, m := range all {
+		if m.Published() {
+			tags = append(tags, m.Tag(version))
+		}
+	}
+	for _, t := range tags {
+		if _, err := git(ctx, root, "rev-parse", "-q", "--verify", "refs/tags/"+t); err == nil {
+			return nil, nil, nil, fmt.Errorf("tag %s exists already", t)
+		}
+	}
+	return all, cut, tags, nil
 }
 
 func readChangelog(name string) (*Changelog, error) {

@@ -81,32 +81,14 @@ func StartSourceController(t TB, cfg *rest.Config) *SourceController {
 	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{filepath.Join(dir, "crds")}, ErrorIfPathMissing: true}); err != nil {
 		t.Fatalf("fluxtest: install source-controller's CRDs: %v", err)
 	}
-	tmp, err := os.MkdirTemp("", "source-controller-")
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	kubeconfig := filepath.Join(tmp, "kubeconfig")
-	if err := writeKubeconfig(cfg, kubeconfig); err != nil {
-		t.Fatalf("fluxtest: %v", err)
-	}
-	if err := os.Mkdir(filepath.Join(tmp, "storage"), 0o700); err != nil {
-		t.Fatalf("%v", err)
-	}
-	storage, err := testenv.FreeAddr()
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	health, err := testenv.FreeAddr()
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
+	tmp, storage, health := scratch(t, cfg)
 	sc := &SourceController{}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, filepath.Join(dir, "source-controller"),
 		"--storage-path="+filepath.Join(tmp, "storage"), "--storage-addr="+storage, "--storage-adv-addr="+storage,
 		"--metrics-addr=0", "--health-addr="+health, "--enable-leader-election=false", "--watch-all-namespaces=true",
 		"--concurrent=4", "--log-level=info")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(tmp, "kubeconfig"))
 	cmd.Stdout, cmd.Stderr = sc, sc
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 10 * time.Second
@@ -124,7 +106,38 @@ func StartSourceController(t TB, cfg *rest.Config) *SourceController {
 			t.Logf("source-controller's log:\n%s", sc.Log())
 		}
 	})
-	// Ready when its manager says so, or failed when it exits first.
+	waitReady(t, sc, health, exited)
+	return sc
+}
+
+// scratch makes what one source-controller needs: a directory with a
+// kubeconfig of cfg and a storage directory, and two free addresses (its
+// storage server's and its health probe's).
+func scratch(t TB, cfg *rest.Config) (tmp, storage, health string) {
+	t.Helper()
+	tmp, err := os.MkdirTemp("", "source-controller-")
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	if err := writeKubeconfig(cfg, filepath.Join(tmp, "kubeconfig")); err != nil {
+		t.Fatalf("fluxtest: %v", err)
+	}
+	if err := os.Mkdir(filepath.Join(tmp, "storage"), 0o700); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if storage, err = testenv.FreeAddr(); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if health, err = testenv.FreeAddr(); err != nil {
+		t.Fatalf("%v", err)
+	}
+	return tmp, storage, health
+}
+
+// waitReady waits until the controller's manager says it is ready, and
+// fails the test when it exits first or is not ready in a minute.
+func waitReady(t TB, sc *SourceController, health string, exited chan error) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		select {
@@ -134,7 +147,7 @@ func StartSourceController(t TB, cfg *rest.Config) *SourceController {
 		default:
 		}
 		if ready(health) {
-			return sc
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("fluxtest: source-controller not ready after a minute\n%s", sc.Log())
