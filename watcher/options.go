@@ -262,7 +262,7 @@ func WithFirstFetchDepth(depth int) Option {
 // WithGitCLI sets the git binary that makes the first fetch into an empty
 // mirror (default: "git" from PATH when there is one); "" makes every fetch
 // go-git's. On a large repository the CLI's first fetch is several times
-// faster and smaller than go-git's (see README); every later fetch is
+// faster and smaller than go-git's (see docs/performance.md); every later fetch is
 // go-git's, incremental, and as cheap as the CLI's.
 func WithGitCLI(path string) Option { return func(o *options) { o.gitCLI = path } }
 

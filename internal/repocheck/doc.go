@@ -6,7 +6,7 @@
 //     kustomize or Flux module in its module graph;
 //   - no source imports a sink and no sink a source: what both need
 //     lives below them;
-//   - every Go snippet of README.md is a verbatim excerpt of a test or
+//   - every Go snippet of README.md and docs/*.md is a verbatim excerpt of a test or
 //     example that compiles (and mostly runs), named by the comment above
 //     it, so that the README cannot rot.
 package repocheck

@@ -15,23 +15,32 @@ import (
 // snippet is a ```go block of the README and the file it must come from.
 var snippet = regexp.MustCompile("(?s)(?:<!-- compiled: (\\S+) -->\n)?```go\n(.*?)```")
 
+// TestReadmeSnippetsAreCompiled holds README.md and every guide under
+// docs/ to it.
 func TestReadmeSnippetsAreCompiled(t *testing.T) {
 	root := filepath.Join("..", "..")
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	for _, name := range append([]string{filepath.Join(root, "README.md")}, docs...) {
+		t.Run(filepath.Base(name), func(t *testing.T) { checkSnippets(t, root, name) })
+	}
+}
+
+func checkSnippets(t *testing.T, root, name string) {
+	readme, err := os.ReadFile(name)
 	require.NoError(t, err)
 	blocks := snippet.FindAllStringSubmatch(string(readme), -1)
-	require.NotEmpty(t, blocks)
 	for i, b := range blocks {
 		file, code := b[1], b[2]
-		if !assert.NotEmpty(t, file, "README go block %d has no <!-- compiled: path --> line above it:\n%s", i+1, code) {
+		if !assert.NotEmpty(t, file, "go block %d has no <!-- compiled: path --> line above it:\n%s", i+1, code) {
 			continue
 		}
 		src, err := os.ReadFile(filepath.Join(root, file))
-		if !assert.NoError(t, err, "README go block %d", i+1) {
+		if !assert.NoError(t, err, "go block %d", i+1) {
 			continue
 		}
 		assert.True(t, strings.HasSuffix(file, "_test.go"), "%s: a snippet comes from a test or an example", file)
-		assert.True(t, contains(lines(string(src)), lines(code)), "README go block %d is not a verbatim excerpt of %s:\n%s", i+1, file, code)
+		assert.True(t, contains(lines(string(src)), lines(code)), "go block %d is not a verbatim excerpt of %s:\n%s", i+1, file, code)
 	}
 }
 
