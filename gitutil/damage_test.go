@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modwatch/modwatch/gitutil/internal/packidx"
 	"github.com/modwatch/modwatch/internal/gittest"
 )
 
@@ -153,7 +154,7 @@ func flipBlob(t *testing.T, dir, content string, at int64) {
 	h := plumbing.ComputeHash(plumbing.BlobObject, []byte(content))
 	for _, p := range idxs {
 		pack := plumbing.NewHash(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "pack-"), ".idx"))
-		idx, err := openPackIndex(p, pack)
+		idx, err := packidx.Open(p, pack)
 		require.NoError(t, err)
 		off, err := idx.FindOffset(h)
 		if errors.Is(err, plumbing.ErrObjectNotFound) {

@@ -18,6 +18,8 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/objfile"
+
+	"github.com/modwatch/modwatch/gitutil/internal/packidx"
 )
 
 // checkPacks looks for damage in a mirror's packs without reading them:
@@ -128,7 +130,7 @@ func verifyIndex(f *os.File) (count int64, packSum [20]byte, err error) {
 	}
 	sum := sha1.New()
 	r := bufio.NewReaderSize(io.TeeReader(io.NewSectionReader(f, 0, st.Size()-20), sum), 16<<10)
-	var buf [idxHeader + idxFanout]byte // checked by indexHead; read again for the checksum
+	var buf [packidx.HeaderSize + packidx.FanoutSize]byte // checked by indexHead; read again for the checksum
 	if _, err := io.ReadFull(r, buf[:]); err != nil {
 		return 0, packSum, err
 	}
@@ -140,8 +142,8 @@ func verifyIndex(f *os.File) (count int64, packSum [20]byte, err error) {
 		if i > 0 && bytes.Compare(last[:], name[:]) >= 0 {
 			return 0, packSum, fmt.Errorf("object names out of order at %d", i)
 		}
-		if int(name[0]) > 0 && int64(binary.BigEndian.Uint32(buf[idxHeader+4*(int(name[0])-1):])) > i ||
-			int64(binary.BigEndian.Uint32(buf[idxHeader+4*int(name[0]):])) <= i {
+		if int(name[0]) > 0 && int64(binary.BigEndian.Uint32(buf[packidx.HeaderSize+4*(int(name[0])-1):])) > i ||
+			int64(binary.BigEndian.Uint32(buf[packidx.HeaderSize+4*int(name[0]):])) <= i {
 			return 0, packSum, fmt.Errorf("object %d is not where the fanout puts it", i)
 		}
 		last = name
@@ -179,21 +181,21 @@ func quickIndex(f *os.File) (count int64, packSum [20]byte, err error) {
 }
 
 // indexHead reads the header and fanout of an index and checks them
-// against its size (see idxLayout); it returns the object count, the
+// against its size (see packidx.Layout); it returns the object count, the
 // count of 8-byte offsets and the pack checksum.
 func indexHead(f *os.File) (count, large int64, packSum [20]byte, err error) {
 	st, err := f.Stat()
 	if err != nil {
 		return 0, 0, packSum, err
 	}
-	var head [idxHeader + idxFanout]byte
+	var head [packidx.HeaderSize + packidx.FanoutSize]byte
 	if _, err := f.ReadAt(head[:], 0); err != nil {
 		return 0, 0, packSum, fmt.Errorf("header: %w", err)
 	}
-	if count, large, err = idxLayout(head[:], st.Size()); err != nil {
+	if count, large, err = packidx.Layout(head[:], st.Size()); err != nil {
 		return 0, 0, packSum, err
 	}
-	if _, err := f.ReadAt(packSum[:], st.Size()-idxTrailer); err != nil {
+	if _, err := f.ReadAt(packSum[:], st.Size()-packidx.TrailerSize); err != nil {
 		return 0, 0, packSum, fmt.Errorf("trailer: %w", err)
 	}
 	return count, large, packSum, nil

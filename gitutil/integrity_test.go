@@ -3,6 +3,7 @@ package gitutil
 import (
 	"crypto/sha1"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,7 +11,30 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
 )
+
+// mirrorIndex makes a mirror of a repository of n files, in one pack, and
+// returns the path of its index.
+func mirrorIndex(t *testing.T, n int) string {
+	t.Helper()
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	var files []gittest.Change
+	for i := range n {
+		files = append(files, gittest.File(fmt.Sprintf("d/%03d", i), fmt.Sprint(i)))
+	}
+	repo.Commit(t, "one", files...)
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	idxs, err := filepath.Glob(filepath.Join(m.dir, "objects", "pack", "*.idx"))
+	require.NoError(t, err)
+	require.Len(t, idxs, 1)
+	return idxs[0]
+}
 
 // The full check of an index reads it through in constant memory and
 // finds what go-git's decoder finds, and a checksum that does not match.

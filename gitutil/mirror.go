@@ -110,7 +110,7 @@ type Mirror struct {
 	// (content-addressed, as selected).
 	overBudget map[memoKey]error
 	// indexes holds the pack indexes the mirror's store and its file
-	// systems share (see packIndex).
+	// systems share (see packidx.Index).
 	indexes indexCache
 	// gen counts rebuilds; a file system handed out reads only while it is
 	// the generation it was made in.

@@ -19,33 +19,35 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
+
+	"github.com/modwatch/modwatch/gitutil/internal/packidx"
 )
 
-// indexCache holds the indexes of a mirror's packs (see [packIndex]) for
+// indexCache holds the indexes of a mirror's packs (see [packidx.Index]) for
 // the mirror's store and the views of [Mirror.FS]. A pack never changes
 // (its name is its checksum), so its index opened once serves every
 // reader: opening a file system of a large repository costs a directory
 // listing. Packs leave it when they are deleted (see forget).
 type indexCache struct {
 	mu    sync.Mutex
-	packs map[plumbing.Hash]*packIndex
+	packs map[plumbing.Hash]*packidx.Index
 }
 
 // indexes returns the indexes of the packs of the mirror in dir, opening
 // those not cached.
-func (c *indexCache) indexes(dir string, packs []plumbing.Hash) ([]*packIndex, error) {
+func (c *indexCache) indexes(dir string, packs []plumbing.Hash) ([]*packidx.Index, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]*packIndex, len(packs))
+	out := make([]*packidx.Index, len(packs))
 	for i, h := range packs {
 		idx := c.packs[h]
 		if idx == nil {
 			var err error
-			if idx, err = openPackIndex(filepath.Join(dir, "objects", "pack", "pack-"+h.String()+".idx"), h); err != nil {
+			if idx, err = packidx.Open(filepath.Join(dir, "objects", "pack", "pack-"+h.String()+".idx"), h); err != nil {
 				return nil, err
 			}
 			if c.packs == nil {
-				c.packs = map[plumbing.Hash]*packIndex{}
+				c.packs = map[plumbing.Hash]*packidx.Index{}
 			}
 			c.packs[h] = idx
 		}
@@ -91,7 +93,7 @@ type packView struct {
 
 type viewPack struct {
 	hash plumbing.Hash
-	idx  *packIndex
+	idx  *packidx.Index
 	pf   *packfile.Packfile // nil until read
 }
 

@@ -11,7 +11,7 @@ import (
 // mirrorStore is a mirror's store: go-git's for refs, configuration and
 // what go-git's own repack iterates over, but its objects are read
 // through the pack indexes the mirror shares with its file systems (see
-// [packIndex]; go-git would decode every index again, and hold it), and a
+// [packidx.Index]; go-git would decode every index again, and hold it), and a
 // new pack is written without first decoding every index of the mirror,
 // as go-git's PackfileWriter does. It counts the tree objects read (see
 // [Mirror.TreesRead]).

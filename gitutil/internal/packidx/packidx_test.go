@@ -1,4 +1,4 @@
-package gitutil
+package packidx
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,13 +41,13 @@ func entries(t *testing.T, iter func() (idxfile.EntryIter, error)) []idxfile.Ent
 // decoded one does, for every object and for objects it does not hold.
 func sameIndex(t *testing.T, data []byte) {
 	t.Helper()
-	idx, err := newPackIndex(data)
+	idx, err := New(data)
 	require.NoError(t, err)
 	answersAs(t, idx, data)
 }
 
 // answersAs checks that idx answers as go-git's decoding of data.
-func answersAs(t *testing.T, idx *packIndex, data []byte) {
+func answersAs(t *testing.T, idx *Index, data []byte) {
 	t.Helper()
 	mem := idxfile.NewMemoryIndex()
 	require.NoError(t, idxfile.NewDecoder(bytes.NewReader(data)).Decode(mem))
@@ -84,9 +85,9 @@ func answersAs(t *testing.T, idx *packIndex, data []byte) {
 	assert.ErrorIs(t, err, plumbing.ErrObjectNotFound)
 }
 
-// mirrorIndex makes a mirror of a repository of n files, in one pack, and
-// returns the path of its index.
-func mirrorIndex(t *testing.T, n int) string {
+// packedIndex makes a repository of n files, packed in one pack by git,
+// and returns the path of its index.
+func packedIndex(t *testing.T, n int) string {
 	t.Helper()
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
@@ -95,11 +96,10 @@ func mirrorIndex(t *testing.T, n int) string {
 		files = append(files, gittest.File(fmt.Sprintf("d/%03d", i), fmt.Sprint(i)))
 	}
 	repo.Commit(t, "one", files...)
-	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
-	require.NoError(t, err)
-	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
-	require.NoError(t, err)
-	idxs, err := filepath.Glob(filepath.Join(m.dir, "objects", "pack", "*.idx"))
+	cmd := exec.Command("git", "-C", repo.BareDir(), "repack", "-a", "-d", "-q")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	idxs, err := filepath.Glob(filepath.Join(repo.BareDir(), "objects", "pack", "*.idx"))
 	require.NoError(t, err)
 	require.Len(t, idxs, 1)
 	return idxs[0]
@@ -109,22 +109,22 @@ func mirrorIndex(t *testing.T, n int) string {
 // real pack's, and on one with offsets past 2 GiB (a table of 8-byte
 // offsets).
 func TestPackIndexAnswersAsGoGits(t *testing.T) {
-	idx := mirrorIndex(t, 300)
+	idx := packedIndex(t, 300)
 	data, err := os.ReadFile(idx)
 	require.NoError(t, err)
 	t.Run("a pack's", func(t *testing.T) { sameIndex(t, data) })
 	t.Run("another pack's", func(t *testing.T) {
-		_, err := openPackIndex(idx, plumbing.NewHash(strings.Repeat("12", 20)))
+		_, err := Open(idx, plumbing.NewHash(strings.Repeat("12", 20)))
 		assert.ErrorIs(t, err, idxfile.ErrMalformedIdxFile)
 	})
 
 	t.Run("large offsets", func(t *testing.T) { sameIndex(t, syntheticIndex(t, 500, 3)) })
 	t.Run("mapped", func(t *testing.T) {
 		data := syntheticIndex(t, 40000, 7)
-		require.Greater(t, len(data), mapThreshold)
+		require.Greater(t, len(data), MapThreshold)
 		p := filepath.Join(t.TempDir(), "pack.idx")
 		require.NoError(t, os.WriteFile(p, data, 0o444))
-		idx, err := openPackIndex(p, plumbing.NewHash("0123456789012345678901234567890123456789"))
+		idx, err := Open(p, plumbing.NewHash("0123456789012345678901234567890123456789"))
 		require.NoError(t, err)
 		answersAs(t, idx, data)
 	})
@@ -167,7 +167,7 @@ func TestPackIndexTakesHostileInput(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
 
 	use := func(data []byte) {
-		idx, err := newPackIndex(data)
+		idx, err := New(data)
 		if err != nil {
 			return
 		}
@@ -205,17 +205,17 @@ func TestPackIndexTakesHostileInput(t *testing.T) {
 				data = append(data, make([]byte, n)...)
 			}
 		default: // a fanout claiming more or fewer objects
-			binary.BigEndian.PutUint32(data[idxHeader+4*(128+rng.IntN(128)):], uint32(rng.IntN(1<<20)))
+			binary.BigEndian.PutUint32(data[HeaderSize+4*(128+rng.IntN(128)):], uint32(rng.IntN(1<<20)))
 		}
-		if len(data) < idxHeader+idxFanout+idxTrailer {
-			continue // openPackIndex refuses these before reading
+		if len(data) < HeaderSize+FanoutSize+TrailerSize {
+			continue // Open refuses these before reading
 		}
-		if _, err := newPackIndex(data); err == nil {
+		if _, err := New(data); err == nil {
 			accepted++
 		}
 		use(data)
 	}
 	assert.Positive(t, accepted, "some damage leaves a readable index")
-	_, err := newPackIndex(append(bytes.Clone(whole), 1, 2, 3))
+	_, err := New(append(bytes.Clone(whole), 1, 2, 3))
 	assert.ErrorIs(t, err, idxfile.ErrMalformedIdxFile)
 }

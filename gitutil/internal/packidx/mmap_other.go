@@ -1,6 +1,6 @@
 //go:build !unix
 
-package gitutil
+package packidx
 
 import (
 	"io"

@@ -1,4 +1,10 @@
-package gitutil
+// Package packidx reads a version 2 pack index in place, for the mirror's
+// object store: the file is mapped where the system can, checked against
+// its size before any lookup, and a fault in the mapping (the file cut
+// short under it) is an error of the lookup ([ErrFault]), never a SIGBUS.
+// It is go-git's idxfile.Index, without the decoding that holds about 60
+// bytes per object.
+package packidx
 
 import (
 	"bytes"
@@ -17,7 +23,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 )
 
-// packIndex is a version 2 pack index read in place: the file is mapped
+// Index is a version 2 pack index read in place: the file is mapped
 // into memory where the system can (read whole elsewhere), and a lookup
 // reads the few pages it needs. go-git decodes an index into slices and,
 // at the first lookup by offset, a map, about 60 bytes per object of the
@@ -25,7 +31,7 @@ import (
 // object but, once something asks for a hash by offset (a delta's base),
 // 4 bytes for the objects in offset order. It implements idxfile.Index and
 // is safe for concurrent use.
-type packIndex struct {
+type Index struct {
 	data   []byte
 	mapped bool // data is a mapping of the file (see recoverFault)
 	count  int
@@ -38,19 +44,21 @@ type packIndex struct {
 	revErr  error
 }
 
-// mapThreshold is the size from which an index is mapped, not read.
-const mapThreshold = 1 << 20
+// MapThreshold is the size from which an index is mapped, not read.
+const MapThreshold = 1 << 20
 
+// The fixed parts of a version 2 index: the header (magic and version),
+// the fanout table, and the trailer (the pack's checksum and the index's).
 const (
-	idxHeader  = 8
-	idxFanout  = 256 * 4
-	idxTrailer = 40
+	HeaderSize  = 8
+	FanoutSize  = 256 * 4
+	TrailerSize = 40
 )
 
-// openPackIndex maps the index at path and checks that its structure fits
+// Open maps the index at path and checks that its structure fits
 // its size (so that no lookup reads past it), that its fanout ascends and
 // that it is the index of pack.
-func openPackIndex(path string, pack plumbing.Hash) (*packIndex, error) {
+func Open(path string, pack plumbing.Hash) (*Index, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -60,7 +68,7 @@ func openPackIndex(path string, pack plumbing.Hash) (*packIndex, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st.Size() < idxHeader+idxFanout+idxTrailer || st.Size() > 1<<40 {
+	if st.Size() < HeaderSize+FanoutSize+TrailerSize || st.Size() > 1<<40 {
 		return nil, fmt.Errorf("%w: %s is %d bytes", idxfile.ErrMalformedIdxFile, path, st.Size())
 	}
 	// Small indexes (most, in a mirror of incremental fetches) are read
@@ -69,7 +77,7 @@ func openPackIndex(path string, pack plumbing.Hash) (*packIndex, error) {
 	var data []byte
 	unmap := func() error { return nil }
 	mapped := false
-	if st.Size() >= mapThreshold {
+	if st.Size() >= MapThreshold {
 		if d, u, err := mapFile(f, int(st.Size())); err == nil {
 			data, unmap, mapped = d, u, true
 		}
@@ -91,31 +99,31 @@ func openPackIndex(path string, pack plumbing.Hash) (*packIndex, error) {
 
 // checkedIndex reads the index in data (mapped or not) and checks that it
 // is the index of pack.
-func checkedIndex(data []byte, pack plumbing.Hash, mapped bool) (idx *packIndex, err error) {
+func checkedIndex(data []byte, pack plumbing.Hash, mapped bool) (idx *Index, err error) {
 	if mapped {
 		defer recoverFault(&err, debug.SetPanicOnFault(true))
 	}
-	if idx, err = newPackIndex(data); err != nil {
+	if idx, err = New(data); err != nil {
 		return nil, err
 	}
 	idx.mapped = mapped
-	if !bytes.Equal(data[len(data)-idxTrailer:len(data)-20], pack[:]) {
+	if !bytes.Equal(data[len(data)-TrailerSize:len(data)-20], pack[:]) {
 		return nil, fmt.Errorf("%w: index of pack %s is for another pack", idxfile.ErrMalformedIdxFile, pack)
 	}
 	return idx, nil
 }
 
-// errIndexFault is what reading a mapped index whose file was cut short
+// ErrFault is what reading a mapped index whose file was cut short
 // under the mapping (by another process, a failing disk) gives instead of
 // the SIGBUS that would end the program: an index the damage decision
 // verifies, finds cut short, and rebuilds.
-var errIndexFault = fmt.Errorf("%w: fault reading a mapped index (its file changed under the mapping)", idxfile.ErrMalformedIdxFile)
+var ErrFault = fmt.Errorf("%w: fault reading a mapped index (its file changed under the mapping)", idxfile.ErrMalformedIdxFile)
 
 // recoverFault, deferred by every method that reads a mapping with
 //
 //	defer recoverFault(&err, debug.SetPanicOnFault(true))
 //
-// turns a memory fault there into errIndexFault, and restores the
+// turns a memory fault there into ErrFault, and restores the
 // goroutine's setting. Any other panic goes on.
 func recoverFault(err *error, old bool) {
 	r := recover()
@@ -124,61 +132,64 @@ func recoverFault(err *error, old bool) {
 		return
 	}
 	if _, fault := r.(interface{ Addr() uintptr }); fault {
-		*err = errIndexFault
+		*err = ErrFault
 		return
 	}
 	panic(r)
 }
 
-// newPackIndex reads the index in data.
-func newPackIndex(data []byte) (*packIndex, error) {
-	count, large, err := idxLayout(data[:idxHeader+idxFanout], int64(len(data)))
+// New reads the index in data, which is not copied.
+func New(data []byte) (*Index, error) {
+	if len(data) < HeaderSize+FanoutSize+TrailerSize {
+		return nil, fmt.Errorf("%w: %d bytes", idxfile.ErrMalformedIdxFile, len(data))
+	}
+	count, large, err := Layout(data[:HeaderSize+FanoutSize], int64(len(data)))
 	if err != nil {
 		return nil, err
 	}
-	idx := &packIndex{data: data, count: int(count), large: int(large)}
-	idx.names = idxHeader + idxFanout
+	idx := &Index{data: data, count: int(count), large: int(large)}
+	idx.names = HeaderSize + FanoutSize
 	idx.crcs = idx.names + 20*idx.count
 	idx.offsets = idx.crcs + 4*idx.count
 	idx.offsets64 = idx.offsets + 4*idx.count
 	return idx, nil
 }
 
-// idxLayout checks the head of a version 2 index (its header and fanout)
+// Layout checks the head of a version 2 index (its header and fanout)
 // against the index's size: the fanout must not decrease, and the names,
 // CRCs, offsets and 8-byte offsets it implies must fill the size exactly.
 // It returns the object count and the count of 8-byte offsets.
-func idxLayout(head []byte, size int64) (count, large int64, err error) {
-	if !bytes.Equal(head[:idxHeader], []byte{0xff, 't', 'O', 'c', 0, 0, 0, 2}) {
+func Layout(head []byte, size int64) (count, large int64, err error) {
+	if !bytes.Equal(head[:HeaderSize], []byte{0xff, 't', 'O', 'c', 0, 0, 0, 2}) {
 		return 0, 0, fmt.Errorf("%w: not a version 2 index", idxfile.ErrMalformedIdxFile)
 	}
 	prev := uint32(0)
 	for k := range 256 {
-		n := binary.BigEndian.Uint32(head[idxHeader+4*k:])
+		n := binary.BigEndian.Uint32(head[HeaderSize+4*k:])
 		if n < prev {
 			return 0, 0, fmt.Errorf("%w: fanout decreases at %d", idxfile.ErrMalformedIdxFile, k)
 		}
 		prev = n
 	}
 	count = int64(prev)
-	least := idxHeader + idxFanout + count*(20+4+4) + idxTrailer
+	least := HeaderSize + FanoutSize + count*(20+4+4) + TrailerSize
 	if size < least || (size-least)%8 != 0 {
 		return 0, 0, fmt.Errorf("%w: %d bytes for %d objects (cut short?)", idxfile.ErrMalformedIdxFile, size, count)
 	}
 	return count, (size - least) / 8, nil
 }
 
-func (x *packIndex) fanout(b int) int {
+func (x *Index) fanout(b int) int {
 	if b < 0 {
 		return 0
 	}
-	return int(binary.BigEndian.Uint32(x.data[idxHeader+4*b:]))
+	return int(binary.BigEndian.Uint32(x.data[HeaderSize+4*b:]))
 }
 
-func (x *packIndex) name(pos int) []byte { return x.data[x.names+20*pos : x.names+20*pos+20] }
+func (x *Index) name(pos int) []byte { return x.data[x.names+20*pos : x.names+20*pos+20] }
 
 // find returns the position of h, or -1.
-func (x *packIndex) find(h plumbing.Hash) int {
+func (x *Index) find(h plumbing.Hash) int {
 	lo, hi := x.fanout(int(h[0])-1), x.fanout(int(h[0]))
 	i := lo + sort.Search(hi-lo, func(i int) bool { return bytes.Compare(x.name(lo+i), h[:]) >= 0 })
 	if i < hi && bytes.Equal(x.name(i), h[:]) {
@@ -187,7 +198,7 @@ func (x *packIndex) find(h plumbing.Hash) int {
 	return -1
 }
 
-func (x *packIndex) offset(pos int) (int64, error) {
+func (x *Index) offset(pos int) (int64, error) {
 	o := binary.BigEndian.Uint32(x.data[x.offsets+4*pos:])
 	if o&(1<<31) == 0 {
 		return int64(o), nil
@@ -204,7 +215,7 @@ func (x *packIndex) offset(pos int) (int64, error) {
 }
 
 // Contains reports whether the pack holds h.
-func (x *packIndex) Contains(h plumbing.Hash) (ok bool, err error) {
+func (x *Index) Contains(h plumbing.Hash) (ok bool, err error) {
 	if x.mapped {
 		defer recoverFault(&err, debug.SetPanicOnFault(true))
 	}
@@ -212,7 +223,7 @@ func (x *packIndex) Contains(h plumbing.Hash) (ok bool, err error) {
 }
 
 // FindOffset returns the offset of h in the pack.
-func (x *packIndex) FindOffset(h plumbing.Hash) (off int64, err error) {
+func (x *Index) FindOffset(h plumbing.Hash) (off int64, err error) {
 	if x.mapped {
 		defer recoverFault(&err, debug.SetPanicOnFault(true))
 	}
@@ -224,7 +235,7 @@ func (x *packIndex) FindOffset(h plumbing.Hash) (off int64, err error) {
 }
 
 // FindCRC32 returns the CRC32 of h's entry in the pack.
-func (x *packIndex) FindCRC32(h plumbing.Hash) (crc uint32, err error) {
+func (x *Index) FindCRC32(h plumbing.Hash) (crc uint32, err error) {
 	if x.mapped {
 		defer recoverFault(&err, debug.SetPanicOnFault(true))
 	}
@@ -236,7 +247,7 @@ func (x *packIndex) FindCRC32(h plumbing.Hash) (crc uint32, err error) {
 }
 
 // byOffset returns the positions in offset order, made at the first call.
-func (x *packIndex) byOffset() ([]uint32, error) {
+func (x *Index) byOffset() ([]uint32, error) {
 	x.revOnce.Do(func() {
 		if x.mapped {
 			defer recoverFault(&x.revErr, debug.SetPanicOnFault(true))
@@ -258,7 +269,7 @@ func (x *packIndex) byOffset() ([]uint32, error) {
 }
 
 // FindHash returns the object at offset o of the pack.
-func (x *packIndex) FindHash(o int64) (h plumbing.Hash, err error) {
+func (x *Index) FindHash(o int64) (h plumbing.Hash, err error) {
 	if x.mapped {
 		defer recoverFault(&err, debug.SetPanicOnFault(true))
 	}
@@ -287,29 +298,29 @@ func (x *packIndex) FindHash(o int64) (h plumbing.Hash, err error) {
 }
 
 // Count returns the number of objects in the pack.
-func (x *packIndex) Count() (int64, error) { return int64(x.count), nil }
+func (x *Index) Count() (int64, error) { return int64(x.count), nil }
 
 // Entries iterates over the objects in name order.
-func (x *packIndex) Entries() (idxfile.EntryIter, error) {
-	return &packIndexIter{x: x}, nil
+func (x *Index) Entries() (idxfile.EntryIter, error) {
+	return &entryIter{x: x}, nil
 }
 
 // EntriesByOffset iterates over the objects in offset order.
-func (x *packIndex) EntriesByOffset() (idxfile.EntryIter, error) {
+func (x *Index) EntriesByOffset() (idxfile.EntryIter, error) {
 	rev, err := x.byOffset()
 	if err != nil {
 		return nil, err
 	}
-	return &packIndexIter{x: x, order: rev}, nil
+	return &entryIter{x: x, order: rev}, nil
 }
 
-type packIndexIter struct {
-	x     *packIndex
+type entryIter struct {
+	x     *Index
 	order []uint32 // nil: name order
 	i     int
 }
 
-func (it *packIndexIter) Next() (e *idxfile.Entry, err error) {
+func (it *entryIter) Next() (e *idxfile.Entry, err error) {
 	if it.x.mapped {
 		defer recoverFault(&err, debug.SetPanicOnFault(true))
 	}
@@ -330,6 +341,6 @@ func (it *packIndexIter) Next() (e *idxfile.Entry, err error) {
 	return e, nil
 }
 
-func (it *packIndexIter) Close() error { it.i = it.x.count; return nil }
+func (it *entryIter) Close() error { it.i = it.x.count; return nil }
 
-var _ idxfile.Index = (*packIndex)(nil)
+var _ idxfile.Index = (*Index)(nil)
