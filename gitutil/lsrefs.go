@@ -6,15 +6,13 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/format/pktline"
+	"github.com/modwatch/modwatch/gitutil/internal/protov2"
 )
 
 // ListOption tunes [ListRefs].
@@ -57,7 +55,7 @@ func (r Revision) RefPrefixes() []string {
 const maxListing = 64 << 20
 
 // errNoV2 says the server answered in protocol version 0 or 1.
-var errNoV2 = errors.New("the server does not speak protocol version 2")
+var errNoV2 = protov2.ErrNoV2
 
 // noV2 remembers the servers (by scheme and host) that did not speak
 // version 2, so that they are asked in version 0 from then on.
@@ -111,16 +109,7 @@ var v2Repos sync.Map
 
 // lsRefs sends the ls-refs command.
 func lsRefs(ctx context.Context, client *http.Client, base string, a *Auth, prefixes []string) (RefList, error) {
-	var body bytes.Buffer
-	enc := pktline.NewEncoder(&body)
-	_ = enc.EncodeString("command=ls-refs\n", "agent=modwatch\n")
-	body.WriteString("0001") // delim-pkt: the arguments follow
-	_ = enc.EncodeString("peel\n", "symrefs\n")
-	for _, p := range prefixes {
-		_ = enc.Encodef("ref-prefix %s\n", p)
-	}
-	_ = enc.Flush()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/git-upload-pack", &body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/git-upload-pack", bytes.NewReader(protov2.LsRefsRequest(prefixes)))
 	if err != nil {
 		return RefList{}, err
 	}
@@ -135,7 +124,11 @@ func lsRefs(ctx context.Context, client *http.Client, base string, a *Auth, pref
 	if resp.StatusCode != http.StatusOK {
 		return RefList{}, &httpStatusError{resp.StatusCode, "ls-refs: " + resp.Status}
 	}
-	return parseLsRefs(io.LimitReader(resp.Body, maxListing))
+	refs, err := protov2.ParseLsRefs(io.LimitReader(resp.Body, maxListing))
+	if err != nil {
+		return RefList{}, err
+	}
+	return RefList{Refs: refs.Refs, Peeled: refs.Peeled, Head: refs.Head}, nil
 }
 
 func setV2Headers(req *http.Request, a *Auth) {
@@ -156,36 +149,14 @@ func setV2Headers(req *http.Request, a *Auth) {
 	}
 }
 
-// readV2Caps reads a version 2 capability advertisement; errNoV2 when the
-// server answered in an older version.
+// readV2Caps reads the capability advertisement of resp (protov2.ReadCaps)
+// after its HTTP status.
 func readV2Caps(resp *http.Response) (map[string]bool, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return nil, &httpStatusError{resp.StatusCode, "info/refs: " + resp.Status}
 	}
-	s := pktline.NewScanner(io.LimitReader(resp.Body, 1<<20))
-	caps := map[string]bool{}
-	version2 := false
-	for s.Scan() {
-		line := strings.TrimSuffix(string(s.Bytes()), "\n")
-		switch {
-		case line == "" || strings.HasPrefix(line, "# service="):
-		case line == "version 2":
-			version2 = true
-		case !version2:
-			return nil, errNoV2 // a version 0 advertisement: refs
-		default:
-			name, _, _ := strings.Cut(line, "=")
-			caps[name] = true
-		}
-	}
-	if err := s.Err(); err != nil {
-		return nil, fmt.Errorf("capability advertisement: %w", err)
-	}
-	if !version2 {
-		return nil, errNoV2
-	}
-	return caps, nil
+	return protov2.ReadCaps(io.LimitReader(resp.Body, 1<<20))
 }
 
 // httpStatusError is a listing answered with an HTTP error.
@@ -195,53 +166,6 @@ type httpStatusError struct {
 }
 
 func (e *httpStatusError) Error() string { return e.status }
-
-// parseLsRefs reads ls-refs' answer: "<oid> <name>[ symref-target:<t>]
-// [ peeled:<oid>]" lines up to a flush-pkt.
-func parseLsRefs(r io.Reader) (RefList, error) {
-	out := RefList{Refs: map[string]plumbing.Hash{}, Peeled: map[string]plumbing.Hash{}}
-	s := pktline.NewScanner(r)
-	for s.Scan() {
-		line := strings.TrimSuffix(string(s.Bytes()), "\n")
-		if line == "" {
-			return out, nil // flush-pkt: the end
-		}
-		fields := strings.Split(line, " ")
-		if len(fields) < 2 || !plumbing.IsHash(fields[0]) {
-			return RefList{}, fmt.Errorf("ls-refs: malformed line %q", truncate(line, 200))
-		}
-		oid, name := plumbing.NewHash(fields[0]), fields[1]
-		for _, attr := range fields[2:] {
-			switch {
-			case strings.HasPrefix(attr, "symref-target:"):
-				if name == "HEAD" {
-					out.Head = strings.TrimPrefix(attr, "symref-target:")
-				}
-			case strings.HasPrefix(attr, "peeled:"):
-				p := strings.TrimPrefix(attr, "peeled:")
-				if !plumbing.IsHash(p) {
-					return RefList{}, fmt.Errorf("ls-refs: malformed peeled oid in %q", truncate(line, 200))
-				}
-				out.Peeled[name] = plumbing.NewHash(p)
-			}
-		}
-		if name == "HEAD" {
-			if out.Head != "" {
-				// The ref HEAD points at, which a "HEAD" prefix alone does
-				// not list.
-				if _, ok := out.Refs[out.Head]; !ok {
-					out.Refs[out.Head] = oid
-				}
-			}
-			continue
-		}
-		out.Refs[name] = oid
-	}
-	if err := s.Err(); err != nil {
-		return RefList{}, fmt.Errorf("ls-refs: %w", err)
-	}
-	return RefList{}, errors.New("ls-refs: the answer ended without a flush-pkt")
-}
 
 func truncate(s string, n int) string {
 	if len(s) > n {

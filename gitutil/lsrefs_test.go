@@ -98,24 +98,3 @@ func TestListRefsFallsBackToV0(t *testing.T) {
 	_, remembered := noV2.Load("http://" + strings.TrimPrefix(srv.URL(), "http://"))
 	assert.True(t, remembered)
 }
-
-// Malformed ls-refs answers are errors, never refs.
-func TestParseLsRefsRefusesGarbage(t *testing.T) {
-	for _, body := range []string{
-		"",                       // no flush-pkt
-		"0010not-an-oid x\n0000", // bad oid
-		"000bshort\n0000",        // too short
-		"zzzz",                   // bad length
-		"0004",                   // invalid pkt-len
-		fmt.Sprintf("%04x%s refs/heads/x peeled:zz\n0000", 4+40+24, strings.Repeat("a", 40)), // bad peeled
-	} {
-		_, err := parseLsRefs(strings.NewReader(body))
-		assert.Error(t, err, "%q", body)
-	}
-	payload := strings.Repeat("a", 40) + " HEAD symref-target:refs/heads/main\n"
-	good := fmt.Sprintf("%04x%s0000", len(payload)+4, payload)
-	l, err := parseLsRefs(strings.NewReader(good))
-	require.NoError(t, err)
-	assert.Equal(t, "refs/heads/main", l.Head)
-	assert.Contains(t, l.Refs, "refs/heads/main")
-}

@@ -1,0 +1,83 @@
+package protov2_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/gitutil/internal/protov2"
+)
+
+// pkt is one pkt-line of s.
+func pkt(s string) string { return fmt.Sprintf("%04x%s", len(s)+4, s) }
+
+// Malformed ls-refs answers are errors, never refs.
+func TestParseLsRefsRefusesGarbage(t *testing.T) {
+	for _, body := range []string{
+		"",                       // no flush-pkt
+		"0010not-an-oid x\n0000", // bad oid
+		"000bshort\n0000",        // too short
+		"zzzz",                   // bad length
+		"0004",                   // invalid pkt-len
+		pkt(strings.Repeat("a", 40)+" refs/heads/x peeled:zz\n") + "0000", // bad peeled
+		pkt(strings.Repeat("a", 40)+"\n") + "0000",                        // no name
+	} {
+		_, err := protov2.ParseLsRefs(strings.NewReader(body))
+		assert.Error(t, err, "%q", body)
+	}
+}
+
+// A good answer: HEAD's target, the ref HEAD points at even when no prefix
+// listed it, peeled tags.
+func TestParseLsRefs(t *testing.T) {
+	a, b := strings.Repeat("a", 40), strings.Repeat("b", 40)
+	body := pkt(a+" HEAD symref-target:refs/heads/main\n") +
+		pkt(b+" refs/tags/v1 peeled:"+a+"\n") + "0000" + "ignored after the flush"
+	refs, err := protov2.ParseLsRefs(strings.NewReader(body))
+	require.NoError(t, err)
+	assert.Equal(t, protov2.Refs{
+		Head:   "refs/heads/main",
+		Refs:   map[string]plumbing.Hash{"refs/heads/main": plumbing.NewHash(a), "refs/tags/v1": plumbing.NewHash(b)},
+		Peeled: map[string]plumbing.Hash{"refs/tags/v1": plumbing.NewHash(a)},
+	}, refs)
+}
+
+func TestReadCaps(t *testing.T) {
+	v2 := pkt("# service=git-upload-pack\n") + "0000" + pkt("version 2\n") + pkt("agent=git/2.39\n") + pkt("ls-refs=unborn\n") + pkt("fetch=shallow\n") + "0000"
+	caps, err := protov2.ReadCaps(strings.NewReader(v2))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]bool{"agent": true, "ls-refs": true, "fetch": true}, caps)
+
+	v0 := pkt("# service=git-upload-pack\n") + "0000" + pkt(strings.Repeat("a", 40)+" HEAD\x00multi_ack\n") + "0000"
+	_, err = protov2.ReadCaps(strings.NewReader(v0))
+	assert.True(t, errors.Is(err, protov2.ErrNoV2), "a version 0 advertisement: %v", err)
+	_, err = protov2.ReadCaps(strings.NewReader(""))
+	assert.ErrorIs(t, err, protov2.ErrNoV2)
+	_, err = protov2.ReadCaps(strings.NewReader("zzzz"))
+	assert.Error(t, err)
+	assert.NotErrorIs(t, err, protov2.ErrNoV2, "garbage is not an old server")
+}
+
+// The request: the command, a delim-pkt, the arguments, a flush-pkt.
+func TestLsRefsRequest(t *testing.T) {
+	got := string(protov2.LsRefsRequest([]string{"refs/heads/", "HEAD"}))
+	want := pkt("command=ls-refs\n") + pkt("agent=modwatch\n") + "0001" + pkt("peel\n") + pkt("symrefs\n") +
+		pkt("ref-prefix refs/heads/\n") + pkt("ref-prefix HEAD\n") + "0000"
+	assert.Equal(t, want, got)
+}
+
+func FuzzParseLsRefs(f *testing.F) {
+	f.Add(pkt(strings.Repeat("a", 40)+" HEAD symref-target:refs/heads/main\n") + "0000")
+	f.Add("0004")
+	f.Fuzz(func(t *testing.T, body string) {
+		refs, err := protov2.ParseLsRefs(strings.NewReader(body))
+		if err == nil && (refs.Refs == nil || refs.Peeled == nil) {
+			t.Fatalf("accepted %q without maps", body)
+		}
+	})
+}
