@@ -103,14 +103,18 @@ func TestReleaseResolvesOutsideTheTree(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(consumer, "go.mod"), []byte(gomod), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(consumer, "go.sum"), treeSums(t, root), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(consumer, "main.go"), []byte("package main\n\nimport (\n\t_ \"github.com/modwatch/modwatch/sink/apply\"\n\t_ \"github.com/modwatch/modwatch/source/gitsync\"\n)\n\nfunc main() {}\n"), 0o644))
-	// A module cache of its own, so that nothing of this tree's is in it;
-	// the project's modules from the file proxy alone, the others from
-	// this machine's module cache (itself laid out as a proxy).
-	cache := run(t, ctx, tmp, nil, "go", "env", "GOMODCACHE")
+	// A module cache of its own, so that nothing of this tree's is in it.
+	// The project's modules come from the file proxy alone (no other proxy
+	// has them, and GONOSUMDB keeps the checksum database from being
+	// asked); the others from this machine's module cache, itself laid out
+	// as a proxy, or, on a fresh machine that never needed the modules'
+	// floor versions, from the module proxy the machine uses.
+	cache := strings.TrimSpace(run(t, ctx, tmp, nil, "go", "env", "GOMODCACHE"))
+	upstream := strings.TrimSpace(run(t, ctx, tmp, nil, "go", "env", "GOPROXY"))
 	modcache := filepath.Join(tmp, "modcache")
 	env := []string{
 		"GOWORK=off", "GOFLAGS=-mod=mod", "GOMODCACHE=" + modcache,
-		"GOPROXY=file://" + proxy + ",file://" + filepath.Join(strings.TrimSpace(cache), "cache", "download"),
+		"GOPROXY=file://" + proxy + ",file://" + filepath.Join(cache, "cache", "download") + "," + upstream,
 		"GONOSUMDB=github.com/modwatch/modwatch", "GOTOOLCHAIN=local",
 	}
 	t.Cleanup(func() { _, _ = runErr(ctx, tmp, env, "go", "clean", "-modcache") })
@@ -121,6 +125,13 @@ func TestReleaseResolvesOutsideTheTree(t *testing.T) {
 	assert.NotContains(t, string(data), "replace")
 	dir := strings.TrimSpace(run(t, ctx, consumer, env, "go", "list", "-m", "-f", "{{.Version}} {{.Dir}}", "github.com/modwatch/modwatch/source/gitsync"))
 	assert.Equal(t, version+" "+filepath.Join(modcache, "github.com", "modwatch", "modwatch", "source", "gitsync@"+version), dir, "from the proxy's zip, not the tree")
+	// What the go command downloaded of ours is the proxy's zip, byte for
+	// byte.
+	zipped, err := os.ReadFile(filepath.Join(proxy, "github.com", "modwatch", "modwatch", "source", "gitsync", "@v", version+".zip"))
+	require.NoError(t, err)
+	downloaded, err := os.ReadFile(filepath.Join(modcache, "cache", "download", "github.com", "modwatch", "modwatch", "source", "gitsync", "@v", version+".zip"))
+	require.NoError(t, err)
+	assert.Equal(t, zipped, downloaded)
 	// The graph's size (go list -m all); -e because this offline cache has
 	// the go.mod files of modules that provide no package, not their
 	// .info files, which only that listing asks for.
