@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"io/fs"
+	"os/exec"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
@@ -11,9 +12,9 @@ import (
 
 // Git is the watcher's seam over git: listing a remote's refs, and the
 // local copy of a remote that it fetches into and reads trees from. The
-// default is [GoGit] (gitutil: go-git, and the git CLI for a first clone
-// when there is one); [WithGit] puts another in its place, or wraps it (to
-// count, to inject faults, to cache).
+// default is [DefaultGit] (gitutil: go-git, and the git CLI for a first
+// clone when there is one); [WithGit] puts another in its place (a [GoGit]
+// of other settings), or wraps it (to count, to inject faults, to cache).
 type Git interface {
 	// ListRefs lists the refs of the repository at url under prefixes
 	// (every ref when there is none).
@@ -65,8 +66,35 @@ type Mirror interface {
 	Progress() int64
 }
 
-// GoGit is the default [Git]: gitutil.ListRefs and gitutil.OpenMirror.
-type GoGit struct{}
+// GoGit is the [Git] of gitutil: gitutil.ListRefs and gitutil.OpenMirror,
+// with the settings of the mirrors it opens. Its zero value fetches with
+// go-git only; [DefaultGit] is the watcher's default.
+type GoGit struct {
+	// GitCLI is the git binary that makes the first fetch into an empty
+	// mirror ("": go-git makes every fetch) and repacks. On a large
+	// repository the CLI's first fetch is several times faster and smaller
+	// than go-git's (docs/performance.md); every later fetch is go-git's,
+	// incremental, and as cheap as the CLI's. See
+	// [gitutil.MirrorOptions.GitCLI].
+	GitCLI string
+	// FirstFetchDepth limits the history of the first fetch into an empty
+	// mirror; 0 fetches full history. See
+	// [gitutil.MirrorOptions.FirstFetchDepth] for what a shallow mirror
+	// cannot do: force-pushes are then delivered as new commits without
+	// changed paths.
+	FirstFetchDepth int
+	// RepackPacks is how many packs a mirror may hold before a fetch
+	// repacks it (0: [gitutil.DefaultRepackPacks]; negative: never). Each
+	// incremental fetch adds one.
+	RepackPacks int
+}
+
+// DefaultGit is the watcher's git when none is given: GoGit with "git"
+// from PATH, when there is one, for first fetches and repacks.
+func DefaultGit() GoGit {
+	cli, _ := exec.LookPath("git")
+	return GoGit{GitCLI: cli}
+}
 
 var (
 	_ Git    = GoGit{}
@@ -78,8 +106,10 @@ func (GoGit) ListRefs(ctx context.Context, url string, auth *gitutil.Auth, prefi
 	return gitutil.ListRefs(ctx, url, auth, gitutil.WithRefPrefixes(prefixes...))
 }
 
-// OpenMirror implements Git.
-func (GoGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (Mirror, error) {
+// OpenMirror implements Git: opts are the watcher's (TempDir, OnDamage),
+// the rest g's settings.
+func (g GoGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (Mirror, error) {
+	opts.GitCLI, opts.FirstFetchDepth, opts.RepackPacks = g.GitCLI, max(g.FirstFetchDepth, 0), g.RepackPacks
 	m, err := gitutil.OpenMirror(dir, url, opts)
 	if err != nil {
 		return nil, err

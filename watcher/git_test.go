@@ -62,7 +62,7 @@ func (m faultyMirror) FS(commit plumbing.Hash, sel gitutil.Selection) (fs.FS, er
 func TestWithGit(t *testing.T) {
 	repo := watchertest.NewRepo(t)
 	commit := repo.Commit(t, map[string]string{"a.yaml": "a: 1\n"})
-	git := &faultyGit{}
+	git := &faultyGit{GoGit: watcher.DefaultGit()}
 	obs := watchertest.NewObserver()
 	w := watchertest.NewWatcher(t, watcher.WithGit(git), watcher.WithObserver(obs), watcher.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
 	sink := watchertest.NewSink("rec")
@@ -82,14 +82,14 @@ func TestWithGit(t *testing.T) {
 // With a shallow first fetch the mirror cannot tell a force-push from a
 // new commit: it is delivered as one, without changed paths. With full
 // history (the default) the same push is a force-push.
-func TestWithFirstFetchDepth(t *testing.T) {
+func TestFirstFetchDepth(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		opts   []watcher.Option
 		reason watcher.Reason
 	}{
 		{"full history", nil, watcher.ReasonForcePush},
-		{"depth 1", []watcher.Option{watcher.WithFirstFetchDepth(1)}, watcher.ReasonNewCommit},
+		{"depth 1", []watcher.Option{watcher.WithGit(watcher.GoGit{GitCLI: "git", FirstFetchDepth: 1})}, watcher.ReasonNewCommit},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := gittest.NewServer(t)

@@ -104,7 +104,7 @@ func TestTruncatedPackOrIndexIsRebuilt(t *testing.T) {
 			var w *watcher.Watcher
 			run := func(sink *watchertest.Sink, obs *watchertest.Observer) (stop func()) {
 				w = watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithStore(store), watcher.WithInterval(time.Hour),
-					watcher.WithGitCLI(tc.cli), watcher.WithObserver(obs), watcher.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
+					watcher.WithGit(watcher.GoGit{GitCLI: tc.cli}), watcher.WithObserver(obs), watcher.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
 				sink.SetHook(readAll)
 				require.NoError(t, w.Route(watchertest.NewSource(target), sink))
 				return watchertest.Run(t, w.Run)
@@ -197,7 +197,7 @@ func TestKeptFSReadsAfterRepacks(t *testing.T) {
 	repo := srv.NewRepo(t, "g/r")
 	c1 := repo.Commit(t, "1", gittest.File("app/f", "v1"))
 	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
-	w := newWatcher(t, obs, watcher.WithRepackThreshold(2))
+	w := newWatcher(t, obs, watcher.WithGit(watcher.GoGit{GitCLI: "git", RepackPacks: 2}))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Path: "app"}), sink))
 	start(t, w)
 	kept := sink.WaitCommit(t, "t", c1).FS

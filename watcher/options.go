@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -36,10 +35,7 @@ type options struct {
 	sinkGrace        time.Duration
 	mirrorGrace      time.Duration
 	stallYield       time.Duration
-	repackPacks      int
 	stallAbort       time.Duration
-	firstFetchDepth  int
-	gitCLI           string
 	git              Git
 	credentialsRetry time.Duration
 	localRepos       bool
@@ -51,7 +47,6 @@ func defaultOptions() options {
 	if err != nil {
 		cache = os.TempDir()
 	}
-	gitCLI, _ := exec.LookPath("git")
 	return options{
 		log:              logr.Discard(),
 		interval:         time.Minute,
@@ -72,8 +67,7 @@ func defaultOptions() options {
 		stallYield:       10 * time.Second,
 		stallAbort:       2 * time.Minute,
 		credentialsRetry: 30 * time.Second,
-		gitCLI:           gitCLI,
-		git:              GoGit{},
+		git:              DefaultGit(),
 	}
 }
 
@@ -233,11 +227,6 @@ func WithTimeouts(t Timeouts) Option {
 	}
 }
 
-// WithRepackThreshold sets how many packs a mirror may hold before a fetch
-// repacks it (default [gitutil.DefaultRepackPacks]; negative: never). Each
-// incremental fetch adds one; see [gitutil.MirrorOptions.RepackPacks].
-func WithRepackThreshold(packs int) Option { return func(o *options) { o.repackPacks = packs } }
-
 // WithMirrorGrace sets how long a mirror no target uses stays in the cache
 // directory before it is removed (default 1h), counted from its last poll,
 // across restarts; a target that comes back within it needs no new clone.
@@ -250,24 +239,9 @@ func WithMirrorGrace(d time.Duration) Option {
 	}
 }
 
-// WithFirstFetchDepth limits the history of the first fetch into an empty
-// mirror; 0 (the default) fetches full history. See
-// [gitutil.MirrorOptions.FirstFetchDepth] for what a shallow mirror cannot
-// do: force-pushes are then delivered as new commits without changed
-// paths.
-func WithFirstFetchDepth(depth int) Option {
-	return func(o *options) { o.firstFetchDepth = max(depth, 0) }
-}
-
-// WithGitCLI sets the git binary that makes the first fetch into an empty
-// mirror (default: "git" from PATH when there is one); "" makes every fetch
-// go-git's. On a large repository the CLI's first fetch is several times
-// faster and smaller than go-git's (see docs/performance.md); every later fetch is
-// go-git's, incremental, and as cheap as the CLI's.
-func WithGitCLI(path string) Option { return func(o *options) { o.gitCLI = path } }
-
-// WithGit sets the watcher's git (default [GoGit]): how refs are listed
-// and mirrors opened. A nil git keeps the default.
+// WithGit sets the watcher's git (default [DefaultGit]): how refs are
+// listed and mirrors opened, with its settings (a [GoGit]'s git CLI, first
+// fetch depth, repack threshold). A nil git keeps the default.
 func WithGit(g Git) Option {
 	return func(o *options) {
 		if g != nil {

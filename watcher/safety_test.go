@@ -152,7 +152,7 @@ func TestLocalRepositoriesAreRefusedUnlessAllowed(t *testing.T) {
 	assert.Equal(t, watcher.Stats{Invalid: 1, Synced: true}, w.Stats())
 
 	obs2, sink2 := watchertest.NewObserver(), watchertest.NewSink("rec")
-	w2 := newWatcher(t, obs2, watcher.WithLocalRepositories(), watcher.WithGitCLI(""))
+	w2 := newWatcher(t, obs2, watcher.WithLocalRepositories(), watcher.WithGit(watcher.GoGit{}))
 	require.NoError(t, w2.Route(watchertest.NewSource(local), sink2))
 	start(t, w2)
 	sink2.WaitCommit(t, "local", c1)

@@ -61,9 +61,7 @@ func (s *submodules) open(url string, auth *gitutil.Auth) (*subMirror, error) {
 	}
 	sum := sha256.Sum256([]byte(key))
 	dir := filepath.Join(s.dir, hex.EncodeToString(sum[:12]))
-	m, err := s.v.opts.git.OpenMirror(dir, url, gitutil.MirrorOptions{
-		FirstFetchDepth: s.v.opts.firstFetchDepth, TempDir: s.tmp, RepackPacks: s.v.opts.repackPacks,
-	})
+	m, err := s.v.opts.git.OpenMirror(dir, url, gitutil.MirrorOptions{TempDir: s.tmp})
 	if err != nil {
 		return nil, err
 	}

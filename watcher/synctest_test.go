@@ -43,7 +43,7 @@ func TestRetryBackoffSchedule(t *testing.T) {
 			close(succeeded)
 			return nil
 		})
-		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGitCLI(""), watcher.WithLocalRepositories())
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGit(watcher.GoGit{}), watcher.WithLocalRepositories())
 		require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: url}), sink))
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
@@ -92,7 +92,7 @@ func TestPermanentFailuresAndPanicsAreNotRetried(t *testing.T) {
 					return nil
 				})
 				obs := watchertest.NewObserver()
-				w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGitCLI(""),
+				w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGit(watcher.GoGit{}),
 					watcher.WithLocalRepositories(), watcher.WithObserver(obs))
 				require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: url}), sink))
 				ctx, cancel := context.WithCancel(t.Context())
@@ -149,7 +149,7 @@ func TestIntervalFloor(t *testing.T) {
 			cacheDir := t.TempDir()
 			synctest.Test(t, func(t *testing.T) {
 				obs := watchertest.NewObserver()
-				opts := append([]watcher.Option{watcher.WithCacheDir(cacheDir), watcher.WithGitCLI(""), watcher.WithLocalRepositories(), watcher.WithObserver(obs)}, tc.opts...)
+				opts := append([]watcher.Option{watcher.WithCacheDir(cacheDir), watcher.WithGit(watcher.GoGit{}), watcher.WithLocalRepositories(), watcher.WithObserver(obs)}, tc.opts...)
 				w := watcher.New(opts...)
 				require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: url, Interval: time.Millisecond}), watchertest.NewSink("rec")))
 				ctx, cancel := context.WithCancel(t.Context())
@@ -199,7 +199,7 @@ func TestSinkIgnoringContextIsAbandoned(t *testing.T) {
 				delivered <- e
 			}
 		})
-		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGitCLI(""), watcher.WithLocalRepositories(),
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGit(watcher.GoGit{}), watcher.WithLocalRepositories(),
 			watcher.WithConcurrency(watcher.Concurrency{Fetches: 1, Deliveries: 1}), watcher.WithTimeouts(watcher.Timeouts{Deliver: time.Minute}), watcher.WithObserver(obs))
 		stuckTarget := watcher.Target{ID: "stuck", URL: url, Path: "a"}
 		src := watchertest.NewSource(stuckTarget)
@@ -249,7 +249,7 @@ func TestUnusedMirrorsAreRemovedAfterGrace(t *testing.T) {
 			}
 		})
 		src := watchertest.NewSource(ta, tb)
-		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(10*time.Minute), watcher.WithGitCLI(""), watcher.WithLocalRepositories(),
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(10*time.Minute), watcher.WithGit(watcher.GoGit{}), watcher.WithLocalRepositories(),
 			watcher.WithMirrorGrace(time.Hour), watcher.WithObserver(obs))
 		require.NoError(t, w.Route(src, watchertest.NewSink("rec")))
 		ctx, cancel := context.WithCancel(t.Context())
@@ -284,7 +284,7 @@ func TestUnusedMirrorsAreRemovedAfterGrace(t *testing.T) {
 			<-ctx.Done()
 			return nil
 		})
-		w = watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(10*time.Minute), watcher.WithGitCLI(""), watcher.WithLocalRepositories(),
+		w = watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(10*time.Minute), watcher.WithGit(watcher.GoGit{}), watcher.WithLocalRepositories(),
 			watcher.WithMirrorGrace(time.Hour), watcher.WithObserver(obs))
 		require.NoError(t, w.Route(slow, watchertest.NewSink("rec")))
 		ctx, cancel = context.WithCancel(t.Context())
@@ -329,7 +329,7 @@ func TestResyncFuncIsAskedAgain(t *testing.T) {
 			}
 			return nil
 		})
-		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGitCLI(""), watcher.WithLocalRepositories(),
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGit(watcher.GoGit{}), watcher.WithLocalRepositories(),
 			watcher.WithResyncFunc(func() time.Duration {
 				asked <- time.Now()
 				return time.Duration(interval.Load())

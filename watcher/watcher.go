@@ -617,8 +617,7 @@ func (w *Watcher) openRemote(key string, spec *remoteSpec) (*remote, error) {
 	dir := filepath.Join(w.opts.cacheDir, hex.EncodeToString(sum[:12]))
 	var r *remote // set before anyone reads the mirror
 	m, err := w.opts.git.OpenMirror(dir, spec.url, gitutil.MirrorOptions{
-		FirstFetchDepth: w.opts.firstFetchDepth, GitCLI: w.opts.gitCLI, TempDir: w.cache.tmp,
-		RepackPacks: w.opts.repackPacks,
+		TempDir: w.cache.tmp,
 		// A damaged store found by any read is rebuilt by a poll now.
 		OnDamage: func(error) { r.poke() },
 	})

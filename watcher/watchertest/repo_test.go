@@ -27,7 +27,7 @@ func TestRepoWithoutGitBinary(t *testing.T) {
 func TestRepoWithGitBinary(t *testing.T) {
 	git, err := exec.LookPath("git")
 	require.NoError(t, err, "git is on every machine this project runs on")
-	testRepo(t, watcher.WithGitCLI(git))
+	testRepo(t, watcher.WithGit(watcher.GoGit{GitCLI: git}))
 }
 
 func testRepo(t *testing.T, opts ...watcher.Option) {

@@ -510,7 +510,7 @@ type countedWatcher struct {
 // startCounted runs a watcher of t into sink and waits for its first
 // delivery.
 func startCounted(dir string, t watcher.Target, sink watcher.Sink) (*countedWatcher, error) {
-	cw := &countedWatcher{ev: newEvents(), git: &countingGit{}}
+	cw := &countedWatcher{ev: newEvents(), git: &countingGit{GoGit: watcher.DefaultGit()}}
 	cw.w = watcher.New(watcher.WithCacheDir(dir), watcher.WithInterval(time.Hour), watcher.WithObserver(cw.ev), watcher.WithGit(cw.git))
 	if err := cw.w.Route(static.New(t), sink); err != nil {
 		return nil, err
@@ -531,12 +531,12 @@ type countingGit struct {
 }
 
 func (g *countingGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
-	m, err := gitutil.OpenMirror(dir, url, opts)
+	m, err := g.GoGit.OpenMirror(dir, url, opts)
 	if err != nil {
 		return nil, err
 	}
 	g.mu.Lock()
-	g.mirrors = append(g.mirrors, m)
+	g.mirrors = append(g.mirrors, m.(*gitutil.Mirror))
 	g.mu.Unlock()
 	return m, nil
 }
