@@ -270,10 +270,7 @@ func TestRepackKeepsFileSystemsWhole(t *testing.T) {
 func TestFSDecodesEachDirectoryOnce(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
-	var files []gittest.Change
-	for i := range 500 {
-		files = append(files, gittest.File(fmt.Sprintf("wide/f%03d", i), fmt.Sprint(i)))
-	}
+	files := gittest.Numbered(500, func(i int) string { return fmt.Sprintf("wide/f%03d", i) })
 	c := plumbing.NewHash(repo.Commit(t, "wide", files...))
 	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
 	require.NoError(t, err)

@@ -21,10 +21,7 @@ func mirrorIndex(t *testing.T, n int) string {
 	t.Helper()
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
-	var files []gittest.Change
-	for i := range n {
-		files = append(files, gittest.File(fmt.Sprintf("d/%03d", i), fmt.Sprint(i)))
-	}
+	files := gittest.Numbered(n, func(i int) string { return fmt.Sprintf("d/%03d", i) })
 	repo.Commit(t, "one", files...)
 	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
 	require.NoError(t, err)

@@ -23,10 +23,7 @@ import (
 func TestMirrorHealsAMappedIndexCutShort(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/big")
-	var files []gittest.Change
-	for i := range 40000 {
-		files = append(files, gittest.File(fmt.Sprintf("d%02d/f%05d", i%100, i), fmt.Sprint(i)))
-	}
+	files := gittest.Numbered(40000, func(i int) string { return fmt.Sprintf("d%02d/f%05d", i%100, i) })
 	c := plumbing.NewHash(repo.Commit(t, "big", files...))
 	dir := t.TempDir()
 	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: "git"})

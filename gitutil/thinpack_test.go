@@ -34,10 +34,7 @@ func TestFetchListedTakesThinPacks(t *testing.T) {
 	for range 40000 { // past storeLimit: this base is deflated, the tree's is stored
 		fmt.Fprintf(&big, "%016x %016x\n", rng.Uint64(), rng.Uint64())
 	}
-	files := []gittest.Change{gittest.File("big", big.String())}
-	for i := range 2000 {
-		files = append(files, gittest.File(fmt.Sprintf("dir/%04d", i), fmt.Sprint(i)))
-	}
+	files := append(gittest.Numbered(2000, func(i int) string { return fmt.Sprintf("dir/%04d", i) }), gittest.File("big", big.String()))
 	repo.Commit(t, "one", files...)
 	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
+	"github.com/modwatch/modwatch/source/static"
 	"github.com/modwatch/modwatch/watcher"
 )
 
@@ -55,12 +56,7 @@ func ExampleSink() {
 	defer cleanup()
 
 	runUntilDelivered(func(done func()) (watcher.Source, watcher.Sink) {
-		source := watcher.SourceFunc(func(ctx context.Context, update func([]watcher.Target)) error {
-			update([]watcher.Target{{ID: "app", URL: url, Path: "deploy"}})
-			<-ctx.Done()
-			return nil
-		})
-		return source, manifestCounter{done: done}
+		return static.New(watcher.Target{ID: "app", URL: url, Path: "deploy"}), manifestCounter{done: done}
 	})
 	// Output:
 	// app (Initial): 2 manifests
@@ -119,17 +115,12 @@ func ExampleDecorate() {
 	defer cleanup()
 
 	runUntilDelivered(func(done func()) (watcher.Source, watcher.Sink) {
-		source := watcher.SourceFunc(func(ctx context.Context, update func([]watcher.Target)) error {
-			update([]watcher.Target{{ID: "app", URL: url, Path: "deploy"}})
-			<-ctx.Done()
-			return nil
-		})
 		inner := manifestCounter{done: done}
 		logged := watcher.Decorate(inner, func(ctx context.Context, c watcher.Change, next watcher.NextFunc) (any, error) {
 			fmt.Printf("delivering %s to %s\n", c.Target.ID, inner.Name())
 			return next(ctx, c)
 		})
-		return source, logged
+		return static.New(watcher.Target{ID: "app", URL: url, Path: "deploy"}), logged
 	})
 	// Output:
 	// delivering app to counter

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -61,6 +62,16 @@ func File(path, content string) Change {
 			t.Fatalf("gittest: %v", err)
 		}
 	}
+}
+
+// Numbered is n files, the i-th at name(i) holding i in decimal: a wide
+// tree in one call.
+func Numbered(n int, name func(i int) string) []Change {
+	files := make([]Change, n)
+	for i := range n {
+		files[i] = File(name(i), strconv.Itoa(i))
+	}
+	return files
 }
 
 // Delete removes a file or directory.

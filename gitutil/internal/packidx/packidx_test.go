@@ -91,10 +91,7 @@ func packedIndex(t *testing.T, n int) string {
 	t.Helper()
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
-	var files []gittest.Change
-	for i := range n {
-		files = append(files, gittest.File(fmt.Sprintf("d/%03d", i), fmt.Sprint(i)))
-	}
+	files := gittest.Numbered(n, func(i int) string { return fmt.Sprintf("d/%03d", i) })
 	repo.Commit(t, "one", files...)
 	cmd := exec.Command("git", "-C", repo.BareDir(), "repack", "-a", "-d", "-q")
 	out, err := cmd.CombinedOutput()
