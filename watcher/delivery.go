@@ -22,7 +22,7 @@ type desired struct {
 	ref    string
 	commit plumbing.Hash
 	tree   plumbing.Hash
-	mirror Mirror
+	mirror MirrorReader
 	remote string    // redacted URL
 	seen   time.Time // when the poller first saw commit for the target
 	// live is the poller's context: once it is done (the remote went to

@@ -25,15 +25,32 @@ type Git interface {
 }
 
 // Mirror is the local copy of one remote (its URL and credentials), as the
-// watcher fetches into it and reads from it. Its methods are safe for
-// concurrent use; a read of a commit it lacks returns an error wrapping
-// gitutil.ErrCommitNotFound.
+// watcher fetches into it and reads from it: the three parts below, split
+// by what the scheduler does with each. A poll fetches (MirrorFetcher), a
+// delivery only reads (MirrorReader: a deliverer is handed nothing more),
+// and a target with Verify has its commit or tag checked
+// (MirrorVerifier). Its methods are safe for concurrent use; a read of a
+// commit it lacks returns an error wrapping gitutil.ErrCommitNotFound.
 type Mirror interface {
+	MirrorFetcher
+	MirrorReader
+	MirrorVerifier
+}
+
+// MirrorFetcher brings objects from the remote into a mirror.
+type MirrorFetcher interface {
 	// FetchListed brings refs (full name → the object a listing just
 	// saw it at) from the remote and returns the commits they point at.
 	FetchListed(ctx context.Context, auth *gitutil.Auth, listed map[string]plumbing.Hash) (gitutil.FetchResult, error)
 	// FetchCommit brings one commit that no ref names.
 	FetchCommit(ctx context.Context, auth *gitutil.Auth, commit plumbing.Hash) (gitutil.FetchResult, error)
+	// Progress is a number that grows while a fetch receives data; the
+	// watcher gives up a fetch that stops making progress.
+	Progress() int64
+}
+
+// MirrorReader reads what a mirror holds, never the network.
+type MirrorReader interface {
 	// HasCommit reports whether the commit is in the mirror.
 	HasCommit(commit plumbing.Hash) bool
 	// TreeHash returns a hash of what the selection keeps in commit (for a
@@ -55,15 +72,16 @@ type Mirror interface {
 	// paths relative to its Path, URLs and pinned commits); FS leaves them
 	// out.
 	Submodules(ctx context.Context, commit plumbing.Hash, sel gitutil.Selection) ([]gitutil.Submodule, error)
+}
+
+// MirrorVerifier checks signatures against trusted keys.
+type MirrorVerifier interface {
 	// VerifyCommit checks the commit's signature against keyRing and
 	// returns the signer; an unverified commit is gitutil.ErrUnverified.
 	VerifyCommit(commit plumbing.Hash, keyRing string) (string, error)
 	// VerifyTag is VerifyCommit for the annotated tag at ref in the
 	// mirror, which must lead to commit.
 	VerifyTag(ref string, commit plumbing.Hash, keyRing string) (string, error)
-	// Progress is a number that grows while a fetch receives data; the
-	// watcher gives up a fetch that stops making progress.
-	Progress() int64
 }
 
 // GoGit is the [Git] of gitutil: gitutil.ListRefs and gitutil.OpenMirror,

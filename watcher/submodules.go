@@ -154,7 +154,7 @@ func (v *env) submoduleAuth(ctx context.Context, t Target, url string) (*gitutil
 // mountSubmodules puts into fsys (what sel keeps of commit in m, a mirror
 // of url) the trees of its submodules at the commits it pins, and theirs
 // in turn. The file systems it opened are closed on error.
-func (v *env) mountSubmodules(ctx context.Context, t Target, m Mirror, url string, commit plumbing.Hash, sel gitutil.Selection, fsys fs.FS, depth int, count *int) (_ fs.FS, err error) {
+func (v *env) mountSubmodules(ctx context.Context, t Target, m MirrorReader, url string, commit plumbing.Hash, sel gitutil.Selection, fsys fs.FS, depth int, count *int) (_ fs.FS, err error) {
 	subs, err := m.Submodules(ctx, commit, sel)
 	if err != nil || len(subs) == 0 {
 		return fsys, err
