@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-logr/logr"
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/backoff"
@@ -247,6 +248,8 @@ func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Chang
 	if want.live != nil {
 		defer context.AfterFunc(want.live, cancel)()
 	}
+	// The sink logs through ctx's logger, with the target and itself named.
+	callCtx = logr.NewContext(callCtx, logr.FromContextOrDiscard(ctx).WithValues("target", t.ID, "sink", d.sink.name))
 	var err error
 	ev.Result, ev.Duration, err = d.call(callCtx, c)
 	abandoned = errors.Is(err, ErrSinkAbandoned)

@@ -12,9 +12,14 @@
 //
 // A program wires it in a few lines (the package example has them whole):
 //
-//	w := watcher.New(watcher.WithLogger(log), watcher.WithCacheDir(cacheDir))
+//	w := watcher.New(watcher.WithCacheDir(cacheDir))
 //	w.Route(static.New(targets...), dir.New(outDir))
-//	err := w.Run(ctx)
+//	err := w.Run(logr.NewContext(ctx, log))
+//
+// The logger comes with the context, as in controller-runtime: Run takes
+// it from its ctx, and the sources, sinks and runnables it runs get it
+// through theirs (a sink's with the target and the sink named);
+// logr.FromContextOrDiscard reads it.
 //
 // The package has no Kubernetes imports. Sources and sinks live in their own
 // packages under source/ and sink/; watcher/watchertest has what users'

@@ -30,7 +30,7 @@ type env struct {
 func newEnv(o options) *env {
 	return &env{
 		opts:       o,
-		log:        o.log.WithName("watcher"),
+		log:        logr.Discard(), // Run takes it from its context
 		listSem:    make(chan struct{}, o.listLimit),
 		fetchSem:   make(chan struct{}, o.fetchLimit),
 		deliverSem: make(chan struct{}, o.deliverLimit),

@@ -18,12 +18,12 @@ import (
 // A program's wiring: one source, one chain of sinks. (Compiled, not run:
 // it watches a public repository until interrupted.)
 func Example() {
+	log := logr.Discard() // your logr.Logger
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	log := logr.Discard()
+	ctx = logr.NewContext(ctx, log) // the logger comes with ctx, as in controller-runtime
 
 	w := watcher.New(
-		watcher.WithLogger(log),                     // logr.Logger; discarded by default
 		watcher.WithCacheDir("/var/cache/modwatch"), // one bare mirror per remote
 		watcher.WithInterval(time.Minute),
 	)

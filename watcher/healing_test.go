@@ -32,12 +32,11 @@ func TestTornCheckpointIsDeliveredAgain(t *testing.T) {
 	run := func(t *testing.T, sink *watchertest.Sink, log *logLines) (stop func()) {
 		store, err := watcher.NewFileStore(storeDir)
 		require.NoError(t, err)
-		opts := []watcher.Option{watcher.WithCacheDir(cacheDir), watcher.WithStore(store), watcher.WithInterval(time.Hour)}
-		if log != nil {
-			opts = append(opts, watcher.WithLogger(log.logger()))
-		}
-		w := watcher.New(opts...)
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithStore(store), watcher.WithInterval(time.Hour))
 		require.NoError(t, w.Route(watchertest.NewSource(target), sink))
+		if log != nil {
+			return startLogging(t, w, log.logger())
+		}
 		return watchertest.Run(t, w.Run)
 	}
 	sink1 := watchertest.NewSink("rec")

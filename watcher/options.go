@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/go-logr/logr"
-
 	"github.com/modwatch/modwatch/gitutil"
 )
 
@@ -14,7 +12,6 @@ import (
 type Option func(*options)
 
 type options struct {
-	log              logr.Logger
 	interval         time.Duration
 	minInterval      time.Duration
 	jitter           float64
@@ -48,7 +45,6 @@ func defaultOptions() options {
 		cache = os.TempDir()
 	}
 	return options{
-		log:              logr.Discard(),
 		interval:         time.Minute,
 		minInterval:      DefaultMinInterval,
 		jitter:           0.1,
@@ -70,10 +66,6 @@ func defaultOptions() options {
 		git:              DefaultGit(),
 	}
 }
-
-// WithLogger sets the logger; the default discards. The watcher logs quietly
-// at V(0) (failures, rebuilds) and per poll and delivery at V(1).
-func WithLogger(l logr.Logger) Option { return func(o *options) { o.log = l } }
 
 // DefaultMinInterval is the shortest poll interval a watcher accepts unless
 // [WithMinInterval] says otherwise.

@@ -279,12 +279,12 @@ func TestFailuresAreLoggedOncePerChange(t *testing.T) {
 	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
 	var logs logLines
 	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
-	w := newWatcher(t, obs, watcher.WithLogger(logs.logger()))
+	w := newWatcher(t, obs)
 	require.NoError(t, w.Route(watchertest.NewSource(
 		watcher.Target{ID: "t", URL: repo.URL(), Revision: "missing"},
 		watcher.Target{ID: "bad", URL: "ftp://example.com/r"},
 	), sink))
-	start(t, w)
+	startLogging(t, w, logs.logger())
 	obs.WaitFor(t, "the first failure", watchertest.Is(watcher.EventTargetFailed, "t"))
 	for range 2 {
 		pollNow(t, w, obs, repo.URL())

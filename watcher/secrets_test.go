@@ -58,7 +58,7 @@ func TestNoSecretLeavesMemory(t *testing.T) {
 	var logs logLines
 	obs := watchertest.NewObserver()
 	w := newWatcher(t, obs, watcher.WithCacheDir(cacheDir), watcher.WithStore(store), watcher.WithGit(watcher.GoGit{GitCLI: wrapper}),
-		watcher.WithLogger(logs.logger()), watcher.WithObserver(m))
+		watcher.WithObserver(m))
 	insecure := &gitutil.Auth{AllowInsecureHTTP: true}
 	good := watcher.Target{ID: "good", URL: withCredentials(repo.URL(), user, password), Auth: insecure}
 	refused := watcher.Target{ID: "refused", URL: withCredentials("http://127.0.0.1:1/g/r.git", user, password), Auth: insecure}
@@ -67,7 +67,7 @@ func TestNoSecretLeavesMemory(t *testing.T) {
 	exec := hook.Command("sh", []string{"-c", "env >> " + envFile})
 	src := watchertest.NewSource(good, refused, token)
 	require.NoError(t, w.Route(src, sink, exec))
-	start(t, w)
+	startLogging(t, w, logs.logger())
 
 	sink.WaitCommit(t, "good", c1)
 	obs.WaitFor(t, "the refused connection", watchertest.Is(watcher.EventTargetFailed, "refused"))

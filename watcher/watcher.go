@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/modwatch/modwatch/gitutil"
@@ -139,6 +140,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	defer cache.close()
 	w.cache = cache
 	w.env.subs = &submodules{v: w.env, dir: w.opts.cacheDir, tmp: cache.tmp}
+	// The logger comes with ctx, as in controller-runtime; sources, sinks
+	// and observers' Run get it the same way, through ctx.
+	w.env.log = logr.FromContextOrDiscard(ctx).WithName("watcher")
 	g, gctx := errgroup.WithContext(ctx)
 	w.group = g
 	w.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -29,6 +30,13 @@ func TestMain(m *testing.M) {
 func start(t *testing.T, w *watcher.Watcher) {
 	t.Helper()
 	watchertest.Run(t, w.Run)
+}
+
+// startLogging starts w with log in its context, where the watcher takes
+// its logger from.
+func startLogging(t *testing.T, w *watcher.Watcher, log logr.Logger) (stop func()) {
+	t.Helper()
+	return watchertest.Run(t, func(ctx context.Context) error { return w.Run(logr.NewContext(ctx, log)) })
 }
 
 // newWatcher has a long interval, so that polls happen only at start, when

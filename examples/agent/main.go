@@ -69,7 +69,6 @@ func main() {
 // run is the whole agent: the ConfigMap source, the apply sink, a watcher.
 func run(ctx context.Context, o options) error {
 	applier, err := apply.New(o.kube, apply.Config{FieldManager: "modwatch-agent", InventoryNamespace: o.inventory},
-		apply.WithLogger(o.log.WithName("apply")),
 		apply.WithRenderer(kustomize.Name, kustomize.New()),
 		apply.WithRenderer(helm.Name, helm.New()))
 	if err != nil {
@@ -89,7 +88,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	src := configmap.New(o.config, configmap.WithLogger(o.log.WithName("config")),
+	src := configmap.New(o.config,
 		configmap.WithOwnKeys("logLevel"), // Numaplane's: the agent's log verbosity, not the library's
 		configmap.WithCredentials(func(rcs []spec.RepoCredential) error {
 			return creds.Set(&gitsync.ControllerConfig{RepoCredentials: rcs})
@@ -116,10 +115,10 @@ func run(ctx context.Context, o options) error {
 	if o.observer != nil {
 		observers = append(observers, o.observer)
 	}
-	w := watcher.New(watcher.WithLogger(o.log), watcher.WithCacheDir(o.cacheDir+"/mirrors"),
+	w := watcher.New(watcher.WithCacheDir(o.cacheDir+"/mirrors"),
 		watcher.WithStore(store), watcher.WithObserver(observers...), watcher.WithCredentials(creds))
 	if err := w.Route(src, applier); err != nil {
 		return err
 	}
-	return w.Run(ctx)
+	return w.Run(logr.NewContext(ctx, o.log)) // the watcher, its source and sink log through ctx
 }

@@ -110,7 +110,7 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 	}
 	c, err := gitsync.NewController(gitsync.ControllerFile{Path: o.config, Config: cfg, OwnKeys: []string{"logLevel"},
 		OnReload: func(data []byte) { _ = loglevel.Set(o.logLevel, data) }}, kc, dyn, o.namespace,
-		gitsync.WithLogger(o.mgr.Logger.WithName("gitsync")), gitsync.WithAccept(validDestination))
+		gitsync.WithAccept(validDestination))
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 	// tracking label, cascadeDeletion read at each removal.
 	applier, err := apply.New(kube, apply.Config{FieldManager: "numaplane-controller", CascadeDeleteFunc: c.CascadeDeletion, InventoryNamespace: o.inventory,
 		ForceNamespace: true, TrackingLabel: "numaplane.numaproj.io/tracking-id", Include: c.Included},
-		apply.WithLogger(o.mgr.Logger.WithName("apply")), apply.WithRenderer(kustomize.Name, kustomize.New()), apply.WithRenderer(helm.Name, helm.New()))
+		apply.WithRenderer(kustomize.Name, kustomize.New()), apply.WithRenderer(helm.Name, helm.New()))
 	if err != nil {
 		return err
 	}
@@ -131,7 +131,7 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 		return err
 	}
 	// The watcher's metrics, probes and runs come with the Manager.
-	w, err := cluster.NewWatcher(mgr, o.mgr.LeaderElection, append(opts, watcher.WithLogger(o.mgr.Logger), watcher.WithObserver(o.observers...))...)
+	w, err := cluster.NewWatcher(mgr, o.mgr.LeaderElection, append(opts, watcher.WithObserver(o.observers...))...)
 	if err == nil {
 		err = errors.Join(w.Route(c.Source, applier), mgr.Add(c))
 	}

@@ -104,7 +104,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	notify, err := fluxreceiver.New(dyn, o.notify, fluxreceiver.WithLogger(o.log.WithName("notify")))
+	notify, err := fluxreceiver.New(dyn, o.notify)
 	if err != nil {
 		return err
 	}
@@ -120,11 +120,11 @@ func run(ctx context.Context, o options) error {
 		observers = append(observers, o.observer)
 	}
 	// The watcher's metrics, probes and runs come with the Manager.
-	w, err := cluster.NewWatcher(mgr, o.leaderElect, watcher.WithLogger(o.log), watcher.WithCacheDir(o.cacheDir), watcher.WithInterval(o.interval), watcher.WithObserver(observers...))
+	w, err := cluster.NewWatcher(mgr, o.leaderElect, watcher.WithCacheDir(o.cacheDir), watcher.WithInterval(o.interval), watcher.WithObserver(observers...))
 	if err != nil {
 		return err
 	}
-	if err := w.Route(flux.New(kc, dyn, flux.Config{}, flux.WithLogger(o.log.WithName("flux"))), notify); err != nil {
+	if err := w.Route(flux.New(kc, dyn, flux.Config{}), notify); err != nil {
 		return err
 	}
 	if o.hints != nil {

@@ -272,7 +272,7 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	steps := []watcher.Sink{dir.New(c.root, dir.WithStaleGrace(c.staleWorktreeTimeout), dir.WithCommitFile(c.commitFile),
 		dir.WithLinkName(func(t watcher.Target) string { return t.ID }))}
 	if c.exechookCommand != "" {
-		steps = append(steps, hook.Command(c.exechookCommand, nil, hook.WithExecTimeout(c.exechookTimeout), hook.WithExecLogger(log)))
+		steps = append(steps, hook.Command(c.exechookCommand, nil, hook.WithExecTimeout(c.exechookTimeout)))
 	}
 	if c.webhookURL != "" {
 		steps = append(steps, hook.Post(c.webhookURL))
@@ -312,7 +312,7 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	w = watcher.New(watcher.WithLogger(log), watcher.WithCacheDir(c.cacheDir),
+	w = watcher.New(watcher.WithCacheDir(c.cacheDir),
 		watcher.WithInterval(c.period), watcher.WithMinInterval(min(c.period, watcher.DefaultMinInterval)),
 		watcher.WithObserver(outcome, m))
 	if err := w.Route(static.New(targets...), watcher.Chain("git-sync", steps...)); err != nil {
@@ -323,14 +323,14 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 		if err != nil {
 			return err
 		}
-		hooks, err := webhook.New(cfg, w, webhook.WithLogger(log))
+		hooks, err := webhook.New(cfg, w)
 		if err != nil {
 			return err
 		}
 		defer hooks.Close()
 		mux := http.NewServeMux()
 		mux.Handle("POST /hooks", hooks)
-		srv, err := listenAndServe(c.hookBind, mux)
+		srv, err := listenAndServe(logr.NewContext(ctx, log), c.hookBind, mux)
 		if err != nil {
 			return err
 		}
@@ -347,7 +347,7 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 		defer srv.Close()
 	}
 	log.Info("syncing", "repo", gitutil.RedactURL(c.repo), "ref", c.ref, "link", filepath.Join(c.root, c.link))
-	if err := w.Run(ctx); err != nil {
+	if err := w.Run(logr.NewContext(ctx, log)); err != nil {
 		return err
 	}
 	mu.Lock()
@@ -367,13 +367,15 @@ func serve(addr string, reg *prometheus.Registry, w *watcher.Watcher) (*http.Ser
 		}
 		fmt.Fprintln(rw, "ok")
 	})
-	return listenAndServe(addr, mux)
+	return listenAndServe(context.Background(), addr, mux)
 }
 
 // listenAndServe serves h on addr until the server is closed; it fails at
 // once when addr cannot be listened on.
-func listenAndServe(addr string, h http.Handler) (*http.Server, error) {
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+func listenAndServe(base context.Context, addr string, h http.Handler) (*http.Server, error) {
+	// The handlers log to their request's context: base's logger.
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(base) }}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -56,7 +57,7 @@ func run(listen, tokensFile string) error {
 		Tokens: strings.Fields(string(data)),
 	}
 	reg := prometheus.NewRegistry()
-	hub, err := webhook.NewHub(cfg, webhook.WithRegisterer(reg), webhook.WithHubLogger(log))
+	hub, err := webhook.NewHub(cfg, webhook.WithRegisterer(reg))
 	if err != nil {
 		return err
 	}
@@ -65,7 +66,9 @@ func run(listen, tokensFile string) error {
 	mux.Handle("POST /subscribe", hub)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	srv := &http.Server{Addr: listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		// The hub's handlers log to their request's context.
+		BaseContext: func(net.Listener) context.Context { return logr.NewContext(context.Background(), log) }}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

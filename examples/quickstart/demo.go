@@ -36,7 +36,6 @@ func demo(ctx context.Context, log logr.Logger) (err error) {
 	target := watcher.Target{ID: "demo", URL: repo.URL(), Revision: "main", Path: "deploy"}
 
 	w := watcher.New(
-		watcher.WithLogger(log),
 		watcher.WithCacheDir(env.TempDir()),
 		watcher.WithInterval(time.Hour), // the demo pokes the watcher with Trigger instead
 		watcher.WithObserver(printer(events)),
@@ -45,7 +44,7 @@ func demo(ctx context.Context, log logr.Logger) (err error) {
 		return err
 	}
 	runErr := make(chan error, 1)
-	go func() { runErr <- w.Run(ctx) }()
+	go func() { runErr <- w.Run(logr.NewContext(ctx, log)) }()
 	defer func() {
 		cancel()
 		if rerr := <-runErr; rerr != nil && err == nil {

@@ -77,7 +77,7 @@ func watch(ctx context.Context, log logr.Logger, t watcher.Target, out string, i
 		return err
 	}
 	publish := dir.New(out)
-	w := watcher.New(watcher.WithLogger(log), watcher.WithInterval(interval), watcher.WithObserver(printer(nil), m))
+	w := watcher.New(watcher.WithInterval(interval), watcher.WithObserver(printer(nil), m))
 	if err := w.Route(static.New(t), publish); err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func watch(ctx context.Context, log logr.Logger, t watcher.Target, out string, i
 		go serveMetrics(ctx, metricsAddr, reg, w)
 	}
 	fmt.Printf("watching %s, publishing to %s\n", t.URL, publish.Path(t))
-	return w.Run(ctx)
+	return w.Run(logr.NewContext(ctx, log))
 }
 
 // serveMetrics serves /metrics and /healthz (ready once every source has

@@ -26,7 +26,6 @@ type Sink struct {
 	rm        *ssa.ResourceManager
 	renderers map[string]Renderer
 	spec      SpecFunc
-	log       logr.Logger
 
 	inventoryNS atomic.Bool // the inventory namespace was found
 }
@@ -41,9 +40,6 @@ var (
 
 // Option configures a Sink.
 type Option func(*Sink)
-
-// WithLogger sets the logger. Default: discard.
-func WithLogger(l logr.Logger) Option { return func(s *Sink) { s.log = l } }
 
 // WithRenderer registers r under name, the value of spec.Render.Renderer that
 // selects it (for instance kustomize.Name with kustomize.New()). "raw" is
@@ -68,7 +64,6 @@ func New(kube *rest.Config, cfg Config, opts ...Option) (*Sink, error) {
 		cfg:       cfg,
 		renderers: map[string]Renderer{spec.RendererRaw: Raw},
 		spec:      PayloadSpec,
-		log:       logr.Discard(),
 	}
 	for _, o := range opts {
 		o(s)
@@ -136,7 +131,7 @@ func (s *Sink) Apply(ctx context.Context, c watcher.Change) (*Result, error) {
 	if err := s.apply(ctx, objs, c.Reason, old, res); err != nil {
 		return res, err
 	}
-	s.log.V(1).Info("applied", "target", c.Target.ID, "commit", c.To, "result", res.String())
+	logr.FromContextOrDiscard(ctx).V(1).Info("applied", "target", c.Target.ID, "commit", c.To, "result", res.String())
 	return res, res.err()
 }
 
@@ -209,7 +204,7 @@ func (s *Sink) Remove(ctx context.Context, t watcher.Target) error {
 			}
 			return res.err()
 		}
-		s.log.V(1).Info("removed", "target", t.ID, "result", res.String())
+		logr.FromContextOrDiscard(ctx).V(1).Info("removed", "target", t.ID, "result", res.String())
 	}
 	return s.deleteInventory(ctx, t.ID)
 }

@@ -133,7 +133,6 @@ type Sink struct {
 	cfg  Config
 	dyn  dynamic.Interface
 	http *http.Client
-	log  logr.Logger
 
 	mu      sync.Mutex
 	managed map[string]*managed // by GitRepository key, for Run to keep in place
@@ -154,16 +153,13 @@ var (
 // Option configures a Sink.
 type Option func(*Sink)
 
-// WithLogger sets the logger. Default: discard.
-func WithLogger(l logr.Logger) Option { return func(s *Sink) { s.log = l } }
-
 // New returns a sink writing through dyn.
 func New(dyn dynamic.Interface, cfg Config, opts ...Option) (*Sink, error) {
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, dyn: dyn, log: logr.Discard(), managed: map[string]*managed{}}
+	s := &Sink{cfg: cfg, dyn: dyn, managed: map[string]*managed{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -220,7 +216,7 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 		if n >= s.cfg.MaxNotifications {
 			return fmt.Errorf("fluxreceiver: %s: %w after %d notifications", repo.Key(), err, n)
 		}
-		s.log.Info("artifact still stale: notifying again", "gitrepository", repo.Key(), "commit", c.To, "notification", n+1)
+		logr.FromContextOrDiscard(ctx).Info("artifact still stale: notifying again", "gitrepository", repo.Key(), "commit", c.To, "notification", n+1)
 	}
 }
 

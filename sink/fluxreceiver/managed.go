@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -159,7 +160,7 @@ func (s *Sink) Run(ctx context.Context) error {
 			err := s.apply(actx, m)
 			cancel()
 			if err != nil && ctx.Err() == nil {
-				s.log.Error(err, "keeping the receiver in place", "gitrepository", m.repo.Key())
+				logr.FromContextOrDiscard(ctx).Error(err, "keeping the receiver in place", "gitrepository", m.repo.Key())
 			}
 		}
 	}

@@ -31,7 +31,6 @@ type Exec struct {
 	args    []string
 	dir     string
 	timeout time.Duration
-	log     logr.Logger
 }
 
 var (
@@ -45,10 +44,6 @@ type ExecOption func(*Exec)
 // WithDir sets the command's working directory (default: the process's).
 func WithDir(dir string) ExecOption { return func(e *Exec) { e.dir = dir } }
 
-// WithExecLogger logs the output of each run (its last 4 KiB) at V(1);
-// the output of a failed run is in its error, which the watcher logs.
-func WithExecLogger(l logr.Logger) ExecOption { return func(e *Exec) { e.log = l } }
-
 // WithExecTimeout bounds one run (default [DefaultTimeout]).
 func WithExecTimeout(d time.Duration) ExecOption {
 	return func(e *Exec) {
@@ -58,9 +53,11 @@ func WithExecTimeout(d time.Duration) ExecOption {
 	}
 }
 
-// Command returns a sink that runs name with args for each change.
+// Command returns a sink that runs name with args for each change. The
+// output of a run (its last 4 KiB) is logged at V(1) to the logger of the
+// delivery's context; that of a failed run is in its error.
 func Command(name string, args []string, opts ...ExecOption) *Exec {
-	e := &Exec{name: name, args: args, timeout: DefaultTimeout, log: logr.Discard()}
+	e := &Exec{name: name, args: args, timeout: DefaultTimeout}
 	for _, o := range opts {
 		o(e)
 	}
@@ -103,7 +100,7 @@ func (e *Exec) Deliver(ctx context.Context, c watcher.Change) error {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	if err == nil {
-		e.log.V(1).Info("hook ran", "command", e.name, "target", c.Target.ID, "commit", c.To, "output", out.String())
+		logr.FromContextOrDiscard(ctx).V(1).Info("hook ran", "command", e.name, "target", c.Target.ID, "commit", c.To, "output", out.String())
 		return nil
 	}
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,7 +18,8 @@ import (
 	"github.com/modwatch/modwatch/sink/hook"
 )
 
-// WithDir runs the command there; WithExecLogger logs its output.
+// WithDir runs the command there; the logger of the delivery's context
+// gets its output.
 func TestExecDirAndLogger(t *testing.T) {
 	dir := t.TempDir()
 	var mu sync.Mutex
@@ -27,8 +29,8 @@ func TestExecDirAndLogger(t *testing.T) {
 		defer mu.Unlock()
 		logged = append(logged, args)
 	}, funcr.Options{Verbosity: 1})
-	e := hook.Command("sh", []string{"-c", "pwd > out; echo ran in $(pwd)"}, hook.WithDir(dir), hook.WithExecLogger(log))
-	require.NoError(t, e.Deliver(context.Background(), change))
+	e := hook.Command("sh", []string{"-c", "pwd > out; echo ran in $(pwd)"}, hook.WithDir(dir))
+	require.NoError(t, e.Deliver(logr.NewContext(context.Background(), log), change))
 	got, err := os.ReadFile(filepath.Join(dir, "out"))
 	require.NoError(t, err)
 	real, err := filepath.EvalSymlinks(dir)

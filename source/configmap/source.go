@@ -58,9 +58,6 @@ var _ watcher.Source = (*Source)(nil)
 // Option configures a Source.
 type Option func(*Source)
 
-// WithLogger sets the logger. Default: discard.
-func WithLogger(l logr.Logger) Option { return func(s *Source) { s.log = l } }
-
 // WithDebounce sets how long the directory must be quiet before the file is
 // read again. Default 100ms.
 func WithDebounce(d time.Duration) Option { return func(s *Source) { s.debounce = d } }
@@ -118,6 +115,7 @@ func New(path string, opts ...Option) *Source {
 // Run watches the file until ctx is done. It fails at once when the file's
 // directory cannot be watched.
 func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
+	s.log = logr.FromContextOrDiscard(ctx)
 	r := &run{s: s, ctx: ctx, update: update}
 	// A reference generator's files change without the file changing:
 	// they are read again every refresh interval.

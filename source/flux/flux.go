@@ -75,9 +75,6 @@ var _ watcher.Source = (*Source)(nil)
 // Option configures a Source.
 type Option func(*Source)
 
-// WithLogger sets the logger. Default: discard.
-func WithLogger(l logr.Logger) Option { return func(s *Source) { s.log = l } }
-
 // New returns a source of the GitRepositories kube and dyn reach (kube
 // reads Secrets and discovers the served version).
 func New(kube kubernetes.Interface, dyn dynamic.Interface, cfg Config, opts ...Option) *Source {
@@ -93,6 +90,7 @@ func New(kube kubernetes.Interface, dyn dynamic.Interface, cfg Config, opts ...O
 
 // Run watches GitRepositories until ctx is done.
 func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
+	s.log = logr.FromContextOrDiscard(ctx)
 	said := false
 	for {
 		gvr, err := s.served(ctx)

@@ -358,7 +358,7 @@ func (c *Controller) WatcherOptions(cacheDir string) ([]watcher.Option, error) {
 // Start follows the configuration file until ctx is done (see
 // [FollowConfig]). It is a controller-runtime Runnable for every replica.
 func (c *Controller) Start(ctx context.Context) error {
-	return followConfig(ctx, c.path, c.Source, c.Credentials, c.ownKeys, c.Source.log, func(cfg *ControllerConfig, data []byte) {
+	return followConfig(ctx, c.path, c.Source, c.Credentials, c.ownKeys, logr.FromContextOrDiscard(ctx), func(cfg *ControllerConfig, data []byte) {
 		c.setCurrent(cfg)
 		if c.onReload != nil {
 			c.onReload(data)

@@ -77,9 +77,6 @@ var _ watcher.Source = (*Source)(nil)
 // Option configures a Source.
 type Option func(*Source)
 
-// WithLogger sets the logger. Default: discard.
-func WithLogger(l logr.Logger) Option { return func(s *Source) { s.log = l } }
-
 // WithTimeout bounds each status write. Default 30s.
 func WithTimeout(d time.Duration) Option { return func(s *Source) { s.timeout = d } }
 
@@ -149,7 +146,9 @@ func poke(c chan struct{}) {
 }
 
 // Run watches the GitSyncs until ctx is done, and writes their statuses.
+// It logs to the logger of ctx.
 func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
+	s.log = logr.FromContextOrDiscard(ctx)
 	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(s.dyn, 0, s.cfg.Load().Namespace, nil)
 	inf := factory.ForResource(GVR).Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{

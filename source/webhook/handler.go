@@ -87,15 +87,11 @@ func (c Config) Validate() error {
 // Option configures a Handler.
 type Option func(*Handler)
 
-// WithLogger sets the logger (default: discard).
-func WithLogger(l logr.Logger) Option { return func(h *Handler) { h.log = l } }
-
 // Handler receives provider webhooks and triggers polls.
 type Handler struct {
 	cfg       Config
 	providers []provider
 	limiter   *limiter
-	log       logr.Logger
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -106,11 +102,10 @@ func New(cfg Config, t Triggerer, opts ...Option) (*Handler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, log: logr.Discard()}
+	h := &Handler{cfg: cfg}
 	for _, o := range opts {
 		o(h)
 	}
-	h.log = h.log.WithName("webhook")
 	h.limiter = newLimiter(cfg.MinInterval, t)
 	h.providers = providers(cfg)
 	return h, nil
@@ -147,7 +142,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if status, err := p.verify(r.Header, body); err != nil {
-		h.log.Info("rejected webhook", "provider", p.name, "reason", err.Error(), "remote", r.RemoteAddr)
+		logr.FromContextOrDiscard(r.Context()).WithName("webhook").Info("rejected webhook", "provider", p.name, "reason", err.Error(), "remote", r.RemoteAddr)
 		http.Error(w, err.Error(), status)
 		return
 	}
@@ -166,7 +161,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hinted := h.hint(urls)
-	h.log.V(1).Info("push hint", "provider", p.name, "event", event, "urls", urls, "watched", hinted)
+	logr.FromContextOrDiscard(r.Context()).WithName("webhook").V(1).Info("push hint", "provider", p.name, "event", event, "urls", urls, "watched", hinted)
 	w.WriteHeader(http.StatusAccepted)
 	if hinted {
 		fmt.Fprintln(w, "poll scheduled")

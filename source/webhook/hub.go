@@ -96,9 +96,6 @@ func WithTokenValidator(valid func(token string) bool) HubOption {
 // WithRegisterer registers the hub's metrics (default: not registered).
 func WithRegisterer(r prometheus.Registerer) HubOption { return func(h *Hub) { h.reg = r } }
 
-// WithHubLogger sets the logger (default: discard).
-func WithHubLogger(l logr.Logger) HubOption { return func(h *Hub) { h.log = l } }
-
 // Hub receives provider webhooks once and fans each push out, as a hint,
 // to every subscriber of that repository (the role GitLab's kas plays for
 // its agents). Subscribers speak the protocol of [SSE]. Fan-out never
@@ -109,7 +106,6 @@ type Hub struct {
 	cfg        HubConfig
 	validators []func(string) bool
 	reg        prometheus.Registerer
-	log        logr.Logger
 	hooks      *Handler
 	m          hubMetrics
 	done       chan struct{}
@@ -143,7 +139,7 @@ func NewHub(cfg HubConfig, opts ...HubOption) (*Hub, error) {
 		return nil, err
 	}
 	h := &Hub{
-		cfg: cfg, log: logr.Discard(), done: make(chan struct{}),
+		cfg: cfg, done: make(chan struct{}),
 		subs: map[*hubSub]struct{}{}, byRepo: map[string]map[*hubSub]struct{}{},
 		debounced: map[string]*debounced{}, gen: make(chan struct{}),
 	}
@@ -153,7 +149,6 @@ func NewHub(cfg HubConfig, opts ...HubOption) (*Hub, error) {
 	if len(cfg.Tokens) == 0 && len(h.validators) == 0 {
 		return nil, errors.New("webhook: a hub needs subscriber tokens or a token validator")
 	}
-	h.log = h.log.WithName("hub")
 	h.m = hubMetrics{
 		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "modwatch_hub_subscribers", Help: "Subscriptions open now."}),
 		received:    prometheus.NewCounter(prometheus.CounterOpts{Name: "modwatch_hub_hints_received_total", Help: "Verified pushes for a subscribed repository."}),
@@ -170,7 +165,7 @@ func NewHub(cfg HubConfig, opts ...HubOption) (*Hub, error) {
 	}
 	wcfg := cfg.Webhook
 	wcfg.MinInterval = time.Nanosecond // the hub debounces instead
-	hooks, err := New(wcfg, h, WithLogger(h.log))
+	hooks, err := New(wcfg, h)
 	if err != nil {
 		return nil, err
 	}
@@ -359,7 +354,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	reason := h.stream(w, r, s)
 	h.m.disconnects.WithLabelValues(reason).Inc() // counted before Subscribers changes
 	h.remove(s)
-	h.log.V(1).Info("subscription ended", "reason", reason, "repositories", len(s.repos))
+	logr.FromContextOrDiscard(r.Context()).WithName("hub").V(1).Info("subscription ended", "reason", reason, "repositories", len(s.repos))
 }
 
 func (h *Hub) authorized(header string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"net"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -63,16 +64,18 @@ func (l *lines) has(s string) bool {
 }
 
 // A hub with a token validator and no static tokens admits whom the
-// validator approves; WithHubLogger hears the subscription end. A
+// validator approves; the logger of the server's base context hears the
+// subscription end (a handler logs to its request's context). A
 // subscriber over TLS needs WithHTTPClient.
 func TestHubTokenValidatorLoggerAndClient(t *testing.T) {
 	var log lines
 	hub, err := webhook.NewHub(webhook.HubConfig{Webhook: webhook.Config{GitHubSecret: "s"}},
-		webhook.WithTokenValidator(func(tok string) bool { return subtle.ConstantTimeCompare([]byte(tok), []byte("vault-issued")) == 1 }),
-		webhook.WithHubLogger(log.logger()))
+		webhook.WithTokenValidator(func(tok string) bool { return subtle.ConstantTimeCompare([]byte(tok), []byte("vault-issued")) == 1 }))
 	require.NoError(t, err)
 	defer hub.Close()
-	srv := httptest.NewTLSServer(hub)
+	srv := httptest.NewUnstartedServer(hub)
+	srv.Config.BaseContext = func(net.Listener) context.Context { return logr.NewContext(context.Background(), log.logger()) }
+	srv.StartTLS()
 	defer srv.Close()
 	noop := func(string) {}
 	ctx := context.Background()
@@ -101,7 +104,7 @@ func (refusingStream) Subscribe(context.Context, []string, func(string)) error {
 	return errors.New("refused")
 }
 
-// WithSubscriberLogger hears the stream's failures.
+// The logger of Run's context hears the stream's failures.
 func TestSubscriberLogger(t *testing.T) {
 	failed := make(chan string, 1)
 	log := funcr.New(func(prefix, args string) {
@@ -112,8 +115,8 @@ func TestSubscriberLogger(t *testing.T) {
 			}
 		}
 	}, funcr.Options{})
-	sub := webhook.NewSubscriber(refusingStream{}, newFakeWatched("https://h/r"), webhook.WithSubscriberLogger(log))
-	ctx, cancel := context.WithCancel(context.Background())
+	sub := webhook.NewSubscriber(refusingStream{}, newFakeWatched("https://h/r"))
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
 	done := make(chan error, 1)
 	go func() { done <- sub.Run(ctx) }()
 	select {

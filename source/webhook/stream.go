@@ -68,24 +68,19 @@ func WithStreamBackoff(minDelay, maxDelay time.Duration) SubscriberOption {
 	}
 }
 
-// WithSubscriberLogger sets the logger (default: discard).
-func WithSubscriberLogger(l logr.Logger) SubscriberOption {
-	return func(s *Subscriber) { s.log = l }
-}
-
 // NewSubscriber returns a Subscriber of stream for w's repositories.
 func NewSubscriber(stream Stream, w Watched, opts ...SubscriberOption) *Subscriber {
-	s := &Subscriber{stream: stream, w: w, debounce: time.Second, retryMin: time.Second, retryMax: 2 * time.Minute, log: logr.Discard()}
+	s := &Subscriber{stream: stream, w: w, debounce: time.Second, retryMin: time.Second, retryMax: 2 * time.Minute, log: logr.Discard()} // Run takes the logger from its ctx
 	for _, o := range opts {
 		o(s)
 	}
-	s.log = s.log.WithName("stream")
 	return s
 }
 
 // Run subscribes until ctx ends, then returns nil. The subscription's
 // goroutine has stopped when it returns.
 func (s *Subscriber) Run(ctx context.Context) error {
+	s.log = logr.FromContextOrDiscard(ctx).WithName("stream")
 	failures := 0
 	for {
 		repos, changed := s.w.Remotes()

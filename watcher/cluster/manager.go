@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -18,6 +19,7 @@ import (
 // Runnable is a watcher as a controller-runtime [manager.Runnable], with
 // checks for the Manager's health and readiness endpoints.
 type Runnable struct {
+	log    logr.Logger // the Manager's, when its Start's ctx has none
 	w      *watcher.Watcher
 	leader bool
 
@@ -38,8 +40,12 @@ func NewRunnable(w *watcher.Watcher, leaderElection bool) *Runnable {
 	return &Runnable{w: w, leader: leaderElection}
 }
 
-// Start runs the watcher until ctx ends.
+// Start runs the watcher until ctx ends, with ctx's logger or, when it has
+// none (a Manager gives its runnables a bare context), the Manager's.
 func (r *Runnable) Start(ctx context.Context) error {
+	if _, err := logr.FromContext(ctx); err != nil && r.log.GetSink() != nil {
+		ctx = logr.NewContext(ctx, r.log)
+	}
 	r.mu.Lock()
 	r.running = true
 	r.mu.Unlock()
@@ -105,6 +111,7 @@ func NewWatcher(mgr manager.Manager, leaderElection bool, opts ...watcher.Option
 // or make it with [NewWatcher].
 func AddToManager(mgr manager.Manager, w *watcher.Watcher, leaderElection bool) (*Runnable, error) {
 	r := NewRunnable(w, leaderElection)
+	r.log = mgr.GetLogger().WithName("modwatch")
 	if err := mgr.Add(r); err != nil {
 		return nil, err
 	}

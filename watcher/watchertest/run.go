@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 )
 
 // Run runs run (a Watcher's Run, a Source's, a program's) in a goroutine
@@ -15,7 +17,10 @@ import (
 //	watchertest.Run(t, w.Run)
 func Run(t testing.TB, run func(ctx context.Context) error) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	// Registered before stop, so it runs after it: the log stays open
+	// while Run stops.
+	log := Logger(t)
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
 	done := make(chan error, 1)
 	go func() { done <- run(ctx) }()
 	var once sync.Once

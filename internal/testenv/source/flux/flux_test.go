@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -212,7 +211,7 @@ func TestFluxInstalledLaterOrRemovedIsFollowed(t *testing.T) {
 	})
 
 	ns := env.Namespace(t)
-	sets := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns, CRDCheckInterval: 100 * time.Millisecond}, flux.WithLogger(testr.New(t))))
+	sets := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns, CRDCheckInterval: 100 * time.Millisecond}))
 	assert.Empty(t, waitSet(t, sets, "the empty set while Flux is absent", func([]watcher.Target) bool { return true }))
 
 	crd.install(t)
