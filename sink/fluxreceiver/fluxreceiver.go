@@ -150,19 +150,13 @@ var (
 	_ watcher.Runnable = (*Sink)(nil)
 )
 
-// Option configures a Sink.
-type Option func(*Sink)
-
-// New returns a sink writing through dyn.
-func New(dyn dynamic.Interface, cfg Config, opts ...Option) (*Sink, error) {
+// New returns a sink writing through dyn, configured by cfg alone.
+func New(dyn dynamic.Interface, cfg Config) (*Sink, error) {
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := &Sink{cfg: cfg, dyn: dyn, managed: map[string]*managed{}}
-	for _, o := range opts {
-		o(s)
-	}
 	s.http = &http.Client{Timeout: cfg.RequestTimeout}
 	return s, nil
 }

@@ -72,20 +72,14 @@ type githubApp struct {
 
 var _ watcher.Source = (*Source)(nil)
 
-// Option configures a Source.
-type Option func(*Source)
-
 // New returns a source of the GitRepositories kube and dyn reach (kube
-// reads Secrets and discovers the served version).
-func New(kube kubernetes.Interface, dyn dynamic.Interface, cfg Config, opts ...Option) *Source {
+// reads Secrets and discovers the served version), configured by cfg
+// alone.
+func New(kube kubernetes.Interface, dyn dynamic.Interface, cfg Config) *Source {
 	if cfg.CRDCheckInterval == 0 {
 		cfg.CRDCheckInterval = 30 * time.Second
 	}
-	s := &Source{kube: kube, dyn: dyn, cfg: cfg, log: logr.Discard(), timeout: 30 * time.Second, dirty: make(chan struct{}, 1), apps: map[string]githubApp{}}
-	for _, o := range opts {
-		o(s)
-	}
-	return s
+	return &Source{kube: kube, dyn: dyn, cfg: cfg, log: logr.Discard(), timeout: 30 * time.Second, dirty: make(chan struct{}, 1), apps: map[string]githubApp{}}
 }
 
 // Run watches GitRepositories until ctx is done.

@@ -84,9 +84,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Option configures a Handler.
-type Option func(*Handler)
-
 // Handler receives provider webhooks and triggers polls.
 type Handler struct {
 	cfg       Config
@@ -96,16 +93,14 @@ type Handler struct {
 
 var _ http.Handler = (*Handler)(nil)
 
-// New returns a handler that gives hints to t.
-func New(cfg Config, t Triggerer, opts ...Option) (*Handler, error) {
+// New returns a handler that gives hints to t, configured by cfg alone.
+// It logs to its requests' context (a server's BaseContext).
+func New(cfg Config, t Triggerer) (*Handler, error) {
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	h := &Handler{cfg: cfg}
-	for _, o := range opts {
-		o(h)
-	}
 	h.limiter = newLimiter(cfg.MinInterval, t)
 	h.providers = providers(cfg)
 	return h, nil
