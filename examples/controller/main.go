@@ -141,5 +141,7 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 	if err != nil {
 		return err
 	}
-	return mgr.Start(ctx)
+	// The Manager's runnables (the watcher, the configuration follower)
+	// log through their context's logger.
+	return mgr.Start(logr.NewContext(ctx, o.mgr.Logger))
 }

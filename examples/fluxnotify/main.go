@@ -142,7 +142,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	return mgr.Start(ctx)
+	return mgr.Start(logr.NewContext(ctx, o.log)) // the runnables log through their context
 }
 
 // hintServer serves push hints where the watcher runs (on the leader with
@@ -156,7 +156,9 @@ type hintServer struct {
 func (h hintServer) NeedLeaderElection() bool { return h.leader }
 
 func (h hintServer) Start(ctx context.Context) error {
-	srv := &http.Server{Handler: h.handler, ReadHeaderTimeout: 5 * time.Second}
+	// The webhook handler logs to its requests' context: the runnable's.
+	srv := &http.Server{Handler: h.handler, ReadHeaderTimeout: 5 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
