@@ -148,31 +148,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.mu.Unlock()
 
 	for _, r := range routes {
-		g.Go(func() error {
-			err := r.source.Run(gctx, func(ts []Target) { w.update(r, ts) })
-			if err != nil && gctx.Err() == nil {
-				return fmt.Errorf("watcher: source of route %d: %w", r.idx, err)
-			}
-			return nil
+		goPart(gctx, g, fmt.Sprintf("source of route %d", r.idx), func(ctx context.Context) error {
+			return r.source.Run(ctx, func(ts []Target) { w.update(r, ts) })
 		})
 	}
 	for _, rn := range w.runnables(routes) {
-		g.Go(func() error {
-			err := rn.Run(gctx)
-			if err != nil && gctx.Err() == nil {
-				return fmt.Errorf("watcher: %T: %w", rn, err)
-			}
-			return nil
-		})
+		goPart(gctx, g, fmt.Sprintf("%T", rn), rn.Run)
 	}
 	if rn, ok := w.opts.shard.(Runnable); ok {
-		g.Go(func() error {
-			err := rn.Run(gctx)
-			if err != nil && gctx.Err() == nil {
-				return fmt.Errorf("watcher: shard: %w", err)
-			}
-			return nil
-		})
+		goPart(gctx, g, "shard", rn.Run)
 	}
 	g.Go(func() error { return w.reconcileLoop(gctx) })
 	g.Go(func() error { return w.gcLoop(gctx) })
@@ -181,6 +165,17 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// goPart runs part in g until ctx ends; an error before then stops the
+// watcher, named by what.
+func goPart(ctx context.Context, g *errgroup.Group, what string, part func(context.Context) error) {
+	g.Go(func() error {
+		if err := part(ctx); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("watcher: %s: %w", what, err)
+		}
+		return nil
+	})
 }
 
 // runnables returns the sinks and observers that are [Runnable], once each.
