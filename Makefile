@@ -101,14 +101,8 @@ fmt:
 
 # go mod tidy in every module. The modules require each other at the last
 # release's version, which only go.work resolves to this tree; tidy runs
-# outside the workspace, so each module gets the workspace's modules as
-# replaces for the run, and loses them after.
+# outside the workspace on a copy of each go.mod that replaces the others
+# with their directories (the same copy release -check tidies with -diff),
+# and the module gets the result without those replaces.
 tidy:
-	@mods="$$($(GO) list -m -f '{{.Path}}={{.Dir}}')"; \
-	for m in $$mods; do \
-		dir=$${m#*=}; reps=""; \
-		for o in $$mods; do [ "$$o" = "$$m" ] || reps="$$reps -replace=$${o%%=*}=$${o#*=}"; done; \
-		echo "tidy $$dir"; \
-		(cd $$dir && $(GO) mod edit $$reps && GOWORK=off GOFLAGS=-mod=mod $(GO) mod tidy; rc=$$?; \
-		 $(GO) mod edit $$(echo $$reps | sed 's/-replace=\([^=]*\)=[^ ]*/-dropreplace=\1/g'); exit $$rc) || exit 1; \
-	done
+	$(GO) run ./internal/release/cmd/release -tidy

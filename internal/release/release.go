@@ -213,23 +213,84 @@ func Check(ctx context.Context, root string) error {
 // tidyDiff runs go mod tidy -diff on m outside the workspace, with the
 // other modules of the repository as replaces in a copy of its go.mod.
 func tidyDiff(ctx context.Context, root string, m Module, all []Module) error {
-	dir := filepath.Join(root, filepath.FromSlash(m.Dir))
-	tmp, err := os.MkdirTemp("", "release-tidy-")
+	tmp, out, err := tidyOutside(ctx, root, m, all, "-diff")
+	os.RemoveAll(tmp)
 	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	modFile, err := WithLocalReplaces(root, m, all, tmp)
-	if err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, "go", "mod", "tidy", "-diff", "-modfile="+modFile)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s is not tidy (go mod tidy in %s, outside the workspace):\n%s", m.Path, m.Dir, bytes.TrimSpace(out))
 	}
 	return nil
+}
+
+// tidyOutside runs go mod tidy (with args) on m outside the workspace, on
+// a copy of its go.mod and go.sum in a new directory (returned, for the
+// caller to remove) that replaces the repository's other modules with
+// their directories.
+func tidyOutside(ctx context.Context, root string, m Module, all []Module, args ...string) (tmp string, out []byte, err error) {
+	if tmp, err = os.MkdirTemp("", "release-tidy-"); err != nil {
+		return "", nil, err
+	}
+	modFile, err := WithLocalReplaces(root, m, all, tmp)
+	if err != nil {
+		return tmp, nil, err
+	}
+	cmd := exec.CommandContext(ctx, "go", append([]string{"mod", "tidy", "-modfile=" + modFile}, args...)...)
+	cmd.Dir = filepath.Join(root, filepath.FromSlash(m.Dir))
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	out, err = cmd.CombinedOutput()
+	return tmp, out, err
+}
+
+// Tidy runs go mod tidy in every module of the workspace at root, outside
+// the workspace, with the others standing in by replaces in a temporary
+// copy of its go.mod (WithLocalReplaces); the module gets the tidied
+// go.mod without those replaces, and the tidied go.sum.
+func Tidy(ctx context.Context, root string) error {
+	all, err := Modules(root)
+	if err != nil {
+		return err
+	}
+	for _, m := range all {
+		if err := tidy(ctx, root, m, all); err != nil {
+			return fmt.Errorf("tidy %s: %w", m.Dir, err)
+		}
+	}
+	return nil
+}
+
+func tidy(ctx context.Context, root string, m Module, all []Module) error {
+	tmp, out, err := tidyOutside(ctx, root, m, all)
+	defer os.RemoveAll(tmp)
+	if err != nil {
+		return fmt.Errorf("%w:\n%s", err, bytes.TrimSpace(out))
+	}
+	modFile, dir := filepath.Join(tmp, "go.mod"), filepath.Join(root, filepath.FromSlash(m.Dir))
+	data, err := os.ReadFile(modFile)
+	if err != nil {
+		return err
+	}
+	f, err := modfile.Parse(modFile, data, nil)
+	if err != nil {
+		return err
+	}
+	for _, o := range all {
+		if o.Path != m.Path {
+			if err := f.DropReplace(o.Path, ""); err != nil {
+				return err
+			}
+		}
+	}
+	f.Cleanup()
+	if data, err = f.Format(); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), data, 0o644); err != nil {
+		return err
+	}
+	sum, err := os.ReadFile(filepath.Join(tmp, "go.sum"))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644)
 }
 
 // WithLocalReplaces writes into dir a copy of m's go.mod and go.sum that

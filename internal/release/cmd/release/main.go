@@ -3,6 +3,7 @@
 //
 //	release -version vX.Y.Z   make a release: requirements, check, commit, tags
 //	release -check            check the tree as a release would
+//	release -tidy             go mod tidy in every module, outside the workspace
 //	release -api              report the API changes since the last release;
 //	                          fail on an incompatible one CHANGELOG.md does not name
 //	release -proxy DIR -version vX.Y.Z
@@ -27,6 +28,7 @@ import (
 func main() {
 	version := flag.String("version", "", "the release to make (or to write with -proxy): vX.Y.Z")
 	check := flag.Bool("check", false, "check the tree as a release would, and change nothing")
+	tidy := flag.Bool("tidy", false, "go mod tidy every module outside the workspace, the others standing in by replaces")
 	api := flag.Bool("api", false, "compare the exported API with the last release")
 	proxy := flag.String("proxy", "", "write the tagged release -version into this directory, laid out as a module proxy")
 	flag.Parse()
@@ -41,6 +43,8 @@ func main() {
 	}
 	root := strings.TrimSpace(string(out))
 	switch {
+	case *tidy && !*api && !*check && *proxy == "" && *version == "":
+		fail(release.Tidy(ctx, root))
 	case *api && !*check && *proxy == "" && *version == "":
 		fail(runAPI(ctx, root))
 	case *check && !*api && *proxy == "" && *version == "":
