@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -74,7 +73,7 @@ func TestFirstFetchWithGitCLI(t *testing.T) {
 	res, err = m.Fetch(ctxT(t), auth, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	assert.Equal(t, c2, res.Refs["refs/heads/main"].String())
-	paths, err := m.ChangedPaths(ctxT(t), plumbing.NewHash(c1), plumbing.NewHash(c2), at("a"))
+	paths, err := m.ChangedPaths(ctxT(t), mustHash(c1), mustHash(c2), at("a"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"x"}, paths)
 
@@ -111,7 +110,7 @@ func TestFirstListedFetchWithGitCLI(t *testing.T) {
 	c2 := repo.Commit(t, "two", gittest.File("a/x", "2"))
 	refs, err := ListRefs(ctxT(t), repo.URL(), nil)
 	require.NoError(t, err)
-	listed := map[string]plumbing.Hash{"refs/heads/main": refs.Refs["refs/heads/main"], "refs/tags/v1": refs.Refs["refs/tags/v1"]}
+	listed := map[string]Hash{"refs/heads/main": refs.Refs["refs/heads/main"], "refs/tags/v1": refs.Refs["refs/tags/v1"]}
 
 	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: gitBin})
 	require.NoError(t, err)

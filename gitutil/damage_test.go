@@ -122,7 +122,7 @@ func TestTagOnATreeIsTheRefsError(t *testing.T) {
 		} else {
 			listed, lerr := ListRefs(ctxT(t), repo.URL(), nil)
 			require.NoError(t, lerr)
-			want := map[string]plumbing.Hash{}
+			want := map[string]Hash{}
 			for _, r := range refs {
 				want[r] = listed.Refs[r]
 			}
@@ -137,11 +137,11 @@ func TestTagOnATreeIsTheRefsError(t *testing.T) {
 			assert.NotContains(t, res.Refs, tag)
 		}
 	}
-	_, err = m.FetchCommit(ctxT(t), nil, plumbing.NewHash(tree))
+	_, err = m.FetchCommit(ctxT(t), nil, mustHash(tree))
 	require.ErrorIs(t, err, ErrNotCommit, "a revision that is the SHA of a tree")
 	assert.ErrorContains(t, err, tree+" is a tree")
 	assert.Zero(t, damaged.Load())
-	assert.True(t, m.HasCommit(plumbing.NewHash(c)))
+	assert.True(t, m.HasCommit(mustHash(c)))
 }
 
 // flipBlob flips 16 bytes of the packed data of the blob content in a
@@ -153,8 +153,8 @@ func flipBlob(t *testing.T, dir, content string, at int64) {
 	require.NoError(t, err)
 	h := plumbing.ComputeHash(plumbing.BlobObject, []byte(content))
 	for _, p := range idxs {
-		pack := plumbing.NewHash(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "pack-"), ".idx"))
-		idx, err := packidx.Open(p, pack)
+		pack := mustHash(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "pack-"), ".idx"))
+		idx, err := packidx.Open(p, plumbing.Hash(pack))
 		require.NoError(t, err)
 		off, err := idx.FindOffset(h)
 		if errors.Is(err, plumbing.ErrObjectNotFound) {
@@ -192,7 +192,7 @@ func TestFlippedBytesInAPackHeal(t *testing.T) {
 		fmt.Fprintf(&b, "%x\n", rnd.Uint64())
 	}
 	content := b.String() // 136 KB, about 70 KB packed
-	c := plumbing.NewHash(repo.Commit(t, "1", gittest.File("big.txt", content), gittest.File("small.txt", "s")))
+	c := mustHash(repo.Commit(t, "1", gittest.File("big.txt", content), gittest.File("small.txt", "s")))
 	for _, tc := range []struct {
 		name string
 		at   int64

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -38,13 +37,13 @@ func TestMirrorHoldsNoFilesBetweenOperations(t *testing.T) {
 	dir := t.TempDir()
 	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{})
 	require.NoError(t, err)
-	var commits []plumbing.Hash
+	var commits []Hash
 	for i := range 3 {
 		c := repo.Commit(t, "c", gittest.File("a/x", string(rune('0'+i))))
 		res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 		require.NoError(t, err)
 		require.Equal(t, c, res.Refs["refs/heads/main"].String())
-		commits = append(commits, plumbing.NewHash(c))
+		commits = append(commits, mustHash(c))
 	}
 	_, err = m.TreeHash(ctxT(t), commits[2], at("a"))
 	require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -72,7 +71,7 @@ func TestChangedPathsAgreesWithGit(t *testing.T) {
 	for i := 1; i < len(commits); i++ {
 		for _, path := range []string{"", "a", "a/b"} {
 			from, to := commits[rng.IntN(i)], commits[i]
-			got, err := m.ChangedPaths(ctxT(t), plumbing.NewHash(from), plumbing.NewHash(to), at(path))
+			got, err := m.ChangedPaths(ctxT(t), mustHash(from), mustHash(to), at(path))
 			if errors.Is(err, ErrPathNotFound) {
 				continue
 			}

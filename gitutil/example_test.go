@@ -2,8 +2,7 @@ package gitutil_test
 
 import (
 	"fmt"
-
-	"github.com/go-git/go-git/v5/plumbing"
+	"strings"
 
 	"github.com/modwatch/modwatch/gitutil"
 )
@@ -26,13 +25,20 @@ func ExampleNormalizeURL() {
 }
 
 func ExampleResolve() {
+	hash := func(digit string) gitutil.Hash {
+		h, err := gitutil.ParseHash(strings.Repeat(digit, 40))
+		if err != nil {
+			panic(err)
+		}
+		return h
+	}
 	refs := gitutil.RefList{
 		Head: "refs/heads/main",
-		Refs: map[string]plumbing.Hash{
-			"refs/heads/main":  plumbing.NewHash("1111111111111111111111111111111111111111"),
-			"refs/tags/v1.2.0": plumbing.NewHash("2222222222222222222222222222222222222222"),
-			"refs/tags/v1.3.0": plumbing.NewHash("3333333333333333333333333333333333333333"),
-			"refs/tags/v2.0.0": plumbing.NewHash("4444444444444444444444444444444444444444"),
+		Refs: map[string]gitutil.Hash{
+			"refs/heads/main":  hash("1"),
+			"refs/tags/v1.2.0": hash("2"),
+			"refs/tags/v1.3.0": hash("3"),
+			"refs/tags/v2.0.0": hash("4"),
 		},
 	}
 	for _, s := range []string{"", "v1.2.0", ">=1.0 <2.0", "abc1234"} {

@@ -23,7 +23,11 @@ import (
 // When that request fails (a ref moved since the listing, a server that
 // refuses it), and everywhere else, it fetches as Fetch does. The refs are
 // set to the listed objects.
-func (m *Mirror) FetchListed(ctx context.Context, auth *Auth, listed map[string]plumbing.Hash) (FetchResult, error) {
+func (m *Mirror) FetchListed(ctx context.Context, auth *Auth, listedH map[string]Hash) (FetchResult, error) {
+	listed := make(map[string]plumbing.Hash, len(listedH))
+	for n, h := range listedH {
+		listed[n] = plumbing.Hash(h)
+	}
 	names := make([]string, 0, len(listed))
 	for n := range listed {
 		names = append(names, n)

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -32,7 +31,7 @@ func TestFetchListedIsOneRequest(t *testing.T) {
 	refs, err := ListRefs(ctxT(t), repo.URL(), nil)
 	require.NoError(t, err)
 	lists, fetches := repo.Counts().Lists.Load(), repo.Counts().Fetches.Load()
-	listed := map[string]plumbing.Hash{"refs/heads/main": refs.Refs["refs/heads/main"], "refs/tags/v2": refs.Refs["refs/tags/v2"]}
+	listed := map[string]Hash{"refs/heads/main": refs.Refs["refs/heads/main"], "refs/tags/v2": refs.Refs["refs/tags/v2"]}
 	res, err := m.FetchListed(ctxT(t), nil, listed)
 	require.NoError(t, err)
 	assert.True(t, res.Fetched)
@@ -42,8 +41,8 @@ func TestFetchListedIsOneRequest(t *testing.T) {
 	assert.Equal(t, fetches+1, repo.Counts().Fetches.Load(), "one upload-pack request")
 	ref, err := m.repo.Reference("refs/tags/v2", false)
 	require.NoError(t, err)
-	assert.Equal(t, refs.Refs["refs/tags/v2"], ref.Hash(), "the tag ref names the tag object")
-	assert.True(t, m.HasCommit(plumbing.NewHash(two)))
+	assert.Equal(t, refs.Refs["refs/tags/v2"], Hash(ref.Hash()), "the tag ref names the tag object")
+	assert.True(t, m.HasCommit(mustHash(two)))
 
 	// Nothing new: no request at all.
 	res, err = m.FetchListed(ctxT(t), nil, listed)
@@ -66,7 +65,7 @@ func TestFetchListedFallsBack(t *testing.T) {
 
 	now := repo.Commit(t, "two", gittest.File("a", "2"))
 	fetches := repo.Counts().Fetches.Load()
-	res, err := m.FetchListed(ctxT(t), nil, map[string]plumbing.Hash{"refs/heads/main": plumbing.NewHash(strings.Repeat("ab", 20))})
+	res, err := m.FetchListed(ctxT(t), nil, map[string]Hash{"refs/heads/main": mustHash(strings.Repeat("ab", 20))})
 	require.NoError(t, err)
 	assert.Equal(t, now, res.Refs["refs/heads/main"].String())
 	assert.Equal(t, fetches+2, repo.Counts().Fetches.Load(), "the refused request, then the usual fetch")
@@ -81,7 +80,7 @@ func TestFetchListedIntoAnEmptyMirror(t *testing.T) {
 	require.NoError(t, err)
 	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
 	require.NoError(t, err)
-	res, err := m.FetchListed(ctxT(t), nil, map[string]plumbing.Hash{"refs/heads/main": refs.Refs["refs/heads/main"]})
+	res, err := m.FetchListed(ctxT(t), nil, map[string]Hash{"refs/heads/main": refs.Refs["refs/heads/main"]})
 	require.NoError(t, err)
 	assert.Equal(t, one, res.Refs["refs/heads/main"].String())
 }
@@ -100,7 +99,7 @@ func TestFetchListedOverTLS(t *testing.T) {
 	refs, err := ListRefs(ctxT(t), repo.URL(), auth)
 	require.NoError(t, err)
 	fetches := repo.Counts().Fetches.Load()
-	res, err := m.FetchListed(ctxT(t), auth, map[string]plumbing.Hash{"refs/heads/main": refs.Refs["refs/heads/main"]})
+	res, err := m.FetchListed(ctxT(t), auth, map[string]Hash{"refs/heads/main": refs.Refs["refs/heads/main"]})
 	require.NoError(t, err)
 	assert.Equal(t, two, res.Refs["refs/heads/main"].String())
 	assert.Equal(t, fetches+1, repo.Counts().Fetches.Load(), "one request, trusted")
@@ -118,7 +117,7 @@ func TestChangedPathsKeepsTheLastTrees(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
-	h := plumbing.NewHash
+	h := mustHash
 	paths, err := m.ChangedPaths(ctxT(t), h(c1), h(c2), at("apps"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a"}, paths)

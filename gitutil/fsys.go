@@ -46,7 +46,8 @@ const streamThreshold = 1 << 20
 // holds open (a read after it opens them again): close it when a read is
 // over. A mirror rebuilt since makes it fail with [ErrRebuilt]. Large
 // files are streamed.
-func (m *Mirror) FS(commit plumbing.Hash, sel Selection) (fs.FS, error) {
+func (m *Mirror) FS(c Hash, sel Selection) (fs.FS, error) {
+	commit := plumbing.Hash(c)
 	s, err := sel.compile()
 	if err != nil {
 		return nil, err

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -42,7 +41,7 @@ func TestFSReadErrorMarksMirrorDamaged(t *testing.T) {
 	for i := range 50 {
 		files = append(files, gittest.File(filepath.Join("d", string(rune('a'+i%26))+string(rune('a'+i/26))), string(bytes.Repeat([]byte{byte(i)}, 4000))))
 	}
-	c := plumbing.NewHash(repo.Commit(t, "1", files...))
+	c := mustHash(repo.Commit(t, "1", files...))
 	var damaged atomic.Int32
 	dir := t.TempDir()
 	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{OnDamage: func(error) { damaged.Add(1) }})
@@ -133,7 +132,7 @@ func TestFSStreamsLargeFiles(t *testing.T) {
 	}
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
-	c := plumbing.NewHash(repo.Commit(t, "big", gittest.File("big.bin", string(content))))
+	c := mustHash(repo.Commit(t, "big", gittest.File("big.bin", string(content))))
 	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
 	require.NoError(t, err)
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
@@ -185,7 +184,7 @@ func TestRepackKeepsFileSystemsWhole(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			srv := gittest.NewServer(t)
 			repo := srv.NewRepo(t, "g/r")
-			c0 := plumbing.NewHash(repo.Commit(t, "0", gittest.File("keep/f", "kept"), gittest.File("n", "0")))
+			c0 := mustHash(repo.Commit(t, "0", gittest.File("keep/f", "kept"), gittest.File("n", "0")))
 			dir := t.TempDir()
 			m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: cli, RepackPacks: 3})
 			require.NoError(t, err)
@@ -205,11 +204,11 @@ func TestRepackKeepsFileSystemsWhole(t *testing.T) {
 				return n
 			}
 
-			var last plumbing.Hash
+			var last Hash
 			lastN := ""
 			commit := func(i int) {
 				lastN = fmt.Sprint(i + 1)
-				last = plumbing.NewHash(repo.Commit(t, fmt.Sprint(i), gittest.File("n", lastN)))
+				last = mustHash(repo.Commit(t, fmt.Sprint(i), gittest.File("n", lastN)))
 				_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 				require.NoError(t, err)
 			}
@@ -271,7 +270,7 @@ func TestFSDecodesEachDirectoryOnce(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
 	files := gittest.Numbered(500, func(i int) string { return fmt.Sprintf("wide/f%03d", i) })
-	c := plumbing.NewHash(repo.Commit(t, "wide", files...))
+	c := mustHash(repo.Commit(t, "wide", files...))
 	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
 	require.NoError(t, err)
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
@@ -298,7 +297,7 @@ func TestFSDecodesEachDirectoryOnce(t *testing.T) {
 func TestFileSystemsHandedOutAreForgottenOnceCollected(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
-	c := plumbing.NewHash(repo.Commit(t, "1", gittest.File("f", "1")))
+	c := mustHash(repo.Commit(t, "1", gittest.File("f", "1")))
 	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
 	require.NoError(t, err)
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})

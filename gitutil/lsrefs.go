@@ -128,7 +128,7 @@ func lsRefs(ctx context.Context, client *http.Client, base string, a *Auth, pref
 	if err != nil {
 		return RefList{}, err
 	}
-	return RefList{Refs: refs.Refs, Peeled: refs.Peeled, Head: refs.Head}, nil
+	return RefList{Refs: hashes(refs.Refs), Peeled: hashes(refs.Peeled), Head: refs.Head}, nil
 }
 
 func setV2Headers(req *http.Request, a *Auth) {

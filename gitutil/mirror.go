@@ -137,7 +137,7 @@ func (m *Mirror) openRepo() (*git.Repository, error) {
 type FetchResult struct {
 	// Refs maps each requested ref to the commit it points at in the mirror
 	// after the fetch (annotated tags peeled).
-	Refs map[string]plumbing.Hash
+	Refs map[string]Hash
 	// RefErrors holds the requested refs that do not lead to a commit (a
 	// tag on a tree), each with its error, wrapping [ErrNotCommit]: the
 	// error of the targets that read them, not of the fetch.
@@ -278,7 +278,7 @@ func (m *Mirror) fetchRefs(ctx context.Context, auth *Auth, refs []string, liste
 	m.mu.Lock()
 	defer m.mu.Unlock()
 
-	res := FetchResult{Refs: map[string]plumbing.Hash{}, Rebuilt: m.rebuilt}
+	res := FetchResult{Refs: map[string]Hash{}, Rebuilt: m.rebuilt}
 	m.rebuilt = nil
 	if m.broken != nil {
 		res.Rebuilt = m.broken
@@ -338,7 +338,7 @@ func (m *Mirror) verify(refs []string, res *FetchResult) error {
 		if _, err := m.repo.CommitObject(h); err != nil {
 			return fmt.Errorf("ref %s points at unreadable commit %s: %w", name, h, err)
 		}
-		res.Refs[name] = h
+		res.Refs[name] = Hash(h)
 	}
 	return nil
 }
@@ -465,8 +465,9 @@ func (w progressWriter) Write(p []byte) (int, error) {
 // FetchCommit makes sure a commit that no ref may point at is in the
 // mirror, asking the remote for it by SHA. It does nothing when the commit is
 // already there.
-func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, commit plumbing.Hash) (FetchResult, error) {
-	if m.HasCommit(commit) {
+func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, c Hash) (FetchResult, error) {
+	commit := plumbing.Hash(c)
+	if m.HasCommit(c) {
 		return FetchResult{}, nil
 	}
 	name := "refs/modwatch/commits/" + commit.String()
@@ -486,7 +487,7 @@ func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, commit plumbing.Ha
 		}
 		return FetchResult{}, fmt.Errorf("fetch %s: %w: %s", RedactURL(m.url), ErrCommitNotFound, commit)
 	}
-	return FetchResult{Fetched: true, Refs: map[string]plumbing.Hash{name: commit}}, nil
+	return FetchResult{Fetched: true, Refs: map[string]Hash{name: c}}, nil
 }
 
 func (m *Mirror) isEmpty() bool {
@@ -540,7 +541,8 @@ func (m *Mirror) refCommit(name string) (plumbing.Hash, error) {
 
 // HasCommit reports whether commit is in the mirror. A mirror found
 // damaged has nothing until a [Mirror.Fetch] rebuilds it.
-func (m *Mirror) HasCommit(commit plumbing.Hash) bool {
+func (m *Mirror) HasCommit(c Hash) bool {
+	commit := plumbing.Hash(c)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.broken != nil {

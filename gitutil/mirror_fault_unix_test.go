@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/gitutil/internal/packidx"
@@ -24,7 +23,7 @@ func TestMirrorHealsAMappedIndexCutShort(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/big")
 	files := gittest.Numbered(40000, func(i int) string { return fmt.Sprintf("d%02d/f%05d", i%100, i) })
-	c := plumbing.NewHash(repo.Commit(t, "big", files...))
+	c := mustHash(repo.Commit(t, "big", files...))
 	dir := t.TempDir()
 	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: "git"})
 	require.NoError(t, err)
@@ -40,7 +39,7 @@ func TestMirrorHealsAMappedIndexCutShort(t *testing.T) {
 	_, err = fs.ReadFile(fsys, "d07/f00007")
 	require.NoError(t, err)
 	require.NoError(t, os.Truncate(idxs[0], 8192))
-	c2 := plumbing.NewHash(repo.Commit(t, "next", gittest.File("d01/new", "x")))
+	c2 := mustHash(repo.Commit(t, "next", gittest.File("d01/new", "x")))
 	_, err = fs.ReadFile(fsys, "d99/f39999")
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorIs(t, err, packidx.ErrFault)

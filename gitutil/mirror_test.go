@@ -9,7 +9,6 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -105,7 +104,7 @@ func TestMirrorIncrementalFetchAndTreeQueries(t *testing.T) {
 	require.True(t, res.Fetched)
 	assert.Equal(t, c2, res.Refs["refs/heads/main"].String())
 
-	h1, h2 := plumbing.NewHash(c1), plumbing.NewHash(c2)
+	h1, h2 := mustHash(c1), mustHash(c2)
 	before := m.TreesRead()
 	ta1, err := m.TreeHash(ctxT(t), h1, at("apps/a"))
 	// The root and apps: a path check reads the trees above the path, not
@@ -156,15 +155,15 @@ func TestMirrorFullHistoryAnswersAncestry(t *testing.T) {
 	rewritten := repo.Commit(t, "rewritten", gittest.File("a", "3"))
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
-	ok, err := m.IsAncestor(ctxT(t), plumbing.NewHash(old), plumbing.NewHash(rewritten))
+	ok, err := m.IsAncestor(ctxT(t), mustHash(old), mustHash(rewritten))
 	require.NoError(t, err)
 	assert.False(t, ok, "a force-push is told apart")
-	ok, err = m.IsAncestor(ctxT(t), plumbing.NewHash(base), plumbing.NewHash(rewritten))
+	ok, err = m.IsAncestor(ctxT(t), mustHash(base), mustHash(rewritten))
 	require.NoError(t, err)
 	assert.True(t, ok)
 
 	// The rewritten history brings back a blob only older commits had.
-	fsys, err := m.FS(plumbing.NewHash(rewritten), at(""))
+	fsys, err := m.FS(mustHash(rewritten), at(""))
 	require.NoError(t, err)
 	data, err := fs.ReadFile(fsys, "b")
 	require.NoError(t, err)
@@ -188,7 +187,7 @@ func TestShallowMirror(t *testing.T) {
 	assert.Equal(t, rewritten, res.Refs["refs/heads/main"].String())
 
 	// A shallow mirror cannot tell.
-	ok, err := m.IsAncestor(ctxT(t), plumbing.NewHash(old), plumbing.NewHash(rewritten))
+	ok, err := m.IsAncestor(ctxT(t), mustHash(old), mustHash(rewritten))
 	require.ErrorIs(t, err, ErrHistoryIncomplete)
 	assert.False(t, ok)
 
@@ -196,10 +195,10 @@ func TestShallowMirror(t *testing.T) {
 	next := repo.Commit(t, "next", gittest.File("a", "4"))
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
-	ok, err = m.IsAncestor(ctxT(t), plumbing.NewHash(rewritten), plumbing.NewHash(next))
+	ok, err = m.IsAncestor(ctxT(t), mustHash(rewritten), mustHash(next))
 	require.NoError(t, err)
 	assert.True(t, ok)
-	paths, err := m.ChangedPaths(ctxT(t), plumbing.NewHash(old), plumbing.NewHash(next), at(""))
+	paths, err := m.ChangedPaths(ctxT(t), mustHash(old), mustHash(next), at(""))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a"}, paths)
 }
@@ -217,11 +216,11 @@ func TestMirrorTagsAndCommits(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, c1, res.Refs["refs/tags/v1"].String(), "annotated tag peeled to its commit")
 
-	assert.False(t, m.HasCommit(plumbing.NewHash(c2)))
-	res, err = m.FetchCommit(ctxT(t), nil, plumbing.NewHash(c2))
+	assert.False(t, m.HasCommit(mustHash(c2)))
+	res, err = m.FetchCommit(ctxT(t), nil, mustHash(c2))
 	require.NoError(t, err)
 	assert.True(t, res.Fetched)
-	assert.True(t, m.HasCommit(plumbing.NewHash(c2)))
+	assert.True(t, m.HasCommit(mustHash(c2)))
 }
 
 func TestMirrorRebuildsAfterStaleLockAndCorruption(t *testing.T) {
@@ -254,13 +253,13 @@ func TestMirrorRebuildsAfterStaleLockAndCorruption(t *testing.T) {
 	}
 	m, err = OpenMirror(dir, repo.URL(), MirrorOptions{})
 	require.NoError(t, err)
-	_, err = m.TreeHash(ctxT(t), plumbing.NewHash(c1), at(""))
+	_, err = m.TreeHash(ctxT(t), mustHash(c1), at(""))
 	require.Error(t, err)
 	t.Log(err)
 	res, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	require.Error(t, res.Rebuilt, "a corrupt store is rebuilt")
-	_, err = m.TreeHash(ctxT(t), plumbing.NewHash(c1), at(""))
+	_, err = m.TreeHash(ctxT(t), mustHash(c1), at(""))
 	require.NoError(t, err)
 }
 
@@ -281,7 +280,7 @@ func TestFS(t *testing.T) {
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
 
-	fsys, err := m.FS(plumbing.NewHash(c), at("app"))
+	fsys, err := m.FS(mustHash(c), at("app"))
 	require.NoError(t, err)
 
 	data, err := fs.ReadFile(fsys, "link.yaml")
@@ -320,18 +319,18 @@ func TestFS(t *testing.T) {
 	assert.Equal(t, []string{"deploy.yaml", "sub/cm.yaml"}, files)
 
 	// The standard conformance checks, on a tree with no symlinks.
-	plain, err := m.FS(plumbing.NewHash(c), at("app/sub/../sub"))
+	plain, err := m.FS(mustHash(c), at("app/sub/../sub"))
 	require.Error(t, err, "'..' is rejected even when it would stay inside")
 	require.ErrorIs(t, err, ErrInvalidPath)
 	_ = plain
 	c2 := repo.Commit(t, "plain", gittest.Delete("app"), gittest.File("app/x/y.txt", "y"), gittest.File("app/z.txt", "z"))
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
-	plain, err = m.FS(plumbing.NewHash(c2), at("app"))
+	plain, err = m.FS(mustHash(c2), at("app"))
 	require.NoError(t, err)
 	require.NoError(t, fstest.TestFS(plain, "x/y.txt", "z.txt"))
 
-	_, err = m.FS(plumbing.NewHash(c2), at("app/z.txt"))
+	_, err = m.FS(mustHash(c2), at("app/z.txt"))
 	require.ErrorIs(t, err, ErrPathNotFound, "a file is not a tree")
 }
 
@@ -359,7 +358,7 @@ func TestFSSymlinkChainsResolvedPhysically(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
-	fsys, err := m.FS(plumbing.NewHash(c), at("deploy"))
+	fsys, err := m.FS(mustHash(c), at("deploy"))
 	require.NoError(t, err)
 	rl := fsys.(fs.ReadLinkFS)
 

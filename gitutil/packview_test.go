@@ -37,7 +37,7 @@ func TestFileSystemsShareDecodedIndexes(t *testing.T) {
 		return out
 	}
 	readX := func(commit string) string {
-		fsys, err := m.FS(plumbing.NewHash(commit), at("a"))
+		fsys, err := m.FS(mustHash(commit), at("a"))
 		require.NoError(t, err)
 		defer fsys.(interface{ Close() error }).Close()
 		b, err := fs.ReadFile(fsys, "x")
@@ -106,7 +106,7 @@ func TestFileSystemReadsLooseObjects(t *testing.T) {
 	y := repo.Git(t, "rev-parse", c1+":a/y")
 	require.FileExists(t, loose(x))
 
-	fsys, err := m.FS(plumbing.NewHash(c1), at("a"))
+	fsys, err := m.FS(mustHash(c1), at("a"))
 	require.NoError(t, err)
 	b, err := fs.ReadFile(fsys, "x")
 	require.NoError(t, err)
@@ -121,7 +121,7 @@ func TestFileSystemReadsLooseObjects(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(loose(y), 0o644))
 	require.NoError(t, os.WriteFile(loose(y), data, 0o444))
-	fsys, err = m.FS(plumbing.NewHash(c1), at("a"))
+	fsys, err = m.FS(mustHash(c1), at("a"))
 	require.NoError(t, err)
 	_, err = fs.ReadFile(fsys, "y")
 	assert.ErrorContains(t, err, "bad object")

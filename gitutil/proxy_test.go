@@ -3,7 +3,6 @@ package gitutil
 import (
 	"testing"
 
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -55,7 +54,7 @@ func TestProxy(t *testing.T) {
 			})
 			c2 := repo.Commit(t, "two", gittest.File("a", "2"))
 			through("the direct fetch", func() {
-				res, err := m.FetchListed(ctxT(t), auth, map[string]plumbing.Hash{"refs/heads/main": plumbing.NewHash(c2)})
+				res, err := m.FetchListed(ctxT(t), auth, map[string]Hash{"refs/heads/main": mustHash(c2)})
 				require.NoError(t, err)
 				assert.Equal(t, c2, res.Refs["refs/heads/main"].String())
 			})

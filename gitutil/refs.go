@@ -22,16 +22,16 @@ const defaultListTimeout = 30 * time.Second
 type RefList struct {
 	// Refs maps full ref names ("refs/heads/main", "refs/tags/v1") to the
 	// object they point at: a commit, or the tag object of an annotated tag.
-	Refs map[string]plumbing.Hash
+	Refs map[string]Hash
 	// Peeled maps the names of annotated tags to the commit they point at.
-	Peeled map[string]plumbing.Hash
+	Peeled map[string]Hash
 	// Head is the ref the remote's HEAD points at ("refs/heads/main"), or ""
 	// when the remote did not say.
 	Head string
 }
 
 // Commit returns the commit a ref names, peeling annotated tags.
-func (l RefList) Commit(name string) (plumbing.Hash, bool) {
+func (l RefList) Commit(name string) (Hash, bool) {
 	if h, ok := l.Peeled[name]; ok {
 		return h, true
 	}
@@ -112,16 +112,16 @@ func listV2OrFallBack(ctx context.Context, repoURL, server string, topts transpo
 
 // refList sorts go-git's advertised refs into a RefList.
 func refList(refs []*plumbing.Reference) RefList {
-	out := RefList{Refs: make(map[string]plumbing.Hash, len(refs)), Peeled: map[string]plumbing.Hash{}}
+	out := RefList{Refs: make(map[string]Hash, len(refs)), Peeled: map[string]Hash{}}
 	for _, r := range refs {
 		name := r.Name().String()
 		switch {
 		case name == "HEAD" && r.Type() == plumbing.SymbolicReference:
 			out.Head = r.Target().String()
 		case strings.HasSuffix(name, "^{}"):
-			out.Peeled[strings.TrimSuffix(name, "^{}")] = r.Hash()
+			out.Peeled[strings.TrimSuffix(name, "^{}")] = Hash(r.Hash())
 		case r.Type() == plumbing.HashReference:
-			out.Refs[name] = r.Hash()
+			out.Refs[name] = Hash(r.Hash())
 		}
 	}
 	return out

@@ -120,7 +120,7 @@ type Resolved struct {
 	// revision.
 	Ref string
 	// Commit is the commit (annotated tags peeled).
-	Commit plumbing.Hash
+	Commit Hash
 }
 
 // Resolve resolves rev against a ref listing. A commit revision resolves to
@@ -133,7 +133,11 @@ func Resolve(rev Revision, refs RefList) (Resolved, error) {
 	}
 	switch rev.Kind {
 	case RevisionCommit:
-		return Resolved{Commit: plumbing.NewHash(rev.Value)}, nil
+		h, err := ParseHash(rev.Value)
+		if err != nil {
+			return fail(err)
+		}
+		return Resolved{Commit: h}, nil
 	case RevisionHead:
 		if refs.Head != "" {
 			if h, ok := refs.Commit(refs.Head); ok {

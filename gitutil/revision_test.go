@@ -5,16 +5,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func h(c byte) plumbing.Hash { return plumbing.NewHash(strings.Repeat(string(c), 40)) }
+func h(c byte) Hash { return mustHash(strings.Repeat(string(c), 40)) }
 
 var testRefs = RefList{
 	Head: "refs/heads/main",
-	Refs: map[string]plumbing.Hash{
+	Refs: map[string]Hash{
 		"refs/heads/main":      h('a'),
 		"refs/heads/dev":       h('b'),
 		"refs/heads/both":      h('c'),
@@ -25,14 +24,14 @@ var testRefs = RefList{
 		"refs/tags/v2.0.0":     h('2'),
 		"refs/heads/abcdef1":   h('f'),
 	},
-	Peeled: map[string]plumbing.Hash{"refs/tags/v1.2.0": h('5')},
+	Peeled: map[string]Hash{"refs/tags/v1.2.0": h('5')},
 }
 
 func TestResolve(t *testing.T) {
 	for _, tc := range []struct {
 		name, rev string
 		wantRef   string
-		want      plumbing.Hash
+		want      Hash
 		wantErr   error
 	}{
 		{name: "head", rev: "", wantRef: "refs/heads/main", want: h('a')},

@@ -56,7 +56,7 @@ func TestSelection(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
-	h1 := plumbing.NewHash(c1)
+	h1 := mustHash(c1)
 
 	sel := Selection{
 		Paths:      []string{"apps", "infra/db.yaml", "apps/a"}, // apps/a is inside apps
@@ -88,14 +88,14 @@ func TestSelection(t *testing.T) {
 	raw1, err := m.TreeHash(ctxT(t), h1, at(""))
 	require.NoError(t, err)
 	assert.NotEqual(t, raw1, t1)
-	step := func(msg string, changes ...gittest.Change) (plumbing.Hash, plumbing.Hash, []string) {
-		c := plumbing.NewHash(repo.Commit(t, msg, changes...))
+	step := func(msg string, changes ...gittest.Change) (Hash, Hash, []string) {
+		c := mustHash(repo.Commit(t, msg, changes...))
 		_, err := m.FetchCommit(ctxT(t), nil, c)
 		require.NoError(t, err)
 		h, err := m.TreeHash(ctxT(t), c, sel)
 		require.NoError(t, err)
 		before := c1
-		paths, err := m.ChangedPaths(ctxT(t), plumbing.NewHash(before), c, sel)
+		paths, err := m.ChangedPaths(ctxT(t), mustHash(before), c, sel)
 		require.NoError(t, err)
 		c1 = c.String()
 		return c, h, paths
@@ -111,7 +111,7 @@ func TestSelection(t *testing.T) {
 	_, t4, paths := step("the ignore file shows build/", gittest.File("apps/b/.sourceignore", "!keep.md\n"))
 	assert.NotEqual(t, t3, t4)
 	assert.Nil(t, paths, "an ignore file changed: what changed is unknown")
-	fsys4, err := m.FS(plumbing.NewHash(c1), sel)
+	fsys4, err := m.FS(mustHash(c1), sel)
 	require.NoError(t, err)
 	assert.Contains(t, files(t, fsys4), "apps/b/build/out.yaml")
 
@@ -121,7 +121,7 @@ func TestSelection(t *testing.T) {
 	assert.Equal(t, t4, t5)
 	assert.Empty(t, paths)
 	c6, _, _ := step("png deleted", gittest.Delete("apps/b/logo.png"))
-	c7 := plumbing.NewHash(repo.Commit(t, "png back", gittest.File("apps/b/logo.png", "back")))
+	c7 := mustHash(repo.Commit(t, "png back", gittest.File("apps/b/logo.png", "back")))
 	_, err = m.FetchCommit(ctxT(t), nil, c7)
 	require.NoError(t, err)
 	filtered, err := m.TreeHash(ctxT(t), c7, Selection{Path: "apps/b", Ignore: []string{"*.png"}})
@@ -167,10 +167,10 @@ func TestSelectionReadsOnlyWhatChanged(t *testing.T) {
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	sel := Selection{Ignore: []string{"*.png"}}
-	_, err = m.TreeHash(ctxT(t), plumbing.NewHash(c1), sel)
+	_, err = m.TreeHash(ctxT(t), mustHash(c1), sel)
 	require.NoError(t, err)
 	before := m.TreesRead()
-	_, err = m.TreeHash(ctxT(t), plumbing.NewHash(c2), sel)
+	_, err = m.TreeHash(ctxT(t), mustHash(c2), sel)
 	require.NoError(t, err)
 	// The root, the directory and its subdirectory changed; the other
 	// directories are known by their hash.
@@ -205,10 +205,10 @@ func TestSelectionRefusesHostileInput(t *testing.T) {
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	sel := Selection{IgnoreFile: ".sourceignore"}
-	_, err = m.TreeHash(ctxT(t), plumbing.NewHash(c), sel)
+	_, err = m.TreeHash(ctxT(t), mustHash(c), sel)
 	assert.ErrorIs(t, err, ErrInvalidSelection, "an ignore file too large to read is an error, not a silent partial read")
 	assert.ErrorContains(t, err, "a/.sourceignore")
-	fsys, err := m.FS(plumbing.NewHash(c), Selection{Paths: []string{"b"}, IgnoreFile: ".sourceignore"})
+	fsys, err := m.FS(mustHash(c), Selection{Paths: []string{"b"}, IgnoreFile: ".sourceignore"})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"b/.sourceignore", "b/b.yaml"}, files(t, fsys), "an ignore file that is a link is not read")
 	_, err = fs.ReadDir(fsys, "a")
@@ -219,7 +219,7 @@ func TestSelectionRefusesHostileInput(t *testing.T) {
 // .sourceignore of 1,000 patterns of 1,000 bytes that match nothing (1 MiB,
 // within every limit) and 300 files: each file is matched against every
 // pattern above it.
-func hostileIgnores(t testing.TB) (*Mirror, plumbing.Hash) {
+func hostileIgnores(t testing.TB) (*Mirror, Hash) {
 	t.Helper()
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/hostile")
@@ -236,7 +236,7 @@ func hostileIgnores(t testing.TB) (*Mirror, plumbing.Hash) {
 			changes = append(changes, gittest.File(fmt.Sprintf("%sf%03d.yaml", dir, f), "x"))
 		}
 	}
-	c := plumbing.NewHash(repo.Commit(t, "hostile", changes...))
+	c := mustHash(repo.Commit(t, "hostile", changes...))
 	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
 	require.NoError(t, err)
 	_, err = m.Fetch(context.Background(), nil, []string{"refs/heads/main"})
@@ -355,7 +355,7 @@ func BenchmarkSelectionWork(b *testing.B) {
 		for i := range 10_000 {
 			changes = append(changes, gittest.File(fmt.Sprintf("apps/a%02d/b%02d/f%02d.yaml", i/1000, i/100%10, i%100), "x"))
 		}
-		c := plumbing.NewHash(repo.Commit(b, "usual", changes...))
+		c := mustHash(repo.Commit(b, "usual", changes...))
 		m, err := OpenMirror(b.TempDir(), repo.URL(), MirrorOptions{})
 		require.NoError(b, err)
 		_, err = m.Fetch(context.Background(), nil, []string{"refs/heads/main"})
@@ -366,7 +366,7 @@ func BenchmarkSelectionWork(b *testing.B) {
 			m.selected = nil
 			s, err := sel.compile()
 			require.NoError(b, err)
-			e, err := m.entryAt(c, "")
+			e, err := m.entryAt(plumbing.Hash(c), "")
 			require.NoError(b, err)
 			root, err := m.treeOf(e)
 			require.NoError(b, err)

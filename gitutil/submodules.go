@@ -30,7 +30,7 @@ type Submodule struct {
 	// to the superproject's URL ("../lib.git"; see [ResolveSubmoduleURL]).
 	URL string
 	// Commit is the commit the superproject's tree pins (its gitlink).
-	Commit plumbing.Hash
+	Commit Hash
 }
 
 // Submodules returns the submodules the selection keeps in the commit:
@@ -39,7 +39,8 @@ type Submodule struct {
 // which ones it lacks. A commit without .gitmodules has none; a
 // .gitmodules that cannot be parsed is an error. Evaluating ignore
 // patterns honours ctx and has a budget ([ErrSelectionBudget]).
-func (m *Mirror) Submodules(ctx context.Context, commit plumbing.Hash, sel Selection) ([]Submodule, error) {
+func (m *Mirror) Submodules(ctx context.Context, h Hash, sel Selection) ([]Submodule, error) {
+	commit := plumbing.Hash(h)
 	s, err := sel.compile()
 	if err != nil {
 		return nil, err
@@ -127,7 +128,7 @@ func gitlinksUnder(root *object.Tree, mods *config.Modules, p string) []Submodul
 			}
 		}
 		if e, err := root.FindEntry(sp); err == nil && e.Mode == filemode.Submodule {
-			out = append(out, Submodule{Path: path.Clean(rel), URL: sm.URL, Commit: e.Hash})
+			out = append(out, Submodule{Path: path.Clean(rel), URL: sm.URL, Commit: Hash(e.Hash)})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -25,7 +24,7 @@ func TestSubmodules(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
-	h := plumbing.NewHash(c)
+	h := mustHash(c)
 
 	for p, want := range map[string][]string{
 		"":        {"deploy/vendor/lib", "tools/lib"},
@@ -54,16 +53,16 @@ func TestSubmodules(t *testing.T) {
 	// one that cannot be parsed is an error.
 	c2 := repo.Commit(t, "hostile", gittest.File(".gitmodules",
 		"[submodule \"x\"]\n\tpath = deploy/app.yaml\n[submodule \"y\"]\n\tpath = ../../etc\n"))
-	got, err := m.FetchCommit(ctxT(t), nil, plumbing.NewHash(c2))
+	got, err := m.FetchCommit(ctxT(t), nil, mustHash(c2))
 	require.NoError(t, err)
 	require.True(t, got.Fetched)
-	subs, err := m.Submodules(ctxT(t), plumbing.NewHash(c2), at(""))
+	subs, err := m.Submodules(ctxT(t), mustHash(c2), at(""))
 	require.NoError(t, err)
 	assert.Empty(t, subs)
 	c3 := repo.Commit(t, "broken", gittest.File(".gitmodules", "[submodule \"x\"\n"+strings.Repeat("=", 10)))
-	_, err = m.FetchCommit(ctxT(t), nil, plumbing.NewHash(c3))
+	_, err = m.FetchCommit(ctxT(t), nil, mustHash(c3))
 	require.NoError(t, err)
-	_, err = m.Submodules(ctxT(t), plumbing.NewHash(c3), at(""))
+	_, err = m.Submodules(ctxT(t), mustHash(c3), at(""))
 	assert.Error(t, err)
 }
 

@@ -46,7 +46,7 @@ func TestFetchListedTakesThinPacks(t *testing.T) {
 	refs, err := ListRefs(ctxT(t), repo.URL(), nil)
 	require.NoError(t, err)
 	before, trees := repo.Counts().FetchBytes.Load(), m.TreesRead()
-	res, err := m.FetchListed(ctxT(t), nil, map[string]plumbing.Hash{"refs/heads/main": refs.Refs["refs/heads/main"]})
+	res, err := m.FetchListed(ctxT(t), nil, map[string]Hash{"refs/heads/main": refs.Refs["refs/heads/main"]})
 	require.NoError(t, err)
 	assert.Equal(t, trees, m.TreesRead(), "copying the bases into the pack reads no tree (TreesRead counts what checks cost)")
 	assert.Equal(t, two, res.Refs["refs/heads/main"].String())
@@ -59,7 +59,7 @@ func TestFetchListedTakesThinPacks(t *testing.T) {
 	out, err := fsck.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.NoError(t, checkPacks(m.dir, true))
-	fsys, err := m.FS(plumbing.NewHash(two), at(""))
+	fsys, err := m.FS(mustHash(two), at(""))
 	require.NoError(t, err)
 	defer fsys.(io.Closer).Close()
 	b, err := fs.ReadFile(fsys, "big")
@@ -109,8 +109,8 @@ func TestThinPackWithoutItsBaseIsRefused(t *testing.T) {
 		return names
 	}
 	was := listing()
-	missing := plumbing.NewHash(strings.Repeat("ab", 20))
-	pack := thinPack(missing)
+	missing := mustHash(strings.Repeat("ab", 20))
+	pack := thinPack(plumbing.Hash(missing))
 	for name, data := range map[string][]byte{"missing base": pack, "cut short": pack[:len(pack)-10]} {
 		m.mu.Lock()
 		err := m.storeThinPack(bytes.NewReader(data))

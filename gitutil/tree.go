@@ -126,7 +126,12 @@ func (m *Mirror) keptTree(h plumbing.Hash) *object.Tree {
 //
 // Evaluating ignore patterns honours ctx and has a budget
 // ([ErrSelectionBudget]).
-func (m *Mirror) TreeHash(ctx context.Context, commit plumbing.Hash, sel Selection) (plumbing.Hash, error) {
+func (m *Mirror) TreeHash(ctx context.Context, c Hash, sel Selection) (Hash, error) {
+	h, err := m.treeHash(ctx, plumbing.Hash(c), sel)
+	return Hash(h), err
+}
+
+func (m *Mirror) treeHash(ctx context.Context, commit plumbing.Hash, sel Selection) (plumbing.Hash, error) {
 	if sel.plain() { // the poll's common case: one path, nothing to compile
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -197,7 +202,8 @@ func (m *Mirror) selectionRoot(commit plumbing.Hash, s *selector, e *object.Tree
 // ignore files. A Path missing at from counts as empty; missing at to is
 // ErrPathNotFound. When an ignore file changed, what it hides or shows
 // changed without a file of its own changing: the list is nil, unknown.
-func (m *Mirror) ChangedPaths(ctx context.Context, from, to plumbing.Hash, sel Selection) ([]string, error) {
+func (m *Mirror) ChangedPaths(ctx context.Context, fromH, toH Hash, sel Selection) ([]string, error) {
+	from, to := plumbing.Hash(fromH), plumbing.Hash(toH)
 	s, err := sel.compile()
 	if err != nil {
 		return nil, err
@@ -357,7 +363,8 @@ var ErrHistoryIncomplete = errors.New("gitutil: history incomplete (shallow mirr
 // boundary of a shallow fetch without finding ancestor, it returns false
 // and [ErrHistoryIncomplete]: the caller cannot tell a force-push from a
 // commit it has no history for.
-func (m *Mirror) IsAncestor(ctx context.Context, ancestor, commit plumbing.Hash) (bool, error) {
+func (m *Mirror) IsAncestor(ctx context.Context, ancestorH, commitH Hash) (bool, error) {
+	ancestor, commit := plumbing.Hash(ancestorH), plumbing.Hash(commitH)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if ancestor == commit {

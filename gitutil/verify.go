@@ -113,7 +113,8 @@ func (r *KeyRing) addSSH(text string) error {
 // keyRing (see [ParseKeyRing]) and returns the signer's identity (an
 // OpenPGP key's name or ID, an SSH key's SHA256 fingerprint). An unsigned
 // commit, one signed twice or by a key not in keyRing is ErrUnverified.
-func (m *Mirror) VerifyCommit(commit plumbing.Hash, keyRing string) (string, error) {
+func (m *Mirror) VerifyCommit(h Hash, keyRing string) (string, error) {
+	commit := plumbing.Hash(h)
 	keys, err := ParseKeyRing(keyRing)
 	if err != nil {
 		return "", err
@@ -131,7 +132,8 @@ func (m *Mirror) VerifyCommit(commit plumbing.Hash, keyRing string) (string, err
 // (refs/tags/X), which must lead to commit: the tag verified is the one
 // the commit was fetched through. A lightweight tag (no tag object) is
 // ErrUnverified.
-func (m *Mirror) VerifyTag(ref string, commit plumbing.Hash, keyRing string) (string, error) {
+func (m *Mirror) VerifyTag(ref string, c Hash, keyRing string) (string, error) {
+	commit := plumbing.Hash(c)
 	keys, err := ParseKeyRing(keyRing)
 	if err != nil {
 		return "", err

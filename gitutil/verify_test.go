@@ -71,9 +71,9 @@ func TestVerifySSH(t *testing.T) {
 		require.NoError(t, err)
 		return r.SSH
 	}
-	h := plumbing.NewHash("0123456789012345678901234567890123456789")
+	h := mustHash("0123456789012345678901234567890123456789")
 	good := sign("tree 1\n", "git")
-	id, err := verifySSH(ring(pub), "commit", h, good, []byte("tree 1\n"))
+	id, err := verifySSH(ring(pub), "commit", plumbing.Hash(h), good, []byte("tree 1\n"))
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(id, "SHA256:"))
 	for name, tc := range map[string]struct {
@@ -87,7 +87,7 @@ func TestVerifySSH(t *testing.T) {
 		"another namespace": {ring(pub), sign("tree 1\n", "file"), "tree 1\n"},
 		"garbage":           {ring(pub), "-----BEGIN SSH SIGNATURE-----\nAAAA\n-----END SSH SIGNATURE-----\n", "tree 1\n"},
 	} {
-		_, err := verifySSH(tc.keys, "commit", h, tc.signature, []byte(tc.payload))
+		_, err := verifySSH(tc.keys, "commit", plumbing.Hash(h), tc.signature, []byte(tc.payload))
 		assert.ErrorIs(t, err, ErrUnverified, name)
 	}
 }
@@ -107,13 +107,13 @@ func TestVerifyTagChecksWhereItLeads(t *testing.T) {
 	require.NoError(t, err)
 	keys := key(t, "k")
 
-	_, err = m.VerifyTag("refs/tags/v1", plumbing.NewHash(two), keys)
+	_, err = m.VerifyTag("refs/tags/v1", mustHash(two), keys)
 	assert.ErrorIs(t, err, ErrUnverified)
 	assert.ErrorContains(t, err, "does not lead to")
-	_, err = m.VerifyTag("refs/tags/v1", plumbing.NewHash(one), keys)
+	_, err = m.VerifyTag("refs/tags/v1", mustHash(one), keys)
 	assert.ErrorIs(t, err, ErrUnverified)
 	assert.ErrorContains(t, err, "not signed")
-	_, err = m.VerifyTag("refs/tags/light", plumbing.NewHash(two), keys)
+	_, err = m.VerifyTag("refs/tags/light", mustHash(two), keys)
 	assert.ErrorIs(t, err, ErrUnverified)
 	assert.ErrorContains(t, err, "not an annotated tag")
 }

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-logr/logr"
 
 	"github.com/modwatch/modwatch/gitutil"
@@ -21,8 +20,8 @@ import (
 type desired struct {
 	target Target
 	ref    string
-	commit plumbing.Hash
-	tree   plumbing.Hash
+	commit gitutil.Hash
+	tree   gitutil.Hash
 	mirror MirrorReader
 	remote string    // redacted URL
 	seen   time.Time // when the poller first saw commit for the target
@@ -297,8 +296,7 @@ func (d *deliverer) checkpoint(ctx context.Context) (Checkpoint, bool, error) {
 func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Change, error) {
 	t := want.target
 	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commit.String(), Reason: dec.reason}
-	if dec.reason == ReasonNewCommit {
-		from := plumbing.NewHash(dec.from)
+	if from, err := gitutil.ParseHash(dec.from); dec.reason == ReasonNewCommit && err == nil {
 		// Unknown ancestry (a shallow mirror) counts as a new commit; a
 		// missing From (a rebuilt mirror) leaves Paths unknown.
 		if anc, err := want.mirror.IsAncestor(ctx, from, want.commit); err == nil && !anc {

@@ -5,8 +5,6 @@ import (
 	"io/fs"
 	"os/exec"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/modwatch/modwatch/gitutil"
 )
 
@@ -41,9 +39,9 @@ type Mirror interface {
 type MirrorFetcher interface {
 	// FetchListed brings refs (full name → the object a listing just
 	// saw it at) from the remote and returns the commits they point at.
-	FetchListed(ctx context.Context, auth *gitutil.Auth, listed map[string]plumbing.Hash) (gitutil.FetchResult, error)
+	FetchListed(ctx context.Context, auth *gitutil.Auth, listed map[string]gitutil.Hash) (gitutil.FetchResult, error)
 	// FetchCommit brings one commit that no ref names.
-	FetchCommit(ctx context.Context, auth *gitutil.Auth, commit plumbing.Hash) (gitutil.FetchResult, error)
+	FetchCommit(ctx context.Context, auth *gitutil.Auth, commit gitutil.Hash) (gitutil.FetchResult, error)
 	// Progress is a number that grows while a fetch receives data; the
 	// watcher gives up a fetch that stops making progress.
 	Progress() int64
@@ -52,36 +50,36 @@ type MirrorFetcher interface {
 // MirrorReader reads what a mirror holds, never the network.
 type MirrorReader interface {
 	// HasCommit reports whether the commit is in the mirror.
-	HasCommit(commit plumbing.Hash) bool
+	HasCommit(commit gitutil.Hash) bool
 	// TreeHash returns a hash of what the selection keeps in commit (for a
 	// plain path, the hash of the tree there): two commits with the same
 	// hash deliver the same files. Evaluating the selection honours ctx.
-	TreeHash(ctx context.Context, commit plumbing.Hash, sel gitutil.Selection) (plumbing.Hash, error)
+	TreeHash(ctx context.Context, commit gitutil.Hash, sel gitutil.Selection) (gitutil.Hash, error)
 	// IsAncestor reports whether ancestor is commit or one of its
 	// ancestors.
-	IsAncestor(ctx context.Context, ancestor, commit plumbing.Hash) (bool, error)
+	IsAncestor(ctx context.Context, ancestor, commit gitutil.Hash) (bool, error)
 	// ChangedPaths returns the paths the selection keeps that differ
 	// between the two commits, relative to its Path; nil when unknown.
-	ChangedPaths(ctx context.Context, from, to plumbing.Hash, sel gitutil.Selection) ([]string, error)
+	ChangedPaths(ctx context.Context, from, to gitutil.Hash, sel gitutil.Selection) ([]string, error)
 	// FS returns what the selection keeps in commit, read-only, readable
 	// for as long as it is referenced (see Change.FS). If it is an
 	// io.Closer, the watcher closes it when the delivery is over, and it
 	// must stay readable after that.
-	FS(commit plumbing.Hash, sel gitutil.Selection) (fs.FS, error)
+	FS(commit gitutil.Hash, sel gitutil.Selection) (fs.FS, error)
 	// Submodules lists the submodules the selection keeps in commit (their
 	// paths relative to its Path, URLs and pinned commits); FS leaves them
 	// out.
-	Submodules(ctx context.Context, commit plumbing.Hash, sel gitutil.Selection) ([]gitutil.Submodule, error)
+	Submodules(ctx context.Context, commit gitutil.Hash, sel gitutil.Selection) ([]gitutil.Submodule, error)
 }
 
 // MirrorVerifier checks signatures against trusted keys.
 type MirrorVerifier interface {
 	// VerifyCommit checks the commit's signature against keyRing and
 	// returns the signer; an unverified commit is gitutil.ErrUnverified.
-	VerifyCommit(commit plumbing.Hash, keyRing string) (string, error)
+	VerifyCommit(commit gitutil.Hash, keyRing string) (string, error)
 	// VerifyTag is VerifyCommit for the annotated tag at ref in the
 	// mirror, which must lead to commit.
-	VerifyTag(ref string, commit plumbing.Hash, keyRing string) (string, error)
+	VerifyTag(ref string, commit gitutil.Hash, keyRing string) (string, error)
 }
 
 // GoGit is the [Git] of gitutil: gitutil.ListRefs and gitutil.OpenMirror,

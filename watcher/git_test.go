@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -49,7 +48,7 @@ type faultyMirror struct {
 	g *faultyGit
 }
 
-func (m faultyMirror) FS(commit plumbing.Hash, sel gitutil.Selection) (fs.FS, error) {
+func (m faultyMirror) FS(commit gitutil.Hash, sel gitutil.Selection) (fs.FS, error) {
 	if m.g.trees.Add(1) == 1 {
 		return nil, errInjected
 	}

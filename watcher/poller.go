@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/backoff"
 )
@@ -36,8 +34,8 @@ type remote struct {
 // polled is a target's state in its poller.
 type polled struct {
 	b       *bound
-	offered plumbing.Hash // commit last handed to the deliverers
-	ref     string        // ref it last resolved to
+	offered gitutil.Hash // commit last handed to the deliverers
+	ref     string       // ref it last resolved to
 }
 
 func newRemote(v *env, key, dir string, spec *remoteSpec, m Mirror) *remote {
@@ -237,15 +235,15 @@ type job struct {
 // missing is what the mirror lacks of this cycle's commits: refs to fetch
 // (with the object the listing saw each at), and commits no ref names.
 type missing struct {
-	refs    map[string]plumbing.Hash
-	commits []plumbing.Hash
+	refs    map[string]gitutil.Hash
+	commits []gitutil.Hash
 }
 
 // resolve finds each target's commit in refs, and what the mirror lacks of
 // them. A target that does not resolve is reported and left out.
 func (r *remote) resolve(ctx context.Context, targets []*polled, refs gitutil.RefList) ([]job, missing) {
 	var jobs []job
-	m := missing{refs: map[string]plumbing.Hash{}}
+	m := missing{refs: map[string]gitutil.Hash{}}
 	for _, p := range targets {
 		res, err := gitutil.Resolve(p.b.rev, refs)
 		if err != nil {
@@ -368,7 +366,7 @@ func (r *remote) verify(j job, v Verify) error {
 
 // fetch brings the wanted refs and commits into the mirror, within the
 // watcher's fetch concurrency limit.
-func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]plumbing.Hash, commits []plumbing.Hash) (gitutil.FetchResult, error) {
+func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]gitutil.Hash, commits []gitutil.Hash) (gitutil.FetchResult, error) {
 	w := r.env
 	select {
 	case w.fetchSem <- struct{}{}:

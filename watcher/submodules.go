@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/modwatch/modwatch/gitutil"
 )
 
@@ -90,7 +88,7 @@ func (s *submodules) dirs() []string {
 
 // fetch makes sure the mirror of url has commit: asked for by its SHA,
 // or, from a server that refuses that, with its branches and tags.
-func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, commit plumbing.Hash) (Mirror, error) {
+func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, commit gitutil.Hash) (Mirror, error) {
 	sm, err := s.open(url, auth)
 	if err != nil {
 		return nil, err
@@ -154,7 +152,7 @@ func (v *env) submoduleAuth(ctx context.Context, t Target, url string) (*gitutil
 // mountSubmodules puts into fsys (what sel keeps of commit in m, a mirror
 // of url) the trees of its submodules at the commits it pins, and theirs
 // in turn. The file systems it opened are closed on error.
-func (v *env) mountSubmodules(ctx context.Context, t Target, m MirrorReader, url string, commit plumbing.Hash, sel gitutil.Selection, fsys fs.FS, depth int, count *int) (_ fs.FS, err error) {
+func (v *env) mountSubmodules(ctx context.Context, t Target, m MirrorReader, url string, commit gitutil.Hash, sel gitutil.Selection, fsys fs.FS, depth int, count *int) (_ fs.FS, err error) {
 	subs, err := m.Submodules(ctx, commit, sel)
 	if err != nil || len(subs) == 0 {
 		return fsys, err

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
 	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/gitutil"
@@ -77,18 +76,18 @@ func (g *gitReader) values(ctx context.Context, f FileRef, cluster string) (map[
 
 // commit brings the commit revision names now into the mirror of url and
 // auth, and returns both.
-func (g *gitReader) commit(ctx context.Context, url string, auth *gitutil.Auth, revision string) (*gitutil.Mirror, plumbing.Hash, error) {
+func (g *gitReader) commit(ctx context.Context, url string, auth *gitutil.Auth, revision string) (*gitutil.Mirror, gitutil.Hash, error) {
 	rev, err := gitutil.ParseRevision(revision)
 	if err != nil {
-		return nil, plumbing.ZeroHash, err
+		return nil, gitutil.ZeroHash, err
 	}
 	refs, err := gitutil.ListRefs(ctx, url, auth, gitutil.WithRefPrefixes(rev.RefPrefixes()...))
 	if err != nil {
-		return nil, plumbing.ZeroHash, err
+		return nil, gitutil.ZeroHash, err
 	}
 	res, err := gitutil.Resolve(rev, refs)
 	if err != nil {
-		return nil, plumbing.ZeroHash, err
+		return nil, gitutil.ZeroHash, err
 	}
 	key := sha256.Sum256([]byte(url + "\x00" + auth.Identity()))
 	name := hex.EncodeToString(key[:12])
@@ -101,7 +100,7 @@ func (g *gitReader) commit(ctx context.Context, url string, auth *gitutil.Auth, 
 	}
 	g.mu.Unlock()
 	if err != nil {
-		return nil, plumbing.ZeroHash, err
+		return nil, gitutil.ZeroHash, err
 	}
 	if m.HasCommit(res.Commit) {
 		return m, res.Commit, nil
@@ -110,7 +109,7 @@ func (g *gitReader) commit(ctx context.Context, url string, auth *gitutil.Auth, 
 		_, err := m.FetchCommit(ctx, auth, res.Commit)
 		return m, res.Commit, err
 	}
-	fetched, err := m.FetchListed(ctx, auth, map[string]plumbing.Hash{res.Ref: refs.Refs[res.Ref]})
+	fetched, err := m.FetchListed(ctx, auth, map[string]gitutil.Hash{res.Ref: refs.Refs[res.Ref]})
 	if err == nil {
 		err = fetched.RefErrors[res.Ref]
 	}
@@ -119,7 +118,7 @@ func (g *gitReader) commit(ctx context.Context, url string, auth *gitutil.Auth, 
 
 // readValues reads the file at p of the commit: a map of cluster names to
 // key/value pairs, of which it returns the cluster's.
-func readValues(m *gitutil.Mirror, commit plumbing.Hash, p, cluster string) (map[string]string, error) {
+func readValues(m *gitutil.Mirror, commit gitutil.Hash, p, cluster string) (map[string]string, error) {
 	fsys, err := m.FS(commit, gitutil.Selection{})
 	if err != nil {
 		return nil, err

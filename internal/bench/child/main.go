@@ -21,8 +21,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/bench/harness"
 	"github.com/modwatch/modwatch/source/static"
@@ -67,7 +65,7 @@ func run(mode, url, dir string) error {
 		if !ok {
 			return fmt.Errorf("%s has no %s", url, ref)
 		}
-		_, err = m.FetchListed(ctx, nil, map[string]plumbing.Hash{ref: h})
+		_, err = m.FetchListed(ctx, nil, map[string]gitutil.Hash{ref: h})
 		return err
 	case "sync":
 		done := make(chan struct{})

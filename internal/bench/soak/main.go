@@ -32,8 +32,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/bench/harness"
 	"github.com/modwatch/modwatch/internal/bench/quantile"
@@ -113,7 +111,7 @@ func run(c config) (err error) {
 		if got := res.Refs["refs/heads/main"].String(); got != commit {
 			return 0, fmt.Errorf("fetched %s, pushed %s", got, commit)
 		}
-		fsys, err := m.FS(plumbing.NewHash(commit), gitutil.Selection{Path: "app"})
+		fsys, err := m.FS(res.Refs["refs/heads/main"], gitutil.Selection{Path: "app"})
 		if err != nil {
 			return 0, err
 		}

@@ -19,8 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/bench/harness"
 	"github.com/modwatch/modwatch/internal/gittest"
@@ -66,7 +64,11 @@ func publish(mirror, commit, root string) error {
 	if err != nil {
 		return err
 	}
-	fsys, err := m.FS(plumbing.NewHash(commit), gitutil.Selection{})
+	h, err := gitutil.ParseHash(commit)
+	if err != nil {
+		return err
+	}
+	fsys, err := m.FS(h, gitutil.Selection{})
 	if err != nil {
 		return err
 	}
