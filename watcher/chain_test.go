@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
@@ -18,9 +17,8 @@ import (
 // retried without running the steps before it again, and a new commit
 // starts from the first step. Removal goes through the steps, last first.
 func TestChainRetriesFromTheFailedStep(t *testing.T) {
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "g/r")
-	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+	git, repo := memoryRemote()
+	c1 := repo.Commit(t, map[string]string{"f": "1"})
 
 	first, second := watchertest.NewSink("first"), watchertest.NewSink("second")
 	var order []string
@@ -36,7 +34,7 @@ func TestChainRetriesFromTheFailedStep(t *testing.T) {
 	})
 	src := watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()})
 	obs := watchertest.NewObserver()
-	w := newWatcher(t, obs)
+	w := newWatcher(t, obs, watcher.WithGit(git))
 	require.NoError(t, w.Route(src, watcher.Chain("publish", first, second)))
 	start(t, w)
 
@@ -47,7 +45,7 @@ func TestChainRetriesFromTheFailedStep(t *testing.T) {
 	failed := obs.WaitFor(t, "the failure", watchertest.Is(watcher.EventDeliveryFailed, "t"))
 	assert.ErrorContains(t, failed.Err, "publish: step 2 (second): not yet")
 
-	c2 := repo.Commit(t, "2", gittest.File("f", "2"))
+	c2 := repo.Commit(t, map[string]string{"f": "2"})
 	pollNow(t, w, obs, repo.URL())
 	second.WaitCommit(t, "t", c2)
 	assert.Equal(t, []string{"first", "second", "second", "first", "second"}, order)

@@ -32,7 +32,7 @@ func (e *everything) Run(ctx context.Context) error {
 // A decorated sink keeps its name (its checkpoints), its report, its
 // Remove and its Run; the decorator runs around every delivery.
 func TestDecorateKeepsWhatTheSinkDoes(t *testing.T) {
-	repo := watchertest.NewRepo(t)
+	git, repo := memoryRemote()
 	commit := repo.Commit(t, map[string]string{"a": "1"})
 	inner := &everything{Sink: watchertest.NewSink("apply"), ran: make(chan struct{})}
 	var around []string
@@ -42,7 +42,7 @@ func TestDecorateKeepsWhatTheSinkDoes(t *testing.T) {
 	})
 	obs := watchertest.NewObserver()
 	src := watchertest.NewSource(watcher.Target{ID: "a", URL: repo.URL()})
-	w := watchertest.NewWatcher(t, watcher.WithObserver(obs))
+	w := watchertest.NewWatcher(t, watcher.WithObserver(obs), watcher.WithGit(git))
 	require.NoError(t, w.Route(src, logged))
 	watchertest.Run(t, w.Run)
 
@@ -58,7 +58,7 @@ func TestDecorateKeepsWhatTheSinkDoes(t *testing.T) {
 // Named names a sink and keeps the rest; a filter made with Decorate can
 // skip a delivery.
 func TestNamedAndFilter(t *testing.T) {
-	repo := watchertest.NewRepo(t)
+	git, repo := memoryRemote()
 	commit := repo.Commit(t, map[string]string{"a": "1"})
 	var calls []string
 	plain := watcher.SinkFunc(func(_ context.Context, c watcher.Change) error {
@@ -72,7 +72,7 @@ func TestNamedAndFilter(t *testing.T) {
 		return next(ctx, c)
 	})
 	obs := watchertest.NewObserver()
-	w := watchertest.NewWatcher(t, watcher.WithObserver(obs))
+	w := watchertest.NewWatcher(t, watcher.WithObserver(obs), watcher.WithGit(git))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "a", URL: repo.URL()}, watcher.Target{ID: "b", URL: repo.URL()}), onlyB))
 	watchertest.Run(t, w.Run)
 	obs.WaitCount(t, "both deliveries", 2, func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == commit })

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
 func readFile(c watcher.Change, name string) (string, error) {
@@ -30,4 +31,11 @@ func mirrorDirs(t *testing.T, cacheDir string) []string {
 		}
 	}
 	return dirs
+}
+
+// memoryRemote is a remote of an in-memory git, for the tests of what the
+// scheduler does that need no git server.
+func memoryRemote() (*watchertest.Git, *watchertest.Remote) {
+	git := watchertest.NewGit()
+	return git, git.Remote("https://git.example/g/r.git")
 }

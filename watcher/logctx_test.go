@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
@@ -19,9 +18,8 @@ import (
 // The logger comes with Run's context, and a sink's Deliver gets it with
 // the target and the sink named; the source's Run gets it too.
 func TestLoggerComesWithTheContext(t *testing.T) {
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "g/r")
-	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+	git, repo := memoryRemote()
+	c1 := repo.Commit(t, map[string]string{"f": "1"})
 	var mu sync.Mutex
 	var lines []string
 	log := funcr.New(func(prefix, args string) {
@@ -40,7 +38,7 @@ func TestLoggerComesWithTheContext(t *testing.T) {
 		<-ctx.Done()
 		return nil
 	})
-	w := newWatcher(t, watchertest.NewObserver())
+	w := newWatcher(t, watchertest.NewObserver(), watcher.WithGit(git))
 	require.NoError(t, w.Route(src, sink))
 	startLogging(t, w, log)
 	sink.WaitCommit(t, "t", c1)

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
@@ -20,10 +19,10 @@ import (
 // to 5m) in a synctest bubble, so fake time measures the waits exactly and
 // the test takes no real time for them.
 func TestRetryBackoffSchedule(t *testing.T) {
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "g/r")
-	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
-	url := "file://" + repo.BareDir()
+	git := watchertest.NewGit()
+	repo := git.Remote("https://git.example/g/r.git")
+	c1 := repo.Commit(t, map[string]string{"f": "1"})
+	url := repo.URL()
 	cacheDir := t.TempDir()
 
 	synctest.Test(t, func(t *testing.T) {
@@ -43,7 +42,7 @@ func TestRetryBackoffSchedule(t *testing.T) {
 			close(succeeded)
 			return nil
 		})
-		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGit(watcher.GoGit{}), watcher.WithLocalRepositories())
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGit(git))
 		require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: url}), sink))
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
@@ -76,10 +75,10 @@ func TestPermanentFailuresAndPanicsAreNotRetried(t *testing.T) {
 		"panic":     func() error { panic("sink bug") },
 	} {
 		t.Run(name, func(t *testing.T) {
-			srv := gittest.NewServer(t)
-			repo := srv.NewRepo(t, "g/r")
-			repo.Commit(t, "1", gittest.File("f", "1"))
-			url := "file://" + repo.BareDir()
+			git := watchertest.NewGit()
+			repo := git.Remote("https://git.example/g/r.git")
+			repo.Commit(t, map[string]string{"f": "1"})
+			url := repo.URL()
 			cacheDir := t.TempDir()
 			synctest.Test(t, func(t *testing.T) {
 				var attempts int
@@ -92,8 +91,8 @@ func TestPermanentFailuresAndPanicsAreNotRetried(t *testing.T) {
 					return nil
 				})
 				obs := watchertest.NewObserver()
-				w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGit(watcher.GoGit{}),
-					watcher.WithLocalRepositories(), watcher.WithObserver(obs))
+				w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGit(git),
+					watcher.WithObserver(obs))
 				require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: url}), sink))
 				ctx, cancel := context.WithCancel(t.Context())
 				done := make(chan error, 1)
@@ -118,7 +117,7 @@ func TestPermanentFailuresAndPanicsAreNotRetried(t *testing.T) {
 					assert.ErrorContains(t, reported[0].Err, "sink panicked: sink bug")
 				}
 
-				c2 := repo.Commit(t, "2", gittest.File("f", "2"))
+				c2 := repo.Commit(t, map[string]string{"f": "2"})
 				w.Trigger(url)
 				synctest.Wait()
 				assert.Equal(t, 2, attempts)
@@ -133,10 +132,10 @@ func TestPermanentFailuresAndPanicsAreNotRetried(t *testing.T) {
 // A target that asks for a 1ms interval is polled at the watcher's floor
 // (10s by default), not continuously; WithMinInterval lowers the floor.
 func TestIntervalFloor(t *testing.T) {
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "g/r")
-	repo.Commit(t, "1", gittest.File("f", "1"))
-	url := "file://" + repo.BareDir()
+	git := watchertest.NewGit()
+	repo := git.Remote("https://git.example/g/r.git")
+	repo.Commit(t, map[string]string{"f": "1"})
+	url := repo.URL()
 
 	for name, tc := range map[string]struct {
 		opts     []watcher.Option
@@ -149,7 +148,7 @@ func TestIntervalFloor(t *testing.T) {
 			cacheDir := t.TempDir()
 			synctest.Test(t, func(t *testing.T) {
 				obs := watchertest.NewObserver()
-				opts := append([]watcher.Option{watcher.WithCacheDir(cacheDir), watcher.WithGit(watcher.GoGit{}), watcher.WithLocalRepositories(), watcher.WithObserver(obs)}, tc.opts...)
+				opts := append([]watcher.Option{watcher.WithCacheDir(cacheDir), watcher.WithGit(git), watcher.WithObserver(obs)}, tc.opts...)
 				w := watcher.New(opts...)
 				require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: url, Interval: time.Millisecond}), watchertest.NewSink("rec")))
 				ctx, cancel := context.WithCancel(t.Context())
@@ -172,10 +171,10 @@ func TestIntervalFloor(t *testing.T) {
 // failed, other targets get the slot, and Run returns within the grace on
 // cancel. (Fake time in a synctest bubble.)
 func TestSinkIgnoringContextIsAbandoned(t *testing.T) {
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "g/r")
-	c1 := repo.Commit(t, "1", gittest.File("a/f", "1"), gittest.File("b/f", "1"))
-	url := "file://" + repo.BareDir()
+	git := watchertest.NewGit()
+	repo := git.Remote("https://git.example/g/r.git")
+	c1 := repo.Commit(t, map[string]string{"a/f": "1", "b/f": "1"})
+	url := repo.URL()
 	cacheDir := t.TempDir()
 
 	synctest.Test(t, func(t *testing.T) {
@@ -199,7 +198,7 @@ func TestSinkIgnoringContextIsAbandoned(t *testing.T) {
 				delivered <- e
 			}
 		})
-		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGit(watcher.GoGit{}), watcher.WithLocalRepositories(),
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGit(git),
 			watcher.WithConcurrency(watcher.Concurrency{Fetches: 1, Deliveries: 1}), watcher.WithTimeouts(watcher.Timeouts{Deliver: time.Minute}), watcher.WithObserver(obs))
 		stuckTarget := watcher.Target{ID: "stuck", URL: url, Path: "a"}
 		src := watchertest.NewSource(stuckTarget)
@@ -233,12 +232,12 @@ func TestSinkIgnoringContextIsAbandoned(t *testing.T) {
 // A mirror no target uses any more is removed once its grace, counted from
 // its last poll, is over; the others stay. (Fake time in a synctest bubble.)
 func TestUnusedMirrorsAreRemovedAfterGrace(t *testing.T) {
-	srv := gittest.NewServer(t)
-	a, b := srv.NewRepo(t, "g/a"), srv.NewRepo(t, "g/b")
-	a.Commit(t, "1", gittest.File("f", "1"))
-	b.Commit(t, "1", gittest.File("f", "1"))
-	ta := watcher.Target{ID: "a", URL: "file://" + a.BareDir()}
-	tb := watcher.Target{ID: "b", URL: "file://" + b.BareDir()}
+	git := watchertest.NewGit()
+	a, b := git.Remote("https://git.example/g/a.git"), git.Remote("https://git.example/g/b.git")
+	a.Commit(t, map[string]string{"f": "1"})
+	b.Commit(t, map[string]string{"f": "1"})
+	ta := watcher.Target{ID: "a", URL: a.URL()}
+	tb := watcher.Target{ID: "b", URL: b.URL()}
 	cacheDir := t.TempDir()
 
 	synctest.Test(t, func(t *testing.T) {
@@ -249,7 +248,7 @@ func TestUnusedMirrorsAreRemovedAfterGrace(t *testing.T) {
 			}
 		})
 		src := watchertest.NewSource(ta, tb)
-		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(10*time.Minute), watcher.WithGit(watcher.GoGit{}), watcher.WithLocalRepositories(),
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(10*time.Minute), watcher.WithGit(git),
 			watcher.WithMirrorGrace(time.Hour), watcher.WithObserver(obs))
 		require.NoError(t, w.Route(src, watchertest.NewSink("rec")))
 		ctx, cancel := context.WithCancel(t.Context())
@@ -284,7 +283,7 @@ func TestUnusedMirrorsAreRemovedAfterGrace(t *testing.T) {
 			<-ctx.Done()
 			return nil
 		})
-		w = watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(10*time.Minute), watcher.WithGit(watcher.GoGit{}), watcher.WithLocalRepositories(),
+		w = watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(10*time.Minute), watcher.WithGit(git),
 			watcher.WithMirrorGrace(time.Hour), watcher.WithObserver(obs))
 		require.NoError(t, w.Route(slow, watchertest.NewSink("rec")))
 		ctx, cancel = context.WithCancel(t.Context())
@@ -312,10 +311,10 @@ func (f sourceFunc) Run(ctx context.Context, update func([]watcher.Target)) erro
 // off (0) it is asked again a minute later, and a resync happens only when
 // it says so, on fake time.
 func TestResyncFuncIsAskedAgain(t *testing.T) {
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "g/r")
-	repo.Commit(t, "1", gittest.File("f", "1"))
-	url := "file://" + repo.BareDir()
+	git := watchertest.NewGit()
+	repo := git.Remote("https://git.example/g/r.git")
+	repo.Commit(t, map[string]string{"f": "1"})
+	url := repo.URL()
 	cacheDir := t.TempDir()
 
 	synctest.Test(t, func(t *testing.T) {
@@ -329,7 +328,7 @@ func TestResyncFuncIsAskedAgain(t *testing.T) {
 			}
 			return nil
 		})
-		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGit(watcher.GoGit{}), watcher.WithLocalRepositories(),
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGit(git),
 			watcher.WithResyncFunc(func() time.Duration {
 				asked <- time.Now()
 				return time.Duration(interval.Load())
