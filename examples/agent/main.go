@@ -68,9 +68,8 @@ func main() {
 
 // run is the whole agent: the ConfigMap source, the apply sink, a watcher.
 func run(ctx context.Context, o options) error {
-	applier, err := apply.New(o.kube, apply.Config{FieldManager: "modwatch-agent", InventoryNamespace: o.inventory},
-		apply.WithRenderer(kustomize.Name, kustomize.New()),
-		apply.WithRenderer(helm.Name, helm.New()))
+	applier, err := apply.New(o.kube, apply.Config{FieldManager: "modwatch-agent", InventoryNamespace: o.inventory,
+		Renderers: map[string]apply.Renderer{kustomize.Name: kustomize.New(), helm.Name: helm.New()}})
 	if err != nil {
 		return err
 	}

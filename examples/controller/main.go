@@ -109,16 +109,16 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 		return err
 	}
 	c, err := gitsync.NewController(gitsync.ControllerFile{Path: o.config, Config: cfg, OwnKeys: []string{"logLevel"},
-		OnReload: func(data []byte) { _ = loglevel.Set(o.logLevel, data) }}, kc, dyn, o.namespace,
-		gitsync.WithAccept(validDestination))
+		OnReload: func(data []byte) { _ = loglevel.Set(o.logLevel, data) }}, kc, dyn,
+		gitsync.Config{Namespace: o.namespace, Accept: validDestination})
 	if err != nil {
 		return err
 	}
 	// As Numaplane applies: into the destination namespace, with its
 	// tracking label, cascadeDeletion read at each removal.
 	applier, err := apply.New(kube, apply.Config{FieldManager: "numaplane-controller", CascadeDeleteFunc: c.CascadeDeletion, InventoryNamespace: o.inventory,
-		ForceNamespace: true, TrackingLabel: "numaplane.numaproj.io/tracking-id", Include: c.Included},
-		apply.WithRenderer(kustomize.Name, kustomize.New()), apply.WithRenderer(helm.Name, helm.New()))
+		ForceNamespace: true, TrackingLabel: "numaplane.numaproj.io/tracking-id", Include: c.Included,
+		Renderers: map[string]apply.Renderer{kustomize.Name: kustomize.New(), helm.Name: helm.New()}})
 	if err != nil {
 		return err
 	}

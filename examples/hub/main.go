@@ -57,7 +57,8 @@ func run(listen, tokensFile string) error {
 		Tokens: strings.Fields(string(data)),
 	}
 	reg := prometheus.NewRegistry()
-	hub, err := webhook.NewHub(cfg, webhook.WithRegisterer(reg))
+	cfg.Registerer = reg
+	hub, err := webhook.NewHub(cfg)
 	if err != nil {
 		return err
 	}

@@ -91,6 +91,14 @@ type Config struct {
 	// Namespaces) to be ready before the objects that need them are
 	// applied. Default 1m.
 	WaitTimeout time.Duration
+	// Renderers are the renderers a target's spec.Render.Renderer selects,
+	// by that name: for instance {kustomize.Name: kustomize.New(),
+	// helm.Name: helm.New()}. "raw" ([Raw]) is always there; an entry
+	// named "raw" takes its place.
+	Renderers map[string]Renderer
+	// SpecFunc says how a target's spec.Render is found. Default
+	// [PayloadSpec].
+	SpecFunc SpecFunc
 }
 
 // Default fills the unset fields.
@@ -116,6 +124,9 @@ func (c *Config) Default() {
 	if c.WaitTimeout == 0 {
 		c.WaitTimeout = time.Minute
 	}
+	if c.SpecFunc == nil {
+		c.SpecFunc = PayloadSpec
+	}
 }
 
 // ErrInvalidConfig is returned (wrapped) by [Config.Validate], and for a
@@ -135,6 +146,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: wait timeout is negative", ErrInvalidConfig)
 	case len(c.FieldManager) > 128:
 		return fmt.Errorf("%w: field manager is longer than 128 characters", ErrInvalidConfig)
+	}
+	for name, r := range c.Renderers {
+		if name == "" || r == nil {
+			return fmt.Errorf("%w: renderer %q is empty", ErrInvalidConfig, name)
+		}
 	}
 	if errs := validation.IsQualifiedName(c.TrackingLabel); len(errs) > 0 {
 		return fmt.Errorf("%w: tracking label %q: %s", ErrInvalidConfig, c.TrackingLabel, strings.Join(errs, "; "))
@@ -160,14 +176,14 @@ type SpecFunc func(t watcher.Target) (spec.Render, error)
 // spec.Render or *spec.Render (source/gitsync and source/configmap give
 // one), the default Render when Payload is nil or a nil *spec.Render. Any other Payload is an
 // error naming its type: a source with its own payload passes
-// [WithSpecFunc].
+// [Config.SpecFunc].
 func PayloadSpec(t watcher.Target) (spec.Render, error) {
 	if p, isPtr := t.Payload.(*spec.Render); t.Payload == nil || isPtr && p == nil {
 		return spec.Render{}, nil
 	}
 	r, ok := spec.Of[spec.Render](t)
 	if !ok {
-		return spec.Render{}, fmt.Errorf("%w: target %s: payload %T is not a spec.Render (use apply.WithSpecFunc)", ErrInvalidConfig, t.ID, t.Payload)
+		return spec.Render{}, fmt.Errorf("%w: target %s: payload %T is not a spec.Render (set apply.Config.SpecFunc)", ErrInvalidConfig, t.ID, t.Payload)
 	}
 	return r, nil
 }

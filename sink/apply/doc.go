@@ -24,7 +24,7 @@
 // object on every commit, as Flux does).
 //
 // Renderers: raw YAML and JSON are built in; kustomize and Helm are
-// registered with [WithRenderer] from apply/kustomize and apply/helm. Helm
+// named in [Config.Renderers], from apply/kustomize and apply/helm. Helm
 // is a module of its own (github.com/modwatch/modwatch/sink/apply/helm): a
 // program that does not require it has neither its packages nor its
 // modules. Kustomize is not separable that way: fluxcd/pkg/ssa reaches

@@ -51,5 +51,5 @@ func ExamplePayloadSpec() {
 	// Output:
 	// raw default <nil>
 	// kustomize apps <nil>
-	// raw default apply: invalid config: target app: payload map[string]interface {} is not a spec.Render (use apply.WithSpecFunc)
+	// raw default apply: invalid config: target app: payload map[string]interface {} is not a spec.Render (set apply.Config.SpecFunc)
 }

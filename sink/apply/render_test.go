@@ -112,6 +112,8 @@ func TestConfigValidate(t *testing.T) {
 		{Concurrency: -1},
 		{WaitTimeout: -1},
 		{FieldManager: strings.Repeat("m", 129)},
+		{Renderers: map[string]apply.Renderer{"kustomize": nil}},
+		{Renderers: map[string]apply.Renderer{"": apply.Raw}},
 	} {
 		c.Default()
 		assert.ErrorIs(t, c.Validate(), apply.ErrInvalidConfig, "%+v", c)

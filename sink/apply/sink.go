@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path"
 	"sync/atomic"
 	"time"
@@ -38,36 +39,17 @@ var (
 	_ watcher.Namer     = (*Sink)(nil)
 )
 
-// Option configures a Sink.
-type Option func(*Sink)
-
-// WithRenderer registers r under name, the value of spec.Render.Renderer that
-// selects it (for instance kustomize.Name with kustomize.New()). "raw" is
-// always registered.
-func WithRenderer(name string, r Renderer) Option {
-	return func(s *Sink) { s.renderers[name] = r }
-}
-
-// WithSpecFunc sets how a target's spec.Render is found. Default [PayloadSpec].
-func WithSpecFunc(f SpecFunc) Option { return func(s *Sink) { s.spec = f } }
-
 // New returns a sink that applies to the cluster kube reaches, through a
 // client that reads the apiserver (no cache), with a 30s request timeout
 // when kube has none. Its name is "apply": two apply sinks of one route (two
 // clusters) are named apart with watcher.Named.
-func New(kube *rest.Config, cfg Config, opts ...Option) (*Sink, error) {
+func New(kube *rest.Config, cfg Config) (*Sink, error) {
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Sink{
-		cfg:       cfg,
-		renderers: map[string]Renderer{spec.RendererRaw: Raw},
-		spec:      PayloadSpec,
-	}
-	for _, o := range opts {
-		o(s)
-	}
+	s := &Sink{cfg: cfg, renderers: map[string]Renderer{spec.RendererRaw: Raw}, spec: cfg.SpecFunc}
+	maps.Copy(s.renderers, cfg.Renderers)
 	if kube == nil {
 		return nil, fmt.Errorf("%w: no rest.Config", ErrInvalidConfig)
 	}

@@ -207,11 +207,13 @@ func (c *ControllerConfig) Interval() time.Duration {
 // [Controller.Current]. A file
 // that cannot be read or parsed leaves the last good configuration in
 // place and is logged.
-func FollowConfig(ctx context.Context, path string, src *Source, creds *Credentials, log logr.Logger) error {
-	return followConfig(ctx, path, src, creds, nil, log, nil)
+// It logs to the logger of ctx.
+func FollowConfig(ctx context.Context, path string, src *Source, creds *Credentials) error {
+	return followConfig(ctx, path, src, creds, nil, nil)
 }
 
-func followConfig(ctx context.Context, path string, src *Source, creds *Credentials, ownKeys []string, log logr.Logger, reloaded func(*ControllerConfig, []byte)) error {
+func followConfig(ctx context.Context, path string, src *Source, creds *Credentials, ownKeys []string, reloaded func(*ControllerConfig, []byte)) error {
+	log := logr.FromContextOrDiscard(ctx)
 	var started *ControllerConfig // what the caller started with
 	first := true
 	return filewatch.Watch(ctx, path, 100*time.Millisecond, log, func(data []byte, err error) {
@@ -230,9 +232,7 @@ func followConfig(ctx context.Context, path string, src *Source, creds *Credenti
 			log.Error(fmt.Errorf("%s: %w", path, err), "configuration not reloaded; the last good one stays")
 			return
 		}
-		cur := *src.cfg.Load()
-		cur.ClusterName, cur.Interval, cur.Suspend = cfg.ClusterName, cfg.Interval(), cfg.AutomatedSyncDisabled
-		src.SetConfig(cur)
+		src.SetSettings(cfg.settings())
 		if reloaded != nil {
 			reloaded(cfg, data)
 		}
@@ -288,19 +288,20 @@ func (c *Controller) Included(gk schema.GroupKind) bool {
 }
 
 // LoadController reads the controller configuration at path and makes its
-// credentials and the source of the GitSyncs in namespace ("" for all),
-// with opts. Every key of the file must be one this package implements
-// (see [NewController] for a program that reads some keys itself).
-func LoadController(path string, kube kubernetes.Interface, dyn dynamic.Interface, namespace string, opts ...Option) (*Controller, error) {
+// credentials and the source of the GitSyncs cfg says (its Settings and
+// Credentials are the file's, and must be left unset). Every key of the
+// file must be one this package implements (see [NewController] for a
+// program that reads some keys itself).
+func LoadController(path string, kube kubernetes.Interface, dyn dynamic.Interface, cfg Config) (*Controller, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := ParseControllerConfig(data)
+	file, err := ParseControllerConfig(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return NewController(ControllerFile{Path: path, Config: cfg}, kube, dyn, namespace, opts...)
+	return NewController(ControllerFile{Path: path, Config: file}, kube, dyn, cfg)
 }
 
 // ControllerFile is a controller configuration the program read itself:
@@ -318,17 +319,23 @@ type ControllerFile struct {
 }
 
 // NewController is LoadController for a configuration the program parsed.
-func NewController(file ControllerFile, kube kubernetes.Interface, dyn dynamic.Interface, namespace string, opts ...Option) (*Controller, error) {
-	cfg := file.Config
-	creds, err := NewCredentials(kube, cfg)
+func NewController(file ControllerFile, kube kubernetes.Interface, dyn dynamic.Interface, cfg Config) (*Controller, error) {
+	if cfg.Settings != (Settings{}) || cfg.Credentials != nil {
+		return nil, fmt.Errorf("%w: the Config's Settings and Credentials are the controller configuration's; leave them unset", ErrInvalidConfig)
+	}
+	creds, err := NewCredentials(kube, file.Config)
 	if err != nil {
 		return nil, err
 	}
-	src := New(dyn, Config{Namespace: namespace, ClusterName: cfg.ClusterName, Interval: cfg.Interval(), Suspend: cfg.AutomatedSyncDisabled},
-		append([]Option{WithCredentials(creds)}, opts...)...)
-	c := &Controller{Config: cfg, Source: src, Credentials: creds, path: file.Path, ownKeys: file.OwnKeys, onReload: file.OnReload}
-	c.setCurrent(cfg)
+	cfg.Settings, cfg.Credentials = file.Config.settings(), creds
+	c := &Controller{Config: file.Config, Source: New(dyn, cfg), Credentials: creds, path: file.Path, ownKeys: file.OwnKeys, onReload: file.OnReload}
+	c.setCurrent(file.Config)
 	return c, nil
+}
+
+// settings are the source's Settings the configuration says.
+func (c *ControllerConfig) settings() Settings {
+	return Settings{ClusterName: c.ClusterName, Interval: c.Interval(), Suspend: c.AutomatedSyncDisabled}
 }
 
 // WatcherOptions are what the configuration says of the watcher: the
@@ -358,7 +365,7 @@ func (c *Controller) WatcherOptions(cacheDir string) ([]watcher.Option, error) {
 // Start follows the configuration file until ctx is done (see
 // [FollowConfig]). It is a controller-runtime Runnable for every replica.
 func (c *Controller) Start(ctx context.Context) error {
-	return followConfig(ctx, c.path, c.Source, c.Credentials, c.ownKeys, logr.FromContextOrDiscard(ctx), func(cfg *ControllerConfig, data []byte) {
+	return followConfig(ctx, c.path, c.Source, c.Credentials, c.ownKeys, func(cfg *ControllerConfig, data []byte) {
 		c.setCurrent(cfg)
 		if c.onReload != nil {
 			c.onReload(data)

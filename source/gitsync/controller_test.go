@@ -189,7 +189,7 @@ func TestLoadController(t *testing.T) {
 	path := filepath.Join(dir, "config.yaml")
 	cache := filepath.Join(dir, "cache")
 	require.NoError(t, os.WriteFile(path, []byte("clusterName: c1\nsyncTimeIntervalMs: 60000\npersistentRepoClonePath: "+cache+"\n"), 0o644))
-	c, err := gitsync.LoadController(path, nil, nil, "")
+	c, err := gitsync.LoadController(path, nil, nil, gitsync.Config{})
 	require.NoError(t, err)
 	assert.Equal(t, "c1", c.Config.ClusterName)
 	assert.False(t, c.NeedLeaderElection(), "every replica follows the file")
@@ -200,7 +200,7 @@ func TestLoadController(t *testing.T) {
 	assert.NoDirExists(t, filepath.Join(dir, "elsewhere"))
 
 	require.NoError(t, os.WriteFile(path, []byte("autoHealDisabled: true\n"), 0o644))
-	c, err = gitsync.LoadController(path, nil, nil, "")
+	c, err = gitsync.LoadController(path, nil, nil, gitsync.Config{})
 	require.NoError(t, err)
 	opts, err = c.WatcherOptions(filepath.Join(dir, "elsewhere"))
 	require.NoError(t, err)
@@ -208,10 +208,25 @@ func TestLoadController(t *testing.T) {
 	assert.DirExists(t, filepath.Join(dir, "elsewhere", "checkpoints"))
 
 	require.NoError(t, os.WriteFile(path, []byte("syncTimeIntervalMs: soon\n"), 0o644))
-	_, err = gitsync.LoadController(path, nil, nil, "")
+	_, err = gitsync.LoadController(path, nil, nil, gitsync.Config{})
 	assert.ErrorContains(t, err, path)
-	_, err = gitsync.LoadController(filepath.Join(dir, "missing.yaml"), nil, nil, "")
+	_, err = gitsync.LoadController(filepath.Join(dir, "missing.yaml"), nil, nil, gitsync.Config{})
 	assert.Error(t, err)
+
+	// What the file says is the file's: a Config that says it too is
+	// refused, not overridden either way.
+	require.NoError(t, os.WriteFile(path, []byte("clusterName: c1\n"), 0o644))
+	for name, cfg := range map[string]gitsync.Config{
+		"cluster name": {Settings: gitsync.Settings{ClusterName: "c2"}},
+		"suspend":      {Settings: gitsync.Settings{Suspend: true}},
+		"credentials":  {Credentials: &gitsync.Credentials{}},
+	} {
+		_, err = gitsync.LoadController(path, nil, nil, cfg)
+		assert.ErrorIs(t, err, gitsync.ErrInvalidConfig, name)
+	}
+	c, err = gitsync.LoadController(path, nil, nil, gitsync.Config{Namespace: "team-a", StatusFields: gitsync.StatusCommit})
+	require.NoError(t, err)
+	assert.NotNil(t, c.Source)
 }
 
 // The keys Numaplane reads at each use are read when the file changes:
@@ -232,7 +247,7 @@ func TestControllerFollowsTheLiveKeys(t *testing.T) {
 	require.NoError(t, err)
 	reloaded := make(chan []byte, 4)
 	c, err := gitsync.NewController(gitsync.ControllerFile{Path: path, Config: cfg, OwnKeys: []string{"logLevel"},
-		OnReload: func(data []byte) { reloaded <- data }}, nil, nil, "")
+		OnReload: func(data []byte) { reloaded <- data }}, nil, nil, gitsync.Config{})
 	require.NoError(t, err)
 	assert.False(t, c.CascadeDeletion())
 	ctx, cancel := context.WithCancel(context.Background())

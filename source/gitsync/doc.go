@@ -4,7 +4,7 @@
 //
 // A dynamic informer (unstructured: no dependency on Numaplane's Go types)
 // watches GitSyncs in one namespace or all. Each valid GitSync whose
-// destination is this cluster, and that the program accepts ([WithAccept]),
+// destination is this cluster, and that the program accepts ([Config.Accept]),
 // is one target, [TargetID] "gitsync/<namespace>/<name>", whose Payload the
 // apply sink reads (render type, Helm values, destination namespace). An
 // invalid GitSync is marked Failed with a message saying what is wrong, one
@@ -17,6 +17,6 @@
 // subresource as [DefaultFieldManager], so that the fields of any other
 // writer stay as they are. A program whose own reconciler writes phase,
 // message and conditions, as Numaplane's does, gives [StatusCommit]: the
-// source then writes commitStatus only. [WithStatusWriter] replaces the
-// writer, or turns it off.
+// source then writes commitStatus only, and [StatusNone] nothing;
+// [Config.StatusWriter] replaces the writer.
 package gitsync

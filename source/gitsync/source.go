@@ -27,10 +27,47 @@ import (
 // GVR is the GitSync resource.
 var GVR = schema.GroupVersionResource{Group: "numaplane.numaproj.io", Version: "v1alpha1", Resource: "gitsyncs"}
 
-// Config says which GitSyncs are watched and how.
+// Config says which GitSyncs are watched and how their statuses are
+// written. The zero Config watches every namespace and writes the whole
+// status.
 type Config struct {
 	// Namespace is the namespace watched; "" watches all.
 	Namespace string
+	// Settings are what a reloaded controller configuration changes while
+	// the source runs ([Source.SetSettings]).
+	Settings
+	// Credentials, when set, has Run watch the Secrets they read, so that
+	// a rotated Secret is used at once (the watcher resolves credentials
+	// again when the source hands it its set). Default: none; the refresh
+	// interval alone picks a rotation up.
+	Credentials *Credentials
+	// RefreshInterval is how often the target set is handed to the
+	// watcher again although no GitSync changed, so that credentials read
+	// from Secrets are resolved again (a rotated Secret is used within
+	// it). 0: 1m; negative: never.
+	RefreshInterval time.Duration
+	// StatusFields says which fields of the status the source writes:
+	// [StatusAll] (default), [StatusCommit] for a program whose own
+	// reconciler writes phase, message and conditions (Numaplane's), or
+	// [StatusNone].
+	StatusFields StatusFields
+	// StatusWriter writes the statuses. Default: [ApplyStatus] through
+	// the source's client, as [DefaultFieldManager].
+	StatusWriter StatusWriter
+	// StatusTimeout bounds each status write. Default 30s.
+	StatusTimeout time.Duration
+	// Accept, when set, gives the embedding program the say on which
+	// GitSyncs are watched: it is called with each valid GitSync for this
+	// cluster, and one it refuses (a non-nil error) never becomes a
+	// target. With StatusAll its status says Failed with the error; with
+	// StatusCommit the source writes nothing for it (the program's
+	// reconciler does). Default: every valid GitSync is.
+	Accept func(gs *unstructured.Unstructured) error
+}
+
+// Settings are the part of a Config that a controller configuration file
+// says, and that changes when it is reloaded.
+type Settings struct {
 	// ClusterName is this cluster's name: a GitSync whose
 	// destination.cluster differs is NotApplicable. "" accepts every
 	// GitSync.
@@ -45,17 +82,11 @@ type Config struct {
 
 // Source watches GitSyncs.
 type Source struct {
-	dyn     dynamic.Interface
-	cfg     atomic.Pointer[Config]
-	log     logr.Logger
-	timeout time.Duration
-	refresh time.Duration
-	creds   *Credentials
-	dirty   chan struct{}
-
-	fields StatusFields
-	writer StatusWriter // nil: statuses are not written
-	accept func(*unstructured.Unstructured) error
+	dyn      dynamic.Interface
+	cfg      Config // defaulted; its Settings are the first
+	settings atomic.Pointer[Settings]
+	log      logr.Logger
+	dirty    chan struct{}
 
 	mu      sync.Mutex
 	pending map[string][]mutation // status mutations by "namespace/name"
@@ -74,63 +105,31 @@ type written struct {
 
 var _ watcher.Source = (*Source)(nil)
 
-// Option configures a Source.
-type Option func(*Source)
-
-// WithTimeout bounds each status write. Default 30s.
-func WithTimeout(d time.Duration) Option { return func(s *Source) { s.timeout = d } }
-
-// WithRefreshInterval sets how often the target set is handed to the
-// watcher again although no GitSync changed, so that credentials read from
-// Secrets are resolved again (a rotated Secret is used within this
-// interval). 0 turns it off. Default 1m.
-func WithRefreshInterval(d time.Duration) Option { return func(s *Source) { s.refresh = d } }
-
-// WithCredentials makes Run watch the Secrets creds reads, so that a
-// rotated Secret is used at once (the watcher resolves credentials again
-// when the source hands it its set). Default: none; the refresh interval
-// alone picks a rotation up.
-func WithCredentials(creds *Credentials) Option { return func(s *Source) { s.creds = creds } }
-
-// WithStatusFields sets which fields of the status the source writes.
-// Default [StatusAll]; a program whose own reconciler writes phase,
-// message and conditions (Numaplane's) gives [StatusCommit].
-func WithStatusFields(f StatusFields) Option { return func(s *Source) { s.fields = f } }
-
-// WithStatusWriter replaces the writer of statuses; nil turns status
-// writing off. Default: [ApplyStatus] through the source's client, as
-// [DefaultFieldManager].
-func WithStatusWriter(w StatusWriter) Option { return func(s *Source) { s.writer = w } }
-
-// WithAccept gives the embedding program the say on which GitSyncs are
-// watched: accept is called with each valid GitSync for this cluster, and
-// one it refuses (a non-nil error) never becomes a target. With
-// [StatusAll] its status says Failed with the error; with [StatusCommit]
-// the source writes nothing for it (the program's reconciler does).
-// Default: every valid GitSync is.
-func WithAccept(accept func(gs *unstructured.Unstructured) error) Option {
-	return func(s *Source) { s.accept = accept }
-}
-
 // New returns a source of the GitSyncs dyn reaches.
-func New(dyn dynamic.Interface, cfg Config, opts ...Option) *Source {
+func New(dyn dynamic.Interface, cfg Config) *Source {
+	if cfg.RefreshInterval == 0 {
+		cfg.RefreshInterval = time.Minute
+	}
+	if cfg.StatusTimeout == 0 {
+		cfg.StatusTimeout = 30 * time.Second
+	}
+	if cfg.StatusWriter == nil {
+		cfg.StatusWriter = ApplyStatus{Client: dyn, FieldManager: DefaultFieldManager}
+	}
 	s := &Source{
-		dyn: dyn, log: logr.Discard(), timeout: 30 * time.Second, refresh: time.Minute,
+		dyn: dyn, cfg: cfg, log: logr.Discard(),
 		dirty: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		pending: map[string][]mutation{}, written: map[string]written{},
-		writer: ApplyStatus{Client: dyn, FieldManager: DefaultFieldManager},
 	}
-	s.cfg.Store(&cfg)
-	for _, o := range opts {
-		o(s)
-	}
+	s.settings.Store(&cfg.Settings)
 	return s
 }
 
-// SetConfig changes the cluster name, interval and suspension (a reloaded
-// controller configuration); the namespace watched stays as Run started it.
-func (s *Source) SetConfig(cfg Config) {
-	s.cfg.Store(&cfg)
+// SetSettings changes the cluster name, interval and suspension (a
+// reloaded controller configuration); the rest of the Config stays as New
+// had it.
+func (s *Source) SetSettings(st Settings) {
+	s.settings.Store(&st)
 	s.Refresh()
 }
 
@@ -149,7 +148,7 @@ func poke(c chan struct{}) {
 // It logs to the logger of ctx.
 func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 	s.log = logr.FromContextOrDiscard(ctx)
-	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(s.dyn, 0, s.cfg.Load().Namespace, nil)
+	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(s.dyn, 0, s.cfg.Namespace, nil)
 	inf := factory.ForResource(GVR).Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.Refresh() },
@@ -174,10 +173,10 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 		s.writeStatuses(ctx)
 	}()
 	defer func() { <-done }()
-	if s.creds != nil {
+	if s.cfg.Credentials != nil {
 		ctx, cancel := context.WithCancel(ctx)
 		watched := make(chan error, 1)
-		go func() { watched <- s.creds.Watch(ctx, s.Refresh) }()
+		go func() { watched <- s.cfg.Credentials.Watch(ctx, s.Refresh) }()
 		defer func() {
 			cancel()
 			if err := <-watched; err != nil {
@@ -186,8 +185,8 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 		}()
 	}
 	var tick <-chan time.Time
-	if s.refresh > 0 {
-		ticker := time.NewTicker(s.refresh)
+	if s.cfg.RefreshInterval > 0 {
+		ticker := time.NewTicker(s.cfg.RefreshInterval)
 		defer ticker.Stop()
 		tick = ticker.C
 	}
@@ -215,7 +214,7 @@ func (s *Source) changed(old, cur any) {
 
 // targets turns the GitSyncs into targets, and marks the ones that are not.
 func (s *Source) targets(objs []any) []watcher.Target {
-	cfg := s.cfg.Load()
+	cfg := s.settings.Load()
 	var out []watcher.Target
 	for _, o := range objs {
 		u, ok := o.(*unstructured.Unstructured)
@@ -232,8 +231,8 @@ func (s *Source) targets(objs []any) []watcher.Target {
 		case cfg.ClusterName != "" && t.Payload.(spec.Render).Cluster != cfg.ClusterName:
 			s.enqueue(key, notApplicable(gen, fmt.Sprintf("destination cluster %q is not this cluster (%q)", t.Payload.(spec.Render).Cluster, cfg.ClusterName)))
 		default:
-			if s.accept != nil {
-				if err := s.accept(u); err != nil {
+			if s.cfg.Accept != nil {
+				if err := s.cfg.Accept(u); err != nil {
 					s.enqueue(key, refused(gen, "Refused", err))
 					s.log.V(1).Info("GitSync refused by the program", "gitsync", key, "error", err.Error())
 					continue
@@ -344,7 +343,7 @@ func (s *Source) writeStatus(ctx context.Context, key string, ms []mutation) err
 		delete(s.written, key)
 	}
 	s.mu.Unlock()
-	if err != nil || !exists || s.writer == nil {
+	if err != nil || !exists || s.cfg.StatusFields == StatusNone {
 		return err
 	}
 	obj := item.(*unstructured.Unstructured)
@@ -352,7 +351,7 @@ func (s *Source) writeStatus(ctx context.Context, key string, ms []mutation) err
 	if err != nil {
 		cur = Status{} // unreadable: rewritten whole
 	}
-	before := s.fields.owned(cur)
+	before := s.cfg.StatusFields.owned(cur)
 	if wrote && last.uid == obj.GetUID() {
 		before = last.status // the cache may not have caught up with it
 	}
@@ -361,13 +360,13 @@ func (s *Source) writeStatus(ctx context.Context, key string, ms []mutation) err
 	for _, m := range ms {
 		m(&after, now)
 	}
-	after = s.fields.owned(after)
+	after = s.cfg.StatusFields.owned(after)
 	if sameStatus(before, after) {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StatusTimeout)
 	defer cancel()
-	if err := s.writer.WriteStatus(ctx, obj.GetNamespace(), obj.GetName(), after); err != nil {
+	if err := s.cfg.StatusWriter.WriteStatus(ctx, obj.GetNamespace(), obj.GetName(), after); err != nil {
 		return fmt.Errorf("gitsync: write status of %s: %w", key, err)
 	}
 	s.mu.Lock()

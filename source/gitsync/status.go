@@ -62,6 +62,8 @@ const (
 	// StatusCommit: commitStatus only, as Numaplane's own syncer does; its
 	// reconciler writes phase, message and conditions.
 	StatusCommit
+	// StatusNone: nothing; the source only reads GitSyncs.
+	StatusNone
 )
 
 // owned returns the part of s that fields says the source writes.

@@ -23,8 +23,14 @@ type HubConfig struct {
 	// receives (its MinInterval is not used: the hub debounces itself).
 	Webhook Config `json:"webhook"`
 	// Tokens are the bearer tokens subscribers may present; see also
-	// WithTokenValidator.
+	// TokenValidator.
 	Tokens []string `json:"tokens,omitempty"`
+	// TokenValidator, when set, accepts subscribers whose bearer token it
+	// approves, in addition to Tokens (a token a vault issues). It must
+	// compare in constant time.
+	TokenValidator func(token string) bool `json:"-"`
+	// Registerer registers the hub's metrics (nil: not registered).
+	Registerer prometheus.Registerer `json:"-"`
 	// MaxSubscribers bounds the subscriptions at once (default 1000).
 	MaxSubscribers int `json:"maxSubscribers,omitempty"`
 	// MaxRepositories bounds the repositories of one subscription
@@ -84,18 +90,6 @@ func (c HubConfig) Validate() error {
 	return nil
 }
 
-// HubOption configures a Hub.
-type HubOption func(*Hub)
-
-// WithTokenValidator accepts subscribers whose bearer token valid approves,
-// in addition to HubConfig.Tokens. It must compare in constant time.
-func WithTokenValidator(valid func(token string) bool) HubOption {
-	return func(h *Hub) { h.validators = append(h.validators, valid) }
-}
-
-// WithRegisterer registers the hub's metrics (default: not registered).
-func WithRegisterer(r prometheus.Registerer) HubOption { return func(h *Hub) { h.reg = r } }
-
 // Hub receives provider webhooks once and fans each push out, as a hint,
 // to every subscriber of that repository (the role GitLab's kas plays for
 // its agents). Subscribers speak the protocol of [SSE]. Fan-out never
@@ -103,12 +97,10 @@ func WithRegisterer(r prometheus.Registerer) HubOption { return func(h *Hub) { h
 // subscriber that cannot keep up is disconnected with a reason, so it
 // reconnects and resubscribes.
 type Hub struct {
-	cfg        HubConfig
-	validators []func(string) bool
-	reg        prometheus.Registerer
-	hooks      *Handler
-	m          hubMetrics
-	done       chan struct{}
+	cfg   HubConfig
+	hooks *Handler
+	m     hubMetrics
+	done  chan struct{}
 
 	mu        sync.Mutex
 	closed    bool
@@ -133,7 +125,7 @@ type hubMetrics struct {
 }
 
 // NewHub returns a hub.
-func NewHub(cfg HubConfig, opts ...HubOption) (*Hub, error) {
+func NewHub(cfg HubConfig) (*Hub, error) {
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -143,10 +135,7 @@ func NewHub(cfg HubConfig, opts ...HubOption) (*Hub, error) {
 		subs: map[*hubSub]struct{}{}, byRepo: map[string]map[*hubSub]struct{}{},
 		debounced: map[string]*debounced{}, gen: make(chan struct{}),
 	}
-	for _, o := range opts {
-		o(h)
-	}
-	if len(cfg.Tokens) == 0 && len(h.validators) == 0 {
+	if len(cfg.Tokens) == 0 && cfg.TokenValidator == nil {
 		return nil, errors.New("webhook: a hub needs subscriber tokens or a token validator")
 	}
 	h.m = hubMetrics{
@@ -156,9 +145,9 @@ func NewHub(cfg HubConfig, opts ...HubOption) (*Hub, error) {
 		coalesced:   prometheus.NewCounter(prometheus.CounterOpts{Name: "modwatch_hub_hints_coalesced_total", Help: "Pushes folded into a hint already waiting."}),
 		disconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "modwatch_hub_disconnects_total", Help: "Subscriptions ended, by reason."}, []string{"reason"}),
 	}
-	if h.reg != nil {
+	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{h.m.subscribers, h.m.received, h.m.sent, h.m.coalesced, h.m.disconnects} {
-			if err := h.reg.Register(c); err != nil {
+			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("webhook: hub metrics: %w", err)
 			}
 		}
@@ -173,7 +162,7 @@ func NewHub(cfg HubConfig, opts ...HubOption) (*Hub, error) {
 	return h, nil
 }
 
-// HubMetrics are the hub's metrics, registered with WithRegisterer.
+// HubMetrics are the hub's metrics, registered with HubConfig.Registerer.
 type HubMetrics struct {
 	Subscribers prometheus.Gauge
 	Received    prometheus.Counter
@@ -368,10 +357,8 @@ func (h *Hub) authorized(header string) bool {
 			good = true
 		}
 	}
-	for _, v := range h.validators {
-		if v(token) {
-			good = true
-		}
+	if h.cfg.TokenValidator != nil && h.cfg.TokenValidator(token) {
+		good = true
 	}
 	return good
 }

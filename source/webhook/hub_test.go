@@ -87,8 +87,8 @@ func TestHubFansOutToSubscribers(t *testing.T) {
 	// The debounce is longer than 100 pushes take on a loaded machine, so
 	// that the burst below is one hint (with 20 ms, a busy CI machine split
 	// it in two).
-	hub, err := webhook.NewHub(webhook.HubConfig{Webhook: webhook.Config{GitHubSecret: "gh-secret"}, Tokens: []string{"agent-token"}, Debounce: time.Second},
-		webhook.WithRegisterer(reg))
+	hub, err := webhook.NewHub(webhook.HubConfig{Webhook: webhook.Config{GitHubSecret: "gh-secret"}, Tokens: []string{"agent-token"}, Debounce: time.Second,
+		Registerer: reg})
 	require.NoError(t, err)
 	hubSrv := httptest.NewServer(hub)
 	defer hubSrv.Close()

@@ -69,8 +69,8 @@ func (l *lines) has(s string) bool {
 // subscriber over TLS needs WithHTTPClient.
 func TestHubTokenValidatorLoggerAndClient(t *testing.T) {
 	var log lines
-	hub, err := webhook.NewHub(webhook.HubConfig{Webhook: webhook.Config{GitHubSecret: "s"}},
-		webhook.WithTokenValidator(func(tok string) bool { return subtle.ConstantTimeCompare([]byte(tok), []byte("vault-issued")) == 1 }))
+	hub, err := webhook.NewHub(webhook.HubConfig{Webhook: webhook.Config{GitHubSecret: "s"},
+		TokenValidator: func(tok string) bool { return subtle.ConstantTimeCompare([]byte(tok), []byte("vault-issued")) == 1 }})
 	require.NoError(t, err)
 	defer hub.Close()
 	srv := httptest.NewUnstartedServer(hub)

@@ -2,7 +2,7 @@
 // sink, as `helm template` would: no helm binary, no cluster lookups, no
 // network.
 //
-//	sink, err := apply.New(cfg, apply.Config{}, apply.WithRenderer(helm.Name, helm.New()))
+//	sink, err := apply.New(cfg, apply.Config{Renderers: map[string]apply.Renderer{helm.Name: helm.New()}})
 //
 // The chart is the target's Path. Value files (paths inside the chart) are
 // merged in order over the chart's values.yaml, then parameters are set

@@ -18,9 +18,8 @@ func Example() {
 	w := watcher.New()
 	target := watcher.Target{ID: "apps", URL: "https://github.com/acme/apps.git", Path: "deploy"}
 
-	applier, _ := apply.New(restConfig, apply.Config{FieldManager: "my-agent"},
-		apply.WithRenderer(kustomize.Name, kustomize.New()), // helm is a module of its own
-		apply.WithRenderer(helm.Name, helm.New()))
+	applier, _ := apply.New(restConfig, apply.Config{FieldManager: "my-agent",
+		Renderers: map[string]apply.Renderer{kustomize.Name: kustomize.New(), helm.Name: helm.New()}}) // helm is a module of its own
 	target.Payload = spec.Render{Renderer: kustomize.Name, Namespace: "apps"}
 	w.Route(static.New(target), applier) // observers get an *apply.Result per delivery
 }

@@ -2,7 +2,7 @@
 // (sigs.k8s.io/kustomize/api), for the apply sink: no kustomize binary, no
 // network, no plugins.
 //
-//	sink, err := apply.New(cfg, apply.Config{}, apply.WithRenderer(kustomize.Name, kustomize.New()))
+//	sink, err := apply.New(cfg, apply.Config{Renderers: map[string]apply.Renderer{kustomize.Name: kustomize.New()}})
 //
 // The kustomization is the target's Path; every base, component and file
 // it names must be inside that tree (a base in a parent directory, outside

@@ -36,9 +36,9 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func newSink(t *testing.T, cfg apply.Config, opts ...apply.Option) *apply.Sink {
+func newSink(t *testing.T, cfg apply.Config) *apply.Sink {
 	t.Helper()
-	s, err := apply.New(env.Config, cfg, opts...)
+	s, err := apply.New(env.Config, cfg)
 	require.NoError(t, err)
 	return s
 }

@@ -14,8 +14,7 @@ import (
 
 func TestKustomizeTreeApplied(t *testing.T) {
 	ns := env.Namespace(t)
-	s := newSink(t, apply.Config{},
-		apply.WithRenderer(kustomize.Name, kustomize.New()))
+	s := newSink(t, apply.Config{Renderers: map[string]apply.Renderer{kustomize.Name: kustomize.New()}})
 
 	k := fstest.MapFS{
 		"kustomization.yaml": file("namePrefix: k-\nresources: [cm.yaml, role.yaml]\ncommonLabels: {tier: web}\n"),

@@ -287,13 +287,13 @@ func TestPruneCanBeTurnedOff(t *testing.T) {
 }
 
 // A source with a payload of its own says how it is rendered through
-// WithSpecFunc.
-func TestWithSpecFunc(t *testing.T) {
+// Config.SpecFunc.
+func TestSpecFunc(t *testing.T) {
 	ns := env.Namespace(t)
 	type tenant struct{ Namespace string }
-	s := newSink(t, apply.Config{}, apply.WithSpecFunc(func(tg watcher.Target) (spec.Render, error) {
+	s := newSink(t, apply.Config{SpecFunc: func(tg watcher.Target) (spec.Render, error) {
 		return spec.Render{Namespace: tg.Payload.(tenant).Namespace}, nil
-	}))
+	}})
 	c := change("tenant/"+ns, "c1", spec.Render{}, fstest.MapFS{"a.yaml": file(configMap("from-payload", "1"))})
 	c.Target.Payload = tenant{Namespace: ns}
 	applyOK(t, s, c)

@@ -61,12 +61,12 @@ func (w *warnings) all() []string {
 
 // newHarness starts it; with creds, the source watches their Secrets and
 // nothing else refreshes the set.
-func newHarness(t *testing.T, cluster string, applyCfg apply.Config, creds *gitsync.Credentials, opts ...gitsync.Option) *harness {
+func newHarness(t *testing.T, cluster string, applyCfg apply.Config, creds *gitsync.Credentials, srcCfg ...func(*gitsync.Config)) *harness {
 	t.Helper()
 	h := &harness{t: t, ns: env.Namespace(t), obs: watchertest.NewObserver(), warnings: &warnings{}}
-	srcOpts := []gitsync.Option{gitsync.WithRefreshInterval(0)}
-	if creds != nil {
-		srcOpts = append(srcOpts, gitsync.WithCredentials(creds))
+	src := gitsync.Config{Namespace: h.ns, Settings: gitsync.Settings{ClusterName: cluster}, RefreshInterval: -1, Credentials: creds}
+	for _, f := range srcCfg {
+		f(&src)
 	}
 	// The source's own client records the apiserver's warnings (a field
 	// the schema does not have is pruned with one).
@@ -74,7 +74,7 @@ func newHarness(t *testing.T, cluster string, applyCfg apply.Config, creds *gits
 	cfg.WarningHandler = h.warnings
 	dyn, err := dynamic.NewForConfig(cfg)
 	require.NoError(t, err)
-	h.src = gitsync.New(dyn, gitsync.Config{Namespace: h.ns, ClusterName: cluster}, append(srcOpts, opts...)...)
+	h.src = gitsync.New(dyn, src)
 	applyCfg.InventoryNamespace = h.ns
 	sink, err := apply.New(env.Config, applyCfg)
 	require.NoError(t, err)

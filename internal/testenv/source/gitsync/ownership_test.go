@@ -53,7 +53,7 @@ func TestTheReconcilersStatusFieldsSurvive(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "platform/apps")
 	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
-	h := newHarness(t, "staging-1", apply.Config{}, nil, gitsync.WithStatusFields(gitsync.StatusCommit))
+	h := newHarness(t, "staging-1", apply.Config{}, nil, func(c *gitsync.Config) { c.StatusFields = gitsync.StatusCommit })
 	h.create("web", spec(repo.URL(), "", h.ns))
 
 	// The reconciler marks it Running, as Numaplane's does, as another
@@ -120,7 +120,7 @@ func TestAGitSyncTheProgramRefusesAppliesNothing(t *testing.T) {
 		}
 		return nil
 	}
-	h := newHarness(t, "staging-1", apply.Config{}, nil, gitsync.WithAccept(needsNamespace))
+	h := newHarness(t, "staging-1", apply.Config{}, nil, func(c *gitsync.Config) { c.Accept = needsNamespace })
 	noNS := spec(repo.URL(), "", "")
 	delete(noNS["destination"].(map[string]any), "namespace")
 	h.create("no-namespace", noNS)
@@ -153,7 +153,7 @@ func TestAutomatedSyncDisabled(t *testing.T) {
 	h.create("web", spec(repo.URL(), "", h.ns))
 	h.waitStatus("web", "synced", syncedAt(c1))
 
-	h.src.SetConfig(gitsync.Config{Namespace: h.ns, ClusterName: "staging-1", Suspend: true})
+	h.src.SetSettings(gitsync.Settings{ClusterName: "staging-1", Suspend: true})
 	c2 := repo.Commit(t, "2", gittest.File("a.yaml", cm("a", "2")))
 	h.pollOnce(repo.URL())
 	st := h.waitStatus("web", "suspended", func(s gitsync.Status) bool {
@@ -165,7 +165,7 @@ func TestAutomatedSyncDisabled(t *testing.T) {
 	v, _ := h.value("a")
 	assert.Equal(t, "1", v, "c2 not applied")
 
-	h.src.SetConfig(gitsync.Config{Namespace: h.ns, ClusterName: "staging-1"})
+	h.src.SetSettings(gitsync.Settings{ClusterName: "staging-1"})
 	h.waitStatus("web", "synced at c2 once enabled", syncedAt(c2))
 	v, _ = h.value("a")
 	assert.Equal(t, "2", v)

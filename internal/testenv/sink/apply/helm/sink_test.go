@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { testenv.Main(m, &env) }
 // target's parameters are set.
 func TestChartAppliedThroughTheSink(t *testing.T) {
 	ns := env.Namespace(t)
-	s, err := apply.New(env.Config, apply.Config{InventoryNamespace: ns}, apply.WithRenderer(helm.Name, helm.New()))
+	s, err := apply.New(env.Config, apply.Config{InventoryNamespace: ns, Renderers: map[string]apply.Renderer{helm.Name: helm.New()}})
 	require.NoError(t, err)
 	chart := fstest.MapFS{
 		"Chart.yaml":  {Data: []byte("apiVersion: v2\nname: web\nversion: 0.1.0\n")},
