@@ -183,13 +183,13 @@ func TestCABundle(t *testing.T) {
 	srv := gittest.NewTLSServer(t)
 	repo := srv.NewRepo(t, "g/r")
 	c := repo.Commit(t, "one", gittest.File("a", "a"))
-	_, err := ListRefs(ctxT(t), repo.URL(), nil)
+	_, err := ListRefs(ctxT(t), repo.URL(), nil, nil)
 	require.Error(t, err, "an unknown CA is refused")
-	refs, err := ListRefs(ctxT(t), repo.URL(), &Auth{CABundle: srv.CACert()})
+	refs, err := ListRefs(ctxT(t), repo.URL(), &Auth{CABundle: srv.CACert()}, nil)
 	require.NoError(t, err)
 	got, _ := refs.Commit("refs/heads/main")
 	assert.Equal(t, c, got.String())
-	_, err = ListRefs(ctxT(t), repo.URL(), &Auth{InsecureSkipTLSVerify: true})
+	_, err = ListRefs(ctxT(t), repo.URL(), &Auth{InsecureSkipTLSVerify: true}, nil)
 	require.NoError(t, err)
 
 	// The git CLI gets the bundle too.

@@ -108,7 +108,7 @@ func TestFirstListedFetchWithGitCLI(t *testing.T) {
 	c1 := repo.Commit(t, "one", gittest.File("a/x", "1"))
 	repo.Tag(t, "v1", true)
 	c2 := repo.Commit(t, "two", gittest.File("a/x", "2"))
-	refs, err := ListRefs(ctxT(t), repo.URL(), nil)
+	refs, err := ListRefs(ctxT(t), repo.URL(), nil, nil)
 	require.NoError(t, err)
 	listed := map[string]Hash{"refs/heads/main": refs.Refs["refs/heads/main"], "refs/tags/v1": refs.Refs["refs/tags/v1"]}
 

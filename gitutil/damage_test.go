@@ -120,7 +120,7 @@ func TestTagOnATreeIsTheRefsError(t *testing.T) {
 		if poll == 0 {
 			res, err = m.Fetch(ctxT(t), nil, refs)
 		} else {
-			listed, lerr := ListRefs(ctxT(t), repo.URL(), nil)
+			listed, lerr := ListRefs(ctxT(t), repo.URL(), nil, nil)
 			require.NoError(t, lerr)
 			want := map[string]Hash{}
 			for _, r := range refs {

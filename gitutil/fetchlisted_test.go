@@ -28,7 +28,7 @@ func TestFetchListedIsOneRequest(t *testing.T) {
 
 	two := repo.Commit(t, "two", gittest.File("a", "2"), gittest.File("big.yaml", big+"one more line\n"))
 	repo.Tag(t, "v2", true)
-	refs, err := ListRefs(ctxT(t), repo.URL(), nil)
+	refs, err := ListRefs(ctxT(t), repo.URL(), nil, nil)
 	require.NoError(t, err)
 	lists, fetches := repo.Counts().Lists.Load(), repo.Counts().Fetches.Load()
 	listed := map[string]Hash{"refs/heads/main": refs.Refs["refs/heads/main"], "refs/tags/v2": refs.Refs["refs/tags/v2"]}
@@ -76,7 +76,7 @@ func TestFetchListedIntoAnEmptyMirror(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
 	one := repo.Commit(t, "one", gittest.File("a", "1"))
-	refs, err := ListRefs(ctxT(t), repo.URL(), nil)
+	refs, err := ListRefs(ctxT(t), repo.URL(), nil, nil)
 	require.NoError(t, err)
 	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
 	require.NoError(t, err)
@@ -96,7 +96,7 @@ func TestFetchListedOverTLS(t *testing.T) {
 	_, err = m.Fetch(ctxT(t), auth, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	two := repo.Commit(t, "two", gittest.File("a", "2"))
-	refs, err := ListRefs(ctxT(t), repo.URL(), auth)
+	refs, err := ListRefs(ctxT(t), repo.URL(), auth, nil)
 	require.NoError(t, err)
 	fetches := repo.Counts().Fetches.Load()
 	res, err := m.FetchListed(ctxT(t), auth, map[string]Hash{"refs/heads/main": refs.Refs["refs/heads/main"]})

@@ -15,26 +15,8 @@ import (
 	"github.com/modwatch/modwatch/gitutil/internal/protov2"
 )
 
-// ListOption tunes [ListRefs].
-type ListOption func(*listOptions)
-
-type listOptions struct {
-	prefixes []string
-}
-
-// WithRefPrefixes asks only for the refs that start with one of prefixes
-// ("HEAD", "refs/heads/main", "refs/tags/"): over HTTP(S), to a server
-// that speaks git's protocol version 2, the listing then carries those
-// refs alone instead of the whole advertisement (a repository with a ref
-// per pull request advertises tens of thousands). Other servers and
-// transports list every ref, as without it; the result may hold refs
-// outside the prefixes either way.
-func WithRefPrefixes(prefixes ...string) ListOption {
-	return func(o *listOptions) { o.prefixes = append(o.prefixes, prefixes...) }
-}
-
 // RefPrefixes are the ref prefixes a listing needs to resolve the
-// revision (see [WithRefPrefixes]); none for a commit, which needs no
+// revision (see [ListRefs]); none for a commit, which needs no
 // listing.
 func (r Revision) RefPrefixes() []string {
 	switch r.Kind {

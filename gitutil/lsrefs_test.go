@@ -39,7 +39,7 @@ func TestListRefsWithPrefixesSpeaksV2(t *testing.T) {
 	manyRefs(t, repo, 5000, c1)
 
 	before := repo.Counts().ListBytes.Load()
-	all, err := ListRefs(ctxT(t), repo.URL(), nil)
+	all, err := ListRefs(ctxT(t), repo.URL(), nil, nil)
 	require.NoError(t, err)
 	v0Bytes := repo.Counts().ListBytes.Load() - before
 	assert.Greater(t, len(all.Refs), 5000)
@@ -56,7 +56,7 @@ func TestListRefsWithPrefixesSpeaksV2(t *testing.T) {
 		rev, err := ParseRevision(tc.revision)
 		require.NoError(t, err)
 		before := repo.Counts().ListBytes.Load()
-		got, err := ListRefs(ctxT(t), repo.URL(), nil, WithRefPrefixes(rev.RefPrefixes()...))
+		got, err := ListRefs(ctxT(t), repo.URL(), nil, rev.RefPrefixes())
 		require.NoError(t, err)
 		v2Bytes := repo.Counts().ListBytes.Load() - before
 		for _, name := range tc.want {
@@ -70,11 +70,11 @@ func TestListRefsWithPrefixesSpeaksV2(t *testing.T) {
 		t.Logf("%q: %d bytes (all refs: %d)", tc.revision, v2Bytes, v0Bytes)
 	}
 	caps := repo.Counts().Capabilities.Load()
-	head, err := ListRefs(ctxT(t), repo.URL(), nil, WithRefPrefixes("HEAD"))
+	head, err := ListRefs(ctxT(t), repo.URL(), nil, []string{"HEAD"})
 	require.NoError(t, err)
 	assert.Equal(t, "refs/heads/main", head.Head)
 	assert.Equal(t, caps, repo.Counts().Capabilities.Load(), "the capabilities are asked for once: a listing is one request")
-	tags, err := ListRefs(ctxT(t), repo.URL(), nil, WithRefPrefixes("refs/tags/"))
+	tags, err := ListRefs(ctxT(t), repo.URL(), nil, []string{"refs/tags/"})
 	require.NoError(t, err)
 	assert.Equal(t, c1, tags.Peeled["refs/tags/v1.2.0"].String(), "annotated tags are peeled")
 }
@@ -89,7 +89,7 @@ func TestListRefsFallsBackToV0(t *testing.T) {
 	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
 	for i, want := range []int64{2, 1, 1} {
 		lists := repo.Counts().Lists.Load()
-		got, err := ListRefs(ctxT(t), repo.URL(), nil, WithRefPrefixes("HEAD"))
+		got, err := ListRefs(ctxT(t), repo.URL(), nil, []string{"HEAD"})
 		require.NoError(t, err)
 		assert.Equal(t, c1, got.Refs["refs/heads/main"].String())
 		assert.Equal(t, "refs/heads/main", got.Head)

@@ -31,7 +31,7 @@ func TestListRefsPeelsTags(t *testing.T) {
 	repo.Tag(t, "v1.0.0", true)
 	repo.Tag(t, "light", false)
 
-	refs, err := ListRefs(ctxT(t), repo.URL(), nil)
+	refs, err := ListRefs(ctxT(t), repo.URL(), nil, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "refs/heads/main", refs.Head)
 	got, ok := refs.Commit("refs/tags/v1.0.0")
@@ -50,20 +50,20 @@ func TestListRefsErrorsNameRemoteNotSecret(t *testing.T) {
 	repo.Commit(t, "one", gittest.File("a", "a"))
 	srv.SetBasicAuth("deploy", "right")
 
-	_, err := ListRefs(ctxT(t), repo.URL(), &Auth{Username: "deploy", Password: "wrong-s3cret", AllowInsecureHTTP: true})
+	_, err := ListRefs(ctxT(t), repo.URL(), &Auth{Username: "deploy", Password: "wrong-s3cret", AllowInsecureHTTP: true}, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "g/private")
 	assert.NotContains(t, err.Error(), "wrong-s3cret")
 
-	_, err = ListRefs(ctxT(t), repo.URL(), &Auth{Username: "deploy", Password: "right"})
+	_, err = ListRefs(ctxT(t), repo.URL(), &Auth{Username: "deploy", Password: "right"}, nil)
 	require.ErrorIs(t, err, ErrInsecureCredentials, "credentials over http need an opt-in")
 
-	refs, err := ListRefs(ctxT(t), repo.URL(), &Auth{Username: "deploy", Password: "right", AllowInsecureHTTP: true})
+	refs, err := ListRefs(ctxT(t), repo.URL(), &Auth{Username: "deploy", Password: "right", AllowInsecureHTTP: true}, nil)
 	require.NoError(t, err)
 	assert.Contains(t, refs.Refs, "refs/heads/main")
 
 	u := "http://deploy:url-s3cret@" + srv.URL()[len("http://"):] + "/g/private.git"
-	_, err = ListRefs(ctxT(t), u, nil)
+	_, err = ListRefs(ctxT(t), u, nil, nil)
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "url-s3cret")
 }
@@ -73,7 +73,7 @@ func TestListRefsHonoursContext(t *testing.T) {
 	repo := srv.NewRepo(t, "g/r")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := ListRefs(ctx, repo.URL(), nil)
+	_, err := ListRefs(ctx, repo.URL(), nil, nil)
 	require.ErrorIs(t, err, context.Canceled)
 }
 

@@ -38,12 +38,12 @@ func TestProxy(t *testing.T) {
 				assert.Greater(t, proxy.Passed.Load(), before, "%s went through the proxy", what)
 			}
 			through("a v2 listing", func() {
-				refs, err := ListRefs(ctxT(t), repo.URL(), auth, WithRefPrefixes("refs/heads/"))
+				refs, err := ListRefs(ctxT(t), repo.URL(), auth, []string{"refs/heads/"})
 				require.NoError(t, err)
 				assert.Equal(t, c1, refs.Refs["refs/heads/main"].String())
 			})
 			through("a v0 listing", func() {
-				_, err := ListRefs(ctxT(t), repo.URL(), auth)
+				_, err := ListRefs(ctxT(t), repo.URL(), auth, nil)
 				require.NoError(t, err)
 			})
 			m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
@@ -74,7 +74,7 @@ func TestProxy(t *testing.T) {
 			wrong := *auth
 			wrong.Proxy = &Proxy{URL: proxy.URL(), Username: "squid", Password: "wr0ng-s3cret"}
 			refused := proxy.Refused.Load()
-			_, err = ListRefs(ctxT(t), repo.URL(), &wrong, WithRefPrefixes("refs/heads/"))
+			_, err = ListRefs(ctxT(t), repo.URL(), &wrong, []string{"refs/heads/"})
 			require.Error(t, err)
 			assert.NotContains(t, err.Error(), "wr0ng-s3cret")
 			m2, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: "git"})

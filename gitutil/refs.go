@@ -42,9 +42,16 @@ func (l RefList) Commit(name string) (Hash, bool) {
 // ListRefs lists the refs of the remote at repoURL (the equivalent of git
 // ls-remote), with annotated tags peeled. It honours ctx and applies
 // [defaultListTimeout] when ctx has no deadline. repoURL carries no
-// credentials: they come in auth. See [WithRefPrefixes] for listing only
-// the refs a caller needs.
-func ListRefs(ctx context.Context, repoURL string, auth *Auth, opts ...ListOption) (RefList, error) {
+// credentials: they come in auth.
+//
+// With prefixes ("HEAD", "refs/heads/main", "refs/tags/"), it asks only
+// for the refs that start with one of them: over HTTP(S), to a server that
+// speaks git's protocol version 2, the listing then carries those refs
+// alone instead of the whole advertisement (a repository with a ref per
+// pull request advertises tens of thousands). Other servers and transports
+// list every ref, as with none; the result may hold refs outside the
+// prefixes either way.
+func ListRefs(ctx context.Context, repoURL string, auth *Auth, prefixes []string) (RefList, error) {
 	e, err := parseBare(repoURL)
 	if err != nil {
 		return RefList{}, err
@@ -58,13 +65,9 @@ func ListRefs(ctx context.Context, repoURL string, auth *Auth, opts ...ListOptio
 		ctx, cancel = context.WithTimeout(ctx, defaultListTimeout)
 		defer cancel()
 	}
-	var o listOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
 	server := e.Scheme + "://" + e.Host
-	if _, old := noV2.Load(server); len(o.prefixes) > 0 && (e.Scheme == "http" || e.Scheme == "https") && !old {
-		if refs, done, err := listV2OrFallBack(ctx, repoURL, server, topts, auth, o.prefixes); done {
+	if _, old := noV2.Load(server); len(prefixes) > 0 && (e.Scheme == "http" || e.Scheme == "https") && !old {
+		if refs, done, err := listV2OrFallBack(ctx, repoURL, server, topts, auth, prefixes); done {
 			return refs, err
 		}
 	}

@@ -33,7 +33,7 @@ func TestSSHWithKnownHosts(t *testing.T) {
 	url := sshSrv.URL(repo.Name())
 	auth := &Auth{SSHPrivateKey: key, KnownHosts: sshSrv.KnownHosts()}
 
-	refs, err := ListRefs(ctxT(t), url, auth)
+	refs, err := ListRefs(ctxT(t), url, auth, nil)
 	require.NoError(t, err)
 	got, _ := refs.Commit("refs/heads/main")
 	assert.Equal(t, c1, got.String())
@@ -52,12 +52,12 @@ func TestSSHWithKnownHosts(t *testing.T) {
 	// A host key that is not the server's is refused.
 	_, otherPub := sshKey(t)
 	other := &Auth{SSHPrivateKey: key, KnownHosts: []byte("[127.0.0.1]:1 " + string(ssh.MarshalAuthorizedKey(otherPub)))}
-	_, err = ListRefs(ctxT(t), url, other)
+	_, err = ListRefs(ctxT(t), url, other, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "known_hosts")
 
 	// A key the server does not know is refused.
 	otherKey, _ := sshKey(t)
-	_, err = ListRefs(ctxT(t), url, &Auth{SSHPrivateKey: otherKey, KnownHosts: sshSrv.KnownHosts()})
+	_, err = ListRefs(ctxT(t), url, &Auth{SSHPrivateKey: otherKey, KnownHosts: sshSrv.KnownHosts()}, nil)
 	require.Error(t, err)
 }

@@ -43,7 +43,7 @@ func TestFetchListedTakesThinPacks(t *testing.T) {
 
 	grown := big.String() + "one more line\n"
 	two := repo.Commit(t, "two", gittest.File("big", grown), gittest.File("dir/new", "new"))
-	refs, err := ListRefs(ctxT(t), repo.URL(), nil)
+	refs, err := ListRefs(ctxT(t), repo.URL(), nil, nil)
 	require.NoError(t, err)
 	before, trees := repo.Counts().FetchBytes.Load(), m.TreesRead()
 	res, err := m.FetchListed(ctxT(t), nil, map[string]Hash{"refs/heads/main": refs.Refs["refs/heads/main"]})

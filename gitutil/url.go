@@ -45,7 +45,7 @@ func (e Endpoint) Key() string {
 // ParseURL parses a repository URL in any form git accepts for a remote:
 // https://, http://, ssh://, git://, file:// and the scp-like
 // "user@host:path". Credentials in the URL are dropped from the result (see
-// [SplitCredentials] to keep them as an [Auth]). It refuses what git would
+// [MergeURLCredentials] to keep them as an [Auth]). It refuses what git would
 // read as something other than a remote: a host or path starting with "-"
 // (an option to ssh or git), "transport::address" forms (ext::, fd::), and
 // a query or fragment (git ignores neither safely; a token in a query
@@ -228,7 +228,7 @@ func redactQuery(s string) string {
 	return b.String()
 }
 
-// SplitCredentials takes the user information out of a repository URL:
+// splitCredentials takes the user information out of a repository URL:
 // bare is the URL without it (what may be stored, printed and compared),
 // and auth carries its user name and password as basic credentials, or is
 // nil when the URL has none. A user name alone (a token, as in
@@ -236,7 +236,7 @@ func redactQuery(s string) string {
 // is how git sends it. The user of an ssh:// or scp-like URL is a login,
 // not a secret: it stays in bare and auth is nil. raw must be valid
 // ([ParseURL]).
-func SplitCredentials(raw string) (bare string, auth *Auth, err error) {
+func splitCredentials(raw string) (bare string, auth *Auth, err error) {
 	e, err := ParseURL(raw)
 	if err != nil {
 		return "", nil, err
@@ -255,10 +255,10 @@ func SplitCredentials(raw string) (bare string, auth *Auth, err error) {
 	return u.String(), auth, nil
 }
 
-// StripCredentials returns raw without any secret: the bare URL of
-// [SplitCredentials] for a valid URL, else [RedactURL]'s form.
+// StripCredentials returns raw without any secret: a valid URL without its
+// user information, else [RedactURL]'s form.
 func StripCredentials(raw string) string {
-	if bare, _, err := SplitCredentials(raw); err == nil {
+	if bare, _, err := splitCredentials(raw); err == nil {
 		return bare
 	}
 	return RedactURL(raw)
@@ -266,15 +266,15 @@ func StripCredentials(raw string) string {
 
 // parseBare is ParseURL for the URLs that reach the network and the disk:
 // they carry no credentials, which come as an [Auth] (see
-// [SplitCredentials]), so that no secret is stored in a mirror's
+// [splitCredentials]), so that no secret is stored in a mirror's
 // configuration, passed on a command line or printed.
 func parseBare(raw string) (Endpoint, error) {
-	_, auth, err := SplitCredentials(raw)
+	_, auth, err := splitCredentials(raw)
 	if err != nil {
 		return Endpoint{}, err
 	}
 	if auth != nil {
-		return Endpoint{}, fmt.Errorf("%w: %q carries credentials: pass them as an Auth (see SplitCredentials)", ErrInvalidURL, RedactURL(raw))
+		return Endpoint{}, fmt.Errorf("%w: %q carries credentials: pass them as an Auth (see MergeURLCredentials)", ErrInvalidURL, RedactURL(raw))
 	}
 	return ParseURL(raw)
 }
@@ -292,7 +292,7 @@ var ErrCredentialsTwice = errors.New("gitutil: credentials both in the URL and i
 // URL's credentials over plain http:// are [ErrInsecureCredentials] unless
 // base allows insecure HTTP, as any credentials are.
 func MergeURLCredentials(raw string, base *Auth) (bare string, auth *Auth, err error) {
-	bare, fromURL, err := SplitCredentials(raw)
+	bare, fromURL, err := splitCredentials(raw)
 	if err != nil || fromURL == nil {
 		return bare, base, err
 	}

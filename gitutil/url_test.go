@@ -96,13 +96,13 @@ func TestSplitCredentials(t *testing.T) {
 		{"ssh://git@example.com/r", "ssh://git@example.com/r", nil},
 		{"git@example.com:r", "git@example.com:r", nil},
 	} {
-		bare, auth, err := SplitCredentials(tc.in)
+		bare, auth, err := splitCredentials(tc.in)
 		require.NoError(t, err, tc.in)
 		assert.Equal(t, tc.bare, bare, tc.in)
 		assert.Equal(t, tc.auth, auth, tc.in)
 		assert.Equal(t, tc.bare, StripCredentials(tc.in))
 	}
-	_, _, err := SplitCredentials("https://user:pa/s3cret@example.com/r")
+	_, _, err := splitCredentials("https://user:pa/s3cret@example.com/r")
 	require.ErrorIs(t, err, ErrInvalidURL)
 	assert.NotContains(t, err.Error(), "s3cret")
 }
@@ -110,7 +110,7 @@ func TestSplitCredentials(t *testing.T) {
 // The network and the disk never see a URL with credentials: they come as
 // an Auth.
 func TestURLsWithCredentialsRefusedAtTheEdge(t *testing.T) {
-	_, err := ListRefs(t.Context(), "https://user:s3cret@example.com/r", nil)
+	_, err := ListRefs(t.Context(), "https://user:s3cret@example.com/r", nil, nil)
 	require.ErrorIs(t, err, ErrInvalidURL)
 	assert.NotContains(t, err.Error(), "s3cret")
 	_, err = OpenMirror(t.TempDir(), "https://s3cret@example.com/r", MirrorOptions{})
@@ -148,7 +148,7 @@ func FuzzNormalizeURL(f *testing.F) {
 		if strings.Contains(RedactURL(raw), "secretpw") {
 			t.Fatalf("redaction keeps the password: %q", RedactURL(raw))
 		}
-		if bare, _, err := SplitCredentials(raw); err == nil && strings.Contains(bare, "secretpw") {
+		if bare, _, err := splitCredentials(raw); err == nil && strings.Contains(bare, "secretpw") {
 			t.Fatalf("bare URL keeps the password: %q", bare)
 		}
 		// Normalising is idempotent through the https form, where the key

@@ -119,7 +119,7 @@ var (
 
 // ListRefs implements Git.
 func (GoGit) ListRefs(ctx context.Context, url string, auth *gitutil.Auth, prefixes []string) (gitutil.RefList, error) {
-	return gitutil.ListRefs(ctx, url, auth, gitutil.WithRefPrefixes(prefixes...))
+	return gitutil.ListRefs(ctx, url, auth, prefixes)
 }
 
 // OpenMirror implements Git: opts are the watcher's (TempDir, OnDamage),

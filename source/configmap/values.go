@@ -81,7 +81,7 @@ func (g *gitReader) commit(ctx context.Context, url string, auth *gitutil.Auth, 
 	if err != nil {
 		return nil, gitutil.ZeroHash, err
 	}
-	refs, err := gitutil.ListRefs(ctx, url, auth, gitutil.WithRefPrefixes(rev.RefPrefixes()...))
+	refs, err := gitutil.ListRefs(ctx, url, auth, rev.RefPrefixes())
 	if err != nil {
 		return nil, gitutil.ZeroHash, err
 	}

@@ -57,7 +57,7 @@ func run(mode, url, dir string) error {
 			return err
 		}
 		const ref = "refs/heads/main"
-		refs, err := gitutil.ListRefs(ctx, url, nil, gitutil.WithRefPrefixes(ref))
+		refs, err := gitutil.ListRefs(ctx, url, nil, []string{ref})
 		if err != nil {
 			return err
 		}

@@ -300,7 +300,7 @@ func listingCost(env *gittest.Standalone, srv *gittest.Server, n, runs int) ([]r
 	}
 	ctx := context.Background()
 	oursB, oursT, err := measure(func() error {
-		_, err := gitutil.ListRefs(ctx, repo.URL(), nil, gitutil.WithRefPrefixes("HEAD"))
+		_, err := gitutil.ListRefs(ctx, repo.URL(), nil, []string{"HEAD"})
 		return err
 	})
 	if err != nil {
@@ -320,7 +320,7 @@ func listingCost(env *gittest.Standalone, srv *gittest.Server, n, runs int) ([]r
 		return nil, err
 	}
 	v0B, v0T, err := measure(func() error {
-		_, err := gitutil.ListRefs(ctx, repo.URL(), nil)
+		_, err := gitutil.ListRefs(ctx, repo.URL(), nil, nil)
 		return err
 	})
 	if err != nil {

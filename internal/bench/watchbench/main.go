@@ -225,7 +225,7 @@ func run(c config) (err error) {
 	}
 	l0 := lists()
 	if _, err := parallel(16, len(targets), func(i int) error {
-		_, err := gitutil.ListRefs(context.Background(), targets[i].URL, nil)
+		_, err := gitutil.ListRefs(context.Background(), targets[i].URL, nil, nil)
 		return err
 	}); err != nil {
 		return err
