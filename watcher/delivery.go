@@ -36,37 +36,52 @@ type desired struct {
 var errHandedOff = errors.New("watcher: the target's remote is polled elsewhere now")
 
 // deliverer serializes the deliveries of one target to one sink. It holds at
-// most one pending desire: a newer one replaces it (latest wins).
+// most one pending desire: a newer one replaces it (latest wins). It has no
+// goroutine of its own: what it is told schedules a step of it on the
+// watcher's pool (see pool), and its steps run one at a time.
 type deliverer struct {
 	env      *env
 	key      string // checkpoint key: target ID and sink name
 	sink     namedSink
-	prev     *deliverer // a deliverer of the same key still removing
-	finished func()     // called when run returns
-	wake     chan struct{}
-	done     chan struct{}
+	prev     *deliverer // a deliverer of the same key still removing; its steps only
+	finished func()     // called when it ends
 
-	unreadable bool // an unreadable checkpoint was reported; run's goroutine only
+	// Its steps only (one at a time).
+	st         deliveryState
+	unreadable bool // an unreadable checkpoint was reported
 
-	mu      sync.Mutex
-	target  Target // the target as last seen, for Remove
-	pending *desired
-	resync  bool
-	removed bool
-	held    bool // the target is suspended: drop what was to be delivered
+	pool      *pool
+	scheduled bool // queued or in a step; pool.mu
+	again     bool // told something during its step; pool.mu
+
+	mu         sync.Mutex
+	target     Target // the target as last seen, for Remove
+	pending    *desired
+	resync     bool
+	removed    bool
+	held       bool // the target is suspended: drop what was to be delivered
+	due        int  // the timer of this generation fired
+	ended      bool
+	successors []*deliverer // waiting for it to end
 }
 
 func newDeliverer(v *env, t Target, s namedSink, prev *deliverer, finished func()) *deliverer {
-	return &deliverer{
-		env: v, key: t.ID + "/" + s.name, sink: s, prev: prev, target: t, finished: finished,
-		wake: make(chan struct{}, 1), done: make(chan struct{}),
+	d := &deliverer{env: v, key: t.ID + "/" + s.name, sink: s, target: t, finished: finished}
+	if prev != nil {
+		prev.mu.Lock()
+		if !prev.ended {
+			d.prev = prev
+			prev.successors = append(prev.successors, d)
+		}
+		prev.mu.Unlock()
 	}
+	return d
 }
 
+// signal schedules a step.
 func (d *deliverer) signal() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
+	if d.pool != nil {
+		d.pool.schedule(d)
 	}
 }
 
@@ -103,83 +118,118 @@ func (d *deliverer) remove() {
 	d.signal()
 }
 
-func (d *deliverer) run(ctx context.Context) error {
-	defer d.finished()
-	defer close(d.done)
+func (d *deliverer) hasEnded() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ended
+}
+
+// finish ends the deliverer: the one of its key waiting for it may start.
+func (d *deliverer) finish() {
+	d.mu.Lock()
+	d.ended = true
+	next := d.successors
+	d.successors = nil
+	d.mu.Unlock()
+	if d.finished != nil {
+		d.finished()
+	}
+	for _, s := range next {
+		s.signal()
+	}
+}
+
+// step does what the deliverer has to do now: a delivery of the latest it
+// was offered (or a resync, or a retry that is due), or an attempt at its
+// removal. It reports whether the deliverer has ended.
+func (d *deliverer) step(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false // the pool's close ends it
+	}
 	if d.prev != nil {
-		select {
-		case <-d.prev.done:
-		case <-ctx.Done():
-			return nil
+		if !d.prev.hasEnded() {
+			return false // it signals when it ends
 		}
+		d.prev = nil
 	}
-	var st deliveryState
-	defer st.stopRetry(d)
-	for {
-		var retryC <-chan time.Time
-		if st.retry != nil {
-			retryC = st.retry.C
+	st := &d.st
+	d.mu.Lock()
+	next, rs, rm, held, target, due := d.pending, d.resync, d.removed, d.held, d.target, d.due
+	d.pending, d.resync, d.held = nil, false, false
+	d.mu.Unlock()
+	fired := st.timer != nil && due == st.gen // a stale timer's firing is not
+	switch {
+	case rm:
+		if !st.removing { // what it was delivering, and its retry, are over
+			st.stopTimer(d)
+			st.want, st.removing, st.attempt = nil, true, 0
+		} else if st.timer != nil && !fired {
+			return false // waiting to retry the removal
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-retryC:
-			st.retry = nil
-			d.env.retrying.Add(-1)
-		case <-d.wake:
-			d.mu.Lock()
-			next, rs, rm, held, target := d.pending, d.resync, d.removed, d.held, d.target
-			d.pending, d.resync, d.held = nil, false, false
-			d.mu.Unlock()
-			switch {
-			case rm:
-				st.stopRetry(d)
-				d.doRemove(ctx, target)
-				return nil
-			case held:
-				st.stopRetry(d)
-				st.want, st.resync, st.attempt = nil, false, 0
-				continue
-			case next != nil:
-				st.want, st.attempt = next, 0
-			}
-			st.resync = st.resync || rs
-			if st.want == nil || (next == nil && !rs) {
-				continue
-			}
-			st.stopRetry(d)
-		}
-		if !st.after(ctx, d, d.deliver(ctx, st.want, st.resync, st.attempt+1)) {
-			return nil
-		}
+		st.stopTimer(d)
+		return d.removeStep(ctx, target)
+	case held:
+		st.stopTimer(d)
+		st.want, st.resync, st.attempt = nil, false, 0
+		return false
+	case next != nil:
+		st.want, st.attempt = next, 0
 	}
+	st.resync = st.resync || rs
+	if st.want == nil || (next == nil && !rs && !fired) {
+		return false
+	}
+	st.stopTimer(d)
+	st.after(ctx, d, d.deliver(ctx, st.want, st.resync, st.attempt+1))
+	return false
 }
 
-// deliveryState is what a deliverer's loop carries between wake-ups: the
-// latest desire taken, a resync asked for, the failures of this delivery
-// and the timer of its retry.
+// deliveryState is what a deliverer carries between steps: the latest
+// desire taken, a resync asked for, the failures of this delivery (or
+// removal) and the timer of its retry.
 type deliveryState struct {
-	want    *desired
-	resync  bool
-	attempt int
-	retry   *time.Timer
+	want     *desired
+	resync   bool
+	attempt  int
+	timer    *time.Timer
+	gen      int  // the timer's generation
+	counted  bool // the timer is a delivery's retry, counted in Stats.Retrying
+	removing bool // the target is gone: attempt counts removals
 }
 
-func (st *deliveryState) stopRetry(d *deliverer) {
-	if st.retry != nil {
-		st.retry.Stop()
-		st.retry = nil
-		d.env.retrying.Add(-1)
+// retryIn schedules a step of d after delay.
+func (st *deliveryState) retryIn(d *deliverer, delay time.Duration, counted bool) {
+	st.stopTimer(d)
+	st.gen++
+	gen := st.gen
+	st.timer = time.AfterFunc(delay, func() {
+		d.mu.Lock()
+		d.due = gen
+		d.mu.Unlock()
+		d.signal()
+	})
+	st.counted = counted
+	if counted {
+		d.env.retrying.Add(1)
 	}
 }
 
-// after takes the outcome of a delivery; false means the loop ends.
-func (st *deliveryState) after(ctx context.Context, d *deliverer, err error) bool {
+func (st *deliveryState) stopTimer(d *deliverer) {
+	if st.timer != nil {
+		st.timer.Stop()
+		st.timer = nil
+		if st.counted {
+			d.env.retrying.Add(-1)
+		}
+	}
+}
+
+// after takes the outcome of a delivery.
+func (st *deliveryState) after(ctx context.Context, d *deliverer, err error) {
 	switch {
 	case err == nil:
 		st.resync, st.attempt = false, 0
 	case ctx.Err() != nil:
-		return false
 	case errors.Is(err, errHandedOff):
 		// Its new poller offers it again, here or on another replica.
 		st.want, st.resync, st.attempt = nil, false, 0
@@ -188,10 +238,8 @@ func (st *deliveryState) after(ctx context.Context, d *deliverer, err error) boo
 		st.resync, st.attempt = false, 0
 	default:
 		st.attempt++
-		st.retry = time.NewTimer(backoff.Delay(st.attempt, d.env.opts.retryMin, d.env.opts.retryMax))
-		d.env.retrying.Add(1)
+		st.retryIn(d, backoff.Delay(st.attempt, d.env.opts.retryMin, d.env.opts.retryMax), true)
 	}
-	return true
 }
 
 // deliver hands want to the sink unless its checkpoint says it has it.
@@ -356,14 +404,9 @@ func closeAll(fss ...fs.FS) {
 	}
 }
 
-// call hands c to the sink within the watcher's delivery limit.
+// call hands c to the sink (within the watcher's delivery limit: the
+// pool's workers).
 func (d *deliverer) call(ctx context.Context, c Change) (report any, took time.Duration, err error) {
-	select {
-	case d.env.deliverSem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, 0, ctx.Err()
-	}
-	defer func() { <-d.env.deliverSem }()
 	start := time.Now()
 	report, err = d.env.callSink(ctx, func(ctx context.Context) (any, error) { return safeDeliver(ctx, d.sink.sink, c) })
 	return report, time.Since(start), err
@@ -442,37 +485,32 @@ func safeDeliver(ctx context.Context, s Sink, c Change) (report any, err error) 
 	return nil, s.Deliver(ctx, c)
 }
 
-// doRemove tells a Remover sink, retrying with backoff while ctx lasts, and
-// forgets the checkpoint.
-func (d *deliverer) doRemove(ctx context.Context, t Target) {
+// removeStep makes one attempt at telling a Remover sink, and forgets the
+// checkpoint once it succeeded: true when the deliverer is done. A failed
+// attempt is reported and retried with backoff, in a later step; the
+// watcher stopping ends it where it is.
+func (d *deliverer) removeStep(ctx context.Context, t Target) bool {
 	w := d.env
 	ev := Event{Type: EventRemoved, Target: &t, Sink: d.sink.name, Remote: gitutil.RedactURL(t.URL)}
 	if rm, ok := as[Remover](d.sink.sink); ok {
-		for attempt := 1; ; attempt++ {
-			_, err := w.callSink(ctx, func(ctx context.Context) (_ any, err error) {
-				defer func() {
-					if p := recover(); p != nil {
-						err = fmt.Errorf("watcher: sink panicked: %v", p)
-					}
-				}()
-				return nil, rm.Remove(ctx, t)
-			})
-			ev.Attempt = attempt
-			if err == nil {
-				break
-			}
+		d.st.attempt++
+		_, err := w.callSink(ctx, func(ctx context.Context) (_ any, err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("watcher: sink panicked: %v", p)
+				}
+			}()
+			return nil, rm.Remove(ctx, t)
+		})
+		ev.Attempt = d.st.attempt
+		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return false
 			}
 			ev.Err = err
 			w.emit(ev)
-			timer := time.NewTimer(backoff.Delay(attempt, w.opts.retryMin, w.opts.retryMax))
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return
-			case <-timer.C:
-			}
+			d.st.retryIn(d, backoff.Delay(d.st.attempt, w.opts.retryMin, w.opts.retryMax), false)
+			return false
 		}
 	}
 	// Forgotten before it is reported, so observers see the final state.
@@ -481,4 +519,5 @@ func (d *deliverer) doRemove(ctx context.Context, t Target) {
 	}
 	ev.Err = nil
 	w.emit(ev)
+	return true
 }

@@ -11,14 +11,16 @@ import (
 // settings, its concurrency limits, its counters and where outcomes go;
 // not its routes, its remotes or its lock.
 type env struct {
-	opts       options
-	log        logr.Logger
-	listSem    chan struct{}
-	fetchSem   chan struct{}
-	deliverSem chan struct{}
-	retrying   atomic.Int64 // deliveries waiting to be retried
-	abandoned  atomic.Int64 // sink calls that ignored their ctx, still running
-	health     health
+	opts      options
+	log       logr.Logger
+	listSem   chan struct{}
+	fetchSem  chan struct{}
+	retrying  atomic.Int64 // deliveries waiting to be retried
+	abandoned atomic.Int64 // sink calls that ignored their ctx, still running
+	health    health
+	// pool runs the deliverers' steps (at most the delivery limit at once);
+	// set by Run before any deliverer starts.
+	pool *pool
 	// trigger is Watcher.Trigger: a deliverer whose commit the mirror lost
 	// asks for a poll with it.
 	trigger func(repoURL string) bool
@@ -29,12 +31,11 @@ type env struct {
 
 func newEnv(o options) *env {
 	return &env{
-		opts:       o,
-		log:        logr.Discard(), // Run takes it from its context
-		listSem:    make(chan struct{}, o.listLimit),
-		fetchSem:   make(chan struct{}, o.fetchLimit),
-		deliverSem: make(chan struct{}, o.deliverLimit),
-		health:     health{failing: map[string]string{}},
+		opts:     o,
+		log:      logr.Discard(), // Run takes it from its context
+		listSem:  make(chan struct{}, o.listLimit),
+		fetchSem: make(chan struct{}, o.fetchLimit),
+		health:   health{failing: map[string]string{}},
 	}
 }
 

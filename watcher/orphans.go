@@ -60,7 +60,7 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 			w.removing[dkey] = d
 			w.mu.Unlock()
 			d.remove()
-			w.group.Go(func() error { return d.run(ctx) })
+			w.env.pool.start(d)
 		}
 	}
 	return true

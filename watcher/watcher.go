@@ -145,7 +145,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.env.log = logr.FromContextOrDiscard(ctx).WithName("watcher")
 	g, gctx := errgroup.WithContext(ctx)
 	w.group = g
+	w.env.pool = newPool(gctx, w.opts.deliverLimit)
 	w.mu.Unlock()
+	defer w.env.pool.close() // after the group: its goroutines schedule
 
 	for _, r := range routes {
 		goPart(gctx, g, fmt.Sprintf("source of route %d", r.idx), func(ctx context.Context) error {
@@ -454,7 +456,7 @@ type remoteSpec struct {
 // reconcile brings pollers and deliverers in line with the routes' target
 // sets. It reports false when something must be retried.
 func (w *Watcher) reconcile(ctx context.Context) bool {
-	all := w.bindDeliverers(ctx)
+	all := w.bindDeliverers()
 	specs, credsOK := w.remoteSpecs(ctx, all)
 	others := map[string]bool{} // targets another replica polls
 	if sh := w.opts.shard; sh != nil {
@@ -487,7 +489,7 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 // bindDeliverers returns every target of every route with its deliverers,
 // one per sink: it starts those that are new and tells those no target
 // needs any more to remove.
-func (w *Watcher) bindDeliverers(ctx context.Context) []*bound {
+func (w *Watcher) bindDeliverers() []*bound {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var all []*bound
@@ -504,7 +506,7 @@ func (w *Watcher) bindDeliverers(ctx context.Context) []*bound {
 					d = newDeliverer(w.env, t, s, w.removing[dkey], nil)
 					d.finished = func() { w.removed(dkey, d) }
 					w.deliverers[dkey] = d
-					w.group.Go(func() error { return d.run(ctx) })
+					w.env.pool.start(d)
 				}
 				b.sinks = append(b.sinks, d)
 			}

@@ -1,0 +1,111 @@
+package watcher_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+// A target with nothing to deliver costs no goroutine: the deliverers'
+// steps run on a pool bounded by the delivery limit, whose workers end
+// when there is no work. 2,000 idle targets (two sinks each) run on as
+// many goroutines as 10 do.
+func TestIdleTargetsCostNoGoroutines(t *testing.T) {
+	idle := func(n int) int {
+		git, repo := memoryRemote()
+		repo.Commit(t, map[string]string{"f": "1"})
+		targets := make([]watcher.Target, n)
+		for i := range targets {
+			targets[i] = watcher.Target{ID: fmt.Sprint(i), URL: repo.URL()}
+		}
+		a, b := watchertest.NewSink("a"), watchertest.NewSink("b")
+		w := newWatcher(t, watchertest.NewObserver(), watcher.WithGit(git))
+		require.NoError(t, w.Route(watchertest.NewSource(targets...), a, b))
+		stop := watchertest.Run(t, w.Run)
+		defer stop()
+		a.WaitDelivered(t, n)
+		b.WaitDelivered(t, n)
+		return settled()
+	}
+	few := idle(10)
+	many := idle(2000)
+	assert.LessOrEqual(t, many, few+5, "goroutines of 2,000 idle targets (%d) against 10 (%d)", many, few)
+}
+
+// settled is the number of goroutines once it has stopped changing (the
+// pool's workers end a moment after the last step).
+func settled() int {
+	last, same := runtime.NumGoroutine(), 0
+	for range 500 {
+		time.Sleep(10 * time.Millisecond)
+		n := runtime.NumGoroutine()
+		if n == last {
+			if same++; same == 10 {
+				break
+			}
+			continue
+		}
+		last, same = n, 0
+	}
+	return last
+}
+
+// The pool runs at most the delivery limit of sink calls at once, and a
+// deliverer's calls one at a time, however many targets have work.
+func TestDeliveriesAreBoundedAndSerialPerTarget(t *testing.T) {
+	const limit, targets = 3, 50
+	git, repo := memoryRemote()
+	repo.Commit(t, map[string]string{"f": "1"})
+	var (
+		mu       sync.Mutex
+		inFlight = map[string]bool{}
+		now, top atomic.Int32
+	)
+	sink := watchertest.NewSink("rec")
+	sink.SetHook(func(_ context.Context, c watcher.Change) error {
+		mu.Lock()
+		overlap := inFlight[c.Target.ID]
+		inFlight[c.Target.ID] = true
+		mu.Unlock()
+		assert.False(t, overlap, "two calls at once for %s", c.Target.ID)
+		n := now.Add(1)
+		for m := top.Load(); n > m && !top.CompareAndSwap(m, n); m = top.Load() {
+		}
+		time.Sleep(time.Millisecond)
+		now.Add(-1)
+		mu.Lock()
+		inFlight[c.Target.ID] = false
+		mu.Unlock()
+		return nil
+	})
+	ts := make([]watcher.Target, targets)
+	for i := range ts {
+		ts[i] = watcher.Target{ID: fmt.Sprint(i), URL: repo.URL()}
+	}
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs, watcher.WithGit(git), watcher.WithConcurrency(watcher.Concurrency{Deliveries: limit}))
+	require.NoError(t, w.Route(watchertest.NewSource(ts...), sink))
+	start(t, w)
+	sink.WaitDelivered(t, targets)
+	for range 3 { // new commits while deliveries run: each target gets the latest
+		repo.Commit(t, map[string]string{"f": fmt.Sprint(time.Now().UnixNano())})
+		w.Trigger(repo.URL())
+	}
+	last := repo.Commit(t, map[string]string{"f": "last"})
+	pollNow(t, w, obs, repo.URL())
+	for _, tg := range ts {
+		sink.WaitCommit(t, tg.ID, last)
+	}
+	assert.LessOrEqual(t, top.Load(), int32(limit), "calls at once")
+	assert.Equal(t, int32(limit), top.Load(), "the limit is used")
+}
