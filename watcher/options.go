@@ -112,7 +112,9 @@ type Concurrency struct {
 	Lists int
 	// Fetches bounds fetches (default 4).
 	Fetches int
-	// Deliveries bounds sink calls (default 8).
+	// Deliveries bounds the deliveries and removals in progress at once
+	// (default 8): the workers of the pool a watcher's deliverers run on.
+	// A target with nothing to deliver holds none.
 	Deliveries int
 }
 

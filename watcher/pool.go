@@ -115,10 +115,3 @@ func (p *pool) close() {
 		d.finish()
 	}
 }
-
-// size is how many deliverers are in the pool and how many workers run.
-func (p *pool) size() (deliverers, workers int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.live), p.workers
-}
