@@ -86,9 +86,10 @@ func (d *deliverer) signal() {
 }
 
 // offer makes want the next thing to deliver, replacing any pending one.
-func (d *deliverer) offer(want desired) {
+// want is shared by the target's sinks and never written to.
+func (d *deliverer) offer(want *desired) {
 	d.mu.Lock()
-	d.pending, d.target, d.held = &want, want.target, false
+	d.pending, d.target, d.held = want, want.target, false
 	d.mu.Unlock()
 	d.signal()
 }

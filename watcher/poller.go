@@ -332,7 +332,7 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[strin
 			continue
 		}
 		r.env.targetPolled(j.p.b.t, r.redacted)
-		d := desired{
+		d := &desired{ // one for all the target's sinks
 			target: j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree,
 			mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
 		}

@@ -1,6 +1,7 @@
 // Command fleet measures what a watcher of many targets costs at steady
 // state (P10): 1,000 targets on 50 remotes of the real git server on
-// loopback, every target delivered once, then no-change polls. The watcher
+// loopback, every target delivered once, then no-change polls, then 35s
+// with none (-settle: a mirror empties its object cache when idle). The watcher
 // runs in a process of its own, which reports its resident memory, heap
 // and goroutines; the baseline is the same process watching nothing.
 //
@@ -38,15 +39,16 @@ type report struct {
 func main() {
 	child := flag.Bool("child", false, "internal: run the watcher of the targets read from stdin")
 	heap := flag.String("heap", "", "with -child: write a heap profile here at steady state")
+	settle := flag.Duration("settle", 35*time.Second, "how long after the last poll steady state is measured (a mirror's object cache empties after 30s without reads)")
 	remotes := flag.Int("remotes", 50, "remotes")
 	perRemote := flag.Int("per-remote", 20, "targets per remote")
 	out := flag.String("out", "", "also write the table to this file")
 	flag.Parse()
 	var err error
 	if *child {
-		err = runChild(*heap)
+		err = runChild(*heap, *settle)
 	} else {
-		err = run(*remotes, *perRemote, *out)
+		err = run(*remotes, *perRemote, *settle, *out)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
@@ -54,7 +56,7 @@ func main() {
 	}
 }
 
-func run(remotes, perRemote int, out string) (err error) {
+func run(remotes, perRemote int, settle time.Duration, out string) (err error) {
 	env := &gittest.Standalone{}
 	defer env.Close()
 	defer env.Recover(&err)
@@ -73,11 +75,11 @@ func run(remotes, perRemote int, out string) (err error) {
 	if err != nil {
 		return err
 	}
-	empty, err := measure(self, nil, "")
+	empty, err := measure(self, nil, "", settle)
 	if err != nil {
 		return err
 	}
-	full, err := measure(self, targets, os.Getenv("FLEET_HEAP"))
+	full, err := measure(self, targets, os.Getenv("FLEET_HEAP"), settle)
 	if err != nil {
 		return err
 	}
@@ -96,13 +98,13 @@ func run(remotes, perRemote int, out string) (err error) {
 }
 
 // measure runs a child watching targets and reads its report.
-func measure(self string, targets []watcher.Target, heap string) (report, error) {
+func measure(self string, targets []watcher.Target, heap string, settle time.Duration) (report, error) {
 	var r report
 	in, err := json.Marshal(targets)
 	if err != nil {
 		return r, err
 	}
-	cmd := exec.Command(self, "-child", "-heap", heap)
+	cmd := exec.Command(self, "-child", "-heap", heap, "-settle", settle.String())
 	cmd.Stdin = strings.NewReader(string(in))
 	cmd.Stderr = os.Stderr
 	outp, err := cmd.Output()
@@ -120,7 +122,7 @@ func measure(self string, targets []watcher.Target, heap string) (report, error)
 
 // runChild watches the targets on stdin until each is delivered, polls
 // every remote twice more with nothing new, and reports.
-func runChild(heap string) error {
+func runChild(heap string, settle time.Duration) error {
 	var targets []watcher.Target
 	if err := json.NewDecoder(os.Stdin).Decode(&targets); err != nil {
 		return err
@@ -171,6 +173,7 @@ func runChild(heap string) error {
 			return err
 		}
 	}
+	time.Sleep(settle) // no poll meanwhile: the interval is an hour
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
