@@ -50,9 +50,8 @@ type deliverer struct {
 	st         deliveryState
 	unreadable bool // an unreadable checkpoint was reported
 
-	pool      *pool
-	scheduled bool // queued or in a step; pool.mu
-	again     bool // told something during its step; pool.mu
+	pool  *pool // the watcher's deliveries
+	sched slot
 
 	mu         sync.Mutex
 	target     Target // the target as last seen, for Remove
@@ -66,7 +65,7 @@ type deliverer struct {
 }
 
 func newDeliverer(v *env, t Target, s namedSink, prev *deliverer, finished func()) *deliverer {
-	d := &deliverer{env: v, key: t.ID + "/" + s.name, sink: s, target: t, finished: finished}
+	d := &deliverer{env: v, key: t.ID + "/" + s.name, sink: s, target: t, finished: finished, pool: v.deliveries}
 	if prev != nil {
 		prev.mu.Lock()
 		if !prev.ended {
@@ -125,8 +124,12 @@ func (d *deliverer) hasEnded() bool {
 	return d.ended
 }
 
-// finish ends the deliverer: the one of its key waiting for it may start.
+func (d *deliverer) slot() *slot { return &d.sched }
+
+// finish ends the deliverer (its retry stopped): the one of its key
+// waiting for it may start.
 func (d *deliverer) finish() {
+	d.st.stopTimer(d)
 	d.mu.Lock()
 	d.ended = true
 	next := d.successors

@@ -18,9 +18,11 @@ type env struct {
 	retrying  atomic.Int64 // deliveries waiting to be retried
 	abandoned atomic.Int64 // sink calls that ignored their ctx, still running
 	health    health
-	// pool runs the deliverers' steps (at most the delivery limit at once);
-	// set by Run before any deliverer starts.
-	pool *pool
+	// deliveries runs the deliverers' steps (at most the delivery limit at
+	// once), polls the remotes' polls (at most the listing and fetch limits
+	// together: a poll that fetches still lets others list); set by
+	// Run before any starts.
+	deliveries, polls *pool
 	// trigger is Watcher.Trigger: a deliverer whose commit the mirror lost
 	// asks for a poll with it.
 	trigger func(repoURL string) bool

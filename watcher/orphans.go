@@ -60,7 +60,7 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 			w.removing[dkey] = d
 			w.mu.Unlock()
 			d.remove()
-			w.env.pool.start(d)
+			w.env.deliveries.start(d)
 		}
 	}
 	return true

@@ -14,7 +14,9 @@ import (
 )
 
 // remote polls one repository (URL and credentials) for all the targets on
-// it: one ref listing per cycle, a fetch only of what moved.
+// it: one ref listing per cycle, a fetch only of what moved. It has no
+// goroutine of its own: a poke or its timer schedules a poll on the
+// watcher's pool of polls (see pool).
 type remote struct {
 	env      *env
 	key      string // normalised URL and credential identity
@@ -23,12 +25,20 @@ type remote struct {
 	redacted string
 	dir      string // the mirror's, in the cache directory
 	mirror   Mirror
-	trigger  chan struct{}
+	ctx      context.Context // ends when the remote stops; set by start
 	cancel   context.CancelFunc
+	sched    slot
+
+	// Its steps only (one at a time).
+	timer    *time.Timer
+	gen      int // the timer's generation
+	failures int
 
 	mu      sync.Mutex
 	auth    *gitutil.Auth // the same identity, maybe a rotated secret
 	targets map[string]*polled
+	poked   bool // a poll is asked for now
+	due     int  // the timer of this generation fired
 }
 
 // polled is a target's state in its poller.
@@ -41,23 +51,46 @@ type polled struct {
 func newRemote(v *env, key, dir string, spec *remoteSpec, m Mirror) *remote {
 	r := &remote{
 		env: v, key: key, dir: dir, urlKey: spec.urlKey, url: spec.url, redacted: gitutil.RedactURL(spec.url),
-		auth: spec.auth, mirror: m, trigger: make(chan struct{}, 1), targets: map[string]*polled{},
+		auth: spec.auth, mirror: m, targets: map[string]*polled{}, poked: true, // the first poll is at once
 	}
 	for k, b := range spec.targets {
-		r.targets[k] = &polled{b: b} // the first poll starts at once anyway
+		r.targets[k] = &polled{b: b}
 	}
 	return r
 }
 
+// start starts polling, on ctx (a poll's desires are delivered while it
+// lasts: see desired.live).
+func (r *remote) start(ctx context.Context) {
+	r.ctx, r.cancel = context.WithCancel(ctx)
+	r.env.polls.start(r)
+}
+
 // poke asks for a poll now; pokes during a poll coalesce into one more.
 func (r *remote) poke() {
-	select {
-	case r.trigger <- struct{}{}:
-	default:
+	r.mu.Lock()
+	r.poked = true
+	r.mu.Unlock()
+	if r.ctx != nil {
+		r.env.polls.schedule(r)
 	}
 }
 
+// stop ends the remote: a poll in progress is cancelled, and no other
+// starts.
 func (r *remote) stop() {
+	if r.cancel != nil {
+		r.cancel()
+		r.env.polls.schedule(r) // its step sees it and ends it
+	}
+}
+
+func (r *remote) slot() *slot { return &r.sched }
+
+func (r *remote) finish() {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
 	if r.cancel != nil {
 		r.cancel()
 	}
@@ -81,6 +114,13 @@ func (r *remote) currentAuth() *gitutil.Auth {
 // secret of the same identity is used from the next poll on); new or
 // changed targets are polled at once.
 func (r *remote) setTargets(auth *gitutil.Auth, ts map[string]*bound) {
+	if r.retarget(auth, ts) {
+		r.poke()
+	}
+}
+
+// retarget is setTargets under r.mu; true when a target is new or changed.
+func (r *remote) retarget(auth *gitutil.Auth, ts map[string]*bound) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.auth = auth
@@ -95,9 +135,7 @@ func (r *remote) setTargets(auth *gitutil.Auth, ts map[string]*bound) {
 		poll = true
 	}
 	r.targets = next
-	if poll {
-		r.poke()
-	}
+	return poll
 }
 
 func (r *remote) interval() time.Duration {
@@ -112,40 +150,53 @@ func (r *remote) interval() time.Duration {
 	return max(d, r.env.opts.minInterval)
 }
 
-func (r *remote) run(ctx context.Context) error {
-	log := r.env.log.WithValues("remote", r.redacted)
-	timer := time.NewTimer(0)
-	defer func() { timer.Stop() }()
-	failures := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-		case <-r.trigger:
-			timer.Stop()
-		}
-		iv := r.interval()
-		wait := backoff.Jitter(iv, r.env.opts.jitter)
-		if err := r.poll(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			failures++
-			wait = max(iv, backoff.Delay(failures, r.env.opts.retryMin, r.env.opts.retryMax))
-			if failures == 1 {
-				log.Error(err, "poll failed", "retryIn", wait)
-			} else {
-				log.V(1).Info("poll failed again", "error", err.Error(), "failures", failures, "retryIn", wait)
-			}
-		} else {
-			if failures > 0 {
-				log.Info("poll recovered", "failures", failures)
-			}
-			failures = 0
-		}
-		timer = time.NewTimer(wait)
+// step polls when a poll is due (asked for, or its timer fired), then sets
+// the timer for the next: the interval, with jitter, or a backoff after a
+// failure. It reports whether the remote has stopped.
+func (r *remote) step(context.Context) bool {
+	ctx := r.ctx
+	if ctx.Err() != nil {
+		return true
 	}
+	r.mu.Lock()
+	poked, due := r.poked, r.due
+	r.poked = false
+	r.mu.Unlock()
+	if !poked && (r.timer == nil || due != r.gen) {
+		return false // a stale timer's firing
+	}
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	iv := r.interval()
+	wait := backoff.Jitter(iv, r.env.opts.jitter)
+	if err := r.poll(ctx); err != nil {
+		if ctx.Err() != nil {
+			return true
+		}
+		r.failures++
+		wait = max(iv, backoff.Delay(r.failures, r.env.opts.retryMin, r.env.opts.retryMax))
+		log := r.env.log.WithValues("remote", r.redacted)
+		if r.failures == 1 {
+			log.Error(err, "poll failed", "retryIn", wait)
+		} else {
+			log.V(1).Info("poll failed again", "error", err.Error(), "failures", r.failures, "retryIn", wait)
+		}
+	} else {
+		if r.failures > 0 {
+			r.env.log.Info("poll recovered", "remote", r.redacted, "failures", r.failures)
+		}
+		r.failures = 0
+	}
+	r.gen++
+	gen := r.gen
+	r.timer = time.AfterFunc(wait, func() {
+		r.mu.Lock()
+		r.due = gen
+		r.mu.Unlock()
+		r.env.polls.schedule(r)
+	})
+	return false
 }
 
 // poll runs one cycle: list refs once, resolve every target, fetch what the

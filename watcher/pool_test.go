@@ -42,6 +42,31 @@ func TestIdleTargetsCostNoGoroutines(t *testing.T) {
 	assert.LessOrEqual(t, many, few+5, "goroutines of 2,000 idle targets (%d) against 10 (%d)", many, few)
 }
 
+// A remote between polls costs no goroutine either: polls run on a pool
+// bounded by the listing and fetch limits. 500 remotes run on as many
+// goroutines as 5.
+func TestIdleRemotesCostNoGoroutines(t *testing.T) {
+	idle := func(n int) int {
+		git := watchertest.NewGit()
+		targets := make([]watcher.Target, n)
+		for i := range targets {
+			remote := git.Remote(fmt.Sprintf("https://git.example/g/r%d.git", i))
+			remote.Commit(t, map[string]string{"f": "1"})
+			targets[i] = watcher.Target{ID: fmt.Sprint(i), URL: remote.URL()}
+		}
+		sink := watchertest.NewSink("rec")
+		w := newWatcher(t, watchertest.NewObserver(), watcher.WithGit(git))
+		require.NoError(t, w.Route(watchertest.NewSource(targets...), sink))
+		stop := watchertest.Run(t, w.Run)
+		defer stop()
+		sink.WaitDelivered(t, n)
+		return settled()
+	}
+	few := idle(5)
+	many := idle(500)
+	assert.LessOrEqual(t, many, few+5, "goroutines of 500 idle remotes (%d) against 5 (%d)", many, few)
+}
+
 // settled is the number of goroutines once it has stopped changing (the
 // pool's workers end a moment after the last step).
 func settled() int {

@@ -145,9 +145,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.env.log = logr.FromContextOrDiscard(ctx).WithName("watcher")
 	g, gctx := errgroup.WithContext(ctx)
 	w.group = g
-	w.env.pool = newPool(gctx, w.opts.deliverLimit)
+	w.env.deliveries = newPool(gctx, w.opts.deliverLimit)
+	w.env.polls = newPool(gctx, w.opts.listLimit+w.opts.fetchLimit)
 	w.mu.Unlock()
-	defer w.env.pool.close() // after the group: its goroutines schedule
+	// After the group, whose goroutines schedule; polls first, which offer.
+	defer w.env.deliveries.close()
+	defer w.env.polls.close()
 
 	for _, r := range routes {
 		goPart(gctx, g, fmt.Sprintf("source of route %d", r.idx), func(ctx context.Context) error {
@@ -506,7 +509,7 @@ func (w *Watcher) bindDeliverers() []*bound {
 					d = newDeliverer(w.env, t, s, w.removing[dkey], nil)
 					d.finished = func() { w.removed(dkey, d) }
 					w.deliverers[dkey] = d
-					w.env.pool.start(d)
+					w.env.deliveries.start(d)
 				}
 				b.sinks = append(b.sinks, d)
 			}
@@ -599,9 +602,7 @@ func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec
 			continue
 		}
 		w.remotes[key] = r
-		rctx, cancel := context.WithCancel(ctx)
-		r.cancel = cancel
-		w.group.Go(func() error { return r.run(rctx) })
+		r.start(ctx)
 		changed = true
 	}
 	if changed {
