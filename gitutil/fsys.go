@@ -109,7 +109,7 @@ func (m *Mirror) newTreeFS(commit plumbing.Hash, sel Selection, s *selector) (f 
 	}
 	// The packs of now, with their indexes shared with the views before:
 	// a fetch or repack later does not change what it reads.
-	st, err := newPackView(m.dir, &m.indexes, m.replaced, &m.treesRead, cache.NewObjectLRU(8*cache.MiByte), false)
+	st, err := newPackView(m.dir, &m.indexes, m.replaced, &m.treesRead, newObjectLRU(8*cache.MiByte), false)
 	if err != nil {
 		return nil, nil, nil, m.readFailed(gen, err)
 	}

@@ -22,7 +22,7 @@ type mirrorStore struct {
 
 // newMirrorStore opens the store of the mirror in m.dir.
 func (m *Mirror) newMirrorStore() (*mirrorStore, error) {
-	objects := newIdleCache(cache.NewObjectLRUDefault(), mirrorCacheIdle)
+	objects := newIdleCache(newObjectLRU(cache.DefaultMaxSize), mirrorCacheIdle)
 	v, err := newPackView(m.dir, &m.indexes, nil, &m.treesRead, objects, true)
 	if err != nil {
 		return nil, err
