@@ -110,7 +110,9 @@ type Concurrency struct {
 	// Lists bounds ref listings (default 16), so that a watcher of many
 	// repositories starting up does not send its hosting provider a burst.
 	Lists int
-	// Fetches bounds fetches (default 4).
+	// Fetches bounds fetches (default 4). Lists + Fetches bound the polls
+	// in progress: the workers of the pool remotes poll on (a remote
+	// between polls holds none).
 	Fetches int
 	// Deliveries bounds the deliveries and removals in progress at once
 	// (default 8): the workers of the pool a watcher's deliverers run on.
