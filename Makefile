@@ -16,7 +16,7 @@ TEST_FLAGS  ?= -race -count=1 -timeout 20m
 # examples, the test control plane's harness).
 PKGS        := github.com/modwatch/modwatch/...
 
-.PHONY: test vet staticcheck api testbin quickstart fmt clean-testbin bench tidy release
+.PHONY: test vet staticcheck api testbin quickstart fmt clean-testbin bench bench-scale tidy release
 
 # The release checks (internal/release: consumers built at three Kubernetes
 # minors, a release resolved through a module proxy) are builds, minutes of
@@ -82,8 +82,10 @@ quickstart:
 # also written to bench-results/table.md. Then the soak and head-of-line
 # table (S1, S2, H1; about 25 minutes) in bench-results/soak.md, the
 # wide-tree table (sink/dir vs git archive | tar -x) in
-# bench-results/widetree.md, a watcher of 1,000 targets at steady state in
-# bench-results/fleet.md, the apply sink against the test control plane
+# bench-results/widetree.md, a watcher at steady state of 1,000 targets
+# (50 remotes) and of 10,000 (100 and 1,000 remotes) in
+# bench-results/fleet*.md (make bench-scale adds 100,000 targets on 10,000
+# remotes: about ten minutes), the apply sink against the test control plane
 # (500 objects: initial, one changed, resync), push → Flux artifact on
 # the real source-controller, hinted vs its interval, and the failover of
 # a crashed replica (time to the lease duration, deliveries made again).
@@ -92,6 +94,8 @@ bench: testbin
 	$(GO) run ./internal/bench/soak -out bench-results/soak.md
 	$(GO) run ./internal/bench/widetree -out bench-results/widetree.md
 	$(GO) run ./internal/bench/fleet -out bench-results/fleet.md
+	$(GO) run ./internal/bench/fleet -remotes 100 -per-remote 100 -out bench-results/fleet-10k-100.md
+	$(GO) run ./internal/bench/fleet -remotes 1000 -per-remote 10 -out bench-results/fleet-10k-1000.md
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkApply500 -benchtime 5x ./internal/testenv/sink/apply/ | tee bench-results/apply.txt
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkPushToArtifact -benchtime 5x ./internal/testenv/sink/fluxreceiver/ | tee bench-results/fluxartifact.txt
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkFailover -benchtime 2x ./internal/testenv/watcher/cluster/ | tee bench-results/failover.txt
@@ -106,3 +110,8 @@ fmt:
 # and the module gets the result without those replaces.
 tidy:
 	$(GO) run ./internal/release/cmd/release -tidy
+
+# The fleet at 100,000 targets on 10,000 remotes (about ten minutes, half
+# of it making the repositories).
+bench-scale:
+	$(GO) run ./internal/bench/fleet -remotes 10000 -per-remote 10 -out bench-results/fleet-100k.md
