@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/modwatch/modwatch/internal/bench/harness"
@@ -34,6 +35,9 @@ type report struct {
 	RSS, HWM, Heap int64
 	Goroutines     int
 	Delivered      int64
+	// CycleWall and CycleCPU are a no-change cycle's wall time and the
+	// process's CPU time (user and system) in it, the mean of two cycles.
+	CycleWall, CycleCPU time.Duration
 }
 
 func main() {
@@ -93,6 +97,8 @@ func run(remotes, perRemote int, settle time.Duration, out string) (err error) {
 		harness.NewRow("P10", "heap in use at steady state / per target", mib(full.Heap)+" / "+kib((full.Heap-empty.Heap)/n), mib(empty.Heap), "", ""),
 		harness.NewRow("P10", "goroutines / per target", fmt.Sprintf("%d / %.2f", full.Goroutines, float64(full.Goroutines-empty.Goroutines)/float64(n)), fmt.Sprint(empty.Goroutines), "", ""),
 		harness.NewRow("P10", "peak RSS", mib(full.HWM), mib(empty.HWM), fmt.Sprintf("%.2f", float64(full.HWM)/float64(empty.HWM)), ""),
+		harness.NewRow("P10", "no-change cycle (every remote listed): wall / client CPU / client CPU per remote",
+			fmt.Sprintf("%s / %s / %s", full.CycleWall.Round(time.Millisecond), full.CycleCPU.Round(time.Millisecond), (full.CycleCPU/time.Duration(remotes)).Round(time.Microsecond)), "", "", ""),
 	}
 	return harness.PrintTable(rows, out)
 }
@@ -164,6 +170,7 @@ func runChild(heap string, settle time.Duration) error {
 		return err
 	}
 	urls, _ := w.Remotes()
+	wall, cpu := time.Now(), cpuTime()
 	for range 2 {
 		before := polled.Load()
 		for _, u := range urls {
@@ -173,11 +180,12 @@ func runChild(heap string, settle time.Duration) error {
 			return err
 		}
 	}
+	cycleWall, cycleCPU := time.Since(wall)/2, (cpuTime()-cpu)/2
 	time.Sleep(settle) // no poll meanwhile: the interval is an hour
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	r := report{Heap: int64(ms.HeapInuse), Goroutines: runtime.NumGoroutine(), Delivered: delivered.Load()}
+	r := report{Heap: int64(ms.HeapInuse), Goroutines: runtime.NumGoroutine(), Delivered: delivered.Load(), CycleWall: cycleWall, CycleCPU: cycleCPU}
 	r.RSS, r.HWM = procStatus("VmRSS"), procStatus("VmHWM")
 	if heap != "" {
 		f, err := os.Create(heap)
@@ -209,4 +217,13 @@ func procStatus(key string) int64 {
 		}
 	}
 	return 0
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
