@@ -95,6 +95,8 @@ func TestDeliveriesAreBoundedAndSerialPerTarget(t *testing.T) {
 		mu       sync.Mutex
 		inFlight = map[string]bool{}
 		now, top atomic.Int32
+		full     = make(chan struct{})
+		fullOnce sync.Once
 	)
 	sink := watchertest.NewSink("rec")
 	sink.SetHook(func(_ context.Context, c watcher.Change) error {
@@ -106,7 +108,17 @@ func TestDeliveriesAreBoundedAndSerialPerTarget(t *testing.T) {
 		n := now.Add(1)
 		for m := top.Load(); n > m && !top.CompareAndSwap(m, n); m = top.Load() {
 		}
-		time.Sleep(time.Millisecond)
+		// The first calls wait until the limit of them run at once: a pool
+		// that ran fewer would never get there.
+		if n == limit {
+			fullOnce.Do(func() { close(full) })
+		}
+		select {
+		case <-full:
+		case <-time.After(10 * time.Second):
+			t.Errorf("the pool never ran %d calls at once (at most %d)", limit, top.Load())
+			fullOnce.Do(func() { close(full) })
+		}
 		now.Add(-1)
 		mu.Lock()
 		inFlight[c.Target.ID] = false
