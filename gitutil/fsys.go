@@ -401,7 +401,12 @@ func (f *treeFS) open(h plumbing.Hash) (io.ReadCloser, error) {
 func (f *treeFS) openLocked(h plumbing.Hash) (io.ReadCloser, error) {
 	b, err := object.GetBlob(f.st, h)
 	if err != nil {
-		return nil, err
+		if err := f.fetched(h, err); err != nil {
+			return nil, err
+		}
+		if b, err = object.GetBlob(f.st, h); err != nil {
+			return nil, err
+		}
 	}
 	return b.Reader()
 }
@@ -410,6 +415,11 @@ func (f *treeFS) info(n node) (fileInfo, error) {
 	fi := fileInfo{name: n.name, mode: goMode(n.mode), modTime: f.modTime}
 	if !n.isDir {
 		size, err := f.st.EncodedObjectSize(n.hash)
+		if err != nil {
+			if err = f.fetched(n.hash, err); err == nil {
+				size, err = f.st.EncodedObjectSize(n.hash)
+			}
+		}
 		if err != nil {
 			return fi, f.fail(err)
 		}

@@ -75,7 +75,7 @@ func listV2(ctx context.Context, repoURL string, topts transportOptions, a *Auth
 	if err != nil {
 		return RefList{}, err
 	}
-	if !caps["ls-refs"] {
+	if _, ok := caps["ls-refs"]; !ok {
 		return RefList{}, errNoV2
 	}
 	refs, err := lsRefs(ctx, client, base, a, prefixes)
@@ -133,7 +133,7 @@ func setV2Headers(req *http.Request, a *Auth) {
 
 // readV2Caps reads the capability advertisement of resp (protov2.ReadCaps)
 // after its HTTP status.
-func readV2Caps(resp *http.Response) (map[string]bool, error) {
+func readV2Caps(resp *http.Response) (map[string]string, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return nil, &httpStatusError{resp.StatusCode, "info/refs: " + resp.Status}

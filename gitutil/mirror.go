@@ -74,6 +74,17 @@ type MirrorOptions struct {
 	// repacks it into one (0: [DefaultRepackPacks]; negative: never). Each
 	// incremental fetch adds a pack.
 	RepackPacks int
+	// Partial makes an empty mirror partial when the remote allows it
+	// (protocol version 2 over HTTP(S), uploadpack.allowFilter, as GitHub
+	// and GitLab do): [Mirror.FetchListed] then brings commits and trees
+	// only (git's --filter=blob:none), and files come with
+	// [Mirror.FetchPaths], for the paths a caller reads, or one by one
+	// when a file system reads one the mirror lacks. A remote that does
+	// not allow filters gets a full mirror, without an error. It needs
+	// GitCLI (go-git cannot repack a mirror that lacks files) and full
+	// history (FirstFetchDepth 0). A mirror stays what its first fetch made
+	// it (git's remote.origin.promisor in its configuration says so).
+	Partial bool
 }
 
 // Mirror is a bare repository on disk that mirrors the refs of one remote
@@ -118,6 +129,11 @@ type Mirror struct {
 	// verified holds the files of the store that its verification read
 	// whole and found sound, as they were then (see verifyStore).
 	verified map[string]fileStamp
+	// partial is set when the mirror holds only the files it was asked for
+	// (see MirrorOptions.Partial); lastAuth are the credentials of its last
+	// fetch, in memory only, with which a read fetches a file it lacks.
+	partial  bool
+	lastAuth *Auth
 }
 
 // TreesRead counts the tree objects read from the mirror since it was
@@ -182,6 +198,7 @@ func OpenMirror(dir, repoURL string, opts MirrorOptions) (*Mirror, error) {
 				rebuilt = fmt.Errorf("not a bare repository")
 			} else {
 				m.repo = repo
+				m.partial = m.readPartial()
 			}
 		case errors.Is(err, git.ErrRepositoryNotExists) && isEmptyDir(dir):
 		default:
@@ -251,7 +268,7 @@ func (m *Mirror) reinit() error {
 		return fmt.Errorf("gitutil: init mirror %s: %w", m.dir, err)
 	}
 	m.repo = repo
-	m.broken = nil
+	m.broken, m.partial = nil, false
 	clear(m.verified)
 	clear(m.replaced)
 	clear(m.trees[:])
@@ -277,6 +294,7 @@ func (m *Mirror) fetchRefs(ctx context.Context, auth *Auth, refs []string, liste
 	defer cancel()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.lastAuth = auth
 
 	res := FetchResult{Refs: map[string]Hash{}, Rebuilt: m.rebuilt}
 	m.rebuilt = nil
@@ -346,6 +364,15 @@ func (m *Mirror) verify(refs []string, res *FetchResult) error {
 func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []string, listed map[string]plumbing.Hash) (bool, error) {
 	if len(refs) == 0 {
 		return false, nil
+	}
+	if listed != nil && m.partialCapable() {
+		fetched, taken, err := m.fetchFiltered(ctx, topts, listed)
+		if taken && (err == nil || ctx.Err() != nil) {
+			return fetched, err
+		}
+		// A remote that does not allow filters, or a filtered fetch that
+		// failed: fetch as a full mirror does (a partial mirror gets the
+		// files of the new commits with them).
 	}
 	if listed != nil && m.directFetchable() {
 		fetched, err := m.fetchDirect(ctx, topts, listed)
@@ -467,7 +494,11 @@ func (w progressWriter) Write(p []byte) (int, error) {
 // already there.
 func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, c Hash) (FetchResult, error) {
 	commit := plumbing.Hash(c)
-	if m.HasCommit(c) {
+	m.mu.Lock()
+	_, err := m.repo.CommitObject(commit)
+	present := m.broken == nil && err == nil
+	m.mu.Unlock()
+	if present {
 		return FetchResult{}, nil
 	}
 	name := "refs/modwatch/commits/" + commit.String()
@@ -540,16 +571,17 @@ func (m *Mirror) refCommit(name string) (plumbing.Hash, error) {
 }
 
 // HasCommit reports whether commit is in the mirror. A mirror found
-// damaged has nothing until a [Mirror.Fetch] rebuilds it.
+// damaged has nothing until a [Mirror.Fetch] rebuilds it. It looks the
+// name up in the pack indexes (and loose objects) without reading the
+// object, as a poll asks it of every target: an object of that name that
+// is not a commit fails when it is read as one.
 func (m *Mirror) HasCommit(c Hash) bool {
-	commit := plumbing.Hash(c)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.broken != nil {
 		return false
 	}
-	_, err := m.repo.CommitObject(commit)
-	return err == nil
+	return m.repo.Storer.HasEncodedObject(plumbing.Hash(c)) == nil
 }
 
 // commit reads a commit; callers hold m.mu.

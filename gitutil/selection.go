@@ -372,8 +372,17 @@ func (m *Mirror) selectedHash(b *budget, s *selector, h plumbing.Hash, t *object
 
 // blob reads a whole blob of the mirror, at most maxIgnoreFile+1 bytes;
 // callers hold m.mu.
-func (m *Mirror) blob(h plumbing.Hash) ([]byte, error) {
+func (m *Mirror) blob(h plumbing.Hash) ([]byte, error) { return m.blobUpTo(h, maxIgnoreFile) }
+
+// blobUpTo reads a whole blob of the mirror, at most limit+1 bytes
+// (fetching it into a partial mirror that lacks it); callers hold m.mu.
+func (m *Mirror) blobUpTo(h plumbing.Hash, limit int64) ([]byte, error) {
 	b, err := m.repo.BlobObject(h)
+	if err != nil {
+		if err = m.lazyBlob(h, err); err == nil {
+			b, err = m.repo.BlobObject(h)
+		}
+	}
 	if err != nil {
 		return nil, m.markCorrupt(err)
 	}
@@ -383,7 +392,7 @@ func (m *Mirror) blob(h plumbing.Hash) ([]byte, error) {
 	}
 	defer r.Close()
 	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(io.LimitReader(r, maxIgnoreFile+1)); err != nil {
+	if _, err := buf.ReadFrom(io.LimitReader(r, limit+1)); err != nil {
 		return nil, m.markCorrupt(err)
 	}
 	return buf.Bytes(), nil

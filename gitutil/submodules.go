@@ -2,9 +2,7 @@ package gitutil
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"path"
 	"slices"
@@ -85,24 +83,21 @@ func (m *Mirror) Submodules(ctx context.Context, h Hash, sel Selection) ([]Submo
 // gitmodules parses the .gitmodules of root, the tree of commit, at most
 // maxGitmodules bytes; nil without one.
 func (m *Mirror) gitmodules(commit plumbing.Hash, root *object.Tree) (*config.Modules, error) {
-	f, err := root.File(".gitmodules")
-	if errors.Is(err, object.ErrFileNotFound) {
+	var e *object.TreeEntry
+	for i := range root.Entries {
+		if root.Entries[i].Name == ".gitmodules" {
+			e = &root.Entries[i]
+		}
+	}
+	if e == nil || !e.Mode.IsFile() || e.Mode == filemode.Symlink {
 		return nil, nil
 	}
+	data, err := m.blobUpTo(e.Hash, maxGitmodules)
 	if err != nil {
-		return nil, m.markCorrupt(err)
+		return nil, err
 	}
-	if f.Size > maxGitmodules {
+	if len(data) > maxGitmodules {
 		return nil, fmt.Errorf("gitutil: .gitmodules at %s is larger than %d bytes", commit, maxGitmodules)
-	}
-	r, err := f.Reader()
-	if err != nil {
-		return nil, m.markCorrupt(err)
-	}
-	data, err := io.ReadAll(io.LimitReader(r, maxGitmodules))
-	r.Close()
-	if err != nil {
-		return nil, m.markCorrupt(err)
 	}
 	mods := config.NewModules()
 	if err := mods.Unmarshal(data); err != nil {

@@ -39,6 +39,7 @@ type Watcher struct {
 	started    bool
 	group      *errgroup.Group
 	remotes    map[string]*remote    // by remote key
+	byURL      map[string][]*remote  // w.remotes by URL key, for hints
 	remotesGen chan struct{}         // closed and replaced when remotes change
 	deliverers map[string]*deliverer // by route, target and sink
 	removing   map[string]*deliverer // deliverers told to remove, until done
@@ -227,14 +228,10 @@ func (w *Watcher) Trigger(repoURL string) bool {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	matched := false
-	for _, r := range w.remotes {
-		if r.urlKey == key {
-			r.poke()
-			matched = true
-		}
+	for _, r := range w.byURL[key] {
+		r.poke()
 	}
-	return matched
+	return len(w.byURL[key]) > 0
 }
 
 // Remotes returns the repositories being polled (one URL per remote, with
@@ -608,6 +605,10 @@ func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec
 	if changed {
 		close(w.remotesGen)
 		w.remotesGen = make(chan struct{})
+		w.byURL = make(map[string][]*remote, len(w.remotes))
+		for _, r := range w.remotes {
+			w.byURL[r.urlKey] = append(w.byURL[r.urlKey], r)
+		}
 	}
 	return failed
 }

@@ -1,6 +1,7 @@
 // Package protov2 speaks the parts of git's wire protocol version 2 that a
-// ref listing needs: the capability advertisement and the ls-refs command,
-// in pkt-lines. The HTTP requests, their credentials and timeouts are the
+// ref listing and a partial mirror need: the capability advertisement, the
+// ls-refs command, and the fetch command (with a filter, or of objects by
+// name), in pkt-lines. The HTTP requests, their credentials and timeouts are the
 // caller's (gitutil.ListRefs); what comes back is hostile input, read
 // within the caller's limits and refused when malformed.
 package protov2
@@ -10,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -47,11 +49,12 @@ func LsRefsRequest(prefixes []string) []byte {
 }
 
 // ReadCaps reads a version 2 capability advertisement and returns the
-// capabilities' names; ErrNoV2 when the server answered in an older
-// version.
-func ReadCaps(r io.Reader) (map[string]bool, error) {
+// capabilities by name, each with its value ("" when it has none: "fetch"
+// of "fetch=shallow filter" is "shallow filter"); ErrNoV2 when the server
+// answered in an older version.
+func ReadCaps(r io.Reader) (map[string]string, error) {
 	s := pktline.NewScanner(r)
-	caps := map[string]bool{}
+	caps := map[string]string{}
 	version2 := false
 	for s.Scan() {
 		line := strings.TrimSuffix(string(s.Bytes()), "\n")
@@ -62,8 +65,8 @@ func ReadCaps(r io.Reader) (map[string]bool, error) {
 		case !version2:
 			return nil, ErrNoV2 // a version 0 advertisement: refs
 		default:
-			name, _, _ := strings.Cut(line, "=")
-			caps[name] = true
+			name, value, _ := strings.Cut(line, "=")
+			caps[name] = value
 		}
 	}
 	if err := s.Err(); err != nil {
@@ -118,4 +121,66 @@ func ParseLsRefs(r io.Reader) (Refs, error) {
 		return Refs{}, fmt.Errorf("ls-refs: %w", err)
 	}
 	return Refs{}, errors.New("ls-refs: the answer ended without a flush-pkt")
+}
+
+// HasFeature reports whether a capability's value, a list of features
+// apart by spaces, names feature ("filter" in "shallow filter").
+func HasFeature(value, feature string) bool {
+	return slices.Contains(strings.Fields(value), feature)
+}
+
+// FetchRequest is the body of a fetch command for wants, the objects the
+// mirror has named by haves, and filter (a filter-spec such as
+// "blob:none"; "" for none), sent with "done": the server answers with the
+// pack at once, without a negotiation. The pack may be thin (with haves)
+// and use offset deltas; progress comes on its side band.
+func FetchRequest(wants, haves []plumbing.Hash, filter string) []byte {
+	var body bytes.Buffer
+	enc := pktline.NewEncoder(&body)
+	_ = enc.EncodeString("command=fetch\n", "agent=modwatch\n")
+	body.WriteString("0001")
+	_ = enc.EncodeString("ofs-delta\n")
+	if len(haves) > 0 {
+		_ = enc.EncodeString("thin-pack\n")
+	}
+	for _, w := range wants {
+		_ = enc.Encodef("want %s\n", w)
+	}
+	for _, h := range haves {
+		_ = enc.Encodef("have %s\n", h)
+	}
+	if filter != "" {
+		_ = enc.Encodef("filter %s\n", filter)
+	}
+	_ = enc.EncodeString("done\n")
+	_ = enc.Flush()
+	return body.Bytes()
+}
+
+// ErrRemote is an error the server sent in its answer ("ERR ...").
+var ErrRemote = errors.New("the server answered with an error")
+
+// ReadToPackfile reads a fetch answer (to a request with "done" and
+// without shallow or wanted refs, whose answer has no other section) up
+// to its packfile section: what r holds next is the pack, in side-band
+// pkt-lines (see go-git's sideband.Demuxer), up to a flush-pkt.
+func ReadToPackfile(r io.Reader) error {
+	s := pktline.NewScanner(r)
+	if !s.Scan() {
+		var remote *pktline.ErrorLine
+		if err := s.Err(); errors.As(err, &remote) {
+			return fmt.Errorf("fetch: %w: %.200s", ErrRemote, remote.Text)
+		} else if err != nil {
+			return fmt.Errorf("fetch: %w", err)
+		}
+		return errors.New("fetch: the answer ended before its pack")
+	}
+	line := strings.TrimSuffix(string(s.Bytes()), "\n")
+	switch {
+	case line == "packfile":
+		return nil
+	case strings.HasPrefix(line, "ERR "):
+		return fmt.Errorf("fetch: %w: %.200s", ErrRemote, strings.TrimPrefix(line, "ERR "))
+	}
+	return fmt.Errorf("fetch: unexpected section %.200q", line)
 }

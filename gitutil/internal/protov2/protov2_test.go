@@ -3,6 +3,7 @@ package protov2_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -51,7 +52,10 @@ func TestReadCaps(t *testing.T) {
 	v2 := pkt("# service=git-upload-pack\n") + "0000" + pkt("version 2\n") + pkt("agent=git/2.39\n") + pkt("ls-refs=unborn\n") + pkt("fetch=shallow\n") + "0000"
 	caps, err := protov2.ReadCaps(strings.NewReader(v2))
 	require.NoError(t, err)
-	assert.Equal(t, map[string]bool{"agent": true, "ls-refs": true, "fetch": true}, caps)
+	assert.Equal(t, map[string]string{"agent": "git/2.39", "ls-refs": "unborn", "fetch": "shallow"}, caps)
+	assert.False(t, protov2.HasFeature(caps["fetch"], "filter"))
+	assert.True(t, protov2.HasFeature("shallow wait-for-done filter", "filter"))
+	assert.False(t, protov2.HasFeature("shallow filtered", "filter"), "a feature is a whole word")
 
 	v0 := pkt("# service=git-upload-pack\n") + "0000" + pkt(strings.Repeat("a", 40)+" HEAD\x00multi_ack\n") + "0000"
 	_, err = protov2.ReadCaps(strings.NewReader(v0))
@@ -78,6 +82,50 @@ func FuzzParseLsRefs(f *testing.F) {
 		refs, err := protov2.ParseLsRefs(strings.NewReader(body))
 		if err == nil && (refs.Refs == nil || refs.Peeled == nil) {
 			t.Fatalf("accepted %q without maps", body)
+		}
+	})
+}
+
+// A fetch request: arguments after the delim-pkt, haves only with
+// thin-pack, the filter, and "done" so that no negotiation follows.
+func TestFetchRequest(t *testing.T) {
+	a, b := plumbing.NewHash(strings.Repeat("a", 40)), plumbing.NewHash(strings.Repeat("b", 40))
+	got := string(protov2.FetchRequest([]plumbing.Hash{a}, []plumbing.Hash{b}, "blob:none"))
+	want := pkt("command=fetch\n") + pkt("agent=modwatch\n") + "0001" + pkt("ofs-delta\n") + pkt("thin-pack\n") +
+		pkt("want "+a.String()+"\n") + pkt("have "+b.String()+"\n") + pkt("filter blob:none\n") + pkt("done\n") + "0000"
+	assert.Equal(t, want, got)
+	got = string(protov2.FetchRequest([]plumbing.Hash{a}, nil, ""))
+	want = pkt("command=fetch\n") + pkt("agent=modwatch\n") + "0001" + pkt("ofs-delta\n") + pkt("want "+a.String()+"\n") + pkt("done\n") + "0000"
+	assert.Equal(t, want, got)
+}
+
+// The answer's first section must be the pack; what follows it is left
+// unread for the demuxer. Anything else is an error, the server's own
+// error named as such.
+func TestReadToPackfile(t *testing.T) {
+	r := strings.NewReader(pkt("packfile\n") + pkt("\x01PACK"))
+	require.NoError(t, protov2.ReadToPackfile(r))
+	rest, _ := io.ReadAll(r)
+	assert.Equal(t, pkt("\x01PACK"), string(rest), "nothing past the section header is read")
+
+	err := protov2.ReadToPackfile(strings.NewReader(pkt("ERR upload-pack: not our ref abab\n")))
+	require.ErrorIs(t, err, protov2.ErrRemote)
+	assert.ErrorContains(t, err, "not our ref abab")
+	for _, body := range []string{"", "0000", "zzzz", pkt("acknowledgments\n") + "0000", pkt("shallow-info\n"), "0004"} {
+		err := protov2.ReadToPackfile(strings.NewReader(body))
+		assert.Error(t, err, "%q", body)
+		assert.NotErrorIs(t, err, protov2.ErrRemote, "%q", body)
+	}
+}
+
+func FuzzReadToPackfile(f *testing.F) {
+	f.Add(pkt("packfile\n"))
+	f.Add(pkt("ERR x\n"))
+	f.Add("0001" + pkt("packfile\n"))
+	f.Fuzz(func(t *testing.T, body string) {
+		err := protov2.ReadToPackfile(strings.NewReader(body))
+		if err == nil && !strings.HasPrefix(body, pkt("packfile\n")) && !strings.HasPrefix(body, pkt("packfile")) {
+			t.Fatalf("accepted %q", body)
 		}
 	})
 }

@@ -43,6 +43,7 @@ type report struct {
 func main() {
 	child := flag.Bool("child", false, "internal: run the watcher of the targets read from stdin")
 	heap := flag.String("heap", "", "with -child: write a heap profile here at steady state")
+	cpuProfile := flag.String("cpu", "", "with -child: write a CPU profile of the no-change cycles here")
 	settle := flag.Duration("settle", 35*time.Second, "how long after the last poll steady state is measured (a mirror's object cache empties after 30s without reads)")
 	remotes := flag.Int("remotes", 50, "remotes")
 	perRemote := flag.Int("per-remote", 20, "targets per remote")
@@ -50,7 +51,7 @@ func main() {
 	flag.Parse()
 	var err error
 	if *child {
-		err = runChild(*heap, *settle)
+		err = runChild(*heap, *cpuProfile, *settle)
 	} else {
 		err = run(*remotes, *perRemote, *settle, *out)
 	}
@@ -79,11 +80,11 @@ func run(remotes, perRemote int, settle time.Duration, out string) (err error) {
 	if err != nil {
 		return err
 	}
-	empty, err := measure(self, nil, "", settle)
+	empty, err := measure(self, nil, "", "", settle)
 	if err != nil {
 		return err
 	}
-	full, err := measure(self, targets, os.Getenv("FLEET_HEAP"), settle)
+	full, err := measure(self, targets, os.Getenv("FLEET_HEAP"), os.Getenv("FLEET_CPU"), settle)
 	if err != nil {
 		return err
 	}
@@ -104,13 +105,13 @@ func run(remotes, perRemote int, settle time.Duration, out string) (err error) {
 }
 
 // measure runs a child watching targets and reads its report.
-func measure(self string, targets []watcher.Target, heap string, settle time.Duration) (report, error) {
+func measure(self string, targets []watcher.Target, heap, cpuProfile string, settle time.Duration) (report, error) {
 	var r report
 	in, err := json.Marshal(targets)
 	if err != nil {
 		return r, err
 	}
-	cmd := exec.Command(self, "-child", "-heap", heap, "-settle", settle.String())
+	cmd := exec.Command(self, "-child", "-heap", heap, "-cpu", cpuProfile, "-settle", settle.String())
 	cmd.Stdin = strings.NewReader(string(in))
 	cmd.Stderr = os.Stderr
 	outp, err := cmd.Output()
@@ -128,7 +129,7 @@ func measure(self string, targets []watcher.Target, heap string, settle time.Dur
 
 // runChild watches the targets on stdin until each is delivered, polls
 // every remote twice more with nothing new, and reports.
-func runChild(heap string, settle time.Duration) error {
+func runChild(heap, cpuProfile string, settle time.Duration) error {
 	var targets []watcher.Target
 	if err := json.NewDecoder(os.Stdin).Decode(&targets); err != nil {
 		return err
@@ -170,6 +171,16 @@ func runChild(heap string, settle time.Duration) error {
 		return err
 	}
 	urls, _ := w.Remotes()
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
 	wall, cpu := time.Now(), cpuTime()
 	for range 2 {
 		before := polled.Load()
@@ -181,6 +192,7 @@ func runChild(heap string, settle time.Duration) error {
 		}
 	}
 	cycleWall, cycleCPU := time.Since(wall)/2, (cpuTime()-cpu)/2
+	pprof.StopCPUProfile()
 	time.Sleep(settle) // no poll meanwhile: the interval is an hour
 	runtime.GC()
 	var ms runtime.MemStats

@@ -1,0 +1,388 @@
+package gitutil
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
+
+	"github.com/modwatch/modwatch/gitutil/internal/protov2"
+)
+
+// ErrNotFetched is returned (wrapped) by a read of a file that a partial
+// mirror (see [MirrorOptions.Partial]) does not hold and could not fetch
+// from the remote when it was read: the remote's error, never damage.
+var ErrNotFetched = errors.New("gitutil: file not fetched into the partial mirror")
+
+// Bounds of a partial mirror's fetches of files.
+const (
+	// partialFilter is the filter of a partial mirror's fetches: commits
+	// and trees, no file.
+	partialFilter = "blob:none"
+	// maxWantsPerFetch bounds the objects one fetch of files names (a
+	// request of 50 bytes each).
+	maxWantsPerFetch = 20_000
+	// maxPathBlobs bounds the files FetchPaths brings for one call: a tree
+	// is hostile input.
+	maxPathBlobs = 1 << 20
+	// lazyFetchTimeout bounds the fetch of a file that a reader of a file
+	// system asked for and the mirror lacked.
+	lazyFetchTimeout = time.Minute
+)
+
+// promisorKey is the git configuration that makes a mirror partial, as
+// git's own partial clones say it: remote.origin.promisor, with the filter
+// in remote.origin.partialclonefilter. git (which repacks the mirror)
+// takes the files it lacks for promised by the remote.
+const promisorSection, promisorRemote = "remote", "origin"
+
+// partialCapable reports whether this fetch may be filtered: a mirror that
+// is partial already, or an empty one that may become partial. Only over
+// HTTP(S), with the git CLI (go-git cannot repack a mirror that lacks
+// files), and with full history. Callers hold m.mu.
+func (m *Mirror) partialCapable() bool {
+	e, err := ParseURL(m.url)
+	if err != nil || (e.Scheme != "http" && e.Scheme != "https") || m.opts.GitCLI == "" || m.opts.FirstFetchDepth > 0 {
+		return false
+	}
+	return m.partial || (m.opts.Partial && m.isEmpty())
+}
+
+// readPartial reads whether the mirror on disk is partial. Callers hold
+// m.mu or own m.
+func (m *Mirror) readPartial() bool {
+	cfg, err := m.repo.Config()
+	if err != nil {
+		return false
+	}
+	return cfg.Raw.Section(promisorSection).Subsection(promisorRemote).Option("promisor") == "true"
+}
+
+// markPartial records that the mirror is partial. Callers hold m.mu.
+func (m *Mirror) markPartial() error {
+	cfg, err := m.repo.Config()
+	if err != nil {
+		return err
+	}
+	sub := cfg.Raw.Section(promisorSection).Subsection(promisorRemote)
+	sub.SetOption("url", m.url)
+	sub.SetOption("promisor", "true")
+	sub.SetOption("partialclonefilter", partialFilter)
+	if err := m.repo.SetConfig(cfg); err != nil {
+		return err
+	}
+	m.partial = true
+	return nil
+}
+
+// Partial reports whether the mirror is partial: it holds every commit and
+// tree of the refs it fetched, and only the files it was asked for.
+func (m *Mirror) Partial() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.partial
+}
+
+// fetchFiltered fetches the listed objects without their files, when the
+// server allows filters; taken reports whether it did (false: fetch as a
+// full mirror does). Callers hold m.mu.
+func (m *Mirror) fetchFiltered(ctx context.Context, topts transportOptions, listed map[string]plumbing.Hash) (fetched, taken bool, err error) {
+	var wants []plumbing.Hash
+	for _, h := range listed {
+		if h.IsZero() {
+			return false, false, nil
+		}
+		if m.repo.Storer.HasEncodedObject(h) != nil && !slices.Contains(wants, h) {
+			wants = append(wants, h)
+		}
+	}
+	if len(wants) > 0 {
+		ok, err := m.filterAllowed(ctx, topts)
+		if err != nil || !ok {
+			return false, false, err
+		}
+		empty := m.isEmpty()
+		var haves []plumbing.Hash
+		if !empty {
+			haves = m.refTips()
+		}
+		if err := m.fetchV2(ctx, topts, wants, haves, partialFilter); err != nil {
+			return false, true, err
+		}
+		if empty {
+			if err := m.markPartial(); err != nil {
+				return true, true, err
+			}
+		}
+		fetched = true
+	}
+	for name, h := range listed {
+		if err := m.repo.Storer.SetReference(plumbing.NewHashReference(plumbing.ReferenceName(name), h)); err != nil {
+			return fetched, true, err
+		}
+	}
+	return fetched, true, nil
+}
+
+// refTips are the objects the mirror's refs point at, once each: what a
+// fetch tells the server the mirror has.
+func (m *Mirror) refTips() []plumbing.Hash {
+	var out []plumbing.Hash
+	refs, err := m.repo.References()
+	if err != nil {
+		return nil
+	}
+	_ = refs.ForEach(func(r *plumbing.Reference) error {
+		if r.Type() == plumbing.HashReference && !slices.Contains(out, r.Hash()) {
+			out = append(out, r.Hash())
+		}
+		return nil
+	})
+	return out
+}
+
+// fetchFeatures remembers, by repository URL, the features of a version 2
+// server's fetch command ("shallow filter").
+var fetchFeatures sync.Map
+
+// filterAllowed reports whether the remote speaks version 2 and its fetch
+// takes a filter (uploadpack.allowFilter), asking it once per repository.
+func (m *Mirror) filterAllowed(ctx context.Context, topts transportOptions) (bool, error) {
+	base := strings.TrimSuffix(m.url, "/")
+	if f, ok := fetchFeatures.Load(base); ok {
+		return protov2.HasFeature(f.(string), "filter"), nil
+	}
+	client, err := v2Client(topts)
+	if err != nil {
+		return false, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/info/refs?service=git-upload-pack", nil)
+	if err != nil {
+		return false, err
+	}
+	setV2Headers(req, topts.orig)
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, err
+	}
+	caps, err := readV2Caps(resp)
+	if errors.Is(err, errNoV2) {
+		fetchFeatures.Store(base, "")
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	features, ok := caps["fetch"]
+	if !ok {
+		features = ""
+	}
+	fetchFeatures.Store(base, features)
+	return protov2.HasFeature(features, "filter"), nil
+}
+
+// fetchV2 sends one version 2 fetch command and stores the pack it
+// answers with. Callers hold m.mu.
+func (m *Mirror) fetchV2(ctx context.Context, topts transportOptions, wants, haves []plumbing.Hash, filter string) error {
+	client, err := v2Client(topts)
+	if err != nil {
+		return err
+	}
+	base := strings.TrimSuffix(m.url, "/")
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/git-upload-pack", bytes.NewReader(protov2.FetchRequest(wants, haves, filter)))
+	if err != nil {
+		return err
+	}
+	setV2Headers(req, topts.orig)
+	req.Header.Set("Content-Type", "application/x-git-upload-pack-request")
+	req.Header.Set("Accept", "application/x-git-upload-pack-result")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return &httpStatusError{resp.StatusCode, "fetch: " + resp.Status}
+	}
+	if err := protov2.ReadToPackfile(resp.Body); err != nil {
+		return err
+	}
+	d := sideband.NewDemuxer(sideband.Sideband64k, resp.Body)
+	d.Progress = progressWriter{&m.progress}
+	if err := m.storeThinPack(d); err != nil {
+		clearTemporary(m.dir)
+		return err
+	}
+	return nil
+}
+
+// FetchPaths brings into a partial mirror the files under paths (relative
+// to the repository's root; "" is all of it) at commit, and the root's
+// .gitmodules, that it lacks, in as few requests as it can. A full mirror
+// has them all: it does nothing. Reading a file a partial mirror lacks
+// fetches that one file then (see [MirrorOptions.Partial]); FetchPaths
+// fetches a target's files at once, before they are read.
+func (m *Mirror) FetchPaths(ctx context.Context, auth *Auth, c Hash, paths []string) error {
+	ctx, cancel, topts, err := m.prepare(ctx, auth)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.partial {
+		return nil
+	}
+	m.lastAuth = auth
+	missing, err := m.missingBlobs(ctx, plumbing.Hash(c), paths)
+	if err != nil {
+		return err
+	}
+	if err := m.fetchBlobs(ctx, topts, missing); err != nil {
+		return &RemoteError{Op: "fetch files", URL: m.url, Err: err}
+	}
+	return nil
+}
+
+// missingBlobs lists the files under paths at commit, and the root's
+// .gitmodules, that the mirror lacks. Callers hold m.mu.
+func (m *Mirror) missingBlobs(ctx context.Context, commit plumbing.Hash, paths []string) ([]plumbing.Hash, error) {
+	seen := map[plumbing.Hash]bool{}
+	var missing []plumbing.Hash
+	add := func(h plumbing.Hash) error {
+		if seen[h] {
+			return nil
+		}
+		if len(seen) >= maxPathBlobs {
+			return fmt.Errorf("gitutil: more than %d files under %q at %s", maxPathBlobs, paths, commit)
+		}
+		seen[h] = true
+		if m.repo.Storer.HasEncodedObject(h) != nil {
+			missing = append(missing, h)
+		}
+		return nil
+	}
+	if e, err := m.entryAt(commit, ".gitmodules"); err == nil && e.Mode.IsFile() {
+		if err := add(e.Hash); err != nil {
+			return nil, err
+		}
+	}
+	var walk func(h plumbing.Hash) error
+	walk = func(h plumbing.Hash) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t, err := m.tree(h)
+		if err != nil {
+			return err
+		}
+		for _, e := range t.Entries {
+			switch {
+			case e.Mode == filemode.Dir:
+				if err := walk(e.Hash); err != nil {
+					return err
+				}
+			case e.Mode == filemode.Submodule:
+			default:
+				if err := add(e.Hash); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	for _, p := range paths {
+		e, err := m.entryAt(commit, p)
+		if errors.Is(err, ErrPathNotFound) {
+			continue // the selection says so, with its own error
+		}
+		if err != nil {
+			return nil, err
+		}
+		switch e.Mode {
+		case filemode.Dir:
+			err = walk(e.Hash)
+		case filemode.Submodule:
+		default:
+			err = add(e.Hash)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return missing, nil
+}
+
+// fetchBlobs asks the remote for the objects by name, in requests of at
+// most maxWantsPerFetch, telling it of nothing the mirror has (it would
+// leave out the files those reach), and checks that each came. Callers
+// hold m.mu.
+func (m *Mirror) fetchBlobs(ctx context.Context, topts transportOptions, wants []plumbing.Hash) error {
+	for len(wants) > 0 {
+		n := min(len(wants), maxWantsPerFetch)
+		if err := m.fetchV2(ctx, topts, wants[:n], nil, ""); err != nil {
+			return err
+		}
+		for _, h := range wants[:n] {
+			if m.repo.Storer.HasEncodedObject(h) != nil {
+				return fmt.Errorf("the remote did not send %s", h)
+			}
+		}
+		wants = wants[n:]
+	}
+	return nil
+}
+
+// lazyBlob fetches one file a reader asked for and a partial mirror lacks,
+// with the credentials of the mirror's last fetch. It returns err (the
+// read's) when the mirror is full: a missing object there is damage.
+// Callers hold m.mu.
+func (m *Mirror) lazyBlob(h plumbing.Hash, err error) error {
+	if !m.partial || !errors.Is(err, plumbing.ErrObjectNotFound) {
+		return err
+	}
+	ctx, cancel, topts, perr := m.prepare(context.Background(), m.lastAuth)
+	if perr != nil {
+		return fmt.Errorf("%w: %s: %v", ErrNotFetched, h, perr)
+	}
+	defer cancel()
+	ctx, cancelLazy := context.WithTimeout(ctx, lazyFetchTimeout)
+	defer cancelLazy()
+	if ferr := m.fetchBlobs(ctx, topts, []plumbing.Hash{h}); ferr != nil {
+		return fmt.Errorf("%w: %s: %v", ErrNotFetched, h, ferr)
+	}
+	return nil
+}
+
+// fetched is called with err, a treeFS's read of object h that failed: in
+// a partial mirror that lacks h, it fetches h, lets the file system see
+// it, and returns nil (read again); otherwise it returns the error to
+// report. The caller holds f.mu.
+func (f *treeFS) fetched(h plumbing.Hash, err error) error {
+	if !errors.Is(err, plumbing.ErrObjectNotFound) {
+		return err
+	}
+	m := f.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f.gen != m.gen.Load() {
+		return err
+	}
+	if lerr := m.lazyBlob(h, err); lerr != nil {
+		return lerr
+	}
+	if _, rerr := f.st.refresh(); rerr != nil {
+		return rerr
+	}
+	m.addReader(f, f.st.packNames())
+	return nil
+}
