@@ -59,6 +59,11 @@ func clearTemporary(dir string) {
 // disk while a file system handed out may still read them (see
 // dropReplaced). It reports whether it repacked. Callers hold m.mu.
 func (m *Mirror) maintain(ctx context.Context) (bool, error) {
+	if m.partial {
+		if err := markPromisorPacks(m.dir); err != nil {
+			return false, err
+		}
+	}
 	limit := m.opts.RepackPacks
 	if limit == 0 {
 		limit = DefaultRepackPacks
@@ -116,7 +121,10 @@ func (m *Mirror) repack(ctx context.Context, keep []string) error {
 		args = append(args, "--keep-pack="+p+".pack")
 	}
 	cmd := exec.CommandContext(ctx, m.opts.GitCLI, args...)
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
+	// No protocol is allowed: a repack never needs the network, and git
+	// would fetch what a partial mirror lacks (without credentials, but
+	// all of it) rather than fail.
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull, "GIT_ALLOW_PROTOCOL=modwatch-none")
 	killGroupOnCancel(cmd)
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
@@ -172,7 +180,7 @@ func (m *Mirror) dropReplaced() {
 			continue
 		}
 		// The index first: a pack without index is damage, found at open.
-		for _, ext := range []string{".idx", ".rev", ".pack"} {
+		for _, ext := range []string{".idx", ".rev", ".pack", ".promisor"} {
 			_ = os.Remove(filepath.Join(packDir, p+ext))
 		}
 		m.indexes.forget(p)

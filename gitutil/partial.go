@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/config"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
 
 	"github.com/modwatch/modwatch/gitutil/internal/protov2"
@@ -67,20 +70,71 @@ func (m *Mirror) readPartial() bool {
 	return cfg.Raw.Section(promisorSection).Subsection(promisorRemote).Option("promisor") == "true"
 }
 
-// markPartial records that the mirror is partial. Callers hold m.mu.
+// markPartial records that the mirror is partial, in its configuration
+// file as git has it (go-git's own configuration keeps only the remotes it
+// knows of). Callers hold m.mu.
 func (m *Mirror) markPartial() error {
-	cfg, err := m.repo.Config()
+	path := filepath.Join(m.dir, "config")
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	sub := cfg.Raw.Section(promisorSection).Subsection(promisorRemote)
+	cfg := config.New()
+	if err := config.NewDecoder(bytes.NewReader(data)).Decode(cfg); err != nil {
+		return err
+	}
+	sub := cfg.Section(promisorSection).Subsection(promisorRemote)
 	sub.SetOption("url", m.url)
 	sub.SetOption("promisor", "true")
 	sub.SetOption("partialclonefilter", partialFilter)
-	if err := m.repo.SetConfig(cfg); err != nil {
+	var out bytes.Buffer
+	if err := config.NewEncoder(&out).Encode(cfg); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(path, out.Bytes()); err != nil {
 		return err
 	}
 	m.partial = true
+	return nil
+}
+
+// writeFileAtomic replaces path with data: a crash leaves the old file or
+// the new one.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// markPromisorPacks marks every pack of the mirror in dir as fetched from
+// a promisor remote, as git marks those of a partial clone: git, which
+// repacks the mirror, then takes the files their trees name and the
+// mirror lacks for promised, and does not try to read them.
+func markPromisorPacks(dir string) error {
+	packDir := filepath.Join(dir, "objects", "pack")
+	for name := range packNames(dir) {
+		p := filepath.Join(packDir, name+".promisor")
+		if _, err := os.Stat(p); err == nil {
+			continue
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -232,6 +286,9 @@ func (m *Mirror) fetchV2(ctx context.Context, topts transportOptions, wants, hav
 // fetches that one file then (see [MirrorOptions.Partial]); FetchPaths
 // fetches a target's files at once, before they are read.
 func (m *Mirror) FetchPaths(ctx context.Context, auth *Auth, c Hash, paths []string) error {
+	if !m.Partial() {
+		return nil
+	}
 	ctx, cancel, topts, err := m.prepare(ctx, auth)
 	if err != nil {
 		return err

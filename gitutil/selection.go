@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"slices"
 	"strings"
 
@@ -65,6 +66,26 @@ func (s Selection) Validate() error {
 }
 
 // plain reports whether the selection is just a path: nothing to filter.
+// Roots are the paths, relative to the repository's root, under which
+// the selection reads: Path, or each of Paths under it. Paths that cannot
+// be cleaned are left out (Validate says why).
+func (s Selection) Roots() []string {
+	root, err := CleanPath(s.Path)
+	if err != nil {
+		return nil
+	}
+	if len(s.Paths) == 0 {
+		return []string{root}
+	}
+	out := make([]string, 0, len(s.Paths))
+	for _, p := range s.Paths {
+		if c, err := CleanPath(p); err == nil {
+			out = append(out, strings.Trim(path.Join(root, c), "/"))
+		}
+	}
+	return out
+}
+
 func (s Selection) plain() bool {
 	return len(s.Paths) == 0 && len(s.Ignore) == 0 && s.IgnoreFile == ""
 }

@@ -72,6 +72,18 @@ type MirrorReader interface {
 	Submodules(ctx context.Context, commit gitutil.Hash, sel gitutil.Selection) ([]gitutil.Submodule, error)
 }
 
+// PathFetcher is implemented by a Mirror that may hold only some of a
+// commit's files (a partial mirror: see [GoGit].Partial). Before a target's
+// new commit is checked and delivered, the watcher asks it for the files
+// under the target's paths ([gitutil.Selection.Roots]), once per commit
+// for all the targets of a poll. A Mirror that does not implement it holds
+// every file of what it fetched.
+type PathFetcher interface {
+	// FetchPaths brings the files under paths (relative to the
+	// repository's root; "" is all of it) at commit that the mirror lacks.
+	FetchPaths(ctx context.Context, auth *gitutil.Auth, commit gitutil.Hash, paths []string) error
+}
+
 // MirrorVerifier checks signatures against trusted keys.
 type MirrorVerifier interface {
 	// VerifyCommit checks the commit's signature against keyRing and
@@ -103,6 +115,15 @@ type GoGit struct {
 	// repacks it (0: [gitutil.DefaultRepackPacks]; negative: never). Each
 	// incremental fetch adds one.
 	RepackPacks int
+	// Partial makes new mirrors partial where the remote allows filters
+	// (protocol version 2 over HTTP(S), as GitHub and GitLab): they hold
+	// every commit and tree, and the files of the paths their targets read
+	// ([PathFetcher]); a file read outside them (Change.Root) is fetched
+	// when read. A path of a large repository then costs about the path;
+	// a commit that moves costs two requests rather than one (its commits
+	// and trees, then its files), so it is off by default. It needs GitCLI
+	// and FirstFetchDepth 0; see [gitutil.MirrorOptions.Partial].
+	Partial bool
 }
 
 // DefaultGit is the watcher's git when none is given: GoGit with "git"
@@ -113,8 +134,9 @@ func DefaultGit() GoGit {
 }
 
 var (
-	_ Git    = GoGit{}
-	_ Mirror = (*gitutil.Mirror)(nil)
+	_ Git         = GoGit{}
+	_ Mirror      = (*gitutil.Mirror)(nil)
+	_ PathFetcher = (*gitutil.Mirror)(nil)
 )
 
 // ListRefs implements Git.
@@ -125,7 +147,7 @@ func (GoGit) ListRefs(ctx context.Context, url string, auth *gitutil.Auth, prefi
 // OpenMirror implements Git: opts are the watcher's (TempDir, OnDamage),
 // the rest g's settings.
 func (g GoGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (Mirror, error) {
-	opts.GitCLI, opts.FirstFetchDepth, opts.RepackPacks = g.GitCLI, max(g.FirstFetchDepth, 0), g.RepackPacks
+	opts.GitCLI, opts.FirstFetchDepth, opts.RepackPacks, opts.Partial = g.GitCLI, max(g.FirstFetchDepth, 0), g.RepackPacks, g.Partial
 	m, err := gitutil.OpenMirror(dir, url, opts)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -224,8 +225,67 @@ func (r *remote) poll(ctx context.Context) (err error) {
 	if len(missing.refs) > 0 || len(missing.commits) > 0 {
 		fetchFailed, err = r.fetchMissing(ctx, auth, jobs, missing)
 	}
+	if pf, ok := r.mirror.(PathFetcher); ok {
+		fetchFailed = r.fetchPaths(ctx, pf, auth, jobs, fetchFailed)
+	}
 	r.offerAll(ctx, jobs, fetchFailed)
 	return err
+}
+
+// fetchPaths brings the files of the jobs about to be offered (a commit
+// that moved, not suspended) into a mirror that may lack them, one call per
+// commit for all its targets' paths, within the fetch limit. It returns
+// failed with the jobs it could not serve added.
+func (r *remote) fetchPaths(ctx context.Context, pf PathFetcher, auth *gitutil.Auth, jobs []job, failed map[string]error) map[string]error {
+	var commits []gitutil.Hash
+	paths := map[gitutil.Hash][]string{}
+	keys := map[gitutil.Hash][]string{}
+	for _, j := range jobs {
+		if _, bad := failed[j.p.b.key]; bad || j.p.b.t.Suspend {
+			continue
+		}
+		r.mu.Lock()
+		unchanged := j.p.offered == j.res.Commit
+		r.mu.Unlock()
+		if unchanged {
+			continue
+		}
+		c := j.res.Commit
+		if _, ok := paths[c]; !ok {
+			commits = append(commits, c)
+		}
+		for _, p := range j.p.b.t.Selection().Roots() {
+			if !slices.Contains(paths[c], p) {
+				paths[c] = append(paths[c], p)
+			}
+		}
+		keys[c] = append(keys[c], j.p.b.key)
+	}
+	for _, c := range commits {
+		if err := r.withFetchSlot(ctx, func(fctx context.Context) error { return pf.FetchPaths(fctx, auth, c, paths[c]) }); err != nil {
+			if failed == nil {
+				failed = map[string]error{}
+			}
+			for _, k := range keys[c] {
+				failed[k] = fmt.Errorf("watcher: fetch files of %s at %s: %w", r.redacted, c, err)
+			}
+		}
+	}
+	return failed
+}
+
+// withFetchSlot runs fn in one of the watcher's fetch slots, bounded by
+// its fetch timeout.
+func (r *remote) withFetchSlot(ctx context.Context, fn func(context.Context) error) error {
+	select {
+	case r.env.fetchSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-r.env.fetchSem }()
+	fctx, cancel := context.WithTimeoutCause(ctx, r.env.opts.fetchTimeout, errFetchTimeout)
+	defer cancel()
+	return fn(fctx)
 }
 
 // snapshot returns the credentials and the targets of this cycle, in a

@@ -95,12 +95,13 @@ func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, 
 	}
 	s.v.touchMirror(sm.dir)
 	m := sm.mirror
-	if m.HasCommit(commit) {
+	pf, partial := m.(PathFetcher)
+	if m.HasCommit(commit) && !partial {
 		return m, nil
 	}
 	sm.fetching.Lock()
 	defer sm.fetching.Unlock()
-	if m.HasCommit(commit) {
+	if m.HasCommit(commit) && !partial {
 		return m, nil // fetched while this one waited
 	}
 	select {
@@ -111,16 +112,29 @@ func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, 
 	defer func() { <-s.v.fetchSem }()
 	ctx, cancel := context.WithTimeout(ctx, s.v.opts.fetchTimeout)
 	defer cancel()
+	// Its files too, in a mirror that may lack them: a submodule is
+	// delivered whole.
+	files := func() (Mirror, error) {
+		if partial {
+			if err := pf.FetchPaths(ctx, auth, commit, []string{""}); err != nil {
+				return nil, fmt.Errorf("watcher: submodule %s at %s: %w", gitutil.RedactURL(url), commit, err)
+			}
+		}
+		return m, nil
+	}
+	if m.HasCommit(commit) {
+		return files()
+	}
 	_, err = m.FetchCommit(ctx, auth, commit)
 	if err == nil || m.HasCommit(commit) {
-		return m, nil
+		return files()
 	}
 	refs, lerr := s.v.opts.git.ListRefs(ctx, url, auth, []string{"refs/heads/", "refs/tags/"})
 	if lerr == nil && len(refs.Refs) > 0 {
 		_, lerr = m.FetchListed(ctx, auth, refs.Refs)
 	}
 	if m.HasCommit(commit) {
-		return m, nil
+		return files()
 	}
 	return nil, fmt.Errorf("watcher: submodule %s at %s: %w", gitutil.RedactURL(url), commit, errors.Join(err, lerr))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -28,6 +29,7 @@ type Server struct {
 	password string
 	down     bool
 	v0Only   bool
+	noFilter bool
 	counts   map[string]*Counts
 	stalls   map[string]int // repository → bytes of a fetch's answer before it stalls
 	release  chan struct{}  // closed when the server stops: stalled answers end
@@ -75,22 +77,28 @@ func newServer(t TB, start func(http.Handler) *httptest.Server) *Server {
 		t.Fatalf("gittest: git is needed on PATH: %v", err)
 	}
 	s := &Server{root: t.TempDir(), counts: map[string]*Counts{}, stalls: map[string]int{}, release: make(chan struct{})}
-	h := &cgi.Handler{
-		Path: filepath.Join(strings.TrimSpace(string(backend)), "git-http-backend"),
-		Env: []string{
-			"GIT_PROJECT_ROOT=" + s.root,
-			"GIT_HTTP_EXPORT_ALL=1",
-			"GIT_CONFIG_NOSYSTEM=1",
-			"HOME=" + s.root,
-			"GIT_CONFIG_COUNT=2",
-			"GIT_CONFIG_KEY_0=uploadpack.allowAnySHA1InWant", "GIT_CONFIG_VALUE_0=true",
-			"GIT_CONFIG_KEY_1=uploadpack.allowFilter", "GIT_CONFIG_VALUE_1=true",
-		},
-		Logger: log.New(quietStalls{}, "", log.LstdFlags),
+	handler := func(filters bool) *cgi.Handler {
+		return &cgi.Handler{
+			Path: filepath.Join(strings.TrimSpace(string(backend)), "git-http-backend"),
+			Env: []string{
+				"GIT_PROJECT_ROOT=" + s.root,
+				"GIT_HTTP_EXPORT_ALL=1",
+				"GIT_CONFIG_NOSYSTEM=1",
+				"HOME=" + s.root,
+				"GIT_CONFIG_COUNT=2",
+				"GIT_CONFIG_KEY_0=uploadpack.allowAnySHA1InWant", "GIT_CONFIG_VALUE_0=true",
+				"GIT_CONFIG_KEY_1=uploadpack.allowFilter", fmt.Sprint("GIT_CONFIG_VALUE_1=", filters),
+			},
+			Logger: log.New(quietStalls{}, "", log.LstdFlags),
+		}
 	}
+	withFilters, withoutFilters := handler(true), handler(false)
 	s.httpSrv = start(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
-		user, pass, down, v0Only := s.user, s.password, s.down, s.v0Only
+		user, pass, down, v0Only, h := s.user, s.password, s.down, s.v0Only, withFilters
+		if s.noFilter {
+			h = withoutFilters
+		}
 		s.mu.Unlock()
 		if v0Only {
 			r.Header.Del("Git-Protocol")
@@ -119,6 +127,14 @@ func newServer(t TB, start func(http.Handler) *httptest.Server) *Server {
 	t.Cleanup(s.httpSrv.Close)
 	t.Cleanup(func() { close(s.release) }) // before Close, which waits for handlers
 	return s
+}
+
+// SetFilters says whether the server allows the filters of partial
+// clones (uploadpack.allowFilter; the default, as GitHub and GitLab).
+func (s *Server) SetFilters(allowed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noFilter = !allowed
 }
 
 // SetV0Only makes the server answer in git's protocol version 0 only, as
