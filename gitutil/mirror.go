@@ -134,6 +134,9 @@ type Mirror struct {
 	// fetch, in memory only, with which a read fetches a file it lacks.
 	partial  bool
 	lastAuth *Auth
+	// complete holds trees of a partial mirror that it holds every file
+	// under (content-addressed: they stay so until a rebuild).
+	complete map[plumbing.Hash]bool
 }
 
 // TreesRead counts the tree objects read from the mirror since it was
@@ -269,6 +272,7 @@ func (m *Mirror) reinit() error {
 	}
 	m.repo = repo
 	m.broken, m.partial = nil, false
+	clear(m.complete)
 	clear(m.verified)
 	clear(m.replaced)
 	clear(m.trees[:])

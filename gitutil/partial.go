@@ -37,6 +37,8 @@ const (
 	// maxPathBlobs bounds the files FetchPaths brings for one call: a tree
 	// is hostile input.
 	maxPathBlobs = 1 << 20
+	// maxCompleteTrees bounds the trees a mirror remembers as complete.
+	maxCompleteTrees = 1 << 16
 	// lazyFetchTimeout bounds the fetch of a file that a reader of a file
 	// system asked for and the mirror lacked.
 	lazyFetchTimeout = time.Minute
@@ -164,18 +166,18 @@ func (m *Mirror) fetchFiltered(ctx context.Context, topts transportOptions, list
 		if err != nil || !ok {
 			return false, false, err
 		}
-		empty := m.isEmpty()
 		var haves []plumbing.Hash
-		if !empty {
+		if m.isEmpty() {
+			// Marked first: a crash after the pack is stored must not leave
+			// a mirror that lacks files and says it is full.
+			if err := m.markPartial(); err != nil {
+				return false, false, err
+			}
+		} else {
 			haves = m.refTips()
 		}
 		if err := m.fetchV2(ctx, topts, wants, haves, partialFilter); err != nil {
 			return false, true, err
-		}
-		if empty {
-			if err := m.markPartial(); err != nil {
-				return true, true, err
-			}
 		}
 		fetched = true
 	}
@@ -300,21 +302,31 @@ func (m *Mirror) FetchPaths(ctx context.Context, auth *Auth, c Hash, paths []str
 		return nil
 	}
 	m.lastAuth = auth
-	missing, err := m.missingBlobs(ctx, plumbing.Hash(c), paths)
+	missing, walked, err := m.missingBlobs(ctx, plumbing.Hash(c), paths)
 	if err != nil {
 		return err
 	}
 	if err := m.fetchBlobs(ctx, topts, missing); err != nil {
 		return &RemoteError{Op: "fetch files", URL: m.url, Err: err}
 	}
+	if len(m.complete)+len(walked) > maxCompleteTrees {
+		clear(m.complete)
+	}
+	if m.complete == nil {
+		m.complete = map[plumbing.Hash]bool{}
+	}
+	for _, h := range walked {
+		m.complete[h] = true
+	}
 	return nil
 }
 
 // missingBlobs lists the files under paths at commit, and the root's
-// .gitmodules, that the mirror lacks. Callers hold m.mu.
-func (m *Mirror) missingBlobs(ctx context.Context, commit plumbing.Hash, paths []string) ([]plumbing.Hash, error) {
+// .gitmodules, that the mirror lacks, and the trees it walked for them.
+// A tree whose files were all there once (m.complete) is not walked again:
+// a new commit costs the directories it changed. Callers hold m.mu.
+func (m *Mirror) missingBlobs(ctx context.Context, commit plumbing.Hash, paths []string) (missing, walked []plumbing.Hash, err error) {
 	seen := map[plumbing.Hash]bool{}
-	var missing []plumbing.Hash
 	add := func(h plumbing.Hash) error {
 		if seen[h] {
 			return nil
@@ -330,7 +342,7 @@ func (m *Mirror) missingBlobs(ctx context.Context, commit plumbing.Hash, paths [
 	}
 	if e, err := m.entryAt(commit, ".gitmodules"); err == nil && e.Mode.IsFile() {
 		if err := add(e.Hash); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	var walk func(h plumbing.Hash) error
@@ -338,6 +350,11 @@ func (m *Mirror) missingBlobs(ctx context.Context, commit plumbing.Hash, paths [
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if m.complete[h] || seen[h] {
+			return nil
+		}
+		seen[h] = true
+		walked = append(walked, h)
 		t, err := m.tree(h)
 		if err != nil {
 			return err
@@ -363,7 +380,7 @@ func (m *Mirror) missingBlobs(ctx context.Context, commit plumbing.Hash, paths [
 			continue // the selection says so, with its own error
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		switch e.Mode {
 		case filemode.Dir:
@@ -373,10 +390,10 @@ func (m *Mirror) missingBlobs(ctx context.Context, commit plumbing.Hash, paths [
 			err = add(e.Hash)
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return missing, nil
+	return missing, walked, nil
 }
 
 // fetchBlobs asks the remote for the objects by name, in requests of at

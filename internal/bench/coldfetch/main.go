@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/modwatch/modwatch/gitutil"
@@ -33,6 +34,8 @@ func main() {
 	files := flag.Int("files", 10000, "files in the generated repository")
 	size := flag.Int("size", 4096, "bytes per file")
 	runs := flag.Int("runs", 3, "runs per measurement (the median is reported)")
+	dirs := flag.Int("dirs", 1, "top-level directories the files are spread over")
+	partialPath := flag.String("partial", "", "internal: make -child's mirror partial and fetch this path's files")
 	flag.Parse()
 	if *child != "" {
 		if *cpuProfile != "" {
@@ -41,14 +44,18 @@ func main() {
 				defer pprof.StopCPUProfile()
 			}
 		}
-		if err := fetchChild(*child, *dir, *depth, *cli); err != nil {
+		fetch := func() error { return fetchChild(*child, *dir, *depth, *cli) }
+		if *partialPath != "" {
+			fetch = func() error { return partialChild(*child, *dir, *partialPath) }
+		}
+		if err := fetch(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			pprof.StopCPUProfile()
 			os.Exit(1)
 		}
 		return
 	}
-	if err := run(*commits, *files, *size, *runs); err != nil {
+	if err := run(*commits, *files, *size, *runs, *dirs); err != nil {
 		fmt.Fprintln(os.Stderr, "coldfetch:", err)
 		os.Exit(1)
 	}
@@ -67,7 +74,29 @@ func fetchChild(url, dir string, depth int, cli bool) error {
 	return err
 }
 
-func run(commits, files, size, runs int) (err error) {
+// partialChild fetches into a partial mirror what a watcher of one path
+// does: the branch's commits and trees, then the path's files.
+func partialChild(url, dir, path string) error {
+	m, err := gitutil.OpenMirror(dir, url, gitutil.MirrorOptions{GitCLI: "git", Partial: true})
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	refs, err := gitutil.ListRefs(ctx, url, nil, []string{"refs/heads/main"})
+	if err != nil {
+		return err
+	}
+	res, err := m.FetchListed(ctx, nil, map[string]gitutil.Hash{"refs/heads/main": refs.Refs["refs/heads/main"]})
+	if err != nil {
+		return err
+	}
+	if !m.Partial() {
+		return fmt.Errorf("the mirror is not partial")
+	}
+	return m.FetchPaths(ctx, nil, res.Refs["refs/heads/main"], []string{path})
+}
+
+func run(commits, files, size, runs, ndirs int) (err error) {
 	env := &gittest.Standalone{}
 	defer env.Close()
 	defer env.Recover(&err)
@@ -75,7 +104,14 @@ func run(commits, files, size, runs int) (err error) {
 	srv := gittest.NewServer(env)
 	repo := srv.NewRepo(env, "bench/big")
 	start := time.Now()
-	if err := harness.Generate(repo.BareDir(), commits, files, size, []string{"f"}); err != nil {
+	dirs := []string{"f"}
+	if ndirs > 1 {
+		dirs = nil
+		for i := range ndirs {
+			dirs = append(dirs, fmt.Sprintf("d%03d", i))
+		}
+	}
+	if err := harness.Generate(repo.BareDir(), commits, files, size, dirs); err != nil {
 		return err
 	}
 	packSize, err := harness.DirSize(filepath.Join(repo.BareDir(), "objects"))
@@ -129,6 +165,23 @@ func run(commits, files, size, runs int) (err error) {
 			return err
 		}
 	}
+	// A partial mirror of one directory, where the server allows filters,
+	// against git clone --bare of the same repository: time, and the bytes
+	// the server sent (its answers' bodies), per run.
+	sent := func() int64 { return repo.Counts().FetchBytes.Load() + repo.Counts().ListBytes.Load() }
+	var cloneBytes, partialBytes int64
+	before := sent()
+	if err := add("git clone --bare (bytes baseline)", func() []string { return []string{"git", "clone", "-q", "--bare", url, fresh()} }); err != nil {
+		return err
+	}
+	cloneBytes = (sent() - before) / int64(runs)
+	before = sent()
+	if err := add(fmt.Sprintf("partial mirror, files of %s/ only", dirs[0]), func() []string {
+		return []string{self, "-child", url, "-dir", fresh(), "-partial", dirs[0]}
+	}); err != nil {
+		return err
+	}
+	partialBytes = (sent() - before) / int64(runs)
 
 	// Incremental: one new commit touching one file, fetched into a mirror
 	// made by each tool.
@@ -159,6 +212,18 @@ func run(commits, files, size, runs int) (err error) {
 	}
 
 	base := rows[0].res
+	var cloneWall, partialWall time.Duration
+	for _, r := range rows {
+		switch {
+		case r.name == "git clone --bare (bytes baseline)":
+			cloneWall = r.res.Wall
+		case strings.HasPrefix(r.name, "partial mirror"):
+			partialWall = r.res.Wall
+		}
+	}
+	fmt.Printf("\nA partial mirror of %s/ (1 of %d directories), against git clone --bare in the same run: %s vs %s (%.2f×), %.1f MiB vs %.1f MiB sent by the server (%.2f×)\n",
+		dirs[0], len(dirs), partialWall.Round(time.Millisecond), cloneWall.Round(time.Millisecond), float64(partialWall)/float64(cloneWall),
+		float64(partialBytes)/(1<<20), float64(cloneBytes)/(1<<20), float64(partialBytes)/float64(cloneBytes))
 	fmt.Printf("\nCold first fetch of %d commits × %d files (%.0f MiB packed), median of %d runs, on this machine:\n\n", commits, files, float64(packSize)/(1<<20), runs)
 	fmt.Println("| fetch | wall time | × git clone --bare | peak RSS | × git clone --bare |")
 	fmt.Println("|---|---:|---:|---:|---:|")

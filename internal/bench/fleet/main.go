@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"os/exec"
 	"runtime"
@@ -24,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/bench/harness"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/source/static"
@@ -48,12 +50,14 @@ func main() {
 	remotes := flag.Int("remotes", 50, "remotes")
 	perRemote := flag.Int("per-remote", 20, "targets per remote")
 	out := flag.String("out", "", "also write the table to this file")
+	replicas := flag.Int("replicas", 1, "also measure the targets shared by this many replicas, each in a process of its own, one after the other")
+	shard := flag.String("shard", "", "with -child: the replica i/n of a shared watcher")
 	flag.Parse()
 	var err error
 	if *child {
-		err = runChild(*heap, *cpuProfile, *settle)
+		err = runChild(*heap, *cpuProfile, *shard, *settle)
 	} else {
-		err = run(*remotes, *perRemote, *settle, *out)
+		err = run(*remotes, *perRemote, *replicas, *settle, *out)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
@@ -61,7 +65,7 @@ func main() {
 	}
 }
 
-func run(remotes, perRemote int, settle time.Duration, out string) (err error) {
+func run(remotes, perRemote, replicas int, settle time.Duration, out string) (err error) {
 	env := &gittest.Standalone{}
 	defer env.Close()
 	defer env.Recover(&err)
@@ -80,13 +84,28 @@ func run(remotes, perRemote int, settle time.Duration, out string) (err error) {
 	if err != nil {
 		return err
 	}
-	empty, err := measure(self, nil, "", "", settle)
+	empty, err := measure(self, nil, "", "", "", settle)
 	if err != nil {
 		return err
 	}
-	full, err := measure(self, targets, os.Getenv("FLEET_HEAP"), os.Getenv("FLEET_CPU"), settle)
+	full, err := measure(self, targets, os.Getenv("FLEET_HEAP"), os.Getenv("FLEET_CPU"), "", settle)
 	if err != nil {
 		return err
+	}
+	var shared []report
+	if replicas > 1 {
+		var delivered int64
+		for i := range replicas {
+			r, err := measure(self, targets, "", "", fmt.Sprintf("%d/%d", i, replicas), settle)
+			if err != nil {
+				return err
+			}
+			delivered += r.Delivered
+			shared = append(shared, r)
+		}
+		if delivered != int64(len(targets)) {
+			return fmt.Errorf("%d replicas delivered %d of %d targets", replicas, delivered, len(targets))
+		}
 	}
 	n := int64(len(targets))
 	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
@@ -101,17 +120,21 @@ func run(remotes, perRemote int, settle time.Duration, out string) (err error) {
 		harness.NewRow("P10", "no-change cycle (every remote listed): wall / client CPU / client CPU per remote",
 			fmt.Sprintf("%s / %s / %s", full.CycleWall.Round(time.Millisecond), full.CycleCPU.Round(time.Millisecond), (full.CycleCPU/time.Duration(remotes)).Round(time.Microsecond)), "", "", ""),
 	}
+	for i, r := range shared {
+		rows = append(rows, harness.NewRow("P10", fmt.Sprintf("replica %d of %d: RSS at steady state, its %d targets delivered (all %d watched)", i+1, len(shared), r.Delivered, n),
+			mib(r.RSS), mib(full.RSS)+" (one replica, same run)", fmt.Sprintf("%.2f", float64(r.RSS)/float64(full.RSS)), "≤ 0.40"))
+	}
 	return harness.PrintTable(rows, out)
 }
 
 // measure runs a child watching targets and reads its report.
-func measure(self string, targets []watcher.Target, heap, cpuProfile string, settle time.Duration) (report, error) {
+func measure(self string, targets []watcher.Target, heap, cpuProfile, shard string, settle time.Duration) (report, error) {
 	var r report
 	in, err := json.Marshal(targets)
 	if err != nil {
 		return r, err
 	}
-	cmd := exec.Command(self, "-child", "-heap", heap, "-cpu", cpuProfile, "-settle", settle.String())
+	cmd := exec.Command(self, "-child", "-heap", heap, "-cpu", cpuProfile, "-shard", shard, "-settle", settle.String())
 	cmd.Stdin = strings.NewReader(string(in))
 	cmd.Stderr = os.Stderr
 	outp, err := cmd.Output()
@@ -121,15 +144,43 @@ func measure(self string, targets []watcher.Target, heap, cpuProfile string, set
 	if err := json.Unmarshal(outp, &r); err != nil {
 		return r, fmt.Errorf("child said %q: %w", outp, err)
 	}
-	if r.Delivered != int64(len(targets)) {
+	if r.Delivered != int64(len(targets)) && shard == "" {
 		return r, fmt.Errorf("child delivered %d of %d targets", r.Delivered, len(targets))
 	}
 	return r, nil
 }
 
+// fixedShard owns the remotes whose key hashes to its index of n: the
+// share a replica of n gets (watcher/cluster's Lease shard moves remotes
+// between replicas; this measures what a replica costs with its share).
+type fixedShard struct{ i, n uint32 }
+
+func (s fixedShard) Owns(key string) bool {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return h.Sum32()%s.n == s.i
+}
+
+func (fixedShard) Changed() <-chan struct{} { return nil }
+
+func parseShard(v string) (*fixedShard, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var i, n uint32
+	if _, err := fmt.Sscanf(v, "%d/%d", &i, &n); err != nil || n == 0 || i >= n {
+		return nil, fmt.Errorf("-shard %q: want i/n with i < n", v)
+	}
+	return &fixedShard{i, n}, nil
+}
+
 // runChild watches the targets on stdin until each is delivered, polls
 // every remote twice more with nothing new, and reports.
-func runChild(heap, cpuProfile string, settle time.Duration) error {
+func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
+	shard, err := parseShard(shardArg)
+	if err != nil {
+		return err
+	}
 	var targets []watcher.Target
 	if err := json.NewDecoder(os.Stdin).Decode(&targets); err != nil {
 		return err
@@ -149,7 +200,18 @@ func runChild(heap, cpuProfile string, settle time.Duration) error {
 			polled.Add(1)
 		}
 	})
-	w := watcher.New(watcher.WithCacheDir(cache), watcher.WithInterval(time.Hour), watcher.WithObserver(obs))
+	opts := []watcher.Option{watcher.WithCacheDir(cache), watcher.WithInterval(time.Hour), watcher.WithObserver(obs)}
+	want := int64(len(targets))
+	if shard != nil {
+		opts = append(opts, watcher.WithShard(*shard))
+		want = 0
+		for _, t := range targets {
+			if ep, err := gitutil.ParseURL(t.URL); err == nil && shard.Owns(ep.Key()+"#"+(*gitutil.Auth)(nil).Identity()) {
+				want++
+			}
+		}
+	}
+	w := watcher.New(opts...)
 	if err := w.Route(static.New(targets...), sink); err != nil {
 		return err
 	}
@@ -167,7 +229,7 @@ func runChild(heap, cpuProfile string, settle time.Duration) error {
 		}
 		return nil
 	}
-	if err := wait(func() bool { return delivered.Load() == int64(len(targets)) }); err != nil {
+	if err := wait(func() bool { return delivered.Load() == want }); err != nil {
 		return err
 	}
 	urls, _ := w.Remotes()
