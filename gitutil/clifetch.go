@@ -22,7 +22,7 @@ import (
 // repository: git fetch runs a connectivity check over all history that
 // costs about 8 times clone's memory. Credentials reach git through the
 // environment and private temporary files, never its command line.
-func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []string) error {
+func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []string, filter string) error {
 	branch, err := cloneBranch(refs)
 	if err != nil {
 		return err
@@ -47,7 +47,7 @@ func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []strin
 		return err
 	}
 	defer os.RemoveAll(clone)
-	if err := m.runCLIClone(ctx, env, branch, clone); err != nil {
+	if err := m.runCLIClone(ctx, env, branch, clone, filter); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(m.dir); err != nil {
@@ -158,11 +158,16 @@ func cliHTTP(tmp string, a *Auth) (cfg [][2]string, env []string, err error) {
 	return cfg, env, nil
 }
 
-// runCLIClone runs git clone --bare of branch into clone with env.
-func (m *Mirror) runCLIClone(ctx context.Context, env []string, branch, clone string) error {
+// runCLIClone runs git clone --bare of branch into clone with env, with
+// filter (a partial clone) unless it is "".
+func (m *Mirror) runCLIClone(ctx context.Context, env []string, branch, clone, filter string) error {
 	// --progress: its messages, counted, tell a slow clone from a stalled
 	// one (see Progress).
-	args := []string{"clone", "--progress", "--bare", "--no-tags", "--single-branch", "--branch=" + branch, "--", m.url, clone}
+	args := []string{"clone", "--progress", "--bare", "--no-tags", "--single-branch", "--branch=" + branch}
+	if filter != "" {
+		args = append(args, "--filter="+filter)
+	}
+	args = append(args, "--", m.url, clone)
 	cmd := exec.CommandContext(ctx, m.opts.GitCLI, args...)
 	cmd.Env = env
 	killGroupOnCancel(cmd)

@@ -370,6 +370,9 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 		return false, nil
 	}
 	if listed != nil && m.partialCapable() {
+		if cloned, err := m.partialClone(ctx, topts, refs, listed); cloned || err != nil {
+			return cloned, err
+		}
 		fetched, taken, err := m.fetchFiltered(ctx, topts, listed)
 		if taken && (err == nil || ctx.Err() != nil) {
 			return fetched, err
@@ -398,7 +401,7 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 	cloned := false
 	if empty && m.opts.GitCLI != "" && m.opts.FirstFetchDepth == 0 {
 		e, _ := ParseURL(m.url)
-		err := m.cliClone(ctx, e, topts.orig, refs)
+		err := m.cliClone(ctx, e, topts.orig, refs, "")
 		if err != nil && ctx.Err() != nil {
 			return false, err
 		}

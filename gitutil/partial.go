@@ -189,6 +189,37 @@ func (m *Mirror) fetchFiltered(ctx context.Context, topts transportOptions, list
 	return fetched, true, nil
 }
 
+// partialClone makes the first fetch into an empty mirror that may be
+// partial with the git CLI's partial clone (git's index-pack takes a
+// history of commits and trees in a fraction of go-git's time and
+// memory), when the remote allows filters; the listed refs the clone
+// lacks are fetched filtered after it. cloned is false when it did not
+// clone (a mirror that is not empty, a remote without filters, a clone
+// that failed: fetch as before); err is a stop only. Callers hold m.mu.
+func (m *Mirror) partialClone(ctx context.Context, topts transportOptions, refs []string, listed map[string]plumbing.Hash) (cloned bool, err error) {
+	if !m.isEmpty() {
+		return false, nil
+	}
+	if ok, err := m.filterAllowed(ctx, topts); err != nil || !ok {
+		return false, nil
+	}
+	e, err := ParseURL(m.url)
+	if err != nil {
+		return false, nil
+	}
+	if err := m.cliClone(ctx, e, topts.orig, refs, partialFilter); err != nil {
+		if ctx.Err() != nil {
+			return false, err
+		}
+		return false, m.reinit()
+	}
+	// git says the clone is partial in its configuration (as markPartial
+	// does), a server that ignored the filter too.
+	m.partial = m.readPartial()
+	_, _, err = m.fetchFiltered(ctx, topts, listed)
+	return true, err
+}
+
 // refTips are the objects the mirror's refs point at, once each: what a
 // fetch tells the server the mirror has.
 func (m *Mirror) refTips() []plumbing.Hash {

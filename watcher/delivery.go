@@ -58,6 +58,7 @@ type deliverer struct {
 	pending    *desired
 	resync     bool
 	removed    bool
+	retired    bool // another replica polls the target: end, as if stopped
 	held       bool // the target is suspended: drop what was to be delivered
 	due        int  // the timer of this generation fired
 	ended      bool
@@ -118,6 +119,16 @@ func (d *deliverer) remove() {
 	d.signal()
 }
 
+// retire tells the deliverer that another replica polls its target now:
+// it drops what it was to deliver, its retry too, and ends after the step
+// under way, without calling the sink (the target is not gone).
+func (d *deliverer) retire() {
+	d.mu.Lock()
+	d.retired = true
+	d.mu.Unlock()
+	d.signal()
+}
+
 func (d *deliverer) hasEnded() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -158,11 +169,15 @@ func (d *deliverer) step(ctx context.Context) bool {
 	}
 	st := &d.st
 	d.mu.Lock()
-	next, rs, rm, held, target, due := d.pending, d.resync, d.removed, d.held, d.target, d.due
+	next, rs, rm, retired, held, target, due := d.pending, d.resync, d.removed, d.retired, d.held, d.target, d.due
 	d.pending, d.resync, d.held = nil, false, false
 	d.mu.Unlock()
 	fired := st.timer != nil && due == st.gen // a stale timer's firing is not
 	switch {
+	case retired && !rm:
+		st.stopTimer(d)
+		st.want = nil
+		return true
 	case rm:
 		if !st.removing { // what it was delivering, and its retry, are over
 			st.stopTimer(d)

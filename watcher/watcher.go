@@ -42,7 +42,7 @@ type Watcher struct {
 	byURL      map[string][]*remote  // w.remotes by URL key, for hints
 	remotesGen chan struct{}         // closed and replaced when remotes change
 	deliverers map[string]*deliverer // by route, target and sink
-	removing   map[string]*deliverer // deliverers told to remove, until done
+	removing   map[string]*deliverer // deliverers told to remove or to retire, until done
 	cache      *cacheDir             // while running
 	unowned    int                   // targets another replica polls (WithShard)
 }
@@ -444,6 +444,7 @@ type bound struct {
 	t     Target
 	rev   gitutil.Revision
 	sinks []*deliverer
+	route *route // until its deliverers are bound
 }
 
 type remoteSpec struct {
@@ -456,19 +457,21 @@ type remoteSpec struct {
 // reconcile brings pollers and deliverers in line with the routes' target
 // sets. It reports false when something must be retried.
 func (w *Watcher) reconcile(ctx context.Context) bool {
-	all := w.bindDeliverers()
+	all := w.boundTargets()
 	specs, credsOK := w.remoteSpecs(ctx, all)
 	others := map[string]bool{} // targets another replica polls
+	theirs := map[string]bool{} // the same, by bound key
 	if sh := w.opts.shard; sh != nil {
 		for key, spec := range specs {
 			if !sh.Owns(key) {
 				delete(specs, key) // another replica's: its poller stops here
 				for _, b := range spec.targets {
-					others[b.t.ID] = true
+					others[b.t.ID], theirs[b.key] = true, true
 				}
 			}
 		}
 	}
+	w.bindDeliverers(all, theirs)
 	w.mu.Lock()
 	w.unowned = len(others)
 	w.mu.Unlock()
@@ -486,41 +489,63 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 	return credsOK && len(failed) == 0
 }
 
-// bindDeliverers returns every target of every route with its deliverers,
-// one per sink: it starts those that are new and tells those no target
-// needs any more to remove.
-func (w *Watcher) bindDeliverers() []*bound {
+// boundTargets returns every target of every route, without its
+// deliverers yet.
+func (w *Watcher) boundTargets() []*bound {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var all []*bound
-	wanted := map[string]bool{}
 	for _, r := range w.routes {
 		for _, t := range r.targets {
 			rev, _ := gitutil.ParseRevision(t.Revision) // validated in update
-			b := &bound{key: fmt.Sprintf("%d\x00%s", r.idx, t.ID), t: t, rev: rev}
-			for i, s := range r.sinks {
-				dkey := fmt.Sprintf("%s\x00%d", b.key, i)
-				wanted[dkey] = true
-				d, ok := w.deliverers[dkey]
-				if !ok {
-					d = newDeliverer(w.env, t, s, w.removing[dkey], nil)
-					d.finished = func() { w.removed(dkey, d) }
-					w.deliverers[dkey] = d
-					w.env.deliveries.start(d)
-				}
-				b.sinks = append(b.sinks, d)
-			}
-			all = append(all, b)
+			all = append(all, &bound{key: fmt.Sprintf("%d\x00%s", r.idx, t.ID), t: t, rev: rev, route: r})
 		}
 	}
+	return all
+}
+
+// bindDeliverers gives each target this replica polls its deliverers, one
+// per sink, starting those that are new; it tells those no target needs
+// any more to remove, and those of the targets another replica polls now
+// (theirs, by bound key) to retire: they end without a word to the sink
+// (the target is not gone), so that a target costs a replica that does
+// not poll it nothing but its place in the route.
+func (w *Watcher) bindDeliverers(all []*bound, theirs map[string]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wanted := map[string]bool{}
+	retire := map[string]bool{}
+	for _, b := range all {
+		for i, s := range b.route.sinks {
+			dkey := fmt.Sprintf("%s\x00%d", b.key, i)
+			if theirs[b.key] {
+				retire[dkey] = true
+				continue
+			}
+			wanted[dkey] = true
+			d, ok := w.deliverers[dkey]
+			if !ok {
+				d = newDeliverer(w.env, b.t, s, w.removing[dkey], nil)
+				d.finished = func() { w.removed(dkey, d) }
+				w.deliverers[dkey] = d
+				w.env.deliveries.start(d)
+			}
+			b.sinks = append(b.sinks, d)
+		}
+		b.route = nil
+	}
 	for dkey, d := range w.deliverers {
-		if !wanted[dkey] {
+		switch {
+		case retire[dkey]:
+			delete(w.deliverers, dkey)
+			w.removing[dkey] = d // the next of its key waits for it
+			d.retire()
+		case !wanted[dkey]:
 			delete(w.deliverers, dkey)
 			w.removing[dkey] = d
 			d.remove()
 		}
 	}
-	return all
 }
 
 // remoteSpecs groups the targets by remote: URL and credential identity,

@@ -3,7 +3,12 @@
 // loopback, every target delivered once, then no-change polls, then 35s
 // with none (-settle: a mirror empties its object cache when idle). The watcher
 // runs in a process of its own, which reports its resident memory, heap
-// and goroutines; the baseline is the same process watching nothing.
+// and goroutines; the baseline is the same process watching nothing. Its
+// start-up (every mirror cold, to every target delivered) is measured
+// against git clone --bare of the same remotes at the watcher's fetch
+// concurrency. With -replicas n, n more processes each watch every target
+// and own 1/n of the remotes (a fixed split, as a Lease shard's is at
+// rest), one after the other, beside the one-replica figure.
 //
 //	go run ./internal/bench/fleet -out bench-results/fleet.md
 package main
@@ -17,13 +22,17 @@ import (
 	"hash/fnv"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/bench/harness"
@@ -31,6 +40,10 @@ import (
 	"github.com/modwatch/modwatch/source/static"
 	"github.com/modwatch/modwatch/watcher"
 )
+
+// fetches is the watcher's fetch concurrency (its default), and the
+// baseline's clones at once.
+const fetches = 4
 
 // report is what the child says of itself at steady state.
 type report struct {
@@ -40,6 +53,11 @@ type report struct {
 	// CycleWall and CycleCPU are a no-change cycle's wall time and the
 	// process's CPU time (user and system) in it, the mean of two cycles.
 	CycleWall, CycleCPU time.Duration
+	// StartUp is the time from Run to every target delivered, every
+	// mirror cold.
+	StartUp time.Duration
+	// Fetches is the watcher's fetch concurrency.
+	Fetches int
 }
 
 func main() {
@@ -92,6 +110,10 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 	if err != nil {
 		return err
 	}
+	clones, err := cloneAll(targets, full.Fetches)
+	if err != nil {
+		return err
+	}
 	var shared []report
 	if replicas > 1 {
 		var delivered int64
@@ -120,6 +142,9 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 		harness.NewRow("P10", "no-change cycle (every remote listed): wall / client CPU / client CPU per remote",
 			fmt.Sprintf("%s / %s / %s", full.CycleWall.Round(time.Millisecond), full.CycleCPU.Round(time.Millisecond), (full.CycleCPU/time.Duration(remotes)).Round(time.Microsecond)), "", "", ""),
 	}
+	rows = append(rows, harness.NewRow("P10", fmt.Sprintf("start-up: %d cold remotes to every target delivered", remotes), full.StartUp.Round(time.Millisecond).String(),
+		fmt.Sprintf("%s (git clone --bare of each, %d at a time, as the watcher's fetches)", clones.Round(time.Millisecond), full.Fetches),
+		fmt.Sprintf("%.2f", float64(full.StartUp)/float64(clones)), "≤ 1.0"))
 	for i, r := range shared {
 		rows = append(rows, harness.NewRow("P10", fmt.Sprintf("replica %d of %d: RSS at steady state, its %d targets delivered (all %d watched)", i+1, len(shared), r.Delivered, n),
 			mib(r.RSS), mib(full.RSS)+" (one replica, same run)", fmt.Sprintf("%.2f", float64(r.RSS)/float64(full.RSS)), "≤ 0.40"))
@@ -148,6 +173,36 @@ func measure(self string, targets []watcher.Target, heap, cpuProfile, shard stri
 		return r, fmt.Errorf("child delivered %d of %d targets", r.Delivered, len(targets))
 	}
 	return r, nil
+}
+
+// cloneAll clones each remote of targets bare into a directory of its
+// own, n at a time, and returns the time it took.
+func cloneAll(targets []watcher.Target, n int) (time.Duration, error) {
+	dir, err := os.MkdirTemp("", "fleet-clones")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	var urls []string
+	for _, t := range targets {
+		if !slices.Contains(urls[max(0, len(urls)-1):], t.URL) {
+			urls = append(urls, t.URL)
+		}
+	}
+	var g errgroup.Group
+	g.SetLimit(n)
+	start := time.Now()
+	for i, u := range urls {
+		g.Go(func() error {
+			out, err := exec.Command("git", "clone", "-q", "--bare", u, filepath.Join(dir, fmt.Sprint(i))).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("git clone %s: %v: %s", u, err, out)
+			}
+			return nil
+		})
+	}
+	err = g.Wait()
+	return time.Since(start), err
 }
 
 // fixedShard owns the remotes whose key hashes to its index of n: the
@@ -200,7 +255,8 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 			polled.Add(1)
 		}
 	})
-	opts := []watcher.Option{watcher.WithCacheDir(cache), watcher.WithInterval(time.Hour), watcher.WithObserver(obs)}
+	opts := []watcher.Option{watcher.WithCacheDir(cache), watcher.WithInterval(time.Hour), watcher.WithObserver(obs),
+		watcher.WithConcurrency(watcher.Concurrency{Fetches: fetches})}
 	want := int64(len(targets))
 	if shard != nil {
 		opts = append(opts, watcher.WithShard(*shard))
@@ -218,6 +274,7 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
+	started := time.Now()
 	go func() { done <- w.Run(ctx) }()
 	deadline := time.Now().Add(5 * time.Minute)
 	wait := func(cond func() bool) error {
@@ -232,6 +289,7 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 	if err := wait(func() bool { return delivered.Load() == want }); err != nil {
 		return err
 	}
+	startUp := time.Since(started)
 	urls, _ := w.Remotes()
 	if cpuProfile != "" {
 		f, err := os.Create(cpuProfile)
@@ -259,7 +317,8 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	r := report{Heap: int64(ms.HeapInuse), Goroutines: runtime.NumGoroutine(), Delivered: delivered.Load(), CycleWall: cycleWall, CycleCPU: cycleCPU}
+	r := report{Heap: int64(ms.HeapInuse), Goroutines: runtime.NumGoroutine(), Delivered: delivered.Load(), CycleWall: cycleWall, CycleCPU: cycleCPU,
+		StartUp: startUp, Fetches: fetches}
 	r.RSS, r.HWM = procStatus("VmRSS"), procStatus("VmHWM")
 	if heap != "" {
 		f, err := os.Create(heap)
