@@ -149,3 +149,32 @@ func TestHandOffCancelsDeliveriesInFlight(t *testing.T) {
 	assert.Zero(t, obsA.Count(func(e watcher.Event) bool { return e.Type == watcher.EventDeliveryFailed }),
 		"a hand-off is not a failure")
 }
+
+// A remote another replica takes over is not a target that left: the
+// replica that lost it keeps no deliverer for its targets and never calls
+// the sink's Remove; when the remote comes back, what was delivered stays
+// delivered (the checkpoint) and the next commit is delivered once.
+func TestLosingARemoteNeverRemovesItsTargets(t *testing.T) {
+	srv := gittest.NewServer(t)
+	red := srv.NewRepo(t, "g/red")
+	r1 := red.Commit(t, "red", gittest.File("a", "1"))
+	targets := []watcher.Target{{ID: "red-1", URL: red.URL()}, {ID: "red-2", URL: red.URL(), Path: "."}}
+	shard := newHandShard("red")
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("s")
+	w := newWatcher(t, obs, watcher.WithShard(shard))
+	require.NoError(t, w.Route(watchertest.NewSource(targets...), sink))
+	start(t, w)
+	sink.WaitCommit(t, "red-1", r1)
+	sink.WaitCommit(t, "red-2", r1)
+
+	shard.set()
+	require.Eventually(t, func() bool { return w.Stats().Remotes == 0 }, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 2, w.Stats().Unowned)
+	r2 := red.Commit(t, "red 2", gittest.File("a", "2"))
+	shard.set("red")
+	sink.WaitCommit(t, "red-1", r2)
+	sink.WaitCommit(t, "red-2", r2)
+	assert.Empty(t, sink.Removed(), "a remote handed over is not a target gone")
+	assert.Len(t, sink.Delivered(), 4, "r1 once each, r2 once each: nothing delivered again")
+}
