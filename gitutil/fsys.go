@@ -71,6 +71,11 @@ func (m *Mirror) FS(c Hash, sel Selection) (fs.FS, error) {
 		root = &object.Tree{Hash: decoded.Hash, Entries: decoded.Entries}
 	} else {
 		root, err = object.GetTree(st, e.Hash)
+		if err != nil {
+			if err = f.fetched(e.Hash, err); err == nil {
+				root, err = object.GetTree(st, e.Hash)
+			}
+		}
 	}
 	if err != nil {
 		_ = st.Close()
@@ -183,6 +188,11 @@ func (f *treeFS) tree(h plumbing.Hash) (*object.Tree, error) {
 		return t, nil
 	}
 	t, err := object.GetTree(f.st, h)
+	if err != nil {
+		if err = f.fetched(h, err); err == nil {
+			t, err = object.GetTree(f.st, h)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -134,6 +134,7 @@ type Mirror struct {
 	// fetch, in memory only, with which a read fetches a file it lacks.
 	partial  bool
 	lastAuth *Auth
+	lazying  bool // a read is fetching what the mirror lacks
 	// complete holds trees of a partial mirror that it holds every file
 	// under (content-addressed: they stay so until a rebuild).
 	complete map[plumbing.Hash]bool

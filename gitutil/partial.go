@@ -28,9 +28,15 @@ var ErrNotFetched = errors.New("gitutil: file not fetched into the partial mirro
 
 // Bounds of a partial mirror's fetches of files.
 const (
-	// partialFilter is the filter of a partial mirror's fetches: commits
-	// and trees, no file.
-	partialFilter = "blob:none"
+	// cloneFilter is the filter of a partial mirror's first fetch: the
+	// commits only, their history of trees being most of what a
+	// repository of wide directories holds; the trees of a commit come
+	// when it is read (all at once: a tree is fetched with those under
+	// it).
+	cloneFilter = "tree:0"
+	// fetchFilter is the filter of its later fetches: commits and trees,
+	// no file.
+	fetchFilter = "blob:none"
 	// maxWantsPerFetch bounds the objects one fetch of files names (a
 	// request of 50 bytes each).
 	maxWantsPerFetch = 20_000
@@ -88,7 +94,7 @@ func (m *Mirror) markPartial() error {
 	sub := cfg.Section(promisorSection).Subsection(promisorRemote)
 	sub.SetOption("url", m.url)
 	sub.SetOption("promisor", "true")
-	sub.SetOption("partialclonefilter", partialFilter)
+	sub.SetOption("partialclonefilter", fetchFilter)
 	var out bytes.Buffer
 	if err := config.NewEncoder(&out).Encode(cfg); err != nil {
 		return err
@@ -176,7 +182,7 @@ func (m *Mirror) fetchFiltered(ctx context.Context, topts transportOptions, list
 		} else {
 			haves = m.refTips()
 		}
-		if err := m.fetchV2(ctx, topts, wants, haves, partialFilter); err != nil {
+		if err := m.fetchV2(ctx, topts, wants, haves, fetchFilter); err != nil {
 			return false, true, err
 		}
 		fetched = true
@@ -207,7 +213,7 @@ func (m *Mirror) partialClone(ctx context.Context, topts transportOptions, refs 
 	if err != nil {
 		return false, nil
 	}
-	if err := m.cliClone(ctx, e, topts.orig, refs, partialFilter); err != nil {
+	if err := m.cliClone(ctx, e, topts.orig, refs, cloneFilter); err != nil {
 		if ctx.Err() != nil {
 			return false, err
 		}
@@ -337,7 +343,7 @@ func (m *Mirror) FetchPaths(ctx context.Context, auth *Auth, c Hash, paths []str
 	if err != nil {
 		return err
 	}
-	if err := m.fetchBlobs(ctx, topts, missing); err != nil {
+	if err := m.fetchObjects(ctx, topts, missing); err != nil {
 		return &RemoteError{Op: "fetch files", URL: m.url, Err: err}
 	}
 	if len(m.complete)+len(walked) > maxCompleteTrees {
@@ -427,14 +433,15 @@ func (m *Mirror) missingBlobs(ctx context.Context, commit plumbing.Hash, paths [
 	return missing, walked, nil
 }
 
-// fetchBlobs asks the remote for the objects by name, in requests of at
+// fetchObjects asks the remote for the objects by name, in requests of at
 // most maxWantsPerFetch, telling it of nothing the mirror has (it would
-// leave out the files those reach), and checks that each came. Callers
-// hold m.mu.
-func (m *Mirror) fetchBlobs(ctx context.Context, topts transportOptions, wants []plumbing.Hash) error {
+// leave out what those reach), and checks that each came. The filter
+// leaves out the files under a tree asked for, not a file asked for by
+// name. Callers hold m.mu.
+func (m *Mirror) fetchObjects(ctx context.Context, topts transportOptions, wants []plumbing.Hash) error {
 	for len(wants) > 0 {
 		n := min(len(wants), maxWantsPerFetch)
-		if err := m.fetchV2(ctx, topts, wants[:n], nil, ""); err != nil {
+		if err := m.fetchV2(ctx, topts, wants[:n], nil, fetchFilter); err != nil {
 			return err
 		}
 		for _, h := range wants[:n] {
@@ -447,14 +454,17 @@ func (m *Mirror) fetchBlobs(ctx context.Context, topts transportOptions, wants [
 	return nil
 }
 
-// lazyBlob fetches one file a reader asked for and a partial mirror lacks,
-// with the credentials of the mirror's last fetch. It returns err (the
-// read's) when the mirror is full: a missing object there is damage.
-// Callers hold m.mu.
-func (m *Mirror) lazyBlob(h plumbing.Hash, err error) error {
-	if !m.partial || !errors.Is(err, plumbing.ErrObjectNotFound) {
+// lazyObject is called with err, the read of object h that the mirror
+// lacks: a partial mirror fetches it (a tree with the trees under it, not
+// their files) with the credentials of its last fetch and returns nil
+// (read again); a full mirror returns err, damage. A fetch that fails is
+// ErrNotFetched. Callers hold m.mu.
+func (m *Mirror) lazyObject(h plumbing.Hash, err error) error {
+	if !m.partial || m.lazying || !errors.Is(err, plumbing.ErrObjectNotFound) {
 		return err
 	}
+	m.lazying = true
+	defer func() { m.lazying = false }()
 	ctx, cancel, topts, perr := m.prepare(context.Background(), m.lastAuth)
 	if perr != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNotFetched, h, perr)
@@ -462,7 +472,7 @@ func (m *Mirror) lazyBlob(h plumbing.Hash, err error) error {
 	defer cancel()
 	ctx, cancelLazy := context.WithTimeout(ctx, lazyFetchTimeout)
 	defer cancelLazy()
-	if ferr := m.fetchBlobs(ctx, topts, []plumbing.Hash{h}); ferr != nil {
+	if ferr := m.fetchObjects(ctx, topts, []plumbing.Hash{h}); ferr != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNotFetched, h, ferr)
 	}
 	return nil
@@ -482,7 +492,7 @@ func (f *treeFS) fetched(h plumbing.Hash, err error) error {
 	if f.gen != m.gen.Load() {
 		return err
 	}
-	if lerr := m.lazyBlob(h, err); lerr != nil {
+	if lerr := m.lazyObject(h, err); lerr != nil {
 		return lerr
 	}
 	if _, rerr := f.st.refresh(); rerr != nil {

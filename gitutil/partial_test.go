@@ -250,3 +250,41 @@ func TestSelectionRoots(t *testing.T) {
 		assert.Equal(t, tc.want, tc.sel.Roots(), "%+v", tc.sel)
 	}
 }
+
+// A partial mirror's first fetch brings the commits only: most of what a
+// repository of wide directories holds is its history of trees. A
+// commit's trees come at once when it is first read (a tree is fetched
+// with the trees under it), for an old commit too, and what it asks of
+// the history (ancestry, the paths changed) is answered.
+func TestPartialMirrorFetchesTreesWhenRead(t *testing.T) {
+	_, repo, c1 := partialRepo(t)
+	c2 := repo.Commit(t, "two", gittest.File("apps/a/cm.yaml", "a: 2\n"))
+	m := partialMirror(t, repo.URL(), MirrorOptions{})
+	_, err := m.FetchListed(ctxT(t), nil, listedMain(t, repo, nil))
+	require.NoError(t, err)
+	root := func(c string) plumbing.Hash {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		co, err := m.repo.CommitObject(plumbing.NewHash(c)) // reads the commit, not its tree
+		require.NoError(t, err)
+		return co.TreeHash
+	}
+	holds := func(h plumbing.Hash) bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.repo.Storer.HasEncodedObject(h) == nil
+	}
+	assert.False(t, holds(root(c2)), "no tree with the commits")
+	assert.False(t, holds(root(c1)))
+	fetches := repo.Counts().Fetches.Load()
+	paths, err := m.ChangedPaths(ctxT(t), mustHash(c1), mustHash(c2), Selection{Path: "apps"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a/cm.yaml"}, paths)
+	assert.True(t, holds(root(c1)))
+	assert.True(t, holds(root(c2)))
+	assert.Equal(t, fetches+2, repo.Counts().Fetches.Load(), "one request per commit read, its trees all at once")
+	anc, err := m.IsAncestor(ctxT(t), mustHash(c1), mustHash(c2))
+	require.NoError(t, err)
+	assert.True(t, anc)
+	assert.False(t, has(t, m, c2, "apps/a/cm.yaml"), "trees, not files")
+}

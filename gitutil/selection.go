@@ -400,11 +400,6 @@ func (m *Mirror) blob(h plumbing.Hash) ([]byte, error) { return m.blobUpTo(h, ma
 func (m *Mirror) blobUpTo(h plumbing.Hash, limit int64) ([]byte, error) {
 	b, err := m.repo.BlobObject(h)
 	if err != nil {
-		if err = m.lazyBlob(h, err); err == nil {
-			b, err = m.repo.BlobObject(h)
-		}
-	}
-	if err != nil {
 		return nil, m.markCorrupt(err)
 	}
 	r, err := b.Reader()

@@ -1,6 +1,7 @@
 package gitutil
 
 import (
+	"errors"
 	"io"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -18,6 +19,10 @@ import (
 type mirrorStore struct {
 	*filesystem.Storage
 	objects *packView
+	// missing is called, by a reader that holds the mirror's lock, for an
+	// object the store lacks: it fetches it into a partial mirror (nil:
+	// read again), or returns the error to report.
+	missing func(h plumbing.Hash, err error) error
 }
 
 // newMirrorStore opens the store of the mirror in m.dir.
@@ -27,11 +32,19 @@ func (m *Mirror) newMirrorStore() (*mirrorStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &mirrorStore{Storage: filesystem.NewStorageWithOptions(v.fs, objects, filesystem.Options{}), objects: v}, nil
+	return &mirrorStore{Storage: filesystem.NewStorageWithOptions(v.fs, objects, filesystem.Options{}), objects: v, missing: m.lazyObject}, nil
 }
 
-// EncodedObject reads an object, counting trees.
+// EncodedObject reads an object, counting trees; one a partial mirror
+// lacks is fetched first.
 func (s *mirrorStore) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	o, err := s.objects.EncodedObject(t, h)
+	if err == nil || !errors.Is(err, plumbing.ErrObjectNotFound) || s.objects.HasEncodedObject(h) == nil {
+		return o, err // found, or there but of another type
+	}
+	if err := s.missing(h, err); err != nil {
+		return nil, err
+	}
 	return s.objects.EncodedObject(t, h)
 }
 

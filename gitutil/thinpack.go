@@ -56,6 +56,13 @@ func (m *Mirror) storeThinPack(r io.Reader) (err error) {
 	var extra []plumbing.EncodedObject
 	for _, h := range bases {
 		o, err := st.objects.object(h) // fetch work: not a tree read of a check
+		if err != nil && m.partial {
+			// A partial mirror may lack what the server takes it to have
+			// (the trees of history before its first fetch): fetched now.
+			if err = m.lazyObject(h, err); err == nil {
+				o, err = st.objects.object(h)
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("gitutil: delta base %s of the received pack: %w", h, err)
 		}
