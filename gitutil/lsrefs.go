@@ -46,16 +46,20 @@ var noV2 sync.Map
 // listV2 lists the refs under prefixes with protocol version 2's ls-refs
 // over smart HTTP: the capability advertisement, then one command.
 //
-// The capability advertisement is asked for once per repository: a
-// version 2 command is complete in itself, so later listings are one
-// request, as cheap as a version 0 advertisement of a small repository.
-func listV2(ctx context.Context, repoURL string, topts transportOptions, a *Auth, prefixes []string) (RefList, error) {
+// The capability advertisement is asked for once per server (scheme and
+// host): a version 2 command is complete in itself, so later listings, of
+// that repository or another on the same server, are one request, as cheap
+// as a version 0 advertisement of a small repository. A command that fails
+// where the server was not asked about this repository yet asks it.
+func listV2(ctx context.Context, repoURL, server string, topts transportOptions, a *Auth, prefixes []string) (RefList, error) {
 	client, err := v2Client(topts)
 	if err != nil {
 		return RefList{}, err
 	}
 	base := strings.TrimSuffix(repoURL, "/")
-	if _, known := v2Repos.Load(base); known {
+	_, knownRepo := v2Repos.Load(base)
+	_, knownServer := v2Servers.Load(server)
+	if knownRepo || knownServer {
 		refs, err := lsRefs(ctx, client, base, a, prefixes)
 		if err == nil || ctx.Err() != nil {
 			return refs, err
@@ -81,13 +85,14 @@ func listV2(ctx context.Context, repoURL string, topts transportOptions, a *Auth
 	refs, err := lsRefs(ctx, client, base, a, prefixes)
 	if err == nil {
 		v2Repos.Store(base, true)
+		v2Servers.Store(server, true)
 	}
 	return refs, err
 }
 
 // v2Repos are the repositories (by URL) whose server said it speaks
-// version 2 with ls-refs.
-var v2Repos sync.Map
+// version 2 with ls-refs, and v2Servers those servers (by scheme and host).
+var v2Repos, v2Servers sync.Map
 
 // lsRefs sends the ls-refs command.
 func lsRefs(ctx context.Context, client *http.Client, base string, a *Auth, prefixes []string) (RefList, error) {

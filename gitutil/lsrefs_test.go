@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -97,4 +98,25 @@ func TestListRefsFallsBackToV0(t *testing.T) {
 	}
 	_, remembered := noV2.Load("http://" + strings.TrimPrefix(srv.URL(), "http://"))
 	assert.True(t, remembered)
+}
+
+// A server that spoke version 2 for one repository is asked another's
+// refs at once: the first listing of each of a thousand remotes on one
+// forge is one request, not two. A repository it does not have is still
+// a clear error.
+func TestListRefsAsksAServersCapabilitiesOnce(t *testing.T) {
+	srv := gittest.NewServer(t)
+	one, two := srv.NewRepo(t, "g/one"), srv.NewRepo(t, "g/two")
+	one.Commit(t, "one", gittest.File("a", "1"))
+	c := two.Commit(t, "two", gittest.File("a", "2"))
+	_, err := ListRefs(ctxT(t), one.URL(), nil, []string{"HEAD"})
+	require.NoError(t, err)
+	require.Positive(t, one.Counts().Capabilities.Load())
+	refs, err := ListRefs(ctxT(t), two.URL(), nil, []string{"HEAD"})
+	require.NoError(t, err)
+	assert.Equal(t, c, refs.Refs["refs/heads/main"].String())
+	assert.Zero(t, two.Counts().Capabilities.Load(), "the server's capabilities were known")
+	assert.EqualValues(t, 1, two.Counts().Lists.Load(), "one request")
+	_, err = ListRefs(ctxT(t), srv.URL()+"/g/none.git", nil, []string{"HEAD"})
+	require.ErrorIs(t, err, transport.ErrRepositoryNotFound)
 }

@@ -90,7 +90,7 @@ func ListRefs(ctx context.Context, repoURL string, auth *Auth, prefixes []string
 // listing should handle (no version 2, which is remembered for the server,
 // or an HTTP answer other than 401, 403 and 404).
 func listV2OrFallBack(ctx context.Context, repoURL, server string, topts transportOptions, auth *Auth, prefixes []string) (refs RefList, done bool, err error) {
-	refs, err = listV2(ctx, repoURL, topts, auth, prefixes)
+	refs, err = listV2(ctx, repoURL, server, topts, auth, prefixes)
 	var status *httpStatusError
 	switch {
 	case err == nil:
