@@ -1,8 +1,10 @@
 package gitutil
 
 import (
+	"fmt"
 	"io"
 	"io/fs"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -136,4 +138,42 @@ func TestChangedPathsKeepsTheLastTrees(t *testing.T) {
 	b, err := fs.ReadFile(fsys, "b")
 	require.NoError(t, err)
 	assert.Equal(t, "3", string(b))
+}
+
+// The first fetch into an empty mirror, after a listing of a server that
+// speaks version 2, is one request (a git clone makes three: the
+// capabilities, the refs, the pack), its pack indexed by git index-pack;
+// a server that speaks version 0 only gets the clone, as before.
+func TestFirstFetchAfterAListingIsOneRequest(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err)
+	for _, v0 := range []bool{false, true} {
+		t.Run(fmt.Sprint("v0 only ", v0), func(t *testing.T) {
+			srv := gittest.NewServer(t)
+			srv.SetV0Only(v0)
+			repo := srv.NewRepo(t, "g/r")
+			c := repo.Commit(t, "one", gittest.File("a/b", "1"), gittest.File("c", "2"))
+			repo.Tag(t, "v1", true)
+			refs, err := ListRefs(ctxT(t), repo.URL(), nil, []string{"refs/heads/", "refs/tags/"})
+			require.NoError(t, err)
+			lists, fetches := repo.Counts().Lists.Load(), repo.Counts().Fetches.Load()
+			m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: gitBin})
+			require.NoError(t, err)
+			res, err := m.FetchListed(ctxT(t), nil, map[string]Hash{"refs/heads/main": refs.Refs["refs/heads/main"], "refs/tags/v1": refs.Refs["refs/tags/v1"]})
+			require.NoError(t, err)
+			assert.True(t, res.Fetched)
+			assert.Equal(t, c, res.Refs["refs/heads/main"].String())
+			assert.Equal(t, c, res.Refs["refs/tags/v1"].String(), "the tag, peeled")
+			if !v0 {
+				assert.Equal(t, lists, repo.Counts().Lists.Load(), "no listing")
+				assert.Equal(t, fetches+1, repo.Counts().Fetches.Load(), "one request")
+			}
+			fsys, err := m.FS(mustHash(c), Selection{Path: "a"})
+			require.NoError(t, err)
+			data, err := fs.ReadFile(fsys, "b")
+			require.NoError(t, err)
+			assert.Equal(t, "1", string(data))
+			assert.False(t, m.Partial())
+		})
+	}
 }

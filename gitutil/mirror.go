@@ -400,6 +400,11 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 	}
 	empty := m.isEmpty()
 	cloned := false
+	if empty && m.opts.GitCLI != "" && m.opts.FirstFetchDepth == 0 && listed != nil {
+		if done, err := m.firstFetch(ctx, topts, listed, ""); done || err != nil {
+			return done, err
+		}
+	}
 	if empty && m.opts.GitCLI != "" && m.opts.FirstFetchDepth == 0 {
 		e, _ := ParseURL(m.url)
 		err := m.cliClone(ctx, e, topts.orig, refs, "")

@@ -209,6 +209,18 @@ func (m *Mirror) partialClone(ctx context.Context, topts transportOptions, refs 
 	if ok, err := m.filterAllowed(ctx, topts); err != nil || !ok {
 		return false, nil
 	}
+	if err := m.markPartial(); err != nil {
+		return false, err
+	}
+	if done, err := m.firstFetch(ctx, topts, listed, cloneFilter); err != nil {
+		return false, err
+	} else if done {
+		if err := markPromisorPacks(m.dir); err != nil {
+			return true, err
+		}
+		_, _, err = m.fetchFiltered(ctx, topts, listed)
+		return true, err
+	}
 	e, err := ParseURL(m.url)
 	if err != nil {
 		return false, nil
@@ -243,15 +255,22 @@ func (m *Mirror) refTips() []plumbing.Hash {
 	return out
 }
 
-// fetchFeatures remembers, by repository URL, the features of a version 2
-// server's fetch command ("shallow filter").
+// fetchFeatures remembers, by server (scheme and host), the features of a
+// version 2 server's fetch command ("shallow filter").
 var fetchFeatures sync.Map
 
 // filterAllowed reports whether the remote speaks version 2 and its fetch
-// takes a filter (uploadpack.allowFilter), asking it once per repository.
+// takes a filter (uploadpack.allowFilter), asking its server once. (A
+// repository of that server configured otherwise refuses the filtered
+// fetch, and is fetched as a full mirror is.)
 func (m *Mirror) filterAllowed(ctx context.Context, topts transportOptions) (bool, error) {
 	base := strings.TrimSuffix(m.url, "/")
-	if f, ok := fetchFeatures.Load(base); ok {
+	e, err := ParseURL(m.url)
+	if err != nil {
+		return false, err
+	}
+	server := e.Scheme + "://" + e.Host
+	if f, ok := fetchFeatures.Load(server); ok {
 		return protov2.HasFeature(f.(string), "filter"), nil
 	}
 	client, err := v2Client(topts)
@@ -269,7 +288,7 @@ func (m *Mirror) filterAllowed(ctx context.Context, topts transportOptions) (boo
 	}
 	caps, err := readV2Caps(resp)
 	if errors.Is(err, errNoV2) {
-		fetchFeatures.Store(base, "")
+		fetchFeatures.Store(server, "")
 		return false, nil
 	}
 	if err != nil {
@@ -279,7 +298,7 @@ func (m *Mirror) filterAllowed(ctx context.Context, topts transportOptions) (boo
 	if !ok {
 		features = ""
 	}
-	fetchFeatures.Store(base, features)
+	fetchFeatures.Store(server, features)
 	return protov2.HasFeature(features, "filter"), nil
 }
 
