@@ -146,8 +146,9 @@ func markPromisorPacks(dir string) error {
 	return nil
 }
 
-// Partial reports whether the mirror is partial: it holds every commit and
-// tree of the refs it fetched, and only the files it was asked for.
+// Partial reports whether the mirror is partial: it holds the commits of
+// the refs it fetched, and only the trees and files that were asked for
+// or read.
 func (m *Mirror) Partial() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -196,12 +197,13 @@ func (m *Mirror) fetchFiltered(ctx context.Context, topts transportOptions, list
 }
 
 // partialClone makes the first fetch into an empty mirror that may be
-// partial with the git CLI's partial clone (git's index-pack takes a
-// history of commits and trees in a fraction of go-git's time and
-// memory), when the remote allows filters; the listed refs the clone
-// lacks are fetched filtered after it. cloned is false when it did not
-// clone (a mirror that is not empty, a remote without filters, a clone
-// that failed: fetch as before); err is a stop only. Callers hold m.mu.
+// partial, when the remote allows filters: one version 2 fetch of the
+// listed commits (see firstFetch), or else the git CLI's partial clone
+// (git's index-pack takes a long history in a fraction of go-git's time
+// and memory); the listed refs the clone lacks are fetched filtered after
+// it. cloned is false when it did not fetch (a mirror that is not empty, a
+// remote without filters, a clone that failed: fetch as before); err is a
+// stop only. Callers hold m.mu.
 func (m *Mirror) partialClone(ctx context.Context, topts transportOptions, refs []string, listed map[string]plumbing.Hash) (cloned bool, err error) {
 	if !m.isEmpty() {
 		return false, nil
