@@ -52,9 +52,9 @@ type report struct {
 	// Returned is the RSS after the runtime returned the memory it holds
 	// free to the system (debug.FreeOSMemory): what the process keeps,
 	// without what a peak left behind that the scavenger returns slowly.
-	Returned int64
-	Goroutines     int
-	Delivered      int64
+	Returned   int64
+	Goroutines int
+	Delivered  int64
 	// CycleWall and CycleCPU are a no-change cycle's wall time and the
 	// process's CPU time (user and system) in it, the mean of two cycles.
 	CycleWall, CycleCPU time.Duration
