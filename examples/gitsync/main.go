@@ -272,7 +272,8 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	steps := []watcher.Sink{dir.New(c.root, dir.WithStaleGrace(c.staleWorktreeTimeout), dir.WithCommitFile(c.commitFile),
 		dir.WithLinkName(func(t watcher.Target) string { return t.ID }))}
 	if c.exechookCommand != "" {
-		steps = append(steps, hook.Command(c.exechookCommand, nil, hook.WithExecTimeout(c.exechookTimeout)))
+		steps = append(steps, hook.Command(c.exechookCommand, nil, hook.WithExecTimeout(c.exechookTimeout),
+			hook.WithExecEnv(func(c watcher.Change) []string { return []string{"GITSYNC_HASH=" + c.To} })))
 	}
 	if c.webhookURL != "" {
 		steps = append(steps, hook.Post(c.webhookURL))

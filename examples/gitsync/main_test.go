@@ -67,9 +67,10 @@ func TestConsumerContract(t *testing.T) {
 	consumerLog := filepath.Join(t.TempDir(), "seen")
 	hookLog := filepath.Join(t.TempDir(), "hook")
 
-	// The exechook runs in the new tree, after the link moved.
+	// The exechook runs in the new tree, after the link moved, with the
+	// commit in GITSYNC_HASH, as git-sync's.
 	hookScript := filepath.Join(t.TempDir(), "hook.sh")
-	script := "#!/bin/sh\n" + `[ "$(cat version)" = "$(cat "$ROOT/current/version")" ] && echo "$(cat version)" >> "$HOOK_LOG"` + "\n"
+	script := "#!/bin/sh\n" + `[ "$(cat version)" = "$(cat "$ROOT/current/version")" ] && [ ${#GITSYNC_HASH} -eq 40 ] && echo "$(cat version)" >> "$HOOK_LOG"` + "\n"
 	require.NoError(t, os.WriteFile(hookScript, []byte(script), 0o755))
 	t.Setenv("ROOT", root)
 	t.Setenv("HOOK_LOG", hookLog)

@@ -31,6 +31,7 @@ type Exec struct {
 	args    []string
 	dir     string
 	timeout time.Duration
+	env     func(watcher.Change) []string
 }
 
 var (
@@ -43,6 +44,13 @@ type ExecOption func(*Exec)
 
 // WithDir sets the command's working directory (default: the process's).
 func WithDir(dir string) ExecOption { return func(e *Exec) { e.dir = dir } }
+
+// WithExecEnv adds the variables ("NAME=value") env makes of each change
+// to the command's environment, after the MODWATCH_ ones: a program's own
+// names for them, as git-sync's GITSYNC_HASH.
+func WithExecEnv(env func(c watcher.Change) []string) ExecOption {
+	return func(e *Exec) { e.env = env }
+}
 
 // WithExecTimeout bounds one run (default [DefaultTimeout]).
 func WithExecTimeout(d time.Duration) ExecOption {
@@ -96,6 +104,9 @@ func (e *Exec) Deliver(ctx context.Context, c watcher.Change) error {
 		"MODWATCH_REASON="+string(c.Reason),
 		"MODWATCH_TREE="+tree,
 	)
+	if e.env != nil {
+		cmd.Env = append(cmd.Env, e.env(c)...)
+	}
 	var out tailBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

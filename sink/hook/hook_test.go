@@ -51,6 +51,19 @@ func TestExecEnvironment(t *testing.T) {
 	assert.NotContains(t, env, "s3cret")
 }
 
+// A program's own names for what a change says, as git-sync's
+// GITSYNC_HASH, come after the MODWATCH_ ones.
+func TestExecEnvOfTheProgram(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "env")
+	h := hook.Command("sh", []string{"-c", `echo "$GITSYNC_HASH" > "$OUT"`},
+		hook.WithExecEnv(func(c watcher.Change) []string { return []string{"GITSYNC_HASH=" + c.To} }))
+	t.Setenv("OUT", out)
+	require.NoError(t, h.Deliver(context.Background(), change))
+	data, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.Equal(t, change.To+"\n", string(data))
+}
+
 func TestExecFailures(t *testing.T) {
 	err := hook.Command("sh", []string{"-c", "echo broken >&2; exit 3"}).Deliver(context.Background(), change)
 	require.Error(t, err)
