@@ -28,6 +28,7 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,7 +50,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stderr))
+	os.Exit(run(ctx, os.Args[1:], os.Environ(), os.Stderr))
 }
 
 // config is git-sync's flags that this program honours.
@@ -60,6 +61,7 @@ type config struct {
 	oneTime                                        bool
 	exechookCommand, webhookURL                    string
 	username, passwordFile, sshKeyFile, knownHosts string
+	password                                       string // GITSYNC_PASSWORD: never a flag, as git-sync
 	httpBind, cacheDir                             string
 	commitFile, hookBind                           string
 	hookSecretFile, hookGitHubSecretFile           string
@@ -101,8 +103,18 @@ func (a alsoFlag) Set(v string) error {
 }
 
 // parse reads flags, then GITSYNC_* variables for the flags not given
-// (git-sync's precedence).
-func parse(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+// (git-sync's precedence), from environ ("NAME=value"). A GITSYNC_ or
+// GIT_SYNC_ variable it does not take is an error, as a flag is: a
+// setting of git-sync's that this program would drop is never dropped
+// without a word.
+func parse(args []string, environ []string, stderr io.Writer) (config, error) {
+	vars := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	getenv := func(k string) string { return vars[k] }
 	var c config
 	fs := flag.NewFlagSet("gitsync", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -134,8 +146,10 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 
 	// A variable is a default: the command line wins.
 	var envErr error
+	known := map[string]bool{"GITSYNC_PASSWORD": true}
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "GITSYNC_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		known[name] = true
 		if v := getenv(name); v != "" && envErr == nil {
 			if err := f.Value.Set(v); err != nil {
 				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
@@ -145,6 +159,17 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	if envErr != nil {
 		return c, envErr
 	}
+	var unknown []string
+	for k := range vars {
+		if (strings.HasPrefix(k, "GITSYNC_") || strings.HasPrefix(k, "GIT_SYNC_")) && !known[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return c, fmt.Errorf("environment variables this program does not take: %s", strings.Join(unknown, ", "))
+	}
+	c.password = getenv("GITSYNC_PASSWORD")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -206,7 +231,10 @@ func (c config) hookConfig() (webhook.Config, error) {
 
 // auth reads the credentials the flags name.
 func (c config) auth() (*gitutil.Auth, error) {
-	a := &gitutil.Auth{Username: c.username}
+	a := &gitutil.Auth{Username: c.username, Password: c.password}
+	if c.passwordFile != "" && c.password != "" {
+		return nil, errors.New("GITSYNC_PASSWORD and --password-file are exclusive")
+	}
 	if c.passwordFile != "" {
 		pw, err := os.ReadFile(c.passwordFile)
 		if err != nil {
@@ -234,8 +262,8 @@ func (c config) auth() (*gitutil.Auth, error) {
 }
 
 // run is the program; it returns the exit code.
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
-	c, err := parse(args, getenv, stderr)
+func run(ctx context.Context, args []string, environ []string, stderr io.Writer) int {
+	c, err := parse(args, environ, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

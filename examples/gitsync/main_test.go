@@ -23,12 +23,13 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, gittest.LeakOptions...) }
 
-func noEnv(string) string { return "" }
+var noEnv []string
 
 func TestFlagsAndEnvironment(t *testing.T) {
-	env := map[string]string{"GITSYNC_REPO": "https://git.example.com/g/app.git", "GITSYNC_ROOT": "/git", "GITSYNC_PERIOD": "30s", "GITSYNC_ONE_TIME": "true"}
-	c, err := parse([]string{"--period", "5s", "--link", "/git/current"}, func(k string) string { return env[k] }, &bytes.Buffer{})
+	env := []string{"GITSYNC_REPO=https://git.example.com/g/app.git", "GITSYNC_ROOT=/git", "GITSYNC_PERIOD=30s", "GITSYNC_ONE_TIME=true", "GITSYNC_PASSWORD=pw", "HOME=/root"}
+	c, err := parse([]string{"--period", "5s", "--link", "/git/current"}, env, &bytes.Buffer{})
 	require.NoError(t, err)
+	assert.Equal(t, "pw", c.password, "GITSYNC_PASSWORD, a variable only, as git-sync's")
 	assert.Equal(t, "https://git.example.com/g/app.git", c.repo)
 	assert.Equal(t, 5*time.Second, c.period, "the command line wins over the environment")
 	assert.True(t, c.oneTime)
@@ -54,6 +55,17 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	var out bytes.Buffer
 	assert.Equal(t, 2, run(context.Background(), []string{"--bogus"}, noEnv, &out))
 	assert.Contains(t, out.String(), "flag provided but not defined: -bogus")
+
+	// A variable of git-sync's this program does not take fails as a flag
+	// does, by name: it is never silently dropped.
+	out.Reset()
+	args := []string{"--repo", "r", "--root", "/git"}
+	assert.Equal(t, 2, run(context.Background(), args, []string{"GITSYNC_GIT_GC=auto", "GIT_SYNC_DEST=x", "GITSYNC_PERIOD=1s"}, &out))
+	assert.Contains(t, out.String(), "environment variables this program does not take: GITSYNC_GIT_GC, GIT_SYNC_DEST")
+	c, err = parse(args, []string{"GITSYNC_PASSWORD=pw", "GITSYNC_PASSWORD_FILE=/f"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	_, err = c.auth()
+	assert.ErrorContains(t, err, "exclusive")
 }
 
 // A consumer written against git-sync's contract — read root/link, wait
