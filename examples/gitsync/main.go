@@ -1,9 +1,10 @@
-// Command gitsync is a git-sync (v4) compatible sidecar built on the
-// library: the same flags and GITSYNC_* environment variables with the same
-// meaning, the same contract — root/link is a symlink swapped atomically
-// to a complete tree of the synced commit, then the exechook runs in that
-// tree and the webhook is called — so a consumer written against git-sync
-// works unchanged. What it adds: --path publishes one directory of the
+// Command gitsync is a git-sync (v4) style sidecar built on the library:
+// some of git-sync's flags and their GITSYNC_* environment variables with
+// the same meaning, and its symlink contract — root/link is a symlink
+// swapped atomically to a complete tree of the synced commit, then the
+// exechook runs in that tree (GITSYNC_HASH set) and the webhook is called.
+// It is not yet a drop-in (docs/migrating.md lists what differs). What it
+// adds: --path publishes one directory of the
 // repository and syncs only when something under it changed; --also syncs
 // more repositories or paths in the same process (one poll per remote);
 // --hook-bind takes push webhooks (GitHub's, or a generic HMAC-signed one)
@@ -11,8 +12,9 @@
 //
 //	go run ./examples/gitsync --repo https://github.com/stefanprodan/podinfo --root /tmp/git --link podinfo --period 30s
 //
-// Flags of git-sync this program does not know fail at start, by name.
-// --depth is accepted and ignored: the mirror fetches incrementally.
+// Flags, and GITSYNC_ or GIT_SYNC_ variables, this program does not take
+// fail at start, by name. --depth is taken for git-sync's spelling, but the
+// mirror fetches incrementally with full history (docs/migrating.md).
 package main
 
 import (
@@ -231,7 +233,7 @@ func (c config) hookConfig() (webhook.Config, error) {
 
 // auth reads the credentials the flags name.
 func (c config) auth() (*gitutil.Auth, error) {
-	a := &gitutil.Auth{Username: c.username, Password: c.password}
+	a := &gitutil.Auth{Username: c.username, Password: c.password, AllowInsecureHTTP: true}
 	if c.passwordFile != "" && c.password != "" {
 		return nil, errors.New("GITSYNC_PASSWORD and --password-file are exclusive")
 	}
@@ -328,6 +330,14 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 			if c.oneTime && len(synced) == len(targets) {
 				cancel()
 			}
+		case e.Type == watcher.EventInvalidTarget:
+			// Reported once, and no retry makes it valid: with --one-time
+			// (or past --max-failures) the command ends with it.
+			failures++
+			if (c.oneTime || (c.maxFailures >= 0 && failures > c.maxFailures)) && failed == nil {
+				failed = fmt.Errorf("invalid target: %w", e.Err)
+				cancel()
+			}
 		case e.Type == watcher.EventDeliveryFailed || e.Type == watcher.EventTargetFailed || e.Type == watcher.EventRefVanished:
 			failures++
 			if c.maxFailures >= 0 && failures > c.maxFailures && failed == nil {
@@ -341,7 +351,10 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	w = watcher.New(watcher.WithCacheDir(c.cacheDir),
+	// One user's sidecar, as git-sync: local repositories and credentials
+	// over plain http:// are the user's to choose (a watcher serving many
+	// tenants refuses both).
+	w = watcher.New(watcher.WithCacheDir(c.cacheDir), watcher.WithLocalRepositories(),
 		watcher.WithInterval(c.period), watcher.WithMinInterval(min(c.period, watcher.DefaultMinInterval)),
 		watcher.WithObserver(outcome, m))
 	if err := w.Route(static.New(targets...), watcher.Chain("git-sync", steps...)); err != nil {

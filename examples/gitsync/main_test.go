@@ -163,6 +163,49 @@ func TestOneTime(t *testing.T) {
 	assert.Contains(t, stderr.String(), "consecutive failures")
 }
 
+// A repository the watcher refuses is a failure like any other: --one-time
+// ends with it (it waited forever), even with failures allowed.
+func TestInvalidRepositoryEndsOneTime(t *testing.T) {
+	for _, extra := range [][]string{nil, {"--max-failures", "5"}} {
+		var stderr bytes.Buffer
+		args := append([]string{"--repo", "ftp://git.example.com/g/app.git", "--root", t.TempDir(), "--one-time"}, extra...)
+		done := make(chan int, 1)
+		go func() { done <- run(context.Background(), args, noEnv, &stderr) }()
+		select {
+		case code := <-done:
+			assert.Equal(t, 1, code, "%v", extra)
+			assert.Contains(t, stderr.String(), "invalid target", "%v", extra)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%v: --one-time did not end", extra)
+		}
+	}
+}
+
+// A single user's sidecar, as git-sync: a local repository (file://) and
+// credentials over plain http:// are taken.
+func TestLocalRepositoriesAndPlainHTTPCredentials(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	repo.Commit(t, "0", gittest.File("version", "0"))
+	root := t.TempDir()
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"--repo", "file://" + repo.BareDir(), "--root", root, "--link", "local", "--one-time"}, noEnv, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	data, err := os.ReadFile(filepath.Join(root, "local", "version"))
+	require.NoError(t, err)
+	assert.Equal(t, "0", string(data))
+
+	srv.SetBasicAuth("u", "s3cr3t-pw")
+	stderr.Reset()
+	code = run(context.Background(), []string{"--repo", repo.URL(), "--root", root, "--link", "http", "--username", "u", "--one-time"},
+		[]string{"GITSYNC_PASSWORD=s3cr3t-pw"}, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	data, err = os.ReadFile(filepath.Join(root, "http", "version"))
+	require.NoError(t, err)
+	assert.Equal(t, "0", string(data))
+	assert.NotContains(t, stderr.String(), "s3cr3t")
+}
+
 // syncBuffer is a bytes.Buffer safe for the program's logger and the test.
 type syncBuffer struct {
 	mu sync.Mutex
