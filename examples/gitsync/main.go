@@ -13,8 +13,8 @@
 //	go run ./examples/gitsync --repo https://github.com/stefanprodan/podinfo --root /tmp/git --link podinfo --period 30s
 //
 // Flags, and GITSYNC_ or GIT_SYNC_ variables, this program does not take
-// fail at start, by name. --depth is taken for git-sync's spelling, but the
-// mirror fetches incrementally with full history (docs/migrating.md).
+// fail at start, by name. --depth is taken for git-sync's spelling and said
+// at start not to be honoured: the mirror keeps full history.
 package main
 
 import (
@@ -60,6 +60,7 @@ type config struct {
 	repo, ref, root, link, path                    string
 	period, exechookTimeout, staleWorktreeTimeout  time.Duration
 	depth, maxFailures, verbose                    int
+	depthSet                                       bool
 	oneTime                                        bool
 	exechookCommand, webhookURL                    string
 	username, passwordFile, sshKeyFile, knownHosts string
@@ -126,7 +127,7 @@ func parse(args []string, environ []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.link, "link", "", "the path (absolute or relative to --root) at which to create a symlink to the synced tree (default: the repository's name)")
 	fs.StringVar(&c.path, "path", "", "modwatch: publish only this directory of the repository, and sync only when it changed")
 	fs.DurationVar(&c.period, "period", 10*time.Second, "how long to wait between sync attempts")
-	fs.IntVar(&c.depth, "depth", 1, "accepted for compatibility; the mirror fetches incrementally")
+	fs.IntVar(&c.depth, "depth", 1, "git-sync's history depth: not honoured, and said so at start (the mirror keeps full history)")
 	fs.BoolVar(&c.oneTime, "one-time", false, "exit after the first sync")
 	fs.IntVar(&c.maxFailures, "max-failures", 0, "the number of consecutive failures allowed before aborting (-1: no limit)")
 	fs.StringVar(&c.exechookCommand, "exechook-command", "", "a command to run in the synced tree after each sync")
@@ -175,6 +176,8 @@ func parse(args []string, environ []string, stderr io.Writer) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	fs.Visit(func(f *flag.Flag) { c.depthSet = c.depthSet || f.Name == "depth" })
+	c.depthSet = c.depthSet || getenv("GITSYNC_DEPTH") != ""
 	switch {
 	case fs.NArg() > 0:
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
@@ -387,6 +390,11 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 			return err
 		}
 		defer srv.Close()
+	}
+	if c.depthSet {
+		// Said, not dropped: what git-sync's depth bounds (the history a
+		// worktree shows, the disk) is not what this program keeps.
+		log.Info("--depth is not honoured: the mirror keeps the full history and the tree holds the commit's files only", "depth", c.depth)
 	}
 	log.Info("syncing", "repo", gitutil.RedactURL(c.repo), "ref", c.ref, "link", filepath.Join(c.root, c.link))
 	if err := w.Run(logr.NewContext(ctx, log)); err != nil {

@@ -156,6 +156,12 @@ func TestOneTime(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(root, "app", "version"))
 	require.NoError(t, err)
 	assert.Equal(t, "0", string(data))
+	assert.NotContains(t, stderr.String(), "--depth")
+
+	stderr.Reset()
+	code = run(context.Background(), []string{"--repo", repo.URL(), "--root", t.TempDir(), "--depth", "3", "--one-time"}, noEnv, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	assert.Contains(t, stderr.String(), "--depth is not honoured", "a setting it does not follow is said, not dropped")
 
 	stderr.Reset()
 	code = run(context.Background(), []string{"--repo", repo.URL(), "--root", t.TempDir(), "--ref", "missing", "--one-time"}, noEnv, &stderr)
