@@ -354,12 +354,16 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	gs, err := newGitSyncMetrics(reg, c.link, c.repo)
+	if err != nil {
+		return err
+	}
 	// One user's sidecar, as git-sync: local repositories and credentials
 	// over plain http:// are the user's to choose (a watcher serving many
 	// tenants refuses both).
 	w = watcher.New(watcher.WithCacheDir(c.cacheDir), watcher.WithLocalRepositories(),
 		watcher.WithInterval(c.period), watcher.WithMinInterval(min(c.period, watcher.DefaultMinInterval)),
-		watcher.WithObserver(outcome, m))
+		watcher.WithObserver(outcome, m, watcher.ObserverFunc(gs.observe)))
 	if err := w.Route(static.New(targets...), watcher.Chain("git-sync", steps...)); err != nil {
 		return err
 	}

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -284,6 +286,61 @@ func TestAlsoPathsAndPushHints(t *testing.T) {
 	assert.NotEqual(t, tree, now)
 	assert.Equal(t, "a0", read("app/version"))
 
+	cancel()
+	assert.Equal(t, 0, <-done, stderr.String())
+}
+
+// git-sync's own metrics are served beside the library's, with git-sync's
+// meaning: a sync that published a new commit (and its fetch), a poll that
+// found nothing, a failed sync.
+func TestGitSyncMetrics(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	repo.Commit(t, "0", gittest.File("version", "0"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	var stderr syncBuffer
+	go func() {
+		done <- run(ctx, []string{"--repo", repo.URL(), "--root", t.TempDir(), "--period", "100ms", "--max-failures", "-1", "--http-bind", addr}, noEnv, &stderr)
+	}()
+	metric := func(name string) float64 {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return -1
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+		return 0
+	}
+	wait := func(name string, want float64) {
+		t.Helper()
+		require.Eventually(t, func() bool { return metric(name) == want }, 30*time.Second, 20*time.Millisecond, "%s = %v (is %v)", name, want, metric(name))
+	}
+	wait(`git_sync_count_total{status="success"}`, 1)
+	wait("git_fetch_count_total", 1)
+	require.Eventually(t, func() bool { return metric(`git_sync_count_total{status="noop"}`) >= 2 }, 30*time.Second, 20*time.Millisecond)
+	repo.Commit(t, "1", gittest.File("version", "1"))
+	wait(`git_sync_count_total{status="success"}`, 2)
+	wait("git_fetch_count_total", 2)
+	assert.Zero(t, metric(`git_sync_count_total{status="error"}`))
+	srv.SetDown(true)
+	require.Eventually(t, func() bool { return metric(`git_sync_count_total{status="error"}`) >= 1 }, 30*time.Second, 20*time.Millisecond)
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	assert.Contains(t, string(body), "\nmodwatch_polls_total{", "the library's own, beside")
 	cancel()
 	assert.Equal(t, 0, <-done, stderr.String())
 }
