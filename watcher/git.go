@@ -79,6 +79,9 @@ type MirrorReader interface {
 // for all the targets of a poll. A Mirror that does not implement it holds
 // every file of what it fetched.
 type PathFetcher interface {
+	// Partial reports whether the mirror may lack files: when it does not,
+	// FetchPaths is not called (nor a fetch slot taken for it).
+	Partial() bool
 	// FetchPaths brings the files under paths (relative to the
 	// repository's root; "" is all of it) at commit that the mirror lacks.
 	FetchPaths(ctx context.Context, auth *gitutil.Auth, commit gitutil.Hash, paths []string) error

@@ -225,7 +225,7 @@ func (r *remote) poll(ctx context.Context) (err error) {
 	if len(missing.refs) > 0 || len(missing.commits) > 0 {
 		fetchFailed, err = r.fetchMissing(ctx, auth, jobs, missing)
 	}
-	if pf, ok := r.mirror.(PathFetcher); ok {
+	if pf, ok := r.mirror.(PathFetcher); ok && pf.Partial() {
 		fetchFailed = r.fetchPaths(ctx, pf, auth, jobs, fetchFailed)
 	}
 	r.offerAll(ctx, jobs, fetchFailed)

@@ -96,6 +96,7 @@ func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, 
 	s.v.touchMirror(sm.dir)
 	m := sm.mirror
 	pf, partial := m.(PathFetcher)
+	partial = partial && pf.Partial() // then its files may be missing too
 	if m.HasCommit(commit) && !partial {
 		return m, nil
 	}
@@ -115,7 +116,7 @@ func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, 
 	// Its files too, in a mirror that may lack them: a submodule is
 	// delivered whole.
 	files := func() (Mirror, error) {
-		if partial {
+		if pf, ok := m.(PathFetcher); ok && pf.Partial() { // after the fetch, which may have made it partial
 			if err := pf.FetchPaths(ctx, auth, commit, []string{""}); err != nil {
 				return nil, fmt.Errorf("watcher: submodule %s at %s: %w", gitutil.RedactURL(url), commit, err)
 			}
