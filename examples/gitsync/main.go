@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -66,7 +67,7 @@ type config struct {
 	username, passwordFile, sshKeyFile, knownHosts string
 	password                                       string // GITSYNC_PASSWORD: never a flag, as git-sync
 	httpBind, cacheDir                             string
-	commitFile, hookBind                           string
+	commitFile, hookBind, touchFile                string
 	hookSecretFile, hookGitHubSecretFile           string
 	also                                           []watcher.Target
 }
@@ -142,6 +143,7 @@ func parse(args []string, environ []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.verbose, "v", 0, "logging verbosity")
 	fs.StringVar(&c.cacheDir, "cache-dir", "", "modwatch: where the mirror lives (default: root/.mirrors)")
 	fs.StringVar(&c.commitFile, "commit-file", "", "modwatch: write the synced commit into this file at the top of each tree")
+	fs.StringVar(&c.touchFile, "touch-file", "", "a file to touch (create, or update its times) after each sync that published a new commit (absolute or relative to --root)")
 	fs.Var(alsoFlag{&c.also}, "also", "modwatch: also sync link=NAME,repo=URL[,ref=REF][,path=DIR] under --root (repeatable)")
 	fs.StringVar(&c.hookBind, "hook-bind", "", "modwatch: take push webhooks on this address (POST /hooks) and sync at once")
 	fs.StringVar(&c.hookSecretFile, "hook-secret-file", "", "modwatch: the secret of generic webhooks (X-Signature: sha256=HMAC)")
@@ -330,6 +332,11 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 		case e.Type == watcher.EventDelivered:
 			failures = 0
 			synced[e.Target.ID] = true
+			if c.touchFile != "" && e.Target.ID == c.link {
+				if err := touch(absUnder(c.root, c.touchFile)); err != nil {
+					log.Error(err, "touch-file not touched", "path", c.touchFile)
+				}
+			}
 			if c.oneTime && len(synced) == len(targets) {
 				cancel()
 			}
@@ -407,6 +414,32 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	mu.Lock()
 	defer mu.Unlock()
 	return failed
+}
+
+// absUnder is p, absolute, or relative to root.
+func absUnder(root, p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(root, p)
+}
+
+// touch makes the file at path exist with its times now, creating the
+// directories to it, as git-sync's touch-file.
+func touch(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o775); err != nil {
+		return err
+	}
+	now := time.Now()
+	err := os.Chtimes(path, now, now)
+	if errors.Is(err, fs.ErrNotExist) {
+		f, cerr := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644)
+		if cerr != nil {
+			return cerr
+		}
+		return f.Close()
+	}
+	return err
 }
 
 // serve answers / (200 once the tree has been synced, 503 before or while

@@ -344,3 +344,37 @@ func TestGitSyncMetrics(t *testing.T) {
 	cancel()
 	assert.Equal(t, 0, <-done, stderr.String())
 }
+
+// --touch-file is touched after each sync that published a commit, and
+// not between them, as git-sync's: relative to --root, or absolute.
+func TestTouchFile(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	repo.Commit(t, "0", gittest.File("version", "0"))
+	root := t.TempDir()
+	for _, flagValue := range []string{"touch.file", filepath.Join(root, "dir", "touch.file")} {
+		touched := absUnder(root, flagValue)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan int, 1)
+		var stderr syncBuffer
+		go func() {
+			done <- run(ctx, []string{"--repo", repo.URL(), "--root", root, "--link", "app", "--period", "100ms", "--max-failures", "-1",
+				"--cache-dir", t.TempDir(), "--touch-file", flagValue}, noEnv, &stderr)
+		}()
+		waitTouched := func(what string) {
+			t.Helper()
+			require.Eventually(t, func() bool { _, err := os.Stat(touched); return err == nil }, 30*time.Second, 20*time.Millisecond, "%s: %s", what, stderr.String())
+			require.NoError(t, os.Remove(touched))
+		}
+		waitTouched("the first sync")
+		c := repo.Commit(t, "1", gittest.File("version", flagValue))
+		waitTouched("a new commit")
+		data, err := os.ReadFile(filepath.Join(root, "app", "version"))
+		require.NoError(t, err)
+		assert.Equal(t, flagValue, string(data), "touched after the tree was published (%s)", c)
+		time.Sleep(500 * time.Millisecond) // five polls with nothing new
+		assert.NoFileExists(t, touched, "not touched between syncs")
+		cancel()
+		assert.Equal(t, 0, <-done, stderr.String())
+	}
+}
