@@ -5,16 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
-
-	"github.com/modwatch/modwatch/gitutil/internal/protov2"
 )
 
 // firstFetch makes the first fetch into an empty mirror in one request
@@ -41,31 +37,12 @@ func (m *Mirror) firstFetch(ctx context.Context, topts transportOptions, listed 
 		}
 		wants = append(wants, h)
 	}
-	client, err := v2Client(topts)
+	pack, closePack, err := m.v2Pack(ctx, topts, wants, nil, filter)
 	if err != nil {
-		return false, nil
+		return false, stopped(ctx) // the fetch that follows reports it
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(m.url, "/")+"/git-upload-pack", bytes.NewReader(protov2.FetchRequest(wants, nil, filter)))
-	if err != nil {
-		return false, nil
-	}
-	setV2Headers(req, topts.orig)
-	req.Header.Set("Content-Type", "application/x-git-upload-pack-request")
-	req.Header.Set("Accept", "application/x-git-upload-pack-result")
-	resp, err := client.Do(req)
-	if err != nil {
-		return false, stopped(ctx)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return false, nil
-	}
-	if err := protov2.ReadToPackfile(resp.Body); err != nil {
-		return false, nil
-	}
-	d := sideband.NewDemuxer(sideband.Sideband64k, resp.Body)
-	d.Progress = progressWriter{&m.progress}
-	if err := m.indexPack(ctx, io.TeeReader(d, progressWriter{&m.progress})); err != nil {
+	defer closePack()
+	if err := m.indexPack(ctx, io.TeeReader(pack, progressWriter{&m.progress})); err != nil {
 		clearTemporary(m.dir)
 		if ctx.Err() != nil {
 			return false, ctx.Err()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -307,36 +308,50 @@ func (m *Mirror) filterAllowed(ctx context.Context, topts transportOptions) (boo
 // fetchV2 sends one version 2 fetch command and stores the pack it
 // answers with. Callers hold m.mu.
 func (m *Mirror) fetchV2(ctx context.Context, topts transportOptions, wants, haves []plumbing.Hash, filter string) error {
-	client, err := v2Client(topts)
+	pack, done, err := m.v2Pack(ctx, topts, wants, haves, filter)
 	if err != nil {
 		return err
+	}
+	defer done()
+	if err := m.storeThinPack(pack); err != nil {
+		clearTemporary(m.dir)
+		return err
+	}
+	return nil
+}
+
+// v2Pack sends one version 2 fetch command (see protov2.FetchRequest)
+// and returns the pack it answers with, its side band taken off (the
+// server's progress counted), and what to call when it is read.
+func (m *Mirror) v2Pack(ctx context.Context, topts transportOptions, wants, haves []plumbing.Hash, filter string) (io.Reader, func(), error) {
+	client, err := v2Client(topts)
+	if err != nil {
+		return nil, nil, err
 	}
 	base := strings.TrimSuffix(m.url, "/")
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/git-upload-pack", bytes.NewReader(protov2.FetchRequest(wants, haves, filter)))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	setV2Headers(req, topts.orig)
 	req.Header.Set("Content-Type", "application/x-git-upload-pack-request")
 	req.Header.Set("Accept", "application/x-git-upload-pack-result")
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer resp.Body.Close()
+	done := func() { _ = resp.Body.Close() }
 	if resp.StatusCode != http.StatusOK {
-		return &httpStatusError{resp.StatusCode, "fetch: " + resp.Status}
+		done()
+		return nil, nil, &httpStatusError{resp.StatusCode, "fetch: " + resp.Status}
 	}
 	if err := protov2.ReadToPackfile(resp.Body); err != nil {
-		return err
+		done()
+		return nil, nil, err
 	}
 	d := sideband.NewDemuxer(sideband.Sideband64k, resp.Body)
 	d.Progress = progressWriter{&m.progress}
-	if err := m.storeThinPack(d); err != nil {
-		clearTemporary(m.dir)
-		return err
-	}
-	return nil
+	return d, done, nil
 }
 
 // FetchPaths brings into a partial mirror the files under paths (relative
