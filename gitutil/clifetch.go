@@ -175,11 +175,17 @@ func (m *Mirror) runCLIClone(ctx context.Context, env []string, branch, clone, f
 	var out bytes.Buffer
 	cmd.Stderr = io.MultiWriter(&out, progressWriter{&m.progress}) // clone writes nothing to stdout
 	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(out.String())
-		if len(msg) > 1024 {
-			msg = msg[len(msg)-1024:]
-		}
-		return fmt.Errorf("git clone: %w: %s", err, scrub(msg, m.url))
+		return m.gitFailed("git clone", err, &out)
 	}
 	return nil
+}
+
+// gitFailed is the error of a git command that failed: the last KiB of
+// what it wrote, without the mirror's URL's secrets.
+func (m *Mirror) gitFailed(what string, err error, out *bytes.Buffer) error {
+	msg := strings.TrimSpace(out.String())
+	if len(msg) > 1024 {
+		msg = msg[len(msg)-1024:]
+	}
+	return fmt.Errorf("%s: %w: %s", what, err, scrub(msg, m.url))
 }

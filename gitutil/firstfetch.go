@@ -3,11 +3,9 @@ package gitutil
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"strings"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -79,11 +77,7 @@ func (m *Mirror) indexPack(ctx context.Context, r io.Reader) error {
 	killGroupOnCancel(cmd)
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(out.String())
-		if len(msg) > 1024 {
-			msg = msg[len(msg)-1024:]
-		}
-		return fmt.Errorf("git index-pack: %w: %s", err, scrub(msg, m.url))
+		return m.gitFailed("git index-pack", err, &out)
 	}
 	return nil
 }

@@ -371,16 +371,9 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 		return false, nil
 	}
 	if listed != nil && m.partialCapable() {
-		if cloned, err := m.partialClone(ctx, topts, refs, listed); cloned || err != nil {
-			return cloned, err
-		}
-		fetched, taken, err := m.fetchFiltered(ctx, topts, listed)
-		if taken && (err == nil || ctx.Err() != nil) {
+		if fetched, done, err := m.fetchPartial(ctx, topts, refs, listed); done {
 			return fetched, err
 		}
-		// A remote that does not allow filters, or a filtered fetch that
-		// failed: fetch as a full mirror does (a partial mirror gets the
-		// files of the new commits with them).
 	}
 	if listed != nil && m.directFetchable() {
 		fetched, err := m.fetchDirect(ctx, topts, listed)

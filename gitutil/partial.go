@@ -241,6 +241,22 @@ func (m *Mirror) partialClone(ctx context.Context, topts transportOptions, refs 
 	return true, err
 }
 
+// fetchPartial is the fetch of a mirror that is or may become partial: its
+// first one (partialClone), or a filtered one. done is false when it did
+// not fetch: a remote that does not allow filters, or a filtered fetch
+// that failed, is fetched as a full mirror is (a partial mirror gets the
+// files of the new commits with them). Callers hold m.mu.
+func (m *Mirror) fetchPartial(ctx context.Context, topts transportOptions, refs []string, listed map[string]plumbing.Hash) (fetched, done bool, err error) {
+	if cloned, err := m.partialClone(ctx, topts, refs, listed); cloned || err != nil {
+		return cloned, true, err
+	}
+	fetched, taken, err := m.fetchFiltered(ctx, topts, listed)
+	if taken && (err == nil || ctx.Err() != nil) {
+		return fetched, true, err
+	}
+	return false, false, nil
+}
+
 // refTips are the objects the mirror's refs point at, once each: what a
 // fetch tells the server the mirror has.
 func (m *Mirror) refTips() []plumbing.Hash {
@@ -399,74 +415,80 @@ func (m *Mirror) FetchPaths(ctx context.Context, auth *Auth, c Hash, paths []str
 // A tree whose files were all there once (m.complete) is not walked again:
 // a new commit costs the directories it changed. Callers hold m.mu.
 func (m *Mirror) missingBlobs(ctx context.Context, commit plumbing.Hash, paths []string) (missing, walked []plumbing.Hash, err error) {
-	seen := map[plumbing.Hash]bool{}
-	add := func(h plumbing.Hash) error {
-		if seen[h] {
-			return nil
-		}
-		if len(seen) >= maxPathBlobs {
-			return fmt.Errorf("gitutil: more than %d files under %q at %s", maxPathBlobs, paths, commit)
-		}
-		seen[h] = true
-		if m.repo.Storer.HasEncodedObject(h) != nil {
-			missing = append(missing, h)
-		}
-		return nil
-	}
+	w := &blobWalk{m: m, ctx: ctx, seen: map[plumbing.Hash]bool{}}
 	if e, err := m.entryAt(commit, ".gitmodules"); err == nil && e.Mode.IsFile() {
-		if err := add(e.Hash); err != nil {
+		if err := w.add(e.Hash); err != nil {
 			return nil, nil, err
 		}
-	}
-	var walk func(h plumbing.Hash) error
-	walk = func(h plumbing.Hash) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if m.complete[h] || seen[h] {
-			return nil
-		}
-		seen[h] = true
-		walked = append(walked, h)
-		t, err := m.tree(h)
-		if err != nil {
-			return err
-		}
-		for _, e := range t.Entries {
-			switch {
-			case e.Mode == filemode.Dir:
-				if err := walk(e.Hash); err != nil {
-					return err
-				}
-			case e.Mode == filemode.Submodule:
-			default:
-				if err := add(e.Hash); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
 	}
 	for _, p := range paths {
 		e, err := m.entryAt(commit, p)
 		if errors.Is(err, ErrPathNotFound) {
 			continue // the selection says so, with its own error
 		}
-		if err != nil {
-			return nil, nil, err
-		}
-		switch e.Mode {
-		case filemode.Dir:
-			err = walk(e.Hash)
-		case filemode.Submodule:
-		default:
-			err = add(e.Hash)
+		if err == nil {
+			err = w.entry(e.Mode, e.Hash)
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("gitutil: files under %q at %s: %w", p, commit, err)
 		}
 	}
-	return missing, walked, nil
+	return w.missing, w.walked, nil
+}
+
+// blobWalk collects the files under trees that a mirror lacks, within
+// maxPathBlobs; callers hold m.mu.
+type blobWalk struct {
+	m               *Mirror
+	ctx             context.Context
+	seen            map[plumbing.Hash]bool
+	missing, walked []plumbing.Hash
+}
+
+// entry takes a tree entry: a directory is walked, a submodule left out.
+func (w *blobWalk) entry(mode filemode.FileMode, h plumbing.Hash) error {
+	switch mode {
+	case filemode.Dir:
+		return w.tree(h)
+	case filemode.Submodule:
+		return nil
+	}
+	return w.add(h)
+}
+
+func (w *blobWalk) tree(h plumbing.Hash) error {
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
+	if w.m.complete[h] || w.seen[h] {
+		return nil
+	}
+	w.seen[h] = true
+	w.walked = append(w.walked, h)
+	t, err := w.m.tree(h)
+	if err != nil {
+		return err
+	}
+	for _, e := range t.Entries {
+		if err := w.entry(e.Mode, e.Hash); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *blobWalk) add(h plumbing.Hash) error {
+	if w.seen[h] {
+		return nil
+	}
+	if len(w.seen) >= maxPathBlobs {
+		return fmt.Errorf("more than %d files", maxPathBlobs)
+	}
+	w.seen[h] = true
+	if w.m.repo.Storer.HasEncodedObject(h) != nil {
+		w.missing = append(w.missing, h)
+	}
+	return nil
 }
 
 // fetchObjects asks the remote for the objects by name, in requests of at

@@ -53,20 +53,9 @@ func (m *Mirror) storeThinPack(r io.Reader) (err error) {
 	}
 	// Bases inside the pack come as offsets (ofs-delta is asked for): a
 	// base named by hash is one the server expects the mirror to hold.
-	var extra []plumbing.EncodedObject
-	for _, h := range bases {
-		o, err := st.objects.object(h) // fetch work: not a tree read of a check
-		if err != nil && m.partial {
-			// A partial mirror may lack what the server takes it to have
-			// (the trees of history before its first fetch): fetched now.
-			if err = m.lazyObject(h, err); err == nil {
-				o, err = st.objects.object(h)
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("gitutil: delta base %s of the received pack: %w", h, err)
-		}
-		extra = append(extra, o)
+	extra, err := m.thinBases(st, bases)
+	if err != nil {
+		return err
 	}
 	w, err := st.PackfileWriter()
 	if err != nil {
@@ -85,4 +74,25 @@ func (m *Mirror) storeThinPack(r io.Reader) (err error) {
 		return fmt.Errorf("gitutil: %w", err)
 	}
 	return nil
+}
+
+// thinBases reads the delta bases a thin pack names outside itself (bases
+// inside it come as offsets: ofs-delta is asked for) from the mirror; a
+// partial mirror fetches one it lacks (the trees of history before its
+// first fetch). Callers hold m.mu.
+func (m *Mirror) thinBases(st *mirrorStore, bases []plumbing.Hash) ([]plumbing.EncodedObject, error) {
+	var extra []plumbing.EncodedObject
+	for _, h := range bases {
+		o, err := st.objects.object(h) // fetch work: not a tree read of a check
+		if err != nil && m.partial {
+			if err = m.lazyObject(h, err); err == nil {
+				o, err = st.objects.object(h)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("gitutil: delta base %s of the received pack: %w", h, err)
+		}
+		extra = append(extra, o)
+	}
+	return extra, nil
 }
