@@ -27,10 +27,14 @@ type Payload struct {
 
 // HTTP posts each change as a JSON [Payload].
 type HTTP struct {
-	url     string
-	client  *http.Client
-	header  http.Header
-	timeout time.Duration
+	url          string
+	client       *http.Client
+	header       http.Header
+	timeout      time.Duration
+	method       string
+	status       int  // the one status that is success, with statusSet
+	statusSet    bool // (else any 2xx)
+	commitHeader string
 }
 
 var (
@@ -59,9 +63,24 @@ func WithHTTPTimeout(d time.Duration) HTTPOption {
 	}
 }
 
+// WithMethod sets the request's method (default POST). A GET, HEAD,
+// OPTIONS or DELETE request carries no body.
+func WithMethod(method string) HTTPOption { return func(h *HTTP) { h.method = method } }
+
+// WithSuccessStatus makes code the only answer that is a success (default:
+// any 2xx); 0 takes any answer, so that only a request that gets none is
+// retried (git-sync's --webhook-success-status, 0 its fire-and-forget).
+func WithSuccessStatus(code int) HTTPOption {
+	return func(h *HTTP) { h.status, h.statusSet = code, true }
+}
+
+// WithCommitHeader sets the header name to the change's commit in each
+// request (git-sync's webhooks send Gitsync-Hash).
+func WithCommitHeader(name string) HTTPOption { return func(h *HTTP) { h.commitHeader = name } }
+
 // Post returns a sink that posts each change to url.
 func Post(url string, opts ...HTTPOption) *HTTP {
-	h := &HTTP{url: url, client: &http.Client{}, header: http.Header{}, timeout: DefaultTimeout}
+	h := &HTTP{url: url, client: &http.Client{}, header: http.Header{}, timeout: DefaultTimeout, method: http.MethodPost}
 	for _, o := range opts {
 		o(h)
 	}
@@ -71,35 +90,61 @@ func Post(url string, opts ...HTTPOption) *HTTP {
 // Name implements watcher.Namer.
 func (h *HTTP) Name() string { return "http:" + gitutil.RedactURL(h.url) }
 
-// Deliver posts the change; any answer but 2xx is an error.
+// Deliver sends the change; an answer other than the success status (by
+// default any 2xx) is an error.
 func (h *HTTP) Deliver(ctx context.Context, c watcher.Change) error {
-	body, err := json.Marshal(Payload{
-		Target: c.Target.ID, URL: gitutil.RedactURL(c.Target.URL), Path: c.Target.Path, Ref: c.Ref,
-		From: c.From, To: c.To, Reason: string(c.Reason), Paths: c.Paths,
-	})
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	req, err := h.request(ctx, c)
 	if err != nil {
 		return watcher.Permanent(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, h.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
-	if err != nil {
-		return watcher.Permanent(fmt.Errorf("hook: %s: %w", gitutil.RedactURL(h.url), err))
-	}
-	for k, vs := range h.header {
-		req.Header[k] = vs
-	}
-	req.Header.Set("Content-Type", "application/json")
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("hook: post %s for %s: %w", gitutil.RedactURL(h.url), c.Target.ID, scrubURL(err, h.url))
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode/100 != 2 {
+	ok := resp.StatusCode/100 == 2
+	if h.statusSet {
+		ok = h.status == 0 || resp.StatusCode == h.status
+	}
+	if !ok {
 		return fmt.Errorf("hook: post %s for %s: %s: %s", gitutil.RedactURL(h.url), c.Target.ID, resp.Status, bytes.TrimSpace(msg))
 	}
 	return nil
+}
+
+// request is the request for c: its JSON Payload, unless the method takes
+// no body.
+func (h *HTTP) request(ctx context.Context, c watcher.Change) (*http.Request, error) {
+	var body io.Reader
+	switch h.method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodDelete:
+	default:
+		data, err := json.Marshal(Payload{
+			Target: c.Target.ID, URL: gitutil.RedactURL(c.Target.URL), Path: c.Target.Path, Ref: c.Ref,
+			From: c.From, To: c.To, Reason: string(c.Reason), Paths: c.Paths,
+		})
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, h.method, h.url, body)
+	if err != nil {
+		return nil, fmt.Errorf("hook: %s: %w", gitutil.RedactURL(h.url), err)
+	}
+	for k, vs := range h.header {
+		req.Header[k] = vs
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if h.commitHeader != "" {
+		req.Header.Set(h.commitHeader, c.To)
+	}
+	return req, nil
 }
 
 // scrubURL drops the raw URL (which may hold credentials) from a client

@@ -2,6 +2,7 @@ package hook_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/sink/hook"
+	"github.com/modwatch/modwatch/watcher"
 )
 
 // WithDir runs the command there; the logger of the delivery's context
@@ -49,4 +51,41 @@ func TestHTTPWithClient(t *testing.T) {
 	defer srv.Close()
 	assert.ErrorContains(t, hook.Post(srv.URL).Deliver(context.Background(), change), "certificate", "an unknown CA is refused")
 	assert.NoError(t, hook.Post(srv.URL, hook.WithClient(srv.Client())).Deliver(context.Background(), change))
+}
+
+// git-sync's webhook: its method, no body for a GET, the commit in a
+// header, one status that is success, or any answer (0).
+func TestHTTPMethodStatusAndCommitHeader(t *testing.T) {
+	type hit struct {
+		method, hash string
+		body         int
+	}
+	hits := make(chan hit, 10)
+	status := http.StatusAccepted
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		hits <- hit{r.Method, r.Header.Get("Gitsync-Hash"), len(body)}
+		w.WriteHeader(status)
+	}))
+	defer srv.Close()
+
+	get := hook.Post(srv.URL, hook.WithMethod(http.MethodGet), hook.WithCommitHeader("Gitsync-Hash"), hook.WithSuccessStatus(http.StatusAccepted))
+	require.NoError(t, get.Deliver(context.Background(), change))
+	assert.Equal(t, hit{http.MethodGet, change.To, 0}, <-hits)
+
+	status = http.StatusOK // a 2xx, but not the one asked for
+	err := get.Deliver(context.Background(), change)
+	require.ErrorContains(t, err, "200")
+	assert.False(t, watcher.IsPermanent(err))
+	<-hits
+
+	status = http.StatusNotFound
+	anyAnswer := hook.Post(srv.URL, hook.WithSuccessStatus(0))
+	require.NoError(t, anyAnswer.Deliver(context.Background(), change), "0: any answer is a success")
+	h := <-hits
+	assert.Equal(t, http.MethodPost, h.method)
+	assert.Positive(t, h.body, "a POST carries the payload")
+	assert.Empty(t, h.hash)
+	require.ErrorContains(t, hook.Post(srv.URL).Deliver(context.Background(), change), "404", "by default any 2xx, and only those")
+	<-hits
 }
