@@ -32,22 +32,19 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
 
 	"github.com/modwatch/modwatch/gitutil"
-	"github.com/modwatch/modwatch/sink/dir"
-	"github.com/modwatch/modwatch/sink/hook"
-	"github.com/modwatch/modwatch/source/static"
 	"github.com/modwatch/modwatch/source/webhook"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/metrics"
 )
 
 func main() {
@@ -59,17 +56,42 @@ func main() {
 // config is git-sync's flags that this program honours.
 type config struct {
 	repo, ref, root, link, path                    string
-	period, exechookTimeout, staleWorktreeTimeout  time.Duration
-	depth, maxFailures, verbose                    int
-	depthSet                                       bool
-	oneTime                                        bool
-	exechookCommand, webhookURL                    string
+	period, initPeriod, syncTimeout                time.Duration
+	staleWorktreeTimeout                           time.Duration
+	depth, maxFailures, initMaxFailures, verbose   int
+	depthSet, initMaxFailuresSet                   bool
+	oneTime, addUser, groupWrite                   bool
+	httpMetrics, httpPprof                         bool
+	exechookCommand, prePublishCommand             string
+	exechookTimeout, exechookBackoff               time.Duration
+	prePublishTimeout, prePublishBackoff           time.Duration
+	webhookURL, webhookMethod                      string
+	webhookStatus                                  int
+	webhookTimeout, webhookBackoff                 time.Duration
 	username, passwordFile, sshKeyFile, knownHosts string
 	password                                       string // GITSYNC_PASSWORD: never a flag, as git-sync
-	httpBind, cacheDir                             string
+	httpBind, cacheDir, errorFile, syncOnSignal    string
 	commitFile, hookBind, touchFile                string
 	hookSecretFile, hookGitHubSecretFile           string
+	gitBin, gitGC, submodules, sparseFile          string
+	gitConfigs                                     []string // key=value, from --git-config and --git-config-add
+	signal                                         os.Signal
 	also                                           []watcher.Target
+}
+
+// gitConfigFlag is --git-config-add: one key:value each time, parsed as
+// --git-config's list.
+type gitConfigFlag struct{ into *[]string }
+
+func (g gitConfigFlag) String() string { return "" }
+
+func (g gitConfigFlag) Set(v string) error {
+	kvs, err := parseGitConfigs(v)
+	if err != nil {
+		return err
+	}
+	*g.into = append(*g.into, kvs...)
+	return nil
 }
 
 // alsoFlag parses --also link=NAME,repo=URL[,ref=REF][,path=DIR].
@@ -118,44 +140,15 @@ func parse(args []string, environ []string, stderr io.Writer) (config, error) {
 			vars[k] = v
 		}
 	}
-	getenv := func(k string) string { return vars[k] }
 	var c config
-	fs := flag.NewFlagSet("gitsync", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&c.repo, "repo", "", "the git repository to sync (required)")
-	fs.StringVar(&c.ref, "ref", "HEAD", "the git revision (branch, tag, or hash) to sync")
-	fs.StringVar(&c.root, "root", "", "the root directory for git-sync operations (required)")
-	fs.StringVar(&c.link, "link", "", "the path (absolute or relative to --root) at which to create a symlink to the synced tree (default: the repository's name)")
-	fs.StringVar(&c.path, "path", "", "modwatch: publish only this directory of the repository, and sync only when it changed")
-	fs.DurationVar(&c.period, "period", 10*time.Second, "how long to wait between sync attempts")
-	fs.IntVar(&c.depth, "depth", 1, "git-sync's history depth: not honoured, and said so at start (the mirror keeps full history)")
-	fs.BoolVar(&c.oneTime, "one-time", false, "exit after the first sync")
-	fs.IntVar(&c.maxFailures, "max-failures", 0, "the number of consecutive failures allowed before aborting (-1: no limit)")
-	fs.StringVar(&c.exechookCommand, "exechook-command", "", "a command to run in the synced tree after each sync")
-	fs.DurationVar(&c.exechookTimeout, "exechook-timeout", 30*time.Second, "the timeout for the exechook")
-	fs.StringVar(&c.webhookURL, "webhook-url", "", "a URL to POST to after each sync")
-	fs.StringVar(&c.username, "username", "", "the username to use for git auth")
-	fs.StringVar(&c.passwordFile, "password-file", "", "the file from which the password or personal access token for git auth will be sourced")
-	fs.StringVar(&c.sshKeyFile, "ssh-key-file", "", "the SSH key to use")
-	fs.StringVar(&c.knownHosts, "ssh-known-hosts-file", "", "the known_hosts file to use")
-	fs.StringVar(&c.httpBind, "http-bind", "", "the bind address (including port) for the HTTP endpoint: / (health) and /metrics")
-	fs.DurationVar(&c.staleWorktreeTimeout, "stale-worktree-timeout", 0, "how long to retain the previous tree after a sync")
-	fs.IntVar(&c.verbose, "v", 0, "logging verbosity")
-	fs.StringVar(&c.cacheDir, "cache-dir", "", "modwatch: where the mirror lives (default: root/.mirrors)")
-	fs.StringVar(&c.commitFile, "commit-file", "", "modwatch: write the synced commit into this file at the top of each tree")
-	fs.StringVar(&c.touchFile, "touch-file", "", "a file to touch (create, or update its times) after each sync that published a new commit (absolute or relative to --root)")
-	fs.Var(alsoFlag{&c.also}, "also", "modwatch: also sync link=NAME,repo=URL[,ref=REF][,path=DIR] under --root (repeatable)")
-	fs.StringVar(&c.hookBind, "hook-bind", "", "modwatch: take push webhooks on this address (POST /hooks) and sync at once")
-	fs.StringVar(&c.hookSecretFile, "hook-secret-file", "", "modwatch: the secret of generic webhooks (X-Signature: sha256=HMAC)")
-	fs.StringVar(&c.hookGitHubSecretFile, "hook-github-secret-file", "", "modwatch: the secret of GitHub webhooks")
-
+	fs := c.flags(stderr)
 	// A variable is a default: the command line wins.
 	var envErr error
 	known := map[string]bool{"GITSYNC_PASSWORD": true}
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "GITSYNC_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		known[name] = true
-		if v := getenv(name); v != "" && envErr == nil {
+		if v := vars[name]; v != "" && envErr == nil {
 			if err := f.Value.Set(v); err != nil {
 				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
 			}
@@ -174,47 +167,180 @@ func parse(args []string, environ []string, stderr io.Writer) (config, error) {
 		slices.Sort(unknown)
 		return c, fmt.Errorf("environment variables this program does not take: %s", strings.Join(unknown, ", "))
 	}
-	c.password = getenv("GITSYNC_PASSWORD")
+	c.password = vars["GITSYNC_PASSWORD"]
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	fs.Visit(func(f *flag.Flag) { c.depthSet = c.depthSet || f.Name == "depth" })
-	c.depthSet = c.depthSet || getenv("GITSYNC_DEPTH") != ""
-	switch {
-	case fs.NArg() > 0:
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	c.depthSet = set["depth"] || vars["GITSYNC_DEPTH"] != ""
+	c.initMaxFailuresSet = set["init-max-failures"] || vars["GITSYNC_INIT_MAX_FAILURES"] != ""
+	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	case c.repo == "":
-		return c, errors.New("--repo (or GITSYNC_REPO) is required")
-	case c.root == "":
-		return c, errors.New("--root (or GITSYNC_ROOT) is required")
-	case c.period <= 0:
-		return c, errors.New("--period must be positive")
 	}
+	return c, c.check()
+}
+
+// flags defines the command's flags into c, with git-sync's defaults.
+func (c *config) flags(stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("gitsync", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.repo, "repo", "", "the git repository to sync (required)")
+	fs.StringVar(&c.ref, "ref", "HEAD", "the git revision (branch, tag, or hash) to sync")
+	fs.IntVar(&c.depth, "depth", 1, "the number of commits of history a worktree shows (0: all); the mirror keeps the full history")
+	fs.StringVar(&c.submodules, "submodules", "recursive", "git submodules: recursive, shallow (one level) or off")
+	fs.StringVar(&c.sparseFile, "sparse-checkout-file", "", "the path to a git sparse-checkout file")
+	fs.StringVar(&c.root, "root", "", "the root directory for git-sync operations (required)")
+	fs.StringVar(&c.link, "link", "", "the path (absolute or relative to --root) at which to create a symlink to the synced worktree (default: the repository's name)")
+	fs.StringVar(&c.path, "path", "", "modwatch: publish only this directory of the repository, and sync only when it changed")
+	fs.StringVar(&c.errorFile, "error-file", "", "the path (absolute or relative to --root) of a file the last sync error is written to (removed after a success)")
+	fs.DurationVar(&c.initPeriod, "init-period", 0, "the period until the first successful sync (0: --period)")
+	fs.DurationVar(&c.period, "period", 10*time.Second, "how long to wait between sync attempts")
+	fs.DurationVar(&c.syncTimeout, "sync-timeout", 120*time.Second, "the total time allowed for one complete sync")
+	fs.BoolVar(&c.oneTime, "one-time", false, "exit after the first sync")
+	fs.StringVar(&c.syncOnSignal, "sync-on-signal", "", "sync on receipt of this signal (a name, as HUP or SIGHUP, or a number)")
+	fs.IntVar(&c.maxFailures, "max-failures", 0, "the number of consecutive failures allowed before aborting (-1: no limit)")
+	fs.IntVar(&c.initMaxFailures, "init-max-failures", 0, "--max-failures until the first successful sync (default: --max-failures)")
+	fs.StringVar(&c.touchFile, "touch-file", "", "a file to touch (create, or update its times) after each sync that published a new commit (absolute or relative to --root)")
+	fs.BoolVar(&c.addUser, "add-user", false, "git-sync's: add a passwd entry for the user; not needed here (no ssh binary is run), and said so at start")
+	fs.BoolVar(&c.groupWrite, "group-write", false, "make files group-writable (umask 002)")
+	fs.DurationVar(&c.staleWorktreeTimeout, "stale-worktree-timeout", 0, "how long to retain non-current worktrees")
+	c.hookFlags(fs)
+	fs.StringVar(&c.username, "username", "", "the username to use for git auth")
+	fs.StringVar(&c.passwordFile, "password-file", "", "the file from which the password or personal access token for git auth will be sourced")
+	fs.StringVar(&c.sshKeyFile, "ssh-key-file", "", "the SSH key to use")
+	fs.StringVar(&c.knownHosts, "ssh-known-hosts-file", "", "the known_hosts file to use")
+	fs.StringVar(&c.gitBin, "git", "git", "the git command to run (subject to PATH search)")
+	fs.Func("git-config", "additional git config options in a comma-separated 'key:val' format", func(v string) error {
+		kvs, err := parseGitConfigs(v)
+		c.gitConfigs = append(c.gitConfigs, kvs...)
+		return err
+	})
+	fs.Var(gitConfigFlag{&c.gitConfigs}, "git-config-add", "an additional git config option in 'key:val' format (repeatable)")
+	fs.StringVar(&c.gitGC, "git-gc", "always", "git garbage collection after worktrees are removed: auto, always, aggressive or off")
+	fs.StringVar(&c.httpBind, "http-bind", "", "the bind address (including port) for the HTTP endpoint: / (health)")
+	fs.BoolVar(&c.httpMetrics, "http-metrics", false, "enable metrics on the HTTP endpoint (/metrics)")
+	fs.BoolVar(&c.httpPprof, "http-pprof", false, "enable the pprof debug endpoints on the HTTP endpoint (/debug/pprof/)")
+	fs.IntVar(&c.verbose, "v", 0, "logging verbosity")
+	fs.StringVar(&c.cacheDir, "cache-dir", "", "modwatch: where the mirror lives (default: root/.mirrors)")
+	fs.StringVar(&c.commitFile, "commit-file", "", "modwatch: write the synced commit into this file at the top of each tree")
+	fs.Var(alsoFlag{&c.also}, "also", "modwatch: also sync link=NAME,repo=URL[,ref=REF][,path=DIR] under --root (repeatable)")
+	fs.StringVar(&c.hookBind, "hook-bind", "", "modwatch: take push webhooks on this address (POST /hooks) and sync at once")
+	fs.StringVar(&c.hookSecretFile, "hook-secret-file", "", "modwatch: the secret of generic webhooks (X-Signature: sha256=HMAC)")
+	fs.StringVar(&c.hookGitHubSecretFile, "hook-github-secret-file", "", "modwatch: the secret of GitHub webhooks")
+	return fs
+}
+
+// hookFlags are the exechooks' and the webhook's.
+func (c *config) hookFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.exechookCommand, "exechook-command", "", "an optional command to be run when syncs complete (must be idempotent)")
+	fs.DurationVar(&c.exechookTimeout, "exechook-timeout", 30*time.Second, "the timeout for the exechook")
+	fs.DurationVar(&c.exechookBackoff, "exechook-backoff", 3*time.Second, "the time to wait before retrying a failed exechook")
+	fs.StringVar(&c.prePublishCommand, "pre-publish-exechook-command", "", "an optional command to be run before a new worktree is published (must be idempotent)")
+	fs.DurationVar(&c.prePublishTimeout, "pre-publish-exechook-timeout", 30*time.Second, "the timeout for the pre-publish-exechook")
+	fs.DurationVar(&c.prePublishBackoff, "pre-publish-exechook-backoff", 3*time.Second, "the time to wait before retrying a failed pre-publish-exechook")
+	fs.StringVar(&c.webhookURL, "webhook-url", "", "a URL for optional webhook notifications when syncs complete (must be idempotent)")
+	fs.StringVar(&c.webhookMethod, "webhook-method", "POST", "the HTTP method for the webhook")
+	fs.IntVar(&c.webhookStatus, "webhook-success-status", 200, "the HTTP status code indicating a successful webhook (0 disables success checks)")
+	fs.DurationVar(&c.webhookTimeout, "webhook-timeout", time.Second, "the timeout for the webhook")
+	fs.DurationVar(&c.webhookBackoff, "webhook-backoff", 3*time.Second, "the time to wait before retrying a failed webhook")
+}
+
+// check validates c and fills in what is derived (the link, the cache,
+// the signal), as git-sync does at start.
+func (c *config) check() error {
+	switch {
+	case c.repo == "":
+		return errors.New("--repo (or GITSYNC_REPO) is required")
+	case c.root == "":
+		return errors.New("--root (or GITSYNC_ROOT) is required")
+	case c.period <= 0 || c.initPeriod < 0:
+		return errors.New("--period must be positive (and --init-period not negative)")
+	case c.syncTimeout <= 0:
+		return errors.New("--sync-timeout must be positive")
+	case !slices.Contains([]string{"recursive", "shallow", "off"}, c.submodules):
+		return fmt.Errorf("--submodules must be one of recursive, shallow, off: %q", c.submodules)
+	case !slices.Contains([]string{"auto", "always", "aggressive", "off"}, c.gitGC):
+		return fmt.Errorf("--git-gc must be one of auto, always, aggressive, off: %q", c.gitGC)
+	case c.depth < 0:
+		return errors.New("--depth must not be negative")
+	}
+	if err := c.checkHooks(); err != nil {
+		return err
+	}
+	if c.initPeriod == 0 {
+		c.initPeriod = c.period
+	}
+	root, err := filepath.Abs(c.root)
+	if err != nil {
+		return err
+	}
+	c.root = root
 	if c.link == "" {
 		c.link = strings.TrimSuffix(path.Base(strings.TrimRight(c.repo, "/")), ".git")
 	}
-	if filepath.IsAbs(c.link) {
-		rel, err := filepath.Rel(c.root, c.link)
-		if err != nil || strings.HasPrefix(rel, "..") {
-			return c, fmt.Errorf("--link %s is not under --root %s", c.link, c.root)
-		}
-		c.link = rel
-	}
-	if c.link == "" || c.link == "." || strings.Contains(c.link, string(filepath.Separator)) {
-		return c, fmt.Errorf("--link %q must name one entry of --root", c.link)
+	c.link = absUnder(c.root, c.link)
+	if c.link == c.root || strings.HasPrefix(c.link, filepath.Join(c.root, ".worktrees")+string(filepath.Separator)) {
+		return fmt.Errorf("--link %q names --root or its worktrees", c.link)
 	}
 	if c.cacheDir == "" {
 		c.cacheDir = filepath.Join(c.root, ".mirrors")
 	}
 	for _, t := range c.also {
-		if t.ID == c.link || t.ID == "." || t.ID == ".." || strings.ContainsAny(t.ID, `/\`) {
-			return c, fmt.Errorf("--also link=%q must name one entry of --root, not --link's", t.ID)
+		if filepath.Join(c.root, t.ID) == c.link || t.ID == "." || t.ID == ".." || strings.ContainsAny(t.ID, `/\`) {
+			return fmt.Errorf("--also link=%q must name one entry of --root, not --link's", t.ID)
 		}
 	}
 	if c.hookBind != "" && c.hookSecretFile == "" && c.hookGitHubSecretFile == "" {
-		return c, errors.New("--hook-bind needs --hook-secret-file or --hook-github-secret-file: unsigned webhooks are refused")
+		return errors.New("--hook-bind needs --hook-secret-file or --hook-github-secret-file: unsigned webhooks are refused")
 	}
-	return c, nil
+	if c.syncOnSignal != "" {
+		if c.signal, err = parseSignal(c.syncOnSignal); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkHooks refuses what git-sync refuses of the hooks' settings.
+func (c *config) checkHooks() error {
+	for _, h := range []struct {
+		cmd, name        string
+		timeout, backoff time.Duration
+	}{
+		{c.exechookCommand, "exechook", c.exechookTimeout, c.exechookBackoff},
+		{c.prePublishCommand, "pre-publish-exechook", c.prePublishTimeout, c.prePublishBackoff},
+		{c.webhookURL, "webhook", c.webhookTimeout, c.webhookBackoff},
+	} {
+		if h.cmd != "" && (h.timeout < time.Second || h.backoff < time.Second) {
+			return fmt.Errorf("--%s-timeout and --%s-backoff must be at least 1s", h.name, h.name)
+		}
+	}
+	if c.webhookStatus == -1 {
+		c.webhookStatus = 0 // git-sync's old spelling of "no check"
+	}
+	if c.webhookStatus < 0 {
+		return errors.New("--webhook-success-status must be a valid HTTP code or 0")
+	}
+	return nil
+}
+
+// parseSignal reads a signal as git-sync's --sync-on-signal: a name with
+// or without its SIG prefix, or a number.
+func parseSignal(s string) (os.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n >= 65 {
+			return nil, fmt.Errorf("--sync-on-signal: no signal %d", n)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.TrimPrefix(strings.ToUpper(s), "SIG")
+	for n := syscall.Signal(1); n < 65; n++ {
+		if unix.SignalName(n) == "SIG"+name {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("--sync-on-signal: unknown signal %q", s)
 }
 
 // hookConfig reads the webhook secrets.
@@ -286,136 +412,6 @@ func run(ctx context.Context, args []string, environ []string, stderr io.Writer)
 	return 0
 }
 
-// syncRepo is the wiring: one target, a chain of publish, exechook and
-// webhook, and a watcher.
-func syncRepo(ctx context.Context, c config, log logr.Logger) error {
-	auth, err := c.auth()
-	if err != nil {
-		return err
-	}
-	revision := c.ref
-	if revision == "HEAD" {
-		revision = ""
-	}
-	targets := []watcher.Target{{ID: c.link, URL: c.repo, Revision: revision, Path: c.path, Auth: auth}}
-	for _, t := range c.also {
-		t.Auth = auth
-		targets = append(targets, t)
-	}
-
-	// A target's ID is its link's name.
-	steps := []watcher.Sink{dir.New(c.root, dir.WithStaleGrace(c.staleWorktreeTimeout), dir.WithCommitFile(c.commitFile),
-		dir.WithLinkName(func(t watcher.Target) string { return t.ID }))}
-	if c.exechookCommand != "" {
-		steps = append(steps, hook.Command(c.exechookCommand, nil, hook.WithExecTimeout(c.exechookTimeout),
-			hook.WithExecEnv(func(c watcher.Change) []string { return []string{"GITSYNC_HASH=" + c.To} })))
-	}
-	if c.webhookURL != "" {
-		steps = append(steps, hook.Post(c.webhookURL))
-	}
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		mu       sync.Mutex
-		failures int
-		failed   error
-		w        *watcher.Watcher
-		synced   = map[string]bool{}
-	)
-	outcome := watcher.ObserverFunc(func(e watcher.Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case e.Type == watcher.EventPolled && e.Err == nil && w.Stats().Failing == 0:
-			failures = 0 // a sync with nothing new
-		case e.Type == watcher.EventDelivered:
-			failures = 0
-			synced[e.Target.ID] = true
-			if c.touchFile != "" && e.Target.ID == c.link {
-				if err := touch(absUnder(c.root, c.touchFile)); err != nil {
-					log.Error(err, "touch-file not touched", "path", c.touchFile)
-				}
-			}
-			if c.oneTime && len(synced) == len(targets) {
-				cancel()
-			}
-		case e.Type == watcher.EventInvalidTarget:
-			// Reported once, and no retry makes it valid: with --one-time
-			// (or past --max-failures) the command ends with it.
-			failures++
-			if (c.oneTime || (c.maxFailures >= 0 && failures > c.maxFailures)) && failed == nil {
-				failed = fmt.Errorf("invalid target: %w", e.Err)
-				cancel()
-			}
-		case e.Type == watcher.EventDeliveryFailed || e.Type == watcher.EventTargetFailed || e.Type == watcher.EventRefVanished:
-			failures++
-			if c.maxFailures >= 0 && failures > c.maxFailures && failed == nil {
-				failed = fmt.Errorf("%d consecutive failures, more than --max-failures=%d: %w", failures, c.maxFailures, e.Err)
-				cancel()
-			}
-		}
-	})
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	if err != nil {
-		return err
-	}
-	gs, err := newGitSyncMetrics(reg, c.link, c.repo)
-	if err != nil {
-		return err
-	}
-	// One user's sidecar, as git-sync: local repositories and credentials
-	// over plain http:// are the user's to choose (a watcher serving many
-	// tenants refuses both).
-	w = watcher.New(watcher.WithCacheDir(c.cacheDir), watcher.WithLocalRepositories(),
-		watcher.WithInterval(c.period), watcher.WithMinInterval(min(c.period, watcher.DefaultMinInterval)),
-		watcher.WithObserver(outcome, m, watcher.ObserverFunc(gs.observe)))
-	if err := w.Route(static.New(targets...), watcher.Chain("git-sync", steps...)); err != nil {
-		return err
-	}
-	if c.hookBind != "" {
-		cfg, err := c.hookConfig()
-		if err != nil {
-			return err
-		}
-		hooks, err := webhook.New(cfg, w)
-		if err != nil {
-			return err
-		}
-		defer hooks.Close()
-		mux := http.NewServeMux()
-		mux.Handle("POST /hooks", hooks)
-		srv, err := listenAndServe(logr.NewContext(ctx, log), c.hookBind, mux)
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-	}
-	if c.httpBind != "" {
-		if err := m.CollectStats(w); err != nil {
-			return err
-		}
-		srv, err := serve(c.httpBind, reg, w)
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-	}
-	if c.depthSet {
-		// Said, not dropped: what git-sync's depth bounds (the history a
-		// worktree shows, the disk) is not what this program keeps.
-		log.Info("--depth is not honoured: the mirror keeps the full history and the tree holds the commit's files only", "depth", c.depth)
-	}
-	log.Info("syncing", "repo", gitutil.RedactURL(c.repo), "ref", c.ref, "link", filepath.Join(c.root, c.link))
-	if err := w.Run(logr.NewContext(ctx, log)); err != nil {
-		return err
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	return failed
-}
-
 // absUnder is p, absolute, or relative to root.
 func absUnder(root, p string) string {
 	if filepath.IsAbs(p) {
@@ -443,10 +439,16 @@ func touch(path string) error {
 }
 
 // serve answers / (200 once the tree has been synced, 503 before or while
-// failing) and /metrics.
-func serve(addr string, reg *prometheus.Registry, w *watcher.Watcher) (*http.Server, error) {
+// failing), /metrics with --http-metrics and /debug/pprof/ with
+// --http-pprof.
+func serve(addr string, reg *prometheus.Registry, w *watcher.Watcher, withMetrics, withPprof bool) (*http.Server, error) {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if withMetrics {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	}
+	if withPprof {
+		pprofRoutes(mux)
+	}
 	mux.HandleFunc("GET /{$}", func(rw http.ResponseWriter, _ *http.Request) {
 		if st := w.Stats(); !st.Synced || st.Failing > 0 || st.Invalid > 0 {
 			http.Error(rw, "not synced", http.StatusServiceUnavailable)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,11 +36,18 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	assert.Equal(t, "https://git.example.com/g/app.git", c.repo)
 	assert.Equal(t, 5*time.Second, c.period, "the command line wins over the environment")
 	assert.True(t, c.oneTime)
-	assert.Equal(t, "current", c.link, "an absolute link under root")
+	assert.Equal(t, "/git/current", c.link)
 
 	c, err = parse([]string{"--repo", "https://git.example.com/g/app.git", "--root", "/git"}, noEnv, &bytes.Buffer{})
 	require.NoError(t, err)
-	assert.Equal(t, "app", c.link, "the repository's name by default")
+	assert.Equal(t, "/git/app", c.link, "the repository's name under root by default")
+
+	// git-sync's links: nested under root, or anywhere.
+	for link, want := range map[string]string{"a/b": "/git/a/b", "/elsewhere/x": "/elsewhere/x", "../up": "/up"} {
+		c, err = parse([]string{"--repo", "r", "--root", "/git", "--link", link}, noEnv, &bytes.Buffer{})
+		require.NoError(t, err, link)
+		assert.Equal(t, want, c.link)
+	}
 
 	for _, tc := range []struct {
 		args []string
@@ -47,9 +55,16 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}{
 		{[]string{"--root", "/git"}, "--repo"},
 		{[]string{"--repo", "r"}, "--root"},
-		{[]string{"--repo", "r", "--root", "/git", "--git-gc", "auto"}, "flag provided but not defined: -git-gc"},
-		{[]string{"--repo", "r", "--root", "/git", "--link", "/elsewhere/x"}, "not under --root"},
-		{[]string{"--repo", "r", "--root", "/git", "--link", "a/b"}, "one entry"},
+		{[]string{"--repo", "r", "--root", "/git", "--filter", "blob:none"}, "flag provided but not defined: -filter"},
+		{[]string{"--repo", "r", "--root", "/git", "--link", "/git"}, "names --root"},
+		{[]string{"--repo", "r", "--root", "/git", "--link", ".worktrees/x"}, "names --root or its worktrees"},
+		{[]string{"--repo", "r", "--root", "/git", "--git-gc", "sometimes"}, "--git-gc must be one of"},
+		{[]string{"--repo", "r", "--root", "/git", "--submodules", "all"}, "--submodules must be one of"},
+		{[]string{"--repo", "r", "--root", "/git", "--exechook-command", "x", "--exechook-backoff", "10ms"}, "at least 1s"},
+		{[]string{"--repo", "r", "--root", "/git", "--webhook-url", "http://x", "--webhook-success-status", "-2"}, "valid HTTP code"},
+		{[]string{"--repo", "r", "--root", "/git", "--sync-on-signal", "SIGNOPE"}, "unknown signal"},
+		{[]string{"--repo", "r", "--root", "/git", "--sync-on-signal", "99"}, "no signal 99"},
+		{[]string{"--repo", "r", "--root", "/git", "--git-config", "a.b"}, "unexpected end of key"},
 	} {
 		_, err := parse(tc.args, noEnv, &bytes.Buffer{})
 		assert.ErrorContains(t, err, tc.want, "%v", tc.args)
@@ -62,8 +77,17 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	// does, by name: it is never silently dropped.
 	out.Reset()
 	args := []string{"--repo", "r", "--root", "/git"}
-	assert.Equal(t, 2, run(context.Background(), args, []string{"GITSYNC_GIT_GC=auto", "GIT_SYNC_DEST=x", "GITSYNC_PERIOD=1s"}, &out))
-	assert.Contains(t, out.String(), "environment variables this program does not take: GITSYNC_GIT_GC, GIT_SYNC_DEST")
+	assert.Equal(t, 2, run(context.Background(), args, []string{"GITSYNC_FILTER=blob:none", "GIT_SYNC_DEST=x", "GITSYNC_PERIOD=1s"}, &out))
+	assert.Contains(t, out.String(), "environment variables this program does not take: GITSYNC_FILTER, GIT_SYNC_DEST")
+	for name, want := range map[string]syscall.Signal{"HUP": syscall.SIGHUP, "SIGHUP": syscall.SIGHUP, "1": syscall.SIGHUP, "sigusr1": syscall.SIGUSR1} {
+		c, err = parse(append(args, "--sync-on-signal", name), noEnv, &bytes.Buffer{})
+		require.NoError(t, err, name)
+		assert.Equal(t, want, c.signal, name)
+	}
+	c, err = parse(append(args, "--git-config", `a.b:1,"c.d":"x,y"`, "--git-config-add", "e.f:g h"), []string{"GITSYNC_GIT_GC=off"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a.b=1", "c.d=x,y", "e.f=g h"}, c.gitConfigs)
+	assert.Equal(t, "off", c.gitGC)
 	c, err = parse(args, []string{"GITSYNC_PASSWORD=pw", "GITSYNC_PASSWORD_FILE=/f"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	_, err = c.auth()
@@ -141,9 +165,9 @@ func TestConsumerContract(t *testing.T) {
 
 	cancel()
 	assert.Equal(t, 0, <-done, stderr.String())
-	entries, err := os.ReadDir(filepath.Join(root, ".trees"))
+	entries, err := os.ReadDir(filepath.Join(root, ".worktrees"))
 	require.NoError(t, err)
-	assert.Len(t, entries, 1, "old trees are removed")
+	assert.Len(t, entries, 1, "old worktrees are removed")
 }
 
 // --one-time exits 0 after the first sync, and non-zero when it fails.
@@ -158,12 +182,6 @@ func TestOneTime(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(root, "app", "version"))
 	require.NoError(t, err)
 	assert.Equal(t, "0", string(data))
-	assert.NotContains(t, stderr.String(), "--depth")
-
-	stderr.Reset()
-	code = run(context.Background(), []string{"--repo", repo.URL(), "--root", t.TempDir(), "--depth", "3", "--one-time"}, noEnv, &stderr)
-	require.Equal(t, 0, code, stderr.String())
-	assert.Contains(t, stderr.String(), "--depth is not honoured", "a setting it does not follow is said, not dropped")
 
 	stderr.Reset()
 	code = run(context.Background(), []string{"--repo", repo.URL(), "--root", t.TempDir(), "--ref", "missing", "--one-time"}, noEnv, &stderr)
@@ -306,7 +324,7 @@ func TestGitSyncMetrics(t *testing.T) {
 	done := make(chan int, 1)
 	var stderr syncBuffer
 	go func() {
-		done <- run(ctx, []string{"--repo", repo.URL(), "--root", t.TempDir(), "--period", "100ms", "--max-failures", "-1", "--http-bind", addr}, noEnv, &stderr)
+		done <- run(ctx, []string{"--repo", repo.URL(), "--root", t.TempDir(), "--period", "100ms", "--max-failures", "-1", "--http-bind", addr, "--http-metrics"}, noEnv, &stderr)
 	}()
 	metric := func(name string) float64 {
 		resp, err := http.Get("http://" + addr + "/metrics")

@@ -21,6 +21,7 @@ type gitSyncMetrics struct {
 	count    *prometheus.CounterVec
 	duration *prometheus.SummaryVec
 	fetches  prometheus.Counter
+	hookRuns *prometheus.CounterVec
 
 	link string
 	mu   sync.Mutex
@@ -44,9 +45,13 @@ func newGitSyncMetrics(reg prometheus.Registerer, link, repo string) (*gitSyncMe
 			Name: "git_fetch_count_total",
 			Help: "How many git fetches were run",
 		}),
+		hookRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "git_sync_hook_run_count_total",
+			Help: "How many hook runs completed, partitioned by name and state (success, error)",
+		}, []string{"name", "status"}),
 		link: link, remote: gitutil.RedactURL(gitutil.StripCredentials(repo)),
 	}
-	for _, c := range []prometheus.Collector{m.count, m.duration, m.fetches} {
+	for _, c := range []prometheus.Collector{m.count, m.duration, m.fetches, m.hookRuns} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -68,18 +73,24 @@ func (m *gitSyncMetrics) observe(e watcher.Event) {
 			m.sync("noop", e.Duration)
 		}
 		m.fetched = false
-	case e.Type == watcher.EventDelivered && mine:
-		// git-sync fetches whenever the commit changed, one it had
-		// before too (a branch moved back); the mirror needs no fetch
-		// for that one, but git-sync's count is of syncs that fetch.
-		m.fetches.Inc()
-		m.sync("success", time.Since(e.Seen))
 	case (e.Type == watcher.EventDeliveryFailed || e.Type == watcher.EventTargetFailed || e.Type == watcher.EventRefVanished ||
 		e.Type == watcher.EventInvalidTarget) && mine:
 		m.sync("error", e.Duration)
 	case e.Type == watcher.EventPolled && ofRemote:
 		m.fetched = false // failed: its target's failure counted it
 	}
+}
+
+// success counts a sync of the --repo target that published its worktree
+// (or the first of the process), as the worktree sink reports it.
+// git-sync fetches whenever the commit changed, to one it had before too
+// (a branch moved back); the mirror needs no fetch for that one, but
+// git-sync's count is of syncs that fetch.
+func (m *gitSyncMetrics) success(took time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fetches.Inc()
+	m.sync("success", took)
 }
 
 func (m *gitSyncMetrics) sync(status string, d time.Duration) {

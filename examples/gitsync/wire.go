@@ -1,0 +1,423 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/sink/dir"
+	"github.com/modwatch/modwatch/sink/hook"
+	"github.com/modwatch/modwatch/source/static"
+	"github.com/modwatch/modwatch/source/webhook"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/metrics"
+)
+
+// syncRepo is the wiring: the --repo target published as git-sync's
+// worktrees with git-sync's hooks, the --also targets as trees of
+// sink/dir, one watcher for them all.
+func syncRepo(ctx context.Context, c config, log logr.Logger) error {
+	auth, err := c.auth()
+	if err != nil {
+		return err
+	}
+	if c.groupWrite {
+		syscall.Umask(0o002) // git-sync's --group-write, process-wide as there
+	}
+	if c.addUser {
+		log.Info("--add-user is not needed: this program runs no ssh binary that would look the user up")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	s := &session{c: c, log: log, cancel: cancel, synced: map[string]bool{}, source: &phasedSource{done: make(chan struct{})}}
+	if s.gs, err = newGitSyncMetrics(reg, c.link, c.repo); err != nil {
+		return err
+	}
+	var hooks sync.WaitGroup
+	defer hooks.Wait()
+	defer cancel() // before the wait: the hook runners end with ctx
+	s.startHooks(ctx, &hooks)
+	w, m, err := s.watcher(reg, auth)
+	if err != nil {
+		return err
+	}
+	stop, err := s.servers(ctx, reg, w, m)
+	defer stop()
+	if err != nil {
+		return err
+	}
+	if c.signal != nil {
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, c.signal)
+		defer signal.Stop(sigs)
+		hooks.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-sigs:
+					w.Trigger(c.repo)
+				}
+			}
+		})
+	}
+	log.Info("syncing", "repo", gitutil.RedactURL(c.repo), "ref", c.ref, "link", c.link)
+	if err := w.Run(logr.NewContext(ctx, log)); err != nil {
+		return err
+	}
+	return s.result()
+}
+
+// session is the state of one run of the command: failures counted as
+// git-sync counts them, the hooks, the outcome.
+type session struct {
+	c      config
+	log    logr.Logger
+	cancel context.CancelFunc
+	gs     *gitSyncMetrics
+	source *phasedSource
+	hooks  struct{ pre, exec, web *hookRunner }
+	wt     *worktrees
+	w      *watcher.Watcher
+
+	mu          sync.Mutex
+	failures    int
+	initialDone bool
+	failed      error
+	synced      map[string]bool
+	ending      bool
+}
+
+// watcher builds the watcher and its routes.
+func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watcher.Watcher, *metrics.Metrics, error) {
+	c := s.c
+	m, err := metrics.New(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	revision := c.ref
+	if revision == "HEAD" {
+		revision = ""
+	}
+	git := &mirrorDirs{Git: watcher.GoGit{GitCLI: c.gitBin}}
+	s.wt = s.worktrees(git)
+	s.source.targets = []watcher.Target{{ID: c.link, URL: c.repo, Revision: revision, Path: c.path, Auth: auth}}
+	s.source.init, s.source.period = c.initPeriod, c.period
+	lo, hi := min(c.initPeriod, c.period), max(c.initPeriod, c.period)
+	// One user's sidecar, as git-sync: local repositories and credentials
+	// over plain http:// are the user's to choose (a watcher serving many
+	// tenants refuses both).
+	w := watcher.New(watcher.WithCacheDir(c.cacheDir), watcher.WithLocalRepositories(), watcher.WithGit(git),
+		watcher.WithInterval(c.period), watcher.WithMinInterval(min(lo, watcher.DefaultMinInterval)),
+		watcher.WithRetryBackoff(lo, hi), watcher.WithJitter(0),
+		watcher.WithTimeouts(watcher.Timeouts{List: min(c.syncTimeout, 30*time.Second), Fetch: c.syncTimeout, Deliver: c.syncTimeout}),
+		watcher.WithObserver(watcher.ObserverFunc(s.observe), m, watcher.ObserverFunc(s.gs.observe)))
+	s.w = w
+	if err := w.Route(s.source, s.wt); err != nil {
+		return nil, nil, err
+	}
+	if len(c.also) > 0 {
+		if err := w.Route(static.New(s.alsoTargets(auth)...), s.alsoChain()); err != nil {
+			return nil, nil, err
+		}
+	}
+	return w, m, nil
+}
+
+// worktrees is the sink of the --repo target.
+func (s *session) worktrees(git *mirrorDirs) *worktrees {
+	c := s.c
+	return &worktrees{
+		root: c.root, link: c.link, path: c.path, git: gitRunner{bin: c.gitBin, configs: c.gitConfigs}, mirrors: git,
+		depth: c.depth, sparseFile: c.sparseFile, submodules: c.submodules, gc: c.gitGC, commitFile: c.commitFile,
+		stale: c.staleWorktreeTimeout, period: c.period, log: s.log,
+		prePublish: func(hash string) {
+			if s.hooks.pre != nil {
+				s.hooks.pre.send(hash)
+			}
+		},
+		synced: s.mainSynced,
+	}
+}
+
+// alsoTargets are the --also targets, with the command's credentials.
+func (s *session) alsoTargets(auth *gitutil.Auth) []watcher.Target {
+	var targets []watcher.Target
+	for _, t := range s.c.also {
+		t.Auth = auth
+		targets = append(targets, t)
+	}
+	return targets
+}
+
+// alsoChain publishes an --also target's tree, then runs the exechook and
+// the webhook in turn, the library's way: each a step of the delivery.
+func (s *session) alsoChain() watcher.Sink {
+	c := s.c
+	steps := []watcher.Sink{dir.New(c.root, dir.WithStaleGrace(c.staleWorktreeTimeout), dir.WithCommitFile(c.commitFile),
+		dir.WithLinkName(func(t watcher.Target) string { return t.ID }))}
+	if c.exechookCommand != "" {
+		steps = append(steps, hook.Command(c.exechookCommand, nil, hook.WithExecTimeout(c.exechookTimeout),
+			hook.WithExecEnv(func(c watcher.Change) []string { return []string{"GITSYNC_HASH=" + c.To} })))
+	}
+	if c.webhookURL != "" {
+		steps = append(steps, s.webhook())
+	}
+	return watcher.Chain("also", steps...)
+}
+
+// webhook is git-sync's: its method, the commit in Gitsync-Hash, one
+// status that is success (0: any).
+func (s *session) webhook() *hook.HTTP {
+	c := s.c
+	return hook.Post(c.webhookURL, hook.WithMethod(c.webhookMethod), hook.WithSuccessStatus(c.webhookStatus),
+		hook.WithCommitHeader("Gitsync-Hash"), hook.WithHTTPTimeout(c.webhookTimeout))
+}
+
+// startHooks starts git-sync's hook runners of the --repo target.
+func (s *session) startHooks(ctx context.Context, wg *sync.WaitGroup) {
+	c := s.c
+	runs := s.gs.hookRuns
+	exec := func(command string, timeout time.Duration) func(context.Context, string) error {
+		return func(ctx context.Context, hash string) error {
+			h := hook.Command(command, nil, hook.WithDir(s.wt.worktreeFor(hash)), hook.WithExecTimeout(timeout),
+				hook.WithExecEnv(func(watcher.Change) []string { return []string{"GITSYNC_HASH=" + hash} }))
+			return h.Deliver(ctx, watcher.Change{Target: watcher.Target{ID: c.link, URL: c.repo, Path: c.path}, To: hash})
+		}
+	}
+	if c.prePublishCommand != "" {
+		s.hooks.pre = newHookRunner("pre-publish-exechook", exec(c.prePublishCommand, c.prePublishTimeout), c.prePublishBackoff, c.oneTime, s.log, runs)
+	}
+	if c.exechookCommand != "" {
+		s.hooks.exec = newHookRunner("exechook", exec(c.exechookCommand, c.exechookTimeout), c.exechookBackoff, c.oneTime, s.log, runs)
+	}
+	if c.webhookURL != "" {
+		web := s.webhook()
+		s.hooks.web = newHookRunner("webhook", func(ctx context.Context, hash string) error {
+			return web.Deliver(ctx, watcher.Change{Target: watcher.Target{ID: c.link, URL: c.repo, Path: c.path}, To: hash})
+		}, c.webhookBackoff, c.oneTime, s.log, runs)
+	}
+	for _, r := range []*hookRunner{s.hooks.pre, s.hooks.exec, s.hooks.web} {
+		if r != nil {
+			wg.Go(func() { r.run(ctx) })
+		}
+	}
+}
+
+// mainSynced is called by the worktree sink after a sync that published
+// the --repo target, or the first of the process: git-sync's success.
+func (s *session) mainSynced(hash string, took time.Duration) {
+	for _, r := range []*hookRunner{s.hooks.exec, s.hooks.web} {
+		if r != nil {
+			r.send(hash)
+		}
+	}
+	s.gs.success(took)
+	if s.c.touchFile != "" {
+		if err := touch(absUnder(s.c.root, s.c.touchFile)); err != nil {
+			s.log.Error(err, "touch-file not touched", "path", s.c.touchFile)
+		}
+	}
+}
+
+// observe counts failures and successes as git-sync does, writes the
+// error file, and ends a --one-time run.
+func (s *session) observe(e watcher.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case e.Type == watcher.EventPolled && e.Err == nil && s.w.Stats().Failing == 0:
+		s.failures = 0 // a sync with nothing new
+	case e.Type == watcher.EventDelivered:
+		s.delivered(e)
+	case e.Type == watcher.EventInvalidTarget:
+		// Reported once, and no retry makes it valid: with --one-time
+		// (or past --max-failures) the command ends with it.
+		s.failures++
+		s.writeError(e.Err)
+		if (s.c.oneTime || s.tooMany()) && s.failed == nil {
+			s.fail(fmt.Errorf("invalid target: %w", e.Err))
+		}
+	case e.Type == watcher.EventDeliveryFailed || e.Type == watcher.EventTargetFailed || e.Type == watcher.EventRefVanished:
+		s.failures++
+		s.writeError(e.Err)
+		if s.tooMany() && s.failed == nil {
+			s.fail(fmt.Errorf("%d consecutive failures, more than --max-failures=%d: %w", s.failures, s.maxFailures(), e.Err))
+		}
+	}
+}
+
+func (s *session) delivered(e watcher.Event) {
+	s.failures = 0
+	s.synced[e.Target.ID] = true
+	if e.Target.ID == s.c.link && !s.initialDone {
+		s.initialDone = true
+		close(s.source.done) // --init-period is over
+	}
+	if f := s.errorFile(); f != "" {
+		_ = os.Remove(f)
+	}
+	if s.c.oneTime && len(s.synced) == 1+len(s.c.also) && !s.ending {
+		s.ending = true
+		go s.endOneTime()
+	}
+}
+
+// endOneTime waits for the first run of each hook that was sent, as
+// git-sync's --one-time does, and ends the run: failed when one failed.
+func (s *session) endOneTime() {
+	ctx := context.Background()
+	for _, r := range []*hookRunner{s.hooks.pre, s.hooks.exec, s.hooks.web} {
+		if r == nil || !r.wasSent() {
+			continue
+		}
+		if err := r.wait(ctx); err != nil {
+			s.mu.Lock()
+			if s.failed == nil {
+				s.failed = fmt.Errorf("%s: %w", r.name, err)
+			}
+			s.mu.Unlock()
+		}
+	}
+	s.cancel()
+}
+
+func (s *session) maxFailures() int {
+	if !s.initialDone && s.c.initMaxFailuresSet {
+		return s.c.initMaxFailures
+	}
+	return s.c.maxFailures
+}
+
+func (s *session) tooMany() bool {
+	limit := s.maxFailures()
+	return limit >= 0 && s.failures > limit
+}
+
+func (s *session) fail(err error) {
+	s.failed = err
+	s.cancel()
+}
+
+func (s *session) result() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
+func (s *session) errorFile() string {
+	if s.c.errorFile == "" {
+		return ""
+	}
+	return absUnder(s.c.root, s.c.errorFile)
+}
+
+// writeError writes the sync error to --error-file, as git-sync: a JSON
+// object with the message and the error. A ref the remote lacks is said
+// in git's words too, which tools written for git-sync look for.
+func (s *session) writeError(err error) {
+	f := s.errorFile()
+	if f == "" || err == nil {
+		return
+	}
+	msg := err.Error()
+	if errors.Is(err, gitutil.ErrRefNotFound) {
+		msg = fmt.Sprintf("couldn't find remote ref %s: %s", s.c.ref, msg)
+	}
+	data, _ := json.Marshal(map[string]string{"msg": "error syncing repo, will retry", "err": msg})
+	if werr := writeAtomic(f, append(data, '\n')); werr != nil {
+		s.log.Error(werr, "error-file not written", "path", f)
+	}
+}
+
+// phasedSource gives the --repo target, polled every --init-period until
+// the first sync, then every --period.
+type phasedSource struct {
+	targets      []watcher.Target
+	init, period time.Duration
+	done         chan struct{}
+}
+
+// Run implements watcher.Source.
+func (p *phasedSource) Run(ctx context.Context, update func([]watcher.Target)) error {
+	with := func(d time.Duration) []watcher.Target {
+		ts := make([]watcher.Target, len(p.targets))
+		for i, t := range p.targets {
+			t.Interval = d
+			ts[i] = t
+		}
+		return ts
+	}
+	update(with(p.init))
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-p.done:
+		update(with(p.period))
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// servers starts the push-hint and health endpoints that the flags ask
+// for; stop closes them.
+func (s *session) servers(ctx context.Context, reg *prometheus.Registry, w *watcher.Watcher, m *metrics.Metrics) (stop func(), err error) {
+	var closers []func()
+	stop = func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	c := s.c
+	if c.hookBind != "" {
+		cfg, err := c.hookConfig()
+		if err != nil {
+			return stop, err
+		}
+		hooks, err := webhook.New(cfg, w)
+		if err != nil {
+			return stop, err
+		}
+		closers = append(closers, hooks.Close)
+		mux := http.NewServeMux()
+		mux.Handle("POST /hooks", hooks)
+		srv, err := listenAndServe(logr.NewContext(ctx, s.log), c.hookBind, mux)
+		if err != nil {
+			return stop, err
+		}
+		closers = append(closers, func() { _ = srv.Close() })
+	}
+	if c.httpBind != "" {
+		if err := m.CollectStats(w); err != nil {
+			return stop, err
+		}
+		srv, err := serve(c.httpBind, reg, w, c.httpMetrics, c.httpPprof)
+		if err != nil {
+			return stop, err
+		}
+		closers = append(closers, func() { _ = srv.Close() })
+	}
+	return stop, nil
+}
+
+// pprofRoutes adds net/http/pprof's handlers (--http-pprof).
+func pprofRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+}

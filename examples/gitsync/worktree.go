@@ -1,0 +1,563 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/watcher"
+)
+
+// worktrees publishes the --repo target as git-sync does: root is a git
+// repository that borrows the objects of the watcher's mirrors (its
+// objects/info/alternates), each commit is a worktree of it at
+// root/.worktrees/<hash>, checked out by git, and link is a relative
+// symlink to it, swapped atomically. A worktree's history is --depth
+// commits deep (root's shallow file; the mirror keeps the full history).
+// Run checks the published worktree every period and makes it again when
+// it is gone or its HEAD moved, as git-sync's sanity check does.
+type worktrees struct {
+	root, link string // absolute
+	path       string // --path: the link names this directory of the worktree
+	git        gitRunner
+	mirrors    *mirrorDirs
+	depth      int
+	sparseFile string
+	submodules string // off, shallow, recursive
+	gc         string // auto, always, aggressive, off
+	commitFile string
+	stale      time.Duration
+	period     time.Duration
+	// prePublish is called with a new worktree's hash before its link is
+	// published; synced after a sync that published (changed) or the first
+	// one of the process, as git-sync's hooks and success metrics.
+	prePublish func(hash string)
+	synced     func(hash string, took time.Duration)
+	log        logr.Logger
+
+	mu      sync.Mutex
+	current string // the hash the link was last published at
+	first   bool   // a sync has completed in this process
+}
+
+var (
+	_ watcher.Sink     = (*worktrees)(nil)
+	_ watcher.Runnable = (*worktrees)(nil)
+	_ watcher.Namer    = (*worktrees)(nil)
+)
+
+// Name implements watcher.Namer.
+func (w *worktrees) Name() string { return "worktree" }
+
+func (w *worktrees) worktreeFor(hash string) string {
+	return filepath.Join(w.root, ".worktrees", hash)
+}
+
+// Deliver publishes c.To, unless the link already names a sound worktree
+// of it.
+func (w *worktrees) Deliver(ctx context.Context, c watcher.Change) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sync(ctx, c.To)
+}
+
+// sync is one sync of git-sync's loop, for hash.
+func (w *worktrees) sync(ctx context.Context, hash string) error {
+	start := time.Now()
+	if err := w.initRepo(ctx); err != nil {
+		return err
+	}
+	current := w.currentWorktree()
+	changed := current != w.worktreeFor(hash) || !w.sound(hash)
+	if changed {
+		if err := w.create(ctx, hash); err != nil {
+			return err
+		}
+		if w.prePublish != nil {
+			w.prePublish(hash)
+		}
+		if err := w.publish(hash); err != nil {
+			return err
+		}
+		w.retire(current, hash)
+	} else if !w.first {
+		// The first sync of a process sets the history's depth, which
+		// may differ from the last process's (git-sync's fetch does).
+		if err := w.writeShallow(ctx, hash); err != nil {
+			return err
+		}
+	}
+	w.current = hash
+	if changed || !w.first {
+		w.first = true
+		if w.synced != nil {
+			w.synced(hash, time.Since(start))
+		}
+	}
+	if err := w.cleanup(ctx); err != nil {
+		w.log.Error(err, "git cleanup failed")
+	}
+	return nil
+}
+
+// Run checks the published worktree every period, makes it again when it
+// is not sound, and removes worktrees past --stale-worktree-timeout.
+func (w *worktrees) Run(ctx context.Context) error {
+	t := time.NewTicker(w.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		w.mu.Lock()
+		if w.current != "" {
+			if err := w.sync(ctx, w.current); err != nil && ctx.Err() == nil {
+				w.log.Error(err, "worktree repair failed", "hash", w.current)
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+// currentWorktree is where the link points, absolute ("" when there is no
+// link).
+func (w *worktrees) currentWorktree() string {
+	target, err := os.Readlink(w.link)
+	if err != nil || target == "" {
+		return ""
+	}
+	if !filepath.IsAbs(target) {
+		target = filepath.Join(filepath.Dir(w.link), target)
+	}
+	return filepath.Clean(target)
+}
+
+// sound reports whether hash's worktree is there, not empty, and at hash:
+// its .git file names an administrative directory whose HEAD is hash.
+func (w *worktrees) sound(hash string) bool {
+	wt := w.worktreeFor(hash)
+	data, err := os.ReadFile(filepath.Join(wt, ".git"))
+	if err != nil {
+		return false
+	}
+	gitdir, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "gitdir: ")
+	if !ok {
+		return false
+	}
+	if !filepath.IsAbs(gitdir) {
+		gitdir = filepath.Join(wt, gitdir)
+	}
+	head, err := os.ReadFile(filepath.Join(gitdir, "HEAD"))
+	if err != nil || strings.TrimSpace(string(head)) != hash {
+		return false
+	}
+	entries, err := os.ReadDir(wt)
+	return err == nil && len(entries) > 1
+}
+
+// initRepo makes root a git repository of its own (not one a parent
+// directory's repository holds), when it is not, and points it at the
+// mirrors' objects.
+func (w *worktrees) initRepo(ctx context.Context) error {
+	if err := os.MkdirAll(w.root, 0o775); err != nil {
+		return err
+	}
+	if !w.repoSound(ctx) {
+		w.log.V(0).Info("initializing repo directory", "path", w.root)
+		if err := os.RemoveAll(filepath.Join(w.root, ".git")); err != nil {
+			return err
+		}
+		if _, err := w.git.run(ctx, w.root, "init", "-q", "-b", "git-sync"); err != nil {
+			return err
+		}
+	}
+	var alt bytes.Buffer
+	for _, d := range w.mirrors.all() {
+		fmt.Fprintln(&alt, filepath.Join(d, "objects"))
+	}
+	file := filepath.Join(w.root, ".git", "objects", "info", "alternates")
+	if old, err := os.ReadFile(file); err == nil && bytes.Equal(old, alt.Bytes()) {
+		return nil
+	}
+	return writeAtomic(file, alt.Bytes())
+}
+
+// repoSound reports whether root is the top of a git repository with no
+// lock left by a crash.
+func (w *worktrees) repoSound(ctx context.Context) bool {
+	if _, err := os.Stat(filepath.Join(w.root, ".git", "shallow.lock")); err == nil {
+		return false
+	}
+	top, err := w.git.run(ctx, w.root, "rev-parse", "--show-toplevel")
+	if err != nil {
+		return false
+	}
+	real, err := filepath.EvalSymlinks(w.root)
+	return err == nil && strings.TrimSpace(top) == real
+}
+
+// create makes hash's worktree afresh: its history --depth deep, checked
+// out by git (sparsely with --sparse-checkout-file), with its submodules.
+func (w *worktrees) create(ctx context.Context, hash string) error {
+	wt := w.worktreeFor(hash)
+	if err := os.RemoveAll(wt); err != nil {
+		return err
+	}
+	if _, err := w.git.run(ctx, w.root, "worktree", "prune"); err != nil {
+		return err
+	}
+	if err := w.writeShallow(ctx, hash); err != nil {
+		return err
+	}
+	if _, err := w.git.run(ctx, w.root, "worktree", "add", "--force", "--detach", "--no-checkout", wt, hash); err != nil {
+		return err
+	}
+	// A relative reference to root's .git, so that the volume may be
+	// mounted elsewhere (git-sync's).
+	rel, err := filepath.Rel(wt, filepath.Join(w.root, ".git", "worktrees", hash))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(wt, ".git"), []byte("gitdir: "+rel+"\n"), 0o644); err != nil {
+		return err
+	}
+	if err := w.sparse(ctx, wt, hash); err != nil {
+		return err
+	}
+	if _, err := w.git.run(ctx, wt, "reset", "-q", "--hard", hash, "--"); err != nil {
+		return err
+	}
+	if err := w.updateSubmodules(ctx, wt); err != nil {
+		return err
+	}
+	if w.commitFile != "" {
+		return os.WriteFile(filepath.Join(wt, w.commitFile), []byte(hash+"\n"), 0o644)
+	}
+	return nil
+}
+
+// sparse configures the worktree's sparse checkout from
+// --sparse-checkout-file, or from --path (that directory only).
+func (w *worktrees) sparse(ctx context.Context, wt, hash string) error {
+	var patterns []byte
+	switch {
+	case w.sparseFile != "":
+		data, err := os.ReadFile(w.sparseFile)
+		if err != nil {
+			return fmt.Errorf("--sparse-checkout-file: %w", err)
+		}
+		patterns = data
+	case w.path != "":
+		patterns = []byte("/" + w.path + "/\n")
+	default:
+		return nil
+	}
+	if err := writeAtomic(filepath.Join(w.root, ".git", "worktrees", hash, "info", "sparse-checkout"), patterns); err != nil {
+		return err
+	}
+	_, err := w.git.run(ctx, wt, "sparse-checkout", "init", "--no-cone")
+	return err
+}
+
+// updateSubmodules checks out the worktree's submodules (--submodules).
+func (w *worktrees) updateSubmodules(ctx context.Context, wt string) error {
+	if w.submodules == "off" {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(wt, ".gitmodules")); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	args := []string{"submodule", "update", "--init"}
+	if w.submodules == "recursive" {
+		args = append(args, "--recursive")
+	}
+	if w.depth > 0 {
+		args = append(args, "--depth", strconv.Itoa(w.depth))
+	}
+	_, err := w.git.run(ctx, wt, args...)
+	return err
+}
+
+// writeShallow writes root's shallow file: the commits at --depth from
+// hash (whose parents a worktree's history does not show), and those the
+// mirrors themselves lack the parents of.
+func (w *worktrees) writeShallow(ctx context.Context, hash string) error {
+	var shallow []string
+	for _, d := range w.mirrors.all() {
+		if data, err := os.ReadFile(filepath.Join(d, "shallow")); err == nil {
+			shallow = append(shallow, strings.Fields(string(data))...)
+		}
+	}
+	if w.depth > 0 {
+		cut, err := w.depthBoundary(ctx, hash)
+		if err != nil {
+			return err
+		}
+		shallow = append(shallow, cut...)
+	}
+	file := filepath.Join(w.root, ".git", "shallow")
+	if len(shallow) == 0 {
+		if err := os.Remove(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	slices.Sort(shallow)
+	return writeAtomic(file, []byte(strings.Join(slices.Compact(shallow), "\n")+"\n"))
+}
+
+// depthBoundary is the commits --depth-1 parents away from hash that have
+// parents: git's own cut for a fetch of that depth, read from the first
+// mirror that holds hash (root's own shallow file would cut the walk).
+func (w *worktrees) depthBoundary(ctx context.Context, hash string) ([]string, error) {
+	err := fmt.Errorf("no mirror holds %s", hash)
+	for _, d := range w.mirrors.all() {
+		var cut []string
+		if cut, err = w.boundaryIn(ctx, d, hash); err == nil {
+			return cut, nil
+		}
+	}
+	return nil, err
+}
+
+// boundaryIn walks the mirror in dir from hash in topological order (every
+// child before its parents, so a commit's distance is final when it is
+// read) and stops when no commit nearer than the depth is left to read.
+func (w *worktrees) boundaryIn(ctx context.Context, dir, hash string) ([]string, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := w.git.command(ctx, w.root, "--git-dir="+dir, "rev-list", "--topo-order", "--parents", hash)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	dist := map[string]int{hash: 1}
+	pending := 1 // commits nearer than the depth not read yet
+	var cut []string
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for pending > 0 && sc.Scan() {
+		f := strings.Fields(sc.Text())
+		d, ok := dist[f[0]]
+		if !ok {
+			continue // beyond the depth
+		}
+		pending--
+		switch {
+		case d == w.depth && len(f) > 1:
+			cut = append(cut, f[0])
+		case d < w.depth:
+			for _, p := range f[1:] {
+				if _, seen := dist[p]; !seen {
+					dist[p] = d + 1
+					pending++
+				}
+			}
+		}
+	}
+	cancel()
+	werr := cmd.Wait()
+	if pending > 0 {
+		return nil, fmt.Errorf("git rev-list %s: %v: %s", hash, werr, strings.TrimSpace(stderr.String()))
+	}
+	return cut, nil
+}
+
+// publish swaps the link to hash's worktree (a relative symlink, made
+// under a temporary name and renamed over the link).
+func (w *worktrees) publish(hash string) error {
+	dir := filepath.Dir(w.link)
+	if err := os.MkdirAll(dir, 0o775); err != nil {
+		return fmt.Errorf("making the link's directory: %w", err)
+	}
+	target := w.worktreeFor(hash)
+	if w.path != "" {
+		target = filepath.Join(target, w.path)
+	}
+	rel, err := filepath.Rel(dir, target)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "tmp-link")
+	_ = os.Remove(tmp)
+	if err := os.Symlink(rel, tmp); err != nil {
+		return fmt.Errorf("creating symlink: %w", err)
+	}
+	if err := os.Rename(tmp, w.link); err != nil {
+		return fmt.Errorf("replacing symlink: %w", err)
+	}
+	return nil
+}
+
+// retire starts the stale timer of the worktree the link left (its
+// modification time), and removes one that is not a worktree of ours
+// (git-sync v3's root/<hash>), as git-sync does.
+func (w *worktrees) retire(old, hash string) {
+	if old == "" || old == w.worktreeFor(hash) {
+		return
+	}
+	if filepath.Dir(old) == filepath.Join(w.root, ".worktrees") {
+		now := time.Now()
+		_ = os.Chtimes(old, now, now)
+		return
+	}
+	if filepath.Dir(old) == w.root && isHash(filepath.Base(old)) {
+		_ = os.RemoveAll(old)
+	}
+}
+
+// cleanup removes what is under root/.worktrees but the current worktree
+// and those retired less than --stale-worktree-timeout ago, then has git
+// forget them and collect garbage (--git-gc).
+func (w *worktrees) cleanup(ctx context.Context) error {
+	base := filepath.Join(w.root, ".worktrees")
+	entries, err := os.ReadDir(base)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	removed := 0
+	for _, e := range entries {
+		if e.Name() == w.current {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || time.Since(info.ModTime()) <= w.stale && isHash(e.Name()) && e.IsDir() {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(base, e.Name())); err != nil {
+			return err
+		}
+		removed++
+	}
+	if removed == 0 {
+		return nil
+	}
+	if _, err := w.git.run(ctx, w.root, "worktree", "prune"); err != nil {
+		return err
+	}
+	if w.gc == "off" {
+		return nil
+	}
+	args := []string{"gc", "--quiet"}
+	switch w.gc {
+	case "auto":
+		args = append(args, "--auto")
+	case "aggressive":
+		args = append(args, "--aggressive")
+	}
+	_, err = w.git.run(ctx, w.root, args...)
+	return err
+}
+
+// gitRunner runs the git CLI on the root repository and its worktrees:
+// with safe.directory=* (the volume is often another user's: git-sync
+// sets the same) and --git-config's settings, in an environment without
+// the variables that would point git at another repository.
+type gitRunner struct {
+	bin     string
+	configs []string // key=value
+}
+
+func (g gitRunner) command(ctx context.Context, dir string, args ...string) *exec.Cmd {
+	full := []string{"-c", "safe.directory=*"}
+	for _, kv := range g.configs {
+		full = append(full, "-c", kv)
+	}
+	cmd := exec.CommandContext(ctx, g.bin, append(full, args...)...)
+	cmd.Dir = dir
+	cmd.WaitDelay = 5 * time.Second
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_CEILING_DIRECTORIES":
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
+	cmd.Env = append(cmd.Env, "GIT_TERMINAL_PROMPT=0")
+	return cmd
+}
+
+// run runs git in dir and returns its output; its error quotes git's.
+func (g gitRunner) run(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := g.command(ctx, dir, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, io.Writer(&stderr)
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// mirrorDirs is the watcher's git, recording the directory of each mirror
+// it opens, for the root repository to borrow their objects.
+type mirrorDirs struct {
+	watcher.Git
+	mu   sync.Mutex
+	dirs []string
+}
+
+// OpenMirror implements watcher.Git.
+func (m *mirrorDirs) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
+	mirror, err := m.Git.OpenMirror(dir, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !slices.Contains(m.dirs, abs) {
+		m.dirs = append(m.dirs, abs)
+	}
+	return mirror, nil
+}
+
+func (m *mirrorDirs) all() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.dirs)
+}
+
+// writeAtomic writes data to file through a temporary file renamed over
+// it, creating its directory.
+func writeAtomic(file string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(file), 0o775); err != nil {
+		return err
+	}
+	tmp := file + ".tmp-gitsync"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, file)
+}
+
+// isHash reports whether s is a full commit hash (a worktree's name).
+func isHash(s string) bool {
+	_, err := gitutil.ParseHash(s)
+	return err == nil && len(s) == 40
+}

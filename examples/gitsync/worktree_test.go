@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+)
+
+func gitOut(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "git %v: %s", args, out)
+	return strings.TrimSpace(string(out))
+}
+
+// git-sync's contract: the link is a relative symlink to
+// root/.worktrees/<hash>, a git worktree of the commit in which git works,
+// its history --depth deep; a worktree removed or moved off its commit
+// is made again; worktrees the link left and what is not a worktree are
+// removed.
+func TestWorktreesAreGitCheckouts(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	repo.Commit(t, "1", gittest.File("version", "1"))
+	repo.Commit(t, "2", gittest.File("version", "2"))
+	c3 := repo.Commit(t, "3", gittest.File("version", "3"), gittest.File("dir/f", "x"))
+	root := t.TempDir()
+	link := filepath.Join(root, "link")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	var stderr syncBuffer
+	go func() {
+		done <- run(ctx, []string{"--repo", repo.URL(), "--root", root, "--link", "link", "--period", "100ms", "--max-failures", "-1", "--depth", "2"}, noEnv, &stderr)
+	}()
+	at := func(hash string) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			target, err := os.Readlink(link)
+			if err != nil || target != filepath.Join(".worktrees", hash) {
+				return false
+			}
+			_, err = os.Stat(filepath.Join(link, "version"))
+			return err == nil
+		}, 30*time.Second, 20*time.Millisecond, "link at %s: %s", hash, stderr.String())
+	}
+	at(c3)
+	assert.Equal(t, c3, gitOut(t, link, "rev-parse", "HEAD"))
+	assert.Equal(t, "2", gitOut(t, link, "rev-list", "--count", "HEAD"), "--depth 2")
+	assert.Empty(t, gitOut(t, link, "status", "--porcelain"), "a clean checkout")
+	assert.Equal(t, "dir/f\nversion", gitOut(t, link, "ls-files"))
+
+	// Removed, then moved off its commit: made again, at the commit.
+	require.NoError(t, os.RemoveAll(filepath.Join(root, ".worktrees", c3)))
+	at(c3)
+	require.NoError(t, os.WriteFile(filepath.Join(link, "version"), []byte("local"), 0o644))
+	gitOut(t, link, "commit", "-qam", "local")
+	require.Eventually(t, func() bool {
+		data, _ := os.ReadFile(filepath.Join(link, "version"))
+		return string(data) == "3"
+	}, 30*time.Second, 20*time.Millisecond, "a worktree off its commit is made again")
+	at(c3)
+	assert.Equal(t, c3, gitOut(t, link, "rev-parse", "HEAD"))
+
+	require.NoError(t, os.MkdirAll(filepath.Join(root, ".worktrees", "not_a_hash", "sub"), 0o755))
+	c4 := repo.Commit(t, "4", gittest.File("version", "4"))
+	at(c4)
+	assert.Equal(t, "2", gitOut(t, link, "rev-list", "--count", "HEAD"), "--depth across updates")
+	require.Eventually(t, func() bool {
+		entries, _ := os.ReadDir(filepath.Join(root, ".worktrees"))
+		return len(entries) == 1 && entries[0].Name() == c4
+	}, 30*time.Second, 20*time.Millisecond, "the old worktree and what is not one are removed")
+	cancel()
+	assert.Equal(t, 0, <-done, stderr.String())
+
+	// --depth 0 is the whole history, on a restart over the same root.
+	var out bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"--repo", repo.URL(), "--root", root, "--link", "link", "--one-time", "--depth", "0"}, noEnv, &out), out.String())
+	assert.Equal(t, "4", gitOut(t, link, "rev-list", "--count", "HEAD"))
+}
+
+// A hook runs for the latest hash it was sent, is retried after its
+// backoff until it succeeds, and never holds up the sender; with once it
+// runs one time and reports how.
+func TestHookRunner(t *testing.T) {
+	var mu sync.Mutex
+	var calls []string
+	fails := map[string]int{"a": 1}
+	release := make(chan struct{})
+	runs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runs"}, []string{"name", "status"})
+	r := newHookRunner("test", func(ctx context.Context, hash string) error {
+		mu.Lock()
+		calls = append(calls, hash)
+		n := fails[hash]
+		fails[hash] = n - 1
+		mu.Unlock()
+		if hash == "b" {
+			<-release
+		}
+		if n > 0 {
+			return errors.New("failed")
+		}
+		return nil
+	}, 10*time.Millisecond, false, logr.Discard(), runs)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { r.run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	got := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), calls...)
+	}
+	r.send("a")
+	require.Eventually(t, func() bool { return len(got()) == 2 }, 10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, []string{"a", "a"}, got(), "retried until it succeeds")
+	require.Error(t, r.wait(ctx), "the first run's outcome")
+	r.send("b")
+	require.Eventually(t, func() bool { return len(got()) == 3 }, 10*time.Second, 5*time.Millisecond)
+	r.send("c")
+	r.send("d") // while b runs: d replaces c
+	close(release)
+	require.Eventually(t, func() bool { return len(got()) == 4 }, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, []string{"a", "a", "b", "d"}, got(), "latest wins")
+
+	once := newHookRunner("once", func(context.Context, string) error { return errors.New("no") }, 10*time.Millisecond, true, logr.Discard(), runs)
+	wg.Go(func() { once.run(ctx) })
+	once.send("x")
+	require.EqualError(t, once.wait(ctx), "no")
+}
+
+// --one-time waits for the hooks' first runs: a failed one fails the run,
+// after one try; the webhook is git-sync's (its method, Gitsync-Hash).
+func TestOneTimeWaitsForHooks(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	c0 := repo.Commit(t, "0", gittest.File("version", "0"))
+	hits := make(chan string, 10)
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits <- r.Method + " " + r.Header.Get("Gitsync-Hash")
+	}))
+	defer web.Close()
+	runlog := filepath.Join(t.TempDir(), "runs")
+	script := filepath.Join(t.TempDir(), "hook.sh")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\necho \"$GITSYNC_HASH $(cat version)\" >> "+runlog+"\nexit 3\n"), 0o755))
+	root := t.TempDir()
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"--repo", repo.URL(), "--root", root, "--one-time", "--exechook-command", script, "--exechook-backoff", "1s",
+		"--webhook-url", web.URL, "--webhook-method", "PUT"}, noEnv, &stderr)
+	assert.Equal(t, 1, code, stderr.String())
+	data, err := os.ReadFile(runlog)
+	require.NoError(t, err)
+	assert.Equal(t, c0+" 0\n", string(data), "one run, in the worktree, with GITSYNC_HASH")
+	assert.Equal(t, "PUT "+c0, <-hits)
+	assert.Contains(t, stderr.String(), "exechook")
+}
+
+func TestParseGitConfigs(t *testing.T) {
+	for in, want := range map[string][]string{
+		"":                                    nil,
+		"a.b:c":                               {"a.b=c"},
+		`a.b:"x,y:z",c.d:e\,f`:                {"a.b=x,y:z", "c.d=e,f"},
+		`"s.k":"v"`:                           {"s.k=v"},
+		`http.postBuffer:10485760,sect.k:a b`: {"http.postBuffer=10485760", "sect.k=a b"},
+		`a.b:"q\"uote\\d"`:                    {`a.b=q"uote\d`},
+		`a.b:line\nnext`:                      {"a.b=line\nnext"},
+	} {
+		got, err := parseGitConfigs(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for in, want := range map[string]string{
+		"a.b":                  "unexpected end of key",
+		"a.b:":                 "no value",
+		":v":                   "empty key",
+		`a.b:"open`:            "unterminated quoted value",
+		`"a.b:v`:               "unterminated quoted key",
+		`"a.b"x:v`:             "after quoted key",
+		`a.b:"v"x`:             "after quoted value",
+		`a.b:v\`:               "unterminated escape",
+		`a.b:\q`:               "unknown escape",
+		"a=b:c":                "not a git configuration name",
+		"a.b:c,d":              "unexpected end of key",
+		"\"a.b\"":              "unexpected end of key",
+		"a\nb:c":               "not a git configuration name",
+		strings.Repeat(`"`, 3): "after quoted key",
+	} {
+		_, err := parseGitConfigs(in)
+		assert.ErrorContains(t, err, want, "%q", in)
+	}
+}
