@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path"
@@ -271,6 +272,9 @@ func (c *config) check() error {
 	if c.initPeriod == 0 {
 		c.initPeriod = c.period
 	}
+	if err := c.urlCredentials(); err != nil {
+		return err
+	}
 	root, err := filepath.Abs(c.root)
 	if err != nil {
 		return err
@@ -299,6 +303,24 @@ func (c *config) check() error {
 			return err
 		}
 	}
+	return nil
+}
+
+// urlCredentials takes the user and password out of an http(s) --repo
+// (git-sync passes such a URL to git, which sends them): the URL the
+// watcher, the logs and the metrics see has none.
+func (c *config) urlCredentials() error {
+	u, err := url.Parse(c.repo)
+	if err != nil || u.User == nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil // the watcher judges the URL
+	}
+	if c.username != "" || c.password != "" || c.passwordFile != "" {
+		return errors.New("credentials in --repo and in --username, --password-file or GITSYNC_PASSWORD are exclusive")
+	}
+	c.username = u.User.Username()
+	c.password, _ = u.User.Password()
+	u.User = nil
+	c.repo = u.String()
 	return nil
 }
 
@@ -362,9 +384,12 @@ func (c config) hookConfig() (webhook.Config, error) {
 	return cfg, nil
 }
 
-// auth reads the credentials the flags name.
+// auth reads the credentials the flags (or --repo's URL) name; the
+// --repo source reads them again every period, so that a --password-file
+// rotated in place is used from the next poll on. Their ID keeps the
+// mirror across a rotation.
 func (c config) auth() (*gitutil.Auth, error) {
-	a := &gitutil.Auth{Username: c.username, Password: c.password, AllowInsecureHTTP: true}
+	a := &gitutil.Auth{ID: "gitsync", Username: c.username, Password: c.password, AllowInsecureHTTP: true}
 	if c.passwordFile != "" && c.password != "" {
 		return nil, errors.New("GITSYNC_PASSWORD and --password-file are exclusive")
 	}

@@ -42,7 +42,7 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	s := &session{c: c, log: log, cancel: cancel, synced: map[string]bool{}, source: &phasedSource{done: make(chan struct{})}}
+	s := &session{c: c, log: log, cancel: cancel, synced: map[string]bool{}, source: &repoSource{done: make(chan struct{}), log: log}}
 	if s.gs, err = newGitSyncMetrics(reg, c.link, c.repo); err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ type session struct {
 	log    logr.Logger
 	cancel context.CancelFunc
 	gs     *gitSyncMetrics
-	source *phasedSource
+	source *repoSource
 	hooks  struct{ pre, exec, web *hookRunner }
 	wt     *worktrees
 	w      *watcher.Watcher
@@ -114,8 +114,11 @@ func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watche
 	}
 	git := &mirrorDirs{Git: watcher.GoGit{GitCLI: c.gitBin}}
 	s.wt = s.worktrees(git)
-	s.source.targets = []watcher.Target{{ID: c.link, URL: c.repo, Revision: revision, Path: c.path, Auth: auth}}
+	s.source.target = watcher.Target{ID: c.link, URL: c.repo, Revision: revision, Path: c.path, Auth: auth}
 	s.source.init, s.source.period = c.initPeriod, c.period
+	if c.passwordFile != "" {
+		s.source.auth = c.auth
+	}
 	lo, hi := min(c.initPeriod, c.period), max(c.initPeriod, c.period)
 	// One user's sidecar, as git-sync: local repositories and credentials
 	// over plain http:// are the user's to choose (a watcher serving many
@@ -343,33 +346,51 @@ func (s *session) writeError(err error) {
 	}
 }
 
-// phasedSource gives the --repo target, polled every --init-period until
-// the first sync, then every --period.
-type phasedSource struct {
-	targets      []watcher.Target
+// repoSource gives the --repo target, polled every --init-period until
+// the first sync, then every --period; with a --password-file it reads
+// the credentials again every period and gives the target again when they
+// changed.
+type repoSource struct {
+	target       watcher.Target
 	init, period time.Duration
-	done         chan struct{}
+	done         chan struct{} // closed at the first sync
+	auth         func() (*gitutil.Auth, error)
+	log          logr.Logger
 }
 
 // Run implements watcher.Source.
-func (p *phasedSource) Run(ctx context.Context, update func([]watcher.Target)) error {
-	with := func(d time.Duration) []watcher.Target {
-		ts := make([]watcher.Target, len(p.targets))
-		for i, t := range p.targets {
-			t.Interval = d
-			ts[i] = t
+func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) error {
+	interval, done := p.init, p.done
+	give := func() {
+		t := p.target
+		t.Interval = interval
+		update([]watcher.Target{t})
+	}
+	give()
+	tick := time.NewTicker(p.period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-done:
+			interval, done = p.period, nil
+			give()
+		case <-tick.C:
+			if p.auth == nil {
+				continue
+			}
+			a, err := p.auth()
+			if err != nil {
+				p.log.Error(err, "credentials not read again; the last ones are kept")
+				continue
+			}
+			if old := p.target.Auth; old == nil || a == nil || old.Username != a.Username || old.Password != a.Password {
+				p.target.Auth = a
+				give()
+			}
 		}
-		return ts
 	}
-	update(with(p.init))
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-p.done:
-		update(with(p.period))
-	}
-	<-ctx.Done()
-	return nil
 }
 
 // servers starts the push-hint and health endpoints that the flags ask

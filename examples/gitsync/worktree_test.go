@@ -208,3 +208,59 @@ func TestParseGitConfigs(t *testing.T) {
 		assert.ErrorContains(t, err, want, "%q", in)
 	}
 }
+
+// A --password-file rotated in place is used from the next poll on, in
+// the same mirror; credentials in an http(s) --repo are taken out of it.
+func TestPasswordFileReadAgainAndURLCredentials(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	repo.Commit(t, "0", gittest.File("version", "0"))
+	srv.SetBasicAuth("u", "first-pw")
+	pwFile := filepath.Join(t.TempDir(), "pw")
+	require.NoError(t, os.WriteFile(pwFile, []byte("first-pw\n"), 0o600))
+	root := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	var stderr syncBuffer
+	go func() {
+		done <- run(ctx, []string{"--repo", repo.URL(), "--root", root, "--link", "link", "--period", "100ms", "--max-failures", "-1",
+			"--username", "u", "--password-file", pwFile}, noEnv, &stderr)
+	}()
+	version := func(want string) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			data, _ := os.ReadFile(filepath.Join(root, "link", "version"))
+			return string(data) == want
+		}, 30*time.Second, 20*time.Millisecond, "version %s: %s", want, stderr.String())
+	}
+	version("0")
+	srv.SetBasicAuth("u", "second-pw")
+	repo.Commit(t, "1", gittest.File("version", "1"))
+	time.Sleep(300 * time.Millisecond)
+	version("0")
+	require.NoError(t, os.WriteFile(pwFile+".new", []byte("second-pw"), 0o600))
+	require.NoError(t, os.Rename(pwFile+".new", pwFile))
+	version("1")
+	entries, err := os.ReadDir(filepath.Join(root, ".mirrors"))
+	require.NoError(t, err)
+	var mirrors []string
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			mirrors = append(mirrors, e.Name())
+		}
+	}
+	assert.Len(t, mirrors, 1, "one mirror across the rotation")
+	cancel()
+	assert.Equal(t, 0, <-done, stderr.String())
+	assert.NotContains(t, stderr.String(), "first-pw")
+	assert.NotContains(t, stderr.String(), "second-pw")
+
+	withCreds := strings.Replace(repo.URL(), "://", "://u:second-pw@", 1)
+	var out bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"--repo", withCreds, "--root", t.TempDir(), "--one-time"}, noEnv, &out), out.String())
+	assert.NotContains(t, out.String(), "second-pw")
+	out.Reset()
+	assert.Equal(t, 2, run(context.Background(), []string{"--repo", withCreds, "--root", t.TempDir(), "--one-time", "--username", "u"}, noEnv, &out))
+	assert.Contains(t, out.String(), "exclusive")
+}
