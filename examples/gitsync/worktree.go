@@ -343,7 +343,7 @@ func (w *worktrees) depthBoundary(ctx context.Context, hash string) ([]string, e
 func (w *worktrees) boundaryIn(ctx context.Context, dir, hash string) ([]string, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cmd := w.git.command(ctx, w.root, "--git-dir="+dir, "rev-list", "--topo-order", "--parents", hash)
+	cmd := w.git.command(ctx, w.root, "--git-dir="+dir, "rev-list", "--topo-order", "--parents", hash, "--")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

@@ -264,3 +264,17 @@ func TestPasswordFileReadAgainAndURLCredentials(t *testing.T) {
 	assert.Equal(t, 2, run(context.Background(), []string{"--repo", withCreds, "--root", t.TempDir(), "--one-time", "--username", "u"}, noEnv, &out))
 	assert.Contains(t, out.String(), "exclusive")
 }
+
+// A file of root named as the commit does not confuse git (git-sync's
+// sync_sha_shafile_exists).
+func TestFileNamedAsTheCommit(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	repo.Commit(t, "1", gittest.File("version", "1"))
+	c2 := repo.Commit(t, "2", gittest.File("version", "2"))
+	root := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(root, c2), nil, 0o644))
+	var out bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"--repo", repo.URL(), "--root", root, "--link", "link", "--ref", c2, "--one-time", "--depth", "2"}, noEnv, &out), out.String())
+	assert.Equal(t, "2", gitOut(t, filepath.Join(root, "link"), "rev-list", "--count", "HEAD"))
+}
