@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -89,7 +91,18 @@ type Handler struct {
 	cfg       Config
 	providers []provider
 	limiter   *limiter
+
+	mu       sync.Mutex
+	refusals map[refusal]bool // logged already
 }
+
+// refusal is a cause of refusing a webhook, from one sender: each is
+// logged once (a sender retrying, or flooding, adds no line).
+type refusal struct{ provider, cause, sender string }
+
+// maxRefusals bounds the refusals remembered; past it, they are forgotten
+// (and logged again).
+const maxRefusals = 1024
 
 var _ http.Handler = (*Handler)(nil)
 
@@ -100,7 +113,7 @@ func New(cfg Config, t Triggerer) (*Handler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg}
+	h := &Handler{cfg: cfg, refusals: map[refusal]bool{}}
 	h.limiter = newLimiter(cfg.MinInterval, t)
 	h.providers = providers(cfg)
 	return h, nil
@@ -117,12 +130,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
 		return
 	}
-	p, known := h.detect(r.Header)
+	p, disabled := h.detect(r.Header)
 	if p == nil {
-		if known {
-			http.Error(w, "this provider is not enabled", http.StatusForbidden)
+		if disabled != "" {
+			h.refuse(w, r, http.StatusForbidden, disabled, "this provider is not enabled")
 		} else {
-			http.Error(w, "not a webhook of a known provider", http.StatusBadRequest)
+			h.refuse(w, r, http.StatusBadRequest, "", "not a webhook of a known provider")
 		}
 		return
 	}
@@ -130,15 +143,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+			h.refuse(w, r, http.StatusRequestEntityTooLarge, p.name, "body too large")
 			return
 		}
 		http.Error(w, "cannot read body", http.StatusBadRequest)
 		return
 	}
 	if status, err := p.verify(r.Header, body); err != nil {
-		logr.FromContextOrDiscard(r.Context()).WithName("webhook").Info("rejected webhook", "provider", p.name, "reason", err.Error(), "remote", r.RemoteAddr)
-		http.Error(w, err.Error(), status)
+		h.refuse(w, r, status, p.name, err.Error())
 		return
 	}
 	event := r.Header.Get(p.eventHeader)
@@ -185,18 +197,44 @@ func (h *Handler) hint(urls []string) bool {
 // detect finds the provider of a request: the first, most specific, whose
 // event header is present and whose secret is set. known reports whether
 // any provider's header was present.
-func (h *Handler) detect(hdr http.Header) (p *provider, known bool) {
+func (h *Handler) detect(hdr http.Header) (p *provider, disabled string) {
 	for i := range h.providers {
 		q := &h.providers[i]
 		if hdr.Get(q.eventHeader) == "" {
 			continue
 		}
-		known = true
 		if q.enabled {
-			return q, true
+			return q, ""
+		}
+		if disabled == "" {
+			disabled = q.name
 		}
 	}
-	return nil, known
+	return nil, disabled
+}
+
+// refuse answers status with cause, and logs the refusal the first time
+// this sender (its address, without the port) gets it for this cause.
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, status int, provider, cause string) {
+	sender, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		sender = r.RemoteAddr
+	}
+	key := refusal{provider, cause, sender}
+	h.mu.Lock()
+	first := !h.refusals[key]
+	if first {
+		if len(h.refusals) >= maxRefusals {
+			clear(h.refusals)
+		}
+		h.refusals[key] = true
+	}
+	h.mu.Unlock()
+	if first {
+		logr.FromContextOrDiscard(r.Context()).WithName("webhook").Info("refused webhook (logged once per cause and sender)",
+			"provider", provider, "reason", cause, "status", status, "remote", sender)
+	}
+	http.Error(w, cause, status)
 }
 
 // Sign returns the X-Signature header value of a generic webhook:

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -127,4 +128,48 @@ func TestSubscriberLogger(t *testing.T) {
 	}
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// A refused webhook is logged, once per cause and sender: a provider not
+// enabled, a bad signature, an unknown sender kind; a sender retrying
+// adds no line.
+func TestRefusalsAreLoggedOnce(t *testing.T) {
+	var log lines
+	h, err := webhook.New(webhook.Config{GenericSecret: "s"}, newFakeWatched("https://h/r"))
+	require.NoError(t, err)
+	defer h.Close()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.BaseContext = func(net.Listener) context.Context { return logr.NewContext(context.Background(), log.logger()) }
+	srv.Start()
+	defer srv.Close()
+	post := func(header, value string, want int) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"repository": "https://h/r"}`))
+		require.NoError(t, err)
+		req.Header.Set(header, value)
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode)
+	}
+	count := func(s string) int {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		n := 0
+		for _, line := range log.all {
+			if strings.Contains(line, s) {
+				n++
+			}
+		}
+		return n
+	}
+	for range 3 {
+		post("X-GitHub-Event", "push", http.StatusForbidden)
+		post("X-Signature", "sha256=00", http.StatusForbidden)
+		post("X-Unknown", "x", http.StatusBadRequest)
+	}
+	assert.Equal(t, 1, count(`"provider"="github" "reason"="this provider is not enabled"`), log.all)
+	assert.Equal(t, 1, count(`"reason"="signature does not match"`), log.all)
+	assert.Equal(t, 1, count(`"reason"="not a webhook of a known provider"`), log.all)
+	assert.Equal(t, 3, count("refused webhook"))
 }
