@@ -74,6 +74,8 @@ type config struct {
 	httpBind, cacheDir, errorFile, syncOnSignal    string
 	commitFile, hookBind, touchFile                string
 	hookSecretFile, hookGitHubSecretFile           string
+	hookGitLabTokenFile, hookGiteaSecretFile       string
+	hookGogsSecretFile, hookBitbucketSecretFile    string
 	gitBin, gitGC, submodules, sparseFile          string
 	gitConfigs                                     []string // key=value, from --git-config and --git-config-add
 	signal                                         os.Signal
@@ -229,6 +231,10 @@ func (c *config) flags(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.hookBind, "hook-bind", "", "modwatch: take push webhooks on this address (POST /hooks) and sync at once")
 	fs.StringVar(&c.hookSecretFile, "hook-secret-file", "", "modwatch: the secret of generic webhooks (X-Signature: sha256=HMAC)")
 	fs.StringVar(&c.hookGitHubSecretFile, "hook-github-secret-file", "", "modwatch: the secret of GitHub webhooks")
+	fs.StringVar(&c.hookGitLabTokenFile, "hook-gitlab-token-file", "", "modwatch: the token of GitLab webhooks")
+	fs.StringVar(&c.hookGiteaSecretFile, "hook-gitea-secret-file", "", "modwatch: the secret of Gitea and Forgejo webhooks")
+	fs.StringVar(&c.hookGogsSecretFile, "hook-gogs-secret-file", "", "modwatch: the secret of Gogs webhooks")
+	fs.StringVar(&c.hookBitbucketSecretFile, "hook-bitbucket-secret-file", "", "modwatch: the secret of Bitbucket webhooks")
 	return fs
 }
 
@@ -295,8 +301,9 @@ func (c *config) check() error {
 			return fmt.Errorf("--also link=%q must name one entry of --root, not --link's", t.ID)
 		}
 	}
-	if c.hookBind != "" && c.hookSecretFile == "" && c.hookGitHubSecretFile == "" {
-		return errors.New("--hook-bind needs --hook-secret-file or --hook-github-secret-file: unsigned webhooks are refused")
+	if c.hookBind != "" && c.hookSecretFile == "" && c.hookGitHubSecretFile == "" && c.hookGitLabTokenFile == "" &&
+		c.hookGiteaSecretFile == "" && c.hookGogsSecretFile == "" && c.hookBitbucketSecretFile == "" {
+		return errors.New("--hook-bind needs a --hook-*-secret-file (or --hook-gitlab-token-file): unsigned webhooks are refused")
 	}
 	if c.syncOnSignal != "" {
 		if c.signal, err = parseSignal(c.syncOnSignal); err != nil {
@@ -371,7 +378,8 @@ func (c config) hookConfig() (webhook.Config, error) {
 	for _, f := range []struct {
 		path string
 		into *string
-	}{{c.hookSecretFile, &cfg.GenericSecret}, {c.hookGitHubSecretFile, &cfg.GitHubSecret}} {
+	}{{c.hookSecretFile, &cfg.GenericSecret}, {c.hookGitHubSecretFile, &cfg.GitHubSecret}, {c.hookGitLabTokenFile, &cfg.GitLabToken},
+		{c.hookGiteaSecretFile, &cfg.GiteaSecret}, {c.hookGogsSecretFile, &cfg.GogsSecret}, {c.hookBitbucketSecretFile, &cfg.BitbucketSecret}} {
 		if f.path == "" {
 			continue
 		}

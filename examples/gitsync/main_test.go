@@ -273,7 +273,7 @@ func TestAlsoPathsAndPushHints(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"--repo", app.URL(), "--root", root, "--period", "1h", "--max-failures", "-1",
 			"--also", "link=svc,repo=" + mono.URL() + ",path=svc", "--commit-file", ".git-commit",
-			"--hook-bind", hookAddr, "--hook-secret-file", secret}, noEnv, &stderr)
+			"--hook-bind", hookAddr, "--hook-secret-file", secret, "--hook-gitlab-token-file", secret}, noEnv, &stderr)
 	}()
 	read := func(name string) string {
 		data, _ := os.ReadFile(filepath.Join(root, name))
@@ -303,6 +303,19 @@ func TestAlsoPathsAndPushHints(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, tree, now)
 	assert.Equal(t, "a0", read("app/version"))
+
+	// Each forge the library verifies: a GitLab push, with its token.
+	app.Commit(t, "1", gittest.File("version", "a1"))
+	body = []byte(`{"project": {"git_http_url": "` + app.URL() + `"}}`)
+	req, err = http.NewRequest(http.MethodPost, "http://"+hookAddr+"/hooks", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("X-Gitlab-Event", "Push Hook")
+	req.Header.Set("X-Gitlab-Token", "s3cret")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusAccepted, resp.StatusCode)
+	waitFor("app/version", "a1")
 
 	cancel()
 	assert.Equal(t, 0, <-done, stderr.String())
