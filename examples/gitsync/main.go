@@ -18,6 +18,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -80,6 +81,8 @@ type config struct {
 	gitConfigs                                     []string // key=value, from --git-config and --git-config-add
 	signal                                         os.Signal
 	also                                           []watcher.Target
+	v3                                             v3
+	notes                                          []string // said at start
 }
 
 // gitConfigFlag is --git-config-add: one key:value each time, parsed as
@@ -147,13 +150,21 @@ func parse(args []string, environ []string, stderr io.Writer) (config, error) {
 	fs := c.flags(stderr)
 	// A variable is a default: the command line wins.
 	var envErr error
-	known := map[string]bool{"GITSYNC_PASSWORD": true}
+	known := map[string]bool{"GITSYNC_PASSWORD": true, "GIT_SYNC_PASSWORD": true}
 	fs.VisitAll(func(f *flag.Flag) {
-		name := "GITSYNC_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		known[name] = true
-		if v := vars[name]; v != "" && envErr == nil {
-			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+		// git-sync's names, then its v3 names (the first set wins).
+		names := []string{"GITSYNC_" + envName(f.Name), "GIT_SYNC_" + envName(f.Name)}
+		if v3, ok := v3Env[f.Name]; ok {
+			names = append(names, v3)
+		}
+		set := false
+		for _, name := range names {
+			known[name] = true
+			if v := vars[name]; v != "" && !set && envErr == nil {
+				set = true
+				if err := f.Value.Set(v); err != nil {
+					envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+				}
 			}
 		}
 	})
@@ -170,7 +181,7 @@ func parse(args []string, environ []string, stderr io.Writer) (config, error) {
 		slices.Sort(unknown)
 		return c, fmt.Errorf("environment variables this program does not take: %s", strings.Join(unknown, ", "))
 	}
-	c.password = vars["GITSYNC_PASSWORD"]
+	c.password = cmp.Or(vars["GITSYNC_PASSWORD"], vars["GIT_SYNC_PASSWORD"])
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -225,6 +236,7 @@ func (c *config) flags(stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.httpMetrics, "http-metrics", false, "enable metrics on the HTTP endpoint (/metrics)")
 	fs.BoolVar(&c.httpPprof, "http-pprof", false, "enable the pprof debug endpoints on the HTTP endpoint (/debug/pprof/)")
 	fs.IntVar(&c.verbose, "v", 0, "logging verbosity")
+	c.v3Flags(fs)
 	fs.StringVar(&c.cacheDir, "cache-dir", "", "modwatch: where the mirror lives (default: root/.mirrors)")
 	fs.StringVar(&c.commitFile, "commit-file", "", "modwatch: write the synced commit into this file at the top of each tree")
 	fs.Var(alsoFlag{&c.also}, "also", "modwatch: also sync link=NAME,repo=URL[,ref=REF][,path=DIR] under --root (repeatable)")
@@ -236,6 +248,74 @@ func (c *config) flags(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.hookGogsSecretFile, "hook-gogs-secret-file", "", "modwatch: the secret of Gogs webhooks")
 	fs.StringVar(&c.hookBitbucketSecretFile, "hook-bitbucket-secret-file", "", "modwatch: the secret of Bitbucket webhooks")
 	return fs
+}
+
+// envName is the variable's name of a flag, after its prefix.
+func envName(flagName string) string { return strings.ToUpper(strings.ReplaceAll(flagName, "-", "_")) }
+
+// v3Env are git-sync v3's variables that are not GIT_SYNC_ and the flag's
+// name.
+var v3Env = map[string]string{"sync-hook-command": "GIT_SYNC_HOOK_COMMAND", "change-permissions": "GIT_SYNC_PERMISSIONS"}
+
+// v3 holds git-sync v3's spellings, which git-sync v4 still takes.
+type v3 struct {
+	branch, rev, dest, syncHookCommand, password string
+	wait                                         float64
+	timeout, maxSyncFailures, changePermissions  int
+	ssh                                          bool
+}
+
+// v3Flags defines git-sync v3's spellings.
+func (c *config) v3Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.v3.branch, "branch", "", "DEPRECATED: use --ref instead")
+	fs.StringVar(&c.v3.rev, "rev", "", "DEPRECATED: use --ref instead")
+	fs.StringVar(&c.v3.dest, "dest", "", "DEPRECATED: use --link instead")
+	fs.Float64Var(&c.v3.wait, "wait", 0, "DEPRECATED: use --period instead (seconds)")
+	fs.IntVar(&c.v3.timeout, "timeout", 0, "DEPRECATED: use --sync-timeout instead (seconds)")
+	fs.IntVar(&c.v3.maxSyncFailures, "max-sync-failures", 0, "DEPRECATED: use --max-failures instead")
+	fs.StringVar(&c.v3.syncHookCommand, "sync-hook-command", "", "DEPRECATED: use --exechook-command instead")
+	fs.StringVar(&c.v3.password, "password", "", "DEPRECATED: use --password-file or $GITSYNC_PASSWORD instead")
+	fs.BoolVar(&c.v3.ssh, "ssh", false, "DEPRECATED: this flag is no longer necessary")
+	fs.IntVar(&c.v3.changePermissions, "change-permissions", 0, "DEPRECATED: refused, as git-sync v4 refuses it: use --group-write instead")
+}
+
+// fromV3 applies git-sync v3's spellings as git-sync v4 does, and notes
+// each it used (logged at start).
+func (c *config) fromV3() error {
+	v := c.v3
+	note := func(s string) { c.notes = append(c.notes, s) }
+	switch {
+	case v.branch != "" && v.rev != "" && v.rev != "HEAD":
+		return errors.New("deprecated flag combo: can't set --ref from deprecated --branch and --rev (one or the other is OK)")
+	case v.branch != "":
+		c.ref = v.branch
+		note("setting --ref from deprecated --branch")
+	case v.rev != "":
+		c.ref = v.rev
+		note("setting --ref from deprecated --rev")
+	}
+	if v.changePermissions != 0 {
+		return errors.New("deprecated flag: --change-permissions is no longer supported")
+	}
+	for _, d := range []struct {
+		set  bool
+		do   func()
+		what string
+	}{
+		{v.dest != "", func() { c.link = v.dest }, "setting --link from deprecated --dest"},
+		{v.wait != 0, func() { c.period = time.Duration(v.wait * float64(time.Second)) }, "setting --period from deprecated --wait"},
+		{v.timeout != 0, func() { c.syncTimeout = time.Duration(v.timeout) * time.Second }, "setting --sync-timeout from deprecated --timeout"},
+		{v.maxSyncFailures != 0, func() { c.maxFailures = v.maxSyncFailures }, "setting --max-failures from deprecated --max-sync-failures"},
+		{v.syncHookCommand != "", func() { c.exechookCommand = v.syncHookCommand }, "setting --exechook-command from deprecated --sync-hook-command"},
+		{v.password != "", func() { c.password = v.password }, "setting $GITSYNC_PASSWORD from deprecated --password"},
+		{v.ssh, func() {}, "--ssh is deprecated and no longer necessary"},
+	} {
+		if d.set {
+			d.do()
+			note(d.what)
+		}
+	}
+	return nil
 }
 
 // hookFlags are the exechooks' and the webhook's.
@@ -256,6 +336,9 @@ func (c *config) hookFlags(fs *flag.FlagSet) {
 // check validates c and fills in what is derived (the link, the cache,
 // the signal), as git-sync does at start.
 func (c *config) check() error {
+	if err := c.fromV3(); err != nil {
+		return err
+	}
 	switch {
 	case c.repo == "":
 		return errors.New("--repo (or GITSYNC_REPO) is required")
@@ -287,7 +370,7 @@ func (c *config) check() error {
 	}
 	c.root = root
 	if c.link == "" {
-		c.link = strings.TrimSuffix(path.Base(strings.TrimRight(c.repo, "/")), ".git")
+		c.link = path.Base(strings.Trim(c.repo, "/")) // git-sync's: the URL's last element
 	}
 	c.link = absUnder(c.root, c.link)
 	if c.link == c.root || strings.HasPrefix(c.link, filepath.Join(c.root, ".worktrees")+string(filepath.Separator)) {
@@ -354,22 +437,19 @@ func (c *config) checkHooks() error {
 	return nil
 }
 
-// parseSignal reads a signal as git-sync's --sync-on-signal: a name with
-// or without its SIG prefix, or a number.
+// parseSignal reads a signal as git-sync's --sync-on-signal: a number, a
+// name (SIGHUP), or a name without its SIG prefix (HUP).
 func parseSignal(s string) (os.Signal, error) {
-	if n, err := strconv.Atoi(s); err == nil {
+	if n, err := strconv.ParseInt(s, 0, 0); err == nil {
 		if n <= 0 || n >= 65 {
 			return nil, fmt.Errorf("--sync-on-signal: no signal %d", n)
 		}
 		return syscall.Signal(n), nil
 	}
-	name := strings.TrimPrefix(strings.ToUpper(s), "SIG")
-	for n := syscall.Signal(1); n < 65; n++ {
-		if unix.SignalName(n) == "SIG"+name {
-			return n, nil
-		}
+	if sig := cmp.Or(unix.SignalNum(s), unix.SignalNum("SIG"+s)); sig != 0 {
+		return sig, nil
 	}
-	return nil, fmt.Errorf("--sync-on-signal: unknown signal %q", s)
+	return nil, fmt.Errorf("--sync-on-signal: unknown signal %q (a valid signal name or number)", s)
 }
 
 // hookConfig reads the webhook secrets.

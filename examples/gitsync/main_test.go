@@ -40,7 +40,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 
 	c, err = parse([]string{"--repo", "https://git.example.com/g/app.git", "--root", "/git"}, noEnv, &bytes.Buffer{})
 	require.NoError(t, err)
-	assert.Equal(t, "/git/app", c.link, "the repository's name under root by default")
+	assert.Equal(t, "/git/app.git", c.link, "the URL's last element under root by default, as git-sync's")
 
 	// git-sync's links: nested under root, or anywhere.
 	for link, want := range map[string]string{"a/b": "/git/a/b", "/elsewhere/x": "/elsewhere/x", "../up": "/up"} {
@@ -77,9 +77,25 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	// does, by name: it is never silently dropped.
 	out.Reset()
 	args := []string{"--repo", "r", "--root", "/git"}
-	assert.Equal(t, 2, run(context.Background(), args, []string{"GITSYNC_FILTER=blob:none", "GIT_SYNC_DEST=x", "GITSYNC_PERIOD=1s"}, &out))
-	assert.Contains(t, out.String(), "environment variables this program does not take: GITSYNC_FILTER, GIT_SYNC_DEST")
-	for name, want := range map[string]syscall.Signal{"HUP": syscall.SIGHUP, "SIGHUP": syscall.SIGHUP, "1": syscall.SIGHUP, "sigusr1": syscall.SIGUSR1} {
+	assert.Equal(t, 2, run(context.Background(), args, []string{"GITSYNC_FILTER=blob:none", "GIT_SYNC_GIT_CREDENTIAL=x", "GITSYNC_PERIOD=1s"}, &out))
+	assert.Contains(t, out.String(), "environment variables this program does not take: GITSYNC_FILTER, GIT_SYNC_GIT_CREDENTIAL")
+
+	// git-sync v3's spellings, which v4 takes: flags and variables.
+	c, err = parse([]string{"--repo", "r", "--root", "/git", "--branch", "dev", "--wait", "1.5", "--timeout", "7", "--max-sync-failures", "3",
+		"--sync-hook-command", "/hook", "--ssh"}, []string{"GIT_SYNC_DEST=v3link", "GIT_SYNC_PERIOD=4s"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, "dev", c.ref)
+	assert.Equal(t, "/git/v3link", c.link)
+	assert.Equal(t, 1500*time.Millisecond, c.period, "--wait wins over the period, as git-sync's")
+	assert.Equal(t, 7*time.Second, c.syncTimeout)
+	assert.Equal(t, 3, c.maxFailures)
+	assert.Equal(t, "/hook", c.exechookCommand)
+	assert.Contains(t, c.notes, "setting --ref from deprecated --branch", "each said at start")
+	_, err = parse([]string{"--repo", "r", "--root", "/git", "--branch", "a", "--rev", "b"}, noEnv, &bytes.Buffer{})
+	assert.ErrorContains(t, err, "one or the other")
+	_, err = parse([]string{"--repo", "r", "--root", "/git", "--change-permissions", "0775"}, noEnv, &bytes.Buffer{})
+	assert.ErrorContains(t, err, "no longer supported")
+	for name, want := range map[string]syscall.Signal{"HUP": syscall.SIGHUP, "SIGHUP": syscall.SIGHUP, "1": syscall.SIGHUP, "USR1": syscall.SIGUSR1, "0x2": syscall.SIGINT} {
 		c, err = parse(append(args, "--sync-on-signal", name), noEnv, &bytes.Buffer{})
 		require.NoError(t, err, name)
 		assert.Equal(t, want, c.signal, name)
@@ -179,7 +195,7 @@ func TestOneTime(t *testing.T) {
 	var stderr bytes.Buffer
 	code := run(context.Background(), []string{"--repo", repo.URL(), "--root", root, "--one-time"}, noEnv, &stderr)
 	require.Equal(t, 0, code, stderr.String())
-	data, err := os.ReadFile(filepath.Join(root, "app", "version"))
+	data, err := os.ReadFile(filepath.Join(root, "app.git", "version"))
 	require.NoError(t, err)
 	assert.Equal(t, "0", string(data))
 
@@ -283,7 +299,7 @@ func TestAlsoPathsAndPushHints(t *testing.T) {
 		t.Helper()
 		require.Eventually(t, func() bool { return read(name) == want }, 30*time.Second, 20*time.Millisecond, "%s = %q; %s", name, want, stderr.String())
 	}
-	waitFor("app/version", "a0")
+	waitFor("app.git/version", "a0")
 	waitFor("svc/version", "m0")
 	tree, err := os.Readlink(filepath.Join(root, "svc"))
 	require.NoError(t, err)
@@ -302,7 +318,7 @@ func TestAlsoPathsAndPushHints(t *testing.T) {
 	now, err := os.Readlink(filepath.Join(root, "svc"))
 	require.NoError(t, err)
 	assert.NotEqual(t, tree, now)
-	assert.Equal(t, "a0", read("app/version"))
+	assert.Equal(t, "a0", read("app.git/version"))
 
 	// Each forge the library verifies: a GitLab push, with its token.
 	app.Commit(t, "1", gittest.File("version", "a1"))
@@ -315,7 +331,7 @@ func TestAlsoPathsAndPushHints(t *testing.T) {
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	assert.Equal(t, http.StatusAccepted, resp.StatusCode)
-	waitFor("app/version", "a1")
+	waitFor("app.git/version", "a1")
 
 	cancel()
 	assert.Equal(t, 0, <-done, stderr.String())

@@ -36,6 +36,9 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	if c.groupWrite {
 		syscall.Umask(0o002) // git-sync's --group-write, process-wide as there
 	}
+	for _, n := range c.notes {
+		log.Info(n)
+	}
 	if c.addUser {
 		log.Info("--add-user is not needed: this program runs no ssh binary that would look the user up")
 	}
