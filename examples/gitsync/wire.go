@@ -57,6 +57,9 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	if err := s.wt.git.configure(ctx, c.cacheDir, c.gitConfigs); err != nil {
+		return err
+	}
 	stop, err := s.servers(ctx, reg, w, m)
 	defer stop()
 	if err != nil {
@@ -147,7 +150,7 @@ func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watche
 func (s *session) worktrees(git *mirrorDirs) *worktrees {
 	c := s.c
 	return &worktrees{
-		root: c.root, link: c.link, path: c.path, git: gitRunner{bin: c.gitBin, configs: c.gitConfigs}, mirrors: git,
+		root: c.root, link: c.link, origin: c.repo, path: c.path, git: gitRunner{bin: c.gitBin}, mirrors: git,
 		depth: c.depth, sparseFile: c.sparseFile, submodules: c.submodules, gc: c.gitGC, commitFile: c.commitFile,
 		stale: c.staleWorktreeTimeout, period: c.period, log: s.log,
 		prePublish: func(hash string) {

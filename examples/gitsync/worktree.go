@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ import (
 // it is gone or its HEAD moved, as git-sync's sanity check does.
 type worktrees struct {
 	root, link string // absolute
+	origin     string // the repository's URL: relative submodules are relative to it
 	path       string // --path: the link names this directory of the worktree
 	git        gitRunner
 	mirrors    *mirrorDirs
@@ -50,9 +52,10 @@ type worktrees struct {
 	synced     func(hash string, took time.Duration)
 	log        logr.Logger
 
-	mu      sync.Mutex
-	current string // the hash the link was last published at
-	first   bool   // a sync has completed in this process
+	mu        sync.Mutex
+	current   string // the hash the link was last published at
+	first     bool   // a sync has completed in this process
+	hasOrigin bool   // root's origin is the repository, since init
 }
 
 var (
@@ -187,6 +190,15 @@ func (w *worktrees) initRepo(ctx context.Context) error {
 		if _, err := w.git.run(ctx, w.root, "init", "-q", "-b", "git-sync"); err != nil {
 			return err
 		}
+		w.hasOrigin = false
+	}
+	if !w.hasOrigin {
+		// The "origin" remote, as git-sync's: what a relative submodule's
+		// URL is relative to.
+		if _, err := w.git.run(ctx, w.root, "config", "remote.origin.url", w.origin); err != nil {
+			return err
+		}
+		w.hasOrigin = true
 	}
 	var alt bytes.Buffer
 	for _, d := range w.mirrors.all() {
@@ -471,32 +483,71 @@ func (w *worktrees) cleanup(ctx context.Context) error {
 	return err
 }
 
-// gitRunner runs the git CLI on the root repository and its worktrees:
-// with safe.directory=* (the volume is often another user's: git-sync
-// sets the same) and --git-config's settings, in an environment without
-// the variables that would point git at another repository.
+// gitRunner runs the git CLI on the root repository and its worktrees,
+// with a global configuration of the command's own (GIT_CONFIG_GLOBAL,
+// which git's own children, as the upload-pack of a file:// submodule,
+// read too, where they drop -c settings): the user's global configuration
+// included, then safe.directory=* (the volume is often another user's:
+// git-sync sets the same) and --git-config's settings, as git-sync writes
+// them to its global configuration. Its environment has none of the
+// variables that would point git at another repository.
 type gitRunner struct {
-	bin     string
-	configs []string // key=value
+	bin    string
+	global string // the configuration file; "" until configure
+}
+
+// configure writes the command's global configuration into dir (mode
+// 0600: a setting may be a secret, as an http.extraHeader).
+func (g *gitRunner) configure(ctx context.Context, dir string, configs []string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	file := filepath.Join(dir, ".gitconfig")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		return err
+	}
+	user := []string{os.Getenv("GIT_CONFIG_GLOBAL")}
+	if user[0] == "" {
+		home, _ := os.UserHomeDir()
+		user = []string{filepath.Join(cmp.Or(os.Getenv("XDG_CONFIG_HOME"), filepath.Join(home, ".config")), "git", "config"), filepath.Join(home, ".gitconfig")}
+	}
+	var kvs [][2]string
+	for _, u := range user {
+		if _, err := os.Stat(u); err == nil && u != file {
+			kvs = append(kvs, [2]string{"include.path", u})
+		}
+	}
+	kvs = append(kvs, [2]string{"safe.directory", "*"})
+	for _, kv := range configs {
+		k, v, _ := strings.Cut(kv, "=")
+		kvs = append(kvs, [2]string{k, v})
+	}
+	for _, kv := range kvs {
+		if _, err := g.run(ctx, dir, "config", "--file", file, "--add", kv[0], kv[1]); err != nil {
+			return fmt.Errorf("--git-config %s: %w", kv[0], err)
+		}
+	}
+	g.global = file
+	return nil
 }
 
 func (g gitRunner) command(ctx context.Context, dir string, args ...string) *exec.Cmd {
-	full := []string{"-c", "safe.directory=*"}
-	for _, kv := range g.configs {
-		full = append(full, "-c", kv)
-	}
-	cmd := exec.CommandContext(ctx, g.bin, append(full, args...)...)
+	cmd := exec.CommandContext(ctx, g.bin, args...)
 	cmd.Dir = dir
 	cmd.WaitDelay = 5 * time.Second
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_CEILING_DIRECTORIES":
+		case "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR",
+			"GIT_CEILING_DIRECTORIES", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT":
 			continue
 		}
 		cmd.Env = append(cmd.Env, kv)
 	}
 	cmd.Env = append(cmd.Env, "GIT_TERMINAL_PROMPT=0")
+	if g.global != "" {
+		cmd.Env = append(cmd.Env, "GIT_CONFIG_GLOBAL="+g.global)
+	}
 	return cmd
 }
 

@@ -278,3 +278,28 @@ func TestFileNamedAsTheCommit(t *testing.T) {
 	require.Equal(t, 0, run(context.Background(), []string{"--repo", repo.URL(), "--root", root, "--link", "link", "--ref", c2, "--one-time", "--depth", "2"}, noEnv, &out), out.String())
 	assert.Equal(t, "2", gitOut(t, filepath.Join(root, "link"), "rev-list", "--count", "HEAD"))
 }
+
+// Submodules are checked out in the worktree by default, recursively and
+// at --depth, a relative URL against the repository's; --submodules=off
+// leaves them out.
+func TestWorktreeSubmodules(t *testing.T) {
+	srv := gittest.NewServer(t)
+	nested := srv.NewRepo(t, "g/nested")
+	n0 := nested.Commit(t, "n", gittest.File("nested.file", "nested"))
+	sub := srv.NewRepo(t, "g/sub")
+	s0 := sub.Commit(t, "s", gittest.File("sub.file", "sub"), gittest.Submodule("deep", nested.URL(), n0))
+	app := srv.NewRepo(t, "g/app")
+	app.Commit(t, "a", gittest.File("file", "app"), gittest.Submodule("sub", "../sub.git", s0))
+	root := t.TempDir()
+	var out bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"--repo", app.URL(), "--root", root, "--link", "link", "--one-time"}, noEnv, &out), out.String())
+	data, err := os.ReadFile(filepath.Join(root, "link", "sub", "deep", "nested.file"))
+	require.NoError(t, err, out.String())
+	assert.Equal(t, "nested", string(data))
+	assert.Equal(t, s0, gitOut(t, filepath.Join(root, "link", "sub"), "rev-parse", "HEAD"), "a git checkout of the submodule")
+
+	off := t.TempDir()
+	out.Reset()
+	require.Equal(t, 0, run(context.Background(), []string{"--repo", app.URL(), "--root", off, "--link", "link", "--one-time", "--submodules", "off"}, noEnv, &out), out.String())
+	assert.NoFileExists(t, filepath.Join(off, "link", "sub", "sub.file"))
+}
