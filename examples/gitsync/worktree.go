@@ -56,6 +56,7 @@ type worktrees struct {
 	current   string // the hash the link was last published at
 	first     bool   // a sync has completed in this process
 	hasOrigin bool   // root's origin is the repository, since init
+	checked   bool   // root was found to be a repository of its own
 }
 
 var (
@@ -131,16 +132,23 @@ func (w *worktrees) Run(ctx context.Context) error {
 		}
 		w.mu.Lock()
 		if w.current != "" {
-			if err := w.sync(ctx, w.current); err != nil && ctx.Err() == nil {
-				w.log.Error(err, "worktree repair failed", "hash", w.current)
+			var err error
+			if w.currentWorktree() != w.worktreeFor(w.current) || !w.sound(w.current) {
+				w.log.V(0).Info("worktree failed checks or was removed; making it again", "hash", w.current)
+				err = w.sync(ctx, w.current)
+			} else {
+				err = w.cleanup(ctx) // stale worktrees
+			}
+			if err != nil && ctx.Err() == nil {
+				w.log.Error(err, "worktree check failed", "hash", w.current)
 			}
 		}
 		w.mu.Unlock()
 	}
 }
 
-// currentWorktree is where the link points, absolute ("" when there is no
-// link).
+// currentWorktree is the worktree the link points at (into, with --path),
+// absolute ("" when there is no link).
 func (w *worktrees) currentWorktree() string {
 	target, err := os.Readlink(w.link)
 	if err != nil || target == "" {
@@ -149,7 +157,11 @@ func (w *worktrees) currentWorktree() string {
 	if !filepath.IsAbs(target) {
 		target = filepath.Join(filepath.Dir(w.link), target)
 	}
-	return filepath.Clean(target)
+	target = filepath.Clean(target)
+	if w.path != "" {
+		target = strings.TrimSuffix(target, string(filepath.Separator)+filepath.FromSlash(w.path))
+	}
+	return target
 }
 
 // sound reports whether hash's worktree is there, not empty, and at hash:
@@ -182,7 +194,10 @@ func (w *worktrees) initRepo(ctx context.Context) error {
 	if err := os.MkdirAll(w.root, 0o775); err != nil {
 		return err
 	}
-	if !w.repoSound(ctx) {
+	if !w.checked || !w.repoThere() {
+		w.checked = w.repoSound(ctx)
+	}
+	if !w.checked {
 		w.log.V(0).Info("initializing repo directory", "path", w.root)
 		if err := os.RemoveAll(filepath.Join(w.root, ".git")); err != nil {
 			return err
@@ -190,7 +205,7 @@ func (w *worktrees) initRepo(ctx context.Context) error {
 		if _, err := w.git.run(ctx, w.root, "init", "-q", "-b", "git-sync"); err != nil {
 			return err
 		}
-		w.hasOrigin = false
+		w.hasOrigin, w.checked = false, true
 	}
 	if !w.hasOrigin {
 		// The "origin" remote, as git-sync's: what a relative submodule's
@@ -211,6 +226,18 @@ func (w *worktrees) initRepo(ctx context.Context) error {
 	return writeAtomic(file, alt.Bytes())
 }
 
+// repoThere reports whether root still has its repository (what a sync
+// checks without running git, once repoSound said yes).
+func (w *worktrees) repoThere() bool {
+	for _, p := range []string{"HEAD", "objects", "config"} {
+		if _, err := os.Stat(filepath.Join(w.root, ".git", p)); err != nil {
+			return false
+		}
+	}
+	_, err := os.Stat(filepath.Join(w.root, ".git", "shallow.lock"))
+	return errors.Is(err, fs.ErrNotExist)
+}
+
 // repoSound reports whether root is the top of a git repository with no
 // lock left by a crash.
 func (w *worktrees) repoSound(ctx context.Context) bool {
@@ -229,16 +256,25 @@ func (w *worktrees) repoSound(ctx context.Context) bool {
 // out by git (sparsely with --sparse-checkout-file), with its submodules.
 func (w *worktrees) create(ctx context.Context, hash string) error {
 	wt := w.worktreeFor(hash)
-	if err := os.RemoveAll(wt); err != nil {
-		return err
-	}
-	if _, err := w.git.run(ctx, w.root, "worktree", "prune"); err != nil {
-		return err
+	if _, err := os.Lstat(wt); err == nil {
+		// A worktree of that name, left by a crash or another's: gone,
+		// and forgotten by git.
+		if err := os.RemoveAll(wt); err != nil {
+			return err
+		}
+		if _, err := w.git.run(ctx, w.root, "worktree", "prune"); err != nil {
+			return err
+		}
 	}
 	if err := w.writeShallow(ctx, hash); err != nil {
 		return err
 	}
-	if _, err := w.git.run(ctx, w.root, "worktree", "add", "--force", "--detach", "--no-checkout", wt, hash); err != nil {
+	sparse := w.sparseFile != "" || w.path != ""
+	args := []string{"worktree", "add", "--force", "--detach", wt, hash}
+	if sparse {
+		args = append(args, "--no-checkout") // checked out once sparse
+	}
+	if _, err := w.git.run(ctx, w.root, args...); err != nil {
 		return err
 	}
 	// A relative reference to root's .git, so that the volume may be
@@ -250,11 +286,13 @@ func (w *worktrees) create(ctx context.Context, hash string) error {
 	if err := os.WriteFile(filepath.Join(wt, ".git"), []byte("gitdir: "+rel+"\n"), 0o644); err != nil {
 		return err
 	}
-	if err := w.sparse(ctx, wt, hash); err != nil {
-		return err
-	}
-	if _, err := w.git.run(ctx, wt, "reset", "-q", "--hard", hash, "--"); err != nil {
-		return err
+	if sparse {
+		if err := w.sparse(ctx, wt, hash); err != nil {
+			return err
+		}
+		if _, err := w.git.run(ctx, wt, "reset", "-q", "--hard", hash, "--"); err != nil {
+			return err
+		}
 	}
 	if err := w.updateSubmodules(ctx, wt); err != nil {
 		return err
@@ -511,7 +549,9 @@ func (g *gitRunner) configure(ctx context.Context, dir string, configs []string)
 		home, _ := os.UserHomeDir()
 		user = []string{filepath.Join(cmp.Or(os.Getenv("XDG_CONFIG_HOME"), filepath.Join(home, ".config")), "git", "config"), filepath.Join(home, ".gitconfig")}
 	}
-	var kvs [][2]string
+	// Checkout in parallel (git's default is one worker): before the
+	// user's configuration, which may say otherwise.
+	kvs := [][2]string{{"checkout.workers", "0"}}
 	for _, u := range user {
 		if _, err := os.Stat(u); err == nil && u != file {
 			kvs = append(kvs, [2]string{"include.path", u})

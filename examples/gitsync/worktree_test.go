@@ -303,3 +303,35 @@ func TestWorktreeSubmodules(t *testing.T) {
 	require.Equal(t, 0, run(context.Background(), []string{"--repo", app.URL(), "--root", off, "--link", "link", "--one-time", "--submodules", "off"}, noEnv, &out), out.String())
 	assert.NoFileExists(t, filepath.Join(off, "link", "sub", "sub.file"))
 }
+
+// With --path, the worktree is checked out sparsely (that directory) and
+// the link names the directory in it; a sound worktree is left alone
+// between syncs.
+func TestWorktreeOfAPath(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/mono")
+	c0 := repo.Commit(t, "0", gittest.File("svc/version", "0"), gittest.File("docs/x", "x"))
+	root := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	var stderr syncBuffer
+	go func() {
+		done <- run(ctx, []string{"--repo", repo.URL(), "--root", root, "--link", "svc", "--path", "svc", "--period", "50ms", "--max-failures", "-1"}, noEnv, &stderr)
+	}()
+	link := filepath.Join(root, "svc")
+	require.Eventually(t, func() bool {
+		target, _ := os.Readlink(link)
+		return target == filepath.Join(".worktrees", c0, "svc")
+	}, 30*time.Second, 20*time.Millisecond, stderr.String())
+	data, err := os.ReadFile(filepath.Join(link, "version"))
+	require.NoError(t, err)
+	assert.Equal(t, "0", string(data))
+	assert.NoDirExists(t, filepath.Join(root, ".worktrees", c0, "docs"), "a sparse checkout of the path")
+	marker := filepath.Join(root, ".worktrees", c0, "marker")
+	require.NoError(t, os.WriteFile(marker, nil, 0o644))
+	time.Sleep(500 * time.Millisecond) // ten periods
+	assert.FileExists(t, marker, "a sound worktree is not made again")
+	cancel()
+	assert.Equal(t, 0, <-done, stderr.String())
+}
