@@ -1,5 +1,6 @@
 // Command widetree measures publishing a wide tree with sink/dir from a
-// mirror's fs.FS against git archive | tar -x of the same commit, each in a
+// mirror's fs.FS against git archive | tar -x of the same commit, and
+// examples/gitsync's git worktree against git worktree add, each in a
 // process of its own (wall time and peak RSS, medians), on a repository of
 // 10,000 files in one directory and one of 10,000 files over 100
 // directories; it prints a markdown table.
@@ -85,7 +86,7 @@ func run(files, runs int, out string) (err error) {
 		return err
 	}
 	var b strings.Builder
-	b.WriteString("| layout | modwatch: wall / peak RSS | git archive \\| tar -x: wall / peak RSS | wall ratio | goal |\n|---|---|---|---|---|\n")
+	b.WriteString("| layout: modwatch vs baseline | modwatch: wall / peak RSS | baseline: wall / peak RSS | wall ratio | goal |\n|---|---|---|---|---|\n")
 	for _, layout := range []struct {
 		name string
 		dirs []string
@@ -150,11 +151,69 @@ func run(files, runs int, out string) (err error) {
 			}
 		}
 		ours, theirs := medianOf(oursRuns), medianOf(theirsRuns)
-		fmt.Fprintf(&b, "| %s | %s / %d MiB | %s / %d MiB | %.2f | ≤ 1.0 |\n", layout.name,
+		fmt.Fprintf(&b, "| %s: sink/dir vs `git archive \\| tar -x` | %s / %d MiB | %s / %d MiB | %.2f | ≤ 1.0 |\n", layout.name,
 			ours.Wall.Round(1e6), ours.RSS>>10, theirs.Wall.Round(1e6), theirs.RSS>>10, float64(ours.Wall)/float64(theirs.Wall))
 		fmt.Fprintf(os.Stderr, "%s done\n", layout.name)
+		if err := worktreeRow(&b, env, repo.BareDir(), commit, layout.name, runs); err != nil {
+			return err
+		}
 	}
 	return harness.Publish(b.String(), out)
+}
+
+// worktreeRow measures examples/gitsync publishing the commit as git-sync
+// does (a git worktree at root/.worktrees/<hash>, --one-time, its mirror
+// warm, a fresh root each run, a file:// remote) against git's own
+// `git worktree add --detach` of the same commit from the repository,
+// each in a process of its own, taking turns going first.
+func worktreeRow(b *strings.Builder, env *gittest.Standalone, bare, commit, layout string, runs int) error {
+	bin := filepath.Join(env.TempDir(), "gitsync")
+	if out, err := exec.Command("go", "build", "-o", bin, "./examples/gitsync").CombinedOutput(); err != nil {
+		return fmt.Errorf("building examples/gitsync: %v: %s", err, out)
+	}
+	cache := filepath.Join(env.TempDir(), "cache")
+	args := func(root string) []string {
+		return []string{bin, "-v=-4", "--one-time", "--repo", "file://" + bare, "--root", root, "--cache-dir", cache, "--link", "link"}
+	}
+	if out, err := exec.Command(args(env.TempDir())[0], args(env.TempDir())[1:]...).CombinedOutput(); err != nil { // warms the mirror
+		return fmt.Errorf("gitsync: %v: %s", err, out)
+	}
+	ours := func() (harness.Result, error) {
+		return harness.Measure(1, func() []string {
+			_ = exec.Command("sync").Run()
+			return args(env.TempDir())
+		})
+	}
+	theirs := func() (harness.Result, error) {
+		return harness.Measure(1, func() []string {
+			_ = exec.Command("git", "--git-dir", bare, "worktree", "prune").Run()
+			_ = exec.Command("sync").Run()
+			return []string{"git", "--git-dir", bare, "worktree", "add", "-q", "--detach", filepath.Join(env.TempDir(), "wt"), commit}
+		})
+	}
+	var oursRuns, theirsRuns []harness.Result
+	for i := range runs {
+		first, second := ours, theirs
+		if i%2 == 1 {
+			first, second = theirs, ours
+		}
+		r1, err := first()
+		if err != nil {
+			return err
+		}
+		r2, err := second()
+		if err != nil {
+			return err
+		}
+		if i%2 == 1 {
+			r1, r2 = r2, r1
+		}
+		oursRuns, theirsRuns = append(oursRuns, r1), append(theirsRuns, r2)
+	}
+	o, t := medianOf(oursRuns), medianOf(theirsRuns)
+	fmt.Fprintf(b, "| %s: examples/gitsync's worktree vs `git worktree add --detach` | %s / %d MiB | %s / %d MiB | %.2f | ≤ 1.0 |\n", layout,
+		o.Wall.Round(1e6), o.RSS>>10, t.Wall.Round(1e6), t.RSS>>10, float64(o.Wall)/float64(t.Wall))
+	return nil
 }
 
 // medianOf takes the median wall time and peak RSS of results.
