@@ -50,6 +50,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == credentialHelperArg {
+		os.Exit(credentialHelper(os.Args[2:], os.Stdin, os.Stdout, os.Getenv(credentialsEnv)))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Environ(), os.Stderr))
@@ -81,6 +84,7 @@ type config struct {
 	gitConfigs                                     []string // key=value, from --git-config and --git-config-add
 	signal                                         os.Signal
 	also                                           []watcher.Target
+	credentials                                    []credential
 	v3                                             v3
 	notes                                          []string // said at start
 }
@@ -224,6 +228,7 @@ func (c *config) flags(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.passwordFile, "password-file", "", "the file from which the password or personal access token for git auth will be sourced")
 	fs.StringVar(&c.sshKeyFile, "ssh-key-file", "", "the SSH key to use")
 	fs.StringVar(&c.knownHosts, "ssh-known-hosts-file", "", "the known_hosts file to use")
+	fs.Var(credentialsFlag{&c.credentials}, "credential", `a credential of the repository or its submodules, as JSON: {"url": "https://host/path", "username": "u", "password": "p" or "password-file": "/path"} (repeatable)`)
 	fs.StringVar(&c.gitBin, "git", "git", "the git command to run (subject to PATH search)")
 	fs.Func("git-config", "additional git config options in a comma-separated 'key:val' format", func(v string) error {
 		kvs, err := parseGitConfigs(v)
@@ -502,9 +507,41 @@ func (c config) auth() (*gitutil.Auth, error) {
 		}
 	}
 	if a.Username == "" && a.Password == "" && a.SSHPrivateKey == nil {
+		if u, err := url.Parse(c.repo); err == nil {
+			if cred, ok := best(c.credentials, u.Scheme, u.Host, u.Path); ok {
+				cred, err := cred.resolved()
+				if err != nil {
+					return nil, err
+				}
+				a.Username, a.Password = cred.Username, cred.Password
+				return a, nil
+			}
+		}
 		return nil, nil
 	}
 	return a, nil
+}
+
+// gitCredentials are the credentials git is given to fetch submodules:
+// --credential's, then the repository's own (for its host, as git-sync
+// stores them).
+func (c config) gitCredentials() ([]credential, error) {
+	var out []credential
+	for _, cred := range c.credentials {
+		r, err := cred.resolved()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	a, err := c.auth()
+	if err != nil {
+		return nil, err
+	}
+	if u, perr := url.Parse(c.repo); perr == nil && a != nil && a.Password != "" && (u.Scheme == "http" || u.Scheme == "https") {
+		out = append(out, credential{URL: u.Scheme + "://" + u.Host, Username: a.Username, Password: a.Password})
+	}
+	return out, nil
 }
 
 // run is the program; it returns the exit code.

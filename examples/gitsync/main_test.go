@@ -24,7 +24,14 @@ import (
 	"github.com/modwatch/modwatch/source/webhook"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, gittest.LeakOptions...) }
+func TestMain(m *testing.M) {
+	// git runs the program (here, the test binary) as its credential
+	// helper.
+	if len(os.Args) > 1 && os.Args[1] == credentialHelperArg {
+		os.Exit(credentialHelper(os.Args[2:], os.Stdin, os.Stdout, os.Getenv(credentialsEnv)))
+	}
+	goleak.VerifyTestMain(m, gittest.LeakOptions...)
+}
 
 var noEnv []string
 

@@ -158,7 +158,8 @@ func (s *session) worktrees(git *mirrorDirs) *worktrees {
 				s.hooks.pre.send(hash)
 			}
 		},
-		synced: s.mainSynced,
+		synced:      s.mainSynced,
+		credentials: c.gitCredentials,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -49,8 +50,11 @@ type worktrees struct {
 	// published; synced after a sync that published (changed) or the first
 	// one of the process, as git-sync's hooks and success metrics.
 	prePublish func(hash string)
-	synced     func(hash string, took time.Duration)
-	log        logr.Logger
+	// credentials are given to git when it fetches submodules, through
+	// the program as its credential helper.
+	credentials func() ([]credential, error)
+	synced      func(hash string, took time.Duration)
+	log         logr.Logger
 
 	mu        sync.Mutex
 	current   string // the hash the link was last published at
@@ -341,7 +345,19 @@ func (w *worktrees) updateSubmodules(ctx context.Context, wt string) error {
 	if w.depth > 0 {
 		args = append(args, "--depth", strconv.Itoa(w.depth))
 	}
-	_, err := w.git.run(ctx, wt, args...)
+	var env []string
+	if w.credentials != nil {
+		creds, err := w.credentials()
+		if err != nil {
+			return err
+		}
+		data, err := json.Marshal(creds)
+		if err != nil {
+			return err
+		}
+		env = append(env, credentialsEnv+"="+string(data))
+	}
+	_, err := w.git.runEnv(ctx, wt, env, args...)
 	return err
 }
 
@@ -558,6 +574,10 @@ func (g *gitRunner) configure(ctx context.Context, dir string, configs []string)
 		}
 	}
 	kvs = append(kvs, [2]string{"safe.directory", "*"})
+	// The program is git's credential helper, for the submodules.
+	if self, err := os.Executable(); err == nil && !strings.ContainsAny(self, "'\n") {
+		kvs = append(kvs, [2]string{"credential.helper", "!'" + self + "' " + credentialHelperArg})
+	}
 	for _, kv := range configs {
 		k, v, _ := strings.Cut(kv, "=")
 		kvs = append(kvs, [2]string{k, v})
@@ -593,7 +613,13 @@ func (g gitRunner) command(ctx context.Context, dir string, args ...string) *exe
 
 // run runs git in dir and returns its output; its error quotes git's.
 func (g gitRunner) run(ctx context.Context, dir string, args ...string) (string, error) {
+	return g.runEnv(ctx, dir, nil, args...)
+}
+
+// runEnv is run with env added to git's environment.
+func (g gitRunner) runEnv(ctx context.Context, dir string, env []string, args ...string) (string, error) {
 	cmd := g.command(ctx, dir, args...)
+	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, io.Writer(&stderr)
 	if err := cmd.Run(); err != nil {

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+)
+
+// credential is one of git-sync's --credential flags: the user and
+// password (or a file holding it) of the repositories at url, for the
+// --repo repository and for the submodules git fetches.
+type credential struct {
+	URL          string `json:"url"`
+	Username     string `json:"username"`
+	Password     string `json:"password,omitempty"`
+	PasswordFile string `json:"password-file,omitempty"`
+}
+
+// credentialsFlag is --credential, repeatable, each a JSON object.
+type credentialsFlag struct{ into *[]credential }
+
+func (f credentialsFlag) String() string { return "" }
+
+func (f credentialsFlag) Set(v string) error {
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	var c credential
+	if err := dec.Decode(&c); err != nil {
+		return fmt.Errorf("not a credential object: %w", err)
+	}
+	if dec.More() {
+		return errors.New("one JSON object per --credential")
+	}
+	u, err := url.Parse(c.URL)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fmt.Errorf("url %q: an http(s) URL is required", c.URL)
+	case u.User != nil:
+		return errors.New("url: credentials go in username and password, not in the URL")
+	case c.Username == "":
+		return errors.New("username is required")
+	case (c.Password == "") == (c.PasswordFile == ""):
+		return errors.New("one of password and password-file is required")
+	case strings.ContainsAny(c.Username+c.Password, "\r\n\x00"):
+		return errors.New("a username or password cannot hold a line break")
+	}
+	*f.into = append(*f.into, c)
+	return nil
+}
+
+// resolved is the credential with its password read.
+func (c credential) resolved() (credential, error) {
+	if c.PasswordFile == "" {
+		return c, nil
+	}
+	pw, err := os.ReadFile(c.PasswordFile)
+	if err != nil {
+		return c, fmt.Errorf("--credential %s: %w", c.URL, err)
+	}
+	c.Password, c.PasswordFile = strings.TrimRight(string(pw), "\r\n"), ""
+	if strings.ContainsAny(c.Password, "\r\n\x00") {
+		return c, fmt.Errorf("--credential %s: the password file holds more than one line", c.URL)
+	}
+	return c, nil
+}
+
+// matches reports how well c serves a request for scheme, host and path:
+// 0 when it does not (another scheme or host, or a path outside c's),
+// else more for a longer path of c's.
+func (c credential) matches(scheme, host, path string) int {
+	u, err := url.Parse(c.URL)
+	if err != nil || u.Scheme != scheme || u.Host != host {
+		return 0
+	}
+	p := strings.Trim(u.Path, "/")
+	if p == "" || path == "" {
+		return 1
+	}
+	path = strings.Trim(path, "/")
+	if path != p && !strings.HasPrefix(path, p+"/") && strings.TrimSuffix(path, ".git") != p {
+		return 0
+	}
+	return 1 + len(p)
+}
+
+// best is the credential of creds that serves the request best.
+func best(creds []credential, scheme, host, path string) (credential, bool) {
+	var found credential
+	score := 0
+	for _, c := range creds {
+		if s := c.matches(scheme, host, path); s > score {
+			found, score = c, s
+		}
+	}
+	return found, score > 0
+}
+
+// credentialHelperArg makes the program a git credential helper: git runs
+// it, with the credentials in credentialsEnv (set on the git commands
+// that fetch submodules only, never the hooks'), to fill in a request.
+const (
+	credentialHelperArg = "--git-credential-helper"
+	credentialsEnv      = "GITSYNC_CREDENTIAL_HELPER_DATA"
+)
+
+// credentialHelper is the helper: for "get", it reads git's request
+// (key=value lines) and writes the user and password of the credential
+// that serves it best, or nothing; "store" and "erase" are read and
+// ignored (nothing is kept). It returns the exit code.
+func credentialHelper(args []string, in io.Reader, out io.Writer, data string) int {
+	req := map[string]string{}
+	sc := bufio.NewScanner(io.LimitReader(in, 64<<10))
+	for sc.Scan() && sc.Text() != "" {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			req[k] = v
+		}
+	}
+	if len(args) != 1 || args[0] != "get" || data == "" {
+		return 0
+	}
+	var creds []credential
+	if err := json.Unmarshal([]byte(data), &creds); err != nil {
+		fmt.Fprintln(os.Stderr, "gitsync credential helper:", err)
+		return 1
+	}
+	c, ok := best(creds, req["protocol"], req["host"], req["path"])
+	if !ok {
+		return 0
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "username=%s\npassword=%s\n", c.Username, c.Password)
+	_, _ = out.Write(b.Bytes())
+	return 0
+}

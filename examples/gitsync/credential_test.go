@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+)
+
+func TestCredentialFlag(t *testing.T) {
+	var creds []credential
+	f := credentialsFlag{&creds}
+	require.NoError(t, f.Set(`{"url": "https://git.example.com/org", "username": "u", "password": "p"}`))
+	require.NoError(t, f.Set(`{"url": "http://10.0.0.1/repo", "username": "u", "password-file": "/pw"}`))
+	assert.Len(t, creds, 2)
+	for in, want := range map[string]string{
+		`{"url": "https://h/r", "username": "u"}`:                                        "one of password and password-file",
+		`{"url": "https://h/r", "username": "u", "password": "p", "password-file": "f"}`: "one of password and password-file",
+		`{"url": "https://h/r", "password": "p"}`:                                        "username is required",
+		`{"url": "ssh://h/r", "username": "u", "password": "p"}`:                         "an http(s) URL is required",
+		`{"url": "https://x:y@h/r", "username": "u", "password": "p"}`:                   "not in the URL",
+		`{"url": "https://h/r", "username": "u", "password": "p", "extra": 1}`:           "unknown field",
+		`{"url": "https://h/r", "username": "u", "password": "p\nusername=evil"}`:        "line break",
+		`{"url": "https://h/r", "username": "u", "password": "p"} {}`:                    "one JSON object",
+		`[`: "not a credential object",
+	} {
+		assert.ErrorContains(t, f.Set(in), want, in)
+	}
+	pw := filepath.Join(t.TempDir(), "pw")
+	require.NoError(t, os.WriteFile(pw, []byte("a\nb\n"), 0o600))
+	_, err := credential{URL: "https://h", Username: "u", PasswordFile: pw}.resolved()
+	assert.ErrorContains(t, err, "more than one line", "a password file cannot inject a line into git's credential protocol")
+}
+
+// The helper answers git's request with the credential that serves it
+// best (its host, then the longest path), and nothing else.
+func TestCredentialHelper(t *testing.T) {
+	data := `[{"url": "https://h", "username": "host", "password": "hp"}, {"url": "https://h/org/app", "username": "app", "password": "ap"}, {"url": "http://other:8080", "username": "o", "password": "op"}]`
+	ask := func(args []string, req string) string {
+		var out bytes.Buffer
+		require.Equal(t, 0, credentialHelper(args, strings.NewReader(req), &out, data))
+		return out.String()
+	}
+	assert.Equal(t, "username=host\npassword=hp\n", ask([]string{"get"}, "protocol=https\nhost=h\n\n"))
+	assert.Equal(t, "username=app\npassword=ap\n", ask([]string{"get"}, "protocol=https\nhost=h\npath=org/app.git\n"))
+	assert.Equal(t, "username=host\npassword=hp\n", ask([]string{"get"}, "protocol=https\nhost=h\npath=org/other.git\n"))
+	assert.Equal(t, "username=o\npassword=op\n", ask([]string{"get"}, "protocol=http\nhost=other:8080\n"))
+	assert.Empty(t, ask([]string{"get"}, "protocol=http\nhost=h\n"), "another scheme")
+	assert.Empty(t, ask([]string{"get"}, "protocol=https\nhost=elsewhere\n"))
+	assert.Empty(t, ask([]string{"store"}, "protocol=https\nhost=h\nusername=x\npassword=y\n"), "nothing is kept")
+}
+
+// Submodules behind credentials other than the repository's are fetched
+// with --credential's, which git gets from the program as its credential
+// helper; the secret reaches neither the log nor the worktree.
+func TestSubmoduleCredentials(t *testing.T) {
+	public := gittest.NewServer(t)
+	private := gittest.NewServer(t)
+	sub := private.NewRepo(t, "g/sub")
+	s0 := sub.Commit(t, "s", gittest.File("sub.file", "private"))
+	private.SetBasicAuth("robot", "s3cr3t-sub")
+	app := public.NewRepo(t, "g/app")
+	app.Commit(t, "a", gittest.File("file", "app"), gittest.Submodule("sub", sub.URL(), s0))
+	root := t.TempDir()
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"--repo", app.URL(), "--root", root, "--link", "link", "--one-time",
+		"--credential", `{"url": "` + private.URL() + `", "username": "robot", "password": "s3cr3t-sub"}`}, noEnv, &out)
+	require.Equal(t, 0, code, out.String())
+	data, err := os.ReadFile(filepath.Join(root, "link", "sub", "sub.file"))
+	require.NoError(t, err)
+	assert.Equal(t, "private", string(data))
+	assert.NotContains(t, out.String(), "s3cr3t-sub")
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if b, _ := os.ReadFile(p); bytes.Contains(b, []byte("s3cr3t-sub")) {
+				t.Errorf("the secret is on disk in %s", p)
+			}
+		}
+		return nil
+	})
+
+	out.Reset()
+	code = run(context.Background(), []string{"--repo", app.URL(), "--root", t.TempDir(), "--link", "link", "--one-time"}, noEnv, &out)
+	assert.Equal(t, 1, code, "without the credential, the submodule is not fetched")
+}
