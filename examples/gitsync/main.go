@@ -1,20 +1,23 @@
-// Command gitsync is a git-sync (v4) style sidecar built on the library:
-// some of git-sync's flags and their GITSYNC_* environment variables with
-// the same meaning, and its symlink contract — root/link is a symlink
-// swapped atomically to a complete tree of the synced commit, then the
-// exechook runs in that tree (GITSYNC_HASH set) and the webhook is called.
-// It is not yet a drop-in (docs/migrating.md lists what differs). What it
-// adds: --path publishes one directory of the
+// Command gitsync is a git-sync (v4) sidecar built on the library: git-sync's
+// flags and GITSYNC_* (and v3's GIT_SYNC_*) variables with their meaning,
+// and its contract — root is a git repository, each synced commit a git
+// worktree at root/.worktrees/<hash> (--depth commits of history, its
+// submodules checked out, sparse with --sparse-checkout-file), and the link
+// a relative symlink to it swapped atomically; the exechook runs in it with
+// GITSYNC_HASH and the webhook sends Gitsync-Hash, each on its own with
+// retries; git-sync's metrics beside the library's. What differs is in
+// docs/migrating.md. What it adds: --path publishes one directory of the
 // repository and syncs only when something under it changed; --also syncs
 // more repositories or paths in the same process (one poll per remote);
-// --hook-bind takes push webhooks (GitHub's, or a generic HMAC-signed one)
-// and syncs at once; --commit-file writes the commit into each tree.
+// --hook-bind takes push webhooks (GitHub's, GitLab's, Gitea's, Gogs',
+// Bitbucket's, or a generic HMAC-signed one) and syncs at once;
+// --commit-file writes the commit into each tree.
 //
 //	go run ./examples/gitsync --repo https://github.com/stefanprodan/podinfo --root /tmp/git --link podinfo --period 30s
 //
 // Flags, and GITSYNC_ or GIT_SYNC_ variables, this program does not take
-// fail at start, by name. --depth is taken for git-sync's spelling and said
-// at start not to be honoured: the mirror keeps full history.
+// fail at start, by name (--filter, --askpass-url, --cookie-file and the
+// GitHub App flags, among git-sync's).
 package main
 
 import (
