@@ -362,6 +362,8 @@ func (c *config) check() error {
 		return fmt.Errorf("--git-gc must be one of auto, always, aggressive, off: %q", c.gitGC)
 	case c.depth < 0:
 		return errors.New("--depth must not be negative")
+	case c.path != "" && c.sparseFile != "":
+		return errors.New("--path and --sparse-checkout-file are exclusive: --path is a sparse checkout of its directory")
 	}
 	if err := c.checkHooks(); err != nil {
 		return err

@@ -72,6 +72,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{[]string{"--repo", "r", "--root", "/git", "--sync-on-signal", "SIGNOPE"}, "unknown signal"},
 		{[]string{"--repo", "r", "--root", "/git", "--sync-on-signal", "99"}, "no signal 99"},
 		{[]string{"--repo", "r", "--root", "/git", "--git-config", "a.b"}, "unexpected end of key"},
+		{[]string{"--repo", "r", "--root", "/git", "--path", "d", "--sparse-checkout-file", "/f"}, "exclusive"},
 	} {
 		_, err := parse(tc.args, noEnv, &bytes.Buffer{})
 		assert.ErrorContains(t, err, tc.want, "%v", tc.args)

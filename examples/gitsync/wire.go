@@ -52,6 +52,7 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	var hooks sync.WaitGroup
 	defer hooks.Wait()
 	defer cancel() // before the wait: the hook runners end with ctx
+	s.ctx, s.wg = ctx, &hooks
 	s.startHooks(ctx, &hooks)
 	w, m, err := s.watcher(reg, auth)
 	if err != nil {
@@ -92,6 +93,8 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 type session struct {
 	c      config
 	log    logr.Logger
+	ctx    context.Context // the run's: ends when it does
+	wg     *sync.WaitGroup // what the run waits for: hook runners, the --one-time end
 	cancel context.CancelFunc
 	gs     *gitSyncMetrics
 	source *repoSource
@@ -282,14 +285,14 @@ func (s *session) delivered(e watcher.Event) {
 	}
 	if s.c.oneTime && len(s.synced) == 1+len(s.c.also) && !s.ending {
 		s.ending = true
-		go s.endOneTime()
+		s.wg.Go(s.endOneTime)
 	}
 }
 
 // endOneTime waits for the first run of each hook that was sent, as
 // git-sync's --one-time does, and ends the run: failed when one failed.
 func (s *session) endOneTime() {
-	ctx := context.Background()
+	ctx := s.ctx
 	for _, r := range []*hookRunner{s.hooks.pre, s.hooks.exec, s.hooks.web} {
 		if r == nil || !r.wasSent() {
 			continue

@@ -168,8 +168,10 @@ func (w *worktrees) currentWorktree() string {
 	return target
 }
 
-// sound reports whether hash's worktree is there, not empty, and at hash:
-// its .git file names an administrative directory whose HEAD is hash.
+// sound reports whether hash's worktree is there and at hash: its .git
+// file names an administrative directory whose HEAD is hash. (A commit's
+// tree may be empty, or sparsely hold nothing: the worktree then has its
+// .git only, and is sound.)
 func (w *worktrees) sound(hash string) bool {
 	wt := w.worktreeFor(hash)
 	data, err := os.ReadFile(filepath.Join(wt, ".git"))
@@ -184,11 +186,7 @@ func (w *worktrees) sound(hash string) bool {
 		gitdir = filepath.Join(wt, gitdir)
 	}
 	head, err := os.ReadFile(filepath.Join(gitdir, "HEAD"))
-	if err != nil || strings.TrimSpace(string(head)) != hash {
-		return false
-	}
-	entries, err := os.ReadDir(wt)
-	return err == nil && len(entries) > 1
+	return err == nil && strings.TrimSpace(string(head)) == hash
 }
 
 // initRepo makes root a git repository of its own (not one a parent

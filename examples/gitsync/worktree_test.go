@@ -335,3 +335,31 @@ func TestWorktreeOfAPath(t *testing.T) {
 	cancel()
 	assert.Equal(t, 0, <-done, stderr.String())
 }
+
+// A commit whose tree is empty is a worktree of its .git alone, and sound:
+// it is not made again every period.
+func TestWorktreeOfAnEmptyTree(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	repo.Commit(t, "0", gittest.File("f", "0"))
+	empty := repo.Commit(t, "empty", gittest.Delete("f"))
+	root := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	var stderr syncBuffer
+	go func() {
+		done <- run(ctx, []string{"--repo", repo.URL(), "--root", root, "--link", "link", "--period", "50ms", "--max-failures", "-1"}, noEnv, &stderr)
+	}()
+	wt := filepath.Join(root, ".worktrees", empty)
+	require.Eventually(t, func() bool {
+		target, _ := os.Readlink(filepath.Join(root, "link"))
+		return target == filepath.Join(".worktrees", empty)
+	},
+		30*time.Second, 20*time.Millisecond, stderr.String())
+	require.FileExists(t, filepath.Join(wt, ".git"))
+	time.Sleep(500 * time.Millisecond) // ten periods
+	assert.NotContains(t, stderr.String(), "making it again")
+	cancel()
+	assert.Equal(t, 0, <-done, stderr.String())
+}
