@@ -299,10 +299,59 @@ func (w *worktrees) create(ctx context.Context, hash string) error {
 	if err := w.updateSubmodules(ctx, wt); err != nil {
 		return err
 	}
+	if err := confined(wt); err != nil {
+		_ = os.RemoveAll(wt)
+		return watcher.Permanent(fmt.Errorf("commit %s: %w", hash, err))
+	}
 	if w.commitFile != "" {
 		return os.WriteFile(filepath.Join(wt, w.commitFile), []byte(hash+"\n"), 0o644)
 	}
 	return nil
+}
+
+// confined checks that no symlink git checked out in the worktree (its
+// submodules' included) resolves outside it: one that does fails the
+// commit, as the library's file systems fail it, so that a published path
+// never leads out of its directory. A link is judged by its text (an
+// absolute one is refused, a relative one must stay inside) and, when it
+// resolves, by where it resolves to (a ".." after a link to the top of the
+// tree would leave it).
+func confined(wt string) error {
+	top, err := filepath.EvalSymlinks(wt)
+	if err != nil {
+		return err
+	}
+	inside := func(base, p string) bool {
+		rel, err := filepath.Rel(base, p)
+		return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+	}
+	return filepath.WalkDir(wt, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Name() == ".git" && p != wt {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.Type()&fs.ModeSymlink == 0 {
+			return nil
+		}
+		target, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		ok := !filepath.IsAbs(target) && inside(wt, filepath.Join(filepath.Dir(p), target))
+		if resolved, err := filepath.EvalSymlinks(p); ok && err == nil {
+			ok = inside(top, resolved)
+		}
+		if !ok {
+			name, _ := filepath.Rel(wt, p)
+			return fmt.Errorf("symlink %s -> %s leads outside the tree", name, target)
+		}
+		return nil
+	})
 }
 
 // sparse configures the worktree's sparse checkout from

@@ -363,3 +363,38 @@ func TestWorktreeOfAnEmptyTree(t *testing.T) {
 	cancel()
 	assert.Equal(t, 0, <-done, stderr.String())
 }
+
+// A symlink that leads out of the worktree fails the commit (as the
+// library's file systems fail it): the link never names such a tree, and
+// it is not left on disk. A link that stays inside is checked out.
+func TestSymlinkOutOfTheWorktreeFailsTheCommit(t *testing.T) {
+	srv := gittest.NewServer(t)
+	for name, links := range map[string][][2]string{
+		"absolute": {{"d/escape", "/etc"}},
+		"relative": {{"d/escape", "../../.."}},
+		"nested":   {{"d/escape", "a/../../../x"}},
+		// Each inside by its text; the second, through the first, leaves.
+		"through a link": {{"top", "."}, {"up", "top/.."}},
+	} {
+		changes := []gittest.Change{gittest.File("f", "0")}
+		for _, l := range links {
+			changes = append(changes, gittest.Symlink(l[0], l[1]))
+		}
+		repo := srv.NewRepo(t, "g/"+strings.ReplaceAll(name, " ", "-"))
+		bad := repo.Commit(t, "0", changes...)
+		root := t.TempDir()
+		var out bytes.Buffer
+		assert.Equal(t, 1, run(context.Background(), []string{"--repo", repo.URL(), "--root", root, "--link", "link", "--one-time"}, noEnv, &out), name)
+		assert.Contains(t, out.String(), "leads outside the tree", name)
+		assert.NoFileExists(t, filepath.Join(root, "link"), name)
+		assert.NoDirExists(t, filepath.Join(root, ".worktrees", bad), name)
+	}
+	repo := srv.NewRepo(t, "g/inside")
+	repo.Commit(t, "0", gittest.File("d/f", "in"), gittest.Symlink("d/alias", "f"), gittest.Symlink("top", "d/alias"))
+	root := t.TempDir()
+	var out bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"--repo", repo.URL(), "--root", root, "--link", "link", "--one-time"}, noEnv, &out), out.String())
+	data, err := os.ReadFile(filepath.Join(root, "link", "top"))
+	require.NoError(t, err)
+	assert.Equal(t, "in", string(data))
+}
