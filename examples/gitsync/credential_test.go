@@ -90,3 +90,13 @@ func TestSubmoduleCredentials(t *testing.T) {
 	code = run(context.Background(), []string{"--repo", app.URL(), "--root", t.TempDir(), "--link", "link", "--one-time"}, noEnv, &out)
 	assert.Equal(t, 1, code, "without the credential, the submodule is not fetched")
 }
+
+// The program's own configuration reads back through git as written: a
+// path with quotes, backslashes, tabs and a line break.
+func TestQuoteConfig(t *testing.T) {
+	for _, v := range []string{`/plain/path`, `/with "quotes"/and\back\slashes`, "/tab\there", "/line\nbreak", `!'/self' --git-credential-helper`} {
+		file := filepath.Join(t.TempDir(), "config")
+		require.NoError(t, os.WriteFile(file, []byte("[include]\n\tpath = "+quoteConfig(v)+"\n"), 0o600))
+		assert.Equal(t, v, strings.TrimSuffix(gitOut(t, t.TempDir(), "config", "--file", file, "--get", "include.path"), "\n"), "%q", v)
+	}
+}

@@ -243,8 +243,8 @@ func (w *worktrees) repoThere() bool {
 // repoSound reports whether root is the top of a git repository with no
 // lock left by a crash.
 func (w *worktrees) repoSound(ctx context.Context) bool {
-	if _, err := os.Stat(filepath.Join(w.root, ".git", "shallow.lock")); err == nil {
-		return false
+	if !w.repoThere() {
+		return false // no need to ask git
 	}
 	top, err := w.git.run(ctx, w.root, "rev-parse", "--show-toplevel")
 	if err != nil {
@@ -604,38 +604,43 @@ func (g *gitRunner) configure(ctx context.Context, dir string, configs []string)
 		return err
 	}
 	file := filepath.Join(dir, ".gitconfig")
-	if err := os.WriteFile(file, nil, 0o600); err != nil {
-		return err
-	}
 	user := []string{os.Getenv("GIT_CONFIG_GLOBAL")}
 	if user[0] == "" {
 		home, _ := os.UserHomeDir()
 		user = []string{filepath.Join(cmp.Or(os.Getenv("XDG_CONFIG_HOME"), filepath.Join(home, ".config")), "git", "config"), filepath.Join(home, ".gitconfig")}
 	}
 	// Checkout in parallel (git's default is one worker): before the
-	// user's configuration, which may say otherwise.
-	kvs := [][2]string{{"checkout.workers", "0"}}
+	// user's configuration, which may say otherwise. The program's own
+	// settings are written here, the user's by git, which quotes them.
+	var b strings.Builder
+	b.WriteString("[checkout]\n\tworkers = 0\n")
 	for _, u := range user {
 		if _, err := os.Stat(u); err == nil && u != file {
-			kvs = append(kvs, [2]string{"include.path", u})
+			fmt.Fprintf(&b, "[include]\n\tpath = %s\n", quoteConfig(u))
 		}
 	}
-	kvs = append(kvs, [2]string{"safe.directory", "*"})
+	b.WriteString("[safe]\n\tdirectory = *\n")
 	// The program is git's credential helper, for the submodules.
 	if self, err := os.Executable(); err == nil && !strings.ContainsAny(self, "'\n") {
-		kvs = append(kvs, [2]string{"credential.helper", "!'" + self + "' " + credentialHelperArg})
+		fmt.Fprintf(&b, "[credential]\n\thelper = %s\n", quoteConfig("!'"+self+"' "+credentialHelperArg))
+	}
+	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
+		return err
 	}
 	for _, kv := range configs {
 		k, v, _ := strings.Cut(kv, "=")
-		kvs = append(kvs, [2]string{k, v})
-	}
-	for _, kv := range kvs {
-		if _, err := g.run(ctx, dir, "config", "--file", file, "--add", kv[0], kv[1]); err != nil {
-			return fmt.Errorf("--git-config %s: %w", kv[0], err)
+		if _, err := g.run(ctx, dir, "config", "--file", file, "--add", k, v); err != nil {
+			return fmt.Errorf("--git-config %s: %w", k, err)
 		}
 	}
 	g.global = file
 	return nil
+}
+
+// quoteConfig is s as a quoted value of a git configuration file.
+func quoteConfig(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\t", `\t`)
+	return `"` + r.Replace(s) + `"`
 }
 
 func (g gitRunner) command(ctx context.Context, dir string, args ...string) *exec.Cmd {
