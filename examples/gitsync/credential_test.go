@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -98,5 +103,66 @@ func TestQuoteConfig(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "config")
 		require.NoError(t, os.WriteFile(file, []byte("[include]\n\tpath = "+quoteConfig(v)+"\n"), 0o600))
 		assert.Equal(t, v, strings.TrimSuffix(gitOut(t, t.TempDir(), "config", "--file", file, "--get", "include.path"), "\n"), "%q", v)
+	}
+}
+
+// --askpass-url is asked for the credentials before the first sync and
+// every period after: a failed call is a failed sync, a wrong password
+// fails the sync, and the secret is never logged.
+func TestAskpassURL(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	repo.Commit(t, "0", gittest.File("version", "0"))
+	srv.SetBasicAuth("u", "askpass-s3cret")
+	var mu sync.Mutex
+	calls, down := 0, 2 // the first two calls fail
+	password := "askpass-s3cret"
+	askpass := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls <= down {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "username=u\npassword=%s\n", password)
+	}))
+	defer askpass.Close()
+
+	root := t.TempDir()
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"--repo", repo.URL(), "--root", root, "--link", "link", "--one-time", "--period", "100ms",
+		"--max-failures", "5", "--askpass-url", askpass.URL}, noEnv, &out)
+	require.Equal(t, 0, code, out.String())
+	data, err := os.ReadFile(filepath.Join(root, "link", "version"))
+	require.NoError(t, err)
+	assert.Equal(t, "0", string(data))
+	assert.Contains(t, out.String(), "503", "a failed call is said")
+	assert.NotContains(t, out.String(), "askpass-s3cret")
+
+	mu.Lock()
+	calls, down, password = 0, 0, "wrong"
+	mu.Unlock()
+	out.Reset()
+	assert.Equal(t, 1, run(context.Background(), []string{"--repo", repo.URL(), "--root", t.TempDir(), "--one-time", "--askpass-url", askpass.URL}, noEnv, &out))
+	mu.Lock()
+	calls, down = 0, 1<<30 // never answers
+	mu.Unlock()
+	var stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--repo", repo.URL(), "--root", t.TempDir(), "--one-time", "--period", "50ms", "--max-failures", "2",
+			"--askpass-url", askpass.URL}, noEnv, &stderr)
+	}()
+	select {
+	case code := <-done:
+		assert.Equal(t, 1, code, "askpass never answers: failures, counted")
+		assert.Contains(t, stderr.String(), "more than --max-failures=2: --askpass-url answered 503")
+	case <-time.After(30 * time.Second):
+		cancel()
+		<-done
+		t.Fatal("a failing --askpass-url is not counted as a failed sync")
 	}
 }

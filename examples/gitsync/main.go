@@ -88,6 +88,7 @@ type config struct {
 	signal                                         os.Signal
 	also                                           []watcher.Target
 	credentials                                    []credential
+	askpassURL                                     string
 	v3                                             v3
 	notes                                          []string // said at start
 }
@@ -232,6 +233,7 @@ func (c *config) flags(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.sshKeyFile, "ssh-key-file", "", "the SSH key to use")
 	fs.StringVar(&c.knownHosts, "ssh-known-hosts-file", "", "the known_hosts file to use")
 	fs.Var(credentialsFlag{&c.credentials}, "credential", `a credential of the repository or its submodules, as JSON: {"url": "https://host/path", "username": "u", "password": "p" or "password-file": "/path"} (repeatable)`)
+	fs.StringVar(&c.askpassURL, "askpass-url", "", "a URL to query for git credentials (username=<value> and password=<value> lines) before each sync")
 	fs.StringVar(&c.gitBin, "git", "git", "the git command to run (subject to PATH search)")
 	fs.Func("git-config", "additional git config options in a comma-separated 'key:val' format", func(v string) error {
 		kvs, err := parseGitConfigs(v)
@@ -263,7 +265,7 @@ func envName(flagName string) string { return strings.ToUpper(strings.ReplaceAll
 
 // v3Env are git-sync v3's variables that are not GIT_SYNC_ and the flag's
 // name.
-var v3Env = map[string]string{"sync-hook-command": "GIT_SYNC_HOOK_COMMAND", "change-permissions": "GIT_SYNC_PERMISSIONS"}
+var v3Env = map[string]string{"sync-hook-command": "GIT_SYNC_HOOK_COMMAND", "change-permissions": "GIT_SYNC_PERMISSIONS", "askpass-url": "GIT_ASKPASS_URL"}
 
 // v3 holds git-sync v3's spellings, which git-sync v4 still takes.
 type v3 struct {
@@ -362,6 +364,8 @@ func (c *config) check() error {
 		return fmt.Errorf("--git-gc must be one of auto, always, aggressive, off: %q", c.gitGC)
 	case c.depth < 0:
 		return errors.New("--depth must not be negative")
+	case c.askpassURL != "" && (c.password != "" || c.passwordFile != ""):
+		return errors.New("--askpass-url and --password-file or GITSYNC_PASSWORD are exclusive")
 	case c.path != "" && c.sparseFile != "":
 		return errors.New("--path and --sparse-checkout-file are exclusive: --path is a sparse checkout of its directory")
 	}
@@ -523,6 +527,42 @@ func (c config) auth() (*gitutil.Auth, error) {
 			}
 		}
 		return nil, nil
+	}
+	return a, nil
+}
+
+// askpass asks --askpass-url for the repository's credentials, as git-sync
+// does before each sync: a GET, answered 200 with username= and password=
+// lines (within a second, and 64 KiB).
+func (c config) askpass(ctx context.Context) (*gitutil.Auth, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.askpassURL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("--askpass-url: %w", err)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("--askpass-url %s: %w", gitutil.RedactURL(c.askpassURL), errors.Unwrap(err))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return nil, fmt.Errorf("--askpass-url: reading the answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("--askpass-url answered %s", resp.Status) // not its body: it may hold a secret
+	}
+	a := &gitutil.Auth{ID: "gitsync", AllowInsecureHTTP: true}
+	for _, line := range strings.Split(string(body), "\n") {
+		k, v, _ := strings.Cut(strings.TrimRight(line, "\r"), "=")
+		switch k {
+		case "username":
+			a.Username = v
+		case "password":
+			a.Password = v
+		}
 	}
 	return a, nil
 }

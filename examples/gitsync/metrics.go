@@ -18,10 +18,11 @@ import (
 // success, as git-sync fetches whenever the commit changed). They count
 // the --repo target and its remote (--also targets are the library's own).
 type gitSyncMetrics struct {
-	count    *prometheus.CounterVec
-	duration *prometheus.SummaryVec
-	fetches  prometheus.Counter
-	hookRuns *prometheus.CounterVec
+	count        *prometheus.CounterVec
+	duration     *prometheus.SummaryVec
+	fetches      prometheus.Counter
+	hookRuns     *prometheus.CounterVec
+	askpassCalls *prometheus.CounterVec
 
 	link string
 	mu   sync.Mutex
@@ -45,13 +46,17 @@ func newGitSyncMetrics(reg prometheus.Registerer, link, repo string) (*gitSyncMe
 			Name: "git_fetch_count_total",
 			Help: "How many git fetches were run",
 		}),
+		askpassCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "git_sync_askpass_calls",
+			Help: "How many git askpass calls completed, partitioned by state (success, error)",
+		}, []string{"status"}),
 		hookRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "git_sync_hook_run_count_total",
 			Help: "How many hook runs completed, partitioned by name and state (success, error)",
 		}, []string{"name", "status"}),
 		link: link, remote: gitutil.RedactURL(gitutil.StripCredentials(repo)),
 	}
-	for _, c := range []prometheus.Collector{m.count, m.duration, m.fetches, m.hookRuns} {
+	for _, c := range []prometheus.Collector{m.count, m.duration, m.fetches, m.hookRuns, m.askpassCalls} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -91,6 +96,18 @@ func (m *gitSyncMetrics) success(took time.Duration) {
 	defer m.mu.Unlock()
 	m.fetches.Inc()
 	m.sync("success", took)
+}
+
+// askpass counts an --askpass-url call; a failed one is a failed sync.
+func (m *gitSyncMetrics) askpass(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		m.askpassCalls.WithLabelValues("error").Inc()
+		m.sync("error", 0)
+		return
+	}
+	m.askpassCalls.WithLabelValues("success").Inc()
 }
 
 func (m *gitSyncMetrics) sync(status string, d time.Duration) {

@@ -125,8 +125,11 @@ func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watche
 	s.wt = s.worktrees(git)
 	s.source.target = watcher.Target{ID: c.link, URL: c.repo, Revision: revision, Path: c.path, Auth: auth}
 	s.source.init, s.source.period = c.initPeriod, c.period
-	if c.passwordFile != "" {
-		s.source.auth = c.auth
+	switch {
+	case c.askpassURL != "":
+		s.source.auth, s.source.authFirst, s.source.authed = c.askpass, true, s.askpassed
+	case c.passwordFile != "":
+		s.source.auth = func(context.Context) (*gitutil.Auth, error) { return c.auth() }
 	}
 	lo, hi := min(c.initPeriod, c.period), max(c.initPeriod, c.period)
 	// One user's sidecar, as git-sync: local repositories and credentials
@@ -246,6 +249,22 @@ func (s *session) mainSynced(hash string, took time.Duration) {
 	}
 }
 
+// askpassed counts an --askpass-url call as git-sync does: a failed one is
+// a failed sync.
+func (s *session) askpassed(err error) {
+	s.gs.askpass(err)
+	if err == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures++
+	s.writeError(err)
+	if s.tooMany() && s.failed == nil {
+		s.fail(fmt.Errorf("%d consecutive failures, more than --max-failures=%d: %w", s.failures, s.maxFailures(), err))
+	}
+}
+
 // observe counts failures and successes as git-sync does, writes the
 // error file, and ends a --one-time run.
 func (s *session) observe(e watcher.Event) {
@@ -357,27 +376,52 @@ func (s *session) writeError(err error) {
 }
 
 // repoSource gives the --repo target, polled every --init-period until
-// the first sync, then every --period; with a --password-file it reads
-// the credentials again every period and gives the target again when they
-// changed.
+// the first sync, then every --period. With a --password-file it reads the
+// credentials again every period, and with --askpass-url it asks for them
+// every period, before giving the target at all; it gives the target again
+// when they changed. authed hears each outcome.
 type repoSource struct {
 	target       watcher.Target
 	init, period time.Duration
 	done         chan struct{} // closed at the first sync
-	auth         func() (*gitutil.Auth, error)
+	auth         func(context.Context) (*gitutil.Auth, error)
+	authFirst    bool // no target before the first credentials (askpass)
+	authed       func(error)
 	log          logr.Logger
 }
 
 // Run implements watcher.Source.
 func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) error {
 	interval, done := p.init, p.done
+	given := false
 	give := func() {
 		t := p.target
 		t.Interval = interval
 		update([]watcher.Target{t})
+		given = true
 	}
-	give()
-	tick := time.NewTicker(p.period)
+	refresh := func() {
+		a, err := p.auth(ctx)
+		if p.authed != nil && ctx.Err() == nil {
+			p.authed(err)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				p.log.Error(err, "credentials not had; the last ones are kept")
+			}
+			return
+		}
+		if old := p.target.Auth; !given || old == nil || a == nil || old.Username != a.Username || old.Password != a.Password {
+			p.target.Auth = a
+			give()
+		}
+	}
+	if p.auth != nil && p.authFirst {
+		refresh()
+	} else {
+		give()
+	}
+	tick := time.NewTicker(p.init)
 	defer tick.Stop()
 	for {
 		select {
@@ -385,19 +429,13 @@ func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) err
 			return nil
 		case <-done:
 			interval, done = p.period, nil
-			give()
-		case <-tick.C:
-			if p.auth == nil {
-				continue
-			}
-			a, err := p.auth()
-			if err != nil {
-				p.log.Error(err, "credentials not read again; the last ones are kept")
-				continue
-			}
-			if old := p.target.Auth; old == nil || a == nil || old.Username != a.Username || old.Password != a.Password {
-				p.target.Auth = a
+			tick.Reset(p.period)
+			if given {
 				give()
+			}
+		case <-tick.C:
+			if p.auth != nil {
+				refresh()
 			}
 		}
 	}
