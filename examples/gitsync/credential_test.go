@@ -140,6 +140,13 @@ func TestAskpassURL(t *testing.T) {
 	assert.Contains(t, out.String(), "503", "a failed call is said")
 	assert.NotContains(t, out.String(), "askpass-s3cret")
 
+	// A file:// repository takes no password (git sends none): asked, as
+	// git-sync asks, said, and not sent.
+	out.Reset()
+	require.Equal(t, 0, run(context.Background(), []string{"--repo", "file://" + repo.BareDir(), "--root", t.TempDir(), "--one-time",
+		"--askpass-url", askpass.URL}, noEnv, &out), out.String())
+	assert.Contains(t, out.String(), "sent over http(s) only")
+
 	mu.Lock()
 	calls, down, password = 0, 0, "wrong"
 	mu.Unlock()

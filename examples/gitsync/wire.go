@@ -411,7 +411,7 @@ func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) err
 			}
 			return
 		}
-		if old := p.target.Auth; !given || old == nil || a == nil || old.Username != a.Username || old.Password != a.Password {
+		if old := p.target.Auth; !given || (old == nil) != (a == nil) || (a != nil && (old.Username != a.Username || old.Password != a.Password)) {
 			p.target.Auth = a
 			give()
 		}
