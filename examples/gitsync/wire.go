@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/filewatch"
 	"github.com/modwatch/modwatch/sink/dir"
 	"github.com/modwatch/modwatch/sink/hook"
 	"github.com/modwatch/modwatch/source/static"
@@ -130,6 +131,7 @@ func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watche
 		s.source.auth, s.source.authFirst, s.source.authed = c.askpass, true, s.askpassed
 	case c.passwordFile != "":
 		s.source.auth = func(context.Context) (*gitutil.Auth, error) { return c.auth() }
+		s.source.authFile = c.passwordFile
 	}
 	lo, hi := min(c.initPeriod, c.period), max(c.initPeriod, c.period)
 	// One user's sidecar, as git-sync: local repositories and credentials
@@ -385,7 +387,8 @@ type repoSource struct {
 	init, period time.Duration
 	done         chan struct{} // closed at the first sync
 	auth         func(context.Context) (*gitutil.Auth, error)
-	authFirst    bool // no target before the first credentials (askpass)
+	authFirst    bool   // no target before the first credentials (askpass)
+	authFile     string // read again as soon as it changes (--password-file)
 	authed       func(error)
 	log          logr.Logger
 }
@@ -421,12 +424,34 @@ func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) err
 	} else {
 		give()
 	}
+	changed := make(chan struct{}, 1)
+	if p.authFile != "" {
+		// A rotation is used from the next poll on, not the next period:
+		// the file is followed, and read again at each period too.
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		wg.Go(func() {
+			err := filewatch.Watch(wctx, p.authFile, 10*time.Millisecond, p.log, func([]byte, error) {
+				select {
+				case changed <- struct{}{}:
+				default:
+				}
+			})
+			if err != nil && wctx.Err() == nil {
+				p.log.Error(err, "--password-file is not followed; it is read again every period")
+			}
+		})
+	}
 	tick := time.NewTicker(p.init)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-changed:
+			refresh()
 		case <-done:
 			interval, done = p.period, nil
 			tick.Reset(p.period)
