@@ -378,6 +378,28 @@ func (c *config) check() error {
 	if err := c.urlCredentials(); err != nil {
 		return err
 	}
+	if err := c.checkPaths(); err != nil {
+		return err
+	}
+	if c.hookBind != "" && c.hookSecretFile == "" && c.hookGitHubSecretFile == "" && c.hookGitLabTokenFile == "" &&
+		c.hookGiteaSecretFile == "" && c.hookGogsSecretFile == "" && c.hookBitbucketSecretFile == "" {
+		return errors.New("--hook-bind needs a --hook-*-secret-file (or --hook-gitlab-token-file): unsigned webhooks are refused")
+	}
+	if u, err := url.Parse(c.repo); c.askpassURL != "" && err == nil && u.Scheme != "http" && u.Scheme != "https" {
+		c.notes = append(c.notes, "--askpass-url is asked before each sync, but its credentials are sent over http(s) only, as git sends them: not to "+u.Scheme+":// repositories")
+	}
+	if c.syncOnSignal != "" {
+		var err error
+		if c.signal, err = parseSignal(c.syncOnSignal); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkPaths makes --root and --link absolute (the link under root unless
+// absolute), and refuses links that would name root or a worktree.
+func (c *config) checkPaths() error {
 	root, err := filepath.Abs(c.root)
 	if err != nil {
 		return err
@@ -396,18 +418,6 @@ func (c *config) check() error {
 	for _, t := range c.also {
 		if filepath.Join(c.root, t.ID) == c.link || t.ID == "." || t.ID == ".." || strings.ContainsAny(t.ID, `/\`) {
 			return fmt.Errorf("--also link=%q must name one entry of --root, not --link's", t.ID)
-		}
-	}
-	if c.hookBind != "" && c.hookSecretFile == "" && c.hookGitHubSecretFile == "" && c.hookGitLabTokenFile == "" &&
-		c.hookGiteaSecretFile == "" && c.hookGogsSecretFile == "" && c.hookBitbucketSecretFile == "" {
-		return errors.New("--hook-bind needs a --hook-*-secret-file (or --hook-gitlab-token-file): unsigned webhooks are refused")
-	}
-	if u, err := url.Parse(c.repo); c.askpassURL != "" && err == nil && u.Scheme != "http" && u.Scheme != "https" {
-		c.notes = append(c.notes, "--askpass-url is asked before each sync, but its credentials are sent over http(s) only, as git sends them: not to "+u.Scheme+":// repositories")
-	}
-	if c.syncOnSignal != "" {
-		if c.signal, err = parseSignal(c.syncOnSignal); err != nil {
-			return err
 		}
 	}
 	return nil

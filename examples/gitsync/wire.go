@@ -426,23 +426,8 @@ func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) err
 	}
 	changed := make(chan struct{}, 1)
 	if p.authFile != "" {
-		// A rotation is used from the next poll on, not the next period:
-		// the file is followed, and read again at each period too.
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		wctx, stop := context.WithCancel(ctx)
+		stop := p.follow(ctx, changed)
 		defer stop()
-		wg.Go(func() {
-			err := filewatch.Watch(wctx, p.authFile, 10*time.Millisecond, p.log, func([]byte, error) {
-				select {
-				case changed <- struct{}{}:
-				default:
-				}
-			})
-			if err != nil && wctx.Err() == nil {
-				p.log.Error(err, "--password-file is not followed; it is read again every period")
-			}
-		})
 	}
 	tick := time.NewTicker(p.init)
 	defer tick.Stop()
@@ -464,6 +449,26 @@ func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) err
 			}
 		}
 	}
+}
+
+// follow says on changed when authFile changes, until stop, which waits
+// for its goroutine: a rotation is then used from the next poll on, not
+// the next period (the file is read again at each period too).
+func (p *repoSource) follow(ctx context.Context, changed chan<- struct{}) (stop func()) {
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(ctx)
+	wg.Go(func() {
+		err := filewatch.Watch(ctx, p.authFile, 10*time.Millisecond, p.log, func([]byte, error) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		})
+		if err != nil && ctx.Err() == nil {
+			p.log.Error(err, "--password-file is not followed; it is read again every period")
+		}
+	})
+	return func() { cancel(); wg.Wait() }
 }
 
 // servers starts the push-hint and health endpoints that the flags ask
