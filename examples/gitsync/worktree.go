@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -513,12 +515,16 @@ func (w *worktrees) publish(hash string) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "tmp-link")
-	_ = os.Remove(tmp)
+	// A temporary name of its own: the link's directory may be anyone's
+	// (an absolute --link), and nothing of theirs is removed or replaced.
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(dir, "."+filepath.Base(w.link)+".tmp-"+hex.EncodeToString(rnd[:]))
 	if err := os.Symlink(rel, tmp); err != nil {
 		return fmt.Errorf("creating symlink: %w", err)
 	}
 	if err := os.Rename(tmp, w.link); err != nil {
+		_ = os.Remove(tmp)
 		return fmt.Errorf("replacing symlink: %w", err)
 	}
 	return nil

@@ -81,6 +81,7 @@ func TestWorktreesAreGitCheckouts(t *testing.T) {
 	assert.Equal(t, c3, gitOut(t, link, "rev-parse", "HEAD"))
 
 	require.NoError(t, os.MkdirAll(filepath.Join(root, ".worktrees", "not_a_hash", "sub"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "tmp-link"), []byte("theirs"), 0o644))
 	c4 := repo.Commit(t, "4", gittest.File("version", "4"))
 	at(c4)
 	assert.Equal(t, "2", gitOut(t, link, "rev-list", "--count", "HEAD"), "--depth across updates")
@@ -88,6 +89,9 @@ func TestWorktreesAreGitCheckouts(t *testing.T) {
 		entries, _ := os.ReadDir(filepath.Join(root, ".worktrees"))
 		return len(entries) == 1 && entries[0].Name() == c4
 	}, 30*time.Second, 20*time.Millisecond, "the old worktree and what is not one are removed")
+	data, err := os.ReadFile(filepath.Join(root, "tmp-link"))
+	require.NoError(t, err)
+	assert.Equal(t, "theirs", string(data), "a file beside the link is not the link's temporary name")
 	cancel()
 	assert.Equal(t, 0, <-done, stderr.String())
 
