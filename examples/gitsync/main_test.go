@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -352,32 +351,8 @@ func TestGitSyncMetrics(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/app")
 	repo.Commit(t, "0", gittest.File("version", "0"))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan int, 1)
-	var stderr syncBuffer
-	go func() {
-		done <- run(ctx, []string{"--repo", repo.URL(), "--root", t.TempDir(), "--period", "100ms", "--max-failures", "-1", "--http-bind", addr, "--http-metrics"}, noEnv, &stderr)
-	}()
-	metric := func(name string) float64 {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			return -1
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		for _, line := range strings.Split(string(body), "\n") {
-			if v, ok := strings.CutPrefix(line, name+" "); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				return f
-			}
-		}
-		return 0
-	}
+	p := start(t, "--repo", repo.URL(), "--root", t.TempDir(), "--period", "100ms", "--max-failures", "-1")
+	metric, addr, stderr := p.metric, p.addr, &p.stderr
 	wait := func(name string, want float64) {
 		t.Helper()
 		require.Eventually(t, func() bool { return metric(name) == want }, 30*time.Second, 20*time.Millisecond, "%s = %v (is %v)", name, want, metric(name))
@@ -396,8 +371,7 @@ func TestGitSyncMetrics(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	assert.Contains(t, string(body), "\nmodwatch_polls_total{", "the library's own, beside")
-	cancel()
-	assert.Equal(t, 0, <-done, stderr.String())
+	assert.Equal(t, 0, p.stop(), stderr.String())
 }
 
 // --touch-file is touched after each sync that published a commit, and
@@ -409,16 +383,11 @@ func TestTouchFile(t *testing.T) {
 	root := t.TempDir()
 	for _, flagValue := range []string{"touch.file", filepath.Join(root, "dir", "touch.file")} {
 		touched := absUnder(root, flagValue)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan int, 1)
-		var stderr syncBuffer
-		go func() {
-			done <- run(ctx, []string{"--repo", repo.URL(), "--root", root, "--link", "app", "--period", "100ms", "--max-failures", "-1",
-				"--cache-dir", t.TempDir(), "--touch-file", flagValue}, noEnv, &stderr)
-		}()
+		p := start(t, "--repo", repo.URL(), "--root", root, "--link", "app", "--period", "100ms", "--max-failures", "-1",
+			"--cache-dir", t.TempDir(), "--touch-file", flagValue)
 		waitTouched := func(what string) {
 			t.Helper()
-			require.Eventually(t, func() bool { _, err := os.Stat(touched); return err == nil }, 30*time.Second, 20*time.Millisecond, "%s: %s", what, stderr.String())
+			require.Eventually(t, func() bool { _, err := os.Stat(touched); return err == nil }, 30*time.Second, 20*time.Millisecond, "%s: %s", what, p.stderr.String())
 			require.NoError(t, os.Remove(touched))
 		}
 		waitTouched("the first sync")
@@ -427,9 +396,8 @@ func TestTouchFile(t *testing.T) {
 		data, err := os.ReadFile(filepath.Join(root, "app", "version"))
 		require.NoError(t, err)
 		assert.Equal(t, flagValue, string(data), "touched after the tree was published (%s)", c)
-		time.Sleep(500 * time.Millisecond) // five polls with nothing new
+		p.periods(t, 5)
 		assert.NoFileExists(t, touched, "not touched between syncs")
-		cancel()
-		assert.Equal(t, 0, <-done, stderr.String())
+		assert.Equal(t, 0, p.stop(), p.stderr.String())
 	}
 }

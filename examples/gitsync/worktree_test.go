@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -44,13 +45,8 @@ func TestWorktreesAreGitCheckouts(t *testing.T) {
 	c3 := repo.Commit(t, "3", gittest.File("version", "3"), gittest.File("dir/f", "x"))
 	root := t.TempDir()
 	link := filepath.Join(root, "link")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan int, 1)
-	var stderr syncBuffer
-	go func() {
-		done <- run(ctx, []string{"--repo", repo.URL(), "--root", root, "--link", "link", "--period", "100ms", "--max-failures", "-1", "--depth", "2"}, noEnv, &stderr)
-	}()
+	p := start(t, "--repo", repo.URL(), "--root", root, "--link", "link", "--period", "100ms", "--max-failures", "-1", "--depth", "2")
+	stderr := &p.stderr
 	at := func(hash string) {
 		t.Helper()
 		require.Eventually(t, func() bool {
@@ -92,8 +88,7 @@ func TestWorktreesAreGitCheckouts(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(root, "tmp-link"))
 	require.NoError(t, err)
 	assert.Equal(t, "theirs", string(data), "a file beside the link is not the link's temporary name")
-	cancel()
-	assert.Equal(t, 0, <-done, stderr.String())
+	assert.Equal(t, 0, p.stop(), stderr.String())
 
 	// --depth 0 is the whole history, on a restart over the same root.
 	var out bytes.Buffer
@@ -143,8 +138,9 @@ func TestHookRunner(t *testing.T) {
 	r.send("d") // while b runs: d replaces c
 	close(release)
 	require.Eventually(t, func() bool { return len(got()) == 4 }, 10*time.Second, 5*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
-	assert.Equal(t, []string{"a", "a", "b", "d"}, got(), "latest wins")
+	r.send("e") // runs after whatever was still to run: nothing, if c was replaced
+	require.Eventually(t, func() bool { return slices.Contains(got(), "e") }, 10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, []string{"a", "a", "b", "d", "e"}, got(), "latest wins")
 
 	once := newHookRunner("once", func(context.Context, string) error { return errors.New("no") }, 10*time.Millisecond, true, logr.Discard(), runs)
 	wg.Go(func() { once.run(ctx) })
@@ -223,25 +219,20 @@ func TestPasswordFileReadAgainAndURLCredentials(t *testing.T) {
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	require.NoError(t, os.WriteFile(pwFile, []byte("first-pw\n"), 0o600))
 	root := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan int, 1)
-	var stderr syncBuffer
-	go func() {
-		done <- run(ctx, []string{"--repo", repo.URL(), "--root", root, "--link", "link", "--period", "100ms", "--max-failures", "-1",
-			"--username", "u", "--password-file", pwFile}, noEnv, &stderr)
-	}()
+	p := start(t, "--repo", repo.URL(), "--root", root, "--link", "link", "--period", "100ms", "--max-failures", "-1",
+		"--username", "u", "--password-file", pwFile)
 	version := func(want string) {
 		t.Helper()
 		require.Eventually(t, func() bool {
 			data, _ := os.ReadFile(filepath.Join(root, "link", "version"))
 			return string(data) == want
-		}, 30*time.Second, 20*time.Millisecond, "version %s: %s", want, stderr.String())
+		}, 30*time.Second, 20*time.Millisecond, "version %s: %s", want, p.stderr.String())
 	}
 	version("0")
 	srv.SetBasicAuth("u", "second-pw")
 	repo.Commit(t, "1", gittest.File("version", "1"))
-	time.Sleep(300 * time.Millisecond)
+	const failed = `git_sync_count_total{status="error"}`
+	require.Eventually(t, func() bool { return p.metric(failed) >= 2 }, 30*time.Second, 10*time.Millisecond, "polls refused with the old password")
 	version("0")
 	require.NoError(t, os.WriteFile(pwFile+".new", []byte("second-pw"), 0o600))
 	require.NoError(t, os.Rename(pwFile+".new", pwFile))
@@ -255,10 +246,9 @@ func TestPasswordFileReadAgainAndURLCredentials(t *testing.T) {
 		}
 	}
 	assert.Len(t, mirrors, 1, "one mirror across the rotation")
-	cancel()
-	assert.Equal(t, 0, <-done, stderr.String())
-	assert.NotContains(t, stderr.String(), "first-pw")
-	assert.NotContains(t, stderr.String(), "second-pw")
+	assert.Equal(t, 0, p.stop(), p.stderr.String())
+	assert.NotContains(t, p.stderr.String(), "first-pw")
+	assert.NotContains(t, p.stderr.String(), "second-pw")
 
 	withCreds := strings.Replace(repo.URL(), "://", "://u:second-pw@", 1)
 	var out bytes.Buffer
@@ -316,28 +306,21 @@ func TestWorktreeOfAPath(t *testing.T) {
 	repo := srv.NewRepo(t, "g/mono")
 	c0 := repo.Commit(t, "0", gittest.File("svc/version", "0"), gittest.File("docs/x", "x"))
 	root := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan int, 1)
-	var stderr syncBuffer
-	go func() {
-		done <- run(ctx, []string{"--repo", repo.URL(), "--root", root, "--link", "svc", "--path", "svc", "--period", "50ms", "--max-failures", "-1"}, noEnv, &stderr)
-	}()
+	p := start(t, "--repo", repo.URL(), "--root", root, "--link", "svc", "--path", "svc", "--period", "50ms", "--max-failures", "-1")
 	link := filepath.Join(root, "svc")
 	require.Eventually(t, func() bool {
 		target, _ := os.Readlink(link)
 		return target == filepath.Join(".worktrees", c0, "svc")
-	}, 30*time.Second, 20*time.Millisecond, stderr.String())
+	}, 30*time.Second, 20*time.Millisecond, p.stderr.String())
 	data, err := os.ReadFile(filepath.Join(link, "version"))
 	require.NoError(t, err)
 	assert.Equal(t, "0", string(data))
 	assert.NoDirExists(t, filepath.Join(root, ".worktrees", c0, "docs"), "a sparse checkout of the path")
 	marker := filepath.Join(root, ".worktrees", c0, "marker")
 	require.NoError(t, os.WriteFile(marker, nil, 0o644))
-	time.Sleep(500 * time.Millisecond) // ten periods
+	p.periods(t, 5)
 	assert.FileExists(t, marker, "a sound worktree is not made again")
-	cancel()
-	assert.Equal(t, 0, <-done, stderr.String())
+	assert.Equal(t, 0, p.stop(), p.stderr.String())
 }
 
 // A commit whose tree is empty is a worktree of its .git alone, and sound:
@@ -348,24 +331,16 @@ func TestWorktreeOfAnEmptyTree(t *testing.T) {
 	repo.Commit(t, "0", gittest.File("f", "0"))
 	empty := repo.Commit(t, "empty", gittest.Delete("f"))
 	root := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan int, 1)
-	var stderr syncBuffer
-	go func() {
-		done <- run(ctx, []string{"--repo", repo.URL(), "--root", root, "--link", "link", "--period", "50ms", "--max-failures", "-1"}, noEnv, &stderr)
-	}()
+	p := start(t, "--repo", repo.URL(), "--root", root, "--link", "link", "--period", "50ms", "--max-failures", "-1")
 	wt := filepath.Join(root, ".worktrees", empty)
 	require.Eventually(t, func() bool {
 		target, _ := os.Readlink(filepath.Join(root, "link"))
 		return target == filepath.Join(".worktrees", empty)
-	},
-		30*time.Second, 20*time.Millisecond, stderr.String())
+	}, 30*time.Second, 20*time.Millisecond, p.stderr.String())
 	require.FileExists(t, filepath.Join(wt, ".git"))
-	time.Sleep(500 * time.Millisecond) // ten periods
-	assert.NotContains(t, stderr.String(), "making it again")
-	cancel()
-	assert.Equal(t, 0, <-done, stderr.String())
+	p.periods(t, 5)
+	assert.NotContains(t, p.stderr.String(), "making it again")
+	assert.Equal(t, 0, p.stop(), p.stderr.String())
 }
 
 // A symlink that leads out of the worktree fails the commit (as the
