@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -112,26 +111,13 @@ func (m *Mirror) repack(ctx context.Context, keep []string) error {
 		// A time before any pack: go-git deletes none of the old ones.
 		return m.repo.RepackObjects(&git.RepackConfig{OnlyDeletePacksOlderThan: time.Unix(1, 0)})
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
 	// -a without -d: the old packs are dropped by dropReplaced once no
 	// reader holds them.
-	args := []string{"-C", m.dir, "repack", "-a", "-q", "--no-write-bitmap-index"}
+	args := []string{"repack", "-a", "-q", "--no-write-bitmap-index"}
 	for _, p := range keep {
 		args = append(args, "--keep-pack="+p+".pack")
 	}
-	cmd := exec.CommandContext(ctx, m.opts.GitCLI, args...)
-	// No protocol is allowed: a repack never needs the network, and git
-	// would fetch what a partial mirror lacks (without credentials, but
-	// all of it) rather than fail.
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull, "GIT_ALLOW_PROTOCOL=modwatch-none")
-	killGroupOnCancel(cmd)
-	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("git repack: %w: %s", err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	return m.runMaintenance(ctx, args...)
 }
 
 // largePacks names the packs that are each more than twice the size of all

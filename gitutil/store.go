@@ -3,6 +3,7 @@ package gitutil
 import (
 	"errors"
 	"io"
+	"maps"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
@@ -25,10 +26,13 @@ type mirrorStore struct {
 	missing func(h plumbing.Hash, err error) error
 }
 
-// newMirrorStore opens the store of the mirror in m.dir.
+// newMirrorStore opens the store of the mirror in m.dir, without the packs
+// a repack replaced (kept on disk for the file systems that read them
+// only: what a trim dropped is not the mirror's any more). Callers hold
+// m.mu or own m.
 func (m *Mirror) newMirrorStore() (*mirrorStore, error) {
 	objects := newIdleCache(newObjectLRU(cache.DefaultMaxSize), mirrorCacheIdle)
-	v, err := newPackView(m.dir, &m.indexes, nil, &m.treesRead, objects, true)
+	v, err := newPackView(m.dir, &m.indexes, maps.Clone(m.replaced), &m.treesRead, objects, true)
 	if err != nil {
 		return nil, err
 	}

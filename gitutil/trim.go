@@ -1,0 +1,212 @@
+package gitutil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+)
+
+// maxTrimWalk bounds the commits Trim reads to find the depth's boundary:
+// a merge-heavy history is hostile input too.
+const maxTrimWalk = 1 << 20
+
+// Trim makes the mirror hold no more than a clone of the commits in keep,
+// depth commits deep (0: their whole history), would hold, as git-sync's
+// repository does after a fetch of that depth and a garbage collection:
+// its refs but those that lead to a commit of keep are deleted (a commit
+// of keep that no ref leads to gets one), the commits at the depth become
+// its shallow boundary (git's shallow file: their parents are not part of
+// its history), and a repack keeps only what the refs reach within it.
+// When nothing is to be dropped it changes nothing; it reports whether it
+// changed the mirror.
+//
+// A later fetch of another ref brings that ref's history again, and
+// ancestry beyond the boundary is [ErrHistoryIncomplete], as in a mirror
+// whose first fetch was shallow. A file system handed out earlier keeps
+// the packs it reads (they are deleted once no reader holds them, as after
+// a fetch's repack), but an object the repack dropped is not found. It
+// needs GitCLI, and a mirror that is not partial.
+func (m *Mirror) Trim(ctx context.Context, keep []Hash, depth int) (bool, error) {
+	if m.opts.GitCLI == "" {
+		return false, errors.New("gitutil: trim needs the git CLI")
+	}
+	if depth < 0 {
+		return false, fmt.Errorf("gitutil: trim: negative depth %d", depth)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.broken != nil {
+		return false, fmt.Errorf("%w: %w", ErrCorrupt, m.broken)
+	}
+	if m.partial {
+		return false, errors.New("gitutil: trim of a partial mirror")
+	}
+	tips := make([]plumbing.Hash, 0, len(keep))
+	for _, k := range keep {
+		if _, err := m.commit(plumbing.Hash(k)); err != nil {
+			return false, err
+		}
+		tips = append(tips, plumbing.Hash(k))
+	}
+	drop, add, err := m.trimRefs(tips)
+	if err != nil {
+		return false, err
+	}
+	old, err := m.repo.Storer.Shallow()
+	if err != nil {
+		return false, err
+	}
+	shallow := old
+	if depth > 0 {
+		if shallow, err = m.boundary(ctx, tips, depth, old); err != nil {
+			return false, err
+		}
+	}
+	if len(drop) == 0 && len(add) == 0 && sameSet(shallow, old) {
+		return false, nil
+	}
+	return true, m.applyTrim(ctx, drop, add, shallow)
+}
+
+// trimRefs is what Trim does to the refs: those that lead elsewhere than
+// to tips, to delete, and the tips no ref leads to, to name.
+func (m *Mirror) trimRefs(tips []plumbing.Hash) (drop []plumbing.ReferenceName, add []plumbing.Hash, err error) {
+	iter, err := m.repo.References()
+	if err != nil {
+		return nil, nil, m.markCorrupt(err)
+	}
+	named := map[plumbing.Hash]bool{}
+	err = iter.ForEach(func(r *plumbing.Reference) error {
+		if r.Type() != plumbing.HashReference {
+			return nil
+		}
+		c, err := m.refCommit(r.Name().String())
+		if err == nil && slices.Contains(tips, c) {
+			named[c] = true
+			return nil
+		}
+		drop = append(drop, r.Name())
+		return nil
+	})
+	iter.Close()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, t := range tips {
+		if !named[t] && !slices.Contains(add, t) {
+			add = append(add, t)
+		}
+	}
+	return drop, add, nil
+}
+
+// boundary is the shallow boundary of a clone of tips depth deep: the
+// commits depth-1 parents away from a tip (the nearest way) that have
+// parents, and those nearer that the mirror's shallow file old cuts
+// already. It walks breadth first, so that a commit's distance is the
+// shortest, as git's own deepening counts it.
+func (m *Mirror) boundary(ctx context.Context, tips []plumbing.Hash, depth int, old []plumbing.Hash) ([]plumbing.Hash, error) {
+	dist := map[plumbing.Hash]int{}
+	queue := slices.Clone(tips)
+	for _, t := range tips {
+		dist[t] = 1
+	}
+	var cut []plumbing.Hash
+	for len(queue) > 0 {
+		if len(dist) > maxTrimWalk {
+			return nil, fmt.Errorf("gitutil: trim: more than %d commits within depth %d", maxTrimWalk, depth)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		h := queue[0]
+		queue = queue[1:]
+		c, err := m.commit(h)
+		if err != nil {
+			return nil, err
+		}
+		if len(c.ParentHashes) == 0 {
+			continue
+		}
+		if dist[h] == depth || slices.Contains(old, h) {
+			cut = append(cut, h)
+			continue
+		}
+		for _, p := range c.ParentHashes {
+			if _, seen := dist[p]; !seen {
+				dist[p] = dist[h] + 1
+				queue = append(queue, p)
+			}
+		}
+	}
+	return cut, nil
+}
+
+// sameSet reports whether a and b hold the same hashes.
+func sameSet(a, b []plumbing.Hash) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	cmp := func(x, y plumbing.Hash) int { return strings.Compare(x.String(), y.String()) }
+	slices.SortFunc(a, cmp)
+	slices.SortFunc(b, cmp)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
+}
+
+// applyTrim names the tips in add, writes the shallow boundary, deletes
+// the refs in drop and repacks what is left reachable. A failure leaves a
+// mirror that holds at least what the refs reach. Callers hold m.mu.
+func (m *Mirror) applyTrim(ctx context.Context, drop []plumbing.ReferenceName, add, shallow []plumbing.Hash) error {
+	for _, h := range add {
+		ref := plumbing.NewHashReference(plumbing.ReferenceName("refs/modwatch/commits/"+h.String()), h)
+		if err := m.repo.Storer.SetReference(ref); err != nil {
+			return err
+		}
+	}
+	if err := m.repo.Storer.SetShallow(shallow); err != nil {
+		return err
+	}
+	for _, name := range drop {
+		if err := m.repo.Storer.RemoveReference(name); err != nil {
+			return err
+		}
+	}
+	before := packNames(m.dir)
+	if err := m.repack(ctx, nil); err != nil {
+		clearTemporary(m.dir)
+		return fmt.Errorf("trim: %w", err)
+	}
+	for p := range before {
+		m.replaced[p] = true
+	}
+	// Loose objects: those now packed, and those nothing reaches.
+	if err := m.runMaintenance(ctx, "prune", "--expire=now"); err != nil {
+		return fmt.Errorf("trim: %w", err)
+	}
+	m.repacks.Add(1)
+	m.dropReplaced()
+	return m.reopen()
+}
+
+// runMaintenance runs a git command on the mirror that needs no network
+// (a repack, a prune), bounded by ctx and 10 minutes. No protocol is
+// allowed: git would fetch what a partial mirror lacks (without
+// credentials, but all of it) rather than fail; nor any configuration
+// but the mirror's own.
+func (m *Mirror) runMaintenance(ctx context.Context, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, m.opts.GitCLI, append([]string{"-C", m.dir}, args...)...)
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull, "GIT_ALLOW_PROTOCOL=modwatch-none")
+	killGroupOnCancel(cmd)
+	cmd.WaitDelay = 5 * time.Second
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("git %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

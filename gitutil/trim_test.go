@@ -1,0 +1,159 @@
+package gitutil
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+)
+
+// noise is n bytes that no compression shrinks, as text.
+func noise(t *testing.T, n int) string {
+	b := make([]byte, n/2)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return hex.EncodeToString(b)
+}
+
+// objectBytes is what the mirror's object store takes on disk.
+func objectBytes(t *testing.T, dir string) int64 {
+	var n int64
+	require.NoError(t, filepath.WalkDir(filepath.Join(dir, "objects"), func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			n += info.Size()
+		}
+		return err
+	}))
+	return n
+}
+
+func refNames(t *testing.T, m *Mirror) []string {
+	iter, err := m.repo.References()
+	require.NoError(t, err)
+	defer iter.Close()
+	var names []string
+	for {
+		r, err := iter.Next()
+		if err != nil {
+			break
+		}
+		if r.Type() == plumbing.HashReference {
+			names = append(names, r.Name().String())
+		}
+	}
+	return names
+}
+
+func TestTrimKeepsItsCommitsAtTheirDepth(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err, "the tests need git")
+	const big = 256 << 10
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one", gittest.File("a", "1"))
+	c2 := repo.Commit(t, "two", gittest.File("big1", noise(t, big)))
+	c3 := repo.Commit(t, "three", gittest.File("big2", noise(t, big)))
+	repo.Checkout(t, "other")
+	repo.Commit(t, "other", gittest.File("big3", noise(t, big)))
+	repo.Checkout(t, "main")
+
+	dir := t.TempDir()
+	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: gitBin})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main", "refs/heads/other"})
+	require.NoError(t, err)
+	full := objectBytes(t, dir)
+	require.Greater(t, full, int64(3*big/2), "each file stored in about half its size (hex)")
+	held, err := m.FS(mustHash(c3), at(""))
+	require.NoError(t, err)
+
+	// c2 one deep: c2's tree and nothing else.
+	changed, err := m.Trim(ctxT(t), []Hash{mustHash(c2)}, 1)
+	require.NoError(t, err)
+	assert.True(t, changed)
+	assert.Equal(t, []string{"refs/modwatch/commits/" + c2}, refNames(t, m))
+	assert.True(t, m.HasCommit(mustHash(c2)))
+	assert.False(t, m.HasCommit(mustHash(c3)), "the refs that led elsewhere are gone, and what they held")
+	assert.False(t, m.HasCommit(mustHash(c1)), "beyond the depth")
+	shallow, err := os.ReadFile(filepath.Join(dir, "shallow"))
+	require.NoError(t, err)
+	assert.Equal(t, c2+"\n", string(shallow))
+	data, err := fs.ReadFile(mustFS(t, m, c2), "big1")
+	require.NoError(t, err)
+	assert.Len(t, data, big)
+	// A file system handed out before reads what it read from.
+	data, err = fs.ReadFile(held, "big2")
+	require.NoError(t, err)
+	assert.Len(t, data, big)
+	held = nil
+	_ = held
+
+	// Again: nothing to drop, nothing done.
+	changed, err = m.Trim(ctxT(t), []Hash{mustHash(c2)}, 1)
+	require.NoError(t, err)
+	assert.False(t, changed)
+
+	// The branch moves on: fetched onto the shallow mirror, whole.
+	c4 := repo.Commit(t, "four", gittest.File("a", "4"))
+	res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	assert.Equal(t, c4, res.Refs["refs/heads/main"].String())
+	data, err = fs.ReadFile(mustFS(t, m, c4), "big2")
+	require.NoError(t, err)
+	assert.Len(t, data, big)
+
+	// Two deep from c4: c3 is the boundary, c2 goes; so do the packs the
+	// first trim replaced, now that no file system reads them.
+	runtime.GC()
+	changed, err = m.Trim(ctxT(t), []Hash{mustHash(c4)}, 2)
+	require.NoError(t, err)
+	assert.True(t, changed)
+	assert.Equal(t, []string{"refs/heads/main"}, refNames(t, m))
+	assert.False(t, m.HasCommit(mustHash(c2)))
+	ok, err := m.IsAncestor(ctxT(t), mustHash(c3), mustHash(c4))
+	require.NoError(t, err)
+	assert.True(t, ok)
+	shallow, err = os.ReadFile(filepath.Join(dir, "shallow"))
+	require.NoError(t, err)
+	assert.Equal(t, c3+"\n", string(shallow))
+	assert.Less(t, objectBytes(t, dir), full-int64(big)/3, "big3 (of the branch dropped) is gone from the disk")
+
+	// A commit the mirror lacks is an error, and nothing changes.
+	_, err = m.Trim(ctxT(t), []Hash{mustHash(c1)}, 1)
+	require.ErrorIs(t, err, ErrCommitNotFound)
+	assert.Equal(t, []string{"refs/heads/main"}, refNames(t, m))
+
+	// Depth 0 keeps the history there is, and drops the other refs only.
+	changed, err = m.Trim(ctxT(t), []Hash{mustHash(c4)}, 0)
+	require.NoError(t, err)
+	assert.False(t, changed)
+}
+
+func mustFS(t *testing.T, m *Mirror, c string) fs.FS {
+	f, err := m.FS(mustHash(c), at(""))
+	require.NoError(t, err)
+	return f
+}
+
+func TestTrimNeedsTheGitCLI(t *testing.T) {
+	m, err := OpenMirror(t.TempDir(), "https://example.com/r.git", MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Trim(ctxT(t), nil, 1)
+	require.Error(t, err)
+	_, err = m.Trim(ctxT(t), nil, -1)
+	require.Error(t, err)
+}
