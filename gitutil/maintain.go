@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -94,6 +95,7 @@ func (m *Mirror) maintain(ctx context.Context) (bool, error) {
 			m.replaced[p] = true
 		}
 	}
+	m.recordReplaced()
 	m.repacks.Add(1)
 	m.dropReplaced()
 	return true, m.reopen()
@@ -165,17 +167,67 @@ func (m *Mirror) dropReplaced() {
 		if held[p] {
 			continue
 		}
-		// The index first: a pack without index is damage, found at open.
-		for _, ext := range []string{".idx", ".rev", ".pack", ".promisor"} {
-			_ = os.Remove(filepath.Join(packDir, p+ext))
-		}
+		removePack(packDir, p)
 		m.indexes.forget(p)
 		delete(m.replaced, p)
 		dropped = true
 	}
 	if dropped {
+		m.recordReplaced()
 		_ = m.reopen()
 	}
+}
+
+// removePack deletes the pack named p (its index first: a pack without
+// index is damage, found at open).
+func removePack(packDir, p string) {
+	for _, ext := range []string{".idx", ".rev", ".pack", ".promisor"} {
+		_ = os.Remove(filepath.Join(packDir, p+ext))
+	}
+}
+
+// replacedFile, in the mirror's directory, names the packs a repack
+// replaced and a reader kept (one per line): a process that ends before
+// they are dropped leaves them, and the next to open the mirror, which has
+// no reader, deletes them.
+const replacedFile = "modwatch-replaced"
+
+// recordReplaced writes replacedFile (removes it when no pack is
+// replaced). A failure leaves redundant packs on disk at worst. Callers
+// hold m.mu.
+func (m *Mirror) recordReplaced() {
+	path := filepath.Join(m.dir, replacedFile)
+	if len(m.replaced) == 0 {
+		_ = os.Remove(path)
+		return
+	}
+	names := slices.Sorted(maps.Keys(m.replaced))
+	_ = writeFileAtomic(path, []byte(strings.Join(names, "\n")+"\n"))
+}
+
+// dropLeftReplaced deletes the packs replacedFile names, which an earlier
+// process replaced and could not drop, when another pack is there (which
+// holds what they held). Callers own the mirror: at open.
+func dropLeftReplaced(dir string) {
+	path := filepath.Join(dir, replacedFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	packs := packNames(dir)
+	var drop []string
+	for _, name := range strings.Fields(string(data)) {
+		if packs[name] {
+			drop = append(drop, name)
+		}
+	}
+	if len(drop) < len(packs) {
+		packDir := filepath.Join(dir, "objects", "pack")
+		for _, p := range drop {
+			removePack(packDir, p)
+		}
+	}
+	_ = os.Remove(path)
 }
 
 // sweepReaders forgets the file systems handed out that were collected.

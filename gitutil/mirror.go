@@ -190,6 +190,7 @@ func OpenMirror(dir, repoURL string, opts MirrorOptions) (*Mirror, error) {
 	}
 	if rebuilt == nil {
 		clearTemporary(dir)
+		dropLeftReplaced(dir)
 		if perr := checkPacks(dir, true); perr != nil {
 			rebuilt = fmt.Errorf("damaged object store: %w", perr)
 		}

@@ -17,11 +17,14 @@ import (
 // a merge-heavy history is hostile input too.
 const maxTrimWalk = 1 << 20
 
-// Trim makes the mirror hold no more than a clone of the commits in keep,
-// depth commits deep (0: their whole history), would hold, as git-sync's
-// repository does after a fetch of that depth and a garbage collection:
-// its refs but those that lead to a commit of keep are deleted (a commit
-// of keep that no ref leads to gets one), the commits at the depth become
+// Trim makes the mirror hold no more than a clone of the commits in keep
+// and of the refs named in refs, depth commits deep (0: their whole
+// history), would hold, as git-sync's repository does after a fetch of
+// that depth and a garbage collection: its refs but those of refs and
+// those that lead to a commit of keep are deleted (a commit of keep that
+// no ref leads to gets one; a ref of refs the mirror lacks is no error: a
+// branch a target follows, which a fetch may move past what keep holds,
+// is named there), the commits at the depth become
 // its shallow boundary (git's shallow file: their parents are not part of
 // its history), and a repack keeps only what the refs reach within it.
 // When nothing is to be dropped it changes nothing; it reports whether it
@@ -33,7 +36,7 @@ const maxTrimWalk = 1 << 20
 // the packs it reads (they are deleted once no reader holds them, as after
 // a fetch's repack), but an object the repack dropped is not found. It
 // needs GitCLI, and a mirror that is not partial.
-func (m *Mirror) Trim(ctx context.Context, keep []Hash, depth int) (bool, error) {
+func (m *Mirror) Trim(ctx context.Context, keep []Hash, refs []string, depth int) (bool, error) {
 	if m.opts.GitCLI == "" {
 		return false, errors.New("gitutil: trim needs the git CLI")
 	}
@@ -55,9 +58,14 @@ func (m *Mirror) Trim(ctx context.Context, keep []Hash, depth int) (bool, error)
 		}
 		tips = append(tips, plumbing.Hash(k))
 	}
-	drop, add, err := m.trimRefs(tips)
+	drop, add, kept, err := m.trimRefs(tips, refs)
 	if err != nil {
 		return false, err
+	}
+	for _, c := range kept {
+		if !slices.Contains(tips, c) {
+			tips = append(tips, c)
+		}
 	}
 	old, err := m.repo.Storer.Shallow()
 	if err != nil {
@@ -75,12 +83,13 @@ func (m *Mirror) Trim(ctx context.Context, keep []Hash, depth int) (bool, error)
 	return true, m.applyTrim(ctx, drop, add, shallow)
 }
 
-// trimRefs is what Trim does to the refs: those that lead elsewhere than
-// to tips, to delete, and the tips no ref leads to, to name.
-func (m *Mirror) trimRefs(tips []plumbing.Hash) (drop []plumbing.ReferenceName, add []plumbing.Hash, err error) {
+// trimRefs is what Trim does to the refs: those not in keep that lead
+// elsewhere than to tips, to delete, the tips no ref leads to, to name, and
+// the commits the refs of keep lead to.
+func (m *Mirror) trimRefs(tips []plumbing.Hash, keep []string) (drop []plumbing.ReferenceName, add, kept []plumbing.Hash, err error) {
 	iter, err := m.repo.References()
 	if err != nil {
-		return nil, nil, m.markCorrupt(err)
+		return nil, nil, nil, m.markCorrupt(err)
 	}
 	named := map[plumbing.Hash]bool{}
 	err = iter.ForEach(func(r *plumbing.Reference) error {
@@ -88,6 +97,11 @@ func (m *Mirror) trimRefs(tips []plumbing.Hash) (drop []plumbing.ReferenceName, 
 			return nil
 		}
 		c, err := m.refCommit(r.Name().String())
+		if err == nil && slices.Contains(keep, r.Name().String()) {
+			kept = append(kept, c)
+			named[c] = true
+			return nil
+		}
 		if err == nil && slices.Contains(tips, c) {
 			named[c] = true
 			return nil
@@ -97,14 +111,14 @@ func (m *Mirror) trimRefs(tips []plumbing.Hash) (drop []plumbing.ReferenceName, 
 	})
 	iter.Close()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for _, t := range tips {
 		if !named[t] && !slices.Contains(add, t) {
 			add = append(add, t)
 		}
 	}
-	return drop, add, nil
+	return drop, add, kept, nil
 }
 
 // boundary is the shallow boundary of a clone of tips depth deep: the
@@ -184,6 +198,7 @@ func (m *Mirror) applyTrim(ctx context.Context, drop []plumbing.ReferenceName, a
 	for p := range before {
 		m.replaced[p] = true
 	}
+	m.recordReplaced()
 	// Loose objects: those now packed, and those nothing reaches.
 	if err := m.runMaintenance(ctx, "prune", "--expire=now"); err != nil {
 		return fmt.Errorf("trim: %w", err)

@@ -82,7 +82,7 @@ func TestTrimKeepsItsCommitsAtTheirDepth(t *testing.T) {
 	require.NoError(t, err)
 
 	// c2 one deep: c2's tree and nothing else.
-	changed, err := m.Trim(ctxT(t), []Hash{mustHash(c2)}, 1)
+	changed, err := m.Trim(ctxT(t), []Hash{mustHash(c2)}, nil, 1)
 	require.NoError(t, err)
 	assert.True(t, changed)
 	assert.Equal(t, []string{"refs/modwatch/commits/" + c2}, refNames(t, m))
@@ -103,7 +103,7 @@ func TestTrimKeepsItsCommitsAtTheirDepth(t *testing.T) {
 	_ = held
 
 	// Again: nothing to drop, nothing done.
-	changed, err = m.Trim(ctxT(t), []Hash{mustHash(c2)}, 1)
+	changed, err = m.Trim(ctxT(t), []Hash{mustHash(c2)}, nil, 1)
 	require.NoError(t, err)
 	assert.False(t, changed)
 
@@ -116,10 +116,11 @@ func TestTrimKeepsItsCommitsAtTheirDepth(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, data, big)
 
-	// Two deep from c4: c3 is the boundary, c2 goes; so do the packs the
-	// first trim replaced, now that no file system reads them.
+	// Two deep from where main is (a branch named, which the mirror
+	// has, and one it lacks): c3 is the boundary, c2 goes; so do the
+	// packs the first trim replaced, now that no file system reads them.
 	runtime.GC()
-	changed, err = m.Trim(ctxT(t), []Hash{mustHash(c4)}, 2)
+	changed, err = m.Trim(ctxT(t), nil, []string{"refs/heads/main", "refs/heads/gone"}, 2)
 	require.NoError(t, err)
 	assert.True(t, changed)
 	assert.Equal(t, []string{"refs/heads/main"}, refNames(t, m))
@@ -133,12 +134,12 @@ func TestTrimKeepsItsCommitsAtTheirDepth(t *testing.T) {
 	assert.Less(t, objectBytes(t, dir), full-int64(big)/3, "big3 (of the branch dropped) is gone from the disk")
 
 	// A commit the mirror lacks is an error, and nothing changes.
-	_, err = m.Trim(ctxT(t), []Hash{mustHash(c1)}, 1)
+	_, err = m.Trim(ctxT(t), []Hash{mustHash(c1)}, nil, 1)
 	require.ErrorIs(t, err, ErrCommitNotFound)
 	assert.Equal(t, []string{"refs/heads/main"}, refNames(t, m))
 
 	// Depth 0 keeps the history there is, and drops the other refs only.
-	changed, err = m.Trim(ctxT(t), []Hash{mustHash(c4)}, 0)
+	changed, err = m.Trim(ctxT(t), []Hash{mustHash(c4)}, nil, 0)
 	require.NoError(t, err)
 	assert.False(t, changed)
 }
@@ -152,8 +153,40 @@ func mustFS(t *testing.T, m *Mirror, c string) fs.FS {
 func TestTrimNeedsTheGitCLI(t *testing.T) {
 	m, err := OpenMirror(t.TempDir(), "https://example.com/r.git", MirrorOptions{})
 	require.NoError(t, err)
-	_, err = m.Trim(ctxT(t), nil, 1)
+	_, err = m.Trim(ctxT(t), nil, nil, 1)
 	require.Error(t, err)
-	_, err = m.Trim(ctxT(t), nil, -1)
+	_, err = m.Trim(ctxT(t), nil, nil, -1)
 	require.Error(t, err)
+}
+
+// A process that ends while a reader holds the packs a trim replaced
+// leaves them on disk; the next to open the mirror deletes them.
+func TestReplacedPacksLeftAreDroppedAtOpen(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err, "the tests need git")
+	const big = 256 << 10
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one", gittest.File("a", "1"))
+	repo.Commit(t, "two", gittest.File("big", noise(t, big)))
+	dir := t.TempDir()
+	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: gitBin})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	held := mustFS(t, m, c1)
+	_, err = m.Trim(ctxT(t), []Hash{mustHash(c1)}, nil, 1)
+	require.NoError(t, err)
+	before := objectBytes(t, dir)
+	require.Greater(t, before, int64(big/3), "held by a reader")
+	_, err = fs.ReadFile(held, "a")
+	require.NoError(t, err)
+
+	again, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: gitBin})
+	require.NoError(t, err)
+	assert.Less(t, objectBytes(t, dir), int64(big/3))
+	assert.True(t, again.HasCommit(mustHash(c1)))
+	_, err = fs.ReadFile(mustFS(t, again, c1), "a")
+	require.NoError(t, err)
+	assert.NoFileExists(t, filepath.Join(dir, replacedFile))
 }
