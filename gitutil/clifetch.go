@@ -189,3 +189,41 @@ func (m *Mirror) gitFailed(what string, err error, out *bytes.Buffer) error {
 	}
 	return fmt.Errorf("%s: %w: %s", what, err, scrub(msg, m.url))
 }
+
+// cliFetch runs git fetch in the mirror for specs with the options in
+// extra (--depth=N, --unshallow), credentials as cliClone gives them, then
+// gives the mirror a fresh view of its store. Callers hold m.mu.
+func (m *Mirror) cliFetch(ctx context.Context, a *Auth, extra []string, specs ...string) error {
+	e, err := ParseURL(m.url)
+	if err != nil {
+		return err
+	}
+	if a == nil {
+		a = &Auth{}
+	}
+	if a.SSHPassphrase != "" {
+		return fmt.Errorf("git CLI cannot use a passphrase-protected key non-interactively")
+	}
+	tmp, err := os.MkdirTemp(m.opts.TempDir, "modwatch-git-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	env, err := cliEnv(tmp, e, a)
+	if err != nil {
+		return err
+	}
+	args := append([]string{"fetch", "--progress", "--no-tags", "--no-write-fetch-head"}, extra...)
+	args = append(append(args, "--", m.url), specs...)
+	cmd := exec.CommandContext(ctx, m.opts.GitCLI, args...)
+	cmd.Dir = m.dir
+	cmd.Env = append(env, "GIT_DIR="+m.dir)
+	killGroupOnCancel(cmd)
+	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stderr = io.MultiWriter(&out, progressWriter{&m.progress}) // --no-write-fetch-head: nothing on stdout
+	if err := cmd.Run(); err != nil {
+		return m.gitFailed("git fetch", err, &out)
+	}
+	return m.reopen()
+}

@@ -73,7 +73,7 @@ func (m *Mirror) Trim(ctx context.Context, keep []Hash, refs []string, depth int
 	}
 	shallow := old
 	if depth > 0 {
-		if shallow, err = m.boundary(ctx, tips, depth, old); err != nil {
+		if shallow, _, err = m.boundary(ctx, tips, depth, old); err != nil {
 			return false, err
 		}
 	}
@@ -124,32 +124,33 @@ func (m *Mirror) trimRefs(tips []plumbing.Hash, keep []string) (drop []plumbing.
 // boundary is the shallow boundary of a clone of tips depth deep: the
 // commits depth-1 parents away from a tip (the nearest way) that have
 // parents, and those nearer that the mirror's shallow file old cuts
-// already. It walks breadth first, so that a commit's distance is the
+// already (short is set when there is one: the mirror holds less than the
+// depth). It walks breadth first, so that a commit's distance is the
 // shortest, as git's own deepening counts it.
-func (m *Mirror) boundary(ctx context.Context, tips []plumbing.Hash, depth int, old []plumbing.Hash) ([]plumbing.Hash, error) {
+func (m *Mirror) boundary(ctx context.Context, tips []plumbing.Hash, depth int, old []plumbing.Hash) (cut []plumbing.Hash, short bool, err error) {
 	dist := map[plumbing.Hash]int{}
 	queue := slices.Clone(tips)
 	for _, t := range tips {
 		dist[t] = 1
 	}
-	var cut []plumbing.Hash
 	for len(queue) > 0 {
 		if len(dist) > maxTrimWalk {
-			return nil, fmt.Errorf("gitutil: trim: more than %d commits within depth %d", maxTrimWalk, depth)
+			return nil, false, fmt.Errorf("gitutil: more than %d commits within depth %d", maxTrimWalk, depth)
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		h := queue[0]
 		queue = queue[1:]
 		c, err := m.commit(h)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if len(c.ParentHashes) == 0 {
 			continue
 		}
 		if dist[h] == depth || slices.Contains(old, h) {
+			short = short || dist[h] < depth
 			cut = append(cut, h)
 			continue
 		}
@@ -160,7 +161,67 @@ func (m *Mirror) boundary(ctx context.Context, tips []plumbing.Hash, depth int, 
 			}
 		}
 	}
-	return cut, nil
+	return cut, short, nil
+}
+
+// Deepen makes the mirror hold the history of commit depth commits deep
+// (0: all of it), fetching what it lacks with the git CLI (git fetch
+// --depth, or --unshallow) under a ref of the commit's own: after a
+// [Mirror.Trim] to a shallower depth, or a shallow first fetch. It fetches
+// the commit too when the mirror lacks it (git asks for it by hash, which
+// a server answers over protocol version 2, or with
+// uploadpack.allowReachableSHA1InWant). It fetches nothing when the mirror
+// holds that much; it reports whether it fetched.
+func (m *Mirror) Deepen(ctx context.Context, auth *Auth, c Hash, depth int) (bool, error) {
+	if m.opts.GitCLI == "" {
+		return false, errors.New("gitutil: deepen needs the git CLI")
+	}
+	if depth < 0 {
+		return false, fmt.Errorf("gitutil: deepen: negative depth %d", depth)
+	}
+	ctx, cancel, topts, err := m.prepare(ctx, auth)
+	if err != nil {
+		return false, err
+	}
+	defer cancel()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.broken != nil {
+		return false, fmt.Errorf("%w: %w", ErrCorrupt, m.broken)
+	}
+	h := plumbing.Hash(c)
+	if short, err := m.short(ctx, h, depth); err != nil || !short {
+		return false, err
+	}
+	extra := []string{"--unshallow"}
+	if depth > 0 {
+		extra = []string{fmt.Sprintf("--depth=%d", depth)}
+	} else if old, _ := m.repo.Storer.Shallow(); len(old) == 0 {
+		extra = nil // the commit only, with its whole history
+	}
+	if err := m.cliFetch(ctx, topts.orig, extra, "+"+h.String()+":refs/modwatch/commits/"+h.String()); err != nil {
+		return false, &RemoteError{Op: "deepen " + h.String(), URL: m.url, Err: err}
+	}
+	if _, err := m.commit(h); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// short reports whether the mirror lacks commit, or some of its history
+// depth deep (0: any of it). Callers hold m.mu.
+func (m *Mirror) short(ctx context.Context, h plumbing.Hash, depth int) (bool, error) {
+	if m.repo.Storer.HasEncodedObject(h) != nil {
+		return true, nil
+	}
+	old, err := m.repo.Storer.Shallow()
+	if err != nil || len(old) == 0 || depth == 0 {
+		// Depth 0 of a shallow mirror: unshallowed once, without walking
+		// all its history.
+		return len(old) > 0, err
+	}
+	_, short, err := m.boundary(ctx, []plumbing.Hash{h}, depth, old)
+	return short, err
 }
 
 // sameSet reports whether a and b hold the same hashes.

@@ -190,3 +190,65 @@ func TestReplacedPacksLeftAreDroppedAtOpen(t *testing.T) {
 	require.NoError(t, err)
 	assert.NoFileExists(t, filepath.Join(dir, replacedFile))
 }
+
+func TestDeepenFetchesTheHistoryTrimmed(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err, "the tests need git")
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	var c []string
+	for i := range 4 {
+		c = append(c, repo.Commit(t, "c", gittest.File("a", string(rune('1'+i)))))
+	}
+	srv.SetBasicAuth("deploy", "deepen-s3cret")
+	auth := &Auth{Username: "deploy", Password: "deepen-s3cret", AllowInsecureHTTP: true}
+	dir := t.TempDir()
+	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: gitBin, TempDir: t.TempDir()})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), auth, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	_, err = m.Trim(ctxT(t), []Hash{mustHash(c[3])}, nil, 1)
+	require.NoError(t, err)
+	require.False(t, m.HasCommit(mustHash(c[2])))
+
+	fetched, err := m.Deepen(ctxT(t), auth, mustHash(c[3]), 1)
+	require.NoError(t, err)
+	assert.False(t, fetched, "the mirror holds that much")
+
+	_, err = m.Deepen(ctxT(t), nil, mustHash(c[3]), 3)
+	require.Error(t, err, "the server wants credentials")
+	assert.NotContains(t, err.Error(), "deepen-s3cret")
+
+	fetched, err = m.Deepen(ctxT(t), auth, mustHash(c[3]), 3)
+	require.NoError(t, err)
+	assert.True(t, fetched)
+	assert.True(t, m.HasCommit(mustHash(c[1])))
+	assert.False(t, m.HasCommit(mustHash(c[0])))
+	shallow, err := os.ReadFile(filepath.Join(dir, "shallow"))
+	require.NoError(t, err)
+	assert.Equal(t, c[1]+"\n", string(shallow))
+
+	fetched, err = m.Deepen(ctxT(t), auth, mustHash(c[3]), 0)
+	require.NoError(t, err)
+	assert.True(t, fetched)
+	assert.True(t, m.HasCommit(mustHash(c[0])))
+	assert.NoFileExists(t, filepath.Join(dir, "shallow"))
+	ok, err := m.IsAncestor(ctxT(t), mustHash(c[0]), mustHash(c[3]))
+	require.NoError(t, err)
+	assert.True(t, ok)
+	fetched, err = m.Deepen(ctxT(t), auth, mustHash(c[3]), 0)
+	require.NoError(t, err)
+	assert.False(t, fetched)
+
+	// A commit no ref leads to, and the mirror lacks: asked for by hash.
+	_, err = m.Trim(ctxT(t), []Hash{mustHash(c[3])}, nil, 1)
+	require.NoError(t, err)
+	require.False(t, m.HasCommit(mustHash(c[1])))
+	fetched, err = m.Deepen(ctxT(t), auth, mustHash(c[1]), 1)
+	require.NoError(t, err)
+	assert.True(t, fetched)
+	data, err := fs.ReadFile(mustFS(t, m, c[1]), "a")
+	require.NoError(t, err)
+	assert.Equal(t, "2", string(data))
+	assert.False(t, m.HasCommit(mustHash(c[0])))
+}
