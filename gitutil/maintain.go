@@ -68,37 +68,60 @@ func (m *Mirror) maintain(ctx context.Context) (bool, error) {
 	if limit == 0 {
 		limit = DefaultRepackPacks
 	}
-	before := packNames(m.dir)
-	if limit < 0 || len(before) <= limit {
+	if limit < 0 || len(packNames(m.dir)) <= limit {
 		return false, nil
 	}
 	var keep []string
 	if m.opts.GitCLI != "" {
 		keep = largePacks(m.dir)
 	}
+	if made, err := m.repackReplacing(ctx, keep); err != nil || !made {
+		return false, err
+	}
+	m.repacks.Add(1)
+	m.dropReplaced()
+	return true, m.reopen()
+}
+
+// repackReplacing repacks (see repack) and marks the packs it made
+// redundant as replaced: every pack but those to keep and those it wrote,
+// new or written again under the same name (a pack of the same objects;
+// the file is then another, which a reader of the old one keeps reading).
+// It reports whether it wrote a pack. Callers hold m.mu.
+func (m *Mirror) repackReplacing(ctx context.Context, keep []string) (bool, error) {
+	before := packFiles(m.dir)
 	if err := m.repack(ctx, keep); err != nil {
 		clearTemporary(m.dir)
 		return false, fmt.Errorf("repack: %w", err)
 	}
-	after := packNames(m.dir)
-	made := 0
-	for p := range after {
-		if !before[p] {
-			made++
+	after := packFiles(m.dir)
+	var written []string
+	for p, fi := range after {
+		if old, ok := before[p]; !ok || !os.SameFile(old, fi) {
+			written = append(written, p)
 		}
 	}
-	if made == 0 {
+	if len(written) == 0 {
 		return false, nil
 	}
 	for p := range before {
-		if after[p] && !slices.Contains(keep, p) {
+		if _, ok := after[p]; ok && !slices.Contains(keep, p) && !slices.Contains(written, p) {
 			m.replaced[p] = true
 		}
 	}
 	m.recordReplaced()
-	m.repacks.Add(1)
-	m.dropReplaced()
-	return true, m.reopen()
+	return true, nil
+}
+
+// packFiles is the mirror's packs by base name, with their files' stat.
+func packFiles(dir string) map[string]os.FileInfo {
+	out := map[string]os.FileInfo{}
+	for p := range packNames(dir) {
+		if fi, err := os.Stat(filepath.Join(dir, "objects", "pack", p+".pack")); err == nil {
+			out[p] = fi
+		}
+	}
+	return out
 }
 
 // repack writes one pack of the objects of every pack but those to keep

@@ -498,7 +498,11 @@ func (w progressWriter) Write(p []byte) (int, error) {
 
 // FetchCommit makes sure a commit that no ref may point at is in the
 // mirror, asking the remote for it by SHA. It does nothing when the commit is
-// already there.
+// already there. go-git asks in protocol version 0, in which a server
+// gives a commit no ref points at only with
+// uploadpack.allowReachableSHA1InWant (GitHub and GitLab have it); when
+// that brings nothing and there is a git CLI, the CLI asks again, in
+// version 2, which needs no such setting.
 func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, c Hash) (FetchResult, error) {
 	commit := plumbing.Hash(c)
 	m.mu.Lock()
@@ -516,7 +520,11 @@ func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, c Hash) (FetchResu
 	defer cancel()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, err := m.goGitFetch(ctx, topts, []config.RefSpec{config.RefSpec(commit.String() + ":" + name)}, 0); err != nil {
+	_, err = m.goGitFetch(ctx, topts, []config.RefSpec{config.RefSpec(commit.String() + ":" + name)}, 0)
+	if _, cerr := m.repo.CommitObject(commit); cerr != nil && m.opts.GitCLI != "" && ctx.Err() == nil {
+		err = m.cliFetch(ctx, topts.orig, nil, commit.String()+":"+name)
+	}
+	if err != nil {
 		return FetchResult{}, &RemoteError{Op: "fetch commit " + commit.String(), URL: m.url, Err: err}
 	}
 	if _, err := m.repo.CommitObject(commit); err != nil {

@@ -28,7 +28,8 @@ const maxTrimWalk = 1 << 20
 // its shallow boundary (git's shallow file: their parents are not part of
 // its history), and a repack keeps only what the refs reach within it.
 // When nothing is to be dropped it changes nothing; it reports whether it
-// changed the mirror.
+// changed the mirror. It first deletes the packs an earlier repack
+// replaced that no file system reads any more.
 //
 // A later fetch of another ref brings that ref's history again, and
 // ancestry beyond the boundary is [ErrHistoryIncomplete], as in a mirror
@@ -51,6 +52,7 @@ func (m *Mirror) Trim(ctx context.Context, keep []Hash, refs []string, depth int
 	if m.partial {
 		return false, errors.New("gitutil: trim of a partial mirror")
 	}
+	m.dropReplaced()
 	tips := make([]plumbing.Hash, 0, len(keep))
 	for _, k := range keep {
 		if _, err := m.commit(plumbing.Hash(k)); err != nil {
@@ -251,15 +253,9 @@ func (m *Mirror) applyTrim(ctx context.Context, drop []plumbing.ReferenceName, a
 			return err
 		}
 	}
-	before := packNames(m.dir)
-	if err := m.repack(ctx, nil); err != nil {
-		clearTemporary(m.dir)
+	if _, err := m.repackReplacing(ctx, nil); err != nil {
 		return fmt.Errorf("trim: %w", err)
 	}
-	for p := range before {
-		m.replaced[p] = true
-	}
-	m.recordReplaced()
 	// Loose objects: those now packed, and those nothing reaches.
 	if err := m.runMaintenance(ctx, "prune", "--expire=now"); err != nil {
 		return fmt.Errorf("trim: %w", err)

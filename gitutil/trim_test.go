@@ -252,3 +252,48 @@ func TestDeepenFetchesTheHistoryTrimmed(t *testing.T) {
 	assert.Equal(t, "2", string(data))
 	assert.False(t, m.HasCommit(mustHash(c[0])))
 }
+
+// A trim that drops a ref and nothing else writes again the pack the
+// mirror has (the same objects, the same name): that pack is the mirror's
+// still, not one it replaced.
+func TestTrimThatRewritesTheSamePack(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err, "the tests need git")
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one", gittest.File("a", "1"))
+	repo.Tag(t, "v1", false)
+	c2 := repo.Commit(t, "two", gittest.File("a", "2"))
+	dir := t.TempDir()
+	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: gitBin})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main", "refs/tags/v1"})
+	require.NoError(t, err)
+	_, err = m.Trim(ctxT(t), []Hash{mustHash(c2)}, nil, 0)
+	require.NoError(t, err)
+	before := packNames(dir)
+
+	// v1 (at c1, which c2 holds) was dropped: the pack is written again.
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/tags/v1"})
+	require.NoError(t, err)
+	changed, err := m.Trim(ctxT(t), []Hash{mustHash(c2)}, nil, 0)
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, before, packNames(dir), "the same pack")
+	runtime.GC()
+	_, err = m.Trim(ctxT(t), []Hash{mustHash(c2)}, nil, 0) // drops what no reader holds
+	require.NoError(t, err)
+	for _, mm := range []*Mirror{m, reopened(t, dir, repo.URL(), gitBin)} {
+		assert.True(t, mm.HasCommit(mustHash(c2)))
+		assert.True(t, mm.HasCommit(mustHash(c1)))
+		data, err := fs.ReadFile(mustFS(t, mm, c2), "a")
+		require.NoError(t, err)
+		assert.Equal(t, "2", string(data))
+	}
+}
+
+func reopened(t *testing.T, dir, url, gitBin string) *Mirror {
+	m, err := OpenMirror(dir, url, MirrorOptions{GitCLI: gitBin})
+	require.NoError(t, err)
+	return m
+}

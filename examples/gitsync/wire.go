@@ -86,6 +86,7 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	if err := w.Run(logr.NewContext(ctx, log)); err != nil {
 		return err
 	}
+	s.wt.finish()
 	return s.result()
 }
 
@@ -124,6 +125,7 @@ func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watche
 	}
 	git := &mirrorDirs{Git: watcher.GoGit{GitCLI: c.gitBin}}
 	s.wt = s.worktrees(git)
+	s.wt.shared = s.alsoOfTheRepository()
 	s.source.target = watcher.Target{ID: c.link, URL: c.repo, Revision: revision, Path: c.path, Auth: auth}
 	s.source.init, s.source.period = c.initPeriod, c.period
 	switch {
@@ -169,6 +171,18 @@ func (s *session) worktrees(git *mirrorDirs) *worktrees {
 		synced:      s.mainSynced,
 		credentials: c.gitCredentials,
 	}
+}
+
+// alsoOfTheRepository reports whether an --also target reads the
+// repository --repo names (the same mirror).
+func (s *session) alsoOfTheRepository() bool {
+	repo, err := gitutil.NormalizeURL(s.c.repo)
+	for _, t := range s.c.also {
+		if u, uerr := gitutil.NormalizeURL(t.URL); err != nil || uerr != nil || u == repo {
+			return true
+		}
+	}
+	return false
 }
 
 // alsoTargets are the --also targets, with the command's credentials.

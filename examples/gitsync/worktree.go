@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +46,9 @@ type worktrees struct {
 	sparseFile string
 	submodules string // off, shallow, recursive
 	gc         string // auto, always, aggressive, off
+	// shared is set when another target reads the repository's mirror (an
+	// --also of the same repository): the mirror is then not trimmed.
+	shared     bool
 	commitFile string
 	stale      time.Duration
 	period     time.Duration
@@ -59,10 +63,12 @@ type worktrees struct {
 	log         logr.Logger
 
 	mu        sync.Mutex
-	current   string // the hash the link was last published at
-	first     bool   // a sync has completed in this process
-	hasOrigin bool   // root's origin is the repository, since init
-	checked   bool   // root was found to be a repository of its own
+	current   string        // the hash the link was last published at
+	ref       string        // the ref it was resolved from ("" for a commit)
+	auth      *gitutil.Auth // the target's, to deepen the mirror with
+	first     bool          // a sync has completed in this process
+	hasOrigin bool          // root's origin is the repository, since init
+	checked   bool          // root was found to be a repository of its own
 }
 
 var (
@@ -83,6 +89,7 @@ func (w *worktrees) worktreeFor(hash string) string {
 func (w *worktrees) Deliver(ctx context.Context, c watcher.Change) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.ref, w.auth = c.Ref, c.Target.Auth
 	return w.sync(ctx, c.To)
 }
 
@@ -94,6 +101,11 @@ func (w *worktrees) sync(ctx context.Context, hash string) error {
 	}
 	current := w.currentWorktree()
 	changed := current != w.worktreeFor(hash) || !w.sound(hash)
+	if changed || !w.first {
+		if err := w.deepen(ctx, hash); err != nil {
+			return err
+		}
+	}
 	if changed {
 		if err := w.create(ctx, hash); err != nil {
 			return err
@@ -113,13 +125,14 @@ func (w *worktrees) sync(ctx context.Context, hash string) error {
 		}
 	}
 	w.current = hash
-	if changed || !w.first {
+	first := !w.first
+	if changed || first {
 		w.first = true
 		if w.synced != nil {
 			w.synced(hash, time.Since(start))
 		}
 	}
-	if err := w.cleanup(ctx); err != nil {
+	if err := w.cleanup(ctx, first); err != nil {
 		w.log.Error(err, "git cleanup failed")
 	}
 	return nil
@@ -142,8 +155,8 @@ func (w *worktrees) Run(ctx context.Context) error {
 			if w.currentWorktree() != w.worktreeFor(w.current) || !w.sound(w.current) {
 				w.log.V(0).Info("worktree failed checks or was removed; making it again", "hash", w.current)
 				err = w.sync(ctx, w.current)
-			} else {
-				err = w.cleanup(ctx) // stale worktrees
+			} else if err = w.cleanup(ctx, false); err == nil && w.gc != "off" { // stale worktrees
+				err = w.trimMirror(ctx) // the packs readers held
 			}
 			if err != nil && ctx.Err() == nil {
 				w.log.Error(err, "worktree check failed", "hash", w.current)
@@ -549,8 +562,10 @@ func (w *worktrees) retire(old, hash string) {
 
 // cleanup removes what is under root/.worktrees but the current worktree
 // and those retired less than --stale-worktree-timeout ago, then has git
-// forget them and collect garbage (--git-gc).
-func (w *worktrees) cleanup(ctx context.Context) error {
+// forget them and collect garbage (--git-gc), in root and in the mirror,
+// when it removed one or always is set (the first sync of a process,
+// which may have another --depth than the last).
+func (w *worktrees) cleanup(ctx context.Context, always bool) error {
 	base := filepath.Join(w.root, ".worktrees")
 	entries, err := os.ReadDir(base)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -570,7 +585,7 @@ func (w *worktrees) cleanup(ctx context.Context) error {
 		}
 		removed++
 	}
-	if removed == 0 {
+	if removed == 0 && !always {
 		return nil
 	}
 	if _, err := w.git.run(ctx, w.root, "worktree", "prune"); err != nil {
@@ -578,6 +593,9 @@ func (w *worktrees) cleanup(ctx context.Context) error {
 	}
 	if w.gc == "off" {
 		return nil
+	}
+	if err := w.trimMirror(ctx); err != nil {
+		return err
 	}
 	args := []string{"gc", "--quiet"}
 	switch w.gc {
@@ -588,6 +606,82 @@ func (w *worktrees) cleanup(ctx context.Context) error {
 	}
 	_, err = w.git.run(ctx, w.root, args...)
 	return err
+}
+
+// finish trims the mirror once more when the watcher has ended: the
+// packs its last trim replaced, which the delivery's file system held,
+// are then read by nothing (git-sync's repository is its size when the
+// process ends).
+func (w *worktrees) finish() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.current == "" || w.gc == "off" {
+		return
+	}
+	runtime.GC() // the file systems handed out, unreferenced now
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := w.trimMirror(ctx); err != nil {
+		w.log.Error(err, "git cleanup failed")
+	}
+}
+
+// trimmer is a mirror whose history can be cut to a depth and deepened
+// again (gitutil's).
+type trimmer interface {
+	Trim(ctx context.Context, keep []gitutil.Hash, refs []string, depth int) (bool, error)
+	Deepen(ctx context.Context, auth *gitutil.Auth, c gitutil.Hash, depth int) (bool, error)
+}
+
+// deepen fetches the history of hash --depth deep that the mirror lacks
+// (a trim to a smaller depth, by the last process): git-sync's fetch of
+// that depth.
+func (w *worktrees) deepen(ctx context.Context, hash string) error {
+	h, err := gitutil.ParseHash(hash)
+	if err != nil {
+		return err
+	}
+	for _, m := range w.mirrors.of(w.origin) {
+		if t, ok := m.(trimmer); ok {
+			if _, err := t.Deepen(ctx, w.auth, h, w.depth); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// trimMirror makes the repository's mirror hold what git-sync's own
+// repository would after its fetch of --depth and its garbage collection:
+// the history of the worktrees under root and of the ref the target
+// follows, that deep, and no other ref's. Not when another target reads
+// the same mirror.
+func (w *worktrees) trimMirror(ctx context.Context) error {
+	if w.shared {
+		return nil
+	}
+	var keep []gitutil.Hash
+	entries, err := os.ReadDir(filepath.Join(w.root, ".worktrees"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for _, e := range entries {
+		if h, err := gitutil.ParseHash(e.Name()); err == nil && e.IsDir() {
+			keep = append(keep, h)
+		}
+	}
+	var refs []string
+	if w.ref != "" {
+		refs = append(refs, w.ref)
+	}
+	for _, m := range w.mirrors.of(w.origin) {
+		if t, ok := m.(trimmer); ok {
+			if _, err := t.Trim(ctx, keep, refs, w.depth); err != nil {
+				return fmt.Errorf("trim the mirror: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // gitRunner runs the git CLI on the root repository and its worktrees,
@@ -692,6 +786,14 @@ type mirrorDirs struct {
 	watcher.Git
 	mu   sync.Mutex
 	dirs []string
+	// mirrors holds the last mirror opened in each directory, with its
+	// normalised URL.
+	mirrors map[string]urlMirror
+}
+
+type urlMirror struct {
+	url    string
+	mirror watcher.Mirror
 }
 
 // OpenMirror implements watcher.Git.
@@ -709,7 +811,30 @@ func (m *mirrorDirs) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (wa
 	if !slices.Contains(m.dirs, abs) {
 		m.dirs = append(m.dirs, abs)
 	}
+	if key, err := gitutil.NormalizeURL(url); err == nil {
+		if m.mirrors == nil {
+			m.mirrors = map[string]urlMirror{}
+		}
+		m.mirrors[abs] = urlMirror{key, mirror}
+	}
 	return mirror, nil
+}
+
+// of is the mirrors opened of url.
+func (m *mirrorDirs) of(url string) []watcher.Mirror {
+	key, err := gitutil.NormalizeURL(url)
+	if err != nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []watcher.Mirror
+	for _, um := range m.mirrors {
+		if um.url == key {
+			out = append(out, um.mirror)
+		}
+	}
+	return out
 }
 
 func (m *mirrorDirs) all() []string {
