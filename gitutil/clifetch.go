@@ -80,9 +80,9 @@ func cloneBranch(refs []string) (string, error) {
 
 // cliEnv is the git CLI's environment for a clone of e with a: no prompt,
 // and every credential through the environment or a file under tmp (mode
-// 0600), never argv. Configuration goes in as GIT_CONFIG_* pairs.
-func cliEnv(tmp string, e Endpoint, a *Auth) ([]string, error) {
-	var cfg [][2]string
+// 0600), never argv. Configuration (with cfg's) goes in as GIT_CONFIG_*
+// pairs.
+func cliEnv(tmp string, e Endpoint, a *Auth, cfg ...[2]string) ([]string, error) {
 	env := append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "SSH_ASKPASS=")
 	switch e.Scheme {
 	case "http", "https":
@@ -209,7 +209,8 @@ func (m *Mirror) cliFetch(ctx context.Context, a *Auth, extra []string, specs ..
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	env, err := cliEnv(tmp, e, a)
+	// A pack, always: the mirror reads no loose object.
+	env, err := cliEnv(tmp, e, a, [2]string{"fetch.unpackLimit", "1"})
 	if err != nil {
 		return err
 	}

@@ -85,6 +85,17 @@ type MirrorOptions struct {
 	// history (FirstFetchDepth 0). A mirror stays what its first fetch made
 	// it (git's remote.origin.promisor in its configuration says so).
 	Partial bool
+	// ShallowDepth is the depth of every fetch into a mirror that is
+	// shallow (its first fetch was, or [Mirror.Trim] made it so) when there
+	// is a GitCLI, which makes them (git fetch --depth, as git-sync
+	// fetches): the mirror then holds what a shallow clone of that depth
+	// holds, and a commit whose parent lies beyond the boundary (a
+	// force-push) does not bring back the history the mirror let go of. 0
+	// fetches the history the mirror lacks in full. Either way the git CLI
+	// tells the server where the mirror's history ends, which go-git's
+	// fetch does not (it would take the server's word that the mirror has
+	// what a shallow mirror lacks).
+	ShallowDepth int
 }
 
 // Mirror is a bare repository on disk that mirrors the refs of one remote
@@ -375,6 +386,9 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 		if fetched, done, err := m.fetchPartial(ctx, topts, refs, listed); done {
 			return fetched, err
 		}
+	}
+	if m.opts.GitCLI != "" && m.shallow() {
+		return m.fetchShallow(ctx, topts, refs)
 	}
 	if listed != nil && m.directFetchable() {
 		fetched, err := m.fetchDirect(ctx, topts, listed)

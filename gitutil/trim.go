@@ -282,3 +282,40 @@ func (m *Mirror) runMaintenance(ctx context.Context, args ...string) error {
 	}
 	return nil
 }
+
+// shallow reports whether the mirror's history is cut (git's shallow
+// file). Callers hold m.mu.
+func (m *Mirror) shallow() bool {
+	old, err := m.repo.Storer.Shallow()
+	return err == nil && len(old) > 0
+}
+
+// fetchShallow fetches refs into a shallow mirror with the git CLI, at
+// ShallowDepth; it reports whether a ref moved. Callers hold m.mu.
+func (m *Mirror) fetchShallow(ctx context.Context, topts transportOptions, refs []string) (bool, error) {
+	before := map[string]plumbing.Hash{}
+	specs := make([]string, 0, len(refs))
+	for _, r := range refs {
+		if err := plumbing.ReferenceName(r).Validate(); err != nil || !strings.HasPrefix(r, "refs/") {
+			return false, fmt.Errorf("ref %q: not a valid full ref name", r)
+		}
+		if ref, err := m.repo.Storer.Reference(plumbing.ReferenceName(r)); err == nil {
+			before[r] = ref.Hash()
+		}
+		specs = append(specs, "+"+r+":"+r)
+	}
+	var extra []string
+	if m.opts.ShallowDepth > 0 {
+		extra = []string{fmt.Sprintf("--depth=%d", m.opts.ShallowDepth)}
+	}
+	if err := m.cliFetch(ctx, topts.orig, extra, specs...); err != nil {
+		return false, err
+	}
+	for _, r := range refs {
+		ref, err := m.repo.Storer.Reference(plumbing.ReferenceName(r))
+		if err != nil || ref.Hash() != before[r] {
+			return true, nil
+		}
+	}
+	return false, nil
+}

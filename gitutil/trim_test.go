@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -296,4 +297,49 @@ func reopened(t *testing.T, dir, url, gitBin string) *Mirror {
 	m, err := OpenMirror(dir, url, MirrorOptions{GitCLI: gitBin})
 	require.NoError(t, err)
 	return m
+}
+
+// A force-push onto a commit beyond a trimmed mirror's boundary: the git
+// CLI fetches, telling the server where the mirror's history ends, at
+// the mirror's ShallowDepth, and git can walk what it has.
+func TestFetchIntoATrimmedMirror(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err, "the tests need git")
+	for _, depth := range []int{1, 0} {
+		srv := gittest.NewServer(t)
+		repo := srv.NewRepo(t, "g/r")
+		base := repo.Commit(t, "base", gittest.File("a", "0"))
+		repo.Commit(t, "one", gittest.File("a", "1"))
+		c2 := repo.Commit(t, "two", gittest.File("a", "2"))
+		dir := t.TempDir()
+		m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: gitBin, ShallowDepth: depth})
+		require.NoError(t, err)
+		_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+		require.NoError(t, err)
+		_, err = m.Trim(ctxT(t), []Hash{mustHash(c2)}, []string{"refs/heads/main"}, 1)
+		require.NoError(t, err)
+		require.False(t, m.HasCommit(mustHash(base)))
+
+		repo.Reset(t, base)
+		r3 := repo.Commit(t, "rewritten", gittest.File("a", "3"))
+		res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+		require.NoError(t, err)
+		assert.True(t, res.Fetched)
+		assert.Equal(t, r3, res.Refs["refs/heads/main"].String())
+		out, err := exec.Command(gitBin, "--git-dir", dir, "rev-list", r3).CombinedOutput()
+		require.NoError(t, err, "git walks the history it has: %s", out)
+		if depth == 1 {
+			assert.Equal(t, r3, strings.TrimSpace(string(out)), "one deep")
+			assert.False(t, m.HasCommit(mustHash(base)))
+		} else {
+			assert.Equal(t, r3+"\n"+base, strings.TrimSpace(string(out)), "the history it lacked, whole")
+		}
+		data, err := fs.ReadFile(mustFS(t, m, r3), "a")
+		require.NoError(t, err)
+		assert.Equal(t, "3", string(data))
+
+		res, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+		require.NoError(t, err)
+		assert.False(t, res.Fetched, "nothing moved")
+	}
 }

@@ -164,7 +164,7 @@ func TestConsumerContract(t *testing.T) {
 		require.Eventually(t, func() bool {
 			data, _ := os.ReadFile(consumerLog)
 			return strings.Join(strings.Fields(string(data)), " ") == strings.Join(want, " ")
-		}, 30*time.Second, 20*time.Millisecond, "the consumer saw %v", want)
+		}, 30*time.Second, 20*time.Millisecond, "the consumer sees %v: %s", want, stderr.String())
 	}
 	seen("0")
 	repo.Commit(t, "1", gittest.File("version", "1"))

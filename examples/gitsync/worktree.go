@@ -784,6 +784,10 @@ func (g gitRunner) runEnv(ctx context.Context, dir string, env []string, args ..
 // it opens, for the root repository to borrow their objects.
 type mirrorDirs struct {
 	watcher.Git
+	// origin's mirrors fetch depth deep once shallow (git-sync's fetches).
+	origin string
+	depth  int
+
 	mu   sync.Mutex
 	dirs []string
 	// mirrors holds the last mirror opened in each directory, with its
@@ -798,6 +802,10 @@ type urlMirror struct {
 
 // OpenMirror implements watcher.Git.
 func (m *mirrorDirs) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
+	key, kerr := gitutil.NormalizeURL(url)
+	if origin, err := gitutil.NormalizeURL(m.origin); err == nil && kerr == nil && key == origin {
+		opts.ShallowDepth = m.depth
+	}
 	mirror, err := m.Git.OpenMirror(dir, url, opts)
 	if err != nil {
 		return nil, err
@@ -811,7 +819,7 @@ func (m *mirrorDirs) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (wa
 	if !slices.Contains(m.dirs, abs) {
 		m.dirs = append(m.dirs, abs)
 	}
-	if key, err := gitutil.NormalizeURL(url); err == nil {
+	if kerr == nil {
 		if m.mirrors == nil {
 			m.mirrors = map[string]urlMirror{}
 		}

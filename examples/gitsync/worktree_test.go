@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -76,7 +77,10 @@ func TestWorktreesAreGitCheckouts(t *testing.T) {
 	at(c3)
 	assert.Equal(t, c3, gitOut(t, link, "rev-parse", "HEAD"))
 
-	require.NoError(t, os.MkdirAll(filepath.Join(root, ".worktrees", "not_a_hash", "sub"), 0o755))
+	// Made beside, then renamed in: the command removes it at any time.
+	garbage := filepath.Join(t.TempDir(), "not_a_hash")
+	require.NoError(t, os.MkdirAll(filepath.Join(garbage, "sub"), 0o755))
+	require.NoError(t, os.Rename(garbage, filepath.Join(root, ".worktrees", "not_a_hash")))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "tmp-link"), []byte("theirs"), 0o644))
 	c4 := repo.Commit(t, "4", gittest.File("version", "4"))
 	at(c4)
@@ -376,4 +380,65 @@ func TestSymlinkOutOfTheWorktreeFailsTheCommit(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(root, "link", "top"))
 	require.NoError(t, err)
 	assert.Equal(t, "in", string(data))
+}
+
+// dirBytes is what the files under dir take.
+func dirBytes(t *testing.T, dir string) int64 {
+	var n int64
+	require.NoError(t, filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			n += info.Size()
+		}
+		return err
+	}))
+	return n
+}
+
+// --depth is the disk the repository keeps, as git-sync's: the mirror
+// holds the history of the worktrees' commits that deep (across restarts,
+// deepened when a restart asks for more); --git-gc=off keeps everything.
+func TestDepthIsWhatTheMirrorKeeps(t *testing.T) {
+	const big = 1 << 20
+	noise := func() string {
+		b := make([]byte, big)
+		_, _ = rand.Read(b)
+		return string(b)
+	}
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	c1 := repo.Commit(t, "1", gittest.File("small", "1"))
+	c2 := repo.Commit(t, "2", gittest.File("big1", noise()))
+	c3 := repo.Commit(t, "3", gittest.File("big2", noise()))
+	root := t.TempDir()
+	mirrors := filepath.Join(root, ".mirrors")
+	once := func(ref string, extra ...string) {
+		t.Helper()
+		var out bytes.Buffer
+		args := append([]string{"--repo", repo.URL(), "--root", root, "--link", "link", "--one-time", "--ref", ref}, extra...)
+		require.Equal(t, 0, run(context.Background(), args, noEnv, &out), out.String())
+	}
+	once(c3, "--depth", "0")
+	assert.Greater(t, dirBytes(t, mirrors), int64(2*big))
+	once(c2, "--depth", "1")
+	assert.Less(t, dirBytes(t, mirrors), int64(big+big/2), "big2 is not in c2's history")
+	assert.Greater(t, dirBytes(t, mirrors), int64(big))
+	once(c1, "--depth", "1")
+	assert.Less(t, dirBytes(t, mirrors), int64(big/2))
+	link := filepath.Join(root, "link")
+	assert.Equal(t, "1", gitOut(t, link, "rev-list", "--count", "HEAD"))
+
+	// A restart that asks for more history fetches it.
+	once(c3, "--depth", "2")
+	assert.Equal(t, c3+"\n"+c2, gitOut(t, link, "rev-list", "HEAD"))
+	once(c3, "--depth", "0")
+	assert.Equal(t, "3", gitOut(t, link, "rev-list", "--count", "HEAD"))
+	assert.Empty(t, gitOut(t, link, "status", "--porcelain"))
+
+	// Without garbage collection nothing is dropped.
+	once(c1, "--depth", "1", "--git-gc", "off")
+	assert.Greater(t, dirBytes(t, mirrors), int64(2*big))
 }
