@@ -86,10 +86,11 @@ type MirrorOptions struct {
 	// it (git's remote.origin.promisor in its configuration says so).
 	Partial bool
 	// ShallowDepth is the depth of every fetch into a mirror that is
-	// shallow (its first fetch was, or [Mirror.Trim] made it so) when there
-	// is a GitCLI, which makes them (git fetch --depth, as git-sync
-	// fetches): the mirror then holds what a shallow clone of that depth
-	// holds, and a commit whose parent lies beyond the boundary (a
+	// shallow (its first fetch was, or [Mirror.Trim] made it so), and of
+	// the first fetch into an empty one, when there is a GitCLI, which
+	// makes them (git fetch --depth, as git-sync fetches; should the
+	// CLI's first fetch fail, go-git's is full): the mirror then holds
+	// what a shallow clone of that depth holds, and a commit whose parent lies beyond the boundary (a
 	// force-push) does not bring back the history the mirror let go of. 0
 	// fetches the history the mirror lacks in full. Either way the git CLI
 	// tells the server where the mirror's history ends, which go-git's
@@ -385,6 +386,16 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 	if listed != nil && m.partialCapable() {
 		if fetched, done, err := m.fetchPartial(ctx, topts, refs, listed); done {
 			return fetched, err
+		}
+	}
+	if m.opts.GitCLI != "" && m.opts.ShallowDepth > 0 && m.isEmpty() {
+		fetched, err := m.fetchShallow(ctx, topts, refs)
+		if err == nil || ctx.Err() != nil {
+			return fetched, err
+		}
+		// On failure, go-git fetches (in full) into the empty mirror again.
+		if rerr := m.reinit(); rerr != nil {
+			return false, rerr
 		}
 	}
 	if m.opts.GitCLI != "" && m.shallow() {

@@ -249,7 +249,16 @@ func (m *Mirror) applyTrim(ctx context.Context, drop []plumbing.ReferenceName, a
 		return err
 	}
 	for _, name := range drop {
-		if err := m.repo.Storer.RemoveReference(name); err != nil {
+		var err error
+		if name == plumbing.HEAD {
+			// A detached HEAD (a clone of a tag) becomes what an empty
+			// mirror has: git needs a HEAD to take the directory for a
+			// repository.
+			err = m.repo.Storer.SetReference(plumbing.NewSymbolicReference(plumbing.HEAD, plumbing.Master))
+		} else {
+			err = m.repo.Storer.RemoveReference(name)
+		}
+		if err != nil {
 			return err
 		}
 	}

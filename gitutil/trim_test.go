@@ -343,3 +343,62 @@ func TestFetchIntoATrimmedMirror(t *testing.T) {
 		assert.False(t, res.Fetched, "nothing moved")
 	}
 }
+
+// With a ShallowDepth the first fetch is the git CLI's, that deep; should
+// the CLI fail, go-git fetches in full.
+func TestShallowFirstFetch(t *testing.T) {
+	gitBin, statuses := recordingGit(t)
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one", gittest.File("a", "1"))
+	c2 := repo.Commit(t, "two", gittest.File("a", "2"))
+	dir := t.TempDir()
+	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: gitBin, ShallowDepth: 1})
+	require.NoError(t, err)
+	res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	assert.True(t, res.Fetched)
+	assert.Equal(t, c2, res.Refs["refs/heads/main"].String())
+	assert.False(t, m.HasCommit(mustHash(c1)), "one deep")
+	assert.Equal(t, "0\n", statuses(), "one git fetch, which succeeded")
+	args, err := os.ReadFile(filepath.Join(filepath.Dir(gitBin), "args"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(args), "fetch "), "%s", args)
+	assert.Contains(t, string(args), "--depth=1")
+
+	full := t.TempDir()
+	m, err = OpenMirror(full, repo.URL(), MirrorOptions{GitCLI: "/nonexistent/git", ShallowDepth: 1})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	assert.True(t, m.HasCommit(mustHash(c1)), "go-git's fetch, in full")
+}
+
+// A detached HEAD (a clone of a tag) that leads elsewhere is made what an
+// empty mirror's is, never deleted: git needs it.
+func TestTrimOfADetachedHead(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err, "the tests need git")
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	repo.Commit(t, "one", gittest.File("a", "1"))
+	repo.Tag(t, "v1", false)
+	c2 := repo.Commit(t, "two", gittest.File("a", "2"))
+	repo.Tag(t, "v2", false)
+	dir := t.TempDir()
+	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: gitBin})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/tags/v1", "refs/tags/v2"})
+	require.NoError(t, err)
+	head, err := os.ReadFile(filepath.Join(dir, "HEAD"))
+	require.NoError(t, err)
+	require.NotContains(t, string(head), "ref:", "the clone of a tag has a detached HEAD")
+
+	_, err = m.Trim(ctxT(t), []Hash{mustHash(c2)}, nil, 1)
+	require.NoError(t, err)
+	out, err := exec.Command(gitBin, "--git-dir", dir, "rev-parse", "--verify", c2+"^{commit}").CombinedOutput()
+	require.NoError(t, err, "still a repository: %s", out)
+	head, err = os.ReadFile(filepath.Join(dir, "HEAD"))
+	require.NoError(t, err)
+	assert.Equal(t, "ref: refs/heads/master\n", string(head))
+}
