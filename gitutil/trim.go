@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 )
 
@@ -300,7 +301,8 @@ func (m *Mirror) shallow() bool {
 }
 
 // fetchShallow fetches refs into a shallow mirror with the git CLI, at
-// ShallowDepth; it reports whether a ref moved. Callers hold m.mu.
+// ShallowDepth (with go-git, at that depth, should the CLI fail); it
+// reports whether a ref moved. Callers hold m.mu.
 func (m *Mirror) fetchShallow(ctx context.Context, topts transportOptions, refs []string) (bool, error) {
 	before := map[string]plumbing.Hash{}
 	specs := make([]string, 0, len(refs))
@@ -317,7 +319,17 @@ func (m *Mirror) fetchShallow(ctx context.Context, topts transportOptions, refs 
 	if m.opts.ShallowDepth > 0 {
 		extra = []string{fmt.Sprintf("--depth=%d", m.opts.ShallowDepth)}
 	}
-	if err := m.cliFetch(ctx, topts.orig, extra, specs...); err != nil {
+	err := m.cliFetch(ctx, topts.orig, extra, specs...)
+	if err != nil && ctx.Err() == nil && m.opts.ShallowDepth > 0 && !m.isEmpty() {
+		// go-git tells the server where the mirror's history ends when it
+		// fetches to a depth: it stands in for a git CLI that failed.
+		gspecs := make([]config.RefSpec, len(specs))
+		for i, s := range specs {
+			gspecs[i] = config.RefSpec(s)
+		}
+		_, err = m.goGitFetch(ctx, topts, gspecs, m.opts.ShallowDepth)
+	}
+	if err != nil {
 		return false, err
 	}
 	for _, r := range refs {

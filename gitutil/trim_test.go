@@ -305,7 +305,14 @@ func reopened(t *testing.T, dir, url, gitBin string) *Mirror {
 func TestFetchIntoATrimmedMirror(t *testing.T) {
 	gitBin, err := exec.LookPath("git")
 	require.NoError(t, err, "the tests need git")
-	for _, depth := range []int{1, 0} {
+	// A git whose fetches fail: go-git stands in, at the depth.
+	failing := filepath.Join(t.TempDir(), "git")
+	require.NoError(t, os.WriteFile(failing, []byte("#!/bin/sh\n[ \"$1\" = fetch ] && exit 1\nexec "+gitBin+" \"$@\"\n"), 0o755))
+	for i, depth := range []int{1, 0, 1} {
+		gitBin := gitBin
+		if i == 2 {
+			gitBin = failing
+		}
 		srv := gittest.NewServer(t)
 		repo := srv.NewRepo(t, "g/r")
 		base := repo.Commit(t, "base", gittest.File("a", "0"))
