@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -34,10 +35,11 @@ const maxTrimWalk = 1 << 20
 //
 // A later fetch of another ref brings that ref's history again, and
 // ancestry beyond the boundary is [ErrHistoryIncomplete], as in a mirror
-// whose first fetch was shallow. A file system handed out earlier keeps
-// the packs it reads (they are deleted once no reader holds them, as after
-// a fetch's repack), but an object the repack dropped is not found. It
-// needs GitCLI, and a mirror that is not partial.
+// whose first fetch was shallow. What it drops is deleted at once, as by
+// git gc --prune=now (git reads every pack on disk, and would find
+// commits whose parents are gone): a file system handed out before a trim
+// that changed the mirror fails its later reads with [ErrRebuilt], as
+// after a rebuild. It needs GitCLI, and a mirror that is not partial.
 func (m *Mirror) Trim(ctx context.Context, keep []Hash, refs []string, depth int) (bool, error) {
 	if m.opts.GitCLI == "" {
 		return false, errors.New("gitutil: trim needs the git CLI")
@@ -271,7 +273,18 @@ func (m *Mirror) applyTrim(ctx context.Context, drop []plumbing.ReferenceName, a
 		return fmt.Errorf("trim: %w", err)
 	}
 	m.repacks.Add(1)
-	m.dropReplaced()
+	// What was dropped goes now, for git too (which reads every pack
+	// there is: a commit of a pack kept for a reader, its parents gone
+	// and the shallow file no longer naming it, would stop git's walks),
+	// and file systems handed out stop reading, as after a rebuild.
+	m.gen.Add(1)
+	packDir := filepath.Join(m.dir, "objects", "pack")
+	for p := range m.replaced {
+		removePack(packDir, p)
+		m.indexes.forget(p)
+		delete(m.replaced, p)
+	}
+	m.recordReplaced()
 	return m.reopen()
 }
 

@@ -96,12 +96,10 @@ func TestTrimKeepsItsCommitsAtTheirDepth(t *testing.T) {
 	data, err := fs.ReadFile(mustFS(t, m, c2), "big1")
 	require.NoError(t, err)
 	assert.Len(t, data, big)
-	// A file system handed out before reads what it read from.
-	data, err = fs.ReadFile(held, "big2")
-	require.NoError(t, err)
-	assert.Len(t, data, big)
-	held = nil
-	_ = held
+	// A file system handed out before stops reading, as after a rebuild.
+	_, err = fs.ReadFile(held, "big2")
+	require.ErrorIs(t, err, ErrRebuilt)
+	assert.True(t, m.HasCommit(mustHash(c2)), "which is no damage")
 
 	// Again: nothing to drop, nothing done.
 	changed, err = m.Trim(ctxT(t), []Hash{mustHash(c2)}, nil, 1)
@@ -118,9 +116,7 @@ func TestTrimKeepsItsCommitsAtTheirDepth(t *testing.T) {
 	assert.Len(t, data, big)
 
 	// Two deep from where main is (a branch named, which the mirror
-	// has, and one it lacks): c3 is the boundary, c2 goes; so do the
-	// packs the first trim replaced, now that no file system reads them.
-	runtime.GC()
+	// has, and one it lacks): c3 is the boundary, c2 goes.
 	changed, err = m.Trim(ctxT(t), nil, []string{"refs/heads/main", "refs/heads/gone"}, 2)
 	require.NoError(t, err)
 	assert.True(t, changed)
@@ -160,7 +156,7 @@ func TestTrimNeedsTheGitCLI(t *testing.T) {
 	require.Error(t, err)
 }
 
-// A process that ends while a reader holds the packs a trim replaced
+// A process that ends while a reader holds the packs a repack replaced
 // leaves them on disk; the next to open the mirror deletes them.
 func TestReplacedPacksLeftAreDroppedAtOpen(t *testing.T) {
 	gitBin, err := exec.LookPath("git")
@@ -168,27 +164,30 @@ func TestReplacedPacksLeftAreDroppedAtOpen(t *testing.T) {
 	const big = 256 << 10
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
-	c1 := repo.Commit(t, "one", gittest.File("a", "1"))
-	repo.Commit(t, "two", gittest.File("big", noise(t, big)))
+	c1 := repo.Commit(t, "one", gittest.File("big", noise(t, big)))
 	dir := t.TempDir()
-	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: gitBin})
+	opts := MirrorOptions{GitCLI: gitBin, RepackPacks: 1}
+	m, err := OpenMirror(dir, repo.URL(), opts)
 	require.NoError(t, err)
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	held := mustFS(t, m, c1)
-	_, err = m.Trim(ctxT(t), []Hash{mustHash(c1)}, nil, 1)
+	repo.Commit(t, "two", gittest.File("big2", noise(t, big))) // a pack of the same size: both repacked
+	res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
+	require.True(t, res.Repacked)
 	before := objectBytes(t, dir)
-	require.Greater(t, before, int64(big/3), "held by a reader")
-	_, err = fs.ReadFile(held, "a")
+	require.Greater(t, before, int64(big)*5/4, "the first pack, held by a reader, and the new one")
+	_, err = fs.ReadFile(held, "big")
 	require.NoError(t, err)
 
-	again, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: gitBin})
+	again, err := OpenMirror(dir, repo.URL(), opts)
 	require.NoError(t, err)
-	assert.Less(t, objectBytes(t, dir), int64(big/3))
+	assert.Less(t, objectBytes(t, dir), before*3/4)
 	assert.True(t, again.HasCommit(mustHash(c1)))
-	_, err = fs.ReadFile(mustFS(t, again, c1), "a")
+	data, err := fs.ReadFile(mustFS(t, again, c1), "big")
 	require.NoError(t, err)
+	assert.Len(t, data, big)
 	assert.NoFileExists(t, filepath.Join(dir, replacedFile))
 }
 

@@ -654,7 +654,7 @@ func touch(path string) error {
 // serve answers / (200 once the tree has been synced, 503 before or while
 // failing), /metrics with --http-metrics and /debug/pprof/ with
 // --http-pprof.
-func serve(addr string, reg *prometheus.Registry, w *watcher.Watcher, withMetrics, withPprof bool) (*http.Server, error) {
+func serve(addr string, reg *prometheus.Registry, w *watcher.Watcher, synced func() bool, withMetrics, withPprof bool) (*http.Server, error) {
 	mux := http.NewServeMux()
 	if withMetrics {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -663,7 +663,7 @@ func serve(addr string, reg *prometheus.Registry, w *watcher.Watcher, withMetric
 		pprofRoutes(mux)
 	}
 	mux.HandleFunc("GET /{$}", func(rw http.ResponseWriter, _ *http.Request) {
-		if st := w.Stats(); !st.Synced || st.Failing > 0 || st.Invalid > 0 {
+		if st := w.Stats(); !synced() || !st.Synced || st.Failing > 0 || st.Invalid > 0 {
 			http.Error(rw, "not synced", http.StatusServiceUnavailable)
 			return
 		}

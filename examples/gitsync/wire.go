@@ -86,7 +86,6 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	if err := w.Run(logr.NewContext(ctx, log)); err != nil {
 		return err
 	}
-	s.wt.finish()
 	return s.result()
 }
 
@@ -324,6 +323,14 @@ func (s *session) delivered(e watcher.Event) {
 	}
 }
 
+// initialSynced reports whether the --repo target was synced once: health
+// is 503 before, as git-sync's.
+func (s *session) initialSynced() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.initialDone
+}
+
 // endOneTime waits for the first run of each hook that was sent, as
 // git-sync's --one-time does, and ends the run: failed when one failed.
 func (s *session) endOneTime() {
@@ -517,7 +524,7 @@ func (s *session) servers(ctx context.Context, reg *prometheus.Registry, w *watc
 		if err := m.CollectStats(w); err != nil {
 			return stop, err
 		}
-		srv, err := serve(c.httpBind, reg, w, c.httpMetrics, c.httpPprof)
+		srv, err := serve(c.httpBind, reg, w, s.initialSynced, c.httpMetrics, c.httpPprof)
 		if err != nil {
 			return stop, err
 		}

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -606,24 +605,6 @@ func (w *worktrees) cleanup(ctx context.Context, always bool) error {
 	}
 	_, err = w.git.run(ctx, w.root, args...)
 	return err
-}
-
-// finish trims the mirror once more when the watcher has ended: the
-// packs its last trim replaced, which the delivery's file system held,
-// are then read by nothing (git-sync's repository is its size when the
-// process ends).
-func (w *worktrees) finish() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.current == "" || w.gc == "off" {
-		return
-	}
-	runtime.GC() // the file systems handed out, unreferenced now
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := w.trimMirror(ctx); err != nil {
-		w.log.Error(err, "git cleanup failed")
-	}
 }
 
 // trimmer is a mirror whose history can be cut to a depth and deepened
