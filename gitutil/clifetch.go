@@ -209,8 +209,8 @@ func (m *Mirror) cliFetch(ctx context.Context, a *Auth, extra []string, specs ..
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	// A pack, always: the mirror reads no loose object.
-	env, err := cliEnv(tmp, e, a, [2]string{"fetch.unpackLimit", "1"})
+	// A pack, always: the mirror reads no loose object; and no reflog.
+	env, err := cliEnv(tmp, e, a, [2]string{"fetch.unpackLimit", "1"}, [2]string{"core.logAllRefUpdates", "false"})
 	if err != nil {
 		return err
 	}

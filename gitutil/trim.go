@@ -265,6 +265,13 @@ func (m *Mirror) applyTrim(ctx context.Context, drop []plumbing.ReferenceName, a
 			return err
 		}
 	}
+	// No reflog (a git that was told to write one, as with
+	// core.logAllRefUpdates set globally, may have): the repack would keep
+	// what it names, the commit a branch left among them, without its
+	// parents and no longer shallow, where git's walks stop.
+	if err := os.RemoveAll(filepath.Join(m.dir, "logs")); err != nil {
+		return err
+	}
 	if _, err := m.repackReplacing(ctx, nil); err != nil {
 		return fmt.Errorf("trim: %w", err)
 	}

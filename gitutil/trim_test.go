@@ -408,3 +408,38 @@ func TestTrimOfADetachedHead(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "ref: refs/heads/master\n", string(head))
 }
+
+// A branch that moved on in a mirror one deep: its last commit, the new
+// one's parent, goes, and git can still walk the mirror (a reflog that
+// named it would have kept it, without its own parents).
+func TestTrimAfterTheBranchMovedOn(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err, "the tests need git")
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	repo.Commit(t, "zero", gittest.File("a", "0"))
+	c1 := repo.Commit(t, "one", gittest.File("a", "1"))
+	dir := t.TempDir()
+	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: gitBin, ShallowDepth: 1})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	c2 := repo.Commit(t, "two", gittest.File("a", "2"))
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	// A git told to keep reflogs (core.logAllRefUpdates) names c1 in one.
+	var out []byte
+	for _, to := range []string{c1, c2} {
+		out, err = exec.Command(gitBin, "-c", "core.logAllRefUpdates=always", "--git-dir", dir, "update-ref", "-m", "moved", "refs/heads/main", to).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	changed, err := m.Trim(ctxT(t), []Hash{mustHash(c2)}, []string{"refs/heads/main"}, 1)
+	require.NoError(t, err)
+	assert.True(t, changed)
+	assert.False(t, m.HasCommit(mustHash(c1)))
+	out, err = exec.Command(gitBin, "--git-dir", dir, "rev-list", "--all").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, c2, strings.TrimSpace(string(out)))
+	out, err = exec.Command(gitBin, "--git-dir", dir, "fsck", "--connectivity-only").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
