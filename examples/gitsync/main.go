@@ -209,7 +209,7 @@ func (c *config) flags(stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.repo, "repo", "", "the git repository to sync (required)")
 	fs.StringVar(&c.ref, "ref", "HEAD", "the git revision (branch, tag, or hash) to sync")
-	fs.IntVar(&c.depth, "depth", 1, "the number of commits of history a worktree shows (0: all); the mirror keeps the full history")
+	fs.IntVar(&c.depth, "depth", 1, "the number of commits of history to fetch and keep (0: all), as git-sync's")
 	fs.StringVar(&c.submodules, "submodules", "recursive", "git submodules: recursive, shallow (one level) or off")
 	fs.StringVar(&c.sparseFile, "sparse-checkout-file", "", "the path to a git sparse-checkout file")
 	fs.StringVar(&c.root, "root", "", "the root directory for git-sync operations (required)")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -400,4 +401,37 @@ func TestTouchFile(t *testing.T) {
 		assert.NoFileExists(t, touched, "not touched between syncs")
 		assert.Equal(t, 0, p.stop(), p.stderr.String())
 	}
+}
+
+// Health is 503 until the first sync, and 200 from the moment the touch
+// file says it happened, as git-sync's; --git makes the fetches (here one
+// that waits for the test).
+func TestHealthBeforeAndAfterTheFirstSync(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err)
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	repo.Commit(t, "0", gittest.File("version", "0"))
+	dir := t.TempDir()
+	release := filepath.Join(dir, "release")
+	wrapper := filepath.Join(dir, "git")
+	script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = fetch ]; then while [ ! -e %q ]; do sleep 0.02; done; fi\nexec %q \"$@\"\n", release, gitBin)
+	require.NoError(t, os.WriteFile(wrapper, []byte(script), 0o755))
+	root := t.TempDir()
+	touchFile := filepath.Join(root, "synced")
+	p := start(t, "--repo", repo.URL(), "--root", root, "--link", "current", "--period", "100ms", "--git", wrapper, "--touch-file", touchFile)
+	health := func() int {
+		resp, err := http.Get("http://" + p.addr + "/")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Eventually(t, func() bool { return health() != 0 }, 30*time.Second, 10*time.Millisecond, "the endpoint answers")
+	assert.Equal(t, http.StatusServiceUnavailable, health(), "the fetch has not ended")
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	require.Eventually(t, func() bool { _, err := os.Stat(touchFile); return err == nil }, 30*time.Second, 10*time.Millisecond, "synced: %s", p.stderr.String())
+	assert.Equal(t, http.StatusOK, health())
+	assert.Equal(t, 0, p.stop(), p.stderr.String())
 }

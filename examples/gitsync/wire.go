@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -106,6 +107,7 @@ type session struct {
 	mu          sync.Mutex
 	failures    int
 	initialDone bool
+	everSynced  atomic.Bool // a sync of --repo published, or was the process's first
 	failed      error
 	synced      map[string]bool
 	ending      bool
@@ -251,6 +253,7 @@ func (s *session) startHooks(ctx context.Context, wg *sync.WaitGroup) {
 // mainSynced is called by the worktree sink after a sync that published
 // the --repo target, or the first of the process: git-sync's success.
 func (s *session) mainSynced(hash string, took time.Duration) {
+	s.everSynced.Store(true) // before the touch file: health is 200 once it is there
 	for _, r := range []*hookRunner{s.hooks.exec, s.hooks.web} {
 		if r != nil {
 			r.send(hash)
@@ -325,11 +328,7 @@ func (s *session) delivered(e watcher.Event) {
 
 // initialSynced reports whether the --repo target was synced once: health
 // is 503 before, as git-sync's.
-func (s *session) initialSynced() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.initialDone
-}
+func (s *session) initialSynced() bool { return s.everSynced.Load() }
 
 // endOneTime waits for the first run of each hook that was sent, as
 // git-sync's --one-time does, and ends the run: failed when one failed.

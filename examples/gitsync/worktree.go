@@ -32,7 +32,9 @@ import (
 // objects/info/alternates), each commit is a worktree of it at
 // root/.worktrees/<hash>, checked out by git, and link is a relative
 // symlink to it, swapped atomically. A worktree's history is --depth
-// commits deep (root's shallow file; the mirror keeps the full history).
+// commits deep (root's shallow file), and the mirror holds no more than
+// that (its fetches are --depth deep, and a trim after each garbage
+// collection drops the rest).
 // Run checks the published worktree every period and makes it again when
 // it is gone or its HEAD moved, as git-sync's sanity check does.
 type worktrees struct {
