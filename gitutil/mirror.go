@@ -388,18 +388,8 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 			return fetched, err
 		}
 	}
-	if m.opts.GitCLI != "" && m.opts.ShallowDepth > 0 && m.isEmpty() {
-		fetched, err := m.fetchShallow(ctx, topts, refs)
-		if err == nil || ctx.Err() != nil {
-			return fetched, err
-		}
-		// On failure, go-git fetches (in full) into the empty mirror again.
-		if rerr := m.reinit(); rerr != nil {
-			return false, rerr
-		}
-	}
-	if m.opts.GitCLI != "" && m.shallow() {
-		return m.fetchShallow(ctx, topts, refs)
+	if fetched, done, err := m.fetchCLIShallow(ctx, topts, refs); done {
+		return fetched, err
 	}
 	if listed != nil && m.directFetchable() {
 		fetched, err := m.fetchDirect(ctx, topts, listed)
@@ -409,13 +399,9 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 		// A ref that moved since the listing, a server that wants the
 		// advertisement first: fetch as go-git does.
 	}
-	specs := make([]config.RefSpec, 0, len(refs))
-	for _, r := range refs {
-		spec := config.RefSpec("+" + r + ":" + r)
-		if err := spec.Validate(); err != nil {
-			return false, fmt.Errorf("ref %q: %w", r, err)
-		}
-		specs = append(specs, spec)
+	specs, err := refSpecs(refs)
+	if err != nil {
+		return false, err
 	}
 	empty := m.isEmpty()
 	cloned := false
@@ -451,6 +437,20 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 	}
 	fetched, err := m.goGitFetch(ctx, topts, specs, depth)
 	return fetched || cloned, err
+}
+
+// refSpecs are the refspecs that fetch each of refs to itself, forced
+// (each starts with "+": none reads as an option on git's command line).
+func refSpecs(refs []string) ([]config.RefSpec, error) {
+	specs := make([]config.RefSpec, 0, len(refs))
+	for _, r := range refs {
+		spec := config.RefSpec("+" + r + ":" + r)
+		if err := spec.Validate(); err != nil {
+			return nil, fmt.Errorf("ref %q: %w", r, err)
+		}
+		specs = append(specs, spec)
+	}
+	return specs, nil
 }
 
 // prepare checks auth against the URL and bounds ctx by

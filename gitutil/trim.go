@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 )
 
@@ -320,33 +319,56 @@ func (m *Mirror) shallow() bool {
 	return err == nil && len(old) > 0
 }
 
+// fetchCLIShallow fetches refs with the git CLI at ShallowDepth into a
+// mirror that is shallow, or empty when ShallowDepth is set; done is false
+// when the fetch is go-git's (a full mirror, or an empty one whose
+// shallow first fetch failed). Callers hold m.mu.
+func (m *Mirror) fetchCLIShallow(ctx context.Context, topts transportOptions, refs []string) (fetched, done bool, err error) {
+	if m.opts.GitCLI == "" {
+		return false, false, nil
+	}
+	if m.opts.ShallowDepth > 0 && m.isEmpty() {
+		fetched, err := m.fetchShallow(ctx, topts, refs)
+		if err == nil || ctx.Err() != nil {
+			return fetched, true, err
+		}
+		// On failure, go-git fetches (in full) into the empty mirror again.
+		if rerr := m.reinit(); rerr != nil {
+			return false, true, rerr
+		}
+		return false, false, nil
+	}
+	if m.shallow() {
+		fetched, err := m.fetchShallow(ctx, topts, refs)
+		return fetched, true, err
+	}
+	return false, false, nil
+}
+
 // fetchShallow fetches refs into a shallow mirror with the git CLI, at
 // ShallowDepth (with go-git, at that depth, should the CLI fail); it
 // reports whether a ref moved. Callers hold m.mu.
 func (m *Mirror) fetchShallow(ctx context.Context, topts transportOptions, refs []string) (bool, error) {
+	gspecs, err := refSpecs(refs)
+	if err != nil {
+		return false, err
+	}
 	before := map[string]plumbing.Hash{}
 	specs := make([]string, 0, len(refs))
-	for _, r := range refs {
-		if err := plumbing.ReferenceName(r).Validate(); err != nil || !strings.HasPrefix(r, "refs/") {
-			return false, fmt.Errorf("ref %q: not a valid full ref name", r)
-		}
+	for i, r := range refs {
 		if ref, err := m.repo.Storer.Reference(plumbing.ReferenceName(r)); err == nil {
 			before[r] = ref.Hash()
 		}
-		specs = append(specs, "+"+r+":"+r)
+		specs = append(specs, gspecs[i].String())
 	}
 	var extra []string
 	if m.opts.ShallowDepth > 0 {
 		extra = []string{fmt.Sprintf("--depth=%d", m.opts.ShallowDepth)}
 	}
-	err := m.cliFetch(ctx, topts.orig, extra, specs...)
+	err = m.cliFetch(ctx, topts.orig, extra, specs...)
 	if err != nil && ctx.Err() == nil && m.opts.ShallowDepth > 0 && !m.isEmpty() {
 		// go-git tells the server where the mirror's history ends when it
 		// fetches to a depth: it stands in for a git CLI that failed.
-		gspecs := make([]config.RefSpec, len(specs))
-		for i, s := range specs {
-			gspecs[i] = config.RefSpec(s)
-		}
 		_, err = m.goGitFetch(ctx, topts, gspecs, m.opts.ShallowDepth)
 	}
 	if err != nil {
