@@ -49,8 +49,9 @@ type MirrorOptions struct {
 	// shallow boundary on later fetches, so ancestry questions that reach
 	// the boundary are unanswerable ([ErrHistoryIncomplete]) and a commit
 	// that brings back an object last seen before the boundary can arrive
-	// incomplete (reads then fail and the mirror is rebuilt). Use it only
-	// for very large repositories whose history is not rewritten.
+	// incomplete (reads then fail and the mirror is rebuilt), unless the
+	// git CLI fetches (see ShallowDepth). Use it only for very large
+	// repositories whose history is not rewritten.
 	FirstFetchDepth int
 	// GitCLI is the path of a git binary that makes the first fetch into an
 	// empty mirror ("" uses go-git for every fetch). The git CLI's full
@@ -85,17 +86,17 @@ type MirrorOptions struct {
 	// history (FirstFetchDepth 0). A mirror stays what its first fetch made
 	// it (git's remote.origin.promisor in its configuration says so).
 	Partial bool
-	// ShallowDepth is the depth of every fetch into a mirror that is
-	// shallow (its first fetch was, or [Mirror.Trim] made it so), and of
-	// the first fetch into an empty one, when there is a GitCLI, which
-	// makes them (git fetch --depth, as git-sync fetches; should the
-	// CLI's first fetch fail, go-git's is full): the mirror then holds
-	// what a shallow clone of that depth holds, and a commit whose parent lies beyond the boundary (a
-	// force-push) does not bring back the history the mirror let go of. 0
-	// fetches the history the mirror lacks in full. Either way the git CLI
-	// tells the server where the mirror's history ends, which go-git's
-	// fetch does not (it would take the server's word that the mirror has
-	// what a shallow mirror lacks).
+	// ShallowDepth, with a GitCLI, is the depth of every fetch into a
+	// mirror that is shallow (its first fetch was, or [Mirror.Trim] made it
+	// so) and of the first fetch into an empty one, which the CLI makes
+	// (git fetch --depth, as git-sync fetches; go-git's at that depth
+	// should the CLI fail, and a full first fetch): the mirror then holds
+	// what a shallow clone of that depth holds, and a commit whose parent
+	// lies beyond the boundary (a force-push) comes with its history that
+	// deep, where go-git's plain fetch takes the server's word that the
+	// mirror has what lies beyond and brings the commit without it. Give
+	// a mirror that is trimmed to a depth that depth. 0: go-git fetches,
+	// as without it.
 	ShallowDepth int
 }
 

@@ -319,9 +319,9 @@ func (m *Mirror) shallow() bool {
 	return err == nil && len(old) > 0
 }
 
-// fetchCLIShallow fetches refs with the git CLI at ShallowDepth into a
-// mirror that is shallow, or empty when ShallowDepth is set; done is false
-// when the fetch is go-git's (a full mirror, or an empty one whose
+// fetchCLIShallow fetches refs with the git CLI at ShallowDepth, when it is
+// set, into a mirror that is shallow or empty; done is false when the
+// fetch is go-git's (no ShallowDepth, a full mirror, or an empty one whose
 // shallow first fetch failed). Callers hold m.mu.
 func (m *Mirror) fetchCLIShallow(ctx context.Context, topts transportOptions, refs []string) (fetched, done bool, err error) {
 	if m.opts.GitCLI == "" {
@@ -338,7 +338,7 @@ func (m *Mirror) fetchCLIShallow(ctx context.Context, topts transportOptions, re
 		}
 		return false, false, nil
 	}
-	if m.shallow() {
+	if m.opts.ShallowDepth > 0 && m.shallow() {
 		fetched, err := m.fetchShallow(ctx, topts, refs)
 		return fetched, true, err
 	}
