@@ -173,3 +173,34 @@ func TestAskpassURL(t *testing.T) {
 		t.Fatal("a failing --askpass-url is not counted as a failed sync")
 	}
 }
+
+// --askpass-url's credentials reach the submodules on the repository's
+// host, as git-sync stores them for git; never on disk.
+func TestAskpassCredentialsReachSubmodules(t *testing.T) {
+	srv := gittest.NewServer(t)
+	sub := srv.NewRepo(t, "g/sub")
+	s0 := sub.Commit(t, "s", gittest.File("sub.file", "private"))
+	app := srv.NewRepo(t, "g/app")
+	app.Commit(t, "a", gittest.File("file", "app"), gittest.Submodule("sub", sub.URL(), s0))
+	srv.SetBasicAuth("u", "askpass-sub-s3cret")
+	askpass := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "username=u\npassword=askpass-sub-s3cret\n")
+	}))
+	defer askpass.Close()
+	root := t.TempDir()
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"--repo", app.URL(), "--root", root, "--link", "link", "--one-time", "--askpass-url", askpass.URL}, noEnv, &out)
+	require.Equal(t, 0, code, out.String())
+	data, err := os.ReadFile(filepath.Join(root, "link", "sub", "sub.file"))
+	require.NoError(t, err)
+	assert.Equal(t, "private", string(data))
+	assert.NotContains(t, out.String(), "askpass-sub-s3cret")
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if b, _ := os.ReadFile(p); bytes.Contains(b, []byte("askpass-sub-s3cret")) {
+				t.Errorf("the secret is on disk in %s", p)
+			}
+		}
+		return nil
+	})
+}

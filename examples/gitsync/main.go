@@ -586,9 +586,10 @@ func (c config) askpass(ctx context.Context) (*gitutil.Auth, error) {
 }
 
 // gitCredentials are the credentials git is given to fetch submodules:
-// --credential's, then the repository's own (for its host, as git-sync
-// stores them).
-func (c config) gitCredentials() ([]credential, error) {
+// --credential's, then the repository's own, a (the target's as last
+// delivered: --askpass-url's, the password file's as last read), for its
+// host, as git-sync stores them.
+func (c config) gitCredentials(a *gitutil.Auth) ([]credential, error) {
 	var out []credential
 	for _, cred := range c.credentials {
 		r, err := cred.resolved()
@@ -596,10 +597,6 @@ func (c config) gitCredentials() ([]credential, error) {
 			return nil, err
 		}
 		out = append(out, r)
-	}
-	a, err := c.auth()
-	if err != nil {
-		return nil, err
 	}
 	if u, perr := url.Parse(c.repo); perr == nil && a != nil && a.Password != "" && (u.Scheme == "http" || u.Scheme == "https") {
 		out = append(out, credential{URL: u.Scheme + "://" + u.Host, Username: a.Username, Password: a.Password})

@@ -59,7 +59,7 @@ type worktrees struct {
 	prePublish func(hash string)
 	// credentials are given to git when it fetches submodules, through
 	// the program as its credential helper.
-	credentials func() ([]credential, error)
+	credentials func(*gitutil.Auth) ([]credential, error)
 	synced      func(hash string, took time.Duration)
 	log         logr.Logger
 
@@ -410,7 +410,7 @@ func (w *worktrees) updateSubmodules(ctx context.Context, wt string) error {
 	}
 	var env []string
 	if w.credentials != nil {
-		creds, err := w.credentials()
+		creds, err := w.credentials(w.auth)
 		if err != nil {
 			return err
 		}
