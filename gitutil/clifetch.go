@@ -27,21 +27,11 @@ func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []strin
 	if err != nil {
 		return err
 	}
-	if a == nil {
-		a = &Auth{}
-	}
-	if a.SSHPassphrase != "" {
-		return fmt.Errorf("git CLI cannot use a passphrase-protected key non-interactively")
-	}
-	tmp, err := os.MkdirTemp(m.opts.TempDir, "modwatch-git-")
+	env, done, err := m.cliSetup(e, a)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	env, err := cliEnv(tmp, e, a)
-	if err != nil {
-		return err
-	}
+	defer done()
 	clone := m.dir + ".clone"
 	if err := os.RemoveAll(clone); err != nil {
 		return err
@@ -62,6 +52,28 @@ func (m *Mirror) cliClone(ctx context.Context, e Endpoint, a *Auth, refs []strin
 	}
 	m.repo = repo
 	return nil
+}
+
+// cliSetup is the environment of a git CLI command that reaches e with a
+// (see cliEnv), its credential files in a private temporary directory
+// that done removes.
+func (m *Mirror) cliSetup(e Endpoint, a *Auth, cfg ...[2]string) (env []string, done func(), err error) {
+	if a == nil {
+		a = &Auth{}
+	}
+	if a.SSHPassphrase != "" {
+		return nil, nil, fmt.Errorf("git CLI cannot use a passphrase-protected key non-interactively")
+	}
+	tmp, err := os.MkdirTemp(m.opts.TempDir, "modwatch-git-")
+	if err != nil {
+		return nil, nil, err
+	}
+	done = func() { _ = os.RemoveAll(tmp) }
+	if env, err = cliEnv(tmp, e, a, cfg...); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return env, done, nil
 }
 
 // cloneBranch is the branch or tag a clone of refs starts from: the first
@@ -198,22 +210,12 @@ func (m *Mirror) cliFetch(ctx context.Context, a *Auth, extra []string, specs ..
 	if err != nil {
 		return err
 	}
-	if a == nil {
-		a = &Auth{}
-	}
-	if a.SSHPassphrase != "" {
-		return fmt.Errorf("git CLI cannot use a passphrase-protected key non-interactively")
-	}
-	tmp, err := os.MkdirTemp(m.opts.TempDir, "modwatch-git-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
 	// A pack, always: the mirror reads no loose object; and no reflog.
-	env, err := cliEnv(tmp, e, a, [2]string{"fetch.unpackLimit", "1"}, [2]string{"core.logAllRefUpdates", "false"})
+	env, done, err := m.cliSetup(e, a, [2]string{"fetch.unpackLimit", "1"}, [2]string{"core.logAllRefUpdates", "false"})
 	if err != nil {
 		return err
 	}
+	defer done()
 	args := append([]string{"fetch", "--progress", "--no-tags", "--no-write-fetch-head"}, extra...)
 	args = append(append(args, "--", m.url), specs...)
 	cmd := exec.CommandContext(ctx, m.opts.GitCLI, args...)

@@ -28,18 +28,7 @@ func noise(t *testing.T, n int) string {
 
 // objectBytes is what the mirror's object store takes on disk.
 func objectBytes(t *testing.T, dir string) int64 {
-	var n int64
-	require.NoError(t, filepath.WalkDir(filepath.Join(dir, "objects"), func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		info, err := d.Info()
-		if err == nil {
-			n += info.Size()
-		}
-		return err
-	}))
-	return n
+	return gittest.DirBytes(t, filepath.Join(dir, "objects"))
 }
 
 func refNames(t *testing.T, m *Mirror) []string {

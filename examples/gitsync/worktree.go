@@ -156,8 +156,8 @@ func (w *worktrees) Run(ctx context.Context) error {
 			if w.currentWorktree() != w.worktreeFor(w.current) || !w.sound(w.current) {
 				w.log.V(0).Info("worktree failed checks or was removed; making it again", "hash", w.current)
 				err = w.sync(ctx, w.current)
-			} else if err = w.cleanup(ctx, false); err == nil && w.gc != "off" { // stale worktrees
-				err = w.trimMirror(ctx) // the packs readers held
+			} else {
+				err = w.cleanup(ctx, false) // stale worktrees, and the mirror after them
 			}
 			if err != nil && ctx.Err() == nil {
 				w.log.Error(err, "worktree check failed", "hash", w.current)

@@ -382,22 +382,6 @@ func TestSymlinkOutOfTheWorktreeFailsTheCommit(t *testing.T) {
 	assert.Equal(t, "in", string(data))
 }
 
-// dirBytes is what the files under dir take.
-func dirBytes(t *testing.T, dir string) int64 {
-	var n int64
-	require.NoError(t, filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		info, err := d.Info()
-		if err == nil {
-			n += info.Size()
-		}
-		return err
-	}))
-	return n
-}
-
 // --depth is the disk the repository keeps, as git-sync's: the mirror
 // holds the history of the worktrees' commits that deep (across restarts,
 // deepened when a restart asks for more); --git-gc=off keeps everything.
@@ -422,12 +406,12 @@ func TestDepthIsWhatTheMirrorKeeps(t *testing.T) {
 		require.Equal(t, 0, run(context.Background(), args, noEnv, &out), out.String())
 	}
 	once(c3, "--depth", "0")
-	assert.Greater(t, dirBytes(t, mirrors), int64(2*big))
+	assert.Greater(t, gittest.DirBytes(t, mirrors), int64(2*big))
 	once(c2, "--depth", "1")
-	assert.Less(t, dirBytes(t, mirrors), int64(big+big/2), "big2 is not in c2's history")
-	assert.Greater(t, dirBytes(t, mirrors), int64(big))
+	assert.Less(t, gittest.DirBytes(t, mirrors), int64(big+big/2), "big2 is not in c2's history")
+	assert.Greater(t, gittest.DirBytes(t, mirrors), int64(big))
 	once(c1, "--depth", "1")
-	assert.Less(t, dirBytes(t, mirrors), int64(big/2))
+	assert.Less(t, gittest.DirBytes(t, mirrors), int64(big/2))
 	link := filepath.Join(root, "link")
 	assert.Equal(t, "1", gitOut(t, link, "rev-list", "--count", "HEAD"))
 
@@ -440,5 +424,5 @@ func TestDepthIsWhatTheMirrorKeeps(t *testing.T) {
 
 	// Without garbage collection nothing is dropped.
 	once(c1, "--depth", "1", "--git-gc", "off")
-	assert.Greater(t, dirBytes(t, mirrors), int64(2*big))
+	assert.Greater(t, gittest.DirBytes(t, mirrors), int64(2*big))
 }

@@ -3,6 +3,7 @@ package gittest
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,4 +223,25 @@ func Pin(path, commit string) Change {
 			t.Fatalf("gittest: git update-index: %v: %s", err, out)
 		}
 	}
+}
+
+// DirBytes is what the regular files under dir take (a mirror's objects,
+// a root), for tests of what a program keeps on disk.
+func DirBytes(t TB, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			n += info.Size()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("walk %s: %v", dir, err)
+	}
+	return n
 }
