@@ -230,8 +230,15 @@ func (m *Mirror) recordReplaced() {
 
 // dropLeftReplaced deletes the packs replacedFile names, which an earlier
 // process replaced and could not drop, when another pack is there (which
-// holds what they held). Callers own the mirror: at open.
+// holds what they held), and what a crash left of a write of the file.
+// Callers own the mirror: at open.
 func dropLeftReplaced(dir string) {
+	// A write of the file that a crash cut short (writeFileAtomic's).
+	if tmps, err := filepath.Glob(filepath.Join(dir, ".tmp-"+replacedFile+"*")); err == nil {
+		for _, t := range tmps {
+			_ = os.Remove(t)
+		}
+	}
 	path := filepath.Join(dir, replacedFile)
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -170,8 +170,12 @@ func TestReplacedPacksLeftAreDroppedAtOpen(t *testing.T) {
 	_, err = fs.ReadFile(held, "big")
 	require.NoError(t, err)
 
+	// And a write of the file that a crash cut short.
+	cut := filepath.Join(dir, ".tmp-"+replacedFile+"12345")
+	require.NoError(t, os.WriteFile(cut, []byte("pack-"), 0o644))
 	again, err := OpenMirror(dir, repo.URL(), opts)
 	require.NoError(t, err)
+	assert.NoFileExists(t, cut)
 	assert.Less(t, objectBytes(t, dir), before*3/4)
 	assert.True(t, again.HasCommit(mustHash(c1)))
 	data, err := fs.ReadFile(mustFS(t, again, c1), "big")
