@@ -204,8 +204,20 @@ func (m *Mirror) gitFailed(what string, err error, out *bytes.Buffer) error {
 
 // cliFetch runs git fetch in the mirror for specs with the options in
 // extra (--depth=N, --unshallow), credentials as cliClone gives them, then
-// gives the mirror a fresh view of its store. Callers hold m.mu.
+// gives the mirror a fresh view of its store: filtered, for a mirror with
+// a Filter. Callers hold m.mu.
 func (m *Mirror) cliFetch(ctx context.Context, a *Auth, extra []string, specs ...string) error {
+	if m.opts.Filter != "" {
+		// Every fetch of a mirror with a Filter is filtered, from its
+		// promisor remote, whose packs git marks as promisor packs.
+		return m.cliFetchFrom(ctx, a, promisorRemote, append(extra, "--filter="+m.opts.Filter), specs...)
+	}
+	return m.cliFetchFrom(ctx, a, m.url, extra, specs...)
+}
+
+// cliFetchFrom is cliFetch from remote: the mirror's URL, or the name of
+// a remote whose URL it is.
+func (m *Mirror) cliFetchFrom(ctx context.Context, a *Auth, remote string, extra []string, specs ...string) error {
 	e, err := ParseURL(m.url)
 	if err != nil {
 		return err
@@ -217,7 +229,7 @@ func (m *Mirror) cliFetch(ctx context.Context, a *Auth, extra []string, specs ..
 	}
 	defer done()
 	args := append([]string{"fetch", "--progress", "--no-tags", "--no-write-fetch-head"}, extra...)
-	args = append(append(args, "--", m.url), specs...)
+	args = append(append(args, "--", remote), specs...)
 	cmd := exec.CommandContext(ctx, m.opts.GitCLI, args...)
 	cmd.Dir = m.dir
 	cmd.Env = append(env, "GIT_DIR="+m.dir)

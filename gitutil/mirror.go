@@ -98,6 +98,20 @@ type MirrorOptions struct {
 	// a mirror that is trimmed to a depth that depth. 0: go-git fetches,
 	// as without it.
 	ShallowDepth int
+	// Filter, with a GitCLI, makes the mirror a partial clone of git's
+	// own, over any transport the CLI speaks: every fetch is the CLI's
+	// git fetch --filter (ShallowDepth deep, when set), from the mirror's
+	// promisor remote (its configuration's remote.origin, the mirror's
+	// URL). Only "blob:none" and "blob:limit=<n>[kmg]" are taken (see
+	// [ValidFilter]): the mirror holds every commit and tree, and the
+	// files a server's filter let through. Its reader is git: a repository
+	// that borrows its objects (alternates) and names the remote as its
+	// own promisor fetches the files a checkout reads, as git-sync's
+	// --filter. A server that ignores filters sends every file, as to git.
+	// The mirror's file systems read what it holds; a file it lacks is
+	// fetched as a Partial mirror's is (protocol version 2 over HTTP(S)),
+	// or is [ErrNotFetched].
+	Filter string
 }
 
 // Mirror is a bare repository on disk that mirrors the refs of one remote
@@ -195,6 +209,14 @@ type FetchResult struct {
 func OpenMirror(dir, repoURL string, opts MirrorOptions) (*Mirror, error) {
 	if _, err := parseBare(repoURL); err != nil {
 		return nil, err
+	}
+	if opts.Filter != "" {
+		if err := ValidFilter(opts.Filter); err != nil {
+			return nil, fmt.Errorf("gitutil: %w", err)
+		}
+		if opts.GitCLI == "" {
+			return nil, errors.New("gitutil: a mirror with a Filter needs the git CLI")
+		}
 	}
 	m := &Mirror{dir: dir, url: repoURL, opts: opts, readers: map[weak.Pointer[treeFS]][]string{}, replaced: map[string]bool{}}
 	var rebuilt error
@@ -384,6 +406,10 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 	if len(refs) == 0 {
 		return false, nil
 	}
+	if m.opts.Filter != "" {
+		fetched, err := m.fetchGitPartial(ctx, topts, refs)
+		return fetched, err
+	}
 	if listed != nil && m.partialCapable() {
 		if fetched, done, err := m.fetchPartial(ctx, topts, refs, listed); done {
 			return fetched, err
@@ -546,8 +572,13 @@ func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, c Hash) (FetchResu
 	defer cancel()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	_, err = m.goGitFetch(ctx, topts, []config.RefSpec{config.RefSpec(commit.String() + ":" + name)}, 0)
-	if _, cerr := m.repo.CommitObject(commit); cerr != nil && m.opts.GitCLI != "" && ctx.Err() == nil {
+	if m.opts.Filter != "" {
+		// go-git cannot filter: the CLI asks (in version 2), filtered.
+		err = m.cliFetch(ctx, topts.orig, m.shallowArgs(), "+"+commit.String()+":"+name)
+	} else {
+		_, err = m.goGitFetch(ctx, topts, []config.RefSpec{config.RefSpec(commit.String() + ":" + name)}, 0)
+	}
+	if _, cerr := m.repo.CommitObject(commit); cerr != nil && m.opts.GitCLI != "" && m.opts.Filter == "" && ctx.Err() == nil {
 		err = m.cliFetch(ctx, topts.orig, nil, commit.String()+":"+name)
 	}
 	if err != nil {

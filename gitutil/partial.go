@@ -95,7 +95,7 @@ func (m *Mirror) markPartial() error {
 	sub := cfg.Section(promisorSection).Subsection(promisorRemote)
 	sub.SetOption("url", m.url)
 	sub.SetOption("promisor", "true")
-	sub.SetOption("partialclonefilter", fetchFilter)
+	sub.SetOption("partialclonefilter", m.partialFilter())
 	var out bytes.Buffer
 	if err := config.NewEncoder(&out).Encode(cfg); err != nil {
 		return err

@@ -52,6 +52,8 @@ func (m *Mirror) Trim(ctx context.Context, keep []Hash, refs []string, depth int
 		return false, fmt.Errorf("%w: %w", ErrCorrupt, m.broken)
 	}
 	if m.partial {
+		// git's repack keeps every object of a promisor pack, reachable
+		// or not: a trim would drop nothing.
 		return false, errors.New("gitutil: trim of a partial mirror")
 	}
 	m.dropReplaced()
