@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,4 +79,18 @@ func (p *program) periods(t *testing.T, n float64) {
 	base := max(p.metric(noop), 0)
 	require.Eventually(t, func() bool { return p.metric(noop) >= base+n }, 30*time.Second, 10*time.Millisecond,
 		"%v polls with nothing new: %s", n, p.stderr.String())
+}
+
+// assertNotOnDisk fails the test for each file under root that holds
+// secret.
+func assertNotOnDisk(t *testing.T, root, secret string) {
+	t.Helper()
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if b, _ := os.ReadFile(p); bytes.Contains(b, []byte(secret)) {
+				t.Errorf("the secret is on disk in %s", p)
+			}
+		}
+		return nil
+	})
 }

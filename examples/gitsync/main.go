@@ -16,8 +16,8 @@
 //	go run ./examples/gitsync --repo https://github.com/stefanprodan/podinfo --root /tmp/git --link podinfo --period 30s
 //
 // Flags, and GITSYNC_ or GIT_SYNC_ variables, this program does not take
-// fail at start, by name (--filter, --askpass-url, --cookie-file and the
-// GitHub App flags, among git-sync's).
+// fail at start, by name (--cookie-file and the GitHub App flags, among
+// git-sync's).
 package main
 
 import (
@@ -83,7 +83,7 @@ type config struct {
 	hookSecretFile, hookGitHubSecretFile           string
 	hookGitLabTokenFile, hookGiteaSecretFile       string
 	hookGogsSecretFile, hookBitbucketSecretFile    string
-	gitBin, gitGC, submodules, sparseFile          string
+	gitBin, gitGC, submodules, sparseFile, filter  string
 	gitConfigs                                     []string // key=value, from --git-config and --git-config-add
 	signal                                         os.Signal
 	also                                           []watcher.Target
@@ -212,6 +212,7 @@ func (c *config) flags(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.depth, "depth", 1, "the number of commits of history to fetch and keep (0: all), as git-sync's")
 	fs.StringVar(&c.submodules, "submodules", "recursive", "git submodules: recursive, shallow (one level) or off")
 	fs.StringVar(&c.sparseFile, "sparse-checkout-file", "", "the path to a git sparse-checkout file")
+	fs.StringVar(&c.filter, "filter", "", "a git partial-clone filter (blob:none, or blob:limit=<n>[kmg]) of the repository's fetches: the files a worktree checks out are fetched as git reads them")
 	fs.StringVar(&c.root, "root", "", "the root directory for git-sync operations (required)")
 	fs.StringVar(&c.link, "link", "", "the path (absolute or relative to --root) at which to create a symlink to the synced worktree (default: the repository's name)")
 	fs.StringVar(&c.path, "path", "", "modwatch: publish only this directory of the repository, and sync only when it changed")
@@ -368,6 +369,16 @@ func (c *config) check() error {
 		return errors.New("--askpass-url and --password-file or GITSYNC_PASSWORD are exclusive")
 	case c.path != "" && c.sparseFile != "":
 		return errors.New("--path and --sparse-checkout-file are exclusive: --path is a sparse checkout of its directory")
+	}
+	if c.filter != "" {
+		if err := gitutil.ValidFilter(c.filter); err != nil {
+			return fmt.Errorf("--filter: %w", err)
+		}
+		if c.alsoOfTheRepository() {
+			// Their trees are the library's, which fetches files over
+			// HTTP(S) only; the worktree's are git's, over any transport.
+			return errors.New("--filter and an --also of the same repository are exclusive")
+		}
 	}
 	if err := c.checkHooks(); err != nil {
 		return err

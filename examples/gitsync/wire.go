@@ -124,9 +124,9 @@ func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watche
 	if revision == "HEAD" {
 		revision = ""
 	}
-	git := &mirrorDirs{Git: watcher.GoGit{GitCLI: c.gitBin}, origin: c.repo, depth: c.depth}
+	git := &mirrorDirs{Git: watcher.GoGit{GitCLI: c.gitBin}, origin: c.repo, depth: c.depth, filter: c.filter}
 	s.wt = s.worktrees(git)
-	s.wt.shared = s.alsoOfTheRepository()
+	s.wt.shared = c.alsoOfTheRepository()
 	s.source.target = watcher.Target{ID: c.link, URL: c.repo, Revision: revision, Path: c.path, Auth: auth}
 	s.source.init, s.source.period = c.initPeriod, c.period
 	switch {
@@ -162,7 +162,7 @@ func (s *session) worktrees(git *mirrorDirs) *worktrees {
 	c := s.c
 	return &worktrees{
 		root: c.root, link: c.link, origin: c.repo, path: c.path, git: gitRunner{bin: c.gitBin}, mirrors: git,
-		depth: c.depth, sparseFile: c.sparseFile, submodules: c.submodules, gc: c.gitGC, commitFile: c.commitFile,
+		depth: c.depth, filter: c.filter, sparseFile: c.sparseFile, submodules: c.submodules, gc: c.gitGC, commitFile: c.commitFile,
 		stale: c.staleWorktreeTimeout, period: c.period, log: s.log,
 		prePublish: func(hash string) {
 			if s.hooks.pre != nil {
@@ -176,9 +176,9 @@ func (s *session) worktrees(git *mirrorDirs) *worktrees {
 
 // alsoOfTheRepository reports whether an --also target reads the
 // repository --repo names (the same mirror).
-func (s *session) alsoOfTheRepository() bool {
-	repo, err := gitutil.NormalizeURL(s.c.repo)
-	for _, t := range s.c.also {
+func (c *config) alsoOfTheRepository() bool {
+	repo, err := gitutil.NormalizeURL(c.repo)
+	for _, t := range c.also {
 		if u, uerr := gitutil.NormalizeURL(t.URL); err != nil || uerr != nil || u == repo {
 			return true
 		}

@@ -44,6 +44,9 @@ type worktrees struct {
 	git        gitRunner
 	mirrors    *mirrorDirs
 	depth      int
+	// filter is --filter: root is a partial clone of origin, whose
+	// checkouts fetch the files the mirror's filtered fetches left out.
+	filter     string
 	sparseFile string
 	submodules string // off, shallow, recursive
 	gc         string // auto, always, aggressive, off
@@ -231,6 +234,9 @@ func (w *worktrees) initRepo(ctx context.Context) error {
 		if _, err := w.git.run(ctx, w.root, "config", "remote.origin.url", w.origin); err != nil {
 			return err
 		}
+		if err := w.promisor(ctx); err != nil {
+			return err
+		}
 		w.hasOrigin = true
 	}
 	var alt bytes.Buffer
@@ -242,6 +248,45 @@ func (w *worktrees) initRepo(ctx context.Context) error {
 		return nil
 	}
 	return writeAtomic(file, alt.Bytes())
+}
+
+// promisor makes root a partial clone of origin with --filter, as git's
+// own partial clone is configured: a checkout then fetches the files it
+// reads that neither root nor the mirrors hold, into root's own promisor
+// packs. Without --filter, a root that was partial stays so (its promisor
+// packs may lack files), as a git-sync repository does.
+func (w *worktrees) promisor(ctx context.Context) error {
+	if w.filter == "" {
+		return nil
+	}
+	for _, kv := range [][2]string{
+		{"core.repositoryformatversion", "1"}, {"extensions.partialClone", "origin"},
+		{"remote.origin.promisor", "true"}, {"remote.origin.partialclonefilter", w.filter},
+	} {
+		if _, err := w.git.run(ctx, w.root, "config", kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkoutEnv is the environment of the git commands that check files out
+// of root: with --filter they fetch what the mirror lacks from origin, with
+// the repository's credentials (the program as git's credential helper);
+// the submodules' commands get --credential's too.
+func (w *worktrees) checkoutEnv(submodules bool) ([]string, error) {
+	if w.credentials == nil || (w.filter == "" && !submodules) {
+		return nil, nil
+	}
+	creds, err := w.credentials(w.auth)
+	if err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(creds)
+	if err != nil {
+		return nil, err
+	}
+	return []string{credentialsEnv + "=" + string(data)}, nil
 }
 
 // repoThere reports whether root still has its repository (what a sync
@@ -292,7 +337,11 @@ func (w *worktrees) create(ctx context.Context, hash string) error {
 	if sparse {
 		args = append(args, "--no-checkout") // checked out once sparse
 	}
-	if _, err := w.git.run(ctx, w.root, args...); err != nil {
+	env, err := w.checkoutEnv(false)
+	if err != nil {
+		return err
+	}
+	if _, err := w.git.runEnv(ctx, w.root, env, args...); err != nil {
 		return err
 	}
 	// A relative reference to root's .git, so that the volume may be
@@ -308,7 +357,7 @@ func (w *worktrees) create(ctx context.Context, hash string) error {
 		if err := w.sparse(ctx, wt, hash); err != nil {
 			return err
 		}
-		if _, err := w.git.run(ctx, wt, "reset", "-q", "--hard", hash, "--"); err != nil {
+		if _, err := w.git.runEnv(ctx, wt, env, "reset", "-q", "--hard", hash, "--"); err != nil {
 			return err
 		}
 	}
@@ -408,19 +457,11 @@ func (w *worktrees) updateSubmodules(ctx context.Context, wt string) error {
 	if w.depth > 0 {
 		args = append(args, "--depth", strconv.Itoa(w.depth))
 	}
-	var env []string
-	if w.credentials != nil {
-		creds, err := w.credentials(w.auth)
-		if err != nil {
-			return err
-		}
-		data, err := json.Marshal(creds)
-		if err != nil {
-			return err
-		}
-		env = append(env, credentialsEnv+"="+string(data))
+	env, err := w.checkoutEnv(true)
+	if err != nil {
+		return err
 	}
-	_, err := w.git.runEnv(ctx, wt, env, args...)
+	_, err = w.git.runEnv(ctx, wt, env, args...)
 	return err
 }
 
@@ -640,7 +681,10 @@ func (w *worktrees) deepen(ctx context.Context, hash string) error {
 // follows, that deep, and no other ref's. Not when another target reads
 // the same mirror.
 func (w *worktrees) trimMirror(ctx context.Context) error {
-	if w.shared {
+	if w.shared || w.filter != "" {
+		// A partial mirror is not trimmed: git's repack keeps every
+		// object of a promisor pack (git-sync's repository with
+		// --filter keeps them too).
 		return nil
 	}
 	var keep []gitutil.Hash
@@ -770,12 +814,24 @@ type mirrorDirs struct {
 	// origin's mirrors fetch depth deep once shallow (git-sync's fetches).
 	origin string
 	depth  int
+	filter string // --filter, of origin's mirrors
 
 	mu   sync.Mutex
 	dirs []string
 	// mirrors holds the last mirror opened in each directory, with its
 	// normalised URL.
 	mirrors map[string]urlMirror
+}
+
+// gitReadMirror is the repository's mirror with --filter, whose reader is
+// git: root's checkouts fetch the files they read from origin, the
+// sparse ones only, so the watcher fetches none ahead of them (its own
+// reads of the worktree's target are of commits and trees).
+type gitReadMirror struct{ *gitutil.Mirror }
+
+// FetchPaths implements watcher.PathFetcher: nothing to fetch.
+func (gitReadMirror) FetchPaths(context.Context, *gitutil.Auth, gitutil.Hash, []string) error {
+	return nil
 }
 
 type urlMirror struct {
@@ -786,12 +842,16 @@ type urlMirror struct {
 // OpenMirror implements watcher.Git.
 func (m *mirrorDirs) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
 	key, kerr := gitutil.NormalizeURL(url)
+	isOrigin := false
 	if origin, err := gitutil.NormalizeURL(m.origin); err == nil && kerr == nil && key == origin {
-		opts.ShallowDepth = m.depth
+		opts.ShallowDepth, opts.Filter, isOrigin = m.depth, m.filter, true
 	}
 	mirror, err := m.Git.OpenMirror(dir, url, opts)
 	if err != nil {
 		return nil, err
+	}
+	if gm, ok := mirror.(*gitutil.Mirror); ok && isOrigin && m.filter != "" {
+		mirror = gitReadMirror{gm}
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
