@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/go-git/go-git/v5/plumbing"
 )
 
 // maxFilterLen bounds a filter spec: it is configuration, and hostile until
@@ -53,7 +51,7 @@ func ValidFilter(spec string) error {
 // promisor packs. A server that ignores filters sends every file, as to
 // git. It reports whether a ref moved. Callers hold m.mu.
 func (m *Mirror) fetchGitPartial(ctx context.Context, topts transportOptions, refs []string) (bool, error) {
-	gspecs, err := refSpecs(refs)
+	_, specs, err := cliRefSpecs(refs)
 	if err != nil {
 		return false, err
 	}
@@ -62,27 +60,14 @@ func (m *Mirror) fetchGitPartial(ctx context.Context, topts transportOptions, re
 			return false, err
 		}
 	}
-	before := map[string]plumbing.Hash{}
-	specs := make([]string, 0, len(refs))
-	for i, r := range refs {
-		if ref, err := m.repo.Storer.Reference(plumbing.ReferenceName(r)); err == nil {
-			before[r] = ref.Hash()
-		}
-		specs = append(specs, gspecs[i].String())
-	}
+	before := m.refHashes(refs)
 	if err := m.cliFetch(ctx, topts.orig, m.shallowArgs(), specs...); err != nil {
 		return false, err
 	}
 	if err := markPromisorPacks(m.dir); err != nil {
 		return false, err
 	}
-	for _, r := range refs {
-		ref, err := m.repo.Storer.Reference(plumbing.ReferenceName(r))
-		if err != nil || ref.Hash() != before[r] {
-			return true, nil
-		}
-	}
-	return false, nil
+	return m.moved(refs, before), nil
 }
 
 // shallowArgs are the depth of a fetch into a mirror with a Filter:

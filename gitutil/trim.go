@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 )
 
@@ -351,18 +352,11 @@ func (m *Mirror) fetchCLIShallow(ctx context.Context, topts transportOptions, re
 // ShallowDepth (with go-git, at that depth, should the CLI fail); it
 // reports whether a ref moved. Callers hold m.mu.
 func (m *Mirror) fetchShallow(ctx context.Context, topts transportOptions, refs []string) (bool, error) {
-	gspecs, err := refSpecs(refs)
+	gspecs, specs, err := cliRefSpecs(refs)
 	if err != nil {
 		return false, err
 	}
-	before := map[string]plumbing.Hash{}
-	specs := make([]string, 0, len(refs))
-	for i, r := range refs {
-		if ref, err := m.repo.Storer.Reference(plumbing.ReferenceName(r)); err == nil {
-			before[r] = ref.Hash()
-		}
-		specs = append(specs, gspecs[i].String())
-	}
+	before := m.refHashes(refs)
 	var extra []string
 	if m.opts.ShallowDepth > 0 {
 		extra = []string{fmt.Sprintf("--depth=%d", m.opts.ShallowDepth)}
@@ -376,11 +370,42 @@ func (m *Mirror) fetchShallow(ctx context.Context, topts transportOptions, refs 
 	if err != nil {
 		return false, err
 	}
+	return m.moved(refs, before), nil
+}
+
+// cliRefSpecs are refSpecs, and the same as the git CLI's arguments.
+func cliRefSpecs(refs []string) ([]config.RefSpec, []string, error) {
+	gspecs, err := refSpecs(refs)
+	if err != nil {
+		return nil, nil, err
+	}
+	specs := make([]string, 0, len(gspecs))
+	for _, s := range gspecs {
+		specs = append(specs, s.String())
+	}
+	return gspecs, specs, nil
+}
+
+// refHashes is what each of refs the mirror has points at. Callers hold
+// m.mu.
+func (m *Mirror) refHashes(refs []string) map[string]plumbing.Hash {
+	at := map[string]plumbing.Hash{}
 	for _, r := range refs {
-		ref, err := m.repo.Storer.Reference(plumbing.ReferenceName(r))
-		if err != nil || ref.Hash() != before[r] {
-			return true, nil
+		if ref, err := m.repo.Storer.Reference(plumbing.ReferenceName(r)); err == nil {
+			at[r] = ref.Hash()
 		}
 	}
-	return false, nil
+	return at
+}
+
+// moved reports whether a ref of refs points elsewhere than it did in
+// before (refHashes). Callers hold m.mu.
+func (m *Mirror) moved(refs []string, before map[string]plumbing.Hash) bool {
+	after := m.refHashes(refs)
+	for _, r := range refs {
+		if h, ok := after[r]; !ok || h != before[r] {
+			return true
+		}
+	}
+	return false
 }
