@@ -63,6 +63,11 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	if err := s.wt.git.configure(ctx, c.cacheDir, c.gitConfigs); err != nil {
 		return err
 	}
+	// Every git the process runs reads that configuration, as every git
+	// git-sync runs reads the one it writes: the watcher's fetches by
+	// --git, and the upload-pack go-git runs for a file:// repository,
+	// which refuses one another user owns without safe.directory.
+	defer setenv("GIT_CONFIG_GLOBAL", s.wt.git.global)()
 	stop, err := s.servers(ctx, reg, w, m)
 	defer stop()
 	if err != nil {
@@ -539,4 +544,18 @@ func pprofRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+}
+
+// setenv sets the process's variable k to v, and returns what puts back
+// what it was.
+func setenv(k, v string) (restore func()) {
+	old, had := os.LookupEnv(k)
+	_ = os.Setenv(k, v)
+	return func() {
+		if had {
+			_ = os.Setenv(k, old)
+		} else {
+			_ = os.Unsetenv(k)
+		}
+	}
 }
