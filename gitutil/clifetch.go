@@ -209,8 +209,19 @@ func (m *Mirror) gitFailed(what string, err error, out *bytes.Buffer) error {
 func (m *Mirror) cliFetch(ctx context.Context, a *Auth, extra []string, specs ...string) error {
 	if m.opts.Filter != "" {
 		// Every fetch of a mirror with a Filter is filtered, from its
-		// promisor remote, whose packs git marks as promisor packs.
-		return m.cliFetchFrom(ctx, a, promisorRemote, append(extra, "--filter="+m.opts.Filter), specs...)
+		// promisor remote, whose packs git marks as promisor packs. The
+		// mirror says it is partial first: a crash after a pack is
+		// stored must not leave a mirror that lacks files and says it is
+		// full.
+		if !m.partial {
+			if err := m.markPartial(); err != nil {
+				return err
+			}
+		}
+		if err := m.cliFetchFrom(ctx, a, promisorRemote, append(extra, "--filter="+m.opts.Filter), specs...); err != nil {
+			return err
+		}
+		return markPromisorPacks(m.dir)
 	}
 	return m.cliFetchFrom(ctx, a, m.url, extra, specs...)
 }

@@ -42,29 +42,17 @@ func ValidFilter(spec string) error {
 	return fmt.Errorf("filter %q: not a filter spec (blob:none, blob:limit=<n>[kmg])", spec)
 }
 
-// fetchGitPartial is every fetch into a mirror with a Filter: the git
-// CLI's (see cliFetch), ShallowDepth deep when the mirror is empty or
-// shallow.
-// The mirror is marked partial before its first fetch, so that a crash
-// after a pack is stored never leaves a mirror that lacks files and says
-// it is full; git marks the packs it fetches from a promisor remote as
-// promisor packs. A server that ignores filters sends every file, as to
-// git. It reports whether a ref moved. Callers hold m.mu.
+// fetchGitPartial is every fetch of refs into a mirror with a Filter: the
+// git CLI's (see cliFetch), ShallowDepth deep when the mirror is empty or
+// shallow. A server that ignores filters sends every file, as to git. It
+// reports whether a ref moved. Callers hold m.mu.
 func (m *Mirror) fetchGitPartial(ctx context.Context, topts transportOptions, refs []string) (bool, error) {
 	_, specs, err := cliRefSpecs(refs)
 	if err != nil {
 		return false, err
 	}
-	if !m.partial {
-		if err := m.markPartial(); err != nil {
-			return false, err
-		}
-	}
 	before := m.refHashes(refs)
 	if err := m.cliFetch(ctx, topts.orig, m.shallowArgs(), specs...); err != nil {
-		return false, err
-	}
-	if err := markPromisorPacks(m.dir); err != nil {
 		return false, err
 	}
 	return m.moved(refs, before), nil

@@ -136,3 +136,21 @@ func TestFilterMirror(t *testing.T) {
 		})
 	}
 }
+
+// A commit no ref names comes into an empty mirror with a Filter as
+// refs do: filtered, from its promisor remote.
+func TestFilterMirrorFetchCommit(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err, "the tests need git")
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one", gittest.File("big", noise(t, 64<<10)))
+	repo.Commit(t, "two", gittest.File("a", "2"))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: gitBin, Filter: "blob:none", ShallowDepth: 1})
+	require.NoError(t, err)
+	res, err := m.FetchCommit(ctxT(t), nil, mustHash(c1))
+	require.NoError(t, err)
+	assert.Equal(t, c1, res.Refs["refs/modwatch/commits/"+c1].String())
+	assert.True(t, m.Partial())
+	assert.False(t, has(t, m, c1, "big"), "filtered")
+}
