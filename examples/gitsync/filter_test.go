@@ -76,6 +76,7 @@ func TestFilterFetchesWhatTheCheckoutReads(t *testing.T) {
 	promisors, _ := filepath.Glob(filepath.Join(root, ".git", "objects", "pack", "*.promisor"))
 	assert.NotEmpty(t, promisors)
 	assert.NotContains(t, out.String()+p.stderr.String(), secret)
+	assert.NotContains(t, out.String()+p.stderr.String(), "cleanup failed", "a partial mirror is not trimmed")
 	assertNotOnDisk(t, root, secret)
 }
 

@@ -136,8 +136,8 @@ func (w *worktrees) sync(ctx context.Context, hash string) error {
 			w.synced(hash, time.Since(start))
 		}
 	}
-	if err := w.cleanup(ctx, first); err != nil {
-		w.log.Error(err, "git cleanup failed")
+	if err := w.cleanup(ctx, first); err != nil && ctx.Err() == nil {
+		w.log.Error(err, "git cleanup failed") // not a stop's
 	}
 	return nil
 }
@@ -681,10 +681,7 @@ func (w *worktrees) deepen(ctx context.Context, hash string) error {
 // follows, that deep, and no other ref's. Not when another target reads
 // the same mirror.
 func (w *worktrees) trimMirror(ctx context.Context) error {
-	if w.shared || w.filter != "" {
-		// A partial mirror is not trimmed: git's repack keeps every
-		// object of a promisor pack (git-sync's repository with
-		// --filter keeps them too).
+	if w.shared {
 		return nil
 	}
 	var keep []gitutil.Hash
@@ -702,6 +699,12 @@ func (w *worktrees) trimMirror(ctx context.Context) error {
 		refs = append(refs, w.ref)
 	}
 	for _, m := range w.mirrors.of(w.origin) {
+		if pf, ok := m.(watcher.PathFetcher); ok && pf.Partial() {
+			// A partial mirror (--filter, now or before) is not trimmed:
+			// git's repack keeps every object of a promisor pack, as in
+			// git-sync's repository with --filter.
+			continue
+		}
 		if t, ok := m.(trimmer); ok {
 			if _, err := t.Trim(ctx, keep, refs, w.depth); err != nil {
 				return fmt.Errorf("trim the mirror: %w", err)
