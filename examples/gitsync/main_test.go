@@ -236,19 +236,38 @@ func TestInvalidRepositoryEndsOneTime(t *testing.T) {
 }
 
 // A single user's sidecar, as git-sync: a local repository (file://) and
-// credentials over plain http:// are taken.
+// credentials over plain http:// are taken. The local repository is
+// another user's where the test can make it so (as root, as CI runs), as
+// git-sync syncs one: every git the program runs, the upload-pack go-git
+// runs for file:// included, reads the program's configuration
+// (safe.directory), where git refused it as of "dubious ownership"; the
+// program leaves the process's environment as it found it.
 func TestLocalRepositoriesAndPlainHTTPCredentials(t *testing.T) {
 	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "g/app")
-	repo.Commit(t, "0", gittest.File("version", "0"))
+	local := srv.NewRepo(t, "g/local")
+	local.Commit(t, "0", gittest.File("version", "0"))
+	if os.Getuid() == 0 {
+		require.NoError(t, filepath.WalkDir(local.BareDir(), func(p string, _ fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, 65533, 65533)
+		}))
+	}
+	before, had := os.LookupEnv("GIT_CONFIG_GLOBAL")
 	root := t.TempDir()
 	var stderr bytes.Buffer
-	code := run(context.Background(), []string{"--repo", "file://" + repo.BareDir(), "--root", root, "--link", "local", "--one-time"}, noEnv, &stderr)
+	code := run(context.Background(), []string{"--repo", "file://" + local.BareDir(), "--root", root, "--link", "local", "--one-time"}, noEnv, &stderr)
 	require.Equal(t, 0, code, stderr.String())
 	data, err := os.ReadFile(filepath.Join(root, "local", "version"))
 	require.NoError(t, err)
 	assert.Equal(t, "0", string(data))
+	after, has := os.LookupEnv("GIT_CONFIG_GLOBAL")
+	assert.Equal(t, had, has)
+	assert.Equal(t, before, after)
 
+	repo := srv.NewRepo(t, "g/app")
+	repo.Commit(t, "0", gittest.File("version", "0"))
 	srv.SetBasicAuth("u", "s3cr3t-pw")
 	stderr.Reset()
 	code = run(context.Background(), []string{"--repo", repo.URL(), "--root", root, "--link", "http", "--username", "u", "--one-time"},
@@ -258,37 +277,6 @@ func TestLocalRepositoriesAndPlainHTTPCredentials(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "0", string(data))
 	assert.NotContains(t, stderr.String(), "s3cr3t")
-}
-
-// A local repository another user owns is synced, as git-sync syncs it:
-// every git the program runs, the upload-pack go-git runs for file://
-// included, reads the program's configuration (safe.directory), where git
-// refused it as of "dubious ownership". The program leaves the process's
-// environment as it found it.
-func TestLocalRepositoryOfAnotherUser(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root, to give the repository to another user")
-	}
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "g/app")
-	repo.Commit(t, "0", gittest.File("version", "0"))
-	require.NoError(t, filepath.WalkDir(repo.BareDir(), func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, 65533, 65533)
-	}))
-	before, had := os.LookupEnv("GIT_CONFIG_GLOBAL")
-	root := t.TempDir()
-	var stderr bytes.Buffer
-	code := run(context.Background(), []string{"--repo", "file://" + repo.BareDir(), "--root", root, "--link", "local", "--one-time"}, noEnv, &stderr)
-	require.Equal(t, 0, code, stderr.String())
-	data, err := os.ReadFile(filepath.Join(root, "local", "version"))
-	require.NoError(t, err)
-	assert.Equal(t, "0", string(data))
-	after, has := os.LookupEnv("GIT_CONFIG_GLOBAL")
-	assert.Equal(t, had, has)
-	assert.Equal(t, before, after)
 }
 
 // syncBuffer is a bytes.Buffer safe for the program's logger and the test.
