@@ -45,6 +45,7 @@ func (m *Mirror) firstFetch(ctx context.Context, topts transportOptions, listed 
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
+		m.fellBack(err)
 		return false, m.reinit()
 	}
 	if err := m.reopen(); err != nil {

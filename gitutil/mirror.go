@@ -71,6 +71,12 @@ type MirrorOptions struct {
 	// out), so that the caller can fetch, which rebuilds it, without
 	// waiting for its next poll. It must not block or call the mirror.
 	OnDamage func(reason error)
+	// OnFallback, when set, is called when a git CLI command failed and
+	// go-git stood in for it (the first fetch's clone or single request,
+	// a shallow fetch), with the CLI's error (which carries no secret):
+	// a program whose users give it their git says so. It must not block
+	// or call the mirror.
+	OnFallback func(cli error)
 	// RepackPacks is how many packs a mirror may hold before a fetch
 	// repacks it into one (0: [DefaultRepackPacks]; negative: never). Each
 	// incremental fetch adds a pack.
@@ -445,6 +451,7 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 		}
 		// On failure, go-git fetches into an empty mirror again.
 		if err != nil {
+			m.fellBack(err)
 			if rerr := m.reinit(); rerr != nil {
 				return false, rerr
 			}
@@ -591,6 +598,13 @@ func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, c Hash) (FetchResu
 		return FetchResult{}, fmt.Errorf("fetch %s: %w: %s", RedactURL(m.url), ErrCommitNotFound, commit)
 	}
 	return FetchResult{Fetched: true, Refs: map[string]Hash{name: c}}, nil
+}
+
+// fellBack reports err, the git CLI's, to OnFallback: go-git stands in.
+func (m *Mirror) fellBack(err error) {
+	if m.opts.OnFallback != nil {
+		m.opts.OnFallback(err)
+	}
 }
 
 func (m *Mirror) isEmpty() bool {

@@ -336,6 +336,7 @@ func (m *Mirror) fetchCLIShallow(ctx context.Context, topts transportOptions, re
 			return fetched, true, err
 		}
 		// On failure, go-git fetches (in full) into the empty mirror again.
+		m.fellBack(err)
 		if rerr := m.reinit(); rerr != nil {
 			return false, true, rerr
 		}
@@ -365,6 +366,7 @@ func (m *Mirror) fetchShallow(ctx context.Context, topts transportOptions, refs 
 	if err != nil && ctx.Err() == nil && m.opts.ShallowDepth > 0 && !m.isEmpty() {
 		// go-git tells the server where the mirror's history ends when it
 		// fetches to a depth: it stands in for a git CLI that failed.
+		m.fellBack(err)
 		_, err = m.goGitFetch(ctx, topts, gspecs, m.opts.ShallowDepth)
 	}
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -311,10 +312,15 @@ func TestFetchIntoATrimmedMirror(t *testing.T) {
 		repo.Commit(t, "one", gittest.File("a", "1"))
 		c2 := repo.Commit(t, "two", gittest.File("a", "2"))
 		dir := t.TempDir()
-		m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: gitBin, ShallowDepth: depth})
+		var fellBack atomic.Int32
+		m, err := OpenMirror(dir, repo.URL(), MirrorOptions{GitCLI: gitBin, ShallowDepth: depth, OnFallback: func(cli error) {
+			assert.ErrorContains(t, cli, "git fetch")
+			fellBack.Add(1)
+		}})
 		require.NoError(t, err)
 		_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 		require.NoError(t, err)
+		assert.Equal(t, i == 2, fellBack.Load() > 0, "go-git stood in for a git that failed, and said so")
 		_, err = m.Trim(ctxT(t), []Hash{mustHash(c2)}, []string{"refs/heads/main"}, 1)
 		require.NoError(t, err)
 		require.False(t, m.HasCommit(mustHash(base)))

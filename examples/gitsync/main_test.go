@@ -458,3 +458,27 @@ func TestHealthBeforeAndAfterTheFirstSync(t *testing.T) {
 	assert.Equal(t, http.StatusOK, health())
 	assert.Equal(t, 0, p.stop(), p.stderr.String())
 }
+
+// A --git whose fetches fail is said, every time: go-git fetches instead,
+// so the sync does not fail, and the user's git is not silently passed
+// over.
+func TestFailingGitIsSaid(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err)
+	failing := filepath.Join(t.TempDir(), "git")
+	require.NoError(t, os.WriteFile(failing, []byte("#!/bin/sh\ncase \"$1\" in fetch|clone|index-pack) echo refused >&2; exit 1;; esac\nexec "+gitBin+" \"$@\"\n"), 0o755))
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	repo.Commit(t, "0", gittest.File("version", "0"))
+	for _, depth := range []string{"1", "0"} {
+		root := t.TempDir()
+		var stderr bytes.Buffer
+		code := run(context.Background(), []string{"--repo", repo.URL(), "--root", root, "--link", "app", "--depth", depth, "--git", failing, "--one-time"}, noEnv, &stderr)
+		require.Equal(t, 0, code, stderr.String())
+		data, err := os.ReadFile(filepath.Join(root, "app", "version"))
+		require.NoError(t, err)
+		assert.Equal(t, "0", string(data))
+		assert.Contains(t, stderr.String(), "--git failed; go-git fetched instead", "depth %s", depth)
+		assert.Contains(t, stderr.String(), "refused", "git's own words")
+	}
+}

@@ -129,7 +129,7 @@ func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watche
 	if revision == "HEAD" {
 		revision = ""
 	}
-	git := &mirrorDirs{Git: watcher.GoGit{GitCLI: c.gitBin}, origin: c.repo, depth: c.depth, filter: c.filter}
+	git := &mirrorDirs{Git: watcher.GoGit{GitCLI: c.gitBin}, origin: c.repo, depth: c.depth, filter: c.filter, log: s.log}
 	s.wt = s.worktrees(git)
 	s.wt.shared = c.alsoOfTheRepository()
 	s.source.target = watcher.Target{ID: c.link, URL: c.repo, Revision: revision, Path: c.path, Auth: auth}

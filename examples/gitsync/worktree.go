@@ -818,6 +818,8 @@ type mirrorDirs struct {
 	origin string
 	depth  int
 	filter string // --filter, of origin's mirrors
+	// log hears when --git failed and go-git fetched instead.
+	log logr.Logger
 
 	mu   sync.Mutex
 	dirs []string
@@ -845,6 +847,9 @@ type urlMirror struct {
 // OpenMirror implements watcher.Git.
 func (m *mirrorDirs) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
 	key, kerr := gitutil.NormalizeURL(url)
+	opts.OnFallback = func(cli error) {
+		m.log.Error(cli, "--git failed; go-git fetched instead", "repo", gitutil.RedactURL(url))
+	}
 	isOrigin := false
 	if origin, err := gitutil.NormalizeURL(m.origin); err == nil && kerr == nil && key == origin {
 		opts.ShallowDepth, opts.Filter, isOrigin = m.depth, m.filter, true
