@@ -73,7 +73,8 @@ type MirrorOptions struct {
 	OnDamage func(reason error)
 	// OnFallback, when set, is called when a git CLI command failed and
 	// go-git stood in for it (the first fetch's clone or single request,
-	// a shallow fetch), with the CLI's error (which carries no secret):
+	// a partial clone, a shallow fetch), with the CLI's error (which
+	// carries no secret):
 	// a program whose users give it their git says so. It must not block
 	// or call the mirror.
 	OnFallback func(cli error)

@@ -232,6 +232,7 @@ func (m *Mirror) partialClone(ctx context.Context, topts transportOptions, refs 
 		if ctx.Err() != nil {
 			return false, err
 		}
+		m.fellBack(err)
 		return false, m.reinit()
 	}
 	// git says the clone is partial in its configuration (as markPartial
