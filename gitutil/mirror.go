@@ -414,8 +414,7 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 		return false, nil
 	}
 	if m.opts.Filter != "" {
-		fetched, err := m.fetchGitPartial(ctx, topts, refs)
-		return fetched, err
+		return m.fetchGitPartial(ctx, topts, refs)
 	}
 	if listed != nil && m.partialCapable() {
 		if fetched, done, err := m.fetchPartial(ctx, topts, refs, listed); done {
@@ -439,31 +438,10 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 	}
 	empty := m.isEmpty()
 	cloned := false
-	if empty && m.opts.GitCLI != "" && m.opts.FirstFetchDepth == 0 && listed != nil {
-		if done, err := m.firstFetch(ctx, topts, listed, ""); done || err != nil {
-			return done, err
-		}
-	}
 	if empty && m.opts.GitCLI != "" && m.opts.FirstFetchDepth == 0 {
-		e, _ := ParseURL(m.url)
-		err := m.cliClone(ctx, e, topts.orig, refs, "")
-		if err != nil && ctx.Err() != nil {
-			return false, err
-		}
-		// On failure, go-git fetches into an empty mirror again.
-		if err != nil {
-			m.fellBack(err)
-			if rerr := m.reinit(); rerr != nil {
-				return false, rerr
-			}
-		}
-		cloned = err == nil
-		if cloned && listed != nil && m.directFetchable() {
-			// The clone has the branch; the other listed refs (tags) are
-			// asked for in one request, if the clone lacks their objects.
-			if _, err := m.fetchDirect(ctx, topts, listed); err == nil || ctx.Err() != nil {
-				return true, err
-			}
+		var done bool
+		if cloned, done, err = m.cliFirstFetch(ctx, topts, refs, listed); done || err != nil {
+			return cloned, err
 		}
 	}
 	depth := 0
@@ -472,6 +450,37 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 	}
 	fetched, err := m.goGitFetch(ctx, topts, specs, depth)
 	return fetched || cloned, err
+}
+
+// cliFirstFetch is the git CLI's first fetch into an empty mirror: one
+// request of the listed objects (firstFetch), else a clone of the first
+// branch or tag of refs. done reports that the fetch is over (the
+// request, or the clone and a request of the other listed refs); cloned,
+// that the clone brought what go-git's fetch after it need not. A CLI
+// that fails is reported to OnFallback, and go-git fetches into an empty
+// mirror again. Callers hold m.mu.
+func (m *Mirror) cliFirstFetch(ctx context.Context, topts transportOptions, refs []string, listed map[string]plumbing.Hash) (cloned, done bool, err error) {
+	if listed != nil {
+		if done, err := m.firstFetch(ctx, topts, listed, ""); done || err != nil {
+			return done, true, err
+		}
+	}
+	e, _ := ParseURL(m.url)
+	if err := m.cliClone(ctx, e, topts.orig, refs, ""); err != nil {
+		if ctx.Err() != nil {
+			return false, true, err
+		}
+		m.fellBack(err)
+		return false, false, m.reinit()
+	}
+	if listed != nil && m.directFetchable() {
+		// The clone has the branch; the other listed refs (tags) are
+		// asked for in one request, if the clone lacks their objects.
+		if _, err := m.fetchDirect(ctx, topts, listed); err == nil || ctx.Err() != nil {
+			return true, true, err
+		}
+	}
+	return true, false, nil
 }
 
 // refSpecs are the refspecs that fetch each of refs to itself, forced
