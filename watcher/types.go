@@ -232,8 +232,11 @@ type Source interface {
 	// Run blocks until ctx is done, calling update with the whole desired
 	// set of targets at start and each time it changes (level-based: a
 	// missed event is repaired by the next set). update does not block for
-	// long and may be called from any goroutine. Run returns nil when ctx
-	// ends; any other error stops the watcher.
+	// long and may be called from any goroutine. The watcher keeps the
+	// slice it is given and never modifies it or what its targets refer
+	// to: a source gives a new slice for each set and leaves a slice it
+	// has given as it was. Run returns nil when ctx ends; any other error
+	// stops the watcher.
 	Run(ctx context.Context, update func([]Target)) error
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -294,15 +295,24 @@ func (w *Watcher) Stats() Stats {
 // update takes a source's new set: valid targets replace the route's set,
 // invalid ones are reported and left out. Credentials in a target's URL
 // become its Auth here, so that no later use of the URL carries them.
+//
+// The set is kept as the source gave it while every target in it is valid
+// and admitted unchanged (the common case): a target costs the watcher no
+// copy of its own, which is most of what a target another replica polls
+// costs (see [WithShard]). Otherwise the valid targets are copied.
 func (w *Watcher) update(r *route, ts []Target) {
-	valid := make([]Target, 0, len(ts))
-	ids := map[string]bool{}
+	valid := slices.Clip(ts) // until a target is left out or changed
+	copied := false
+	ids := make(map[string]bool, len(ts))
 	invalid := map[string]string{}
 	var events []Event
-	for _, t := range ts {
-		t, err := w.admit(t)
+	for i, given := range ts {
+		t, err := w.admit(given)
 		if err == nil && ids[t.ID] {
 			err = fmt.Errorf("%w %s: duplicate id in one source's set", ErrInvalidTarget, t.ID)
+		}
+		if !copied && (err != nil || !sameAdmitted(t, given)) {
+			valid, copied = append(make([]Target, 0, len(ts)), ts[:i]...), true
 		}
 		if err != nil {
 			invalid[t.ID] = err.Error()
@@ -310,7 +320,9 @@ func (w *Watcher) update(r *route, ts []Target) {
 			continue
 		}
 		ids[t.ID] = true
-		valid = append(valid, t)
+		if copied {
+			valid = append(valid, t)
+		}
 	}
 	w.mu.Lock()
 	before := r.invalid
@@ -332,7 +344,8 @@ func (w *Watcher) update(r *route, ts []Target) {
 // keeps: its URL without credentials (those become its Auth) and its path
 // cleaned. The target returned never carries a secret in its URL, even
 // with an error.
-func (w *Watcher) admit(t Target) (Target, error) {
+func (w *Watcher) admit(given Target) (Target, error) {
+	t := given
 	raw := t.URL
 	t.URL = gitutil.StripCredentials(raw)
 	if err := t.Validate(); err != nil {
@@ -347,14 +360,21 @@ func (w *Watcher) admit(t Target) (Target, error) {
 		return t, fmt.Errorf("%w %s: url: local repositories are refused (see WithLocalRepositories)", ErrInvalidTarget, t.ID)
 	}
 	t.Path, _ = gitutil.CleanPath(t.Path)
-	if len(t.Paths) > 0 {
-		paths := make([]string, len(t.Paths))
-		for i, p := range t.Paths {
-			paths[i], _ = gitutil.CleanPath(p)
+	for i, p := range t.Paths {
+		if clean, _ := gitutil.CleanPath(p); clean != p {
+			if &t.Paths[0] == &given.Paths[0] {
+				t.Paths = slices.Clone(t.Paths) // the source's slice stays as it gave it
+			}
+			t.Paths[i] = clean
 		}
-		t.Paths = paths // a copy: the source's slice stays its own
 	}
 	return t, nil
+}
+
+// sameAdmitted reports whether admit left t as the source gave it.
+func sameAdmitted(t, given Target) bool {
+	return t.URL == given.URL && t.Auth == given.Auth && t.Path == given.Path &&
+		(len(t.Paths) == 0 || &t.Paths[0] == &given.Paths[0])
 }
 
 func (w *Watcher) reconcileLoop(ctx context.Context) error {

@@ -22,14 +22,30 @@ type Source struct {
 
 var _ watcher.Source = (*Source)(nil)
 
-// New returns a source of targets.
+// New returns a source of targets. Its copy of them holds one string per
+// distinct URL and revision, however many targets share it.
 func New(targets ...watcher.Target) *Source {
-	return &Source{targets: slices.Clone(targets)}
+	ts := slices.Clone(targets)
+	seen := map[string]string{}
+	intern := func(s *string) {
+		if v, ok := seen[*s]; ok {
+			*s = v
+		} else {
+			seen[*s] = *s
+		}
+	}
+	for i := range ts {
+		intern(&ts[i].URL)
+		intern(&ts[i].Revision)
+	}
+	return &Source{targets: ts}
 }
 
 // Run implements watcher.Source: it gives the set once and waits for ctx.
+// The set given is the source's own (never changed after New), so that
+// watchers share it rather than hold a copy each.
 func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
-	update(slices.Clone(s.targets))
+	update(s.targets)
 	<-ctx.Done()
 	return nil
 }

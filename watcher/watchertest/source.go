@@ -37,7 +37,7 @@ func (s *Source) Set(targets ...watcher.Target) {
 func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 	for {
 		s.mu.Lock()
-		ts := slices.Clone(s.targets)
+		ts := s.targets // Set replaces it, never changes it
 		s.mu.Unlock()
 		update(ts)
 		select {
