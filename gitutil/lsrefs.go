@@ -161,6 +161,10 @@ func truncate(s string, n int) string {
 	return s
 }
 
+// maxIdlePerServer is how many idle connections to one server the
+// listings keep for the next poll.
+const maxIdlePerServer = 32
+
 // v2Clients are the HTTP clients of version 2 listings, one per TLS
 // setting, so that polls reuse their connections.
 var v2Clients sync.Map
@@ -173,6 +177,11 @@ func v2Client(topts transportOptions) (*http.Client, error) {
 		return c.(*http.Client), nil
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// A watcher lists up to 16 remotes at once (and fetches 4), most of
+	// them on one forge: net/http keeps 2 idle connections per host, so
+	// each cycle would open a connection for most listings, and leave it
+	// in TIME_WAIT, whose number grows with the remotes.
+	tr.MaxIdleConnsPerHost = maxIdlePerServer
 	if px.URL != "" {
 		u, err := px.FullURL()
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/modwatch/modwatch/internal/gittest"
 )
@@ -119,4 +120,36 @@ func TestListRefsAsksAServersCapabilitiesOnce(t *testing.T) {
 	assert.EqualValues(t, 1, two.Counts().Lists.Load(), "one request")
 	_, err = ListRefs(ctxT(t), srv.URL()+"/g/none.git", nil, []string{"HEAD"})
 	require.ErrorIs(t, err, transport.ErrRepositoryNotFound)
+}
+
+// Listings running side by side, as a watcher's 16 do, reuse their
+// connections from one cycle to the next: a cycle of many remotes on one
+// forge opens none (with net/http's 2 idle connections per host, most
+// listings of every cycle opened one and left it in TIME_WAIT).
+func TestListingsReuseTheirConnections(t *testing.T) {
+	srv := gittest.NewServer(t)
+	const side = 16
+	var urls []string
+	for i := range side {
+		repo := srv.NewRepo(t, fmt.Sprintf("g/r%d", i))
+		repo.Commit(t, "1", gittest.File("f", "1"))
+		urls = append(urls, repo.URL())
+	}
+	cycle := func() {
+		var g errgroup.Group
+		for _, u := range urls {
+			g.Go(func() error {
+				_, err := ListRefs(ctxT(t), u, nil, []string{"HEAD"})
+				return err
+			})
+		}
+		require.NoError(t, g.Wait())
+	}
+	cycle()
+	first := srv.Connections()
+	for range 3 {
+		cycle()
+	}
+	t.Logf("connections: %d in the first cycle, %d in the next three", first, srv.Connections()-first)
+	assert.LessOrEqual(t, srv.Connections()-first, int64(side/4), "later cycles reuse the first's connections")
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -31,6 +32,7 @@ type Server struct {
 	v0Only   bool
 	noFilter bool
 	counts   map[string]*Counts
+	conns    atomic.Int64
 	stalls   map[string]int // repository → bytes of a fetch's answer before it stalls
 	release  chan struct{}  // closed when the server stops: stalled answers end
 }
@@ -56,14 +58,14 @@ type Counts struct {
 // directory; it is stopped when the test ends.
 func NewServer(t TB) *Server {
 	t.Helper()
-	return newServer(t, httptest.NewServer)
+	return newServer(t, (*httptest.Server).Start)
 }
 
 // NewTLSServer is NewServer over HTTPS, with a certificate that only
 // [Server.CACert] vouches for.
 func NewTLSServer(t TB) *Server {
 	t.Helper()
-	return newServer(t, httptest.NewTLSServer)
+	return newServer(t, (*httptest.Server).StartTLS)
 }
 
 // CACert is the PEM certificate of a TLS server, to trust it.
@@ -71,7 +73,7 @@ func (s *Server) CACert() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.httpSrv.Certificate().Raw})
 }
 
-func newServer(t TB, start func(http.Handler) *httptest.Server) *Server {
+func newServer(t TB, start func(*httptest.Server)) *Server {
 	backend, err := exec.Command("git", "--exec-path").Output()
 	if err != nil {
 		t.Fatalf("gittest: git is needed on PATH: %v", err)
@@ -93,7 +95,7 @@ func newServer(t TB, start func(http.Handler) *httptest.Server) *Server {
 		}
 	}
 	withFilters, withoutFilters := handler(true), handler(false)
-	s.httpSrv = start(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.httpSrv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		user, pass, down, v0Only, h := s.user, s.password, s.down, s.v0Only, withFilters
 		if s.noFilter {
@@ -124,6 +126,12 @@ func newServer(t TB, start func(http.Handler) *httptest.Server) *Server {
 		}
 		h.ServeHTTP(w, r)
 	}))
+	s.httpSrv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	start(s.httpSrv)
 	t.Cleanup(s.httpSrv.Close)
 	t.Cleanup(func() { close(s.release) }) // before Close, which waits for handlers
 	return s
@@ -271,6 +279,10 @@ func (s *Server) Counts(name string) *Counts {
 	}
 	return c
 }
+
+// Connections counts the TCP connections clients have opened to the
+// server so far.
+func (s *Server) Connections() int64 { return s.conns.Load() }
 
 // URL is the server's base URL ("http://127.0.0.1:port").
 func (s *Server) URL() string { return s.httpSrv.URL }
