@@ -20,7 +20,8 @@ import (
 // reading a reference generator's files again).
 type Reload struct {
 	// Targets is the set handed to the watcher; on error, the last good set
-	// that stays in place.
+	// that stays in place. It is the watcher's slice: read it, do not
+	// change it.
 	Targets []watcher.Target
 	// Err says why the file could not be used; nil on success.
 	Err error
