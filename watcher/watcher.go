@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -491,6 +492,7 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 			}
 		}
 	}
+	all = keepOwned(all, specs, theirs)
 	w.bindDeliverers(all, theirs)
 	w.mu.Lock()
 	w.unowned = len(others)
@@ -510,18 +512,46 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 }
 
 // boundTargets returns every target of every route, without its
-// deliverers yet.
+// deliverers and revision yet (see keepOwned).
 func (w *Watcher) boundTargets() []*bound {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var all []*bound
 	for _, r := range w.routes {
 		for _, t := range r.targets {
-			rev, _ := gitutil.ParseRevision(t.Revision) // validated in update
-			all = append(all, &bound{key: fmt.Sprintf("%d\x00%s", r.idx, t.ID), t: t, rev: rev, route: r})
+			all = append(all, &bound{key: fmt.Sprintf("%d\x00%s", r.idx, t.ID), t: t, route: r})
 		}
 	}
 	return all
+}
+
+// keepOwned returns the bound targets of the remotes this replica polls
+// (all but theirs), each a new copy with its revision parsed, and puts the
+// copies in specs. The bound state of every target is made before the
+// shard is asked; copying what is kept lets the rest be collected whole,
+// rather than leave most of every span of the heap that held it in use
+// for the third a replica keeps.
+func keepOwned(all []*bound, specs map[string]*remoteSpec, theirs map[string]bool) []*bound {
+	kept := make(map[*bound]*bound, len(all)-len(theirs))
+	owned := make([]*bound, 0, len(all)-len(theirs))
+	for _, b := range all {
+		if theirs[b.key] {
+			continue
+		}
+		c := *b
+		c.key = strings.Clone(b.key)
+		c.rev, _ = gitutil.ParseRevision(b.t.Revision) // validated in update
+		kept[b] = &c
+		owned = append(owned, &c)
+	}
+	for _, spec := range specs {
+		for k, b := range spec.targets {
+			if c, ok := kept[b]; ok {
+				spec.targets[k] = c
+			}
+		}
+	}
+	return owned
 }
 
 // bindDeliverers gives each target this replica polls its deliverers, one
@@ -534,14 +564,12 @@ func (w *Watcher) bindDeliverers(all []*bound, theirs map[string]bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	wanted := map[string]bool{}
-	retire := map[string]bool{}
 	for _, b := range all {
+		if theirs[b.key] {
+			continue
+		}
 		for i, s := range b.route.sinks {
 			dkey := fmt.Sprintf("%s\x00%d", b.key, i)
-			if theirs[b.key] {
-				retire[dkey] = true
-				continue
-			}
 			wanted[dkey] = true
 			d, ok := w.deliverers[dkey]
 			if !ok {
@@ -555,14 +583,14 @@ func (w *Watcher) bindDeliverers(all []*bound, theirs map[string]bool) {
 		b.route = nil
 	}
 	for dkey, d := range w.deliverers {
-		switch {
-		case retire[dkey]:
-			delete(w.deliverers, dkey)
-			w.removing[dkey] = d // the next of its key waits for it
+		if wanted[dkey] {
+			continue
+		}
+		delete(w.deliverers, dkey)
+		w.removing[dkey] = d // the next of its key waits for it
+		if theirs[dkey[:strings.LastIndexByte(dkey, 0)]] {
 			d.retire()
-		case !wanted[dkey]:
-			delete(w.deliverers, dkey)
-			w.removing[dkey] = d
+		} else {
 			d.remove()
 		}
 	}
