@@ -26,7 +26,7 @@ RELEASE_PKGS := github.com/modwatch/modwatch/internal/release/...
 
 test: vet staticcheck api testbin
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test $(TEST_FLAGS) $$($(GO) list $(PKGS) | grep -v '^github.com/modwatch/modwatch/internal/release')
-	$(GO) test $(TEST_FLAGS) $(RELEASE_PKGS)
+	$(GO) test $(TEST_FLAGS) -timeout 40m $(RELEASE_PKGS)
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
