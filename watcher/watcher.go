@@ -564,10 +564,7 @@ func (w *Watcher) bindDeliverers(all []*bound, theirs map[string]bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	wanted := map[string]bool{}
-	for _, b := range all {
-		if theirs[b.key] {
-			continue
-		}
+	for _, b := range all { // this replica's only (keepOwned)
 		for i, s := range b.route.sinks {
 			dkey := fmt.Sprintf("%s\x00%d", b.key, i)
 			wanted[dkey] = true

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"time"
+	"unique"
 
 	"sigs.k8s.io/yaml"
 
@@ -26,17 +27,9 @@ var _ watcher.Source = (*Source)(nil)
 // distinct URL and revision, however many targets share it.
 func New(targets ...watcher.Target) *Source {
 	ts := slices.Clone(targets)
-	seen := map[string]string{}
-	intern := func(s *string) {
-		if v, ok := seen[*s]; ok {
-			*s = v
-		} else {
-			seen[*s] = *s
-		}
-	}
 	for i := range ts {
-		intern(&ts[i].URL)
-		intern(&ts[i].Revision)
+		ts[i].URL = unique.Make(ts[i].URL).Value()
+		ts[i].Revision = unique.Make(ts[i].Revision).Value()
 	}
 	return &Source{targets: ts}
 }
