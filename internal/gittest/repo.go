@@ -18,7 +18,7 @@ type Repo struct {
 	srv  *Server
 	name string // "group/app.git"
 	bare string
-	work string
+	work string // "" until a fork's first use: see [Repo.workTree]
 	mu   sync.Mutex
 }
 
@@ -34,6 +34,64 @@ func (s *Server) NewRepo(t TB, name string) *Repo {
 	r.git(t, r.work, "init", "-q", "-b", "main")
 	r.git(t, r.work, "remote", "add", "origin", r.bare)
 	return r
+}
+
+// Fork serves a copy of the repository at name (".git" is appended when
+// missing), as it is now: its objects are hard links to this repository's
+// (git never changes an object file, it writes new ones), every other file a
+// copy. It runs no git, so it makes thousands of repositories in the time
+// [Server.NewRepo] and [Repo.Commit] make a few hundred; the fork's work
+// tree is cloned from it when it is first committed to.
+func (r *Repo) Fork(t TB, name string) *Repo {
+	t.Helper()
+	if !strings.HasSuffix(name, ".git") {
+		name += ".git"
+	}
+	f := &Repo{srv: r.srv, name: name, bare: filepath.Join(r.srv.root, name)}
+	if _, err := os.Lstat(f.bare); !os.IsNotExist(err) {
+		t.Fatalf("gittest: fork %s: %s exists", r.name, name)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	err := filepath.WalkDir(r.bare, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(r.bare, p)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(f.bare, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s is not a regular file", p)
+		case rel == "objects" || strings.HasPrefix(rel, "objects"+string(filepath.Separator)):
+			return os.Link(p, to)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o644)
+	})
+	if err != nil {
+		t.Fatalf("gittest: fork %s as %s: %v", r.name, name, err)
+	}
+	return f
+}
+
+// workTree is the repository's work tree; a fork's is cloned from it on
+// first use. r.mu is held.
+func (r *Repo) workTree(t TB) string {
+	t.Helper()
+	if r.work == "" {
+		work := t.TempDir()
+		r.git(t, "", "clone", "-q", r.bare, work)
+		r.work = work
+	}
+	return r.work
 }
 
 // URL is the repository's clone URL on the server.
@@ -106,13 +164,14 @@ func (r *Repo) Commit(t TB, msg string, changes ...Change) string {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	work := r.workTree(t)
 	for _, c := range changes {
-		c(t, r.work)
+		c(t, work)
 	}
-	r.git(t, r.work, "add", "-A")
-	r.git(t, r.work, "commit", "-q", "--allow-empty", "-m", msg)
-	r.git(t, r.work, "push", "-q", "--force", "origin", "HEAD")
-	return r.git(t, r.work, "rev-parse", "HEAD")
+	r.git(t, work, "add", "-A")
+	r.git(t, work, "commit", "-q", "--allow-empty", "-m", msg)
+	r.git(t, work, "push", "-q", "--force", "origin", "HEAD")
+	return r.git(t, work, "rev-parse", "HEAD")
 }
 
 // Checkout switches the work tree to branch, creating it from the current
@@ -121,11 +180,11 @@ func (r *Repo) Checkout(t TB, branch string) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, err := r.run(r.work, "rev-parse", "--verify", "-q", "refs/heads/"+branch); err != nil {
-		r.git(t, r.work, "checkout", "-q", "-b", branch)
+	if _, err := r.run(r.workTree(t), "rev-parse", "--verify", "-q", "refs/heads/"+branch); err != nil {
+		r.git(t, r.workTree(t), "checkout", "-q", "-b", branch)
 		return
 	}
-	r.git(t, r.work, "checkout", "-q", branch)
+	r.git(t, r.workTree(t), "checkout", "-q", branch)
 }
 
 // Reset moves the current branch to commit and force-pushes it: a rewrite
@@ -134,8 +193,8 @@ func (r *Repo) Reset(t TB, commit string) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.git(t, r.work, "reset", "-q", "--hard", commit)
-	r.git(t, r.work, "push", "-q", "--force", "origin", "HEAD")
+	r.git(t, r.workTree(t), "reset", "-q", "--hard", commit)
+	r.git(t, r.workTree(t), "push", "-q", "--force", "origin", "HEAD")
 }
 
 // Tag creates a tag at the current commit and pushes it; annotated tags get
@@ -145,11 +204,11 @@ func (r *Repo) Tag(t TB, name string, annotated bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if annotated {
-		r.git(t, r.work, "tag", "-a", "-m", "tag "+name, name)
+		r.git(t, r.workTree(t), "tag", "-a", "-m", "tag "+name, name)
 	} else {
-		r.git(t, r.work, "tag", name)
+		r.git(t, r.workTree(t), "tag", name)
 	}
-	r.git(t, r.work, "push", "-q", "--force", "origin", "refs/tags/"+name)
+	r.git(t, r.workTree(t), "push", "-q", "--force", "origin", "refs/tags/"+name)
 }
 
 // DeleteRef deletes a branch or tag on the server.
@@ -157,7 +216,7 @@ func (r *Repo) DeleteRef(t TB, ref string) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.git(t, r.work, "push", "-q", "origin", ":"+ref)
+	r.git(t, r.workTree(t), "push", "-q", "origin", ":"+ref)
 }
 
 // Git runs a git command in the work tree and returns its trimmed output.
@@ -165,7 +224,7 @@ func (r *Repo) Git(t TB, args ...string) string {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.git(t, r.work, args...)
+	return r.git(t, r.workTree(t), args...)
 }
 
 func (r *Repo) git(t TB, dir string, args ...string) string {

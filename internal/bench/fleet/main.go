@@ -99,15 +99,20 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 	defer env.Close()
 	defer env.Recover(&err)
 	srv := gittest.NewServer(env)
+	// Every remote is a fork of one: the same files, each a repository of
+	// its own on the server (forks run no git: 10,000 take seconds).
+	template := srv.NewRepo(env, "fleet/template")
+	var files []gittest.Change
+	for j := range perRemote {
+		files = append(files, gittest.File(fmt.Sprintf("app%02d/cm.yaml", j), "v1"))
+	}
+	template.Commit(env, "init", files...)
 	var targets []watcher.Target
 	for i := range remotes {
-		r := srv.NewRepo(env, fmt.Sprintf("fleet/r%03d", i))
-		var files []gittest.Change
+		r := template.Fork(env, fmt.Sprintf("fleet/r%03d", i))
 		for j := range perRemote {
-			files = append(files, gittest.File(fmt.Sprintf("app%02d/cm.yaml", j), "v1"))
 			targets = append(targets, watcher.Target{ID: fmt.Sprintf("r%03d/app%02d", i, j), URL: r.URL(), Path: fmt.Sprintf("app%02d", j)})
 		}
-		r.Commit(env, "init", files...)
 	}
 	self, err := os.Executable()
 	if err != nil {
