@@ -1,6 +1,8 @@
 package watcher
 
 import (
+	"context"
+	"fmt"
 	"testing"
 )
 
@@ -83,4 +85,37 @@ func TestUpdateKeepsTheSourcesSetUnlessAdmitChangesIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ownsNothing is the shard of a replica that polls no remote.
+type ownsNothing struct{}
+
+func (ownsNothing) Owns(string) bool         { return false }
+func (ownsNothing) Changed() <-chan struct{} { return nil }
+
+// A target another replica polls costs a reconcile no allocation of its
+// own: the shard is asked, once per remote, before any bound state is
+// made for the target (it was made for every target, then dropped).
+func TestTargetsAnotherReplicaPollsAreNotBound(t *testing.T) {
+	w := New(WithShard(ownsNothing{}), WithCacheDir(t.TempDir()))
+	const targets, remotes = 2000, 20
+	ts := make([]Target, targets)
+	for i := range ts {
+		ts[i] = Target{ID: fmt.Sprintf("t%04d", i), URL: fmt.Sprintf("https://example.com/r%02d.git", i%remotes), Path: "deploy"}
+	}
+	r := &route{}
+	w.routes = []*route{r}
+	w.update(r, ts)
+	ctx := context.Background()
+	if !w.reconcile(ctx) {
+		t.Fatal("reconcile failed")
+	}
+	if st := w.Stats(); st.Unowned != targets || st.Remotes != 0 {
+		t.Fatalf("stats %+v: want %d targets another replica polls and no remote", st, targets)
+	}
+	allocs := testing.AllocsPerRun(3, func() { w.reconcile(ctx) })
+	if allocs > targets/10 {
+		t.Fatalf("a reconcile of %d targets, none this replica's, made %.0f allocations: the targets are bound before the shard is asked", targets, allocs)
+	}
+	t.Logf("%.0f allocations for %d targets on %d remotes", allocs, targets, remotes)
 }

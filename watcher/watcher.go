@@ -478,29 +478,15 @@ type remoteSpec struct {
 // reconcile brings pollers and deliverers in line with the routes' target
 // sets. It reports false when something must be retried.
 func (w *Watcher) reconcile(ctx context.Context) bool {
-	all := w.boundTargets()
-	specs, credsOK := w.remoteSpecs(ctx, all)
-	others := map[string]bool{} // targets another replica polls
-	theirs := map[string]bool{} // the same, by bound key
-	if sh := w.opts.shard; sh != nil {
-		for key, spec := range specs {
-			if !sh.Owns(key) {
-				delete(specs, key) // another replica's: its poller stops here
-				for _, b := range spec.targets {
-					others[b.t.ID], theirs[b.key] = true, true
-				}
-			}
-		}
-	}
-	all = keepOwned(all, specs, theirs)
-	w.bindDeliverers(all, theirs)
+	p := w.remoteSpecs(ctx)
+	w.bindDeliverers(p.owned)
 	w.mu.Lock()
-	w.unowned = len(others)
+	w.unowned = len(p.others)
 	w.mu.Unlock()
-	failed := w.applyRemotes(ctx, specs)
-	watched := make(map[string]bool, len(all))
-	for _, b := range all {
-		if !others[b.t.ID] {
+	failed := w.applyRemotes(ctx, p.specs)
+	watched := make(map[string]bool, len(p.owned))
+	for _, b := range p.owned {
+		if !p.others[b.t.ID] {
 			watched[b.t.ID] = true // the failures of the others are theirs to report
 		}
 	}
@@ -508,63 +494,23 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 	for _, e := range failed {
 		w.targetFailed(e)
 	}
-	return credsOK && len(failed) == 0
+	return p.credsOK && len(failed) == 0
 }
 
-// boundTargets returns every target of every route, without its
-// deliverers and revision yet (see keepOwned).
-func (w *Watcher) boundTargets() []*bound {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var all []*bound
-	for _, r := range w.routes {
-		for _, t := range r.targets {
-			all = append(all, &bound{key: fmt.Sprintf("%d\x00%s", r.idx, t.ID), t: t, route: r})
-		}
-	}
-	return all
-}
+// boundKey names a target of a route among all the watcher's.
+func boundKey(r *route, id string) string { return fmt.Sprintf("%d\x00%s", r.idx, id) }
 
-// keepOwned returns the bound targets of the remotes this replica polls
-// (all but theirs), each a new copy with its revision parsed, and puts the
-// copies in specs. The bound state of every target is made before the
-// shard is asked; copying what is kept lets the rest be collected whole,
-// rather than leave most of every span of the heap that held it in use
-// for the third a replica keeps.
-func keepOwned(all []*bound, specs map[string]*remoteSpec, theirs map[string]bool) []*bound {
-	kept := make(map[*bound]*bound, len(all)-len(theirs))
-	owned := make([]*bound, 0, len(all)-len(theirs))
-	for _, b := range all {
-		if theirs[b.key] {
-			continue
-		}
-		c := *b
-		c.key = strings.Clone(b.key)
-		c.rev, _ = gitutil.ParseRevision(b.t.Revision) // validated in update
-		kept[b] = &c
-		owned = append(owned, &c)
-	}
-	for _, spec := range specs {
-		for k, b := range spec.targets {
-			if c, ok := kept[b]; ok {
-				spec.targets[k] = c
-			}
-		}
-	}
-	return owned
-}
-
-// bindDeliverers gives each target this replica polls its deliverers, one
-// per sink, starting those that are new; it tells those no target needs
-// any more to remove, and those of the targets another replica polls now
-// (theirs, by bound key) to retire: they end without a word to the sink
-// (the target is not gone), so that a target costs a replica that does
-// not poll it nothing but its place in the route.
-func (w *Watcher) bindDeliverers(all []*bound, theirs map[string]bool) {
+// bindDeliverers gives each target this replica polls (owned) its
+// deliverers, one per sink, starting those that are new; it tells those
+// no target needs any more to remove, and those of the targets another
+// replica polls now to retire: they end without a word to the sink (the
+// target is not gone), so that a target costs a replica that does not poll
+// it nothing but its place in the route.
+func (w *Watcher) bindDeliverers(owned []*bound) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	wanted := map[string]bool{}
-	for _, b := range all { // this replica's only (keepOwned)
+	for _, b := range owned {
 		for i, s := range b.route.sinks {
 			dkey := fmt.Sprintf("%s\x00%d", b.key, i)
 			wanted[dkey] = true
@@ -579,66 +525,162 @@ func (w *Watcher) bindDeliverers(all []*bound, theirs map[string]bool) {
 		}
 		b.route = nil
 	}
+	var present map[string]bool // every target's bound key, made once a deliverer ends
 	for dkey, d := range w.deliverers {
 		if wanted[dkey] {
 			continue
 		}
+		if present == nil {
+			present = map[string]bool{}
+			for _, r := range w.routes {
+				for _, t := range r.targets {
+					present[boundKey(r, t.ID)] = true
+				}
+			}
+		}
 		delete(w.deliverers, dkey)
 		w.removing[dkey] = d // the next of its key waits for it
-		if theirs[dkey[:strings.LastIndexByte(dkey, 0)]] {
-			d.retire()
+		if present[dkey[:strings.LastIndexByte(dkey, 0)]] {
+			d.retire() // another replica's now
 		} else {
 			d.remove()
 		}
 	}
 }
 
-// remoteSpecs groups the targets by remote: URL and credential identity,
-// so that a target never reads through a mirror fetched with another's
-// credentials. A target whose credentials cannot be had now stays on the
-// remote it was on, with the credentials it had; ok is false then.
-func (w *Watcher) remoteSpecs(ctx context.Context, all []*bound) (specs map[string]*remoteSpec, ok bool) {
-	ok = true
-	specs = map[string]*remoteSpec{}
-	add := func(key, url, urlKey string, auth *gitutil.Auth, b *bound) {
-		spec := specs[key]
-		if spec == nil {
-			spec = &remoteSpec{url: url, urlKey: urlKey, auth: auth, targets: map[string]*bound{}}
-			specs[key] = spec
-		}
-		spec.targets[b.key] = b
-	}
+// specPass is what one reconcile makes of the routes' targets: the remotes
+// this replica polls (all of them without a shard) with their targets
+// bound (owned), and the IDs of the targets another replica polls.
+type specPass struct {
+	w       *Watcher
+	specs   map[string]*remoteSpec
+	owned   []*bound
+	others  map[string]bool
+	owns    map[string]bool // the shard's answer per remote key
+	credsOK bool
+}
+
+// remoteSpecs groups the targets of the routes by remote: URL and
+// credential identity, so that a target never reads through a mirror
+// fetched with another's credentials. The shard is asked before a target's
+// bound state is made: a target another replica polls costs this one no
+// allocation that outlives the pass. A target whose credentials cannot be
+// had now stays on the remote it was on (see stay); credsOK is false then.
+func (w *Watcher) remoteSpecs(ctx context.Context) *specPass {
+	p := &specPass{w: w, specs: map[string]*remoteSpec{}, others: map[string]bool{}, owns: map[string]bool{}, credsOK: true}
 	type found struct {
-		auth *gitutil.Auth
-		err  error
+		auth        *gitutil.Auth
+		err         error
+		urlKey, key string // key is urlKey#identity
 	}
 	resolved := map[string]found{} // one resolver call per URL per pass
-	for _, b := range all {
-		f, seen := resolved[b.t.URL]
-		if !seen || b.t.Auth != nil {
-			f.auth, f.err = w.credentials(ctx, b.t)
-			if b.t.Auth == nil {
-				resolved[b.t.URL] = f
-			}
-		}
-		if f.err != nil {
-			ok = false
-			t := b.t
-			w.targetFailed(Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL),
-				Err: fmt.Errorf("watcher: credentials for %s: %w", gitutil.RedactURL(t.URL), f.err)})
-			w.mu.Lock()
-			for key, r := range w.remotes {
-				if r.has(b.key) {
-					add(key, r.url, r.urlKey, r.currentAuth(), b)
+	type routeSet struct {
+		r       *route
+		targets []Target // the source's: read, never changed (update replaces it)
+	}
+	w.mu.Lock()
+	sets := make([]routeSet, len(w.routes))
+	for i, r := range w.routes {
+		sets[i] = routeSet{r, r.targets}
+	}
+	w.mu.Unlock()
+	for _, set := range sets {
+		r := set.r
+		for i := range set.targets {
+			t := &set.targets[i]
+			f, seen := resolved[t.URL]
+			if !seen || t.Auth != nil {
+				f = found{}
+				f.auth, f.err = w.credentials(ctx, *t)
+				if f.err == nil {
+					ep, _ := gitutil.ParseURL(t.URL)
+					f.urlKey = ep.Key()
+					f.key = f.urlKey + "#" + f.auth.Identity()
+				}
+				if t.Auth == nil {
+					resolved[t.URL] = f
 				}
 			}
-			w.mu.Unlock()
+			switch {
+			case f.err != nil:
+				p.credsOK = false
+				failed := *t
+				w.targetFailed(Event{Type: EventTargetFailed, Target: &failed, Remote: gitutil.RedactURL(t.URL),
+					Err: fmt.Errorf("watcher: credentials for %s: %w", gitutil.RedactURL(t.URL), f.err)})
+				p.stay(r, t)
+			case !p.ownsKey(f.key):
+				p.others[t.ID] = true // another replica's: its poller stops here
+			default:
+				p.add(f.key, t.URL, f.urlKey, f.auth, p.bind(r, t))
+			}
+		}
+	}
+	return p
+}
+
+func (p *specPass) ownsKey(key string) bool {
+	o, asked := p.owns[key]
+	if !asked {
+		o = p.w.opts.shard == nil || p.w.opts.shard.Owns(key)
+		p.owns[key] = o
+	}
+	return o
+}
+
+// bind makes the bound state of a target this replica polls.
+func (p *specPass) bind(r *route, t *Target) *bound {
+	b := &bound{key: boundKey(r, t.ID), t: *t, route: r}
+	b.rev, _ = gitutil.ParseRevision(t.Revision) // validated in update
+	p.owned = append(p.owned, b)
+	return b
+}
+
+func (p *specPass) add(key, url, urlKey string, auth *gitutil.Auth, b *bound) {
+	spec := p.specs[key]
+	if spec == nil {
+		spec = &remoteSpec{url: url, urlKey: urlKey, auth: auth, targets: map[string]*bound{}}
+		p.specs[key] = spec
+	}
+	spec.targets[b.key] = b
+}
+
+// stay keeps a target whose credentials cannot be had now on the remotes
+// it was on, with the credentials they have, where this replica still
+// polls them. On none of them, it is another replica's when one of them
+// is, and this replica's otherwise: bound, on no remote.
+func (p *specPass) stay(r *route, t *Target) {
+	bkey := boundKey(r, t.ID)
+	type was struct {
+		key, url, urlKey string
+		auth             *gitutil.Auth
+	}
+	var on []was
+	p.w.mu.Lock()
+	for key, rm := range p.w.remotes {
+		if rm.has(bkey) {
+			on = append(on, was{key, rm.url, rm.urlKey, rm.currentAuth()})
+		}
+	}
+	p.w.mu.Unlock()
+	var b *bound
+	theirs := false
+	for _, o := range on {
+		if !p.ownsKey(o.key) {
+			theirs = true
 			continue
 		}
-		ep, _ := gitutil.ParseURL(b.t.URL)
-		add(ep.Key()+"#"+f.auth.Identity(), b.t.URL, ep.Key(), f.auth, b)
+		if b == nil {
+			b = p.bind(r, t)
+		}
+		p.add(o.key, o.url, o.urlKey, o.auth, b)
 	}
-	return specs, ok
+	switch {
+	case b != nil:
+	case theirs:
+		p.others[t.ID] = true
+	default:
+		p.bind(r, t)
+	}
 }
 
 // applyRemotes stops the remotes no spec names, hands the others their
