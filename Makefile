@@ -112,7 +112,7 @@ tidy:
 	$(GO) run ./internal/release/cmd/release -tidy
 
 # The fleet at 100,000 targets on 10,000 remotes, one replica and each of
-# three (half an hour to an hour and a half on 2 cores, a third of it
-# making the repositories).
+# three (half an hour to an hour and a half on 2 cores; one replica's
+# start-up took 29 minutes on a slow day, with a build beside it).
 bench-scale:
-	$(GO) run ./internal/bench/fleet -remotes 10000 -per-remote 10 -replicas 3 -timeout 30m -out bench-results/fleet-100k.md
+	$(GO) run ./internal/bench/fleet -remotes 10000 -per-remote 10 -replicas 3 -timeout 60m -out bench-results/fleet-100k.md
