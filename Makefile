@@ -113,6 +113,6 @@ tidy:
 
 # The fleet at 100,000 targets on 10,000 remotes, one replica and each of
 # three (half an hour to an hour and a half on 2 cores; one replica's
-# start-up took 29 minutes on a slow day, with a build beside it).
+# start-up took about half an hour on a slow day, with a build beside it).
 bench-scale:
 	$(GO) run ./internal/bench/fleet -remotes 10000 -per-remote 10 -replicas 3 -timeout 60m -out bench-results/fleet-100k.md
