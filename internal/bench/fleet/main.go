@@ -100,7 +100,7 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 	defer env.Recover(&err)
 	srv := gittest.NewServer(env)
 	// Every remote is a fork of one: the same files, each a repository of
-	// its own on the server (forks run no git: 10,000 take seconds).
+	// its own on the server (forks run no git: 10,000 took about a minute).
 	template := srv.NewRepo(env, "fleet/template")
 	var files []gittest.Change
 	for j := range perRemote {
