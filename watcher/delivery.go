@@ -49,6 +49,15 @@ type deliverer struct {
 	// Its steps only (one at a time).
 	st         deliveryState
 	unreadable bool // an unreadable checkpoint was reported
+	// known is the checkpoint as this deliverer last read or wrote it, for
+	// the deliveries offered by the poller whose context is knownFor (nil:
+	// none known). While one poller lives, only this deliverer writes its
+	// key: a replica polls the remote and no other. A new poller (the
+	// remote was polled elsewhere meanwhile, or the target moved to
+	// another remote) reads it again.
+	known     Checkpoint
+	knownHave bool
+	knownFor  context.Context
 
 	pool  *pool // the watcher's deliveries
 	sched slot
@@ -269,7 +278,7 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	}
 	commit, fp := want.commit.String(), t.fingerprint()
 	ev := Event{Target: &t, Sink: d.sink.name, Remote: want.remote, Ref: want.ref, Commit: commit, Attempt: attempt, Seen: want.seen}
-	cp, have, err := d.checkpoint(ctx)
+	cp, have, err := d.checkpoint(ctx, want.live)
 	if err != nil {
 		return d.fail(ctx, ev, nil, err)
 	}
@@ -283,7 +292,7 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	case skip:
 		return nil
 	case record:
-		return d.record(ctx, ev, cp)
+		return d.record(ctx, want.live, ev, cp)
 	}
 	c, err := d.change(ctx, want, dec)
 	if err != nil {
@@ -331,7 +340,7 @@ func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Chang
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
 	}
-	if err := d.env.opts.store.Put(ctx, d.key, Checkpoint{Commit: commit, Tree: tree, Target: ev.Target.fingerprint(), Reads: reads, Time: time.Now()}); err != nil {
+	if err := d.put(ctx, want.live, Checkpoint{Commit: commit, Tree: tree, Target: ev.Target.fingerprint(), Reads: reads, Time: time.Now()}); err != nil {
 		// Delivered but not recorded: deliver again rather than lose it.
 		return d.fail(ctx, ev, &c, err)
 	}
@@ -342,10 +351,14 @@ func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Chang
 	return nil
 }
 
-// checkpoint reads the sink's checkpoint; an unreadable one is reported
-// once and counts as absent (the target is delivered again and the record
+// checkpoint reads the sink's checkpoint, unless it is known for the
+// poller whose context is live; an unreadable one is reported once and
+// counts as absent (the target is delivered again and the record
 // rewritten).
-func (d *deliverer) checkpoint(ctx context.Context) (Checkpoint, bool, error) {
+func (d *deliverer) checkpoint(ctx, live context.Context) (Checkpoint, bool, error) {
+	if live != nil && d.knownFor == live {
+		return d.known, d.knownHave, nil
+	}
 	cp, ok, err := d.env.opts.store.Get(ctx, d.key)
 	if errors.Is(err, ErrCheckpointUnreadable) {
 		if !d.unreadable {
@@ -354,7 +367,21 @@ func (d *deliverer) checkpoint(ctx context.Context) (Checkpoint, bool, error) {
 		}
 		return Checkpoint{}, false, nil
 	}
+	if err == nil {
+		d.known, d.knownHave, d.knownFor = cp, ok, live
+	}
 	return cp, ok, err
+}
+
+// put records cp as the sink's checkpoint. Once it failed, what the store
+// holds is unknown: the next delivery reads it.
+func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
+	d.knownFor = nil
+	if err := d.env.opts.store.Put(ctx, d.key, cp); err != nil {
+		return err
+	}
+	d.known, d.knownHave, d.knownFor = cp, true, live
+	return nil
 }
 
 // change makes the Change of a delivery: its reason (a new commit that
@@ -404,9 +431,9 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Ch
 
 // record moves the checkpoint to the event's commit, whose tree the sink
 // has already: nothing is delivered.
-func (d *deliverer) record(ctx context.Context, ev Event, cp Checkpoint) error {
+func (d *deliverer) record(ctx, live context.Context, ev Event, cp Checkpoint) error {
 	cp.Commit, cp.Time = ev.Commit, time.Now()
-	if err := d.env.opts.store.Put(ctx, d.key, cp); err != nil {
+	if err := d.put(ctx, live, cp); err != nil {
 		return d.fail(ctx, ev, nil, err)
 	}
 	ev.Type = EventUpToDate

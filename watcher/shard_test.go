@@ -178,3 +178,61 @@ func TestLosingARemoteNeverRemovesItsTargets(t *testing.T) {
 	assert.Empty(t, sink.Removed(), "a remote handed over is not a target gone")
 	assert.Len(t, sink.Delivered(), 4, "r1 once each, r2 once each: nothing delivered again")
 }
+
+// countingStore counts the reads of a store.
+type countingStore struct {
+	watcher.Store
+	gets atomic.Int64
+}
+
+func (s *countingStore) Get(ctx context.Context, key string) (watcher.Checkpoint, bool, error) {
+	s.gets.Add(1)
+	return s.Store.Get(ctx, key)
+}
+
+// A deliverer reads its checkpoint once while one poller offers it
+// commits, and keeps what it wrote: three commits delivered, one read.
+// When the remote comes back from another replica, which delivered
+// meanwhile, the checkpoint is read again, and what the other delivered is
+// not delivered twice.
+func TestCheckpointIsReadOncePerPoller(t *testing.T) {
+	srv := gittest.NewServer(t)
+	red := srv.NewRepo(t, "g/red")
+	store := &countingStore{Store: watcher.NewMemoryStore()}
+	target := watcher.Target{ID: "t", URL: red.URL()}
+	shardA, shardB := newHandShard("red"), newHandShard()
+	obsA, obsB := watchertest.NewObserver(), watchertest.NewObserver()
+	sinkA, sinkB := watchertest.NewSink("rec"), watchertest.NewSink("rec")
+	a := newWatcher(t, obsA, watcher.WithShard(shardA), watcher.WithStore(store))
+	b := newWatcher(t, obsB, watcher.WithShard(shardB), watcher.WithStore(store))
+	require.NoError(t, a.Route(watchertest.NewSource(target), sinkA))
+	require.NoError(t, b.Route(watchertest.NewSource(target), sinkB))
+	c := red.Commit(t, "c1", gittest.File("f", "1"))
+	start(t, a)
+	start(t, b)
+	sinkA.WaitCommit(t, "t", c)
+	for i := range 2 {
+		c = red.Commit(t, "c", gittest.File("f", strings.Repeat("x", i+2)))
+		pollNow(t, a, obsA, red.URL())
+		sinkA.WaitCommit(t, "t", c)
+	}
+	assert.Len(t, sinkA.Delivered(), 3)
+	assert.Equal(t, int64(1), store.gets.Load(), "one read for three deliveries")
+
+	// b takes red over and delivers c4; then a takes it back.
+	c4 := red.Commit(t, "c4", gittest.File("f", "4"))
+	shardA.set()
+	shardB.set("red")
+	sinkB.WaitCommit(t, "t", c4)
+	c4At := time.Now()
+	shardB.set()
+	shardA.set("red")
+	obsA.WaitFor(t, "a finds c4 up to date", func(e watcher.Event) bool {
+		return e.Type == watcher.EventPolled && e.Remote == red.URL() && e.Time.After(c4At)
+	})
+	settle(t, a, obsA, red.URL())
+	for _, c := range sinkA.Delivered() {
+		assert.NotEqual(t, c4, c.To, "b delivered c4: a reads that and does not deliver it again")
+	}
+	assert.Equal(t, int64(3), store.gets.Load(), "a new poller reads again (b's first read, then a's)")
+}
