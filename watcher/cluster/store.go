@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,20 +29,48 @@ const LabelCheckpoints = "modwatch.io/checkpoints"
 var conflictBackoff = wait.Backoff{Steps: 30, Duration: 10 * time.Millisecond, Factor: 1.5, Jitter: 0.5, Cap: 2 * time.Second}
 
 // checkpointMaps is how many ConfigMaps a store spreads its checkpoints
-// over: a ConfigMap holds 1 MiB, about 4,000 checkpoints.
-const checkpointMaps = 16
+// over ("<prefix>-00" to "<prefix>-ff"): each Get reads, and each Put
+// reads and writes, a ConfigMap with 1/256 of the checkpoints. A
+// checkpoint takes about 290 bytes (BenchmarkConfigMapStore's, with no
+// Reads), so 256 ConfigMaps of 1 MiB hold about 900,000.
+const checkpointMaps = 256
+
+// legacyMaps is how many ConfigMaps release 0.1.0 spread checkpoints over
+// ("<prefix>-0" to "<prefix>-f"). A checkpoint missing from the current
+// ConfigMaps is looked for there, so that an upgrade delivers nothing
+// again.
+const legacyMaps = 16
 
 // ConfigMapStore is a [watcher.Store] in ConfigMaps of one namespace
-// ("<prefix>-0" to "<prefix>-f", labelled [LabelCheckpoints]), so that
+// ("<prefix>-00" to "<prefix>-ff", labelled [LabelCheckpoints]), so that
 // checkpoints move with the remotes between replicas: a replica that takes
 // a remote over finds what the previous owner delivered and does not
 // deliver it again. Each Put is one read and one write, retried on
-// conflict; about 60,000 checkpoints fit.
+// conflict, of the one ConfigMap of its key.
+//
+// A checkpoint that release 0.1.0 wrote ("<prefix>-0" to "<prefix>-f") is
+// read when the current ConfigMaps lack it, as long as those ConfigMaps
+// exist when the store first looks; a Put writes it anew, and a Delete
+// removes it from both. A target whose commit has not moved since keeps
+// its checkpoint there: deleting the old ConfigMaps costs such a target
+// one delivery again, and nothing else.
 type ConfigMapStore struct {
 	client    kubernetes.Interface
 	namespace string
 	prefix    string
+
+	mu     sync.Mutex
+	legacy [legacyMaps]legacyState
 }
+
+// legacyState is what a store knows of a ConfigMap of release 0.1.0.
+type legacyState uint8
+
+const (
+	legacyUnknown legacyState = iota
+	legacyAbsent              // not there when first looked for: never read
+	legacyPresent
+)
 
 var _ watcher.Store = (*ConfigMapStore)(nil)
 
@@ -51,7 +80,7 @@ func NewConfigMapStore(client kubernetes.Interface, namespace, prefix string) (*
 	if prefix == "" {
 		prefix = "modwatch-checkpoints"
 	}
-	if errs := validation.IsDNS1123Subdomain(prefix + "-0"); len(errs) > 0 {
+	if errs := validation.IsDNS1123Subdomain(prefix + "-00"); len(errs) > 0 {
 		return nil, fmt.Errorf("cluster: checkpoint prefix %q: %v", prefix, errs)
 	}
 	if errs := validation.IsValidLabelValue(prefix); len(errs) > 0 {
@@ -66,31 +95,60 @@ type entry struct {
 	Checkpoint watcher.Checkpoint `json:"checkpoint"`
 }
 
-// place is the ConfigMap and the data key of key.
-func (s *ConfigMapStore) place(key string) (name, field string) {
+// place is the ConfigMap and the data key of key, and the ConfigMap
+// release 0.1.0 kept it in (the index of it, and its name).
+func (s *ConfigMapStore) place(key string) (name, field string, legacy int, legacyName string) {
 	sum := sha256.Sum256([]byte(key))
-	return fmt.Sprintf("%s-%x", s.prefix, sum[0]%checkpointMaps), hex.EncodeToString(sum[:16])
+	legacy = int(sum[0] % legacyMaps)
+	return fmt.Sprintf("%s-%02x", s.prefix, sum[0]), hex.EncodeToString(sum[:16]), legacy, fmt.Sprintf("%s-%x", s.prefix, legacy)
 }
 
 // Get implements watcher.Store.
 func (s *ConfigMapStore) Get(ctx context.Context, key string) (watcher.Checkpoint, bool, error) {
-	name, field := s.place(key)
+	name, field, legacy, legacyName := s.place(key)
+	cp, ok, _, err := s.read(ctx, name, field, key)
+	if ok || err != nil || s.legacyOf(legacy) == legacyAbsent {
+		return cp, ok, err
+	}
+	cp, ok, exists, err := s.read(ctx, legacyName, field, key)
+	if err == nil {
+		s.mu.Lock()
+		if s.legacy[legacy] == legacyUnknown {
+			s.legacy[legacy] = legacyAbsent
+			if exists {
+				s.legacy[legacy] = legacyPresent
+			}
+		}
+		s.mu.Unlock()
+	}
+	return cp, ok, err
+}
+
+func (s *ConfigMapStore) legacyOf(i int) legacyState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.legacy[i]
+}
+
+// read reads the checkpoint of key from field of the ConfigMap name, and
+// says whether the ConfigMap exists.
+func (s *ConfigMapStore) read(ctx context.Context, name, field, key string) (cp watcher.Checkpoint, ok, exists bool, err error) {
 	cm, err := s.client.CoreV1().ConfigMaps(s.namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return watcher.Checkpoint{}, false, nil
+		return watcher.Checkpoint{}, false, false, nil
 	}
 	if err != nil {
-		return watcher.Checkpoint{}, false, fmt.Errorf("cluster: checkpoints %s/%s: %w", s.namespace, name, err)
+		return watcher.Checkpoint{}, false, false, fmt.Errorf("cluster: checkpoints %s/%s: %w", s.namespace, name, err)
 	}
 	raw, ok := cm.Data[field]
 	if !ok {
-		return watcher.Checkpoint{}, false, nil
+		return watcher.Checkpoint{}, false, true, nil
 	}
 	var e entry
 	if err := json.Unmarshal([]byte(raw), &e); err != nil || e.Key != key {
-		return watcher.Checkpoint{}, false, fmt.Errorf("%w: %s/%s[%s]", watcher.ErrCheckpointUnreadable, s.namespace, name, field)
+		return watcher.Checkpoint{}, false, true, fmt.Errorf("%w: %s/%s[%s]", watcher.ErrCheckpointUnreadable, s.namespace, name, field)
 	}
-	return e.Checkpoint, true, nil
+	return e.Checkpoint, true, true, nil
 }
 
 // Put implements watcher.Store.
@@ -99,7 +157,8 @@ func (s *ConfigMapStore) Put(ctx context.Context, key string, cp watcher.Checkpo
 	if err != nil {
 		return err
 	}
-	return s.edit(ctx, key, func(data map[string]string, field string) bool {
+	name, field, _, _ := s.place(key)
+	return s.edit(ctx, name, func(data map[string]string) bool {
 		if data[field] == string(raw) {
 			return false
 		}
@@ -108,28 +167,36 @@ func (s *ConfigMapStore) Put(ctx context.Context, key string, cp watcher.Checkpo
 	})
 }
 
-// Delete implements watcher.Store.
+// Delete implements watcher.Store. It removes the checkpoint from the
+// ConfigMap of release 0.1.0 too, unless that was found missing.
 func (s *ConfigMapStore) Delete(ctx context.Context, key string) error {
-	return s.edit(ctx, key, func(data map[string]string, field string) bool {
+	name, field, legacy, legacyName := s.place(key)
+	remove := func(data map[string]string) bool {
 		if _, ok := data[field]; !ok {
 			return false
 		}
 		delete(data, field)
 		return true
-	})
+	}
+	if err := s.edit(ctx, name, remove); err != nil {
+		return err
+	}
+	if s.legacyOf(legacy) == legacyAbsent {
+		return nil
+	}
+	return s.edit(ctx, legacyName, remove)
 }
 
-// edit changes the ConfigMap of key with change (which reports whether it
+// edit changes the ConfigMap name with change (which reports whether it
 // changed anything), creating it when missing, retried on conflict.
-func (s *ConfigMapStore) edit(ctx context.Context, key string, change func(data map[string]string, field string) bool) error {
-	name, field := s.place(key)
+func (s *ConfigMapStore) edit(ctx context.Context, name string, change func(data map[string]string) bool) error {
 	cms := s.client.CoreV1().ConfigMaps(s.namespace)
 	err := retry.RetryOnConflict(conflictBackoff, func() error {
 		cm, err := cms.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.namespace, Labels: map[string]string{LabelCheckpoints: s.prefix}}}
 			data := map[string]string{}
-			if !change(data, field) {
+			if !change(data) {
 				return nil
 			}
 			cm.Data = data
@@ -145,7 +212,7 @@ func (s *ConfigMapStore) edit(ctx context.Context, key string, change func(data 
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}
-		if !change(cm.Data, field) {
+		if !change(cm.Data) {
 			return nil
 		}
 		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})

@@ -2,14 +2,21 @@ package cluster_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/cluster"
@@ -63,7 +70,7 @@ func TestConfigMapStore(t *testing.T) {
 	cms, err := env.Kube.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: cluster.LabelCheckpoints + "=modwatch-checkpoints"})
 	require.NoError(t, err)
 	require.NotEmpty(t, cms.Items)
-	assert.LessOrEqual(t, len(cms.Items), 16)
+	assert.LessOrEqual(t, len(cms.Items), 256)
 	for _, cm := range cms.Items {
 		for k := range cm.Data {
 			cm.Data[k] = "{not json"
@@ -76,4 +83,79 @@ func TestConfigMapStore(t *testing.T) {
 
 	_, err = cluster.NewConfigMapStore(env.Kube, ns, "Not_A_Name")
 	assert.Error(t, err)
+}
+
+// legacyPlace is where release 0.1.0 kept the checkpoint of key: 16
+// ConfigMaps, "<prefix>-0" to "<prefix>-f", by the first byte of the key's
+// SHA-256, under the hex of its first 16 bytes.
+func legacyPlace(prefix, key string) (name, field string) {
+	sum := sha256.Sum256([]byte(key))
+	return fmt.Sprintf("%s-%x", prefix, sum[0]%16), hex.EncodeToString(sum[:16])
+}
+
+// A store finds what release 0.1.0 wrote, so an upgrade delivers nothing
+// again; a Put writes the current layout, which wins from then on; a
+// Delete removes the checkpoint from both. Where release 0.1.0 never
+// wrote, a missing checkpoint costs a look at each old ConfigMap once, not
+// at every Get.
+func TestConfigMapStoreReadsTheLayoutOfRelease010(t *testing.T) {
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	const key = "team-a/app/apply"
+	old := watcher.Checkpoint{Commit: "c-old", Tree: "t-old", Target: "fp", Time: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	raw, err := json.Marshal(map[string]any{"key": key, "checkpoint": old})
+	require.NoError(t, err)
+	name, field := legacyPlace("modwatch-checkpoints", key)
+	_, err = env.Kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{cluster.LabelCheckpoints: "modwatch-checkpoints"}},
+		Data:       map[string]string{field: string(raw)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	s, err := cluster.NewConfigMapStore(env.Kube, ns, "")
+	require.NoError(t, err)
+	got, ok, err := s.Get(ctx, key)
+	require.NoError(t, err)
+	require.True(t, ok, "the checkpoint release 0.1.0 wrote")
+	assert.Equal(t, old, got)
+
+	now := watcher.Checkpoint{Commit: "c-new", Tree: "t-new", Target: "fp", Time: old.Time.Add(time.Hour)}
+	require.NoError(t, s.Put(ctx, key, now))
+	got, ok, err = s.Get(ctx, key)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, now, got, "what is written now wins over the old layout")
+	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Contains(t, cm.Data, field, "a Put leaves the old layout as it was")
+
+	require.NoError(t, s.Delete(ctx, key))
+	_, ok, err = s.Get(ctx, key)
+	require.NoError(t, err)
+	assert.False(t, ok, "deleted from both layouts")
+	cm, err = env.Kube.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.NotContains(t, cm.Data, field)
+
+	// A namespace release 0.1.0 never wrote to.
+	fresh := env.Namespace(t)
+	w := &wire{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { w.next = rt; return w }
+	client, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	s, err = cluster.NewConfigMapStore(client, fresh, "")
+	require.NoError(t, err)
+	const n = 200
+	for i := range n {
+		_, ok, err := s.Get(ctx, fmt.Sprint("missing-", i))
+		require.NoError(t, err)
+		require.False(t, ok)
+	}
+	assert.LessOrEqual(t, w.requests.Load(), int64(n+16), "each old ConfigMap is looked for once")
+	require.NoError(t, s.Put(ctx, "k", now))
+	cms, err := env.Kube.CoreV1().ConfigMaps(fresh).List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, cms.Items, 1)
+	assert.Regexp(t, `^modwatch-checkpoints-[0-9a-f]{2}$`, cms.Items[0].Name)
 }
