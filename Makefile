@@ -87,8 +87,10 @@ quickstart:
 # bench-results/fleet*.md (make bench-scale adds 100,000 targets on 10,000
 # remotes: about ten minutes), the apply sink against the test control plane
 # (500 objects: initial, one changed, resync), push → Flux artifact on
-# the real source-controller, hinted vs its interval, and the failover of
-# a crashed replica (time to the lease duration, deliveries made again).
+# the real source-controller, hinted vs its interval, the failover of a
+# crashed replica (time to the lease duration, deliveries made again; 30
+# and 300 remotes), and what a checkpoint in ConfigMaps costs (500,
+# 2,000 and 8,000 of them).
 bench: testbin
 	$(GO) run ./internal/bench/watchbench -out bench-results/table.md
 	$(GO) run ./internal/bench/soak -out bench-results/soak.md
@@ -98,7 +100,8 @@ bench: testbin
 	$(GO) run ./internal/bench/fleet -remotes 1000 -per-remote 10 -out bench-results/fleet-10k-1000.md
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkApply500 -benchtime 5x ./internal/testenv/sink/apply/ | tee bench-results/apply.txt
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkPushToArtifact -benchtime 5x ./internal/testenv/sink/fluxreceiver/ | tee bench-results/fluxartifact.txt
-	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkFailover -benchtime 2x ./internal/testenv/watcher/cluster/ | tee bench-results/failover.txt
+	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkFailover -benchtime 2x -timeout 60m ./internal/testenv/watcher/cluster/ | tee bench-results/failover.txt
+	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkConfigMapStore -benchtime 1x -timeout 30m ./internal/testenv/watcher/cluster/ | tee bench-results/checkpoints.txt
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

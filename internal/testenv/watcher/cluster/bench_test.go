@@ -1,52 +1,92 @@
 package cluster_test
 
 import (
+	"flag"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/watcher"
 )
 
-// BenchmarkFailover crashes one of three replicas sharing 30 repositories
-// (100 targets) and measures the time from the crash to the first poll of
-// each of its repositories by a survivor, as a ratio to the lease
-// duration, and the deliveries made again after the takeover: none with
-// checkpoints in ConfigMaps, every target of the crashed replica with
-// checkpoints each replica keeps for itself.
+// BenchmarkFailover crashes one of three replicas and measures the time
+// from the crash to the first listing, and to the first whole poll (its
+// mirror is cold there: a clone), of each of its repositories by a
+// survivor, as ratios to the lease duration, and the deliveries made
+// again after the takeover: none with checkpoints in ConfigMaps, every
+// target of the crashed replica with checkpoints each replica keeps for
+// itself. The runs are of 30 repositories (100 targets); the ConfigMap
+// runs go on to the sizes of -failover-remotes beyond 30 (300: 1,000
+// targets), polled every interval × remotes / 30 so that the load of
+// polling stays the same.
 func BenchmarkFailover(b *testing.B) {
+	var sizes []int
+	for _, f := range strings.Split(*failoverRemotes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		require.NoError(b, err, "-failover-remotes")
+		sizes = append(sizes, n)
+	}
 	for _, shared := range []bool{true, false} {
 		name := "configmap-checkpoints"
 		if !shared {
 			name = "per-replica-checkpoints"
 		}
-		b.Run(name, func(b *testing.B) {
-			var ratio, again float64
-			for range b.N {
-				r, n := failover(b, shared)
-				ratio += r
-				again += float64(n)
+		for _, remotes := range sizes {
+			if !shared && remotes > 30 {
+				continue
 			}
-			b.ReportMetric(ratio/float64(b.N), "failover/lease")
-			b.ReportMetric(again/float64(b.N), "redelivered")
-		})
+			b.Run(fmt.Sprintf("%s/remotes-%d", name, remotes), func(b *testing.B) {
+				var polled, listed, again float64
+				for range b.N {
+					o := failover(b, shared, remotes)
+					polled += o.polled
+					listed += o.listed
+					again += float64(o.redelivered)
+				}
+				b.ReportMetric(listed/float64(b.N), "listed/lease")
+				b.ReportMetric(polled/float64(b.N), "failover/lease")
+				b.ReportMetric(again/float64(b.N), "redelivered")
+			})
+		}
 	}
 }
 
-func failover(b *testing.B, shared bool) (ratio float64, redelivered int) {
+var failoverRemotes = flag.String("failover-remotes", "30,300", "BenchmarkFailover: the repositories of its runs, comma-separated")
+
+// within reports whether ok held before limit.
+func within(limit time.Duration, ok func() bool) bool {
+	for start := time.Now(); !ok(); time.Sleep(50 * time.Millisecond) {
+		if time.Since(start) > limit {
+			return false
+		}
+	}
+	return true
+}
+
+type takeover struct {
+	listed, polled float64 // to the lease duration
+	redelivered    int
+}
+
+func failover(b *testing.B, shared bool, remotes int) takeover {
 	ns := env.Namespace(b)
 	srv := gittest.NewServer(b)
+	template := srv.NewRepo(b, "template/app")
+	template.Commit(b, "init", gittest.File("app.yaml", "v0"))
 	var repos []*gittest.Repo
-	for i := range 30 {
-		r := srv.NewRepo(b, fmt.Sprintf("team-%d/app", i))
-		r.Commit(b, "init", gittest.File("app.yaml", "v0"))
-		repos = append(repos, r)
+	for i := range remotes {
+		repos = append(repos, template.Fork(b, fmt.Sprintf("team-%d/app", i)))
 	}
 	var targets []watcher.Target
-	for i := range 100 {
-		targets = append(targets, watcher.Target{ID: fmt.Sprintf("t-%03d", i), URL: repos[i%30].URL()})
+	for i := range remotes * 10 / 3 {
+		targets = append(targets, watcher.Target{ID: fmt.Sprintf("t-%04d", i), URL: repos[i%remotes].URL()})
 	}
+	every := interval * time.Duration(remotes) / 30
 	l := &ledger{deliveries: map[string][]delivery{}}
 	var replicas []*running
 	for i := range 3 {
@@ -54,12 +94,12 @@ func failover(b *testing.B, shared bool) (ratio float64, redelivered int) {
 		if !shared {
 			store = watcher.NewMemoryStore()
 		}
-		replicas = append(replicas, startReplicaWith(b, ns, fmt.Sprint("r", i), targets, l, store))
+		replicas = append(replicas, startReplicaWith(b, ns, fmt.Sprint("r", i), targets, l, store, every))
 	}
-	eventually(b, "every target delivered", time.Minute, func() bool { return l.count() >= 100 })
-	time.Sleep(2 * interval)
+	eventually(b, "every target delivered", 10*time.Minute, func() bool { return l.count() >= len(targets) })
+	time.Sleep(2 * every)
 	since := time.Now()
-	time.Sleep(2 * interval)
+	time.Sleep(2 * every)
 	var orphans []string
 	for remote, who := range l.pollers(since) {
 		if who["r1"] {
@@ -71,15 +111,58 @@ func failover(b *testing.B, shared bool) (ratio float64, redelivered int) {
 	<-replicas[1].done
 	replicas[1].done <- nil
 	killed := time.Now()
-	took := eventually(b, "the orphans polled by a survivor", time.Minute, func() bool {
-		p := l.pollers(killed)
+	all := func(by func(time.Time) map[string]map[string]bool) func() bool {
+		return func() bool {
+			p := by(killed)
+			for _, remote := range orphans {
+				if len(p[remote]) == 0 {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	if !within(10*time.Minute, all(l.listers)) {
+		missing := 0
 		for _, remote := range orphans {
-			if len(p[remote]) == 0 {
-				return false
+			if len(l.listers(killed)[remote]) == 0 {
+				missing++
 			}
 		}
-		return true
-	})
-	time.Sleep(2 * interval)
-	return float64(took) / float64(leaseDuration), l.count() - before
+		b.Fatalf("%d of %d orphans not listed by a survivor after 10m; members as r0 and r2 see them: %v, %v",
+			missing, len(orphans), replicas[0].shard.Members(), replicas[2].shard.Members())
+	}
+	eventually(b, "the orphans polled by a survivor", 10*time.Minute, all(l.pollers))
+	lease := float64(leaseDuration)
+	o := takeover{
+		listed: float64(l.lastFirst(true, killed, orphans).Sub(killed)) / lease,
+		polled: float64(l.lastFirst(false, killed, orphans).Sub(killed)) / lease,
+	}
+	time.Sleep(2 * every)
+	o.redelivered = l.count() - before
+	return o
+}
+
+// lastFirst is when the last of remotes was first listed (lists) or
+// polled after since.
+func (l *ledger) lastFirst(lists bool, since time.Time, remotes []string) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	events := l.polls
+	if lists {
+		events = l.lists
+	}
+	first := map[string]time.Time{}
+	for _, e := range events {
+		if e.at.After(since) && (first[e.remote].IsZero() || e.at.Before(first[e.remote])) {
+			first[e.remote] = e.at
+		}
+	}
+	var last time.Time
+	for _, r := range remotes {
+		if first[r].After(last) {
+			last = first[r]
+		}
+	}
+	return last
 }

@@ -29,6 +29,7 @@ const (
 type ledger struct {
 	mu         sync.Mutex
 	polls      []poll
+	lists      []poll                // listings of refs
 	deliveries map[string][]delivery // by target
 }
 
@@ -46,6 +47,8 @@ func (l *ledger) observer(replica string) watcher.Observer {
 		switch e.Type {
 		case watcher.EventPolled:
 			l.polls = append(l.polls, poll{replica, e.Remote, e.Time})
+		case watcher.EventListed:
+			l.lists = append(l.lists, poll{replica, e.Remote, e.Time})
 		case watcher.EventDelivered:
 			l.deliveries[e.Target.ID] = append(l.deliveries[e.Target.ID], delivery{replica, e.Commit})
 		}
@@ -56,8 +59,19 @@ func (l *ledger) observer(replica string) watcher.Observer {
 func (l *ledger) pollers(since time.Time) map[string]map[string]bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return by(l.polls, since)
+}
+
+// listers returns, per remote, the replicas that listed its refs since.
+func (l *ledger) listers(since time.Time) map[string]map[string]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return by(l.lists, since)
+}
+
+func by(polls []poll, since time.Time) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
-	for _, p := range l.polls {
+	for _, p := range polls {
 		if p.at.After(since) {
 			if out[p.remote] == nil {
 				out[p.remote] = map[string]bool{}
@@ -100,11 +114,12 @@ type running struct {
 // startReplica runs a watcher with a Lease shard and the checkpoints in
 // ConfigMaps, as a controller's replica does.
 func startReplica(t testing.TB, ns, id string, targets []watcher.Target, l *ledger) *running {
-	return startReplicaWith(t, ns, id, targets, l, nil)
+	return startReplicaWith(t, ns, id, targets, l, nil, interval)
 }
 
-// startReplicaWith is startReplica with another store (nil: the ConfigMaps).
-func startReplicaWith(t testing.TB, ns, id string, targets []watcher.Target, l *ledger, store watcher.Store) *running {
+// startReplicaWith is startReplica with another store (nil: the ConfigMaps)
+// and poll interval.
+func startReplicaWith(t testing.TB, ns, id string, targets []watcher.Target, l *ledger, store watcher.Store, interval time.Duration) *running {
 	t.Helper()
 	shard, err := cluster.NewLeaseShard(env.Kube, cluster.LeaseShardConfig{
 		Namespace: ns, Identity: id, LeaseDuration: leaseDuration, RenewPeriod: renewPeriod, Log: logr.Discard(),
