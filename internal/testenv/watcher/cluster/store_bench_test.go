@@ -38,6 +38,19 @@ func (w *wire) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
+// wiredStore is a ConfigMapStore in ns whose client's requests w counts.
+func wiredStore(t testing.TB, ns string) (*cluster.ConfigMapStore, *wire) {
+	t.Helper()
+	w := &wire{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { w.next = rt; return w }
+	client, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	s, err := cluster.NewConfigMapStore(client, ns, "")
+	require.NoError(t, err)
+	return s, w
+}
+
 type counted struct {
 	io.ReadCloser
 	n *atomic.Int64
@@ -101,13 +114,7 @@ func (m *storeCost) report(b *testing.B, rounds, n int) {
 func storeRound(b *testing.B, n int) storeCost {
 	b.Helper()
 	ns := env.Namespace(b)
-	w := &wire{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { w.next = rt; return w }
-	client, err := kubernetes.NewForConfig(cfg)
-	require.NoError(b, err)
-	s, err := cluster.NewConfigMapStore(client, ns, "")
-	require.NoError(b, err)
+	s, w := wiredStore(b, ns)
 	key := func(i int) string { return fmt.Sprintf("team-%d/app-%d/apply", i%97, i) }
 	cp := func(i int) watcher.Checkpoint {
 		return watcher.Checkpoint{

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -15,8 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/cluster"
@@ -139,13 +136,7 @@ func TestConfigMapStoreReadsTheLayoutOfRelease010(t *testing.T) {
 
 	// A namespace release 0.1.0 never wrote to.
 	fresh := env.Namespace(t)
-	w := &wire{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { w.next = rt; return w }
-	client, err := kubernetes.NewForConfig(cfg)
-	require.NoError(t, err)
-	s, err = cluster.NewConfigMapStore(client, fresh, "")
-	require.NoError(t, err)
+	s, w := wiredStore(t, fresh)
 	const n = 200
 	for i := range n {
 		_, ok, err := s.Get(ctx, fmt.Sprint("missing-", i))
