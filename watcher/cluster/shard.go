@@ -60,7 +60,10 @@ type LeaseShardConfig struct {
 // loses at once and takes those it gains two RenewPeriods later, by when a
 // previous owner that is alive has seen the change and let go: the
 // watcher stops that remote's poller and cancels the deliveries it had
-// offered, so no target is delivered by two replicas at once.
+// offered, so no target is delivered by two replicas at once. A member is
+// taken for gone only by a read of the Leases that found it unrenewed for
+// LeaseDuration: a replica that renews but cannot read the others keeps
+// the members it last saw.
 type LeaseShard struct {
 	cfg    LeaseShardConfig
 	client kubernetes.Interface
@@ -78,7 +81,13 @@ type LeaseShard struct {
 	before    []string
 	settle    time.Time
 	lastRenew time.Time
-	seen      map[string]observed // by Lease name
+	// observedAt is when the group's Leases were last read. A member is
+	// gone when that read found its Lease unrenewed for LeaseDuration: a
+	// replica that cannot read the Leases (the list fails or times out)
+	// keeps the members it saw rather than take the others for gone while
+	// they may be renewing, and until its first read it owns nothing.
+	observedAt time.Time
+	seen       map[string]observed // by Lease name
 	changed   chan struct{}
 }
 
@@ -253,6 +262,7 @@ func (s *LeaseShard) observe(ctx context.Context) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.observedAt = now
 	present := map[string]bool{}
 	for _, l := range list.Items {
 		if l.Spec.HolderIdentity == nil || l.Spec.RenewTime == nil {
@@ -289,12 +299,12 @@ func (s *LeaseShard) recompute() (holds, settle time.Duration) {
 	defer s.mu.Unlock()
 	var live []string
 	for _, o := range s.seen {
-		if now.Sub(o.at) < s.cfg.LeaseDuration {
+		if s.observedAt.Sub(o.at) < s.cfg.LeaseDuration {
 			live = append(live, o.holder)
 		}
 	}
 	holds = s.cfg.LeaseDuration - s.cfg.RenewPeriod - now.Sub(s.lastRenew)
-	fresh := !s.lastRenew.IsZero() && holds > 0
+	fresh := !s.lastRenew.IsZero() && holds > 0 && !s.observedAt.IsZero()
 	if fresh && !slices.Contains(live, s.cfg.Identity) {
 		live = append(live, s.cfg.Identity) // renewed, not listed yet
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,10 +48,13 @@ func TestOwnerMovesAboutOneNth(t *testing.T) {
 type switchable struct {
 	next http.RoundTripper
 	cut  atomic.Bool
+	// cutLists fails only the lists of Leases (an apiserver that times
+	// out on them, while the renewal of one Lease gets through).
+	cutLists atomic.Bool
 }
 
 func (s *switchable) RoundTrip(r *http.Request) (*http.Response, error) {
-	if s.cut.Load() {
+	if s.cut.Load() || (s.cutLists.Load() && r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/leases")) {
 		return nil, errors.New("cut off")
 	}
 	return s.next.RoundTrip(r)
@@ -179,4 +183,39 @@ func TestLeaseShardJoinWaitsForTheLiveOwner(t *testing.T) {
 		}
 		return true
 	}, 3*time.Second, 20*time.Millisecond, "taken after the settle")
+}
+
+// A replica that renews its Lease but cannot read the others' keeps the
+// members it saw: it does not take the others for gone, and take their
+// remotes, while they are renewing. Once it reads them again, nothing
+// moved.
+func TestLeaseShardThatCannotReadTheOthersTakesNothing(t *testing.T) {
+	ns := env.Namespace(t)
+	a, b := startShard(t, ns, "a", false), startShard(t, ns, "b", false)
+	waitMembers(t, a, []string{"a", "b"}, 10*time.Second)
+	waitMembers(t, b, []string{"a", "b"}, 10*time.Second)
+	var bs []string
+	for i := range 100 {
+		if key := fmt.Sprint("remote-", i); cluster.Owner([]string{"a", "b"}, key) == "b" {
+			bs = append(bs, key)
+		}
+	}
+	require.NotEmpty(t, bs)
+	require.Eventually(t, func() bool { return b.shard.Owns(bs[0]) }, 3*time.Second, 20*time.Millisecond)
+
+	a.net.cutLists.Store(true)
+	deadline := time.Now().Add(3*time.Second + 4*300*time.Millisecond) // the lease duration, and more
+	for time.Now().Before(deadline) {
+		assert.Equal(t, []string{"a", "b"}, a.shard.Members(), "a still renews; b is not gone for it")
+		for _, key := range bs {
+			if !assert.False(t, a.shard.Owns(key), "b's %s, taken by a while b renews", key) {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	assert.Equal(t, []string{"a", "b"}, b.shard.Members(), "a renewed all along")
+	a.net.cutLists.Store(false)
+	waitMembers(t, a, []string{"a", "b"}, 3*time.Second)
+	assert.True(t, b.shard.Owns(bs[0]))
 }
