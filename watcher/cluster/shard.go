@@ -88,7 +88,7 @@ type LeaseShard struct {
 	// they may be renewing, and until its first read it owns nothing.
 	observedAt time.Time
 	seen       map[string]observed // by Lease name
-	changed   chan struct{}
+	changed    chan struct{}
 }
 
 // observed is when a member's Lease was last seen renewed, on this
