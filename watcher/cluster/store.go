@@ -100,7 +100,7 @@ type entry struct {
 func (s *ConfigMapStore) place(key string) (name, field string, legacy int, legacyName string) {
 	sum := sha256.Sum256([]byte(key))
 	legacy = int(sum[0] % legacyMaps)
-	return fmt.Sprintf("%s-%02x", s.prefix, sum[0]), hex.EncodeToString(sum[:16]), legacy, fmt.Sprintf("%s-%x", s.prefix, legacy)
+	return fmt.Sprintf("%s-%02x", s.prefix, int(sum[0])%checkpointMaps), hex.EncodeToString(sum[:16]), legacy, fmt.Sprintf("%s-%x", s.prefix, legacy)
 }
 
 // Get implements watcher.Store.
