@@ -49,8 +49,8 @@ const legacyMaps = 16
 // conflict, of the one ConfigMap of its key.
 //
 // A checkpoint that release 0.1.0 wrote ("<prefix>-0" to "<prefix>-f") is
-// read when the current ConfigMaps lack it, as long as those ConfigMaps
-// exist when the store first looks; a Put writes it anew, and a Delete
+// read when the current ConfigMaps lack it, until a look finds its old
+// ConfigMap missing (then that one is never read again); a Put writes it anew, and a Delete
 // removes it from both. A target whose commit has not moved since keeps
 // its checkpoint there: deleting the old ConfigMaps costs such a target
 // one delivery again, and nothing else.
@@ -59,18 +59,11 @@ type ConfigMapStore struct {
 	namespace string
 	prefix    string
 
-	mu     sync.Mutex
-	legacy [legacyMaps]legacyState
+	mu sync.Mutex
+	// legacyGone: the ConfigMap of release 0.1.0 was not there when first
+	// looked for, and is never read.
+	legacyGone [legacyMaps]bool
 }
-
-// legacyState is what a store knows of a ConfigMap of release 0.1.0.
-type legacyState uint8
-
-const (
-	legacyUnknown legacyState = iota
-	legacyAbsent              // not there when first looked for: never read
-	legacyPresent
-)
 
 var _ watcher.Store = (*ConfigMapStore)(nil)
 
@@ -107,27 +100,22 @@ func (s *ConfigMapStore) place(key string) (name, field string, legacy int, lega
 func (s *ConfigMapStore) Get(ctx context.Context, key string) (watcher.Checkpoint, bool, error) {
 	name, field, legacy, legacyName := s.place(key)
 	cp, ok, _, err := s.read(ctx, name, field, key)
-	if ok || err != nil || s.legacyOf(legacy) == legacyAbsent {
+	if ok || err != nil || s.legacyIsGone(legacy) {
 		return cp, ok, err
 	}
 	cp, ok, exists, err := s.read(ctx, legacyName, field, key)
-	if err == nil {
+	if err == nil && !exists {
 		s.mu.Lock()
-		if s.legacy[legacy] == legacyUnknown {
-			s.legacy[legacy] = legacyAbsent
-			if exists {
-				s.legacy[legacy] = legacyPresent
-			}
-		}
+		s.legacyGone[legacy] = true
 		s.mu.Unlock()
 	}
 	return cp, ok, err
 }
 
-func (s *ConfigMapStore) legacyOf(i int) legacyState {
+func (s *ConfigMapStore) legacyIsGone(i int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.legacy[i]
+	return s.legacyGone[i]
 }
 
 // read reads the checkpoint of key from field of the ConfigMap name, and
@@ -181,7 +169,7 @@ func (s *ConfigMapStore) Delete(ctx context.Context, key string) error {
 	if err := s.edit(ctx, name, remove); err != nil {
 		return err
 	}
-	if s.legacyOf(legacy) == legacyAbsent {
+	if s.legacyIsGone(legacy) {
 		return nil
 	}
 	return s.edit(ctx, legacyName, remove)
