@@ -14,14 +14,15 @@ type env struct {
 	opts      options
 	log       logr.Logger
 	listSem   chan struct{}
-	fetchSem  chan struct{}
+	fetches   *fetchGate   // set by Run, with polls
 	retrying  atomic.Int64 // deliveries waiting to be retried
 	abandoned atomic.Int64 // sink calls that ignored their ctx, still running
 	health    health
 	// deliveries runs the deliverers' steps (at most the delivery limit at
 	// once), polls the remotes' polls (at most the listing and fetch limits
-	// together: a poll that fetches still lets others list); set by
-	// Run before any starts.
+	// together: a poll that fetches still lets others list, and one that
+	// waits for a fetch slot holds no worker: see fetchGate); set by Run
+	// before any starts.
 	deliveries, polls *pool
 	// trigger is Watcher.Trigger: a deliverer whose commit the mirror lost
 	// asks for a poll with it.
@@ -33,11 +34,10 @@ type env struct {
 
 func newEnv(o options) *env {
 	return &env{
-		opts:     o,
-		log:      logr.Discard(), // Run takes it from its context
-		listSem:  make(chan struct{}, o.listLimit),
-		fetchSem: make(chan struct{}, o.fetchLimit),
-		health:   health{failing: map[string]string{}},
+		opts:    o,
+		log:     logr.Discard(), // Run takes it from its context
+		listSem: make(chan struct{}, o.listLimit),
+		health:  health{failing: map[string]string{}},
 	}
 }
 

@@ -173,6 +173,66 @@ func TestStalledFetchesDoNotBlockOthers(t *testing.T) {
 	assert.Equal(t, 1, obs.Count(watchertest.Is(watcher.EventFetched, "")), "only the healthy fetch ended: the stalled ones still hang")
 }
 
+// A poll that must wait for a fetch slot holds no worker of the poll pool:
+// with one fetch slot, taken by a hanging fetch, and two remotes waiting
+// for it, a third remote is still listed and polled (before, the waiting
+// polls held both workers, and it was polled only when the fetch ended).
+// When the hanging fetch ends, the slot goes to the waiting remotes in
+// turn, and their targets are delivered.
+func TestPollsWaitingForAFetchSlotLetOthersList(t *testing.T) {
+	srv := gittest.NewServer(t)
+	warm := srv.NewRepo(t, "g/warm")
+	cw := warm.Commit(t, "1", gittest.File("f", "1"))
+	targets := []watcher.Target{{ID: "warm", URL: warm.URL()}}
+	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
+	src := watchertest.NewSource(targets...)
+	w := newWatcher(t, obs,
+		watcher.WithConcurrency(watcher.Concurrency{Lists: 1, Fetches: 1}),
+		watcher.WithTimeouts(watcher.Timeouts{StallYield: time.Hour, StallAbort: time.Hour}))
+	require.NoError(t, w.Route(src, sink))
+	start(t, w)
+	sink.WaitCommit(t, "warm", cw)
+
+	var cold []*gittest.Repo
+	commits := map[string]string{}
+	for i := range 3 {
+		repo := srv.NewRepo(t, fmt.Sprintf("g/cold%d", i))
+		commits[repo.Name()] = repo.Commit(t, "1", gittest.File("f", "1"))
+		srv.Stall(repo.Name(), 0)
+		cold = append(cold, repo)
+		targets = append(targets, watcher.Target{ID: repo.Name(), URL: repo.URL()})
+	}
+	src.Set(targets...)
+	// One fetch hangs in the slot; the other two remotes listed, and wait.
+	require.Eventually(t, func() bool {
+		fetching, listed := 0, 0
+		for _, repo := range cold {
+			fetching += int(repo.Counts().Fetches.Load())
+			if obs.Count(func(e watcher.Event) bool { return e.Type == watcher.EventListed && e.Remote == repo.URL() }) > 0 {
+				listed++
+			}
+		}
+		return fetching == 1 && listed == 3
+	}, 30*time.Second, 10*time.Millisecond, "one cold remote fetching, all three listed")
+
+	for range 3 {
+		pollNow(t, w, obs, warm.URL())
+	}
+	for _, repo := range cold {
+		assert.Zero(t, obs.Count(func(e watcher.Event) bool { return e.Type == watcher.EventPolled && e.Remote == repo.URL() }), "%s polled while the fetch hangs", repo.Name())
+	}
+
+	// When the hang ends, the fetch in the slot completes (the mirror
+	// fetches again what was cut), and the slot goes to the two waiting
+	// remotes in turn, with no poll asked for.
+	for _, repo := range cold {
+		srv.Stall(repo.Name(), -1)
+	}
+	for _, repo := range cold {
+		sink.WaitCommit(t, repo.Name(), commits[repo.Name()])
+	}
+}
+
 // A fetch with no progress for the abort time is cancelled and reported.
 func TestStalledFetchIsAborted(t *testing.T) {
 	srv := gittest.NewServer(t)

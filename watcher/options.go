@@ -111,8 +111,9 @@ type Concurrency struct {
 	// repositories starting up does not send its hosting provider a burst.
 	Lists int
 	// Fetches bounds fetches (default 4). Lists + Fetches bound the polls
-	// in progress: the workers of the pool remotes poll on (a remote
-	// between polls holds none).
+	// in progress: the workers of the pool remotes poll on. A remote
+	// between polls holds none, nor does one whose poll waits in line for
+	// a fetch slot, so that other remotes list meanwhile.
 	Fetches int
 	// Deliveries bounds the deliveries and removals in progress at once
 	// (default 8): the workers of the pool a watcher's deliverers run on.

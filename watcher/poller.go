@@ -34,6 +34,11 @@ type remote struct {
 	timer    *time.Timer
 	gen      int // the timer's generation
 	failures int
+	waiting  *listed // a poll waiting for a fetch slot
+
+	// Guarded by env.fetches.mu.
+	parked  bool // in the fetch gate's line
+	granted bool // a fetch slot was handed to it
 
 	mu      sync.Mutex
 	auth    *gitutil.Auth // the same identity, maybe a rotated secret
@@ -95,6 +100,7 @@ func (r *remote) finish() {
 	if r.cancel != nil {
 		r.cancel()
 	}
+	r.env.fetches.leave(r)
 }
 
 func (r *remote) has(key string) bool {
@@ -153,11 +159,20 @@ func (r *remote) interval() time.Duration {
 
 // step polls when a poll is due (asked for, or its timer fired), then sets
 // the timer for the next: the interval, with jitter, or a backoff after a
-// failure. It reports whether the remote has stopped.
+// failure. A poll that must wait for a fetch slot parks (see fetchGate)
+// and goes on in the step its slot schedules. It reports whether the
+// remote has stopped.
 func (r *remote) step(context.Context) bool {
 	ctx := r.ctx
 	if ctx.Err() != nil {
 		return true
+	}
+	if l := r.waiting; l != nil {
+		if !r.env.fetches.tryOrPark(r) {
+			return false // still in line (a poke or a timer woke it)
+		}
+		r.waiting = nil
+		return r.polled(ctx, r.fetchAndOffer(ctx, l))
 	}
 	r.mu.Lock()
 	poked, due := r.poked, r.due
@@ -169,9 +184,27 @@ func (r *remote) step(context.Context) bool {
 	if r.timer != nil {
 		r.timer.Stop()
 	}
+	l, err := r.list(ctx)
+	switch {
+	case err != nil:
+	case !l.missing.any():
+		err = r.fetchAndOffer(ctx, l)
+	case r.env.fetches.tryOrPark(r):
+		err = r.fetchAndOffer(ctx, l)
+	default:
+		r.waiting = l
+		return false
+	}
+	return r.polled(ctx, err)
+}
+
+// polled ends a poll: it counts a failure, and sets the timer for the
+// next poll. A poke that came while the poll waited for a fetch slot
+// schedules another step. It reports whether the remote has stopped.
+func (r *remote) polled(ctx context.Context, err error) bool {
 	iv := r.interval()
 	wait := backoff.Jitter(iv, r.env.opts.jitter)
-	if err := r.poll(ctx); err != nil {
+	if err != nil {
 		if ctx.Err() != nil {
 			return true
 		}
@@ -197,39 +230,66 @@ func (r *remote) step(context.Context) bool {
 		r.mu.Unlock()
 		r.env.polls.schedule(r)
 	})
+	r.mu.Lock()
+	poked := r.poked
+	r.mu.Unlock()
+	if poked {
+		r.env.polls.schedule(r)
+	}
 	return false
 }
 
-// poll runs one cycle: list refs once, resolve every target, fetch what the
-// mirror lacks, and offer each target whose commit moved to its deliverers.
-func (r *remote) poll(ctx context.Context) (err error) {
-	start := time.Now()
+// listed is what a poll's listing found: the targets' commits and what
+// the mirror lacks of them.
+type listed struct {
+	start   time.Time
+	auth    *gitutil.Auth
+	jobs    []job
+	missing missing
+}
+
+// list begins a poll: it lists refs once and resolves every target. A
+// failed listing ends the poll.
+func (r *remote) list(ctx context.Context) (*listed, error) {
+	l := &listed{start: time.Now()}
 	r.env.touchMirror(r.dir)
-	defer func() {
-		d := time.Since(start)
-		r.env.emit(Event{Type: EventPolled, Remote: r.redacted, Duration: d, Err: err})
-		if err == nil {
-			r.env.log.V(1).Info("polled", "remote", r.redacted, "duration", d)
-		}
-	}()
-	auth, targets := r.snapshot()
-	refs, err := r.list(ctx, auth, refPrefixes(targets))
+	var targets []*polled
+	l.auth, targets = r.snapshot()
+	refs, err := r.listRefs(ctx, l.auth, refPrefixes(targets))
 	if err != nil {
 		for _, p := range targets {
 			r.fail(ctx, p, err)
 		}
-		return err
+		r.reportPoll(l.start, err)
+		return nil, err
 	}
-	jobs, missing := r.resolve(ctx, targets, refs)
+	l.jobs, l.missing = r.resolve(ctx, targets, refs)
+	return l, nil
+}
+
+// fetchAndOffer ends a poll: it fetches what the mirror lacks, in the
+// fetch slot the caller holds when something is missing, and offers each
+// target whose commit moved to its deliverers.
+func (r *remote) fetchAndOffer(ctx context.Context, l *listed) (err error) {
+	defer func() { r.reportPoll(l.start, err) }()
 	var fetchFailed map[string]error
-	if len(missing.refs) > 0 || len(missing.commits) > 0 {
-		fetchFailed, err = r.fetchMissing(ctx, auth, jobs, missing)
+	if l.missing.any() {
+		fetchFailed, err = r.fetchMissing(ctx, l.auth, l.jobs, l.missing)
 	}
 	if pf, ok := r.mirror.(PathFetcher); ok && pf.Partial() {
-		fetchFailed = r.fetchPaths(ctx, pf, auth, jobs, fetchFailed)
+		fetchFailed = r.fetchPaths(ctx, pf, l.auth, l.jobs, fetchFailed)
 	}
-	r.offerAll(ctx, jobs, fetchFailed)
+	r.offerAll(ctx, l.jobs, fetchFailed)
 	return err
+}
+
+// reportPoll reports a poll that began at start.
+func (r *remote) reportPoll(start time.Time, err error) {
+	d := time.Since(start)
+	r.env.emit(Event{Type: EventPolled, Remote: r.redacted, Duration: d, Err: err})
+	if err == nil {
+		r.env.log.V(1).Info("polled", "remote", r.redacted, "duration", d)
+	}
 }
 
 // fetchPaths brings the files of the jobs about to be offered (a commit
@@ -277,12 +337,10 @@ func (r *remote) fetchPaths(ctx context.Context, pf PathFetcher, auth *gitutil.A
 // withFetchSlot runs fn in one of the watcher's fetch slots, bounded by
 // its fetch timeout.
 func (r *remote) withFetchSlot(ctx context.Context, fn func(context.Context) error) error {
-	select {
-	case r.env.fetchSem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := r.env.fetches.acquire(ctx); err != nil {
+		return err
 	}
-	defer func() { <-r.env.fetchSem }()
+	defer r.env.fetches.release()
 	fctx, cancel := context.WithTimeoutCause(ctx, r.env.opts.fetchTimeout, errFetchTimeout)
 	defer cancel()
 	return fn(fctx)
@@ -317,9 +375,9 @@ func refPrefixes(targets []*polled) []string {
 	return out
 }
 
-// list lists the remote's refs under prefixes, within the watcher's
+// listRefs lists the remote's refs under prefixes, within the watcher's
 // listing limit; with no prefixes it lists nothing.
-func (r *remote) list(ctx context.Context, auth *gitutil.Auth, prefixes []string) (gitutil.RefList, error) {
+func (r *remote) listRefs(ctx context.Context, auth *gitutil.Auth, prefixes []string) (gitutil.RefList, error) {
 	if len(prefixes) == 0 {
 		return gitutil.RefList{}, nil
 	}
@@ -349,6 +407,8 @@ type missing struct {
 	refs    map[string]gitutil.Hash
 	commits []gitutil.Hash
 }
+
+func (m missing) any() bool { return len(m.refs) > 0 || len(m.commits) > 0 }
 
 // resolve finds each target's commit in refs, and what the mirror lacks of
 // them. A target that does not resolve is reported and left out.
@@ -475,17 +535,12 @@ func (r *remote) verify(j job, v Verify) error {
 	return nil
 }
 
-// fetch brings the wanted refs and commits into the mirror, within the
-// watcher's fetch concurrency limit.
+// fetch brings the wanted refs and commits into the mirror, in the fetch
+// slot the caller took (see fetchGate.tryOrPark), which it gives back.
 func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]gitutil.Hash, commits []gitutil.Hash) (gitutil.FetchResult, error) {
 	w := r.env
-	select {
-	case w.fetchSem <- struct{}{}:
-	case <-ctx.Done():
-		return gitutil.FetchResult{}, ctx.Err()
-	}
 	var release sync.Once
-	defer release.Do(func() { <-w.fetchSem })
+	defer release.Do(w.fetches.release)
 
 	start := time.Now()
 	fctx, cancel := context.WithTimeoutCause(ctx, w.opts.fetchTimeout, errFetchTimeout)
@@ -493,7 +548,7 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 	fctx, stall := context.WithCancelCause(fctx)
 	defer stall(nil)
 	stopWatch := r.watchProgress(fctx, func() {
-		release.Do(func() { <-w.fetchSem })
+		release.Do(w.fetches.release)
 		w.log.Info("fetch stalled: its slot is given to others", "remote", r.redacted, "idle", w.opts.stallYield)
 	}, func() { stall(ErrFetchStalled) })
 	defer stopWatch()

@@ -105,12 +105,10 @@ func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, 
 	if m.HasCommit(commit) && !partial {
 		return m, nil // fetched while this one waited
 	}
-	select {
-	case s.v.fetchSem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := s.v.fetches.acquire(ctx); err != nil {
+		return nil, err
 	}
-	defer func() { <-s.v.fetchSem }()
+	defer s.v.fetches.release()
 	ctx, cancel := context.WithTimeout(ctx, s.v.opts.fetchTimeout)
 	defer cancel()
 	// Its files too, in a mirror that may lack them: a submodule is

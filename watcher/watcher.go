@@ -150,6 +150,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.group = g
 	w.env.deliveries = newPool(gctx, w.opts.deliverLimit)
 	w.env.polls = newPool(gctx, w.opts.listLimit+w.opts.fetchLimit)
+	w.env.fetches = newFetchGate(w.opts.fetchLimit, w.env.polls)
 	w.mu.Unlock()
 	// After the group, whose goroutines schedule; polls first, which offer.
 	defer w.env.deliveries.close()

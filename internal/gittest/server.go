@@ -33,8 +33,8 @@ type Server struct {
 	noFilter bool
 	counts   map[string]*Counts
 	conns    atomic.Int64
-	stalls   map[string]int // repository → bytes of a fetch's answer before it stalls
-	release  chan struct{}  // closed when the server stops: stalled answers end
+	stalls   map[string]stall // by repository
+	release  chan struct{}    // closed when the server stops: stalled answers end
 }
 
 // Counts are the requests a repository received.
@@ -78,7 +78,7 @@ func newServer(t TB, start func(*httptest.Server)) *Server {
 	if err != nil {
 		t.Fatalf("gittest: git is needed on PATH: %v", err)
 	}
-	s := &Server{root: t.TempDir(), counts: map[string]*Counts{}, stalls: map[string]int{}, release: make(chan struct{})}
+	s := &Server{root: t.TempDir(), counts: map[string]*Counts{}, stalls: map[string]stall{}, release: make(chan struct{})}
 	handler := func(filters bool) *cgi.Handler {
 		return &cgi.Handler{
 			Path: filepath.Join(strings.TrimSpace(string(backend)), "git-http-backend"),
@@ -121,8 +121,8 @@ func newServer(t TB, start func(*httptest.Server)) *Server {
 		if answerBytes != nil {
 			w = countingWriter{w, answerBytes}
 		}
-		if after, ok := s.stallOf(r); ok && fetch {
-			w = &stallWriter{ResponseWriter: w, left: after, done: r.Context().Done(), release: s.release}
+		if st, ok := s.stallOf(r); ok && fetch {
+			w = &stallWriter{ResponseWriter: w, left: st.after, done: r.Context().Done(), release: s.release, ended: st.ended}
 		}
 		h.ServeHTTP(w, r)
 	}))
@@ -153,28 +153,44 @@ func (s *Server) SetV0Only(v0 bool) {
 	s.v0Only = v0
 }
 
+// stall is how a repository's fetches stall.
+type stall struct {
+	after int           // bytes of a fetch's answer before it stalls
+	ended chan struct{} // closed when the stall ends
+}
+
 // Stall makes every fetch (POST git-upload-pack) of the repository at name
 // send after bytes of its answer and then hang, sending nothing more until
-// the client goes away or the server stops; a negative after ends it.
+// the client goes away, the stall ends or the server stops. A negative
+// after ends the stall: the answers that hang end there, cut (the client
+// sees a failed fetch), and later fetches are answered whole.
 func (s *Server) Stall(name string, after int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	st, ok := s.stalls[name]
 	if after < 0 {
-		delete(s.stalls, name)
+		if ok {
+			close(st.ended)
+			delete(s.stalls, name)
+		}
 		return
 	}
-	s.stalls[name] = after
+	if !ok {
+		st.ended = make(chan struct{})
+	}
+	st.after = after
+	s.stalls[name] = st
 }
 
-func (s *Server) stallOf(r *http.Request) (int, bool) {
+func (s *Server) stallOf(r *http.Request) (stall, bool) {
 	name, ok := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, "/"), "/git-upload-pack")
 	if !ok || r.Method != http.MethodPost {
-		return 0, false
+		return stall{}, false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	after, ok := s.stalls[name]
-	return after, ok
+	st, ok := s.stalls[name]
+	return st, ok
 }
 
 // quietStalls passes the CGI handler's log to stderr, but for the copy
@@ -196,6 +212,7 @@ type stallWriter struct {
 	left    int
 	done    <-chan struct{}
 	release <-chan struct{}
+	ended   <-chan struct{}
 }
 
 func (w *stallWriter) Write(p []byte) (int, error) {
@@ -213,6 +230,7 @@ func (w *stallWriter) Write(p []byte) (int, error) {
 	select {
 	case <-w.done:
 	case <-w.release:
+	case <-w.ended:
 	}
 	return 0, errStalled
 }
