@@ -47,11 +47,17 @@ func decide(cp Checkpoint, have bool, commit, tree, fp string, resync bool) deci
 		return decision{action: deliver, reason: ReasonTargetChanged, from: cp.Commit}
 	case cp.Commit == commit && resync:
 		return decision{action: deliver, reason: ReasonResync, from: cp.Commit}
-	case cp.Commit == commit:
+	case holds(cp, have, commit, fp, resync):
 		return decision{action: skip}
 	case cp.Tree == tree && !resync:
 		return decision{action: record, from: cp.Commit}
 	default:
 		return decision{action: deliver, reason: ReasonNewCommit, from: cp.Commit}
 	}
+}
+
+// holds reports whether the sink has commit for the target as it is now,
+// with no resync asked for: whatever the tree, there is nothing to do.
+func holds(cp Checkpoint, have bool, commit, fp string, resync bool) bool {
+	return have && cp.Target == fp && cp.Commit == commit && !resync
 }

@@ -29,11 +29,18 @@ type desired struct {
 	// another replica, or another remote took the target), what it offered
 	// is not delivered, and a delivery of it in flight is cancelled.
 	live context.Context
+	// unfetched is set when the mirror may lack commit (tree is unknown):
+	// the deliverer only answers whether its checkpoint holds it.
+	unfetched *unfetched
 }
 
 // errHandedOff ends a delivery whose poller stopped: the target is another
 // poller's now (see desired.live).
 var errHandedOff = errors.New("watcher: the target's remote is polled elsewhere now")
+
+// errUnfetched ends a delivery of a commit offered unfetched that the sink
+// lacks: the poller fetches it and offers it again.
+var errUnfetched = errors.New("watcher: the commit is to be fetched")
 
 // deliverer serializes the deliveries of one target to one sink. It holds at
 // most one pending desire: a newer one replaces it (latest wins). It has no
@@ -261,6 +268,10 @@ func (st *deliveryState) after(ctx context.Context, d *deliverer, err error) {
 	case errors.Is(err, errHandedOff):
 		// Its new poller offers it again, here or on another replica.
 		st.want, st.resync, st.attempt = nil, false, 0
+	case errors.Is(err, errUnfetched):
+		// Its poller offers it again once fetched; a resync asked for
+		// is delivered then.
+		st.want, st.attempt = nil, 0
 	case IsPermanent(err):
 		// Wait for the next commit or resync; do not retry this one.
 		st.resync, st.attempt = false, 0
@@ -281,6 +292,14 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	cp, have, err := d.checkpoint(ctx, want.live)
 	if err != nil {
 		return d.fail(ctx, ev, nil, err)
+	}
+	if u := want.unfetched; u != nil {
+		has := holds(cp, have, commit, fp, resync)
+		u.answer(has)
+		if !has {
+			return errUnfetched
+		}
+		return nil
 	}
 	// What the last delivery read outside the path counts as the path.
 	tree, err := readsTree(ctx, want, cp.Reads)

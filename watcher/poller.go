@@ -52,6 +52,9 @@ type polled struct {
 	b       *bound
 	offered gitutil.Hash // commit last handed to the deliverers
 	ref     string       // ref it last resolved to
+	// mustFetch: a deliverer needs the tree of a commit offered before it
+	// was fetched (see ask); the next poll fetches it, asking nothing.
+	mustFetch bool
 }
 
 func newRemote(v *env, key, dir string, spec *remoteSpec, m Mirror) *remote {
@@ -168,8 +171,14 @@ func (r *remote) step(context.Context) bool {
 		return true
 	}
 	if l := r.waiting; l != nil {
+		if l.ask != nil && l.ask.settle() {
+			// Every deliverer asked has its commit: no fetch.
+			r.env.fetches.leave(r)
+			r.waiting = nil
+			return r.polled(ctx, r.offerSettled(l))
+		}
 		if !r.env.fetches.tryOrPark(r) {
-			return false // still in line (a poke or a timer woke it)
+			return false // still in line (a poke, a timer or an answer woke it)
 		}
 		r.waiting = nil
 		return r.polled(ctx, r.fetchAndOffer(ctx, l))
@@ -193,6 +202,7 @@ func (r *remote) step(context.Context) bool {
 		err = r.fetchAndOffer(ctx, l)
 	default:
 		r.waiting = l
+		l.ask = r.askFirst(ctx, l)
 		return false
 	}
 	return r.polled(ctx, err)
@@ -246,6 +256,7 @@ type listed struct {
 	auth    *gitutil.Auth
 	jobs    []job
 	missing missing
+	ask     *ask // what the deliverers were asked while it waits
 }
 
 // list begins a poll: it lists refs once and resolves every target. A
@@ -272,6 +283,19 @@ func (r *remote) list(ctx context.Context) (*listed, error) {
 // target whose commit moved to its deliverers.
 func (r *remote) fetchAndOffer(ctx context.Context, l *listed) (err error) {
 	defer func() { r.reportPoll(l.start, err) }()
+	if l.ask != nil {
+		// Fetched after all: what was offered unfetched is offered
+		// again, whole (a deliverer that had its commit skips it again,
+		// from the checkpoint it keeps).
+		l.ask.end()
+		r.mu.Lock()
+		for _, j := range l.jobs {
+			if j.missing {
+				j.p.offered = gitutil.Hash{}
+			}
+		}
+		r.mu.Unlock()
+	}
 	var fetchFailed map[string]error
 	if l.missing.any() {
 		fetchFailed, err = r.fetchMissing(ctx, l.auth, l.jobs, l.missing)
@@ -281,6 +305,130 @@ func (r *remote) fetchAndOffer(ctx context.Context, l *listed) (err error) {
 	}
 	r.offerAll(ctx, l.jobs, fetchFailed)
 	return err
+}
+
+// offerSettled ends a poll that needs no fetch after all: every target
+// whose commit the mirror lacks was offered it unfetched, and its
+// deliverers have it (see ask). The others are offered as after a fetch.
+func (r *remote) offerSettled(l *listed) error {
+	r.reportPoll(l.start, nil)
+	r.offerAll(r.ctx, l.jobs, nil)
+	return nil
+}
+
+// askFirst is for a poll that waits in line for a fetch slot: when each
+// target whose commit the mirror lacks is offered it for the first time
+// in this poller (the remote was polled elsewhere, by another replica or
+// before a restart), the deliverers are offered the commit unfetched, and
+// asked whether their checkpoints hold it already. When all of them do,
+// the poll needs no fetch (see step): a replica that takes over remotes
+// whose targets are delivered polls them without cloning them. nil: not
+// asked (some target needs the fetch anyway).
+func (r *remote) askFirst(ctx context.Context, l *listed) *ask {
+	var first []job
+	a := &ask{r: r}
+	r.mu.Lock()
+	for _, j := range l.jobs {
+		if !j.missing {
+			continue
+		}
+		t := j.p.b.t
+		if !j.p.offered.IsZero() || j.p.mustFetch || t.Verify != nil || t.Suspend {
+			r.mu.Unlock()
+			return nil
+		}
+		first = append(first, j)
+		a.asked += len(j.p.b.sinks)
+	}
+	if a.asked == 0 {
+		r.mu.Unlock()
+		return nil
+	}
+	for _, j := range first {
+		j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
+	}
+	r.mu.Unlock()
+	for _, j := range first {
+		d := &desired{
+			target: j.p.b.t, ref: j.res.Ref, commit: j.res.Commit,
+			mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
+			unfetched: &unfetched{ask: a, p: j.p},
+		}
+		for _, s := range j.p.b.sinks {
+			s.offer(d)
+		}
+	}
+	return a
+}
+
+// ask collects the answers of the deliverers offered a commit unfetched
+// by one poll (see askFirst).
+type ask struct {
+	r *remote
+
+	mu      sync.Mutex
+	asked   int // deliverers
+	settled int // answered that their checkpoint holds the commit
+	needed  bool
+	done    bool // the poll has ended
+}
+
+// unfetched is what a deliverer offered a commit unfetched answers to.
+type unfetched struct {
+	ask *ask
+	p   *polled
+}
+
+// answer takes a deliverer's answer: whether its checkpoint holds the
+// commit. The last "yes" wakes the waiting poll; a "no" after the poll
+// ended (a resync of what was never fetched) has the commit fetched and
+// offered again.
+func (u *unfetched) answer(has bool) {
+	a := u.ask
+	a.mu.Lock()
+	if a.done {
+		a.mu.Unlock()
+		if !has {
+			a.r.refetch(u.p)
+		}
+		return
+	}
+	if has {
+		a.settled++
+	} else {
+		a.needed = true
+	}
+	wake := a.settled == a.asked
+	a.mu.Unlock()
+	if wake {
+		a.r.env.polls.schedule(a.r)
+	}
+}
+
+// settle ends the asking when every deliverer asked has its commit.
+func (a *ask) settle() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.needed || a.settled < a.asked {
+		return false
+	}
+	a.done = true
+	return true
+}
+
+// end ends the asking: the poll fetches.
+func (a *ask) end() {
+	a.mu.Lock()
+	a.done = true
+	a.mu.Unlock()
+}
+
+// refetch has the next poll fetch p's commit and offer it again, whole.
+func (r *remote) refetch(p *polled) {
+	r.mu.Lock()
+	p.offered, p.mustFetch = gitutil.Hash{}, true
+	r.mu.Unlock()
+	r.poke()
 }
 
 // reportPoll reports a poll that began at start.
@@ -397,8 +545,9 @@ func (r *remote) listRefs(ctx context.Context, auth *gitutil.Auth, prefixes []st
 
 // job is a target of this cycle and the commit it resolved to.
 type job struct {
-	p   *polled
-	res gitutil.Resolved
+	p       *polled
+	res     gitutil.Resolved
+	missing bool // the mirror lacks the commit
 }
 
 // missing is what the mirror lacks of this cycle's commits: refs to fetch
@@ -429,14 +578,16 @@ func (r *remote) resolve(ctx context.Context, targets []*polled, refs gitutil.Re
 			}
 			continue
 		}
+		j := job{p: p, res: res}
 		if !r.mirror.HasCommit(res.Commit) {
+			j.missing = true
 			if res.Ref != "" {
 				m.refs[res.Ref] = refs.Refs[res.Ref]
 			} else {
 				m.commits = append(m.commits, res.Commit)
 			}
 		}
-		jobs = append(jobs, job{p, res})
+		jobs = append(jobs, j)
 	}
 	return jobs, m
 }
@@ -511,7 +662,7 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[strin
 			s.offer(d)
 		}
 		r.mu.Lock()
-		j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
+		j.p.offered, j.p.ref, j.p.mustFetch = j.res.Commit, j.res.Ref, false
 		r.mu.Unlock()
 	}
 }

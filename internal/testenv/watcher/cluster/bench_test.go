@@ -41,16 +41,18 @@ func BenchmarkFailover(b *testing.B) {
 				continue
 			}
 			b.Run(fmt.Sprintf("%s/remotes-%d", name, remotes), func(b *testing.B) {
-				var polled, listed, again float64
+				var polled, listed, again, fetched float64
 				for range b.N {
 					o := failover(b, shared, remotes)
 					polled += o.polled
 					listed += o.listed
 					again += float64(o.redelivered)
+					fetched += o.fetched
 				}
 				b.ReportMetric(listed/float64(b.N), "listed/lease")
 				b.ReportMetric(polled/float64(b.N), "failover/lease")
 				b.ReportMetric(again/float64(b.N), "redelivered")
+				b.ReportMetric(fetched/float64(b.N), "fetched/orphan")
 			})
 		}
 	}
@@ -71,6 +73,7 @@ func within(limit time.Duration, ok func() bool) bool {
 type takeover struct {
 	listed, polled float64 // to the lease duration
 	redelivered    int
+	fetched        float64 // fetches of the orphans' repositories to the last orphan polled, per orphan
 }
 
 func failover(b *testing.B, shared bool, remotes int) takeover {
@@ -106,7 +109,17 @@ func failover(b *testing.B, shared bool, remotes int) takeover {
 			orphans = append(orphans, remote)
 		}
 	}
-	before := l.count()
+	byURL := map[string]*gittest.Repo{}
+	for _, r := range repos {
+		byURL[r.URL()] = r
+	}
+	orphanFetches := func() (n int64) {
+		for _, remote := range orphans {
+			n += byURL[remote].Counts().Fetches.Load()
+		}
+		return n
+	}
+	before, fetchedBefore := l.count(), orphanFetches()
 	replicas[1].cancel()
 	<-replicas[1].done
 	replicas[1].done <- nil
@@ -133,10 +146,12 @@ func failover(b *testing.B, shared bool, remotes int) takeover {
 			missing, len(orphans), replicas[0].shard.Members(), replicas[2].shard.Members())
 	}
 	eventually(b, "the orphans polled by a survivor", 10*time.Minute, all(l.pollers))
+	fetched := float64(orphanFetches()-fetchedBefore) / float64(len(orphans))
 	lease := float64(leaseDuration)
 	o := takeover{
-		listed: float64(l.lastFirst(true, killed, orphans).Sub(killed)) / lease,
-		polled: float64(l.lastFirst(false, killed, orphans).Sub(killed)) / lease,
+		listed:  float64(l.lastFirst(true, killed, orphans).Sub(killed)) / lease,
+		polled:  float64(l.lastFirst(false, killed, orphans).Sub(killed)) / lease,
+		fetched: fetched,
 	}
 	time.Sleep(2 * every)
 	o.redelivered = l.count() - before

@@ -1,0 +1,133 @@
+package watcher_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+// A watcher that takes over remotes whose targets another delivered (the
+// store is shared; its own mirrors are empty) polls them without cloning
+// them while it waits for a fetch slot: the deliverers' checkpoints hold
+// the commits listed, so nothing is fetched and nothing delivered again.
+// What moves later is fetched and delivered as usual.
+func TestTakeoverOfDeliveredTargetsNeedsNoClone(t *testing.T) {
+	srv := gittest.NewServer(t)
+	store := watcher.NewMemoryStore()
+	prev := deliveredElsewhere(t, srv, store)
+
+	// The next owner's only fetch slot is taken by a fetch that hangs.
+	blocker := srv.NewRepo(t, "g/blocker")
+	blocker.Commit(t, "1", gittest.File("f", "1"))
+	srv.Stall(blocker.Name(), 0)
+	defer srv.Stall(blocker.Name(), -1)
+	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
+	src := watchertest.NewSource(watcher.Target{ID: "blocker", URL: blocker.URL()})
+	w := newWatcher(t, obs, watcher.WithStore(store),
+		watcher.WithConcurrency(watcher.Concurrency{Fetches: 1}),
+		watcher.WithTimeouts(watcher.Timeouts{StallYield: time.Hour, StallAbort: time.Hour}))
+	require.NoError(t, w.Route(src, sink))
+	start(t, w)
+	require.Eventually(t, func() bool { return fetches(blocker) > 0 }, 30*time.Second, 10*time.Millisecond)
+	src.Set(append(prev.targets, watcher.Target{ID: "blocker", URL: blocker.URL()})...)
+
+	for _, repo := range prev.repos {
+		obs.WaitFor(t, "a poll of "+repo.Name(), func(e watcher.Event) bool {
+			return e.Type == watcher.EventPolled && e.Remote == repo.URL() && e.Err == nil
+		})
+	}
+	for _, repo := range prev.repos {
+		assert.Equal(t, prev.fetches[repo.Name()], fetches(repo), "%s fetched", repo.Name())
+	}
+	assert.Empty(t, sink.Delivered(), "delivered again")
+
+	// A new commit is fetched and delivered, from the commit the store
+	// has (which the mirror never had).
+	repo := prev.repos[0]
+	c2 := repo.Commit(t, "2", gittest.File("app/f", "changed"))
+	srv.Stall(blocker.Name(), -1) // the slot is free again
+	w.Trigger(repo.URL())
+	got := sink.WaitCommit(t, repo.Name(), c2)
+	assert.Equal(t, prev.commits[repo.Name()], got.From)
+	assert.Equal(t, watcher.ReasonNewCommit, got.Reason)
+	f, err := readFile(got, "f")
+	require.NoError(t, err)
+	assert.Equal(t, "changed", f)
+	assert.Equal(t, prev.fetches[prev.repos[1].Name()], fetches(prev.repos[1]), "the others stay unfetched")
+}
+
+// A resync of a target taken over unfetched (see above) fetches its commit
+// and delivers it.
+func TestResyncOfATargetTakenOverUnfetched(t *testing.T) {
+	srv := gittest.NewServer(t)
+	store := watcher.NewMemoryStore()
+	prev := deliveredElsewhere(t, srv, store)
+	blocker := srv.NewRepo(t, "g/blocker")
+	blocker.Commit(t, "1", gittest.File("f", "1"))
+	srv.Stall(blocker.Name(), 0)
+	defer srv.Stall(blocker.Name(), -1)
+	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
+	src := watchertest.NewSource(watcher.Target{ID: "blocker", URL: blocker.URL()})
+	w := newWatcher(t, obs, watcher.WithStore(store),
+		watcher.WithConcurrency(watcher.Concurrency{Fetches: 1}),
+		watcher.WithResync(500*time.Millisecond),
+		// The hanging fetch is given up after a while, and the slot freed.
+		watcher.WithTimeouts(watcher.Timeouts{StallYield: time.Hour, StallAbort: 2 * time.Second}))
+	require.NoError(t, w.Route(src, sink))
+	start(t, w)
+	require.Eventually(t, func() bool { return fetches(blocker) > 0 }, 30*time.Second, 10*time.Millisecond)
+	src.Set(append(prev.targets, watcher.Target{ID: "blocker", URL: blocker.URL()})...)
+
+	for _, repo := range prev.repos {
+		got := sink.WaitDelivery(t, func(c watcher.Change) bool { return c.Target.ID == repo.Name() && c.Reason == watcher.ReasonResync })
+		assert.Equal(t, prev.commits[repo.Name()], got.To)
+		f, err := readFile(got, "f")
+		require.NoError(t, err)
+		assert.Equal(t, repo.Name(), f)
+	}
+	for _, c := range sink.Delivered() {
+		assert.Equal(t, watcher.ReasonResync, c.Reason, "%s delivered for another reason", c.Target.ID)
+	}
+}
+
+func fetches(repo *gittest.Repo) int64 { return repo.Counts().Fetches.Load() }
+
+// previous is what a first owner delivered.
+type previous struct {
+	repos   []*gittest.Repo
+	targets []watcher.Target
+	commits map[string]string // by target ID (the repository's name)
+	fetches map[string]int64  // by repository, when it stopped
+}
+
+// deliveredElsewhere has a watcher deliver a target on each of four
+// repositories, recording in store, and stop.
+func deliveredElsewhere(t *testing.T, srv *gittest.Server, store watcher.Store) previous {
+	t.Helper()
+	p := previous{commits: map[string]string{}, fetches: map[string]int64{}}
+	for i := range 4 {
+		repo := srv.NewRepo(t, fmt.Sprintf("g/r%d", i))
+		p.commits[repo.Name()] = repo.Commit(t, "1", gittest.File("app/f", repo.Name()))
+		p.repos = append(p.repos, repo)
+		p.targets = append(p.targets, watcher.Target{ID: repo.Name(), URL: repo.URL(), Path: "app"})
+	}
+	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
+	w := newWatcher(t, obs, watcher.WithStore(store))
+	require.NoError(t, w.Route(watchertest.NewSource(p.targets...), sink))
+	stop := watchertest.Run(t, w.Run)
+	for _, tg := range p.targets {
+		sink.WaitCommit(t, tg.ID, p.commits[tg.ID])
+	}
+	stop()
+	for _, repo := range p.repos {
+		p.fetches[repo.Name()] = fetches(repo)
+	}
+	return p
+}
