@@ -175,13 +175,13 @@ func (r *remote) step(context.Context) bool {
 			// Every deliverer asked has its commit: no fetch.
 			r.env.fetches.leave(r)
 			r.waiting = nil
-			return r.polled(ctx, r.offerSettled(l))
+			return r.afterPoll(ctx, r.offerSettled(l))
 		}
 		if !r.env.fetches.tryOrPark(r) {
 			return false // still in line (a poke, a timer or an answer woke it)
 		}
 		r.waiting = nil
-		return r.polled(ctx, r.fetchAndOffer(ctx, l))
+		return r.afterPoll(ctx, r.fetchAndOffer(ctx, l))
 	}
 	r.mu.Lock()
 	poked, due := r.poked, r.due
@@ -205,13 +205,13 @@ func (r *remote) step(context.Context) bool {
 		l.ask = r.askFirst(ctx, l)
 		return false
 	}
-	return r.polled(ctx, err)
+	return r.afterPoll(ctx, err)
 }
 
-// polled ends a poll: it counts a failure, and sets the timer for the
+// afterPoll ends a poll: it counts a failure, and sets the timer for the
 // next poll. A poke that came while the poll waited for a fetch slot
 // schedules another step. It reports whether the remote has stopped.
-func (r *remote) polled(ctx context.Context, err error) bool {
+func (r *remote) afterPoll(ctx context.Context, err error) bool {
 	iv := r.interval()
 	wait := backoff.Jitter(iv, r.env.opts.jitter)
 	if err != nil {

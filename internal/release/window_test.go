@@ -2,6 +2,7 @@ package release_test
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -92,6 +93,8 @@ func TestKubernetesWindow(t *testing.T) {
 		}
 	}
 	pkgs := packagesOf(t, root, kube)
+	workspace := workspaceVersions(t, root, pinned(window[len(window)-1]))
+	require.Equal(t, pinned(window[len(window)-1]), workspace, "the window's last minor is the workspace's, where the envtest suites run")
 	for _, m := range window {
 		t.Run(m.k8s, func(t *testing.T) {
 			ctx := ctxT(t, 15*time.Minute)
@@ -114,13 +117,21 @@ func TestKubernetesWindow(t *testing.T) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), treeSums(t, root), 0o644))
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(consumerMain(pkgs)), 0o644))
 			env := []string{"GOWORK=off", "GOFLAGS=-mod=mod"}
+			// At the workspace's own minor, the consumer builds and tests
+			// with the race detector, as make test's first phase does in
+			// the workspace: the packages it compiles at the same versions
+			// are then in the build cache already, not compiled again.
+			flags := []string{}
+			if maps.Equal(pins, workspace) {
+				flags = append(flags, "-race")
+			}
 
 			run(t, ctx, dir, env, "go", "mod", "tidy")
 			assertPins(t, dir, pins, "go mod tidy")
-			run(t, ctx, dir, env, "go", "build", "./...")
+			run(t, ctx, dir, env, "go", append(append([]string{"build"}, flags...), "./...")...)
 			// The modules' tests at this minor; go test adds their own
 			// requirements (testify) to the consumer, never a pin.
-			out := run(t, ctx, dir, env, "go", append([]string{"test", "-count=1"}, pkgs...)...)
+			out := run(t, ctx, dir, env, "go", append(append([]string{"test", "-count=1"}, flags...), pkgs...)...)
 			assertPins(t, dir, pins, "go test")
 			after := requirements(t, dir)
 			var got []string
@@ -130,6 +141,24 @@ func TestKubernetesWindow(t *testing.T) {
 			t.Logf("pinned → after go mod tidy and go test: %s; built; the modules' tests:\n%s", strings.Join(got, ", "), out)
 		})
 	}
+}
+
+// workspaceVersions is what the workspace selects of the modules that
+// pins names.
+func workspaceVersions(t *testing.T, root string, pins map[string]string) map[string]string {
+	t.Helper()
+	ctx := ctxT(t, 5*time.Minute)
+	args := []string{"list", "-m", "-f", "{{.Path}} {{.Version}}"}
+	for _, p := range sortedMap(pins) {
+		args = append(args, p)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(run(t, ctx, root, nil, "go", args...)), "\n") {
+		if path, version, ok := strings.Cut(line, " "); ok {
+			got[path] = version
+		}
+	}
+	return got
 }
 
 func assertPins(t *testing.T, dir string, pins map[string]string, after string) {
