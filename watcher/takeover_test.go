@@ -24,19 +24,7 @@ func TestTakeoverOfDeliveredTargetsNeedsNoClone(t *testing.T) {
 	prev := deliveredElsewhere(t, srv, store)
 
 	// The next owner's only fetch slot is taken by a fetch that hangs.
-	blocker := srv.NewRepo(t, "g/blocker")
-	blocker.Commit(t, "1", gittest.File("f", "1"))
-	srv.Stall(blocker.Name(), 0)
-	defer srv.Stall(blocker.Name(), -1)
-	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
-	src := watchertest.NewSource(watcher.Target{ID: "blocker", URL: blocker.URL()})
-	w := newWatcher(t, obs, watcher.WithStore(store),
-		watcher.WithConcurrency(watcher.Concurrency{Fetches: 1}),
-		watcher.WithTimeouts(watcher.Timeouts{StallYield: time.Hour, StallAbort: time.Hour}))
-	require.NoError(t, w.Route(src, sink))
-	start(t, w)
-	require.Eventually(t, func() bool { return fetches(blocker) > 0 }, 30*time.Second, 10*time.Millisecond)
-	src.Set(append(prev.targets, watcher.Target{ID: "blocker", URL: blocker.URL()})...)
+	w, obs, sink, blocker := takeOverBlocked(t, srv, store, prev, time.Hour)
 
 	for _, repo := range prev.repos {
 		obs.WaitFor(t, "a poll of "+repo.Name(), func(e watcher.Event) bool {
@@ -69,21 +57,8 @@ func TestResyncOfATargetTakenOverUnfetched(t *testing.T) {
 	srv := gittest.NewServer(t)
 	store := watcher.NewMemoryStore()
 	prev := deliveredElsewhere(t, srv, store)
-	blocker := srv.NewRepo(t, "g/blocker")
-	blocker.Commit(t, "1", gittest.File("f", "1"))
-	srv.Stall(blocker.Name(), 0)
-	defer srv.Stall(blocker.Name(), -1)
-	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
-	src := watchertest.NewSource(watcher.Target{ID: "blocker", URL: blocker.URL()})
-	w := newWatcher(t, obs, watcher.WithStore(store),
-		watcher.WithConcurrency(watcher.Concurrency{Fetches: 1}),
-		watcher.WithResync(500*time.Millisecond),
-		// The hanging fetch is given up after a while, and the slot freed.
-		watcher.WithTimeouts(watcher.Timeouts{StallYield: time.Hour, StallAbort: 2 * time.Second}))
-	require.NoError(t, w.Route(src, sink))
-	start(t, w)
-	require.Eventually(t, func() bool { return fetches(blocker) > 0 }, 30*time.Second, 10*time.Millisecond)
-	src.Set(append(prev.targets, watcher.Target{ID: "blocker", URL: blocker.URL()})...)
+	// The hanging fetch is given up after a while, and the slot freed.
+	_, _, sink, _ := takeOverBlocked(t, srv, store, prev, 2*time.Second, watcher.WithResync(500*time.Millisecond))
 
 	for _, repo := range prev.repos {
 		got := sink.WaitDelivery(t, func(c watcher.Change) bool { return c.Target.ID == repo.Name() && c.Reason == watcher.ReasonResync })
@@ -95,6 +70,26 @@ func TestResyncOfATargetTakenOverUnfetched(t *testing.T) {
 	for _, c := range sink.Delivered() {
 		assert.Equal(t, watcher.ReasonResync, c.Reason, "%s delivered for another reason", c.Target.ID)
 	}
+}
+
+// takeOverBlocked starts a watcher on store with one fetch slot, taken by
+// a fetch that hangs (until abort) before prev's targets are given to it.
+func takeOverBlocked(t *testing.T, srv *gittest.Server, store watcher.Store, prev previous, abort time.Duration, opts ...watcher.Option) (*watcher.Watcher, *watchertest.Observer, *watchertest.Sink, *gittest.Repo) {
+	t.Helper()
+	blocker := srv.NewRepo(t, "g/blocker")
+	blocker.Commit(t, "1", gittest.File("f", "1"))
+	srv.Stall(blocker.Name(), 0)
+	t.Cleanup(func() { srv.Stall(blocker.Name(), -1) })
+	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
+	src := watchertest.NewSource(watcher.Target{ID: "blocker", URL: blocker.URL()})
+	w := newWatcher(t, obs, append([]watcher.Option{watcher.WithStore(store),
+		watcher.WithConcurrency(watcher.Concurrency{Fetches: 1}),
+		watcher.WithTimeouts(watcher.Timeouts{StallYield: time.Hour, StallAbort: abort})}, opts...)...)
+	require.NoError(t, w.Route(src, sink))
+	start(t, w)
+	require.Eventually(t, func() bool { return fetches(blocker) > 0 }, 30*time.Second, 10*time.Millisecond)
+	src.Set(append(prev.targets, watcher.Target{ID: "blocker", URL: blocker.URL()})...)
+	return w, obs, sink, blocker
 }
 
 func fetches(repo *gittest.Repo) int64 { return repo.Counts().Fetches.Load() }
