@@ -72,8 +72,8 @@ func (g *fetchGate) release() {
 	g.polls.schedule(r)
 }
 
-// leave takes an ended remote out of line, and passes on a slot that was
-// handed to it.
+// leave takes r out of line (it ended, or its poll needs no fetch after
+// all), and passes on a slot that was handed to it.
 func (g *fetchGate) leave(r *remote) {
 	g.mu.Lock()
 	if r.parked {
