@@ -148,10 +148,7 @@ func TestKubernetesWindow(t *testing.T) {
 func workspaceVersions(t *testing.T, root string, pins map[string]string) map[string]string {
 	t.Helper()
 	ctx := ctxT(t, 5*time.Minute)
-	args := []string{"list", "-m", "-f", "{{.Path}} {{.Version}}"}
-	for _, p := range sortedMap(pins) {
-		args = append(args, p)
-	}
+	args := append([]string{"list", "-m", "-f", "{{.Path}} {{.Version}}"}, sortedMap(pins)...)
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(run(t, ctx, root, nil, "go", args...)), "\n") {
 		if path, version, ok := strings.Cut(line, " "); ok {
