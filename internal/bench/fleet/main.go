@@ -339,6 +339,24 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 			return err
 		}
 	}
+	// With -cpu, the heap profiles before and after the cycles too
+	// (<cpu>.heap0, <cpu>.heap1): what the cycles allocated is their
+	// difference (go tool pprof -sample_index=alloc_space -diff_base).
+	writeHeap := func(name string) error {
+		if cpuProfile == "" {
+			return nil
+		}
+		runtime.GC() // a heap profile is as of the last collection
+		f, err := os.Create(cpuProfile + name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return pprof.WriteHeapProfile(f)
+	}
+	if err := writeHeap(".heap0"); err != nil {
+		return err
+	}
 	wall, cpu := time.Now(), cpuTime()
 	for range 2 {
 		before := polled.Load()
@@ -351,6 +369,9 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 	}
 	cycleWall, cycleCPU := time.Since(wall)/2, (cpuTime()-cpu)/2
 	pprof.StopCPUProfile()
+	if err := writeHeap(".heap1"); err != nil {
+		return err
+	}
 	time.Sleep(settle) // no poll meanwhile: the interval is an hour
 	runtime.GC()
 	var ms runtime.MemStats
