@@ -187,6 +187,8 @@ func (s *LeaseShard) Run(ctx context.Context) error {
 	defer lapse.Stop()
 	settled := time.NewTimer(time.Hour)
 	defer settled.Stop()
+	expiry := time.NewTimer(time.Hour)
+	defer expiry.Stop()
 	for {
 		s.renew(ctx)
 		s.observe(ctx)
@@ -197,6 +199,9 @@ func (s *LeaseShard) Run(ctx context.Context) error {
 		if settle > 0 {
 			settled.Reset(settle)
 		}
+		if e := s.nextExpiry(); e > 0 {
+			expiry.Reset(e)
+		}
 		select {
 		case <-ctx.Done():
 			s.stop()
@@ -206,8 +211,31 @@ func (s *LeaseShard) Run(ctx context.Context) error {
 			// The claim lapses now, between two ticks: stop owning at once.
 		case <-settled.C:
 			s.notify() // what was gained is owned now
+		case <-expiry.C:
+			// A member expires now unless it renewed: read the Leases at
+			// once rather than at the next tick, which may be up to a
+			// RenewPeriod later.
 		}
 	}
+}
+
+// nextExpiry is how long from now until the first live member but this
+// replica is gone, unless a read of the Leases finds it renewed (see
+// recompute); 0 when there is none to wait for.
+func (s *LeaseShard) nextExpiry() time.Duration {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var first time.Duration
+	for _, o := range s.seen {
+		if o.holder == s.cfg.Identity || s.observedAt.Sub(o.at) >= s.cfg.LeaseDuration {
+			continue // itself, or gone already
+		}
+		if d := o.at.Add(s.cfg.LeaseDuration).Sub(now); d > 0 && (first == 0 || d < first) {
+			first = d
+		}
+	}
+	return first
 }
 
 // renew creates or renews this replica's Lease, recording when a renewal
