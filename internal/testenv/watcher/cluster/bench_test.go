@@ -1,15 +1,19 @@
 package cluster_test
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/watcher"
 )
@@ -41,15 +45,19 @@ func BenchmarkFailover(b *testing.B) {
 				continue
 			}
 			b.Run(fmt.Sprintf("%s/remotes-%d", name, remotes), func(b *testing.B) {
-				var polled, listed, again, fetched float64
+				var polled, listed, first, baseline, again, fetched float64
 				for range b.N {
 					o := failover(b, shared, remotes)
+					first += o.first
+					baseline += o.baseline
 					polled += o.polled
 					listed += o.listed
 					again += float64(o.redelivered)
 					fetched += o.fetched
 				}
+				b.ReportMetric(first/float64(b.N), "first-listed/lease")
 				b.ReportMetric(listed/float64(b.N), "listed/lease")
+				b.ReportMetric(baseline/float64(b.N), "list-all/lease")
 				b.ReportMetric(polled/float64(b.N), "failover/lease")
 				b.ReportMetric(again/float64(b.N), "redelivered")
 				b.ReportMetric(fetched/float64(b.N), "fetched/orphan")
@@ -71,9 +79,16 @@ func within(limit time.Duration, ok func() bool) bool {
 }
 
 type takeover struct {
-	listed, polled float64 // to the lease duration
-	redelivered    int
-	fetched        float64 // fetches of the orphans' repositories to the last orphan polled, per orphan
+	// To the lease duration: the first orphan listed (the takeover seen),
+	// the last listed, and the last polled (listed, fetched, checked).
+	first, listed, polled float64
+	// baseline is the time the bench takes to list every orphan itself,
+	// as many at a time as the two survivors list (watcher.Concurrency's
+	// default Lists each), the replicas running: the floor of listed -
+	// first on this machine and server.
+	baseline    float64
+	redelivered int
+	fetched     float64 // fetches of the orphans' repositories to the last orphan polled, per orphan
 }
 
 func failover(b *testing.B, shared bool, remotes int) takeover {
@@ -149,13 +164,59 @@ func failover(b *testing.B, shared bool, remotes int) takeover {
 	fetched := float64(orphanFetches()-fetchedBefore) / float64(len(orphans))
 	lease := float64(leaseDuration)
 	o := takeover{
+		first:   float64(l.firstListed(killed, orphans).Sub(killed)) / lease,
 		listed:  float64(l.lastFirst(true, killed, orphans).Sub(killed)) / lease,
 		polled:  float64(l.lastFirst(false, killed, orphans).Sub(killed)) / lease,
 		fetched: fetched,
 	}
+	o.baseline = float64(listAll(b, orphans, 2*defaultLists)) / lease
 	time.Sleep(2 * every)
 	o.redelivered = l.count() - before
 	return o
+}
+
+// defaultLists is watcher.Concurrency's default Lists.
+const defaultLists = 16
+
+// listAll lists the refs of every remote of urls, n at a time, as a
+// watcher lists a target that follows HEAD, and returns the time it took.
+func listAll(b *testing.B, urls []string, n int) time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	head, err := gitutil.ParseRevision("")
+	require.NoError(b, err)
+	sem := make(chan struct{}, n)
+	errs := make(chan error, len(urls))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, u := range urls {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_, err := gitutil.ListRefs(ctx, u, nil, head.RefPrefixes())
+			errs <- err
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	close(errs)
+	for err := range errs {
+		require.NoError(b, err)
+	}
+	return took
+}
+
+// firstListed is when the first of remotes was listed after since.
+func (l *ledger) firstListed(since time.Time, remotes []string) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first time.Time
+	for _, e := range l.lists {
+		if e.at.After(since) && slices.Contains(remotes, e.remote) && (first.IsZero() || e.at.Before(first)) {
+			first = e.at
+		}
+	}
+	return first
 }
 
 // lastFirst is when the last of remotes was first listed (lists) or
