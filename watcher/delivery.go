@@ -18,7 +18,9 @@ import (
 
 // desired is what a poller wants a sink to have.
 type desired struct {
-	target Target
+	// target is shared with the bound target it was offered for (and with
+	// the deliverers that keep it): never written to.
+	target *Target
 	ref    string
 	commit gitutil.Hash
 	tree   gitutil.Hash
@@ -70,7 +72,7 @@ type deliverer struct {
 	sched slot
 
 	mu         sync.Mutex
-	target     Target // the target as last seen, for Remove
+	target     *Target // the target as last seen, for Remove; never written to
 	pending    *desired
 	resync     bool
 	removed    bool
@@ -81,7 +83,7 @@ type deliverer struct {
 	successors []*deliverer // waiting for it to end
 }
 
-func newDeliverer(v *env, t Target, s namedSink, prev *deliverer, finished func()) *deliverer {
+func newDeliverer(v *env, t *Target, s namedSink, prev *deliverer, finished func()) *deliverer {
 	d := &deliverer{env: v, key: t.ID + "/" + s.name, sink: s, target: t, finished: finished, pool: v.deliveries}
 	if prev != nil {
 		prev.mu.Lock()
@@ -202,7 +204,7 @@ func (d *deliverer) step(ctx context.Context) bool {
 			return false // waiting to retry the removal
 		}
 		st.stopTimer(d)
-		return d.removeStep(ctx, target)
+		return d.removeStep(ctx, *target)
 	case held:
 		st.stopTimer(d)
 		st.want, st.resync, st.attempt = nil, false, 0
@@ -283,13 +285,13 @@ func (st *deliveryState) after(ctx context.Context, d *deliverer, err error) {
 
 // deliver hands want to the sink unless its checkpoint says it has it.
 func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, attempt int) error {
-	t := want.target
+	t := *want.target
 	if want.live != nil && want.live.Err() != nil {
 		return errHandedOff
 	}
 	commit, fp := want.commit.String(), t.fingerprint()
 	ev := Event{Target: &t, Sink: d.sink.name, Remote: want.remote, Ref: want.ref, Commit: commit, Attempt: attempt, Seen: want.seen}
-	cp, have, err := d.checkpoint(ctx, want.live)
+	cp, have, err := d.checkpoint(ctx, want.live, t.ID)
 	if err != nil {
 		return d.fail(ctx, ev, nil, err)
 	}
@@ -330,7 +332,7 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 // checkpoint and reports the delivery. c's file systems are closed after,
 // unless the sink was abandoned (it may read on).
 func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Change) error {
-	t, commit := want.target, ev.Commit
+	t, commit := *want.target, ev.Commit
 	abandoned := false
 	defer func() {
 		if !abandoned {
@@ -374,14 +376,14 @@ func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Chang
 // poller whose context is live; an unreadable one is reported once and
 // counts as absent (the target is delivered again and the record
 // rewritten).
-func (d *deliverer) checkpoint(ctx, live context.Context) (Checkpoint, bool, error) {
+func (d *deliverer) checkpoint(ctx, live context.Context, id string) (Checkpoint, bool, error) {
 	if live != nil && d.knownFor == live {
 		return d.known, d.knownHave, nil
 	}
 	cp, ok, err := d.env.opts.store.Get(ctx, d.key)
 	if errors.Is(err, ErrCheckpointUnreadable) {
 		if !d.unreadable {
-			d.env.log.Error(err, "checkpoint unreadable; delivering the target again", "target", d.target.ID, "sink", d.sink.name)
+			d.env.log.Error(err, "checkpoint unreadable; delivering the target again", "target", id, "sink", d.sink.name)
 			d.unreadable = true
 		}
 		return Checkpoint{}, false, nil
@@ -407,7 +409,7 @@ func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
 // does not descend from the last is a force-push), the paths changed
 // since, and the tree.
 func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Change, error) {
-	t := want.target
+	t := *want.target
 	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commit.String(), Reason: dec.reason}
 	if from, err := gitutil.ParseHash(dec.from); dec.reason == ReasonNewCommit && err == nil {
 		// Unknown ancestry (a shallow mirror) counts as a new commit; a

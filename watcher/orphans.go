@@ -55,7 +55,7 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 				w.mu.Unlock()
 				continue // wanted since, or already being removed
 			}
-			d := newDeliverer(w.env, t, x.sink, nil, nil)
+			d := newDeliverer(w.env, &t, x.sink, nil, nil)
 			d.finished = func() { w.removed(dkey, d) }
 			w.removing[dkey] = d
 			w.mu.Unlock()

@@ -350,7 +350,7 @@ func (r *remote) askFirst(ctx context.Context, l *listed) *ask {
 	r.mu.Unlock()
 	for _, j := range first {
 		d := &desired{
-			target: j.p.b.t, ref: j.res.Ref, commit: j.res.Commit,
+			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit,
 			mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
 			unfetched: &unfetched{ask: a, p: j.p},
 		}
@@ -655,7 +655,7 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[strin
 		}
 		r.env.targetPolled(j.p.b.t, r.redacted)
 		d := &desired{ // one for all the target's sinks
-			target: j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree,
+			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree,
 			mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
 		}
 		for _, s := range j.p.b.sinks {

@@ -517,7 +517,7 @@ func (w *Watcher) bindDeliverers(owned []*bound) {
 			wanted[dkey] = true
 			d, ok := w.deliverers[dkey]
 			if !ok {
-				d = newDeliverer(w.env, b.t, s, w.removing[dkey], nil)
+				d = newDeliverer(w.env, &b.t, s, w.removing[dkey], nil)
 				d.finished = func() { w.removed(dkey, d) }
 				w.deliverers[dkey] = d
 				w.env.deliveries.start(d)
