@@ -44,3 +44,42 @@ func TestFetchGateHandsSlotsOn(t *testing.T) {
 	g.release()
 	assert.Empty(t, g.sem)
 }
+
+// A remote in line whose deliverers are being asked whether it needs its
+// fetch is passed over: a slot that frees goes to the next in line that
+// is not asking, or is free when all are. A remote that takes such a free
+// slot leaves the line, so that no slot is handed to it twice (a slot
+// handed to a remote that no longer waits is never given back).
+func TestFetchGatePassesOverRemotesAsking(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := newFetchGate(1, newPool(ctx, 1))
+	a, b, c := &remote{}, &remote{}, &remote{}
+
+	require.True(t, g.tryOrPark(a))
+	assert.False(t, g.tryOrPark(b))
+	g.setAsking(b, true)
+	assert.False(t, g.tryOrPark(c))
+	g.release() // a is done: b asks, so the slot is c's
+	assert.False(t, b.granted)
+	assert.True(t, c.granted)
+	assert.Equal(t, []*remote{b}, g.waiting)
+	assert.True(t, g.tryOrPark(c))
+
+	g.release() // c is done, and b still asks: the slot is free
+	assert.Empty(t, g.sem)
+	assert.False(t, g.tryOrPark(b), "no slot while it asks, free or not")
+	g.setAsking(b, false) // answered: it needs the fetch
+	require.True(t, g.tryOrPark(b), "the free slot")
+	assert.Empty(t, g.waiting, "out of line with the slot it took")
+	assert.False(t, b.parked)
+
+	assert.False(t, g.tryOrPark(a))
+	g.release() // b is done: the slot is a's, and nobody else's
+	assert.True(t, a.granted)
+	assert.False(t, b.granted)
+	require.True(t, g.tryOrPark(a))
+	g.release()
+	assert.Empty(t, g.sem, "every slot given back")
+	assert.Empty(t, g.waiting)
+}

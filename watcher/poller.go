@@ -39,6 +39,7 @@ type remote struct {
 	// Guarded by env.fetches.mu.
 	parked  bool // in the fetch gate's line
 	granted bool // a fetch slot was handed to it
+	asking  bool // its deliverers were asked whether it needs the fetch, and have not all answered
 
 	mu      sync.Mutex
 	auth    *gitutil.Auth // the same identity, maybe a rotated secret
@@ -102,6 +103,9 @@ func (r *remote) finish() {
 	}
 	if r.cancel != nil {
 		r.cancel()
+	}
+	if l := r.waiting; l != nil && l.ask != nil {
+		l.ask.end()
 	}
 	r.env.fetches.leave(r)
 }
@@ -348,6 +352,10 @@ func (r *remote) askFirst(ctx context.Context, l *listed) *ask {
 		j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
 	}
 	r.mu.Unlock()
+	r.env.fetches.setAsking(r, true)
+	a.mu.Lock()
+	a.patience = time.AfterFunc(askPatience, a.expire)
+	a.mu.Unlock()
 	for _, j := range first {
 		d := &desired{
 			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit,
@@ -361,16 +369,24 @@ func (r *remote) askFirst(ctx context.Context, l *listed) *ask {
 	return a
 }
 
+// askPatience bounds the wait for the answers of an ask: a deliverer busy
+// with a slow sink answers late, and its remote then fetches as if it
+// had answered that it needs the fetch.
+const askPatience = 5 * time.Second
+
 // ask collects the answers of the deliverers offered a commit unfetched
-// by one poll (see askFirst).
+// by one poll (see askFirst). While they are outstanding, the remote
+// takes no fetch slot (see fetchGate): the first "no" or its patience
+// ending lets it take one.
 type ask struct {
 	r *remote
 
-	mu      sync.Mutex
-	asked   int // deliverers
-	settled int // answered that their checkpoint holds the commit
-	needed  bool
-	done    bool // the poll has ended
+	mu       sync.Mutex
+	asked    int // deliverers
+	settled  int // answered that their checkpoint holds the commit
+	needed   bool
+	done     bool // the poll has ended
+	patience *time.Timer
 }
 
 // unfetched is what a deliverer offered a commit unfetched answers to.
@@ -393,16 +409,35 @@ func (u *unfetched) answer(has bool) {
 		}
 		return
 	}
+	first := false
 	if has {
 		a.settled++
-	} else {
-		a.needed = true
+	} else if !a.needed {
+		a.needed, first = true, true
+		a.patience.Stop()
 	}
 	wake := a.settled == a.asked
 	a.mu.Unlock()
-	if wake {
+	if first {
+		a.r.env.fetches.setAsking(a.r, false) // to fetch
+	}
+	if wake || first {
 		a.r.env.polls.schedule(a.r)
 	}
+}
+
+// expire ends the wait for answers that have not come: the remote
+// fetches.
+func (a *ask) expire() {
+	a.mu.Lock()
+	if a.done || a.needed {
+		a.mu.Unlock()
+		return
+	}
+	a.needed = true
+	a.mu.Unlock()
+	a.r.env.fetches.setAsking(a.r, false)
+	a.r.env.polls.schedule(a.r)
 }
 
 // settle ends the asking when every deliverer asked has its commit.
@@ -413,6 +448,7 @@ func (a *ask) settle() bool {
 		return false
 	}
 	a.done = true
+	a.patience.Stop()
 	return true
 }
 
@@ -420,7 +456,9 @@ func (a *ask) settle() bool {
 func (a *ask) end() {
 	a.mu.Lock()
 	a.done = true
+	a.patience.Stop()
 	a.mu.Unlock()
+	a.r.env.fetches.setAsking(a.r, false)
 }
 
 // refetch has the next poll fetch p's commit and offer it again, whole.

@@ -1,7 +1,10 @@
 package watcher_test
 
 import (
+	"context"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,4 +128,59 @@ func deliveredElsewhere(t *testing.T, srv *gittest.Server, store watcher.Store) 
 		p.fetches[repo.Name()] = fetches(repo)
 	}
 	return p
+}
+
+// A fetch slot that frees while the deliverers of the remotes in line are
+// still being asked whether they need the fetch is not spent on cloning
+// one of them: the answers (their checkpoints hold the commits) spare
+// every clone. Here the answers are held back until the slot has been
+// free for a while.
+func TestAFreedSlotWaitsForTheAnswersOfTheRemotesInLine(t *testing.T) {
+	srv := gittest.NewServer(t)
+	mem := watcher.NewMemoryStore()
+	prev := deliveredElsewhere(t, srv, mem)
+	store := &heldStore{Store: mem, prefix: "g/r", release: make(chan struct{})}
+	_, obs, sink, blocker := takeOverBlocked(t, srv, store, prev, time.Hour)
+
+	require.Eventually(t, func() bool { return store.held.Load() == int64(len(prev.targets)) },
+		30*time.Second, 10*time.Millisecond, "every orphan's deliverer asked")
+	srv.Stall(blocker.Name(), -1) // the blocker's fetch is cut: its slot frees
+	obs.WaitFor(t, "the blocker's poll ended", func(e watcher.Event) bool {
+		return e.Type == watcher.EventPolled && e.Remote == blocker.URL()
+	})
+	time.Sleep(200 * time.Millisecond) // room for a slot handed on to clone
+	close(store.release)
+
+	for _, repo := range prev.repos {
+		obs.WaitFor(t, "a poll of "+repo.Name(), func(e watcher.Event) bool {
+			return e.Type == watcher.EventPolled && e.Remote == repo.URL() && e.Err == nil
+		})
+	}
+	for _, repo := range prev.repos {
+		assert.Equal(t, prev.fetches[repo.Name()], fetches(repo), "%s fetched", repo.Name())
+	}
+	for _, c := range sink.Delivered() {
+		assert.Equal(t, "blocker", c.Target.ID, "delivered again")
+	}
+}
+
+// heldStore holds back the reads of the keys with prefix until release is
+// closed, counting them.
+type heldStore struct {
+	watcher.Store
+	prefix  string
+	release chan struct{}
+	held    atomic.Int64
+}
+
+func (s *heldStore) Get(ctx context.Context, key string) (watcher.Checkpoint, bool, error) {
+	if strings.HasPrefix(key, s.prefix) {
+		s.held.Add(1)
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return watcher.Checkpoint{}, false, ctx.Err()
+		}
+	}
+	return s.Store.Get(ctx, key)
 }
