@@ -57,6 +57,9 @@ func (w *Watcher) collectMirrors() {
 	for _, dir := range w.env.subs.dirs() {
 		used[dir] = true
 	}
+	for dir := range w.opening {
+		used[dir] = true
+	}
 	entries, err := os.ReadDir(w.opts.cacheDir)
 	if err != nil {
 		w.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
@@ -351,4 +352,65 @@ func TestResyncFuncIsAskedAgain(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 	})
+}
+
+// A mirror being opened (outside the watcher's lock, a takeover opens
+// hundreds) is not collected meanwhile, however old: here its open hangs
+// across collections, and its directory stays.
+func TestAMirrorBeingOpenedIsNotCollected(t *testing.T) {
+	git := watchertest.NewGit()
+	a := git.Remote("https://git.example/g/a.git")
+	a.Commit(t, map[string]string{"f": "1"})
+	ta := watcher.Target{ID: "a", URL: a.URL()}
+	cacheDir := t.TempDir()
+
+	synctest.Test(t, func(t *testing.T) {
+		polled := make(chan string, 100)
+		obs := watcher.ObserverFunc(func(e watcher.Event) {
+			if e.Type == watcher.EventPolled {
+				polled <- e.Remote
+			}
+		})
+		run := func(g watcher.Git) (stop func()) {
+			w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(10*time.Minute), watcher.WithGit(g),
+				watcher.WithMirrorGrace(time.Hour), watcher.WithObserver(obs))
+			require.NoError(t, w.Route(watchertest.NewSource(ta), watchertest.NewSink("rec")))
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- w.Run(ctx) }()
+			return func() {
+				cancel()
+				require.NoError(t, <-done)
+			}
+		}
+		stop := run(git)
+		<-polled
+		synctest.Wait()
+		dirs := mirrorDirs(t, cacheDir)
+		require.Len(t, dirs, 1)
+		stop()
+
+		time.Sleep(3 * time.Hour) // the mirror is past its grace
+		gate := make(chan struct{})
+		stop = run(slowOpen{Git: git, gate: gate})
+		time.Sleep(2 * time.Hour) // collections come and go while it opens
+		synctest.Wait()
+		assert.Equal(t, dirs, mirrorDirs(t, cacheDir), "collected while it opened")
+		close(gate)
+		<-polled
+		synctest.Wait()
+		assert.Equal(t, dirs, mirrorDirs(t, cacheDir))
+		stop()
+	})
+}
+
+// slowOpen is a git whose mirrors open once gate is closed.
+type slowOpen struct {
+	watcher.Git
+	gate chan struct{}
+}
+
+func (g slowOpen) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
+	<-g.gate
+	return g.Git.OpenMirror(dir, url, opts)
 }

@@ -45,6 +45,7 @@ type Watcher struct {
 	remotesGen chan struct{}         // closed and replaced when remotes change
 	deliverers map[string]*deliverer // by route, target and sink
 	removing   map[string]*deliverer // deliverers told to remove or to retire, until done
+	opening    map[string]bool       // the mirror directories applyRemotes opens outside mu
 	cache      *cacheDir             // while running
 	unowned    int                   // targets another replica polls (WithShard)
 }
@@ -76,6 +77,7 @@ func New(opts ...Option) *Watcher {
 		remotesGen: make(chan struct{}),
 		deliverers: map[string]*deliverer{},
 		removing:   map[string]*deliverer{},
+		opening:    map[string]bool{},
 	}
 	w.trigger = w.Trigger
 	return w
@@ -685,11 +687,14 @@ func (p *specPass) stay(r *route, t *Target) {
 }
 
 // applyRemotes stops the remotes no spec names, hands the others their
-// targets and starts the new ones. It returns the failures of the targets
-// whose mirror could not be opened, to report once w.mu is released.
+// targets and starts the new ones. The new ones' mirrors are opened
+// outside w.mu, as many at a time as the watcher lists (a takeover opens
+// hundreds), and each remote starts polling once its mirror is open. It
+// returns the failures of the targets whose mirror could not be opened,
+// to report once w.mu is released. Only reconcile calls it, one call at
+// a time.
 func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec) (failed []Event) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	changed := false
 	for key, r := range w.remotes {
 		if _, keep := specs[key]; !keep {
@@ -698,24 +703,55 @@ func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec
 			changed = true
 		}
 	}
+	var fresh []string
 	for key, spec := range specs {
 		if r, ok := w.remotes[key]; ok {
 			r.setTargets(spec.auth, spec.targets)
 			continue
 		}
-		r, err := w.openRemote(key, spec)
-		if err != nil {
-			for _, b := range spec.targets {
-				t := b.t
-				failed = append(failed, Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
-			}
-			continue
-		}
-		w.remotes[key] = r
-		r.start(ctx)
-		changed = true
+		fresh = append(fresh, key)
+		w.opening[mirrorDirName(key)] = true // not collected while it opens (see collectMirrors)
 	}
-	if changed {
+	w.mu.Unlock()
+
+	var mu sync.Mutex // guards failed
+	started := 0      // guarded by w.mu
+	var g errgroup.Group
+	g.SetLimit(w.opts.listLimit)
+	for _, key := range fresh {
+		spec := specs[key]
+		g.Go(func() error {
+			r, err := w.openRemote(key, spec)
+			if err != nil {
+				w.mu.Lock()
+				delete(w.opening, mirrorDirName(key))
+				w.mu.Unlock()
+				mu.Lock()
+				defer mu.Unlock()
+				for _, b := range spec.targets {
+					t := b.t
+					failed = append(failed, Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
+				}
+				return nil
+			}
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			delete(w.opening, mirrorDirName(key))
+			w.remotes[key] = r
+			if w.byURL == nil {
+				w.byURL = map[string][]*remote{}
+			}
+			w.byURL[r.urlKey] = append(w.byURL[r.urlKey], r) // triggers reach it before the map is rebuilt below
+			r.start(ctx)
+			started++
+			return nil
+		})
+	}
+	_ = g.Wait() // the opens report their failures in failed
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if changed || started > 0 {
 		close(w.remotesGen)
 		w.remotesGen = make(chan struct{})
 		w.byURL = make(map[string][]*remote, len(w.remotes))
@@ -726,11 +762,17 @@ func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec
 	return failed
 }
 
+// mirrorDirName is the name of the directory of the mirror of the remote
+// named key, in the cache directory.
+func mirrorDirName(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:12])
+}
+
 // openRemote opens the mirror of a remote, in the cache directory under a
 // name made from its key.
 func (w *Watcher) openRemote(key string, spec *remoteSpec) (*remote, error) {
-	sum := sha256.Sum256([]byte(key))
-	dir := filepath.Join(w.opts.cacheDir, hex.EncodeToString(sum[:12]))
+	dir := filepath.Join(w.opts.cacheDir, mirrorDirName(key))
 	var r *remote // set before anyone reads the mirror
 	m, err := w.opts.git.OpenMirror(dir, spec.url, gitutil.MirrorOptions{
 		TempDir: w.cache.tmp,
