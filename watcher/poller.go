@@ -202,11 +202,20 @@ func (r *remote) step(context.Context) bool {
 	case err != nil:
 	case !l.missing.any():
 		err = r.fetchAndOffer(ctx, l)
-	case r.env.fetches.tryOrPark(r):
-		err = r.fetchAndOffer(ctx, l)
 	default:
+		if r.env.opts.shard != nil {
+			// Another replica may have polled the remote and delivered
+			// its targets (a takeover): ask before any fetch.
+			l.ask = r.askFirst(ctx, l)
+		}
+		if r.env.fetches.tryOrPark(r) { // none taken while the asking lasts
+			err = r.fetchAndOffer(ctx, l)
+			break
+		}
 		r.waiting = l
-		l.ask = r.askFirst(ctx, l)
+		if l.ask == nil {
+			l.ask = r.askFirst(ctx, l)
+		}
 		return false
 	}
 	return r.afterPoll(ctx, err)

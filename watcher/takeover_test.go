@@ -54,6 +54,38 @@ func TestTakeoverOfDeliveredTargetsNeedsNoClone(t *testing.T) {
 	assert.Equal(t, prev.fetches[prev.repos[1].Name()], fetches(prev.repos[1]), "the others stay unfetched")
 }
 
+// A replica (a watcher with a shard) that takes over remotes whose targets
+// another delivered asks their deliverers before it fetches, even with
+// every fetch slot free: nothing is cloned and nothing delivered again.
+func TestAReplicaAsksBeforeItClonesWithSlotsFree(t *testing.T) {
+	srv := gittest.NewServer(t)
+	store := watcher.NewMemoryStore()
+	prev := deliveredElsewhere(t, srv, store)
+	shard := newHandShard() // another replica polls every remote
+	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
+	w := newWatcher(t, obs, watcher.WithStore(store), watcher.WithShard(shard))
+	require.NoError(t, w.Route(watchertest.NewSource(prev.targets...), sink))
+	start(t, w)
+	shard.set("g/r") // the previous owner is gone: every remote is this replica's
+
+	for _, repo := range prev.repos {
+		obs.WaitFor(t, "a poll of "+repo.Name(), func(e watcher.Event) bool {
+			return e.Type == watcher.EventPolled && e.Remote == repo.URL() && e.Err == nil
+		})
+	}
+	for _, repo := range prev.repos {
+		assert.Equal(t, prev.fetches[repo.Name()], fetches(repo), "%s fetched", repo.Name())
+	}
+	assert.Empty(t, sink.Delivered(), "delivered again")
+
+	// What moves later is fetched and delivered.
+	repo := prev.repos[1]
+	c2 := repo.Commit(t, "2", gittest.File("app/f", "changed"))
+	w.Trigger(repo.URL())
+	got := sink.WaitCommit(t, repo.Name(), c2)
+	assert.Equal(t, prev.commits[repo.Name()], got.From)
+}
+
 // A resync of a target taken over unfetched (see above) fetches its commit
 // and delivers it.
 func TestResyncOfATargetTakenOverUnfetched(t *testing.T) {
