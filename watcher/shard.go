@@ -22,4 +22,12 @@ type Shard interface {
 // WithShard makes the watcher poll only the remotes s owns; the targets of
 // the others are left to the replicas that own them. Without it (the
 // default) a watcher polls every remote.
+//
+// With a shard, the first poll of a remote whose mirror lacks the commits
+// listed asks the targets' deliverers, before it fetches, whether their
+// checkpoints hold those commits already: with a [Store] the replicas
+// share, a replica that takes over another's remotes clones none whose
+// targets the other had delivered. The answers cost a checkpoint read per
+// target and sink, and wait for a deliverer busy with a slow sink at most
+// five seconds.
 func WithShard(s Shard) Option { return func(o *options) { o.shard = s } }
