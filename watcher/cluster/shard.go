@@ -189,8 +189,12 @@ func (s *LeaseShard) Run(ctx context.Context) error {
 	defer settled.Stop()
 	expiry := time.NewTimer(time.Hour)
 	defer expiry.Stop()
+	expired := false
 	for {
-		s.renew(ctx)
+		if !expired {
+			s.renew(ctx) // not on an expiry wake: the tick renews, and the read comes first
+		}
+		expired = false
 		s.observe(ctx)
 		holds, settle := s.recompute()
 		if holds > 0 {
@@ -215,6 +219,7 @@ func (s *LeaseShard) Run(ctx context.Context) error {
 			// A member expires now unless it renewed: read the Leases at
 			// once rather than at the next tick, which may be up to a
 			// RenewPeriod later.
+			expired = true
 		}
 	}
 }
