@@ -243,11 +243,7 @@ func TestUnusedMirrorsAreRemovedAfterGrace(t *testing.T) {
 
 	synctest.Test(t, func(t *testing.T) {
 		polled := make(chan string, 100)
-		obs := watcher.ObserverFunc(func(e watcher.Event) {
-			if e.Type == watcher.EventPolled {
-				polled <- e.Remote
-			}
-		})
+		obs := pollsTo(polled)
 		src := watchertest.NewSource(ta, tb)
 		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(10*time.Minute), watcher.WithGit(git),
 			watcher.WithMirrorGrace(time.Hour), watcher.WithObserver(obs))
@@ -366,11 +362,7 @@ func TestAMirrorBeingOpenedIsNotCollected(t *testing.T) {
 
 	synctest.Test(t, func(t *testing.T) {
 		polled := make(chan string, 100)
-		obs := watcher.ObserverFunc(func(e watcher.Event) {
-			if e.Type == watcher.EventPolled {
-				polled <- e.Remote
-			}
-		})
+		obs := pollsTo(polled)
 		run := func(g watcher.Git) (stop func()) {
 			w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(10*time.Minute), watcher.WithGit(g),
 				watcher.WithMirrorGrace(time.Hour), watcher.WithObserver(obs))
@@ -401,6 +393,15 @@ func TestAMirrorBeingOpenedIsNotCollected(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, dirs, mirrorDirs(t, cacheDir))
 		stop()
+	})
+}
+
+// pollsTo is an observer that sends the remote of each poll to polled.
+func pollsTo(polled chan<- string) watcher.Observer {
+	return watcher.ObserverFunc(func(e watcher.Event) {
+		if e.Type == watcher.EventPolled {
+			polled <- e.Remote
+		}
 	})
 }
 

@@ -29,14 +29,7 @@ func TestTakeoverOfDeliveredTargetsNeedsNoClone(t *testing.T) {
 	// The next owner's only fetch slot is taken by a fetch that hangs.
 	w, obs, sink, blocker := takeOverBlocked(t, srv, store, prev, time.Hour)
 
-	for _, repo := range prev.repos {
-		obs.WaitFor(t, "a poll of "+repo.Name(), func(e watcher.Event) bool {
-			return e.Type == watcher.EventPolled && e.Remote == repo.URL() && e.Err == nil
-		})
-	}
-	for _, repo := range prev.repos {
-		assert.Equal(t, prev.fetches[repo.Name()], fetches(repo), "%s fetched", repo.Name())
-	}
+	takenOverUnfetched(t, prev, obs)
 	assert.Empty(t, sink.Delivered(), "delivered again")
 
 	// A new commit is fetched and delivered, from the commit the store
@@ -68,14 +61,7 @@ func TestAReplicaAsksBeforeItClonesWithSlotsFree(t *testing.T) {
 	start(t, w)
 	shard.set("g/r") // the previous owner is gone: every remote is this replica's
 
-	for _, repo := range prev.repos {
-		obs.WaitFor(t, "a poll of "+repo.Name(), func(e watcher.Event) bool {
-			return e.Type == watcher.EventPolled && e.Remote == repo.URL() && e.Err == nil
-		})
-	}
-	for _, repo := range prev.repos {
-		assert.Equal(t, prev.fetches[repo.Name()], fetches(repo), "%s fetched", repo.Name())
-	}
+	takenOverUnfetched(t, prev, obs)
 	assert.Empty(t, sink.Delivered(), "delivered again")
 
 	// What moves later is fetched and delivered.
@@ -125,6 +111,20 @@ func takeOverBlocked(t *testing.T, srv *gittest.Server, store watcher.Store, pre
 	require.Eventually(t, func() bool { return fetches(blocker) > 0 }, 30*time.Second, 10*time.Millisecond)
 	src.Set(append(prev.targets, watcher.Target{ID: "blocker", URL: blocker.URL()})...)
 	return w, obs, sink, blocker
+}
+
+// takenOverUnfetched waits for a poll of each of prev's repositories, and
+// checks that none of them was fetched since prev's owner stopped.
+func takenOverUnfetched(t *testing.T, prev previous, obs *watchertest.Observer) {
+	t.Helper()
+	for _, repo := range prev.repos {
+		obs.WaitFor(t, "a poll of "+repo.Name(), func(e watcher.Event) bool {
+			return e.Type == watcher.EventPolled && e.Remote == repo.URL() && e.Err == nil
+		})
+	}
+	for _, repo := range prev.repos {
+		assert.Equal(t, prev.fetches[repo.Name()], fetches(repo), "%s fetched", repo.Name())
+	}
 }
 
 func fetches(repo *gittest.Repo) int64 { return repo.Counts().Fetches.Load() }
@@ -183,14 +183,7 @@ func TestAFreedSlotWaitsForTheAnswersOfTheRemotesInLine(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // room for a slot handed on to clone
 	close(store.release)
 
-	for _, repo := range prev.repos {
-		obs.WaitFor(t, "a poll of "+repo.Name(), func(e watcher.Event) bool {
-			return e.Type == watcher.EventPolled && e.Remote == repo.URL() && e.Err == nil
-		})
-	}
-	for _, repo := range prev.repos {
-		assert.Equal(t, prev.fetches[repo.Name()], fetches(repo), "%s fetched", repo.Name())
-	}
+	takenOverUnfetched(t, prev, obs)
 	for _, c := range sink.Delivered() {
 		assert.Equal(t, "blocker", c.Target.ID, "delivered again")
 	}
