@@ -165,14 +165,15 @@ func deliveredElsewhere(t *testing.T, srv *gittest.Server, store watcher.Store) 
 // A fetch slot that frees while the deliverers of the remotes in line are
 // still being asked whether they need the fetch is not spent on cloning
 // one of them: the answers (their checkpoints hold the commits) spare
-// every clone. Here the answers are held back until the slot has been
-// free for a while.
+// every clone. Here the answers are held back until the freed slot has
+// served another fetch, which a slot handed to the remotes in line would
+// serve only after their clones.
 func TestAFreedSlotWaitsForTheAnswersOfTheRemotesInLine(t *testing.T) {
 	srv := gittest.NewServer(t)
 	mem := watcher.NewMemoryStore()
 	prev := deliveredElsewhere(t, srv, mem)
 	store := &heldStore{Store: mem, prefix: "g/r", release: make(chan struct{})}
-	_, obs, sink, blocker := takeOverBlocked(t, srv, store, prev, time.Hour)
+	w, obs, sink, blocker := takeOverBlocked(t, srv, store, prev, time.Hour)
 
 	require.Eventually(t, func() bool { return store.held.Load() == int64(len(prev.targets)) },
 		30*time.Second, 10*time.Millisecond, "every orphan's deliverer asked")
@@ -180,7 +181,9 @@ func TestAFreedSlotWaitsForTheAnswersOfTheRemotesInLine(t *testing.T) {
 	obs.WaitFor(t, "the blocker's poll ended", func(e watcher.Event) bool {
 		return e.Type == watcher.EventPolled && e.Remote == blocker.URL()
 	})
-	time.Sleep(200 * time.Millisecond) // room for a slot handed on to clone
+	c2 := blocker.Commit(t, "2", gittest.File("f", "2"))
+	w.Trigger(blocker.URL()) // a fetch that needs the freed slot
+	sink.WaitCommit(t, "blocker", c2)
 	close(store.release)
 
 	takenOverUnfetched(t, prev, obs)
