@@ -693,7 +693,7 @@ func (p *specPass) stay(r *route, t *Target) {
 // returns the failures of the targets whose mirror could not be opened,
 // to report once w.mu is released. Only reconcile calls it, one call at
 // a time.
-func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec) (failed []Event) {
+func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec) []Event {
 	w.mu.Lock()
 	changed := false
 	for key, r := range w.remotes {
@@ -714,40 +714,7 @@ func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec
 	}
 	w.mu.Unlock()
 
-	var mu sync.Mutex // guards failed
-	started := 0      // guarded by w.mu
-	var g errgroup.Group
-	g.SetLimit(w.opts.listLimit)
-	for _, key := range fresh {
-		spec := specs[key]
-		g.Go(func() error {
-			r, err := w.openRemote(key, spec)
-			if err != nil {
-				w.mu.Lock()
-				delete(w.opening, mirrorDirName(key))
-				w.mu.Unlock()
-				mu.Lock()
-				defer mu.Unlock()
-				for _, b := range spec.targets {
-					t := b.t
-					failed = append(failed, Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
-				}
-				return nil
-			}
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			delete(w.opening, mirrorDirName(key))
-			w.remotes[key] = r
-			if w.byURL == nil {
-				w.byURL = map[string][]*remote{}
-			}
-			w.byURL[r.urlKey] = append(w.byURL[r.urlKey], r) // triggers reach it before the map is rebuilt below
-			r.start(ctx)
-			started++
-			return nil
-		})
-	}
-	_ = g.Wait() // the opens report their failures in failed
+	started, failed := w.startRemotes(ctx, fresh, specs)
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -760,6 +727,41 @@ func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec
 		}
 	}
 	return failed
+}
+
+// startRemotes opens the mirrors of the remotes named fresh, outside w.mu
+// and as many at a time as the watcher lists, and starts each remote once
+// its own is open. It returns how many started, and the failures of the
+// targets whose mirror could not be opened.
+func (w *Watcher) startRemotes(ctx context.Context, fresh []string, specs map[string]*remoteSpec) (started int, failed []Event) {
+	var g errgroup.Group // started and failed are guarded by w.mu
+	g.SetLimit(w.opts.listLimit)
+	for _, key := range fresh {
+		spec := specs[key]
+		g.Go(func() error {
+			r, err := w.openRemote(key, spec)
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			delete(w.opening, mirrorDirName(key))
+			if err != nil {
+				for _, b := range spec.targets {
+					t := b.t
+					failed = append(failed, Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
+				}
+				return nil
+			}
+			w.remotes[key] = r
+			if w.byURL == nil {
+				w.byURL = map[string][]*remote{}
+			}
+			w.byURL[r.urlKey] = append(w.byURL[r.urlKey], r) // triggers reach it before applyRemotes rebuilds the map
+			r.start(ctx)
+			started++
+			return nil
+		})
+	}
+	_ = g.Wait() // the opens report their failures in failed
+	return started, failed
 }
 
 // mirrorDirName is the name of the directory of the mirror of the remote
