@@ -203,9 +203,11 @@ func (r *remote) step(context.Context) bool {
 	case !l.missing.any():
 		err = r.fetchAndOffer(ctx, l)
 	default:
-		if r.env.opts.shard != nil {
-			// Another replica may have polled the remote and delivered
-			// its targets (a takeover): ask before any fetch.
+		// With a shard, another replica may have polled the remote and
+		// delivered its targets (a takeover): ask before any fetch.
+		// Without one, ask only while waiting for a slot.
+		askNow := r.env.opts.shard != nil
+		if askNow {
 			l.ask = r.askFirst(ctx, l)
 		}
 		if r.env.fetches.tryOrPark(r) { // none taken while the asking lasts
@@ -213,7 +215,7 @@ func (r *remote) step(context.Context) bool {
 			break
 		}
 		r.waiting = l
-		if l.ask == nil {
+		if !askNow {
 			l.ask = r.askFirst(ctx, l)
 		}
 		return false
