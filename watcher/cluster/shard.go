@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/modwatch/modwatch/watcher"
@@ -33,8 +34,10 @@ type LeaseShardConfig struct {
 	// Identity names this replica, unique in the group (the pod's name).
 	Identity string
 	// LeaseDuration is how long a replica that stopped renewing its Lease
-	// is taken for alive: its remotes move to the others after it, plus one
-	// RenewPeriod at most. Default 15s.
+	// is taken for alive: its remotes move to the others after it, counted
+	// from its last renewal as the others' watch of the Leases saw it (from
+	// their next read, up to a RenewPeriod later, while they cannot watch
+	// them). Default 15s.
 	LeaseDuration time.Duration
 	// RenewPeriod is how often the Lease is renewed and the others' read.
 	// Default LeaseDuration/5.
@@ -180,6 +183,12 @@ func Owner(members []string, key string) string {
 }
 
 // Run renews this replica's Lease and reads the group's until ctx ends.
+// Between reads it watches the group's Leases, so that a renewal counts
+// from when it was made rather than from the next read: a member that
+// stops renewing is taken for gone LeaseDuration after its last renewal,
+// not up to a RenewPeriod later. A read still decides that a member is
+// gone, and without the watch (it fails, or is not allowed) the reads
+// alone do what they did.
 func (s *LeaseShard) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.cfg.RenewPeriod)
 	defer tick.Stop()
@@ -189,13 +198,21 @@ func (s *LeaseShard) Run(ctx context.Context) error {
 	defer settled.Stop()
 	expiry := time.NewTimer(time.Hour)
 	defer expiry.Stop()
-	expired := false
+	watched := make(chan struct{}, 1)
+	wctx, stopWatch := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { s.watch(wctx, watched) })
+	defer wg.Wait()
+	defer stopWatch()
+	renew, read := true, true
 	for {
-		if !expired {
-			s.renew(ctx) // not on an expiry wake: the tick renews, and the read comes first
+		if renew {
+			s.renew(ctx)
 		}
-		expired = false
-		s.observe(ctx)
+		if read {
+			s.observe(ctx)
+		}
+		renew, read = true, true
 		holds, settle := s.recompute()
 		if holds > 0 {
 			lapse.Reset(holds)
@@ -218,8 +235,12 @@ func (s *LeaseShard) Run(ctx context.Context) error {
 		case <-expiry.C:
 			// A member expires now unless it renewed: read the Leases at
 			// once rather than at the next tick, which may be up to a
-			// RenewPeriod later.
-			expired = true
+			// RenewPeriod later; the tick renews.
+			renew = false
+		case <-watched:
+			// The watch saw a Lease change: derive the members and the
+			// next expiry again, without a request.
+			renew, read = false, false
 		}
 	}
 }
@@ -312,6 +333,90 @@ func (s *LeaseShard) observe(ctx context.Context) {
 			delete(s.seen, name) // released
 		}
 	}
+}
+
+// watch follows the group's Leases until ctx ends, recording each
+// renewal, release and new member as it is seen and waking Run on it. A
+// watch that fails is opened again after a backoff, from RenewPeriod to
+// LeaseDuration.
+func (s *LeaseShard) watch(ctx context.Context, wake chan<- struct{}) {
+	leases := s.client.CoordinationV1().Leases(s.cfg.Namespace)
+	backoff := s.cfg.RenewPeriod
+	for ctx.Err() == nil {
+		timeout := int64(watchTimeout / time.Second)
+		w, err := leases.Watch(ctx, metav1.ListOptions{LabelSelector: LabelGroup + "=" + s.cfg.Group, TimeoutSeconds: &timeout})
+		if err == nil {
+			healthy := s.follow(ctx, w, wake)
+			w.Stop()
+			if healthy {
+				backoff = s.cfg.RenewPeriod
+				continue
+			}
+			err = errors.New("the watch of the membership leases ended with an error")
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if backoff == s.cfg.RenewPeriod { // the first failure in a row
+			s.cfg.Log.Error(err, "watch membership leases; the reads go on alone until it is back", "retry", backoff)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, s.cfg.LeaseDuration)
+	}
+}
+
+// watchTimeout is how long the apiserver keeps one watch of the Leases
+// open; it is opened again at once after.
+const watchTimeout = 5 * time.Minute
+
+// follow records the events of w until it ends, and reports whether it
+// ended without an error event.
+func (s *LeaseShard) follow(ctx context.Context, w watch.Interface, wake chan<- struct{}) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return true
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return true
+			}
+			if ev.Type == watch.Error {
+				return false
+			}
+			if s.saw(ev) {
+				select {
+				case wake <- struct{}{}:
+				default: // a wake is pending already
+				}
+			}
+		}
+	}
+}
+
+// saw records a watched Lease event as the reads record what they find,
+// and reports whether it changed what this replica knows.
+func (s *LeaseShard) saw(ev watch.Event) bool {
+	l, ok := ev.Object.(*coordinationv1.Lease)
+	if !ok {
+		return false
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, had := s.seen[l.Name]
+	if ev.Type == watch.Deleted || l.Spec.HolderIdentity == nil || l.Spec.RenewTime == nil {
+		delete(s.seen, l.Name) // released, as a read finds it
+		return had
+	}
+	holder, renew := *l.Spec.HolderIdentity, l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+	if had && o.renew == renew && o.holder == holder {
+		return false
+	}
+	s.seen[l.Name] = observed{holder: holder, renew: renew, at: now}
+	return true
 }
 
 // notify tells the watcher to ask Owns again.

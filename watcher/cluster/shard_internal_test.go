@@ -2,14 +2,20 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -48,50 +54,14 @@ func TestNextExpiryIsTheFirstOtherMemberToLapse(t *testing.T) {
 // once, without renewing its own first (its ticks renew it): the read that
 // finds the member gone is the wake's first request.
 func TestAnExpiryWakeReadsBeforeItRenews(t *testing.T) {
-	client := fake.NewClientset()
-	var mu sync.Mutex
-	var verbs []string
-	client.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		verbs = append(verbs, a.GetVerb())
-		return false, nil, nil
-	})
-	b, now := "b", metav1.NewMicroTime(time.Now())
-	secs := int32(2)
-	_, err := client.CoordinationV1().Leases("ns").Create(context.Background(), &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: "g-b", Namespace: "ns", Labels: map[string]string{LabelGroup: "g"}},
-		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &b, LeaseDurationSeconds: &secs, RenewTime: &now},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := newGroupWithB(t)
 	// b is seen at the first read and never renews: it expires 2.5s later,
 	// halfway between two of a's ticks.
-	s, err := NewLeaseShard(client, LeaseShardConfig{Namespace: "ns", Group: "g", Identity: "a",
-		LeaseDuration: 2500 * time.Millisecond, RenewPeriod: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for !slices.Equal(s.Members(), []string{"a"}) || !slices.Contains(membersSeen(s), "b") {
-		if time.Now().After(deadline) {
-			t.Fatalf("b not taken for gone: members %v", s.Members())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if n := len(verbs); n < 2 || verbs[n-1] != "list" || verbs[n-2] != "list" {
+	s := g.run(t, 2500*time.Millisecond, time.Second, logr.Discard())
+	waitFor(t, "b taken for gone", func() bool {
+		return slices.Equal(s.Members(), []string{"a"}) && slices.Contains(membersSeen(s), "b")
+	})
+	if verbs := g.requests(0); len(verbs) < 2 || verbs[len(verbs)-1] != "list" || verbs[len(verbs)-2] != "list" {
 		t.Fatalf("requests %v: want the tick's read, then the wake's read alone", verbs)
 	}
 }
@@ -105,4 +75,156 @@ func membersSeen(s *LeaseShard) []string {
 		hs = append(hs, o.holder)
 	}
 	return hs
+}
+
+// groupWithB is a fake clientset holding member b's Lease, which records
+// the requests (but the watches) made to it.
+type groupWithB struct {
+	client *fake.Clientset
+	mu     sync.Mutex
+	verbs  []string
+}
+
+func newGroupWithB(t *testing.T) *groupWithB {
+	t.Helper()
+	g := &groupWithB{client: fake.NewClientset()}
+	g.client.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.verbs = append(g.verbs, a.GetVerb())
+		return false, nil, nil
+	})
+	b, now := "b", metav1.NewMicroTime(time.Now())
+	secs := int32(2)
+	_, err := g.client.CoordinationV1().Leases("ns").Create(context.Background(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "g-b", Namespace: "ns", Labels: map[string]string{LabelGroup: "g"}},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &b, LeaseDurationSeconds: &secs, RenewTime: &now},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// requests returns the requests made after the first from.
+func (g *groupWithB) requests(from int) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.verbs[from:])
+}
+
+// run runs replica a of the group until the test ends.
+func (g *groupWithB) run(t *testing.T, lease, renew time.Duration, log logr.Logger) *LeaseShard {
+	t.Helper()
+	s, err := NewLeaseShard(g.client, LeaseShardConfig{Namespace: "ns", Group: "g", Identity: "a",
+		LeaseDuration: lease, RenewPeriod: renew, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+// waitFor polls ok for 10s at most.
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+	}
+}
+
+// runSeeingB runs replica a with a RenewPeriod of an hour, so that it
+// reads the Leases once in the test, and waits until it has seen b.
+func (g *groupWithB) runSeeingB(t *testing.T) *LeaseShard {
+	t.Helper()
+	s := g.run(t, 2*time.Hour, time.Hour, logr.Discard())
+	waitFor(t, "a sees b", func() bool { return slices.Equal(s.Members(), []string{"a", "b"}) })
+	return s
+}
+
+// A renewal counts from when it was made, not from the next read of the
+// Leases an hour later: the watch records it, without a request.
+func TestARenewalIsSeenWhenItIsMade(t *testing.T) {
+	g := newGroupWithB(t)
+	s := g.runSeeingB(t)
+	before := len(g.requests(0))
+	leases := g.client.CoordinationV1().Leases("ns")
+	waitFor(t, "b's renewal seen", func() bool {
+		// Renewed again until seen: the watch may start after the first.
+		l, err := leases.Get(context.Background(), "g-b", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		renewed := time.Now()
+		l.Spec.RenewTime = &metav1.MicroTime{Time: renewed}
+		if _, err := leases.Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		o := s.seen["g-b"]
+		return o.renew == renewed.UTC().Format(time.RFC3339Nano) && !o.at.Before(renewed)
+	})
+	if after := g.requests(before); slices.Contains(after, "list") {
+		t.Fatalf("requests after a saw b: %v; want the watch alone to see the renewal", after)
+	}
+}
+
+// A member that releases its Lease (deletes it, as ReleaseOnCancel does)
+// leaves the members at once, not at the next read.
+func TestAReleasedLeaseLeavesTheMembersAtOnce(t *testing.T) {
+	g := newGroupWithB(t)
+	s := g.runSeeingB(t)
+	if err := g.client.CoordinationV1().Leases("ns").Delete(context.Background(), "g-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b released", func() bool { return slices.Equal(s.Members(), []string{"a"}) })
+}
+
+// A replica not allowed to watch the Leases works on its reads, and says
+// so once, not at every retry of the watch.
+func TestAReplicaThatCannotWatchReadsAndSaysSoOnce(t *testing.T) {
+	g := newGroupWithB(t)
+	var mu sync.Mutex
+	var watches int
+	g.client.PrependWatchReactor("leases", func(k8stesting.Action) (bool, watch.Interface, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		watches++
+		return true, nil, apierrors.NewForbidden(coordinationv1.Resource("leases"), "", errors.New("no watch verb"))
+	})
+	var logged []string
+	log := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logged = append(logged, args)
+	}, funcr.Options{})
+	s := g.run(t, 2*time.Second, 50*time.Millisecond, log)
+	waitFor(t, "a sees b and retries the watch", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Equal(s.Members(), []string{"a", "b"}) && watches >= 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for _, l := range logged {
+		if strings.Contains(l, "no watch verb") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("the watch's failure logged %d times in %d tries, want once: %q", n, watches, logged)
+	}
 }
