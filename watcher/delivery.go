@@ -380,7 +380,11 @@ func (d *deliverer) checkpoint(ctx, live context.Context, id string) (Checkpoint
 	if live != nil && d.knownFor == live {
 		return d.known, d.knownHave, nil
 	}
-	cp, ok, err := d.env.opts.store.Get(ctx, d.key)
+	l, ok := d.env.take(d.key, live)
+	if !ok {
+		l.Checkpoint, l.OK, l.Err = d.env.opts.store.Get(ctx, d.key)
+	}
+	cp, ok, err := l.Checkpoint, l.OK, l.Err
 	if errors.Is(err, ErrCheckpointUnreadable) {
 		if !d.unreadable {
 			d.env.log.Error(err, "checkpoint unreadable; delivering the target again", "target", id, "sink", d.sink.name)
@@ -398,7 +402,7 @@ func (d *deliverer) checkpoint(ctx, live context.Context, id string) (Checkpoint
 // holds is unknown: the next delivery reads it.
 func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
 	d.knownFor = nil
-	if err := d.env.opts.store.Put(ctx, d.key, cp); err != nil {
+	if err := d.env.write(d.key, func() error { return d.env.opts.store.Put(ctx, d.key, cp) }); err != nil {
 		return err
 	}
 	d.known, d.knownHave, d.knownFor = cp, true, live
@@ -581,7 +585,7 @@ func (d *deliverer) removeStep(ctx context.Context, t Target) bool {
 		}
 	}
 	// Forgotten before it is reported, so observers see the final state.
-	if err := w.opts.store.Delete(ctx, d.key); err != nil {
+	if err := w.write(d.key, func() error { return w.opts.store.Delete(ctx, d.key) }); err != nil {
 		w.log.Error(err, "forget checkpoint", "target", t.ID, "sink", d.sink.name)
 	}
 	ev.Err = nil

@@ -30,6 +30,9 @@ type env struct {
 	// subs are the submodules' mirrors, set by Run before anything reads
 	// them.
 	subs *submodules
+	// ahead holds the checkpoints read together for remotes that started
+	// together (see BatchStore).
+	ahead readAhead
 }
 
 func newEnv(o options) *env {

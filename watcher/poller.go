@@ -73,6 +73,7 @@ func newRemote(v *env, key, dir string, spec *remoteSpec, m Mirror) *remote {
 // lasts: see desired.live).
 func (r *remote) start(ctx context.Context) {
 	r.ctx, r.cancel = context.WithCancel(ctx)
+	r.env.claim(r)
 	r.env.polls.start(r)
 }
 

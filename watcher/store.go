@@ -44,6 +44,27 @@ type Store interface {
 	Delete(ctx context.Context, key string) error
 }
 
+// BatchStore is a Store that reads the checkpoints of many keys in fewer
+// requests than one each. A watcher whose store is one reads those of the
+// targets of the remotes it starts to poll together (at start-up, or when
+// it takes over a departed replica's remotes) in one GetMany, after it came
+// to own them; each answers the first read of its key by the remote's
+// polls, unless this watcher wrote the key since.
+type BatchStore interface {
+	Store
+	// GetMany returns, in the order of keys, what Get would return for
+	// each; an error is for all of them.
+	GetMany(ctx context.Context, keys []string) ([]Lookup, error)
+}
+
+// Lookup is what [Store.Get] returns for one key.
+type Lookup struct {
+	Checkpoint Checkpoint
+	OK         bool
+	// Err is nil or wraps [ErrCheckpointUnreadable].
+	Err error
+}
+
 // MemoryStore keeps checkpoints in memory: they do not survive a restart.
 type MemoryStore struct {
 	mu sync.Mutex

@@ -699,6 +699,7 @@ func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec
 	for key, r := range w.remotes {
 		if _, keep := specs[key]; !keep {
 			r.stop()
+			w.env.forget(r)
 			delete(w.remotes, key)
 			changed = true
 		}
@@ -736,14 +737,22 @@ func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec
 func (w *Watcher) startRemotes(ctx context.Context, fresh []string, specs map[string]*remoteSpec) (started int, failed []Event) {
 	var g errgroup.Group // started and failed are guarded by w.mu
 	g.SetLimit(w.opts.listLimit)
+	batched := make(chan struct{}) // the checkpoints read together, while the mirrors open
+	g.Go(func() error {
+		defer close(batched)
+		w.env.readBatch(ctx, fresh, specs)
+		return nil
+	})
 	for _, key := range fresh {
 		spec := specs[key]
 		g.Go(func() error {
 			r, err := w.openRemote(key, spec)
+			<-batched
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			delete(w.opening, mirrorDirName(key))
 			if err != nil {
+				w.env.drop(key, spec)
 				for _, b := range spec.targets {
 					t := b.t
 					failed = append(failed, Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})

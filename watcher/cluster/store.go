@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,7 +66,7 @@ type ConfigMapStore struct {
 	legacyGone [legacyMaps]bool
 }
 
-var _ watcher.Store = (*ConfigMapStore)(nil)
+var _ watcher.BatchStore = (*ConfigMapStore)(nil)
 
 // NewConfigMapStore returns a store in namespace; prefix names its
 // ConfigMaps ("modwatch-checkpoints" by default).
@@ -128,15 +129,115 @@ func (s *ConfigMapStore) read(ctx context.Context, name, field, key string) (cp 
 	if err != nil {
 		return watcher.Checkpoint{}, false, false, fmt.Errorf("cluster: checkpoints %s/%s: %w", s.namespace, name, err)
 	}
+	l := s.decode(cm, field, key)
+	return l.Checkpoint, l.OK, true, l.Err
+}
+
+// decode reads the checkpoint of key from field of cm.
+func (s *ConfigMapStore) decode(cm *corev1.ConfigMap, field, key string) watcher.Lookup {
 	raw, ok := cm.Data[field]
 	if !ok {
-		return watcher.Checkpoint{}, false, true, nil
+		return watcher.Lookup{}
 	}
 	var e entry
 	if err := json.Unmarshal([]byte(raw), &e); err != nil || e.Key != key {
-		return watcher.Checkpoint{}, false, true, fmt.Errorf("%w: %s/%s[%s]", watcher.ErrCheckpointUnreadable, s.namespace, name, field)
+		return watcher.Lookup{Err: fmt.Errorf("%w: %s/%s[%s]", watcher.ErrCheckpointUnreadable, s.namespace, cm.Name, field)}
 	}
-	return e.Checkpoint, true, true, nil
+	return watcher.Lookup{Checkpoint: e.Checkpoint, OK: true}
+}
+
+// GetMany implements watcher.BatchStore. It reads each ConfigMap holding
+// one of keys once: in one List of the store's ConfigMaps (found by their
+// label) when keys fall in half of them or more, else in a Get each. Then,
+// as Get does, the ConfigMaps of release 0.1.0 where the current ones lack
+// a key.
+func (s *ConfigMapStore) GetMany(ctx context.Context, keys []string) ([]watcher.Lookup, error) {
+	maps := map[string]*corev1.ConfigMap{} // read; nil: not there
+	names := map[string]bool{}
+	for _, k := range keys {
+		name, _, _, _ := s.place(k)
+		names[name] = true
+	}
+	if err := s.readMaps(ctx, names, maps); err != nil {
+		return nil, err
+	}
+	out := make([]watcher.Lookup, len(keys))
+	legacy := map[string]bool{}
+	for i, k := range keys {
+		name, field, l, legacyName := s.place(k)
+		if cm := maps[name]; cm != nil {
+			out[i] = s.decode(cm, field, k)
+		}
+		if !out[i].OK && out[i].Err == nil && !s.legacyIsGone(l) {
+			legacy[legacyName] = true
+		}
+	}
+	if len(legacy) == 0 {
+		return out, nil
+	}
+	if err := s.readMaps(ctx, legacy, maps); err != nil {
+		return nil, err
+	}
+	for i, k := range keys {
+		_, field, l, legacyName := s.place(k)
+		if !legacy[legacyName] || out[i].OK || out[i].Err != nil {
+			continue
+		}
+		cm := maps[legacyName]
+		if cm == nil {
+			s.mu.Lock()
+			s.legacyGone[l] = true
+			s.mu.Unlock()
+			continue
+		}
+		out[i] = s.decode(cm, field, k)
+	}
+	return out, nil
+}
+
+// readMaps reads the ConfigMaps named in names that maps lacks into it
+// (nil for those not there): in one List when they are half the store's
+// or more, else each in a Get, a few at a time.
+func (s *ConfigMapStore) readMaps(ctx context.Context, names map[string]bool, maps map[string]*corev1.ConfigMap) error {
+	var missing []string
+	for name := range names {
+		if _, ok := maps[name]; !ok {
+			missing = append(missing, name)
+		}
+	}
+	cms := s.client.CoreV1().ConfigMaps(s.namespace)
+	if 2*len(missing) >= checkpointMaps {
+		list, err := cms.List(ctx, metav1.ListOptions{LabelSelector: LabelCheckpoints + "=" + s.prefix})
+		if err != nil {
+			return fmt.Errorf("cluster: checkpoints %s: %w", s.namespace, err)
+		}
+		for _, name := range missing {
+			maps[name] = nil
+		}
+		for i := range list.Items {
+			maps[list.Items[i].Name] = &list.Items[i] // 0.1.0's too: read when needed
+		}
+		return nil
+	}
+	var mu sync.Mutex
+	var g errgroup.Group
+	g.SetLimit(8)
+	for _, name := range missing {
+		g.Go(func() error {
+			cm, err := cms.Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				cm, err = nil, nil
+			}
+			if err != nil {
+				return fmt.Errorf("cluster: checkpoints %s/%s: %w", s.namespace, name, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			maps[name] = cm
+			return nil
+		})
+	}
+	return g.Wait()
 }
 
 // Put implements watcher.Store.

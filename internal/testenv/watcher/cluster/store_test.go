@@ -150,3 +150,64 @@ func TestConfigMapStoreReadsTheLayoutOfRelease010(t *testing.T) {
 	require.Len(t, cms.Items, 1)
 	assert.Regexp(t, `^modwatch-checkpoints-[0-9a-f]{2}$`, cms.Items[0].Name)
 }
+
+// GetMany answers for each key what Get does, in the order of the keys:
+// checkpoints in either layout, missing ones and damaged ones. Keys in half
+// of the ConfigMaps or more cost one List and a look at each old
+// ConfigMap at most; a few keys cost a Get of each of their ConfigMaps.
+func TestConfigMapStoreGetManyAnswersAsGet(t *testing.T) {
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	s, err := cluster.NewConfigMapStore(env.Kube, ns, "")
+	require.NoError(t, err)
+	var keys []string
+	for i := range 600 {
+		keys = append(keys, fmt.Sprint("team-", i, "/app/apply"))
+	}
+	for i, k := range keys[:400] {
+		require.NoError(t, s.Put(ctx, k, watcher.Checkpoint{Commit: fmt.Sprint("c", i), Target: "fp"}))
+	}
+	// One checkpoint in release 0.1.0's layout alone, one damaged.
+	const oldKey = "team-old/app/apply"
+	raw, err := json.Marshal(map[string]any{"key": oldKey, "checkpoint": watcher.Checkpoint{Commit: "c-old"}})
+	require.NoError(t, err)
+	name, field := legacyPlace("modwatch-checkpoints", oldKey)
+	_, err = env.Kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{cluster.LabelCheckpoints: "modwatch-checkpoints"}},
+		Data:       map[string]string{field: string(raw)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	keys = append(keys, oldKey)
+	damaged := keys[7]
+	cmName, cmField := currentPlace("modwatch-checkpoints", damaged)
+	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(ctx, cmName, metav1.GetOptions{})
+	require.NoError(t, err)
+	cm.Data[cmField] = `{"key":"someone else"}`
+	_, err = env.Kube.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	check := func(keys []string, most int64) {
+		t.Helper()
+		fresh, fw := wiredStore(t, ns) // no old ConfigMap known to be gone yet
+		got, err := fresh.GetMany(ctx, keys)
+		require.NoError(t, err)
+		require.Len(t, got, len(keys))
+		assert.LessOrEqual(t, fw.requests.Load(), most)
+		for i, k := range keys {
+			cp, ok, err := s.Get(ctx, k)
+			assert.Equal(t, watcher.Lookup{Checkpoint: cp, OK: ok, Err: err}, got[i], k)
+		}
+	}
+	check(keys, 1+16)
+	check([]string{oldKey, damaged, keys[3], keys[500]}, 4+2)
+	got, err := s.GetMany(ctx, []string{damaged})
+	require.NoError(t, err)
+	assert.ErrorIs(t, got[0].Err, watcher.ErrCheckpointUnreadable)
+}
+
+// currentPlace is where a store keeps the checkpoint of key: 256
+// ConfigMaps by the first byte of the key's SHA-256.
+func currentPlace(prefix, key string) (name, field string) {
+	sum := sha256.Sum256([]byte(key))
+	return fmt.Sprintf("%s-%02x", prefix, sum[0]), hex.EncodeToString(sum[:16])
+}
