@@ -380,7 +380,7 @@ func (d *deliverer) checkpoint(ctx, live context.Context, id string) (Checkpoint
 	if live != nil && d.knownFor == live {
 		return d.known, d.knownHave, nil
 	}
-	l, ok := d.env.take(d.key, live)
+	l, ok := d.env.take(ctx, d.key, live)
 	if !ok {
 		l.Checkpoint, l.OK, l.Err = d.env.opts.store.Get(ctx, d.key)
 	}

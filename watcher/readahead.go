@@ -9,25 +9,23 @@ import (
 // readAhead holds the checkpoints a BatchStore read together for the
 // targets of remotes that started together (see startRemotes), each for
 // the first read of its key by a poll of its remote while it is polled
-// here. A write of the key by this watcher drops it, and one made while
-// the batch was read keeps it out: what is served is what the store held
-// after the remote was owned and before this watcher last wrote the key.
-// Another replica does not write a key whose remote this one owns.
+// here. An entry is made before the batch is read, so a write of its key
+// by this watcher from then on drops it, and none is made for a key being
+// written then: what is served is what the store held after the remote
+// was owned and before this watcher wrote the key again. Another replica
+// does not write a key whose remote this one owns.
 type readAhead struct {
 	mu      sync.Mutex
 	entries map[string]aheadEntry // by checkpoint key
-	// writing counts the writes of each key in progress; while batches
-	// are read (reading > 0), touched names every key written since the
-	// first of them started, or being written then.
-	writing map[string]int
-	reading int
-	touched map[string]bool
+	writing map[string]int        // the writes of each key in progress
 }
 
 type aheadEntry struct {
 	Lookup
 	remote string          // the key of the remote it was read for
 	live   context.Context // that remote's, once it started; until then it serves nothing
+	// batch is the read it waits for; nil once read.
+	batch chan struct{}
 }
 
 // batchKeys are the checkpoint keys of the targets of the remotes named
@@ -43,51 +41,56 @@ func batchKeys(fresh []string, specs map[string]*remoteSpec) (keys, remotes []st
 	return keys, remotes
 }
 
-// readBatch reads the checkpoints of the targets of the remotes named
-// fresh in one GetMany, when the store is a BatchStore and there are
-// several. A failure is logged: each key is then read on its own.
-func (v *env) readBatch(ctx context.Context, fresh []string, specs map[string]*remoteSpec) {
+// startBatch makes the entries of the checkpoints of the targets of the
+// remotes named fresh, when the store is a BatchStore and there are
+// several, and returns what reads them (nil: nothing to read). Until it
+// has, a read of one of them waits for it.
+func (v *env) startBatch(fresh []string, specs map[string]*remoteSpec) func(context.Context) {
 	bs, ok := v.opts.store.(BatchStore)
 	if !ok {
-		return
+		return nil
 	}
 	keys, remotes := batchKeys(fresh, specs)
 	if len(keys) < 2 {
-		return
+		return nil
 	}
+	batch := make(chan struct{})
 	a := &v.ahead
 	a.mu.Lock()
-	if a.reading == 0 {
-		a.touched = map[string]bool{}
+	if a.entries == nil {
+		a.entries = make(map[string]aheadEntry, len(keys))
 	}
-	a.reading++
-	for k := range a.writing {
-		a.touched[k] = true
+	for i, k := range keys {
+		if a.writing[k] == 0 {
+			a.entries[k] = aheadEntry{remote: remotes[i], batch: batch}
+		}
 	}
 	a.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, v.opts.listTimeout)
-	defer cancel()
-	got, err := bs.GetMany(ctx, keys)
-	if err == nil && len(got) != len(keys) {
-		err = fmt.Errorf("watcher: GetMany returned %d checkpoints for %d keys", len(got), len(keys))
-	}
-	if err != nil && ctx.Err() == nil {
-		v.log.Error(err, "read checkpoints together; reading each alone", "keys", len(keys))
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err == nil {
-		if a.entries == nil {
-			a.entries = make(map[string]aheadEntry, len(keys))
+	return func(ctx context.Context) {
+		defer close(batch)
+		ctx, cancel := context.WithTimeout(ctx, v.opts.listTimeout)
+		defer cancel()
+		got, err := bs.GetMany(ctx, keys)
+		if err == nil && len(got) != len(keys) {
+			err = fmt.Errorf("watcher: GetMany returned %d checkpoints for %d keys", len(got), len(keys))
 		}
+		if err != nil && ctx.Err() == nil {
+			v.log.Error(err, "read checkpoints together; reading each alone", "keys", len(keys))
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
 		for i, k := range keys {
-			if !a.touched[k] {
-				a.entries[k] = aheadEntry{Lookup: got[i], remote: remotes[i]}
+			e, ok := a.entries[k]
+			switch {
+			case !ok || e.batch != batch:
+				// Written meanwhile, or another batch's.
+			case err != nil:
+				delete(a.entries, k)
+			default:
+				e.Lookup, e.batch = got[i], nil
+				a.entries[k] = e
 			}
 		}
-	}
-	if a.reading--; a.reading == 0 {
-		a.touched = nil
 	}
 }
 
@@ -151,21 +154,35 @@ func (r *remote) checkpointKeys() []string {
 }
 
 // take returns, once, the checkpoint of key read ahead for the poll whose
-// context is live.
-func (v *env) take(key string, live context.Context) (Lookup, bool) {
+// context is live, waiting for its batch if it is being read.
+func (v *env) take(ctx context.Context, key string, live context.Context) (Lookup, bool) {
 	a := &v.ahead
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	e, ok := a.entries[key]
-	if !ok || live == nil || e.live != live {
-		return Lookup{}, false
+	for {
+		e, ok := a.entries[key]
+		if !ok || live == nil || e.live != live {
+			return Lookup{}, false
+		}
+		if e.batch == nil {
+			delete(a.entries, key)
+			return e.Lookup, true
+		}
+		a.mu.Unlock()
+		select {
+		case <-e.batch:
+		case <-ctx.Done():
+		case <-live.Done():
+		}
+		a.mu.Lock()
+		if ctx.Err() != nil || live.Err() != nil {
+			return Lookup{}, false
+		}
 	}
-	delete(a.entries, key)
-	return e.Lookup, true
 }
 
 // write is a Put or Delete of key in the store: what was read ahead for it
-// is dropped, and a batch read meanwhile leaves it out.
+// is dropped, and a batch that starts meanwhile leaves it out.
 func (v *env) write(key string, do func() error) error {
 	a := &v.ahead
 	a.mu.Lock()
@@ -174,9 +191,6 @@ func (v *env) write(key string, do func() error) error {
 		a.writing = map[string]int{}
 	}
 	a.writing[key]++
-	if a.reading > 0 {
-		a.touched[key] = true
-	}
 	a.mu.Unlock()
 	defer func() {
 		a.mu.Lock()

@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -27,10 +28,15 @@ func (s *blockingBatch) GetMany(_ context.Context, keys []string) ([]Lookup, err
 }
 
 // What a batch read serves is what no write of this watcher changed: a
-// key written while the batch was read (a write begun before it, or
-// during it) is read alone after, as is one written after it; each key is
-// served once, to the polls of its own remote while it is polled here.
+// key being written when the batch starts, or written while it is read or
+// after, is read alone; a read of a key whose batch is being read waits
+// for it; each key is served once, to the polls of its own remote while it
+// is polled here.
 func TestReadAheadServesWhatNoWriteChanged(t *testing.T) {
+	synctest.Test(t, readAheadServesWhatNoWriteChanged)
+}
+
+func readAheadServesWhatNoWriteChanged(t *testing.T) {
 	store := &blockingBatch{Store: NewMemoryStore(), started: make(chan struct{}), release: make(chan struct{})}
 	v := &env{opts: options{store: store, listTimeout: time.Minute}, log: logr.Discard()}
 	keys := []string{"before/s", "during/s", "after/s", "kept/s", "other/s", "left/s"}
@@ -46,41 +52,50 @@ func TestReadAheadServesWhatNoWriteChanged(t *testing.T) {
 		_ = v.write("before/s", func() error { close(writing); <-wrote; return nil })
 	}()
 	<-writing
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		v.readBatch(context.Background(), []string{"r1"}, specs)
-	}()
-	<-store.started
-	close(wrote) // the write begun before the batch ends during it
+	read := v.startBatch([]string{"r1"}, specs)
+	close(wrote) // the write begun before the batch ends before it is read
 	<-written
-	assert.NoError(t, v.write("during/s", func() error { return nil }))
-	close(store.release)
-	<-read
-
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := &remote{key: "r1", targets: map[string]*polled{"t": {b: b}}, ctx: ctx}
-	v.claim(r)
+	v.claim(r) // the remote starts while the batch is read
+	waited := make(chan Lookup, 1)
+	go func() {
+		l, _ := v.take(ctx, "kept/s", ctx)
+		waited <- l
+	}()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		read(context.Background())
+	}()
+	<-store.started
+	assert.NoError(t, v.write("during/s", func() error { return nil }))
+	synctest.Wait()
+	select {
+	case <-waited:
+		t.Fatal("a read of a key whose batch is being read did not wait for it")
+	default:
+	}
+	close(store.release)
+	<-done
+	assert.Equal(t, "c-batch", (<-waited).Checkpoint.Commit, "a read waits for the batch of its key")
+
 	assert.NoError(t, v.write("after/s", func() error { return nil }))
 	for _, k := range []string{"before/s", "during/s", "after/s"} {
-		_, ok := v.take(k, ctx)
+		_, ok := v.take(ctx, k, ctx)
 		assert.False(t, ok, "%s was written: read it alone", k)
 	}
-	_, ok := v.take("other/s", context.Background())
+	_, ok := v.take(ctx, "other/s", context.Background())
 	assert.False(t, ok, "another poller's read is its own")
-	l, ok := v.take("kept/s", ctx)
-	assert.True(t, ok)
-	assert.Equal(t, "c-batch", l.Checkpoint.Commit)
-	_, ok = v.take("kept/s", ctx)
+	_, ok = v.take(ctx, "kept/s", ctx)
 	assert.False(t, ok, "served once")
 
 	v.forget(r) // the remote stops: what it did not read goes
-	_, ok = v.take("left/s", ctx)
+	_, ok = v.take(ctx, "left/s", ctx)
 	assert.False(t, ok)
 	assert.Empty(t, v.ahead.entries)
 	assert.Empty(t, v.ahead.writing)
-	assert.Nil(t, v.ahead.touched)
 }
 
 // A remote whose mirror did not open leaves nothing read for it behind:
@@ -92,8 +107,23 @@ func TestReadAheadOfARemoteThatDidNotStartIsDropped(t *testing.T) {
 	v := &env{opts: options{store: store, listTimeout: time.Minute}, log: logr.Discard()}
 	b := &bound{sinks: []*deliverer{{key: "a/s"}, {key: "b/s"}}}
 	specs := map[string]*remoteSpec{"r1": {targets: map[string]*bound{"t": b}}}
-	v.readBatch(context.Background(), []string{"r1"}, specs)
-	assert.Len(t, v.ahead.entries, 2)
+	read := v.startBatch([]string{"r1"}, specs)
 	v.drop("r1", specs["r1"])
+	read(context.Background())
 	assert.Empty(t, v.ahead.entries)
+}
+
+// A read waiting for a batch gives up when its poller stops.
+func TestReadAheadWaitEndsWithThePoller(t *testing.T) {
+	store := &blockingBatch{Store: NewMemoryStore(), started: make(chan struct{}), release: make(chan struct{})}
+	defer close(store.release)
+	v := &env{opts: options{store: store, listTimeout: time.Minute}, log: logr.Discard()}
+	b := &bound{sinks: []*deliverer{{key: "a/s"}, {key: "b/s"}}}
+	specs := map[string]*remoteSpec{"r1": {targets: map[string]*bound{"t": b}}}
+	v.startBatch([]string{"r1"}, specs) // never read
+	live, stop := context.WithCancel(context.Background())
+	v.claim(&remote{key: "r1", targets: map[string]*polled{"t": {b: b}}, ctx: live})
+	stop()
+	_, ok := v.take(context.Background(), "a/s", live)
+	assert.False(t, ok)
 }

@@ -737,17 +737,15 @@ func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec
 func (w *Watcher) startRemotes(ctx context.Context, fresh []string, specs map[string]*remoteSpec) (started int, failed []Event) {
 	var g errgroup.Group // started and failed are guarded by w.mu
 	g.SetLimit(w.opts.listLimit)
-	batched := make(chan struct{}) // the checkpoints read together, while the mirrors open
-	g.Go(func() error {
-		defer close(batched)
-		w.env.readBatch(ctx, fresh, specs)
-		return nil
-	})
+	if read := w.env.startBatch(fresh, specs); read != nil {
+		// The checkpoints read together while the mirrors open and the
+		// first polls list.
+		g.Go(func() error { read(ctx); return nil })
+	}
 	for _, key := range fresh {
 		spec := specs[key]
 		g.Go(func() error {
 			r, err := w.openRemote(key, spec)
-			<-batched
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			delete(w.opening, mirrorDirName(key))
