@@ -337,22 +337,25 @@ func (s *LeaseShard) observe(ctx context.Context) {
 
 // watch follows the group's Leases until ctx ends, recording each
 // renewal, release and new member as it is seen and waking Run on it. A
-// watch that fails is opened again after a backoff, from RenewPeriod to
-// LeaseDuration.
+// watch that fails, or ends sooner than a RenewPeriod after it opened, is
+// opened again after a backoff, from RenewPeriod to LeaseDuration.
 func (s *LeaseShard) watch(ctx context.Context, wake chan<- struct{}) {
 	leases := s.client.CoordinationV1().Leases(s.cfg.Namespace)
 	backoff := s.cfg.RenewPeriod
 	for ctx.Err() == nil {
 		timeout := int64(watchTimeout / time.Second)
+		opened := time.Now()
 		w, err := leases.Watch(ctx, metav1.ListOptions{LabelSelector: LabelGroup + "=" + s.cfg.Group, TimeoutSeconds: &timeout})
 		if err == nil {
-			healthy := s.follow(ctx, w, wake)
+			err = s.follow(ctx, w, wake)
 			w.Stop()
-			if healthy {
+			if err == nil && time.Since(opened) >= s.cfg.RenewPeriod {
 				backoff = s.cfg.RenewPeriod
 				continue
 			}
-			err = errors.New("the watch of the membership leases ended with an error")
+			if err == nil {
+				err = errors.New("the watch ended as soon as it opened")
+			}
 		}
 		if ctx.Err() != nil {
 			return
@@ -372,19 +375,19 @@ func (s *LeaseShard) watch(ctx context.Context, wake chan<- struct{}) {
 // open; it is opened again at once after.
 const watchTimeout = 5 * time.Minute
 
-// follow records the events of w until it ends, and reports whether it
-// ended without an error event.
-func (s *LeaseShard) follow(ctx context.Context, w watch.Interface, wake chan<- struct{}) bool {
+// follow records the events of w until it ends: nil, or the error it
+// ended with.
+func (s *LeaseShard) follow(ctx context.Context, w watch.Interface, wake chan<- struct{}) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return true
+			return nil
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return true
+				return nil
 			}
 			if ev.Type == watch.Error {
-				return false
+				return fmt.Errorf("watch of the membership leases: %w", apierrors.FromObject(ev.Object))
 			}
 			if s.saw(ev) {
 				select {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -226,5 +227,35 @@ func TestAReplicaThatCannotWatchReadsAndSaysSoOnce(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("the watch's failure logged %d times in %d tries, want once: %q", n, watches, logged)
+	}
+}
+
+// A watch that ends as soon as it opens (a proxy that closes it) is opened
+// again after a backoff, not at once in a loop, and said so once.
+func TestAWatchThatEndsAtOnceIsNotReopenedInALoop(t *testing.T) {
+	g := newGroupWithB(t)
+	var watches atomic.Int64
+	g.client.PrependWatchReactor("leases", func(k8stesting.Action) (bool, watch.Interface, error) {
+		watches.Add(1)
+		w := watch.NewFake()
+		w.Stop()
+		return true, w, nil
+	})
+	var logged atomic.Int64
+	log := funcr.New(func(_, args string) {
+		if strings.Contains(args, "as soon as it opened") {
+			logged.Add(1)
+		}
+	}, funcr.Options{})
+	s := g.run(t, 2*time.Second, 50*time.Millisecond, log)
+	waitFor(t, "a sees b", func() bool { return slices.Equal(s.Members(), []string{"a", "b"}) })
+	time.Sleep(time.Second)
+	// Backoffs of 50ms, 100ms, 200ms, 400ms, 800ms: 5 or 6 watches in the
+	// second and a bit; at once in a loop, thousands.
+	if n := watches.Load(); n > 10 {
+		t.Fatalf("%d watches opened in about a second", n)
+	}
+	if n := logged.Load(); n != 1 {
+		t.Fatalf("logged %d times, want once", n)
 	}
 }

@@ -56,7 +56,8 @@ type report struct {
 	Goroutines int
 	Delivered  int64
 	// CycleWall and CycleCPU are a no-change cycle's wall time and the
-	// process's CPU time (user and system) in it, the mean of two cycles.
+	// process's CPU time (user and system) in it, the mean of the cycles
+	// that make pollsMeasured polls (two at least).
 	CycleWall, CycleCPU time.Duration
 	// StartUp is the time from Run to every target delivered, every
 	// mirror cold, and StartCPU the process's CPU time in it.
@@ -64,6 +65,10 @@ type report struct {
 	// Fetches is the watcher's fetch concurrency.
 	Fetches int
 }
+
+// pollsMeasured is how many polls the no-change cycles measured make
+// together, whatever the remotes.
+const pollsMeasured = 20000
 
 // Set by flags, the same in the parent and its children.
 var (
@@ -162,7 +167,7 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 		harness.NewRow("P10", "goroutines / per target", fmt.Sprintf("%d / %.2f", full.Goroutines, float64(full.Goroutines-empty.Goroutines)/float64(n)), fmt.Sprint(empty.Goroutines), "", ""),
 		harness.NewRow("P10", "peak RSS", mib(full.HWM), mib(empty.HWM), fmt.Sprintf("%.2f", float64(full.HWM)/float64(empty.HWM)), ""),
 		harness.NewRow("P10", "RSS with free memory returned (debug.FreeOSMemory)", mib(full.Returned), mib(empty.Returned), fmt.Sprintf("%.2f", float64(full.Returned)/float64(empty.Returned)), ""),
-		harness.NewRow("P10", "no-change cycle (every remote listed): wall / client CPU / client CPU per remote",
+		harness.NewRow("P10", fmt.Sprintf("no-change cycle (every remote listed; the mean of %d): wall / client CPU / client CPU per remote", max(2, (pollsMeasured+remotes-1)/remotes)),
 			fmt.Sprintf("%s / %s / %s", full.CycleWall.Round(time.Millisecond), full.CycleCPU.Round(time.Millisecond), (full.CycleCPU/time.Duration(remotes)).Round(time.Microsecond)), "", "", ""),
 	}
 	if *clones {
@@ -357,8 +362,11 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 	if err := writeHeap(".heap0"); err != nil {
 		return err
 	}
+	// As many cycles as make 20,000 polls (two at least), so that a small
+	// fleet's figure is not one short cycle's.
+	cycles := max(2, (pollsMeasured+len(urls)-1)/max(len(urls), 1))
 	wall, cpu := time.Now(), cpuTime()
-	for range 2 {
+	for range cycles {
 		before := polled.Load()
 		for _, u := range urls {
 			w.Trigger(u)
@@ -367,7 +375,7 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 			return err
 		}
 	}
-	cycleWall, cycleCPU := time.Since(wall)/2, (cpuTime()-cpu)/2
+	cycleWall, cycleCPU := time.Since(wall)/time.Duration(cycles), (cpuTime()-cpu)/time.Duration(cycles)
 	pprof.StopCPUProfile()
 	if err := writeHeap(".heap1"); err != nil {
 		return err
