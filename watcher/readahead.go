@@ -97,8 +97,14 @@ func (v *env) startBatch(fresh []string, specs map[string]*remoteSpec) func(cont
 // claim gives the entries read for r to its polls; r has its context, and
 // has not polled yet.
 func (v *env) claim(r *remote) {
-	keys := r.checkpointKeys()
 	a := &v.ahead
+	a.mu.Lock()
+	none := len(a.entries) == 0
+	a.mu.Unlock()
+	if none {
+		return
+	}
+	keys := r.checkpointKeys()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, k := range keys {
@@ -124,13 +130,27 @@ func (v *env) drop(key string, spec *remoteSpec) {
 	}
 }
 
-// forget drops what is left of the entries of r, which stops.
-func (v *env) forget(r *remote) {
-	if r.ctx == nil {
+// forget drops what is left of the entries of r, which stops (kept nil),
+// or of its targets that kept no longer holds: a target that leaves and
+// comes back may have been delivered elsewhere meanwhile.
+func (v *env) forget(r *remote, kept map[string]*bound) {
+	a := &v.ahead
+	a.mu.Lock()
+	none := len(a.entries) == 0
+	a.mu.Unlock()
+	if none || r.ctx == nil {
 		return
 	}
-	keys := r.checkpointKeys()
-	a := &v.ahead
+	r.mu.Lock()
+	var keys []string
+	for k, p := range r.targets {
+		if _, ok := kept[k]; !ok {
+			for _, d := range p.b.sinks {
+				keys = append(keys, d.key)
+			}
+		}
+	}
+	r.mu.Unlock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, k := range keys {

@@ -699,7 +699,7 @@ func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec
 	for key, r := range w.remotes {
 		if _, keep := specs[key]; !keep {
 			r.stop()
-			w.env.forget(r)
+			w.env.forget(r, nil)
 			delete(w.remotes, key)
 			changed = true
 		}
@@ -707,6 +707,7 @@ func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec
 	var fresh []string
 	for key, spec := range specs {
 		if r, ok := w.remotes[key]; ok {
+			w.env.forget(r, spec.targets)
 			r.setTargets(spec.auth, spec.targets)
 			continue
 		}

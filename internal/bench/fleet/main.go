@@ -56,9 +56,10 @@ type report struct {
 	Goroutines int
 	Delivered  int64
 	// CycleWall and CycleCPU are a no-change cycle's wall time and the
-	// process's CPU time (user and system) in it, the mean of the cycles
-	// that make pollsMeasured polls (two at least).
+	// process's CPU time (user and system) in it, the mean of Cycles
+	// cycles, which held CycleGCs collections.
 	CycleWall, CycleCPU time.Duration
+	Cycles, CycleGCs    int
 	// StartUp is the time from Run to every target delivered, every
 	// mirror cold, and StartCPU the process's CPU time in it.
 	StartUp, StartCPU time.Duration
@@ -66,9 +67,22 @@ type report struct {
 	Fetches int
 }
 
-// pollsMeasured is how many polls the no-change cycles measured make
-// together, whatever the remotes.
-const pollsMeasured = 20000
+// The no-change cycles measured make pollsMeasured polls together at
+// least, whatever the remotes, and hold minGCs collections at least;
+// maxCycles at most.
+const (
+	pollsMeasured = 20000
+	minGCs        = 3
+	maxCycles     = 200
+)
+
+// gcsSince is how many collections the runtime completed since the
+// count was from.
+func gcsSince(from uint32) int {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int(ms.NumGC - from)
+}
 
 // Set by flags, the same in the parent and its children.
 var (
@@ -167,7 +181,7 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 		harness.NewRow("P10", "goroutines / per target", fmt.Sprintf("%d / %.2f", full.Goroutines, float64(full.Goroutines-empty.Goroutines)/float64(n)), fmt.Sprint(empty.Goroutines), "", ""),
 		harness.NewRow("P10", "peak RSS", mib(full.HWM), mib(empty.HWM), fmt.Sprintf("%.2f", float64(full.HWM)/float64(empty.HWM)), ""),
 		harness.NewRow("P10", "RSS with free memory returned (debug.FreeOSMemory)", mib(full.Returned), mib(empty.Returned), fmt.Sprintf("%.2f", float64(full.Returned)/float64(empty.Returned)), ""),
-		harness.NewRow("P10", fmt.Sprintf("no-change cycle (every remote listed; the mean of %d): wall / client CPU / client CPU per remote", max(2, (pollsMeasured+remotes-1)/remotes)),
+		harness.NewRow("P10", fmt.Sprintf("no-change cycle (every remote listed; the mean of %d, which held %d collections): wall / client CPU / client CPU per remote", full.Cycles, full.CycleGCs),
 			fmt.Sprintf("%s / %s / %s", full.CycleWall.Round(time.Millisecond), full.CycleCPU.Round(time.Millisecond), (full.CycleCPU/time.Duration(remotes)).Round(time.Microsecond)), "", "", ""),
 	}
 	if *clones {
@@ -362,11 +376,16 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 	if err := writeHeap(".heap0"); err != nil {
 		return err
 	}
-	// As many cycles as make 20,000 polls (two at least), so that a small
-	// fleet's figure is not one short cycle's.
-	cycles := max(2, (pollsMeasured+len(urls)-1)/max(len(urls), 1))
+	// The cycles start just after a collection, and go on until they made
+	// pollsMeasured polls and the runtime collected minGCs times: a cycle
+	// of a big heap allocates less than the heap, so two cycles hold no
+	// collection or one, and their CPU is its by a third either way.
+	runtime.GC()
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	cycles := 0
 	wall, cpu := time.Now(), cpuTime()
-	for range cycles {
+	for len(urls) > 0 && cycles < maxCycles && (cycles < 2 || cycles*len(urls) < pollsMeasured || gcsSince(ms0.NumGC) < minGCs) {
 		before := polled.Load()
 		for _, u := range urls {
 			w.Trigger(u)
@@ -374,8 +393,10 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 		if err := wait(func() bool { return polled.Load() >= before+int64(len(urls)) }); err != nil {
 			return err
 		}
+		cycles++
 	}
-	cycleWall, cycleCPU := time.Since(wall)/time.Duration(cycles), (cpuTime()-cpu)/time.Duration(cycles)
+	gcs := gcsSince(ms0.NumGC)
+	cycleWall, cycleCPU := time.Since(wall)/time.Duration(max(cycles, 1)), (cpuTime()-cpu)/time.Duration(max(cycles, 1))
 	pprof.StopCPUProfile()
 	if err := writeHeap(".heap1"); err != nil {
 		return err
@@ -384,7 +405,7 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	r := report{Heap: int64(ms.HeapInuse), Goroutines: runtime.NumGoroutine(), Delivered: delivered.Load(), CycleWall: cycleWall, CycleCPU: cycleCPU,
+	r := report{Heap: int64(ms.HeapInuse), Goroutines: runtime.NumGoroutine(), Delivered: delivered.Load(), CycleWall: cycleWall, CycleCPU: cycleCPU, Cycles: cycles, CycleGCs: gcs,
 		StartUp: startUp, StartCPU: startUpCPU, Fetches: fetches}
 	r.RSS, r.HWM = procStatus("VmRSS"), procStatus("VmHWM")
 	debug.FreeOSMemory()
