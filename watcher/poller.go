@@ -612,8 +612,8 @@ func (m missing) any() bool { return len(m.refs) > 0 || len(m.commits) > 0 }
 // resolve finds each target's commit in refs, and what the mirror lacks of
 // them. A target that does not resolve is reported and left out.
 func (r *remote) resolve(ctx context.Context, targets []*polled, refs gitutil.RefList) ([]job, missing) {
-	var jobs []job
-	m := missing{refs: map[string]gitutil.Hash{}}
+	jobs := make([]job, 0, len(targets)) // a no-change poll allocates little else
+	var m missing
 	for _, p := range targets {
 		res, err := gitutil.Resolve(p.b.rev, refs)
 		if err != nil {
@@ -632,6 +632,9 @@ func (r *remote) resolve(ctx context.Context, targets []*polled, refs gitutil.Re
 		if !r.mirror.HasCommit(res.Commit) {
 			j.missing = true
 			if res.Ref != "" {
+				if m.refs == nil {
+					m.refs = map[string]gitutil.Hash{}
+				}
 				m.refs[res.Ref] = refs.Refs[res.Ref]
 			} else {
 				m.commits = append(m.commits, res.Commit)
@@ -646,6 +649,9 @@ func (r *remote) resolve(ctx context.Context, targets []*polled, refs gitutil.Re
 // ref is now (it may have moved since the listing), and returns the jobs
 // whose commit is still missing after a failed fetch, with the error.
 func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []job, m missing) (map[string]error, error) {
+	if m.refs == nil {
+		m.refs = map[string]gitutil.Hash{} // a Mirror is given a map, as it always was
+	}
 	fetched, err := r.fetch(ctx, auth, m.refs, m.commits)
 	failed := map[string]error{}
 	for i := range jobs {
