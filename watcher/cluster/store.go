@@ -148,9 +148,12 @@ func (s *ConfigMapStore) decode(cm *corev1.ConfigMap, field, key string) watcher
 
 // GetMany implements watcher.BatchStore. It reads each ConfigMap holding
 // one of keys once: in one List of the store's ConfigMaps (found by their
-// label) when keys fall in half of them or more, else in a Get each. Then,
-// as Get does, the ConfigMaps of release 0.1.0 where the current ones lack
-// a key.
+// label; the client needs the list verb on ConfigMaps) when keys fall in
+// half of them or more, else in a Get each. Then, as Get does, the
+// ConfigMaps of release 0.1.0 where the current ones lack a key. A
+// ConfigMap that lost its label counts as missing for a List (its
+// checkpoints are delivered again) until a Put or Delete in it labels it
+// again.
 func (s *ConfigMapStore) GetMany(ctx context.Context, keys []string) ([]watcher.Lookup, error) {
 	maps := map[string]*corev1.ConfigMap{} // read; nil: not there
 	names := map[string]bool{}
@@ -301,9 +304,16 @@ func (s *ConfigMapStore) edit(ctx context.Context, name string, change func(data
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}
-		if !change(cm.Data) {
+		// A ConfigMap that lost its label is labelled again, so that
+		// GetMany's List finds it.
+		relabel := cm.Labels[LabelCheckpoints] != s.prefix
+		if !change(cm.Data) && !relabel {
 			return nil
 		}
+		if cm.Labels == nil {
+			cm.Labels = map[string]string{}
+		}
+		cm.Labels[LabelCheckpoints] = s.prefix
 		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
 		return err
 	})

@@ -203,6 +203,24 @@ func TestConfigMapStoreGetManyAnswersAsGet(t *testing.T) {
 	got, err := s.GetMany(ctx, []string{damaged})
 	require.NoError(t, err)
 	assert.ErrorIs(t, got[0].Err, watcher.ErrCheckpointUnreadable)
+
+	// A ConfigMap that lost its label is missing to a List, until the
+	// store's next write to it labels it again.
+	unlabelled := keys[11]
+	cmName, _ = currentPlace("modwatch-checkpoints", unlabelled)
+	cm, err = env.Kube.CoreV1().ConfigMaps(ns).Get(ctx, cmName, metav1.GetOptions{})
+	require.NoError(t, err)
+	delete(cm.Labels, cluster.LabelCheckpoints)
+	_, err = env.Kube.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	got, err = s.GetMany(ctx, keys)
+	require.NoError(t, err)
+	assert.False(t, got[11].OK, "not listed")
+	require.NoError(t, s.Put(ctx, unlabelled, watcher.Checkpoint{Commit: "c-again"}))
+	got, err = s.GetMany(ctx, keys)
+	require.NoError(t, err)
+	assert.True(t, got[11].OK, "labelled again by the Put")
+	assert.Equal(t, "c-again", got[11].Checkpoint.Commit)
 }
 
 // currentPlace is where a store keeps the checkpoint of key: 256
