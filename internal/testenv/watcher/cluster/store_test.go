@@ -100,14 +100,7 @@ func TestConfigMapStoreReadsTheLayoutOfRelease010(t *testing.T) {
 	ctx := context.Background()
 	const key = "team-a/app/apply"
 	old := watcher.Checkpoint{Commit: "c-old", Tree: "t-old", Target: "fp", Time: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
-	raw, err := json.Marshal(map[string]any{"key": key, "checkpoint": old})
-	require.NoError(t, err)
-	name, field := legacyPlace("modwatch-checkpoints", key)
-	_, err = env.Kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{cluster.LabelCheckpoints: "modwatch-checkpoints"}},
-		Data:       map[string]string{field: string(raw)},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	name, field := writeLegacy(t, ns, key, old)
 
 	s, err := cluster.NewConfigMapStore(env.Kube, ns, "")
 	require.NoError(t, err)
@@ -169,14 +162,7 @@ func TestConfigMapStoreGetManyAnswersAsGet(t *testing.T) {
 	}
 	// One checkpoint in release 0.1.0's layout alone, one damaged.
 	const oldKey = "team-old/app/apply"
-	raw, err := json.Marshal(map[string]any{"key": oldKey, "checkpoint": watcher.Checkpoint{Commit: "c-old"}})
-	require.NoError(t, err)
-	name, field := legacyPlace("modwatch-checkpoints", oldKey)
-	_, err = env.Kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{cluster.LabelCheckpoints: "modwatch-checkpoints"}},
-		Data:       map[string]string{field: string(raw)},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	writeLegacy(t, ns, oldKey, watcher.Checkpoint{Commit: "c-old"})
 	keys = append(keys, oldKey)
 	damaged := keys[7]
 	cmName, cmField := currentPlace("modwatch-checkpoints", damaged)
@@ -221,6 +207,21 @@ func TestConfigMapStoreGetManyAnswersAsGet(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, got[11].OK, "labelled again by the Put")
 	assert.Equal(t, "c-again", got[11].Checkpoint.Commit)
+}
+
+// writeLegacy writes cp for key in a new ConfigMap where release 0.1.0
+// kept it, and returns its name and field.
+func writeLegacy(t *testing.T, ns, key string, cp watcher.Checkpoint) (name, field string) {
+	t.Helper()
+	raw, err := json.Marshal(map[string]any{"key": key, "checkpoint": cp})
+	require.NoError(t, err)
+	name, field = legacyPlace("modwatch-checkpoints", key)
+	_, err = env.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{cluster.LabelCheckpoints: "modwatch-checkpoints"}},
+		Data:       map[string]string{field: string(raw)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return name, field
 }
 
 // currentPlace is where a store keeps the checkpoint of key: 256
