@@ -186,10 +186,29 @@ func TestARenewalIsSeenWhenItIsMade(t *testing.T) {
 // leaves the members at once, not at the next read.
 func TestAReleasedLeaseLeavesTheMembersAtOnce(t *testing.T) {
 	g := newGroupWithB(t)
+	// The watch is the test's own, so that the release is sent on it once
+	// it is open (the fake clientset's own misses what comes before).
+	watches := make(chan *watch.RaceFreeFakeWatcher, 1)
+	g.client.PrependWatchReactor("leases", func(k8stesting.Action) (bool, watch.Interface, error) {
+		w := watch.NewRaceFreeFake()
+		select {
+		case watches <- w:
+		default: // a watch opened again: not the test's
+		}
+		return true, w, nil
+	})
 	s := g.runSeeingB(t)
-	if err := g.client.CoordinationV1().Leases("ns").Delete(context.Background(), "g-b", metav1.DeleteOptions{}); err != nil {
+	var w *watch.RaceFreeFakeWatcher
+	select {
+	case w = <-watches:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Leases not watched within 10s")
+	}
+	l, err := g.client.CoordinationV1().Leases("ns").Get(context.Background(), "g-b", metav1.GetOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	w.Delete(l)
 	waitFor(t, "b released", func() bool { return slices.Equal(s.Members(), []string{"a"}) })
 }
 
