@@ -225,8 +225,10 @@ func WithTimeouts(t Timeouts) Option {
 }
 
 // WithMirrorGrace sets how long a mirror no target uses stays in the cache
-// directory before it is removed (default 1h), counted from its last poll,
-// across restarts; a target that comes back within it needs no new clone.
+// directory before it is removed (default 1h), counted from its last use
+// across restarts: when its remote ended, or, for a process that was
+// killed, its last poll to within an eighth of the grace. A target that
+// comes back within it needs no new clone.
 // Only mirrors are removed, and only once every source has given its set.
 func WithMirrorGrace(d time.Duration) Option {
 	return func(o *options) {

@@ -34,7 +34,8 @@ type remote struct {
 	timer    *time.Timer
 	gen      int // the timer's generation
 	failures int
-	waiting  *listed // a poll waiting for a fetch slot
+	waiting  *listed   // a poll waiting for a fetch slot
+	touched  time.Time // when its mirror was last marked used
 
 	// Guarded by env.fetches.mu.
 	parked  bool // in the fetch gate's line
@@ -99,6 +100,7 @@ func (r *remote) stop() {
 func (r *remote) slot() *slot { return &r.sched }
 
 func (r *remote) finish() {
+	r.env.touchMirror(r.dir) // its last use
 	if r.timer != nil {
 		r.timer.Stop()
 	}
@@ -279,7 +281,10 @@ type listed struct {
 // failed listing ends the poll.
 func (r *remote) list(ctx context.Context) (*listed, error) {
 	l := &listed{start: time.Now()}
-	r.env.touchMirror(r.dir)
+	if l.start.Sub(r.touched) >= r.env.opts.mirrorGrace/touchesPerGrace {
+		r.env.touchMirror(r.dir)
+		r.touched = l.start
+	}
 	var targets []*polled
 	l.auth, targets = r.snapshot()
 	refs, err := r.listRefs(ctx, l.auth, refPrefixes(targets))

@@ -3,6 +3,7 @@ package watcher_test
 import (
 	"context"
 	"errors"
+	"os"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -292,6 +293,53 @@ func TestUnusedMirrorsAreRemovedAfterGrace(t *testing.T) {
 		time.Sleep(2 * time.Hour)
 		synctest.Wait()
 		assert.Equal(t, dirs, mirrorDirs(t, cacheDir), "still used")
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+// A mirror's time records its last use without a system call on every
+// poll: a poll sets it when it is an eighth of the grace old, and a remote
+// sets it when it ends. (Fake time in a synctest bubble.)
+func TestAMirrorIsMarkedUsedOncePerEighthOfGraceAndWhenItsRemoteEnds(t *testing.T) {
+	git, r := memoryRemote()
+	r.Commit(t, map[string]string{"f": "1"})
+	target := watcher.Target{ID: "a", URL: r.URL()}
+	cacheDir := t.TempDir()
+
+	synctest.Test(t, func(t *testing.T) {
+		polled := make(chan string, 100)
+		src := watchertest.NewSource(target)
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Minute), watcher.WithMinInterval(time.Minute),
+			watcher.WithGit(git), watcher.WithMirrorGrace(time.Hour), watcher.WithObserver(pollsTo(polled)))
+		require.NoError(t, w.Route(src, watchertest.NewSink("rec")))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		<-polled
+		synctest.Wait()
+		dirs := mirrorDirs(t, cacheDir)
+		require.Len(t, dirs, 1)
+		modified := func() time.Time {
+			info, err := os.Stat(dirs[0])
+			require.NoError(t, err)
+			return info.ModTime()
+		}
+		first := modified()
+
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		assert.GreaterOrEqual(t, len(polled), 4, "polls (jittered)")
+		assert.Equal(t, first, modified(), "polled within an eighth of the grace")
+
+		time.Sleep(4 * time.Minute)
+		synctest.Wait()
+		assert.WithinRange(t, modified(), first.Add(time.Hour/8), time.Now(), "the first poll an eighth of the grace later")
+
+		time.Sleep(30 * time.Second)
+		src.Set()
+		synctest.Wait()
+		assert.Equal(t, time.Now(), modified(), "the remote ended")
 		cancel()
 		require.NoError(t, <-done)
 	})
