@@ -4,8 +4,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-
-	"github.com/go-git/go-git/v5/plumbing"
 )
 
 // Hash names a git object (a commit, a tree, a blob or an annotated tag)
@@ -39,13 +37,3 @@ func (h Hash) String() string { return hex.EncodeToString(h[:]) }
 
 // IsZero reports whether h is the zero Hash.
 func (h Hash) IsZero() bool { return h == ZeroHash }
-
-// hashes is m with the library's Hash: go-git's and ours are the same
-// twenty bytes.
-func hashes(m map[string]plumbing.Hash) map[string]Hash {
-	out := make(map[string]Hash, len(m))
-	for k, h := range m {
-		out[k] = Hash(h)
-	}
-	return out
-}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/go-git/go-git/v5/plumbing/transport"
+
 	"github.com/modwatch/modwatch/gitutil/internal/protov2"
 )
 
@@ -111,11 +113,11 @@ func lsRefs(ctx context.Context, client *http.Client, base string, a *Auth, pref
 	if resp.StatusCode != http.StatusOK {
 		return RefList{}, &httpStatusError{resp.StatusCode, "ls-refs: " + resp.Status}
 	}
-	refs, err := protov2.ParseLsRefs(io.LimitReader(resp.Body, maxListing))
+	refs, err := protov2.ParseLsRefs[Hash](io.LimitReader(resp.Body, maxListing))
 	if err != nil {
 		return RefList{}, err
 	}
-	return RefList{Refs: hashes(refs.Refs), Peeled: hashes(refs.Peeled), Head: refs.Head}, nil
+	return RefList{Refs: refs.Refs, Peeled: refs.Peeled, Head: refs.Head}, nil
 }
 
 func setV2Headers(req *http.Request, a *Auth) {
@@ -171,8 +173,11 @@ var v2Clients sync.Map
 
 func v2Client(topts transportOptions) (*http.Client, error) {
 	px := topts.proxy
-	key := fmt.Sprintf("%x/%t/%x", sha256.Sum256(topts.caBundle), topts.insecureSkipTLS,
-		sha256.Sum256(fmt.Appendf(nil, "%d:%s%d:%s%d:%s", len(px.URL), px.URL, len(px.Username), px.Username, len(px.Password), px.Password)))
+	key := "" // the default settings: no key to compute on every poll
+	if len(topts.caBundle) > 0 || topts.insecureSkipTLS || px != (transport.ProxyOptions{}) {
+		key = fmt.Sprintf("%x/%t/%x", sha256.Sum256(topts.caBundle), topts.insecureSkipTLS,
+			sha256.Sum256(fmt.Appendf(nil, "%d:%s%d:%s%d:%s", len(px.URL), px.URL, len(px.Username), px.Username, len(px.Password), px.Password)))
+	}
 	if c, ok := v2Clients.Load(key); ok {
 		return c.(*http.Client), nil
 	}

@@ -2,6 +2,7 @@ package gitutil
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -152,4 +153,30 @@ func TestListingsReuseTheirConnections(t *testing.T) {
 	}
 	t.Logf("connections: %d in the first cycle, %d in the next three", first, srv.Connections()-first)
 	assert.LessOrEqual(t, srv.Connections()-first, int64(side/4), "later cycles reuse the first's connections")
+}
+
+// A listing's HTTP client is shared by the listings of the same TLS and
+// proxy settings only: one made for a CA bundle, skipped verification or
+// a proxy (and its credentials) never serves a listing without them.
+func TestListingClientsAreSharedBySettingsOnly(t *testing.T) {
+	proxy := transport.ProxyOptions{URL: "http://proxy.example:3128"}
+	settings := []transportOptions{
+		{},
+		{caBundle: gittest.NewTLSServer(t).CACert()},
+		{insecureSkipTLS: true},
+		{proxy: proxy},
+		{proxy: transport.ProxyOptions{URL: proxy.URL, Username: "u", Password: "p"}},
+	}
+	seen := map[*http.Client]int{}
+	for i, s := range settings {
+		c, err := v2Client(s)
+		require.NoError(t, err)
+		again, err := v2Client(s)
+		require.NoError(t, err)
+		assert.Same(t, c, again, "settings %d: one client", i)
+		if j, ok := seen[c]; ok {
+			t.Errorf("settings %d get the client of settings %d", i, j)
+		}
+		seen[c] = i
+	}
 }

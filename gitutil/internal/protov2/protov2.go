@@ -8,6 +8,7 @@ package protov2
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,13 +22,14 @@ import (
 // ErrNoV2 is a server that answered in an older version.
 var ErrNoV2 = errors.New("the server does not speak protocol version 2")
 
-// Refs is an ls-refs answer.
-type Refs struct {
+// Refs is an ls-refs answer, its object names of type H (a 20-byte
+// hash: plumbing.Hash, or the caller's own).
+type Refs[H ~[20]byte] struct {
 	// Refs maps full ref names to the object they point at; the ref HEAD
 	// points at is in it even when no prefix asked for it.
-	Refs map[string]plumbing.Hash
+	Refs map[string]H
 	// Peeled maps annotated tags to the commit they point at.
-	Peeled map[string]plumbing.Hash
+	Peeled map[string]H
 	// Head is the ref HEAD points at, "" when the server did not say.
 	Head string
 }
@@ -79,32 +81,34 @@ func ReadCaps(r io.Reader) (map[string]string, error) {
 }
 
 // ParseLsRefs reads ls-refs' answer: "<oid> <name>[ symref-target:<t>]
-// [ peeled:<oid>]" lines up to a flush-pkt.
-func ParseLsRefs(r io.Reader) (Refs, error) {
-	out := Refs{Refs: map[string]plumbing.Hash{}, Peeled: map[string]plumbing.Hash{}}
+// [ peeled:<oid>]" lines up to a flush-pkt. A line costs the allocation
+// of its name and no other (a poll reads one every time).
+func ParseLsRefs[H ~[20]byte](r io.Reader) (Refs[H], error) {
+	out := Refs[H]{Refs: map[string]H{}, Peeled: map[string]H{}}
 	s := pktline.NewScanner(r)
 	for s.Scan() {
-		line := strings.TrimSuffix(string(s.Bytes()), "\n")
-		if line == "" {
+		line := bytes.TrimSuffix(s.Bytes(), []byte("\n"))
+		if len(line) == 0 {
 			return out, nil // flush-pkt: the end
 		}
-		fields := strings.Split(line, " ")
-		if len(fields) < 2 || !plumbing.IsHash(fields[0]) {
-			return Refs{}, fmt.Errorf("ls-refs: malformed line %.200q", line)
+		oidField, rest, _ := bytes.Cut(line, []byte(" "))
+		nameField, attrs, _ := bytes.Cut(rest, []byte(" "))
+		var oid H
+		if !parseOID(oid[:], oidField) || len(nameField) == 0 {
+			return Refs[H]{}, fmt.Errorf("ls-refs: malformed line %.200q", line)
 		}
-		oid, name := plumbing.NewHash(fields[0]), fields[1]
-		for _, attr := range fields[2:] {
-			switch {
-			case strings.HasPrefix(attr, "symref-target:"):
-				if name == "HEAD" {
-					out.Head = strings.TrimPrefix(attr, "symref-target:")
+		name := string(nameField)
+		for len(attrs) > 0 {
+			var attr []byte
+			attr, attrs, _ = bytes.Cut(attrs, []byte(" "))
+			if t, ok := bytes.CutPrefix(attr, []byte("symref-target:")); ok && name == "HEAD" {
+				out.Head = string(t)
+			} else if p, ok := bytes.CutPrefix(attr, []byte("peeled:")); ok {
+				var peeled H
+				if !parseOID(peeled[:], p) {
+					return Refs[H]{}, fmt.Errorf("ls-refs: malformed peeled oid in %.200q", line)
 				}
-			case strings.HasPrefix(attr, "peeled:"):
-				p := strings.TrimPrefix(attr, "peeled:")
-				if !plumbing.IsHash(p) {
-					return Refs{}, fmt.Errorf("ls-refs: malformed peeled oid in %.200q", line)
-				}
-				out.Peeled[name] = plumbing.NewHash(p)
+				out.Peeled[name] = peeled
 			}
 		}
 		if name == "HEAD" {
@@ -118,9 +122,18 @@ func ParseLsRefs(r io.Reader) (Refs, error) {
 		out.Refs[name] = oid
 	}
 	if err := s.Err(); err != nil {
-		return Refs{}, fmt.Errorf("ls-refs: %w", err)
+		return Refs[H]{}, fmt.Errorf("ls-refs: %w", err)
 	}
-	return Refs{}, errors.New("ls-refs: the answer ended without a flush-pkt")
+	return Refs[H]{}, errors.New("ls-refs: the answer ended without a flush-pkt")
+}
+
+// parseOID decodes a 40-digit hexadecimal object name into dst.
+func parseOID(dst, src []byte) bool {
+	if len(src) != 2*len(dst) {
+		return false
+	}
+	_, err := hex.Decode(dst, src)
+	return err == nil
 }
 
 // HasFeature reports whether a capability's value, a list of features

@@ -27,8 +27,10 @@ func TestParseLsRefsRefusesGarbage(t *testing.T) {
 		"0004",                   // invalid pkt-len
 		pkt(strings.Repeat("a", 40)+" refs/heads/x peeled:zz\n") + "0000", // bad peeled
 		pkt(strings.Repeat("a", 40)+"\n") + "0000",                        // no name
+		pkt(strings.Repeat("a", 40)+" \n") + "0000",                       // an empty name
+		pkt(strings.Repeat("a", 41)+" refs/heads/x\n") + "0000",           // a long oid
 	} {
-		_, err := protov2.ParseLsRefs(strings.NewReader(body))
+		_, err := protov2.ParseLsRefs[plumbing.Hash](strings.NewReader(body))
 		assert.Error(t, err, "%q", body)
 	}
 }
@@ -39,9 +41,9 @@ func TestParseLsRefs(t *testing.T) {
 	a, b := strings.Repeat("a", 40), strings.Repeat("b", 40)
 	body := pkt(a+" HEAD symref-target:refs/heads/main\n") +
 		pkt(b+" refs/tags/v1 peeled:"+a+"\n") + "0000" + "ignored after the flush"
-	refs, err := protov2.ParseLsRefs(strings.NewReader(body))
+	refs, err := protov2.ParseLsRefs[plumbing.Hash](strings.NewReader(body))
 	require.NoError(t, err)
-	assert.Equal(t, protov2.Refs{
+	assert.Equal(t, protov2.Refs[plumbing.Hash]{
 		Head:   "refs/heads/main",
 		Refs:   map[string]plumbing.Hash{"refs/heads/main": plumbing.NewHash(a), "refs/tags/v1": plumbing.NewHash(b)},
 		Peeled: map[string]plumbing.Hash{"refs/tags/v1": plumbing.NewHash(a)},
@@ -79,7 +81,7 @@ func FuzzParseLsRefs(f *testing.F) {
 	f.Add(pkt(strings.Repeat("a", 40)+" HEAD symref-target:refs/heads/main\n") + "0000")
 	f.Add("0004")
 	f.Fuzz(func(t *testing.T, body string) {
-		refs, err := protov2.ParseLsRefs(strings.NewReader(body))
+		refs, err := protov2.ParseLsRefs[plumbing.Hash](strings.NewReader(body))
 		if err == nil && (refs.Refs == nil || refs.Peeled == nil) {
 			t.Fatalf("accepted %q without maps", body)
 		}
