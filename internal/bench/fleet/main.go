@@ -8,9 +8,12 @@
 // against git clone --bare of the same remotes at the watcher's fetch
 // concurrency. With -replicas n, n more processes each watch every target
 // and own 1/n of the remotes (a fixed split, as a Lease shard's is at
-// rest), one after the other, beside the one-replica figure.
+// rest), one after the other, beside the one-replica figure. With -curve,
+// only the no-change cycle's client CPU per remote, at several numbers of
+// remotes, each measured -rounds times.
 //
 //	go run ./internal/bench/fleet -out bench-results/fleet.md
+//	go run ./internal/bench/fleet -curve 1000,10000 -per-remote 10
 package main
 
 import (
@@ -60,6 +63,9 @@ type report struct {
 	// cycles, which held CycleGCs collections.
 	CycleWall, CycleCPU time.Duration
 	Cycles, CycleGCs    int
+	// CycleAlloc is what the cycles allocated (the runtime's count of
+	// bytes), per poll.
+	CycleAlloc int64
 	// StartUp is the time from Run to every target delivered, every
 	// mirror cold, and StartCPU the process's CPU time in it.
 	StartUp, StartCPU time.Duration
@@ -100,11 +106,16 @@ func main() {
 	out := flag.String("out", "", "also write the table to this file")
 	replicas := flag.Int("replicas", 1, "also measure the targets shared by this many replicas, each in a process of its own, one after the other")
 	shard := flag.String("shard", "", "with -child: the replica i/n of a shared watcher")
+	curve := flag.String("curve", "", "instead: the no-change cycle's client CPU per remote at each of these numbers of remotes (1000,10000), in -rounds rounds")
+	rounds := flag.Int("rounds", 3, "with -curve: how many times each size is measured")
 	flag.Parse()
 	var err error
-	if *child {
+	switch {
+	case *child:
 		err = runChild(*heap, *cpuProfile, *shard, *settle)
-	} else {
+	case *curve != "":
+		err = runCurve(*curve, *rounds, *perRemote, *settle, *out)
+	default:
 		err = run(*remotes, *perRemote, *replicas, *settle, *out)
 	}
 	if err != nil {
@@ -117,22 +128,7 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 	env := &gittest.Standalone{}
 	defer env.Close()
 	defer env.Recover(&err)
-	srv := gittest.NewServer(env)
-	// Every remote is a fork of one: the same files, each a repository of
-	// its own on the server (forks run no git: 10,000 took about a minute).
-	template := srv.NewRepo(env, "fleet/template")
-	var files []gittest.Change
-	for j := range perRemote {
-		files = append(files, gittest.File(fmt.Sprintf("app%02d/cm.yaml", j), "v1"))
-	}
-	template.Commit(env, "init", files...)
-	var targets []watcher.Target
-	for i := range remotes {
-		r := template.Fork(env, fmt.Sprintf("fleet/r%03d", i))
-		for j := range perRemote {
-			targets = append(targets, watcher.Target{ID: fmt.Sprintf("r%03d/app%02d", i, j), URL: r.URL(), Path: fmt.Sprintf("app%02d", j)})
-		}
-	}
+	targets := serve(env, remotes, perRemote)
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -181,8 +177,8 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 		harness.NewRow("P10", "goroutines / per target", fmt.Sprintf("%d / %.2f", full.Goroutines, float64(full.Goroutines-empty.Goroutines)/float64(n)), fmt.Sprint(empty.Goroutines), "", ""),
 		harness.NewRow("P10", "peak RSS", mib(full.HWM), mib(empty.HWM), fmt.Sprintf("%.2f", float64(full.HWM)/float64(empty.HWM)), ""),
 		harness.NewRow("P10", "RSS with free memory returned (debug.FreeOSMemory)", mib(full.Returned), mib(empty.Returned), fmt.Sprintf("%.2f", float64(full.Returned)/float64(empty.Returned)), ""),
-		harness.NewRow("P10", fmt.Sprintf("no-change cycle (every remote listed; the mean of %d, which held %d collections): wall / client CPU / client CPU per remote", full.Cycles, full.CycleGCs),
-			fmt.Sprintf("%s / %s / %s", full.CycleWall.Round(time.Millisecond), full.CycleCPU.Round(time.Millisecond), (full.CycleCPU/time.Duration(remotes)).Round(time.Microsecond)), "", "", ""),
+		harness.NewRow("P10", fmt.Sprintf("no-change cycle (every remote listed; the mean of %d, which held %d collections): wall / client CPU / client CPU per remote / allocated per poll", full.Cycles, full.CycleGCs),
+			fmt.Sprintf("%s / %s / %s / %.1f KB", full.CycleWall.Round(time.Millisecond), full.CycleCPU.Round(time.Millisecond), (full.CycleCPU/time.Duration(remotes)).Round(time.Microsecond), float64(full.CycleAlloc)/1000), "", "", ""),
 	}
 	if *clones {
 		rows = append(rows, harness.NewRow("P10", fmt.Sprintf("start-up: %d cold remotes to every target delivered (the watcher's CPU: %s)", remotes, full.StartCPU.Round(time.Millisecond)), full.StartUp.Round(time.Millisecond).String(),
@@ -195,6 +191,102 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 			mib(r.RSS), mib(full.RSS)+" (one replica, same run)", fmt.Sprintf("%.2f", float64(r.RSS)/float64(full.RSS)), "≤ 0.40"))
 	}
 	return harness.PrintTable(rows, out)
+}
+
+// serve makes remotes repositories on a git server of env, perRemote
+// targets each, one directory of the repository a target.
+func serve(env *gittest.Standalone, remotes, perRemote int) []watcher.Target {
+	srv := gittest.NewServer(env)
+	// Every remote is a fork of one: the same files, each a repository of
+	// its own on the server (forks run no git: 10,000 took about a minute).
+	template := srv.NewRepo(env, "fleet/template")
+	var files []gittest.Change
+	for j := range perRemote {
+		files = append(files, gittest.File(fmt.Sprintf("app%02d/cm.yaml", j), "v1"))
+	}
+	template.Commit(env, "init", files...)
+	var targets []watcher.Target
+	for i := range remotes {
+		r := template.Fork(env, fmt.Sprintf("fleet/r%03d", i))
+		for j := range perRemote {
+			targets = append(targets, watcher.Target{ID: fmt.Sprintf("r%03d/app%02d", i, j), URL: r.URL(), Path: fmt.Sprintf("app%02d", j)})
+		}
+	}
+	return targets
+}
+
+// runCurve measures the no-change cycle's client CPU per remote at each
+// size of sizes (numbers of remotes, the smallest the baseline), each in
+// a process of its own, rounds times: the sizes one after the other,
+// in turn forwards and backwards, so that a drift of the machine weighs
+// on each alike. The remotes of a smaller size are the first of the
+// larger's, on one server.
+func runCurve(sizes string, rounds, perRemote int, settle time.Duration, out string) (err error) {
+	var ns []int
+	for f := range strings.SplitSeq(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-curve %q: want numbers of remotes apart by commas", sizes)
+		}
+		ns = append(ns, n)
+	}
+	slices.Sort(ns)
+	if rounds < 1 {
+		return fmt.Errorf("-rounds %d: want 1 or more", rounds)
+	}
+	env := &gittest.Standalone{}
+	defer env.Close()
+	defer env.Recover(&err)
+	targets := serve(env, ns[len(ns)-1], perRemote)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	got := make([][]report, len(ns))
+	for r := range rounds {
+		for k := range ns {
+			i := k
+			if r%2 == 1 {
+				i = len(ns) - 1 - k
+			}
+			rep, err := measure(self, targets[:ns[i]*perRemote], "", "", "", settle)
+			if err != nil {
+				return err
+			}
+			got[i] = append(got[i], rep)
+		}
+	}
+	return harness.PrintTable(curveRows(ns, perRemote, got), out)
+}
+
+// curveRows are runCurve's rows: each size's figures of each round, their
+// median, and its ratio to the smallest size's.
+func curveRows(ns []int, perRemote int, got [][]report) []harness.Row {
+	perRemoteCPU := func(rs []report, n int) (all []time.Duration, median time.Duration) {
+		for _, r := range rs {
+			all = append(all, (r.CycleCPU / time.Duration(n)).Round(time.Microsecond))
+		}
+		sorted := slices.Sorted(slices.Values(all))
+		return all, (sorted[(len(sorted)-1)/2] + sorted[len(sorted)/2]) / 2
+	}
+	_, base := perRemoteCPU(got[0], ns[0])
+	var rows []harness.Row
+	for i, n := range ns {
+		all, median := perRemoteCPU(got[i], n)
+		var figures, allocs []string
+		for j, d := range all {
+			figures = append(figures, d.String())
+			allocs = append(allocs, fmt.Sprintf("%.1f", float64(got[i][j].CycleAlloc)/1000))
+		}
+		what := fmt.Sprintf("no-change cycle, client CPU per remote: %d remotes (%d targets), %d rounds (allocated per poll: %s KB)", n, n*perRemote, len(all), strings.Join(allocs, ", "))
+		baseline, ratio, goal := "", "", ""
+		if i > 0 {
+			baseline = fmt.Sprintf("%s (the median at %d remotes)", base, ns[0])
+			ratio, goal = fmt.Sprintf("%.2f", float64(median)/float64(base)), "flat"
+		}
+		rows = append(rows, harness.NewRow("P10", what, fmt.Sprintf("%s (median %s)", strings.Join(figures, ", "), median), baseline, ratio, goal))
+	}
+	return rows
 }
 
 // measure runs a child watching targets and reads its report.
@@ -396,6 +488,9 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 		cycles++
 	}
 	gcs := gcsSince(ms0.NumGC)
+	var ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms1)
+	allocPerPoll := int64(ms1.TotalAlloc-ms0.TotalAlloc) / int64(max(cycles*len(urls), 1))
 	cycleWall, cycleCPU := time.Since(wall)/time.Duration(max(cycles, 1)), (cpuTime()-cpu)/time.Duration(max(cycles, 1))
 	pprof.StopCPUProfile()
 	if err := writeHeap(".heap1"); err != nil {
@@ -405,7 +500,7 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	r := report{Heap: int64(ms.HeapInuse), Goroutines: runtime.NumGoroutine(), Delivered: delivered.Load(), CycleWall: cycleWall, CycleCPU: cycleCPU, Cycles: cycles, CycleGCs: gcs,
+	r := report{Heap: int64(ms.HeapInuse), Goroutines: runtime.NumGoroutine(), Delivered: delivered.Load(), CycleWall: cycleWall, CycleCPU: cycleCPU, Cycles: cycles, CycleGCs: gcs, CycleAlloc: allocPerPoll,
 		StartUp: startUp, StartCPU: startUpCPU, Fetches: fetches}
 	r.RSS, r.HWM = procStatus("VmRSS"), procStatus("VmHWM")
 	debug.FreeOSMemory()
