@@ -173,10 +173,13 @@ type transportOptions struct {
 	proxy           transport.ProxyOptions
 }
 
+// noAuth is the Auth of a nil *Auth, never written.
+var noAuth Auth
+
 // forEndpoint checks a against the URL's scheme and builds go-git's auth.
 func (a *Auth) forEndpoint(e Endpoint) (transportOptions, error) {
 	if a == nil {
-		a = &Auth{}
+		a = &noAuth // read only: no Auth to allocate on every poll
 	}
 	opts := transportOptions{orig: a, caBundle: a.CABundle, insecureSkipTLS: a.InsecureSkipTLSVerify}
 	proxy, err := a.Proxy.options()

@@ -98,7 +98,11 @@ var v2Repos, v2Servers sync.Map
 
 // lsRefs sends the ls-refs command.
 func lsRefs(ctx context.Context, client *http.Client, base string, a *Auth, prefixes []string) (RefList, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/git-upload-pack", bytes.NewReader(protov2.LsRefsRequest(prefixes)))
+	body, err := protov2.LsRefsRequest(prefixes)
+	if err != nil {
+		return RefList{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/git-upload-pack", bytes.NewReader(body))
 	if err != nil {
 		return RefList{}, err
 	}

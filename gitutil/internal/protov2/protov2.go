@@ -37,17 +37,21 @@ type Refs[H ~[20]byte] struct {
 // LsRefsRequest is the body of an ls-refs command for the refs under
 // prefixes (every ref when there is none), asking for peeled tags and
 // symbolic refs.
-func LsRefsRequest(prefixes []string) []byte {
-	var body bytes.Buffer
-	enc := pktline.NewEncoder(&body)
-	_ = enc.EncodeString("command=ls-refs\n", "agent=modwatch\n")
-	body.WriteString("0001") // delim-pkt: the arguments follow
-	_ = enc.EncodeString("peel\n", "symrefs\n")
+func LsRefsRequest(prefixes []string) ([]byte, error) {
+	const head = "0014command=ls-refs\n" + "0013agent=modwatch\n" + "0001" + "0009peel\n" + "000csymrefs\n"
+	n := len(head) + len("0000")
 	for _, p := range prefixes {
-		_ = enc.Encodef("ref-prefix %s\n", p)
+		if len("ref-prefix \n")+len(p) > pktline.MaxPayloadSize {
+			return nil, fmt.Errorf("ls-refs: a ref prefix of %d bytes is longer than a pkt-line", len(p))
+		}
+		n += 4 + len("ref-prefix \n") + len(p)
 	}
-	_ = enc.Flush()
-	return body.Bytes()
+	body := make([]byte, 0, n) // a poll sends one: one allocation
+	body = append(body, head...)
+	for _, p := range prefixes {
+		body = fmt.Appendf(body, "%04xref-prefix %s\n", 4+len("ref-prefix \n")+len(p), p)
+	}
+	return append(body, "0000"...), nil
 }
 
 // ReadCaps reads a version 2 capability advertisement and returns the

@@ -71,10 +71,22 @@ func TestReadCaps(t *testing.T) {
 
 // The request: the command, a delim-pkt, the arguments, a flush-pkt.
 func TestLsRefsRequest(t *testing.T) {
-	got := string(protov2.LsRefsRequest([]string{"refs/heads/", "HEAD"}))
+	got, err := protov2.LsRefsRequest([]string{"refs/heads/", "HEAD"})
+	require.NoError(t, err)
 	want := pkt("command=ls-refs\n") + pkt("agent=modwatch\n") + "0001" + pkt("peel\n") + pkt("symrefs\n") +
 		pkt("ref-prefix refs/heads/\n") + pkt("ref-prefix HEAD\n") + "0000"
-	assert.Equal(t, want, got)
+	assert.Equal(t, want, string(got))
+	got, err = protov2.LsRefsRequest(nil)
+	require.NoError(t, err)
+	assert.Equal(t, pkt("command=ls-refs\n")+pkt("agent=modwatch\n")+"0001"+pkt("peel\n")+pkt("symrefs\n")+"0000", string(got))
+
+	// The longest prefix a pkt-line holds, and one byte more.
+	longest := strings.Repeat("r", 65516-len("ref-prefix \n"))
+	got, err = protov2.LsRefsRequest([]string{longest})
+	require.NoError(t, err)
+	assert.Contains(t, string(got), "fff0ref-prefix "+longest+"\n0000")
+	_, err = protov2.LsRefsRequest([]string{longest + "r"})
+	assert.ErrorContains(t, err, "longer than a pkt-line")
 }
 
 func FuzzParseLsRefs(f *testing.F) {
