@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -45,6 +44,11 @@ type remote struct {
 	mu      sync.Mutex
 	auth    *gitutil.Auth // the same identity, maybe a rotated secret
 	targets map[string]*polled
+	// sorted are targets by key, and prefixes the ref prefixes they need
+	// listed; made when the targets change, not by every poll, which
+	// reads them as they are (a new slice replaces one, never a write).
+	sorted   []*polled
+	prefixes []string
 	poked   bool // a poll is asked for now
 	due     int  // the timer of this generation fired
 }
@@ -67,6 +71,7 @@ func newRemote(v *env, key, dir string, spec *remoteSpec, m Mirror) *remote {
 	for k, b := range spec.targets {
 		r.targets[k] = &polled{b: b}
 	}
+	r.index()
 	return r
 }
 
@@ -152,7 +157,18 @@ func (r *remote) retarget(auth *gitutil.Auth, ts map[string]*bound) bool {
 		poll = true
 	}
 	r.targets = next
+	r.index()
 	return poll
+}
+
+// index makes sorted and prefixes of targets, under r.mu.
+func (r *remote) index() {
+	r.sorted = make([]*polled, 0, len(r.targets))
+	for _, p := range r.targets {
+		r.sorted = append(r.sorted, p)
+	}
+	slices.SortFunc(r.sorted, func(a, b *polled) int { return strings.Compare(a.b.key, b.b.key) })
+	r.prefixes = refPrefixes(r.sorted)
 }
 
 func (r *remote) interval() time.Duration {
@@ -285,9 +301,9 @@ func (r *remote) list(ctx context.Context) (*listed, error) {
 		r.env.touchMirror(r.dir)
 		r.touched = l.start
 	}
-	var targets []*polled
-	l.auth, targets = r.snapshot()
-	refs, err := r.listRefs(ctx, l.auth, refPrefixes(targets))
+	auth, targets, prefixes := r.snapshot()
+	l.auth = auth
+	refs, err := r.listRefs(ctx, l.auth, prefixes)
 	if err != nil {
 		for _, p := range targets {
 			r.fail(ctx, p, err)
@@ -549,17 +565,12 @@ func (r *remote) withFetchSlot(ctx context.Context, fn func(context.Context) err
 	return fn(fctx)
 }
 
-// snapshot returns the credentials and the targets of this cycle, in a
-// stable order.
-func (r *remote) snapshot() (*gitutil.Auth, []*polled) {
+// snapshot returns the credentials, the targets of this cycle in a stable
+// order (read only), and the ref prefixes they need listed.
+func (r *remote) snapshot() (*gitutil.Auth, []*polled, []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	targets := make([]*polled, 0, len(r.targets))
-	for _, p := range r.targets {
-		targets = append(targets, p)
-	}
-	sort.Slice(targets, func(i, j int) bool { return targets[i].b.key < targets[j].b.key })
-	return r.auth, targets
+	return r.auth, r.sorted, r.prefixes
 }
 
 // refPrefixes returns the ref prefixes the targets' revisions need listed,
