@@ -104,7 +104,7 @@ func (v *env) claim(r *remote) {
 	if none {
 		return
 	}
-	keys := r.checkpointKeys()
+	keys := r.checkpointKeys(nil)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, k := range keys {
@@ -141,16 +141,7 @@ func (v *env) forget(r *remote, kept map[string]*bound) {
 	if none || r.ctx == nil {
 		return
 	}
-	r.mu.Lock()
-	var keys []string
-	for k, p := range r.targets {
-		if _, ok := kept[k]; !ok {
-			for _, d := range p.b.sinks {
-				keys = append(keys, d.key)
-			}
-		}
-	}
-	r.mu.Unlock()
+	keys := r.checkpointKeys(func(k string) bool { _, ok := kept[k]; return !ok })
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, k := range keys {
@@ -160,12 +151,16 @@ func (v *env) forget(r *remote, kept map[string]*bound) {
 	}
 }
 
-// checkpointKeys are the checkpoint keys of r's targets.
-func (r *remote) checkpointKeys() []string {
+// checkpointKeys are the checkpoint keys of r's targets, of those whose
+// key is chosen when chosen is set.
+func (r *remote) checkpointKeys(chosen func(target string) bool) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var keys []string
-	for _, p := range r.targets {
+	for k, p := range r.targets {
+		if chosen != nil && !chosen(k) {
+			continue
+		}
 		for _, d := range p.b.sinks {
 			keys = append(keys, d.key)
 		}
