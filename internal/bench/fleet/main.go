@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -52,6 +53,9 @@ const fetches = 4
 // report is what the child says of itself at steady state.
 type report struct {
 	RSS, HWM, Heap int64
+	// Live is the heap the last collection found live (runtime/metrics'
+	// /gc/heap/live:bytes): Heap less what its spans hold free.
+	Live int64
 	// Returned is the RSS after the runtime returned the memory it holds
 	// free to the system (debug.FreeOSMemory): what the process keeps,
 	// without what a peak left behind that the scavenger returns slowly.
@@ -173,7 +177,7 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 		harness.NewRow("P10", fmt.Sprintf("RSS at steady state, %d targets on %d remotes", n, remotes), mib(full.RSS), mib(empty.RSS)+" (the same process, no targets)",
 			fmt.Sprintf("%.2f", float64(full.RSS)/float64(empty.RSS)), "≤ 100 MiB"),
 		harness.NewRow("P10", "RSS per target above the empty process", kib((full.RSS-empty.RSS)/n), "", "", ""),
-		harness.NewRow("P10", "heap in use at steady state / per target", mib(full.Heap)+" / "+kib((full.Heap-empty.Heap)/n), mib(empty.Heap), "", ""),
+		harness.NewRow("P10", "heap in use at steady state / per target / live", mib(full.Heap)+" / "+kib((full.Heap-empty.Heap)/n)+" / "+mib(full.Live), mib(empty.Heap)+" / "+mib(empty.Live), "", ""),
 		harness.NewRow("P10", "goroutines / per target", fmt.Sprintf("%d / %.2f", full.Goroutines, float64(full.Goroutines-empty.Goroutines)/float64(n)), fmt.Sprint(empty.Goroutines), "", ""),
 		harness.NewRow("P10", "peak RSS", mib(full.HWM), mib(empty.HWM), fmt.Sprintf("%.2f", float64(full.HWM)/float64(empty.HWM)), ""),
 		harness.NewRow("P10", "RSS with free memory returned (debug.FreeOSMemory)", mib(full.Returned), mib(empty.Returned), fmt.Sprintf("%.2f", float64(full.Returned)/float64(empty.Returned)), ""),
@@ -186,8 +190,8 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 			fmt.Sprintf("%.2f", float64(full.StartUp)/float64(cloned)), "≤ 1.0"))
 	}
 	for i, r := range shared {
-		rows = append(rows, harness.NewRow("P10", fmt.Sprintf("replica %d of %d: RSS at steady state, its %d targets delivered (all %d watched); heap in use %s; RSS with free memory returned %s (one replica %s, %.2f)",
-			i+1, len(shared), r.Delivered, n, mib(r.Heap), mib(r.Returned), mib(full.Returned), float64(r.Returned)/float64(full.Returned)),
+		rows = append(rows, harness.NewRow("P10", fmt.Sprintf("replica %d of %d: RSS at steady state, its %d targets delivered (all %d watched); heap in use %s, live %s (one replica %s, %.2f); RSS with free memory returned %s (one replica %s, %.2f)",
+			i+1, len(shared), r.Delivered, n, mib(r.Heap), mib(r.Live), mib(full.Live), float64(r.Live)/float64(full.Live), mib(r.Returned), mib(full.Returned), float64(r.Returned)/float64(full.Returned)),
 			mib(r.RSS), mib(full.RSS)+" (one replica, same run)", fmt.Sprintf("%.2f", float64(r.RSS)/float64(full.RSS)), "≤ 0.40"))
 	}
 	return harness.PrintTable(rows, out)
@@ -487,11 +491,11 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 		}
 		cycles++
 	}
+	cycleWall, cycleCPU := time.Since(wall)/time.Duration(max(cycles, 1)), (cpuTime()-cpu)/time.Duration(max(cycles, 1))
 	gcs := gcsSince(ms0.NumGC)
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
 	allocPerPoll := int64(ms1.TotalAlloc-ms0.TotalAlloc) / int64(max(cycles*len(urls), 1))
-	cycleWall, cycleCPU := time.Since(wall)/time.Duration(max(cycles, 1)), (cpuTime()-cpu)/time.Duration(max(cycles, 1))
 	pprof.StopCPUProfile()
 	if err := writeHeap(".heap1"); err != nil {
 		return err
@@ -500,7 +504,9 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	r := report{Heap: int64(ms.HeapInuse), Goroutines: runtime.NumGoroutine(), Delivered: delivered.Load(), CycleWall: cycleWall, CycleCPU: cycleCPU, Cycles: cycles, CycleGCs: gcs, CycleAlloc: allocPerPoll,
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(live)
+	r := report{Heap: int64(ms.HeapInuse), Live: int64(live[0].Value.Uint64()), Goroutines: runtime.NumGoroutine(), Delivered: delivered.Load(), CycleWall: cycleWall, CycleCPU: cycleCPU, Cycles: cycles, CycleGCs: gcs, CycleAlloc: allocPerPoll,
 		StartUp: startUp, StartCPU: startUpCPU, Fetches: fetches}
 	r.RSS, r.HWM = procStatus("VmRSS"), procStatus("VmHWM")
 	debug.FreeOSMemory()
