@@ -119,7 +119,7 @@ func (m *Mirror) newTreeFS(commit plumbing.Hash, sel Selection, s *selector) (f 
 		return nil, nil, nil, m.readFailed(gen, err)
 	}
 	f.st = st
-	m.addReader(f, st.packNames())
+	m.addReader(f, st)
 	return f, e, decoded, nil
 }
 

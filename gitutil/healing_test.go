@@ -9,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
+	"weak"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -315,4 +317,41 @@ func TestFileSystemsHandedOutAreForgottenOnceCollected(t *testing.T) {
 		m.mu.Unlock()
 	}
 	assert.Less(t, most, 500, "2,000 file systems made and dropped")
+}
+
+// File systems that read the same packs share one record of them, and one
+// made after a fetch wrote a pack gets a record of its own, while those
+// before keep theirs.
+func TestFileSystemsOfTheSamePacksShareTheirRecord(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := mustHash(repo.Commit(t, "1", gittest.File("f", "1")))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	record := func(fsys fs.FS) []string {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.readers[weak.Make(fsys.(*treeFS))]
+	}
+	a, err := m.FS(c1, at(""))
+	require.NoError(t, err)
+	b, err := m.FS(c1, at(""))
+	require.NoError(t, err)
+	first := slices.Clone(record(a))
+	require.NotEmpty(t, first)
+	assert.Same(t, &record(a)[0], &record(b)[0], "one record for the same packs")
+
+	c2 := mustHash(repo.Commit(t, "2", gittest.File("f", "2")))
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	c, err := m.FS(c2, at(""))
+	require.NoError(t, err)
+	assert.Len(t, record(c), len(first)+1, "the new pack")
+	assert.Equal(t, first, record(a), "the records before are as they were")
+	assert.Equal(t, first, record(b))
+	for _, fsys := range []fs.FS{a, b, c} {
+		require.NoError(t, fsys.(io.Closer).Close())
+	}
 }

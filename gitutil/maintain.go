@@ -275,11 +275,14 @@ func (m *Mirror) sweepReaders() {
 // the collected ones are swept when the record has doubled since the last
 // sweep, so that it stays bounded by the file systems alive. Callers hold
 // m.mu.
-func (m *Mirror) addReader(f *treeFS, packs []string) {
+func (m *Mirror) addReader(f *treeFS, v *packView) {
 	if len(m.readers) >= max(64, 2*m.swept) {
 		m.sweepReaders()
 	}
-	m.readers[weak.Make(f)] = packs
+	if !v.named(m.lastPacks) {
+		m.lastPacks = v.packNames()
+	}
+	m.readers[weak.Make(f)] = m.lastPacks // read only
 }
 
 // reopen gives the mirror a fresh view of its store, after packs changed

@@ -144,6 +144,9 @@ type Mirror struct {
 	readers  map[weak.Pointer[treeFS]][]string // file systems handed out, not collected, and the packs each reads
 	replaced map[string]bool                   // packs a repack made redundant, kept for readers
 	swept    int                               // len(readers) after the last sweep
+	// lastPacks is the packs the last reader reads, given to the next
+	// that reads the same: one slice for most readers, not one each.
+	lastPacks []string
 	// trees holds the last few directory trees decoded for path diffs: a
 	// delivery's "to" is the next one's "from".
 	trees [treeSlots]*object.Tree

@@ -1,6 +1,7 @@
 package gitutil
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -145,6 +146,22 @@ func (v *packView) packNames() []string {
 		out[i] = "pack-" + p.hash.String()
 	}
 	return out
+}
+
+// named reports whether names are v's packNames, without making them.
+func (v *packView) named(names []string) bool {
+	if len(names) != len(v.packs) {
+		return false
+	}
+	var name [len("pack-") + 2*len(plumbing.Hash{})]byte
+	copy(name[:], "pack-")
+	for i, p := range v.packs {
+		hex.Encode(name[len("pack-"):], p.hash[:])
+		if names[i] != string(name[:]) {
+			return false
+		}
+	}
+	return true
 }
 
 // written tells a live view that a pack was written into the mirror.

@@ -557,6 +557,6 @@ func (f *treeFS) fetched(h plumbing.Hash, err error) error {
 	if _, rerr := f.st.refresh(); rerr != nil {
 		return rerr
 	}
-	m.addReader(f, f.st.packNames())
+	m.addReader(f, f.st)
 	return nil
 }
