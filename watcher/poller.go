@@ -49,8 +49,8 @@ type remote struct {
 	// reads them as they are (a new slice replaces one, never a write).
 	sorted   []*polled
 	prefixes []string
-	poked   bool // a poll is asked for now
-	due     int  // the timer of this generation fired
+	poked    bool // a poll is asked for now
+	due      int  // the timer of this generation fired
 }
 
 // polled is a target's state in its poller.
