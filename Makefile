@@ -116,6 +116,9 @@ tidy:
 
 # The fleet at 100,000 targets on 10,000 remotes, one replica and each of
 # three (half an hour to an hour and a half on 2 cores; one replica's
-# start-up took about half an hour on a slow day, with a build beside it).
+# start-up took about half an hour on a slow day, with a build beside it),
+# then the no-change cycle's CPU per remote at 1,000 and 10,000 remotes in
+# three alternating rounds (about 12 minutes).
 bench-scale:
 	$(GO) run ./internal/bench/fleet -remotes 10000 -per-remote 10 -replicas 3 -timeout 60m -out bench-results/fleet-100k.md
+	$(GO) run ./internal/bench/fleet -curve 1000,10000 -rounds 3 -per-remote 10 -settle 1s -timeout 60m -out bench-results/fleet-curve.md
