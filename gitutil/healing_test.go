@@ -293,6 +293,16 @@ func TestFSDecodesEachDirectoryOnce(t *testing.T) {
 	assert.LessOrEqual(t, m.TreesRead()-before, int64(2), "the directory is decoded once for 1,000 opens")
 }
 
+// mirrorOfMain is a mirror of repo with its main branch fetched.
+func mirrorOfMain(t *testing.T, repo *gittest.Repo) *Mirror {
+	t.Helper()
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	return m
+}
+
 // The record of file systems handed out stays bounded by those alive: a
 // watcher makes one per delivery and drops it, and the collected ones are
 // swept as the record grows.
@@ -300,10 +310,7 @@ func TestFileSystemsHandedOutAreForgottenOnceCollected(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
 	c := mustHash(repo.Commit(t, "1", gittest.File("f", "1")))
-	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
-	require.NoError(t, err)
-	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
-	require.NoError(t, err)
+	m := mirrorOfMain(t, repo)
 	most := 0
 	for i := range 2000 {
 		fsys, err := m.FS(c, at(""))
@@ -326,10 +333,7 @@ func TestFileSystemsOfTheSamePacksShareTheirRecord(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
 	c1 := mustHash(repo.Commit(t, "1", gittest.File("f", "1")))
-	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
-	require.NoError(t, err)
-	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
-	require.NoError(t, err)
+	m := mirrorOfMain(t, repo)
 	record := func(fsys fs.FS) []string {
 		m.mu.Lock()
 		defer m.mu.Unlock()
