@@ -86,7 +86,8 @@ func ReadCaps(r io.Reader) (map[string]string, error) {
 
 // ParseLsRefs reads ls-refs' answer: "<oid> <name>[ symref-target:<t>]
 // [ peeled:<oid>]" lines up to a flush-pkt. A line costs the allocation
-// of its name and no other (a poll reads one every time).
+// of its name (and HEAD's, of its target) and no other: a poll reads one
+// every time.
 func ParseLsRefs[H ~[20]byte](r io.Reader) (Refs[H], error) {
 	out := Refs[H]{Refs: map[string]H{}, Peeled: map[string]H{}}
 	s := pktline.NewScanner(r)
