@@ -142,8 +142,9 @@ func (v *packView) refresh() (bool, error) {
 // packNames names the view's packs ("pack-<checksum>").
 func (v *packView) packNames() []string {
 	out := make([]string, len(v.packs))
+	var name packName
 	for i, p := range v.packs {
-		out[i] = "pack-" + p.hash.String()
+		out[i] = string(name.of(p.hash))
 	}
 	return out
 }
@@ -153,15 +154,23 @@ func (v *packView) named(names []string) bool {
 	if len(names) != len(v.packs) {
 		return false
 	}
-	var name [len("pack-") + 2*len(plumbing.Hash{})]byte
-	copy(name[:], "pack-")
+	var name packName
 	for i, p := range v.packs {
-		hex.Encode(name[len("pack-"):], p.hash[:])
-		if names[i] != string(name[:]) {
+		if names[i] != string(name.of(p.hash)) {
 			return false
 		}
 	}
 	return true
+}
+
+// packName holds a pack's name, "pack-<checksum>", made without an
+// allocation.
+type packName [len("pack-") + 2*len(plumbing.Hash{})]byte
+
+func (n *packName) of(h plumbing.Hash) []byte {
+	copy(n[:], "pack-")
+	hex.Encode(n[len("pack-"):], h[:])
+	return n[:]
 }
 
 // written tells a live view that a pack was written into the mirror.
