@@ -20,6 +20,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"hash/fnv"
@@ -113,8 +114,9 @@ func main() {
 	curve := flag.String("curve", "", "instead: the no-change cycle's client CPU per remote at each of these numbers of remotes (1000,10000), in -rounds rounds")
 	rounds := flag.Int("rounds", 3, "with -curve: how many times each size is measured")
 	flag.Parse()
-	var err error
+	err := unusedFlags(*curve != "")
 	switch {
+	case err != nil:
 	case *child:
 		err = runChild(*heap, *cpuProfile, *shard, *settle)
 	case *curve != "":
@@ -126,6 +128,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
 	}
+}
+
+// unusedFlags refuses a flag the chosen measurement would ignore: -remotes,
+// -replicas and -clones with -curve, -rounds without it.
+func unusedFlags(curve bool) error {
+	var err error
+	flag.Visit(func(f *flag.Flag) {
+		switch {
+		case curve && (f.Name == "remotes" || f.Name == "replicas" || f.Name == "clones"):
+			err = fmt.Errorf("-%s has no use with -curve, which measures the sizes it names without clones or replicas", f.Name)
+		case !curve && f.Name == "rounds":
+			err = errors.New("-rounds has no use without -curve")
+		}
+	})
+	return err
 }
 
 func run(remotes, perRemote, replicas int, settle time.Duration, out string) (err error) {
