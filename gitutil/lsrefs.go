@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 
@@ -59,11 +60,19 @@ func listV2(ctx context.Context, repoURL, server string, topts transportOptions,
 		return RefList{}, err
 	}
 	base := strings.TrimSuffix(repoURL, "/")
-	_, knownRepo := v2Repos.Load(base)
+	repo, knownRepo := v2Repos.Load(base)
 	_, knownServer := v2Servers.Load(server)
-	if knownRepo || knownServer {
-		refs, err := lsRefs(ctx, client, base, a, prefixes)
+	if !knownRepo && knownServer {
+		if repo, err = newV2Repo(base); err != nil {
+			return RefList{}, err
+		}
+	}
+	if repo != nil {
+		refs, err := lsRefs(ctx, client, repo.(*v2Repo), a, prefixes)
 		if err == nil || ctx.Err() != nil {
+			if err == nil && !knownRepo {
+				v2Repos.Store(base, repo)
+			}
 			return refs, err
 		}
 		v2Repos.Delete(base) // ask for its capabilities again
@@ -84,34 +93,55 @@ func listV2(ctx context.Context, repoURL, server string, topts transportOptions,
 	if _, ok := caps["ls-refs"]; !ok {
 		return RefList{}, errNoV2
 	}
-	refs, err := lsRefs(ctx, client, base, a, prefixes)
+	if repo, err = newV2Repo(base); err != nil {
+		return RefList{}, err
+	}
+	refs, err := lsRefs(ctx, client, repo.(*v2Repo), a, prefixes)
 	if err == nil {
-		v2Repos.Store(base, true)
+		v2Repos.Store(base, repo)
 		v2Servers.Store(server, true)
 	}
 	return refs, err
 }
 
 // v2Repos are the repositories (by URL) whose server said it speaks
-// version 2 with ls-refs, and v2Servers those servers (by scheme and host).
+// version 2 with ls-refs (each a *v2Repo), and v2Servers those servers (by
+// scheme and host).
 var v2Repos, v2Servers sync.Map
 
+// v2Repo is a repository listed in version 2: its ls-refs request, made
+// once, which each listing copies with its own context, headers and body,
+// so that a poll does not parse the URL again.
+type v2Repo struct{ post *http.Request }
+
+func newV2Repo(base string) (any, error) {
+	req, err := http.NewRequest(http.MethodPost, base+"/git-upload-pack", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header = nil // each listing sets its own
+	return &v2Repo{post: req}, nil
+}
+
 // lsRefs sends the ls-refs command.
-func lsRefs(ctx context.Context, client *http.Client, base string, a *Auth, prefixes []string) (RefList, error) {
+//
+// It goes to the transport itself: the client adds nothing a listing
+// needs (it follows no redirect, keeps no cookie and has no timeout of its
+// own) and would copy the request's URL and headers on every poll.
+func lsRefs(ctx context.Context, client *http.Client, repo *v2Repo, a *Auth, prefixes []string) (RefList, error) {
 	body, err := protov2.LsRefsRequest(prefixes)
 	if err != nil {
 		return RefList{}, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/git-upload-pack", bytes.NewReader(body))
+	req := repo.post.WithContext(ctx)
+	req.Header = v2PostHeader(a)
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	req.ContentLength = int64(len(body))
+	resp, err := client.Transport.RoundTrip(req)
 	if err != nil {
-		return RefList{}, err
-	}
-	setV2Headers(req, a)
-	req.Header.Set("Content-Type", "application/x-git-upload-pack-request")
-	req.Header.Set("Accept", "application/x-git-upload-pack-result")
-	resp, err := client.Do(req)
-	if err != nil {
-		return RefList{}, err
+		// As the client would say it (the URL carries no credentials).
+		return RefList{}, &url.Error{Op: "Post", URL: req.URL.String(), Err: err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -124,9 +154,42 @@ func lsRefs(ctx context.Context, client *http.Client, base string, a *Auth, pref
 	return RefList{Refs: refs.Refs, Peeled: refs.Peeled, Head: refs.Head}, nil
 }
 
+// v2Headers are an ls-refs request's headers without credentials. They are
+// shared by every such request, and so never written to. The listing is
+// asked for uncompressed: it is a few lines, and the transport would
+// otherwise add its own Accept-Encoding to every request.
+var v2Headers = http.Header{
+	"Git-Protocol":    {"version=2"},
+	"User-Agent":      {"git/modwatch"},
+	"Content-Type":    {"application/x-git-upload-pack-request"},
+	"Accept":          {"application/x-git-upload-pack-result"},
+	"Accept-Encoding": {"identity"},
+}
+
+// v2PostHeader returns the headers of an ls-refs request with a's
+// credentials: the shared v2Headers when it has none, else a copy of them
+// with its own.
+func v2PostHeader(a *Auth) http.Header {
+	if a == nil || (a.BearerToken == "" && a.Username == "" && a.Password == "") {
+		return v2Headers
+	}
+	h := make(http.Header, len(v2Headers)+1)
+	for k, v := range v2Headers {
+		h[k] = v
+	}
+	r := http.Request{Header: h}
+	setAuthHeader(&r, a)
+	return h
+}
+
 func setV2Headers(req *http.Request, a *Auth) {
 	req.Header.Set("Git-Protocol", "version=2")
 	req.Header.Set("User-Agent", "git/modwatch")
+	setAuthHeader(req, a)
+}
+
+// setAuthHeader sets req's Authorization to a's credentials, if it has any.
+func setAuthHeader(req *http.Request, a *Auth) {
 	if a == nil {
 		return
 	}

@@ -180,3 +180,32 @@ func TestListingClientsAreSharedBySettingsOnly(t *testing.T) {
 		seen[c] = i
 	}
 }
+
+// Listings share their request's headers without credentials, and each
+// repository's parsed request: a listing with credentials never lends
+// them to a later one without, of another repository or the same.
+func TestAListingsCredentialsAreNotLentToTheNext(t *testing.T) {
+	srv := gittest.NewServer(t)
+	one, two := srv.NewRepo(t, "g/one"), srv.NewRepo(t, "g/two")
+	one.Commit(t, "one", gittest.File("a", "1"))
+	two.Commit(t, "two", gittest.File("a", "2"))
+	srv.SetBasicAuth("u", "p")
+	auth := &Auth{Username: "u", Password: "p", AllowInsecureHTTP: true}
+	for _, bearer := range []bool{false, true} {
+		if bearer {
+			auth = &Auth{BearerToken: "p", AllowInsecureHTTP: true} // refused by this server
+		}
+		_, err := ListRefs(ctxT(t), one.URL(), auth, []string{"HEAD"})
+		if bearer {
+			require.Error(t, err)
+		} else {
+			require.NoError(t, err)
+		}
+		for _, u := range []string{two.URL(), one.URL()} {
+			_, err = ListRefs(ctxT(t), u, nil, []string{"HEAD"})
+			require.ErrorIs(t, err, transport.ErrAuthenticationRequired, "%s without credentials", u)
+		}
+	}
+	assert.Equal(t, []string{"application/x-git-upload-pack-request"}, v2Headers["Content-Type"])
+	assert.Len(t, v2Headers, 5, "the shared headers are never written")
+}
