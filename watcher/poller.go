@@ -289,8 +289,36 @@ type listed struct {
 	start   time.Time
 	auth    *gitutil.Auth
 	jobs    []job
+	buf     *[]job // where jobs came from (see jobLists)
 	missing missing
 	ask     *ask // what the deliverers were asked while it waits
+}
+
+// jobLists hold the job slices of ended polls, for the next polls to
+// reuse: a poll that finds nothing new then allocates no slice. A slice
+// is put back cleared, holding no target.
+var jobLists sync.Pool // of *[]job
+
+// takeJobs returns an empty job slice of capacity n or more, and where it
+// goes back to (see release).
+func takeJobs(n int) *[]job {
+	if buf, ok := jobLists.Get().(*[]job); ok && cap(*buf) >= n {
+		return buf
+	}
+	buf := make([]job, 0, n)
+	return &buf
+}
+
+// release puts the poll's job slice back for another poll; the poll reads
+// its jobs no more.
+func (l *listed) release() {
+	if l.buf == nil {
+		return
+	}
+	clear(l.jobs[:cap(l.jobs)])
+	*l.buf = l.jobs[:0]
+	jobLists.Put(l.buf)
+	l.jobs, l.buf = nil, nil
 }
 
 // list begins a poll: it lists refs once and resolves every target. A
@@ -311,7 +339,8 @@ func (r *remote) list(ctx context.Context) (*listed, error) {
 		r.reportPoll(l.start, err)
 		return nil, err
 	}
-	l.jobs, l.missing = r.resolve(ctx, targets, refs)
+	l.buf = takeJobs(len(targets))
+	l.jobs, l.missing = r.resolve(ctx, *l.buf, targets, refs)
 	return l, nil
 }
 
@@ -319,7 +348,10 @@ func (r *remote) list(ctx context.Context) (*listed, error) {
 // fetch slot the caller holds when something is missing, and offers each
 // target whose commit moved to its deliverers.
 func (r *remote) fetchAndOffer(ctx context.Context, l *listed) (err error) {
-	defer func() { r.reportPoll(l.start, err) }()
+	defer func() {
+		l.release()
+		r.reportPoll(l.start, err)
+	}()
 	if l.ask != nil {
 		// Fetched after all: what was offered unfetched is offered
 		// again, whole (a deliverer that had its commit skips it again,
@@ -350,6 +382,7 @@ func (r *remote) fetchAndOffer(ctx context.Context, l *listed) (err error) {
 func (r *remote) offerSettled(l *listed) error {
 	r.reportPoll(l.start, nil)
 	r.offerAll(r.ctx, l.jobs, nil)
+	l.release()
 	return nil
 }
 
@@ -626,9 +659,9 @@ type missing struct {
 func (m missing) any() bool { return len(m.refs) > 0 || len(m.commits) > 0 }
 
 // resolve finds each target's commit in refs, and what the mirror lacks of
-// them. A target that does not resolve is reported and left out.
-func (r *remote) resolve(ctx context.Context, targets []*polled, refs gitutil.RefList) ([]job, missing) {
-	jobs := make([]job, 0, len(targets)) // a no-change poll allocates little else
+// them, appending a job to jobs for each. A target that does not resolve
+// is reported and left out.
+func (r *remote) resolve(ctx context.Context, jobs []job, targets []*polled, refs gitutil.RefList) ([]job, missing) {
 	var m missing
 	for _, p := range targets {
 		res, err := gitutil.Resolve(p.b.rev, refs)
