@@ -539,8 +539,9 @@ func (r *remote) refetch(p *polled) {
 func (r *remote) reportPoll(start time.Time, err error) {
 	d := time.Since(start)
 	r.env.emit(Event{Type: EventPolled, Remote: r.redacted, Duration: d, Err: err})
-	if err == nil {
-		r.env.log.V(1).Info("polled", "remote", r.redacted, "duration", d)
+	if log := r.env.log.V(1); err == nil && log.Enabled() {
+		// Asked first: the arguments would be allocated on every poll.
+		log.Info("polled", "remote", r.redacted, "duration", d)
 	}
 }
 
