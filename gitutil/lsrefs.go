@@ -54,16 +54,16 @@ var noV2 sync.Map
 // that repository or another on the same server, are one request, as cheap
 // as a version 0 advertisement of a small repository. A command that fails
 // where the server was not asked about this repository yet asks it.
-func listV2(ctx context.Context, repoURL, server string, topts transportOptions, a *Auth, prefixes []string) (RefList, error) {
+func listV2(ctx context.Context, at repoAddress, topts transportOptions, a *Auth, prefixes []string) (RefList, error) {
 	client, err := v2Client(topts)
 	if err != nil {
 		return RefList{}, err
 	}
-	base := strings.TrimSuffix(repoURL, "/")
+	base := strings.TrimSuffix(at.url, "/")
 	repo, knownRepo := v2Repos.Load(base)
-	_, knownServer := v2Servers.Load(server)
+	_, knownServer := v2Servers.Load(at.server)
 	if !knownRepo && knownServer {
-		if repo, err = newV2Repo(base); err != nil {
+		if repo, err = newV2Repo(base, at); err != nil {
 			return RefList{}, err
 		}
 	}
@@ -93,13 +93,13 @@ func listV2(ctx context.Context, repoURL, server string, topts transportOptions,
 	if _, ok := caps["ls-refs"]; !ok {
 		return RefList{}, errNoV2
 	}
-	if repo, err = newV2Repo(base); err != nil {
+	if repo, err = newV2Repo(base, at); err != nil {
 		return RefList{}, err
 	}
 	refs, err := lsRefs(ctx, client, repo.(*v2Repo), a, prefixes)
 	if err == nil {
 		v2Repos.Store(base, repo)
-		v2Servers.Store(server, true)
+		v2Servers.Store(at.server, true)
 	}
 	return refs, err
 }
@@ -109,18 +109,44 @@ func listV2(ctx context.Context, repoURL, server string, topts transportOptions,
 // scheme and host).
 var v2Repos, v2Servers sync.Map
 
-// v2Repo is a repository listed in version 2: its ls-refs request, made
-// once, which each listing copies with its own context, headers and body,
-// so that a poll does not parse the URL again.
-type v2Repo struct{ post *http.Request }
+// v2Repo is a repository listed in version 2: its address and its
+// ls-refs request, made once, which each listing copies with its own
+// context, headers and body, so that a poll parses no URL.
+type v2Repo struct {
+	at   repoAddress
+	post *http.Request
+}
 
-func newV2Repo(base string) (any, error) {
+func newV2Repo(base string, at repoAddress) (any, error) {
 	req, err := http.NewRequest(http.MethodPost, base+"/git-upload-pack", nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header = nil // each listing sets its own
-	return &v2Repo{post: req}, nil
+	return &v2Repo{at: at, post: req}, nil
+}
+
+// repoAddress is a repository's URL as a listing reads it.
+type repoAddress struct {
+	url    string // as given
+	ep     Endpoint
+	server string // scheme and host: what version 2 is known of
+}
+
+// addressOf parses repoURL (parseBare), or takes what a listing of the
+// same repository in version 2 parsed of it: the same URL but for a
+// trailing slash, which only the fallback's listing reads, from url.
+func addressOf(repoURL string) (repoAddress, error) {
+	if v, ok := v2Repos.Load(strings.TrimSuffix(repoURL, "/")); ok {
+		at := v.(*v2Repo).at
+		at.url = repoURL
+		return at, nil
+	}
+	e, err := parseBare(repoURL)
+	if err != nil {
+		return repoAddress{}, err
+	}
+	return repoAddress{url: repoURL, ep: e, server: e.Scheme + "://" + e.Host}, nil
 }
 
 // lsRefs sends the ls-refs command.

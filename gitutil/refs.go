@@ -52,10 +52,11 @@ func (l RefList) Commit(name string) (Hash, bool) {
 // list every ref, as with none; the result may hold refs outside the
 // prefixes either way.
 func ListRefs(ctx context.Context, repoURL string, auth *Auth, prefixes []string) (RefList, error) {
-	e, err := parseBare(repoURL)
+	at, err := addressOf(repoURL)
 	if err != nil {
 		return RefList{}, err
 	}
+	e := at.ep
 	topts, err := auth.forEndpoint(e)
 	if err != nil {
 		return RefList{}, fmt.Errorf("list refs of %s: %w", RedactURL(repoURL), err)
@@ -65,9 +66,8 @@ func ListRefs(ctx context.Context, repoURL string, auth *Auth, prefixes []string
 		ctx, cancel = context.WithTimeout(ctx, defaultListTimeout)
 		defer cancel()
 	}
-	server := e.Scheme + "://" + e.Host
-	if _, old := noV2.Load(server); len(prefixes) > 0 && (e.Scheme == "http" || e.Scheme == "https") && !old {
-		if refs, done, err := listV2OrFallBack(ctx, repoURL, server, topts, auth, prefixes); done {
+	if _, old := noV2.Load(at.server); len(prefixes) > 0 && (e.Scheme == "http" || e.Scheme == "https") && !old {
+		if refs, done, err := listV2OrFallBack(ctx, at, topts, auth, prefixes); done {
 			return refs, err
 		}
 	}
@@ -89,14 +89,15 @@ func ListRefs(ctx context.Context, repoURL string, auth *Auth, prefixes []string
 // done is false when the server answered in a way go-git's version 0
 // listing should handle (no version 2, which is remembered for the server,
 // or an HTTP answer other than 401, 403 and 404).
-func listV2OrFallBack(ctx context.Context, repoURL, server string, topts transportOptions, auth *Auth, prefixes []string) (refs RefList, done bool, err error) {
-	refs, err = listV2(ctx, repoURL, server, topts, auth, prefixes)
+func listV2OrFallBack(ctx context.Context, at repoAddress, topts transportOptions, auth *Auth, prefixes []string) (refs RefList, done bool, err error) {
+	repoURL := at.url
+	refs, err = listV2(ctx, at, topts, auth, prefixes)
 	var status *httpStatusError
 	switch {
 	case err == nil:
 		return refs, true, nil
 	case errors.Is(err, errNoV2):
-		noV2.Store(server, true) // asked in version 0 from now on
+		noV2.Store(at.server, true) // asked in version 0 from now on
 		return RefList{}, false, nil
 	case errors.As(err, &status) && status.code == http.StatusUnauthorized:
 		return RefList{}, true, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrAuthenticationRequired}
