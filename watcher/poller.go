@@ -51,6 +51,8 @@ type remote struct {
 	prefixes []string
 	poked    bool // a poll is asked for now
 	due      int  // the timer of this generation fired
+	armed    int  // the generation the timer is set for
+	stale    int  // firings that began before the timer was stopped, and are to be ignored
 }
 
 // polled is a target's state in its poller.
@@ -103,6 +105,51 @@ func (r *remote) stop() {
 }
 
 func (r *remote) slot() *slot { return &r.sched }
+
+// arm sets the timer for the next generation's poll, in wait, and
+// reports whether a poll was asked for meanwhile. The timer is one a
+// remote, not one a poll: step stopped it, or it fired.
+func (r *remote) arm(wait time.Duration) (poked bool) {
+	r.gen++
+	r.mu.Lock()
+	r.armed = r.gen
+	poked = r.poked
+	r.mu.Unlock()
+	if r.timer == nil {
+		r.timer = time.AfterFunc(wait, r.fire)
+	} else {
+		r.timer.Reset(wait)
+	}
+	return poked
+}
+
+// stopTimer stops the timer before a poll. When it had fired already, its
+// function began; unless it has recorded its generation, it would record
+// the next one, and is counted stale (see fire).
+func (r *remote) stopTimer() {
+	if r.timer == nil || r.timer.Stop() {
+		return
+	}
+	r.mu.Lock()
+	if r.due != r.armed {
+		r.stale++
+	}
+	r.mu.Unlock()
+}
+
+// fire is the timer's function: the poll of the generation it was set for
+// is due. A firing that began before step stopped the timer is stale.
+func (r *remote) fire() {
+	r.mu.Lock()
+	if r.stale > 0 {
+		r.stale--
+		r.mu.Unlock()
+		return
+	}
+	r.due = r.armed
+	r.mu.Unlock()
+	r.env.polls.schedule(r)
+}
 
 func (r *remote) finish() {
 	r.env.touchMirror(r.dir) // its last use
@@ -213,9 +260,7 @@ func (r *remote) step(context.Context) bool {
 	if !poked && (r.timer == nil || due != r.gen) {
 		return false // a stale timer's firing
 	}
-	if r.timer != nil {
-		r.timer.Stop()
-	}
+	r.stopTimer()
 	l, err := r.list(ctx)
 	switch {
 	case err != nil:
@@ -266,17 +311,7 @@ func (r *remote) afterPoll(ctx context.Context, err error) bool {
 		}
 		r.failures = 0
 	}
-	r.gen++
-	gen := r.gen
-	r.timer = time.AfterFunc(wait, func() {
-		r.mu.Lock()
-		r.due = gen
-		r.mu.Unlock()
-		r.env.polls.schedule(r)
-	})
-	r.mu.Lock()
-	poked := r.poked
-	r.mu.Unlock()
+	poked := r.arm(wait)
 	if poked {
 		r.env.polls.schedule(r)
 	}

@@ -1,6 +1,8 @@
 package watcher
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,4 +50,46 @@ func TestAPollsReportAllocatesNothingUnlogged(t *testing.T) {
 	r.reportPoll(start, nil)
 	require.Len(t, lines, 1)
 	assert.Contains(t, lines[0], `"msg"="polled"`)
+}
+
+// A remote's one timer, stopped by a poll just after it fired but before
+// its function recorded the poll due, does not make the next generation
+// due when that function goes on after the timer is set again: a poke
+// racing the timer polls once, not twice.
+func TestALateFiringOfAStoppedTimerIsStale(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := &remote{env: newEnv(options{})}
+	r.env.polls = newPool(ctx, 1) // the remote is not in it: scheduling does nothing
+	release, began, ended := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	r.gen, r.armed = 1, 1
+	var fired atomic.Bool
+	r.timer = time.AfterFunc(0, func() {
+		if fired.Swap(true) {
+			r.fire()
+			return
+		}
+		close(began) // the first firing waits
+		<-release
+		r.fire()
+		close(ended)
+	})
+	<-began
+	r.stopTimer() // a poke's poll: the timer fired, its function waits
+	r.arm(time.Hour)
+	close(release)
+	<-ended
+	r.mu.Lock()
+	assert.Zero(t, r.stale)
+	assert.NotEqual(t, r.gen, r.due, "the late firing made the next generation due")
+	r.mu.Unlock()
+
+	// A timer that fires and records before the poll stops it is not stale.
+	r.timer.Reset(0)
+	require.Eventually(t, func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.due == r.gen }, 10*time.Second, time.Millisecond)
+	r.stopTimer()
+	r.mu.Lock()
+	assert.Zero(t, r.stale)
+	r.mu.Unlock()
+	r.timer.Stop()
 }
