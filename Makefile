@@ -102,6 +102,7 @@ bench: testbin
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkPushToArtifact -benchtime 5x ./internal/testenv/sink/fluxreceiver/ | tee bench-results/fluxartifact.txt
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkFailover -benchtime 2x -timeout 60m ./internal/testenv/watcher/cluster/ | tee bench-results/failover.txt
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkConfigMapStore -benchtime 1x -timeout 30m ./internal/testenv/watcher/cluster/ | tee bench-results/checkpoints.txt
+	$(GO) test -run '^$$' -bench BenchmarkMemoryStoreHeld -benchtime 3x ./watcher/ | tee bench-results/memorystore.txt
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

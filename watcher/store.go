@@ -68,27 +68,38 @@ type Lookup struct {
 // MemoryStore keeps checkpoints in memory: they do not survive a restart.
 type MemoryStore struct {
 	mu sync.Mutex
-	m  map[string]Checkpoint
+	// m holds pointers: a map's table doubles, and with a Checkpoint
+	// (96 bytes) in each slot it held 157–236 bytes a checkpoint against
+	// 131–148 (BenchmarkMemoryStoreHeld, 10,000 to 100,000 of them).
+	m map[string]*Checkpoint
 }
 
 var _ Store = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty in-memory store.
-func NewMemoryStore() *MemoryStore { return &MemoryStore{m: map[string]Checkpoint{}} }
+func NewMemoryStore() *MemoryStore { return &MemoryStore{m: map[string]*Checkpoint{}} }
 
 // Get implements Store.
 func (s *MemoryStore) Get(_ context.Context, key string) (Checkpoint, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cp, ok := s.m[key]
-	return cp, ok, nil
+	if p, ok := s.m[key]; ok {
+		return *p, true, nil
+	}
+	return Checkpoint{}, false, nil
 }
 
 // Put implements Store.
 func (s *MemoryStore) Put(_ context.Context, key string, cp Checkpoint) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.m[key] = cp
+	if p, ok := s.m[key]; ok {
+		*p = cp // no Get's result shares it: Get returns a copy
+		return nil
+	}
+	p := new(Checkpoint)
+	*p = cp
+	s.m[key] = p
 	return nil
 }
 

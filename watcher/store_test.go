@@ -2,10 +2,14 @@ package watcher
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +30,13 @@ func TestStores(t *testing.T) {
 			cp := Checkpoint{Commit: "c1", Tree: "t1", Target: "f", Time: time.Unix(1700000000, 0).UTC()}
 			require.NoError(t, s.Put(ctx, "t/sink", cp))
 			require.NoError(t, s.Put(ctx, "other/sink", Checkpoint{Commit: "x"}))
+			first, _, err := s.Get(ctx, "other/sink")
+			require.NoError(t, err)
+			require.NoError(t, s.Put(ctx, "other/sink", Checkpoint{Commit: "y"}))
+			again, _, err := s.Get(ctx, "other/sink")
+			require.NoError(t, err)
+			assert.Equal(t, "y", again.Commit, "a Put replaces the checkpoint")
+			assert.Equal(t, "x", first.Commit, "what Get returned before is the caller's")
 			got, ok, err := s.Get(ctx, "t/sink")
 			require.NoError(t, err)
 			require.True(t, ok)
@@ -110,4 +121,41 @@ func TestFileStorePutReplacesTheFileWhole(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	assert.Len(t, entries, 1, "no temporary file is left")
+}
+
+// What a MemoryStore itself holds for each checkpoint (its map and its
+// copies; the strings are the caller's), at a replica's share and at
+// the whole of 100,000 targets: a map's table doubles, so the bytes a
+// checkpoint are uneven between sizes.
+func BenchmarkMemoryStoreHeld(b *testing.B) {
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	for _, n := range []int{10_000, 33_334, 50_000, 100_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			keys, cps := make([]string, n), make([]Checkpoint, n)
+			for i := range n {
+				keys[i] = fmt.Sprintf("route\x00team-%d/app-%d\x00sink", i/10, i)
+				sum := sha256.Sum256([]byte(keys[i]))
+				cps[i] = Checkpoint{Commit: hex.EncodeToString(sum[:20]), Tree: hex.EncodeToString(sum[12:]), Target: hex.EncodeToString(sum[:12]), Time: time.Unix(int64(i), 0)}
+			}
+			ctx := context.Background()
+			var held uint64
+			for b.Loop() {
+				before := heap()
+				s := NewMemoryStore()
+				for i := range keys {
+					if err := s.Put(ctx, keys[i], cps[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				held = heap() - before
+				runtime.KeepAlive(s)
+			}
+			b.ReportMetric(float64(held)/float64(n), "B/checkpoint")
+		})
+	}
 }
