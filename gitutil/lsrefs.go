@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"strings"
@@ -60,15 +61,19 @@ func listV2(ctx context.Context, at repoAddress, topts transportOptions, a *Auth
 		return RefList{}, err
 	}
 	base := strings.TrimSuffix(at.url, "/")
-	repo, knownRepo := v2Repos.Load(base)
+	var repo *v2Repo
+	v, knownRepo := v2Repos.Load(base)
 	_, knownServer := v2Servers.Load(at.server)
-	if !knownRepo && knownServer {
+	switch {
+	case knownRepo:
+		repo = v.(*v2Repo)
+	case knownServer:
 		if repo, err = newV2Repo(base, at); err != nil {
 			return RefList{}, err
 		}
 	}
 	if repo != nil {
-		refs, err := lsRefs(ctx, client, repo.(*v2Repo), a, prefixes)
+		refs, err := lsRefs(ctx, client, repo, a, prefixes)
 		if err == nil || ctx.Err() != nil {
 			if err == nil && !knownRepo {
 				v2Repos.Store(base, repo)
@@ -96,7 +101,7 @@ func listV2(ctx context.Context, at repoAddress, topts transportOptions, a *Auth
 	if repo, err = newV2Repo(base, at); err != nil {
 		return RefList{}, err
 	}
-	refs, err := lsRefs(ctx, client, repo.(*v2Repo), a, prefixes)
+	refs, err := lsRefs(ctx, client, repo, a, prefixes)
 	if err == nil {
 		v2Repos.Store(base, repo)
 		v2Servers.Store(at.server, true)
@@ -117,7 +122,7 @@ type v2Repo struct {
 	post *http.Request
 }
 
-func newV2Repo(base string, at repoAddress) (any, error) {
+func newV2Repo(base string, at repoAddress) (*v2Repo, error) {
 	req, err := http.NewRequest(http.MethodPost, base+"/git-upload-pack", nil)
 	if err != nil {
 		return nil, err
@@ -185,8 +190,8 @@ func lsRefs(ctx context.Context, client *http.Client, repo *v2Repo, a *Auth, pre
 // asked for uncompressed: it is a few lines, and the transport would
 // otherwise add its own Accept-Encoding to every request.
 var v2Headers = http.Header{
-	"Git-Protocol":    {"version=2"},
-	"User-Agent":      {"git/modwatch"},
+	"Git-Protocol":    {v2Protocol},
+	"User-Agent":      {userAgent},
 	"Content-Type":    {"application/x-git-upload-pack-request"},
 	"Accept":          {"application/x-git-upload-pack-result"},
 	"Accept-Encoding": {"identity"},
@@ -196,21 +201,23 @@ var v2Headers = http.Header{
 // credentials: the shared v2Headers when it has none, else a copy of them
 // with its own.
 func v2PostHeader(a *Auth) http.Header {
-	if a == nil || (a.BearerToken == "" && a.Username == "" && a.Password == "") {
+	if !a.hasSecret() {
 		return v2Headers
 	}
-	h := make(http.Header, len(v2Headers)+1)
-	for k, v := range v2Headers {
-		h[k] = v
-	}
-	r := http.Request{Header: h}
-	setAuthHeader(&r, a)
+	h := maps.Clone(v2Headers) // setAuthHeader adds a key; it writes no value slice
+	setAuthHeader(&http.Request{Header: h}, a)
 	return h
 }
 
+// The headers every version 2 request carries.
+const (
+	v2Protocol = "version=2"
+	userAgent  = "git/modwatch"
+)
+
 func setV2Headers(req *http.Request, a *Auth) {
-	req.Header.Set("Git-Protocol", "version=2")
-	req.Header.Set("User-Agent", "git/modwatch")
+	req.Header.Set("Git-Protocol", v2Protocol)
+	req.Header.Set("User-Agent", userAgent)
 	setAuthHeader(req, a)
 }
 
