@@ -18,12 +18,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -313,12 +315,18 @@ func curveRows(ns []int, perRemote int, got [][]report) []harness.Row {
 // measure runs a child watching targets and reads its report.
 func measure(self string, targets []watcher.Target, heap, cpuProfile, shard string, settle time.Duration) (report, error) {
 	var r report
-	in, err := json.Marshal(targets)
-	if err != nil {
+	var in bytes.Buffer
+	enc := json.NewEncoder(&in)
+	if err := enc.Encode(len(targets)); err != nil {
 		return r, err
 	}
+	for _, t := range targets {
+		if err := enc.Encode(t); err != nil {
+			return r, err
+		}
+	}
 	cmd := exec.Command(self, "-child", "-heap", heap, "-cpu", cpuProfile, "-shard", shard, "-settle", settle.String(), "-timeout", timeout.String())
-	cmd.Stdin = strings.NewReader(string(in))
+	cmd.Stdin = &in
 	cmd.Stderr = os.Stderr
 	outp, err := cmd.Output()
 	if err != nil {
@@ -331,6 +339,33 @@ func measure(self string, targets []watcher.Target, heap, cpuProfile, shard stri
 		return r, fmt.Errorf("child delivered %d of %d targets", r.Delivered, len(targets))
 	}
 	return r, nil
+}
+
+// maxTargets bounds the count a child is told to read.
+const maxTargets = 10_000_000
+
+// readTargets reads what measure writes: the number of targets, then each
+// target, one JSON value a line, into a list made at its size (decoding
+// one array would hold the whole text and grow the list by doubling).
+func readTargets(r io.Reader) ([]watcher.Target, error) {
+	dec := json.NewDecoder(bufio.NewReader(r))
+	var n int
+	if err := dec.Decode(&n); err != nil {
+		return nil, fmt.Errorf("the number of targets: %w", err)
+	}
+	if n < 0 || n > maxTargets {
+		return nil, fmt.Errorf("%d targets: want 0 to %d", n, maxTargets)
+	}
+	targets := make([]watcher.Target, n)
+	for i := range targets {
+		if err := dec.Decode(&targets[i]); err != nil {
+			return nil, fmt.Errorf("target %d of %d: %w", i, n, err)
+		}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("more than the %d targets announced", n)
+	}
+	return targets, nil
 }
 
 // cloneAll clones each remote of targets bare into a directory of its
@@ -394,8 +429,8 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 	if err != nil {
 		return err
 	}
-	var targets []watcher.Target
-	if err := json.NewDecoder(os.Stdin).Decode(&targets); err != nil {
+	targets, err := readTargets(os.Stdin)
+	if err != nil {
 		return err
 	}
 	cache, err := os.MkdirTemp("", "fleet-cache")
@@ -429,6 +464,12 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 	if err := w.Route(static.New(targets...), sink); err != nil {
 		return err
 	}
+	// The decoded list is the harness's, not the watcher's: the source
+	// holds its own copy. What decoding it took goes back to the system
+	// before the watcher starts, so that RSS is the watcher's and its
+	// source's, not the way this process was given its targets.
+	targets = nil
+	debug.FreeOSMemory()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

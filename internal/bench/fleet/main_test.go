@@ -1,0 +1,49 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/watcher"
+)
+
+func TestReadTargetsReadsWhatMeasureWrites(t *testing.T) {
+	want := []watcher.Target{
+		{ID: "r000/app00", URL: "http://127.0.0.1:1/fleet/r000", Path: "app00"},
+		{ID: "r000/app01", URL: "http://127.0.0.1:1/fleet/r000", Path: "app01", Paths: []string{"a", "b"}},
+	}
+	var in bytes.Buffer
+	enc := json.NewEncoder(&in)
+	require.NoError(t, enc.Encode(len(want)))
+	for _, tg := range want {
+		require.NoError(t, enc.Encode(tg))
+	}
+	got, err := readTargets(&in)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	assert.Equal(t, len(want), cap(got), "the list is made at the size announced")
+}
+
+func TestReadTargetsRefusesWhatDoesNotAddUp(t *testing.T) {
+	for name, in := range map[string]string{
+		"empty":          "",
+		"not a number":   `"two"`,
+		"negative":       "-1",
+		"too many":       "10000001",
+		"fewer":          "2\n" + `{"ID":"a"}`,
+		"more":           "1\n" + `{"ID":"a"}` + "\n" + `{"ID":"b"}`,
+		"not a target":   "1\n[1,2]",
+		"a fraction":     "1.5",
+		"unended target": "1\n" + `{"ID":"a"`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := readTargets(strings.NewReader(in))
+			assert.Error(t, err)
+		})
+	}
+}
