@@ -8,7 +8,10 @@
 // against git clone --bare of the same remotes at the watcher's fetch
 // concurrency. With -replicas n, n more processes each watch every target
 // and own 1/n of the remotes (a fixed split, as a Lease shard's is at
-// rest), one after the other, beside the one-replica figure. With -curve,
+// rest), one after the other, beside the one-replica figure, and one more
+// that watches every target and owns none: the part of a replica's cost no
+// number of replicas divides, which each replica's figure is also given
+// net of. With -curve,
 // only the no-change cycle's client CPU per remote, at several numbers of
 // remotes, each measured -rounds times.
 //
@@ -112,7 +115,7 @@ func main() {
 	perRemote := flag.Int("per-remote", 20, "targets per remote")
 	out := flag.String("out", "", "also write the table to this file")
 	replicas := flag.Int("replicas", 1, "also measure the targets shared by this many replicas, each in a process of its own, one after the other")
-	shard := flag.String("shard", "", "with -child: the replica i/n of a shared watcher")
+	shard := flag.String("shard", "", "with -child: the replica i/n of a shared watcher, or none: a replica that owns no remote")
 	curve := flag.String("curve", "", "instead: the no-change cycle's client CPU per remote at each of these numbers of remotes (1000,10000), in -rounds rounds")
 	rounds := flag.Int("rounds", 3, "with -curve: how many times each size is measured")
 	flag.Parse()
@@ -171,7 +174,11 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 		}
 	}
 	var shared []report
+	var none report // a replica holding every target, owning no remote
 	if replicas > 1 {
+		if none, err = measure(self, targets, "", "", "none", settle); err != nil {
+			return err
+		}
 		var delivered int64
 		for i := range replicas {
 			heap := ""
@@ -208,9 +215,17 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 			fmt.Sprintf("%s (git clone --bare of each, %d at a time, as the watcher's fetches)", cloned.Round(time.Millisecond), full.Fetches),
 			fmt.Sprintf("%.2f", float64(full.StartUp)/float64(cloned)), "≤ 1.0"))
 	}
+	if len(shared) > 0 {
+		rows = append(rows, harness.NewRow("P10", fmt.Sprintf("a replica that holds all %d targets and owns no remote (what no number of replicas divides): heap in use %s, live %s; RSS with free memory returned %s",
+			n, mib(none.Heap), mib(none.Live), mib(none.Returned)), mib(none.RSS), mib(full.RSS)+" (one replica, same run)", fmt.Sprintf("%.2f", float64(none.RSS)/float64(full.RSS)), ""))
+	}
+	// net is a replica's share of what the replicas divide: its figure and
+	// the one replica's, each less the replica that owns no remote.
+	net := func(r, one, none int64) string { return fmt.Sprintf("%.2f", float64(r-none)/float64(one-none)) }
 	for i, r := range shared {
-		rows = append(rows, harness.NewRow("P10", fmt.Sprintf("replica %d of %d: RSS at steady state, its %d targets delivered (all %d watched); heap in use %s, live %s (one replica %s, %.2f); RSS with free memory returned %s (one replica %s, %.2f)",
-			i+1, len(shared), r.Delivered, n, mib(r.Heap), mib(r.Live), mib(full.Live), float64(r.Live)/float64(full.Live), mib(r.Returned), mib(full.Returned), float64(r.Returned)/float64(full.Returned)),
+		rows = append(rows, harness.NewRow("P10", fmt.Sprintf("replica %d of %d: RSS at steady state, its %d targets delivered (all %d watched); heap in use %s, live %s (one replica %s, %.2f); RSS with free memory returned %s (one replica %s, %.2f); net of the replica owning none: RSS %s, live %s, returned %s",
+			i+1, len(shared), r.Delivered, n, mib(r.Heap), mib(r.Live), mib(full.Live), float64(r.Live)/float64(full.Live), mib(r.Returned), mib(full.Returned), float64(r.Returned)/float64(full.Returned),
+			net(r.RSS, full.RSS, none.RSS), net(r.Live, full.Live, none.Live), net(r.Returned, full.Returned, none.Returned)),
 			mib(r.RSS), mib(full.RSS)+" (one replica, same run)", fmt.Sprintf("%.2f", float64(r.RSS)/float64(full.RSS)), "≤ 0.40"))
 	}
 	return harness.PrintTable(rows, out)
@@ -401,9 +416,15 @@ func cloneAll(targets []watcher.Target, n int) (time.Duration, error) {
 // fixedShard owns the remotes whose key hashes to its index of n: the
 // share a replica of n gets (watcher/cluster's Lease shard moves remotes
 // between replicas; this measures what a replica costs with its share).
+// With n 0 it owns none: what a replica costs that holds every target and
+// polls no remote, the part of each replica's cost that no number of
+// replicas divides.
 type fixedShard struct{ i, n uint32 }
 
 func (s fixedShard) Owns(key string) bool {
+	if s.n == 0 {
+		return false
+	}
 	h := fnv.New32a()
 	h.Write([]byte(key))
 	return h.Sum32()%s.n == s.i
@@ -412,12 +433,15 @@ func (s fixedShard) Owns(key string) bool {
 func (fixedShard) Changed() <-chan struct{} { return nil }
 
 func parseShard(v string) (*fixedShard, error) {
-	if v == "" {
+	switch v {
+	case "":
 		return nil, nil
+	case "none":
+		return &fixedShard{}, nil
 	}
 	var i, n uint32
 	if _, err := fmt.Sscanf(v, "%d/%d", &i, &n); err != nil || n == 0 || i >= n {
-		return nil, fmt.Errorf("-shard %q: want i/n with i < n", v)
+		return nil, fmt.Errorf("-shard %q: want i/n with i < n, or none", v)
 	}
 	return &fixedShard{i, n}, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -45,5 +46,30 @@ func TestReadTargetsRefusesWhatDoesNotAddUp(t *testing.T) {
 			_, err := readTargets(strings.NewReader(in))
 			assert.Error(t, err)
 		})
+	}
+}
+
+func TestAShardOfNoneOwnsNoRemoteAndTheOthersSplitThem(t *testing.T) {
+	none, err := parseShard("none")
+	require.NoError(t, err)
+	var parts [3]*fixedShard
+	for i := range parts {
+		parts[i], err = parseShard(fmt.Sprintf("%d/3", i))
+		require.NoError(t, err)
+	}
+	for k := range 300 {
+		key := fmt.Sprintf("http://127.0.0.1:1/fleet/r%03d#", k)
+		assert.False(t, none.Owns(key), key)
+		owners := 0
+		for _, p := range parts {
+			if p.Owns(key) {
+				owners++
+			}
+		}
+		assert.Equal(t, 1, owners, key)
+	}
+	for _, bad := range []string{"3/3", "1", "a/b", "0/0", "-1/3"} {
+		_, err := parseShard(bad)
+		assert.Error(t, err, bad)
 	}
 }
