@@ -115,9 +115,10 @@ fmt:
 tidy:
 	$(GO) run ./internal/release/cmd/release -tidy
 
-# The fleet at 100,000 targets on 10,000 remotes, one replica and each of
-# three (half an hour to an hour and a half on 2 cores; one replica's
-# start-up took about half an hour on a slow day, with a build beside it),
+# The fleet at 100,000 targets on 10,000 remotes, one replica, each of
+# three and one that holds every target and owns no remote (half an hour
+# to an hour and a half on 2 cores; one replica's start-up took about half
+# an hour on a slow day, with a build beside it),
 # then the no-change cycle's CPU per remote at 1,000 and 10,000 remotes in
 # three alternating rounds (about 12 minutes).
 bench-scale:

@@ -488,11 +488,10 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 	if err := w.Route(static.New(targets...), sink); err != nil {
 		return err
 	}
-	// The decoded list is the harness's, not the watcher's: the source
-	// holds its own copy. What decoding it took goes back to the system
-	// before the watcher starts, so that RSS is the watcher's and its
-	// source's, not the way this process was given its targets.
-	targets = nil
+	// The decoded list is the harness's and unused from here on: the
+	// source holds its own copy. What decoding it took goes back to the
+	// system before the watcher starts, so that RSS is the watcher's and
+	// its source's, not the way this process was given its targets.
 	debug.FreeOSMemory()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
