@@ -62,6 +62,10 @@ type report struct {
 	// Live is the heap the last collection found live (runtime/metrics'
 	// /gc/heap/live:bytes): Heap less what its spans hold free.
 	Live int64
+	// Objects is how many objects the last collection found live
+	// (/gc/heap/objects:objects, read just after it): what a collection
+	// marks, one by one.
+	Objects int64
 	// Returned is the RSS after the runtime returned the memory it holds
 	// free to the system (debug.FreeOSMemory): what the process keeps,
 	// without what a peak left behind that the scavenger returns slowly.
@@ -71,8 +75,11 @@ type report struct {
 	// CycleWall and CycleCPU are a no-change cycle's wall time and the
 	// process's CPU time (user and system) in it, the mean of Cycles
 	// cycles, which held CycleGCs collections.
-	CycleWall, CycleCPU time.Duration
-	Cycles, CycleGCs    int
+	// CycleGC is the part of CycleCPU the runtime counts as the
+	// collector's (/cpu/classes/gc/total:cpu-seconds, an estimate of its
+	// own).
+	CycleWall, CycleCPU, CycleGC time.Duration
+	Cycles, CycleGCs             int
 	// CycleAlloc is what the cycles allocated (the runtime's count of
 	// bytes), per poll.
 	CycleAlloc int64
@@ -203,12 +210,14 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 		harness.NewRow("P10", fmt.Sprintf("RSS at steady state, %d targets on %d remotes", n, remotes), mib(full.RSS), mib(empty.RSS)+" (the same process, no targets)",
 			fmt.Sprintf("%.2f", float64(full.RSS)/float64(empty.RSS)), "≤ 100 MiB"),
 		harness.NewRow("P10", "RSS per target above the empty process", kib((full.RSS-empty.RSS)/n), "", "", ""),
-		harness.NewRow("P10", "heap in use at steady state / per target / live", mib(full.Heap)+" / "+kib((full.Heap-empty.Heap)/n)+" / "+mib(full.Live), mib(empty.Heap)+" / "+mib(empty.Live), "", ""),
+		harness.NewRow("P10", "heap in use at steady state / per target / live / live objects per target", mib(full.Heap)+" / "+kib((full.Heap-empty.Heap)/n)+" / "+mib(full.Live)+" / "+fmt.Sprintf("%.1f", float64(full.Objects-empty.Objects)/float64(n)),
+			mib(empty.Heap)+" / "+mib(empty.Live)+" / "+fmt.Sprint(empty.Objects)+" objects", "", ""),
 		harness.NewRow("P10", "goroutines / per target", fmt.Sprintf("%d / %.2f", full.Goroutines, float64(full.Goroutines-empty.Goroutines)/float64(n)), fmt.Sprint(empty.Goroutines), "", ""),
 		harness.NewRow("P10", "peak RSS", mib(full.HWM), mib(empty.HWM), fmt.Sprintf("%.2f", float64(full.HWM)/float64(empty.HWM)), ""),
 		harness.NewRow("P10", "RSS with free memory returned (debug.FreeOSMemory)", mib(full.Returned), mib(empty.Returned), fmt.Sprintf("%.2f", float64(full.Returned)/float64(empty.Returned)), ""),
-		harness.NewRow("P10", fmt.Sprintf("no-change cycle (every remote listed; the mean of %d, which held %d collections): wall / client CPU / client CPU per remote / allocated per poll", full.Cycles, full.CycleGCs),
-			fmt.Sprintf("%s / %s / %s / %.1f KB", full.CycleWall.Round(time.Millisecond), full.CycleCPU.Round(time.Millisecond), (full.CycleCPU/time.Duration(remotes)).Round(time.Microsecond), float64(full.CycleAlloc)/1000), "", "", ""),
+		harness.NewRow("P10", fmt.Sprintf("no-change cycle (every remote listed; the mean of %d, which held %d collections): wall / client CPU / client CPU per remote (the collector's) / allocated per poll", full.Cycles, full.CycleGCs),
+			fmt.Sprintf("%s / %s / %s (%s) / %.1f KB", full.CycleWall.Round(time.Millisecond), full.CycleCPU.Round(time.Millisecond), (full.CycleCPU/time.Duration(remotes)).Round(time.Microsecond),
+				(full.CycleGC/time.Duration(remotes)).Round(time.Microsecond), float64(full.CycleAlloc)/1000), "", "", ""),
 	}
 	if *clones {
 		rows = append(rows, harness.NewRow("P10", fmt.Sprintf("start-up: %d cold remotes to every target delivered (the watcher's CPU: %s)", remotes, full.StartCPU.Round(time.Millisecond)), full.StartUp.Round(time.Millisecond).String(),
@@ -311,12 +320,16 @@ func curveRows(ns []int, perRemote int, got [][]report) []harness.Row {
 	var rows []harness.Row
 	for i, n := range ns {
 		all, median := perRemoteCPU(got[i], n)
-		var figures, allocs []string
+		var figures, gcs, allocs, objects []string
 		for j, d := range all {
+			r := got[i][j]
 			figures = append(figures, d.String())
-			allocs = append(allocs, fmt.Sprintf("%.1f", float64(got[i][j].CycleAlloc)/1000))
+			gcs = append(gcs, (r.CycleGC / time.Duration(n)).Round(time.Microsecond).String())
+			allocs = append(allocs, fmt.Sprintf("%.1f", float64(r.CycleAlloc)/1000))
+			objects = append(objects, fmt.Sprintf("%.1f", float64(r.Objects)/float64(n*perRemote)))
 		}
-		what := fmt.Sprintf("no-change cycle, client CPU per remote: %d remotes (%d targets), %d rounds (allocated per poll: %s KB)", n, n*perRemote, len(all), strings.Join(allocs, ", "))
+		what := fmt.Sprintf("no-change cycle, client CPU per remote: %d remotes (%d targets), %d rounds (the collector's: %s; allocated per poll: %s KB; live objects per target: %s)",
+			n, n*perRemote, len(all), strings.Join(gcs, ", "), strings.Join(allocs, ", "), strings.Join(objects, ", "))
 		baseline, ratio, goal := "", "", ""
 		if i > 0 {
 			baseline = fmt.Sprintf("%s (the median at %d remotes)", base, ns[0])
@@ -561,7 +574,7 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	cycles := 0
-	wall, cpu := time.Now(), cpuTime()
+	wall, cpu, gcCPU := time.Now(), cpuTime(), gcTime()
 	for len(urls) > 0 && cycles < maxCycles && (cycles < 2 || cycles*len(urls) < pollsMeasured || gcsSince(ms0.NumGC) < minGCs) {
 		before := polled.Load()
 		for _, u := range urls {
@@ -573,6 +586,7 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 		cycles++
 	}
 	cycleWall, cycleCPU := time.Since(wall)/time.Duration(max(cycles, 1)), (cpuTime()-cpu)/time.Duration(max(cycles, 1))
+	cycleGC := (gcTime() - gcCPU) / time.Duration(max(cycles, 1))
 	gcs := gcsSince(ms0.NumGC)
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
@@ -585,9 +599,9 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/objects:objects"}}
 	metrics.Read(live)
-	r := report{Heap: int64(ms.HeapInuse), Live: int64(live[0].Value.Uint64()), Goroutines: runtime.NumGoroutine(), Delivered: delivered.Load(), CycleWall: cycleWall, CycleCPU: cycleCPU, Cycles: cycles, CycleGCs: gcs, CycleAlloc: allocPerPoll,
+	r := report{Heap: int64(ms.HeapInuse), Live: int64(live[0].Value.Uint64()), Objects: int64(live[1].Value.Uint64()), CycleGC: cycleGC, Goroutines: runtime.NumGoroutine(), Delivered: delivered.Load(), CycleWall: cycleWall, CycleCPU: cycleCPU, Cycles: cycles, CycleGCs: gcs, CycleAlloc: allocPerPoll,
 		StartUp: startUp, StartCPU: startUpCPU, Fetches: fetches}
 	r.RSS, r.HWM = procStatus("VmRSS"), procStatus("VmHWM")
 	debug.FreeOSMemory()
@@ -605,6 +619,13 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// gcTime is the CPU time the runtime counts as its collector's so far.
+func gcTime() time.Duration {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	return time.Duration(s[0].Value.Float64() * float64(time.Second))
 }
 
 // procStatus reads a "kB" line of /proc/self/status, in bytes.
