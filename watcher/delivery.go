@@ -49,11 +49,11 @@ var errUnfetched = errors.New("watcher: the commit is to be fetched")
 // goroutine of its own: what it is told schedules a step of it on the
 // watcher's pool (see pool), and its steps run one at a time.
 type deliverer struct {
-	env      *env
-	key      string // checkpoint key: target ID and sink name
-	sink     namedSink
-	prev     *deliverer // a deliverer of the same key still removing; its steps only
-	finished func()     // called when it ends
+	env  *env
+	name sinkKey // its key among the watcher's (env.ended is told it ended)
+	key  string  // checkpoint key: target ID and sink name
+	sink namedSink
+	prev *deliverer // a deliverer of the same key still removing; its steps only
 
 	// Its steps only (one at a time).
 	st         deliveryState
@@ -83,8 +83,8 @@ type deliverer struct {
 	successors []*deliverer // waiting for it to end
 }
 
-func newDeliverer(v *env, t *Target, s namedSink, prev *deliverer, finished func()) *deliverer {
-	d := &deliverer{env: v, key: t.ID + "/" + s.name, sink: s, target: t, finished: finished, pool: v.deliveries}
+func newDeliverer(v *env, name sinkKey, t *Target, s namedSink, prev *deliverer) *deliverer {
+	d := &deliverer{env: v, name: name, key: t.ID + "/" + s.name, sink: s, target: t, pool: v.deliveries}
 	if prev != nil {
 		prev.mu.Lock()
 		if !prev.ended {
@@ -164,8 +164,8 @@ func (d *deliverer) finish() {
 	next := d.successors
 	d.successors = nil
 	d.mu.Unlock()
-	if d.finished != nil {
-		d.finished()
+	if d.env.ended != nil {
+		d.env.ended(d)
 	}
 	for _, s := range next {
 		s.signal()

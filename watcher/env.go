@@ -27,6 +27,9 @@ type env struct {
 	// trigger is Watcher.Trigger: a deliverer whose commit the mirror lost
 	// asks for a poll with it.
 	trigger func(repoURL string) bool
+	// ended is told of a deliverer that finished (Watcher.removed): one
+	// function for all of them, not one each.
+	ended func(*deliverer)
 	// subs are the submodules' mirrors, set by Run before anything reads
 	// them.
 	subs *submodules

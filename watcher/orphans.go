@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"context"
-	"fmt"
 )
 
 // pruneOrphans removes, once every route's source has given a set, what
@@ -49,14 +48,13 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 			}
 			w.log.Info("removing a target no source wants any more", "target", id, "sink", x.sink.name)
 			t := Target{ID: id}
-			dkey := fmt.Sprintf("%d\x00%s\x00%d", x.route, id, x.idx)
+			dkey := sinkKey{boundKey(x.route, id), x.idx}
 			w.mu.Lock()
 			if _, busy := w.deliverers[dkey]; busy || w.removing[dkey] != nil {
 				w.mu.Unlock()
 				continue // wanted since, or already being removed
 			}
-			d := newDeliverer(w.env, &t, x.sink, nil, nil)
-			d.finished = func() { w.removed(dkey, d) }
+			d := newDeliverer(w.env, dkey, &t, x.sink, nil)
 			w.removing[dkey] = d
 			w.mu.Unlock()
 			d.remove()

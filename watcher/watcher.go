@@ -10,7 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
 
@@ -40,14 +40,14 @@ type Watcher struct {
 	routes     []*route
 	started    bool
 	group      *errgroup.Group
-	remotes    map[string]*remote    // by remote key
-	byURL      map[string][]*remote  // w.remotes by URL key, for hints
-	remotesGen chan struct{}         // closed and replaced when remotes change
-	deliverers map[string]*deliverer // by route, target and sink
-	removing   map[string]*deliverer // deliverers told to remove or to retire, until done
-	opening    map[string]bool       // the mirror directories applyRemotes opens outside mu
-	cache      *cacheDir             // while running
-	unowned    int                   // targets another replica polls (WithShard)
+	remotes    map[string]*remote     // by remote key
+	byURL      map[string][]*remote   // w.remotes by URL key, for hints
+	remotesGen chan struct{}          // closed and replaced when remotes change
+	deliverers map[sinkKey]*deliverer // by route, target and sink
+	removing   map[sinkKey]*deliverer // deliverers told to remove or to retire, until done
+	opening    map[string]bool        // the mirror directories applyRemotes opens outside mu
+	cache      *cacheDir              // while running
+	unowned    int                    // targets another replica polls (WithShard)
 }
 
 type route struct {
@@ -75,11 +75,11 @@ func New(opts ...Option) *Watcher {
 		changed:    make(chan struct{}, 1),
 		remotes:    map[string]*remote{},
 		remotesGen: make(chan struct{}),
-		deliverers: map[string]*deliverer{},
-		removing:   map[string]*deliverer{},
+		deliverers: map[sinkKey]*deliverer{},
+		removing:   map[sinkKey]*deliverer{},
 		opening:    map[string]bool{},
 	}
-	w.trigger = w.Trigger
+	w.trigger, w.ended = w.Trigger, w.removed
 	return w
 }
 
@@ -500,8 +500,17 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 	return p.credsOK && len(failed) == 0
 }
 
-// boundKey names a target of a route among all the watcher's.
-func boundKey(r *route, id string) string { return fmt.Sprintf("%d\x00%s", r.idx, id) }
+// boundKey names a target of the route numbered route among all the
+// watcher's.
+func boundKey(route int, id string) string { return strconv.Itoa(route) + "\x00" + id }
+
+// sinkKey names a deliverer among all the watcher's: a target (its
+// boundKey, the string its bound state holds) and a sink of its route. A
+// string of both would be one more object a deliverer keeps alive.
+type sinkKey struct {
+	target string
+	sink   int
+}
 
 // bindDeliverers gives each target this replica polls (owned) its
 // deliverers, one per sink, starting those that are new; it tells those
@@ -512,15 +521,14 @@ func boundKey(r *route, id string) string { return fmt.Sprintf("%d\x00%s", r.idx
 func (w *Watcher) bindDeliverers(owned []*bound) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	wanted := map[string]bool{}
+	wanted := map[sinkKey]bool{}
 	for _, b := range owned {
 		for i, s := range b.route.sinks {
-			dkey := fmt.Sprintf("%s\x00%d", b.key, i)
+			dkey := sinkKey{b.key, i}
 			wanted[dkey] = true
 			d, ok := w.deliverers[dkey]
 			if !ok {
-				d = newDeliverer(w.env, &b.t, s, w.removing[dkey], nil)
-				d.finished = func() { w.removed(dkey, d) }
+				d = newDeliverer(w.env, dkey, &b.t, s, w.removing[dkey])
 				w.deliverers[dkey] = d
 				w.env.deliveries.start(d)
 			}
@@ -537,13 +545,13 @@ func (w *Watcher) bindDeliverers(owned []*bound) {
 			present = map[string]bool{}
 			for _, r := range w.routes {
 				for _, t := range r.targets {
-					present[boundKey(r, t.ID)] = true
+					present[boundKey(r.idx, t.ID)] = true
 				}
 			}
 		}
 		delete(w.deliverers, dkey)
 		w.removing[dkey] = d // the next of its key waits for it
-		if present[dkey[:strings.LastIndexByte(dkey, 0)]] {
+		if present[dkey.target] {
 			d.retire() // another replica's now
 		} else {
 			d.remove()
@@ -632,7 +640,7 @@ func (p *specPass) ownsKey(key string) bool {
 
 // bind makes the bound state of a target this replica polls.
 func (p *specPass) bind(r *route, t *Target) *bound {
-	b := &bound{key: boundKey(r, t.ID), t: *t, route: r}
+	b := &bound{key: boundKey(r.idx, t.ID), t: *t, route: r}
 	b.rev, _ = gitutil.ParseRevision(t.Revision) // validated in update
 	p.owned = append(p.owned, b)
 	return b
@@ -652,7 +660,7 @@ func (p *specPass) add(key, url, urlKey string, auth *gitutil.Auth, b *bound) {
 // polls them. On none of them, it is another replica's when one of them
 // is, and this replica's otherwise: bound, on no remote.
 func (p *specPass) stay(r *route, t *Target) {
-	bkey := boundKey(r, t.ID)
+	bkey := boundKey(r.idx, t.ID)
 	type was struct {
 		key, url, urlKey string
 		auth             *gitutil.Auth
@@ -806,11 +814,11 @@ func (w *Watcher) credentials(ctx context.Context, t Target) (*gitutil.Auth, err
 }
 
 // removed is called by a deliverer when it has finished.
-func (w *Watcher) removed(dkey string, d *deliverer) {
+func (w *Watcher) removed(d *deliverer) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.removing[dkey] == d {
-		delete(w.removing, dkey)
+	if w.removing[d.name] == d {
+		delete(w.removing, d.name)
 	}
 }
 
