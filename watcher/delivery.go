@@ -23,6 +23,10 @@ type desired struct {
 	target *Target
 	ref    string
 	commit gitutil.Hash
+	// hex is commit in hex when its poller gave it (see hexes): one string
+	// for the targets of a poll at the same commit, which their
+	// checkpoints keep.
+	hex    string
 	tree   gitutil.Hash
 	mirror MirrorReader
 	remote string    // redacted URL
@@ -34,6 +38,28 @@ type desired struct {
 	// unfetched is set when the mirror may lack commit (tree is unknown):
 	// the deliverer only answers whether its checkpoint holds it.
 	unfetched *unfetched
+}
+
+// commitHex is want's commit in hex.
+func (want *desired) commitHex() string {
+	if want.hex != "" {
+		return want.hex
+	}
+	return want.commit.String()
+}
+
+// hexes gives a commit's hex, the same string for the same commit as the
+// one before: a poll's targets mostly move to the same commit.
+type hexes struct {
+	last gitutil.Hash
+	hex  string
+}
+
+func (x *hexes) of(h gitutil.Hash) string {
+	if x.hex == "" || h != x.last {
+		x.last, x.hex = h, h.String()
+	}
+	return x.hex
 }
 
 // errHandedOff ends a delivery whose poller stopped: the target is another
@@ -289,7 +315,7 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	if want.live != nil && want.live.Err() != nil {
 		return errHandedOff
 	}
-	commit, fp := want.commit.String(), t.fingerprint()
+	commit, fp := want.commitHex(), t.fingerprint()
 	ev := Event{Target: &t, Sink: d.sink.name, Remote: want.remote, Ref: want.ref, Commit: commit, Attempt: attempt, Seen: want.seen}
 	cp, have, err := d.checkpoint(ctx, want.live, t.ID)
 	if err != nil {
@@ -414,7 +440,7 @@ func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
 // since, and the tree.
 func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Change, error) {
 	t := *want.target
-	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commit.String(), Reason: dec.reason}
+	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commitHex(), Reason: dec.reason}
 	if from, err := gitutil.ParseHash(dec.from); dec.reason == ReasonNewCommit && err == nil {
 		// Unknown ancestry (a shallow mirror) counts as a new commit; a
 		// missing From (a rebuilt mirror) leaves Paths unknown.

@@ -457,9 +457,10 @@ func (r *remote) askFirst(ctx context.Context, l *listed) *ask {
 	a.mu.Lock()
 	a.patience = time.AfterFunc(askPatience, a.expire)
 	a.mu.Unlock()
+	var hx hexes
 	for _, j := range first {
 		d := &desired{
-			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit,
+			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, hex: hx.of(j.res.Commit),
 			mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
 			unfetched: &unfetched{ask: a, p: j.p},
 		}
@@ -757,6 +758,7 @@ func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []jo
 
 // offerAll hands each job whose commit moved to its target's deliverers.
 func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[string]error) {
+	var hx hexes
 	for _, j := range jobs {
 		if err, failed := fetchFailed[j.p.b.key]; failed {
 			r.failJob(ctx, j, err)
@@ -796,7 +798,7 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[strin
 		}
 		r.env.targetPolled(j.p.b.t, r.redacted)
 		d := &desired{ // one for all the target's sinks
-			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree,
+			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, hex: hx.of(j.res.Commit), tree: tree,
 			mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
 		}
 		for _, s := range j.p.b.sinks {
