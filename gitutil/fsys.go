@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"path"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -59,10 +58,7 @@ func (m *Mirror) FS(c Hash, sel Selection) (fs.FS, error) {
 	if f == nil {
 		return nil, fmt.Errorf("%w: %q at %s is a %s, not a directory", ErrPathNotFound, s.root, commit, e.Mode)
 	}
-	// Packs stay open while the file system is read (one open per object
-	// otherwise), a few at most, until Close or the garbage collector.
 	st := f.st
-	runtime.AddCleanup(f, func(st *packView) { _ = st.Close() }, st)
 	var root *object.Tree
 	if decoded != nil {
 		// A path diff just decoded it: the entries are the tree's (its
@@ -134,6 +130,7 @@ type treeFS struct {
 	st      *packView
 	root    *object.Tree
 	modTime time.Time
+	reader  uint64 // its number in the mirror's readers (see addReader)
 
 	// trees holds the directories decoded so far (and their name maps,
 	// which go-git builds at the first lookup), so that opening the n

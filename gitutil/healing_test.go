@@ -12,7 +12,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
-	"weak"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -303,27 +303,32 @@ func mirrorOfMain(t *testing.T, repo *gittest.Repo) *Mirror {
 	return m
 }
 
-// The record of file systems handed out stays bounded by those alive: a
-// watcher makes one per delivery and drops it, and the collected ones are
-// swept as the record grows.
+// The record of file systems handed out holds only those alive: a watcher
+// makes one per delivery and drops it, and a remote of ten targets must
+// not keep ten records of deliveries long over.
 func TestFileSystemsHandedOutAreForgottenOnceCollected(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
 	c := mustHash(repo.Commit(t, "1", gittest.File("f", "1")))
 	m := mirrorOfMain(t, repo)
-	most := 0
-	for i := range 2000 {
+	records := func() int {
+		m.readersMu.Lock()
+		defer m.readersMu.Unlock()
+		return len(m.readers)
+	}
+	kept, err := m.FS(c, at(""))
+	require.NoError(t, err)
+	for range 10 {
 		fsys, err := m.FS(c, at(""))
 		require.NoError(t, err)
 		require.NoError(t, fsys.(io.Closer).Close())
-		if i%100 == 99 {
-			runtime.GC()
-		}
-		m.mu.Lock()
-		most = max(most, len(m.readers))
-		m.mu.Unlock()
 	}
-	assert.Less(t, most, 500, "2,000 file systems made and dropped")
+	require.Equal(t, 11, records())
+	require.Eventually(t, func() bool {
+		runtime.GC()
+		return records() == 1
+	}, time.Minute, 10*time.Millisecond, "the ten dropped are forgotten once collected")
+	runtime.KeepAlive(kept)
 }
 
 // File systems that read the same packs share one record of them, and one
@@ -335,9 +340,9 @@ func TestFileSystemsOfTheSamePacksShareTheirRecord(t *testing.T) {
 	c1 := mustHash(repo.Commit(t, "1", gittest.File("f", "1")))
 	m := mirrorOfMain(t, repo)
 	record := func(fsys fs.FS) []string {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return m.readers[weak.Make(fsys.(*treeFS))]
+		m.readersMu.Lock()
+		defer m.readersMu.Unlock()
+		return m.readers[fsys.(*treeFS).reader]
 	}
 	a, err := m.FS(c1, at(""))
 	require.NoError(t, err)

@@ -7,11 +7,10 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
-
-	"weak"
 
 	"github.com/go-git/go-git/v5"
 )
@@ -174,16 +173,17 @@ func largePacks(dir string) []string {
 // may read: those of none that is still referenced (see [Mirror.FS]).
 // Callers hold m.mu.
 func (m *Mirror) dropReplaced() {
-	m.sweepReaders()
 	if len(m.replaced) == 0 {
 		return
 	}
 	held := map[string]bool{}
+	m.readersMu.Lock()
 	for _, packs := range m.readers {
 		for _, p := range packs {
 			held[p] = true
 		}
 	}
+	m.readersMu.Unlock()
 	packDir := filepath.Join(m.dir, "objects", "pack")
 	dropped := false
 	for p := range m.replaced {
@@ -260,29 +260,40 @@ func dropLeftReplaced(dir string) {
 	_ = os.Remove(path)
 }
 
-// sweepReaders forgets the file systems handed out that were collected.
-// Callers hold m.mu.
-func (m *Mirror) sweepReaders() {
-	for fsys := range m.readers {
-		if fsys.Value() == nil {
-			delete(m.readers, fsys) // nothing can read through it
-		}
-	}
-	m.swept = len(m.readers)
-}
-
-// addReader records a file system handed out and the packs it reads;
-// the collected ones are swept when the record has doubled since the last
-// sweep, so that it stays bounded by the file systems alive. Callers hold
-// m.mu.
+// addReader records the packs f reads, under a number of its own the
+// first time, and sets the cleanup that closes them and forgets the record
+// once f is collected. Callers hold m.mu.
 func (m *Mirror) addReader(f *treeFS, v *packView) {
-	if len(m.readers) >= max(64, 2*m.swept) {
-		m.sweepReaders()
-	}
+	m.readersMu.Lock()
+	defer m.readersMu.Unlock()
 	if !v.named(m.lastPacks) {
 		m.lastPacks = v.packNames()
 	}
-	m.readers[weak.Make(f)] = m.lastPacks // read only
+	if f.reader == 0 {
+		m.nextReader++
+		f.reader = m.nextReader
+		// Packs stay open while the file system is read (one open per
+		// object otherwise), a few at most, until Close or the collector.
+		runtime.AddCleanup(f, handedOut.end, handedOut{m, v, f.reader})
+	}
+	m.readers[f.reader] = m.lastPacks // read only
+}
+
+// handedOut is what the cleanup of a file system handed out needs: not
+// the file system itself, which must be unreachable for it to run.
+type handedOut struct {
+	m      *Mirror
+	st     *packView
+	reader uint64
+}
+
+// end closes the packs of a collected file system and forgets what it
+// read, so that a repack's replaced packs can go at the next fetch.
+func (h handedOut) end() {
+	_ = h.st.Close()
+	h.m.readersMu.Lock()
+	delete(h.m.readers, h.reader)
+	h.m.readersMu.Unlock()
 }
 
 // reopen gives the mirror a fresh view of its store, after packs changed

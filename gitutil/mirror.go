@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"weak"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
@@ -141,9 +140,16 @@ type Mirror struct {
 	// progress counts the bytes of the servers' progress messages.
 	progress atomic.Int64
 	repacks  atomic.Int64
-	readers  map[weak.Pointer[treeFS]][]string // file systems handed out, not collected, and the packs each reads
-	replaced map[string]bool                   // packs a repack made redundant, kept for readers
-	swept    int                               // len(readers) after the last sweep
+	replaced map[string]bool // packs a repack made redundant, kept for readers
+	// readersMu guards readers, nextReader and lastPacks, apart from mu:
+	// the garbage collector's cleanup of a file system takes it, and must
+	// not wait on a fetch.
+	readersMu sync.Mutex
+	// readers holds the packs each file system handed out and not yet
+	// collected reads, by its number (treeFS.reader): its cleanup deletes
+	// it, so a delivery long over leaves nothing here.
+	readers    map[uint64][]string
+	nextReader uint64
 	// lastPacks is the packs the last reader reads, given to the next
 	// that reads the same: one slice for most readers, not one each.
 	lastPacks []string
@@ -228,7 +234,7 @@ func OpenMirror(dir, repoURL string, opts MirrorOptions) (*Mirror, error) {
 			return nil, errors.New("gitutil: a mirror with a Filter needs the git CLI")
 		}
 	}
-	m := &Mirror{dir: dir, url: repoURL, opts: opts, readers: map[weak.Pointer[treeFS]][]string{}, replaced: map[string]bool{}}
+	m := &Mirror{dir: dir, url: repoURL, opts: opts, readers: map[uint64][]string{}, replaced: map[string]bool{}}
 	var rebuilt error
 	if locks := staleLocks(dir); len(locks) > 0 {
 		rebuilt = fmt.Errorf("stale lock files: %s", strings.Join(locks, ", "))
