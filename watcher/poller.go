@@ -43,7 +43,7 @@ type remote struct {
 
 	mu      sync.Mutex
 	auth    *gitutil.Auth // the same identity, maybe a rotated secret
-	targets map[string]*polled
+	targets map[targetKey]*polled
 	// sorted are targets by key, and prefixes the ref prefixes they need
 	// listed; made when the targets change, not by every poll, which
 	// reads them as they are (a new slice replaces one, never a write).
@@ -68,7 +68,7 @@ type polled struct {
 func newRemote(v *env, key, dir string, spec *remoteSpec, m Mirror) *remote {
 	r := &remote{
 		env: v, key: key, dir: dir, urlKey: spec.urlKey, url: spec.url, redacted: gitutil.RedactURL(spec.url),
-		auth: spec.auth, mirror: m, targets: map[string]*polled{}, poked: true, // the first poll is at once
+		auth: spec.auth, mirror: m, targets: map[targetKey]*polled{}, poked: true, // the first poll is at once
 	}
 	for k, b := range spec.targets {
 		r.targets[k] = &polled{b: b}
@@ -165,7 +165,7 @@ func (r *remote) finish() {
 	r.env.fetches.leave(r)
 }
 
-func (r *remote) has(key string) bool {
+func (r *remote) has(key targetKey) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, ok := r.targets[key]
@@ -182,18 +182,18 @@ func (r *remote) currentAuth() *gitutil.Auth {
 // setTargets replaces the target set and the credentials (a rotated
 // secret of the same identity is used from the next poll on); new or
 // changed targets are polled at once.
-func (r *remote) setTargets(auth *gitutil.Auth, ts map[string]*bound) {
+func (r *remote) setTargets(auth *gitutil.Auth, ts map[targetKey]*bound) {
 	if r.retarget(auth, ts) {
 		r.poke()
 	}
 }
 
 // retarget is setTargets under r.mu; true when a target is new or changed.
-func (r *remote) retarget(auth *gitutil.Auth, ts map[string]*bound) bool {
+func (r *remote) retarget(auth *gitutil.Auth, ts map[targetKey]*bound) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.auth = auth
-	next := make(map[string]*polled, len(ts))
+	next := make(map[targetKey]*polled, len(ts))
 	poll := false
 	for key, b := range ts {
 		if old, ok := r.targets[key]; ok && sameTargets(old.b, b) {
@@ -214,7 +214,7 @@ func (r *remote) index() {
 	for _, p := range r.targets {
 		r.sorted = append(r.sorted, p)
 	}
-	slices.SortFunc(r.sorted, func(a, b *polled) int { return strings.Compare(a.b.key, b.b.key) })
+	slices.SortFunc(r.sorted, func(a, b *polled) int { return a.b.key.compare(b.b.key) })
 	r.prefixes = refPrefixes(r.sorted)
 }
 
@@ -400,7 +400,7 @@ func (r *remote) fetchAndOffer(ctx context.Context, l *listed) (err error) {
 		}
 		r.mu.Unlock()
 	}
-	var fetchFailed map[string]error
+	var fetchFailed map[targetKey]error
 	if l.missing.any() {
 		fetchFailed, err = r.fetchMissing(ctx, l.auth, l.jobs, l.missing)
 	}
@@ -585,10 +585,10 @@ func (r *remote) reportPoll(start time.Time, err error) {
 // that moved, not suspended) into a mirror that may lack them, one call per
 // commit for all its targets' paths, within the fetch limit. It returns
 // failed with the jobs it could not serve added.
-func (r *remote) fetchPaths(ctx context.Context, pf PathFetcher, auth *gitutil.Auth, jobs []job, failed map[string]error) map[string]error {
+func (r *remote) fetchPaths(ctx context.Context, pf PathFetcher, auth *gitutil.Auth, jobs []job, failed map[targetKey]error) map[targetKey]error {
 	var commits []gitutil.Hash
 	paths := map[gitutil.Hash][]string{}
-	keys := map[gitutil.Hash][]string{}
+	keys := map[gitutil.Hash][]targetKey{}
 	for _, j := range jobs {
 		if _, bad := failed[j.p.b.key]; bad || j.p.b.t.Suspend {
 			continue
@@ -613,7 +613,7 @@ func (r *remote) fetchPaths(ctx context.Context, pf PathFetcher, auth *gitutil.A
 	for _, c := range commits {
 		if err := r.withFetchSlot(ctx, func(fctx context.Context) error { return pf.FetchPaths(fctx, auth, c, paths[c]) }); err != nil {
 			if failed == nil {
-				failed = map[string]error{}
+				failed = map[targetKey]error{}
 			}
 			for _, k := range keys[c] {
 				failed[k] = fmt.Errorf("watcher: fetch files of %s at %s: %w", r.redacted, c, err)
@@ -734,12 +734,12 @@ func (r *remote) resolve(ctx context.Context, jobs []job, targets []*polled, ref
 // fetchMissing fetches what the mirror lacks, moves each job to where its
 // ref is now (it may have moved since the listing), and returns the jobs
 // whose commit is still missing after a failed fetch, with the error.
-func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []job, m missing) (map[string]error, error) {
+func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []job, m missing) (map[targetKey]error, error) {
 	if m.refs == nil {
 		m.refs = map[string]gitutil.Hash{} // a Mirror is given a map, as it always was
 	}
 	fetched, err := r.fetch(ctx, auth, m.refs, m.commits)
-	failed := map[string]error{}
+	failed := map[targetKey]error{}
 	for i := range jobs {
 		j := &jobs[i]
 		if h, ok := fetched.Refs[j.res.Ref]; ok && j.res.Ref != "" {
@@ -757,7 +757,7 @@ func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []jo
 }
 
 // offerAll hands each job whose commit moved to its target's deliverers.
-func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[string]error) {
+func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[targetKey]error) {
 	var hx hexes
 	for _, j := range jobs {
 		if err, failed := fetchFailed[j.p.b.key]; failed {

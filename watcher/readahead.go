@@ -133,7 +133,7 @@ func (v *env) drop(key string, spec *remoteSpec) {
 // forget drops what is left of the entries of r, which stops (kept nil),
 // or of its targets that kept no longer holds: a target that leaves and
 // comes back may have been delivered elsewhere meanwhile.
-func (v *env) forget(r *remote, kept map[string]*bound) {
+func (v *env) forget(r *remote, kept map[targetKey]*bound) {
 	a := &v.ahead
 	a.mu.Lock()
 	none := len(a.entries) == 0
@@ -141,7 +141,7 @@ func (v *env) forget(r *remote, kept map[string]*bound) {
 	if none || r.ctx == nil {
 		return
 	}
-	keys := r.checkpointKeys(func(k string) bool { _, ok := kept[k]; return !ok })
+	keys := r.checkpointKeys(func(k targetKey) bool { _, ok := kept[k]; return !ok })
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, k := range keys {
@@ -153,7 +153,7 @@ func (v *env) forget(r *remote, kept map[string]*bound) {
 
 // checkpointKeys are the checkpoint keys of r's targets, of those whose
 // key is chosen when chosen is set.
-func (r *remote) checkpointKeys(chosen func(target string) bool) []string {
+func (r *remote) checkpointKeys(chosen func(target targetKey) bool) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var keys []string

@@ -45,7 +45,7 @@ func readAheadServesWhatNoWriteChanged(t *testing.T) {
 		b.sinks = append(b.sinks, &deliverer{key: k})
 	}
 	b2 := &bound{sinks: []*deliverer{{key: "left/s"}}}
-	specs := map[string]*remoteSpec{"r1": {targets: map[string]*bound{"t": b, "t2": b2}}}
+	specs := map[string]*remoteSpec{"r1": {targets: map[targetKey]*bound{{id: "t"}: b, {id: "t2"}: b2}}}
 
 	writing, wrote, written := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
@@ -58,7 +58,7 @@ func readAheadServesWhatNoWriteChanged(t *testing.T) {
 	<-written
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r := &remote{key: "r1", targets: map[string]*polled{"t": {b: b}, "t2": {b: b2}}, ctx: ctx}
+	r := &remote{key: "r1", targets: map[targetKey]*polled{{id: "t"}: {b: b}, {id: "t2"}: {b: b2}}, ctx: ctx}
 	v.claim(r) // the remote starts while the batch is read
 	waited := make(chan Lookup, 1)
 	go func() {
@@ -92,7 +92,7 @@ func readAheadServesWhatNoWriteChanged(t *testing.T) {
 	_, ok = v.take(ctx, "kept/s", ctx)
 	assert.False(t, ok, "served once")
 
-	v.forget(r, map[string]*bound{"t2": b2}) // t leaves the remote: it may come back delivered elsewhere
+	v.forget(r, map[targetKey]*bound{{id: "t2"}: b2}) // t leaves the remote: it may come back delivered elsewhere
 	_, ok = v.take(ctx, "other/s", ctx)
 	assert.False(t, ok, "a target that left is read alone")
 	assert.Contains(t, v.ahead.entries, "left/s", "a target that stays keeps its entry")
@@ -109,7 +109,7 @@ func TestReadAheadOfARemoteThatDidNotStartIsDropped(t *testing.T) {
 	close(store.release)
 	v := &env{opts: options{store: store, listTimeout: time.Minute}, log: logr.Discard()}
 	b := &bound{sinks: []*deliverer{{key: "a/s"}, {key: "b/s"}}}
-	specs := map[string]*remoteSpec{"r1": {targets: map[string]*bound{"t": b}}}
+	specs := map[string]*remoteSpec{"r1": {targets: map[targetKey]*bound{{id: "t"}: b}}}
 	read := v.startBatch([]string{"r1"}, specs)
 	v.drop("r1", specs["r1"])
 	read(context.Background())
@@ -122,10 +122,10 @@ func TestReadAheadWaitEndsWithThePoller(t *testing.T) {
 	defer close(store.release)
 	v := &env{opts: options{store: store, listTimeout: time.Minute}, log: logr.Discard()}
 	b := &bound{sinks: []*deliverer{{key: "a/s"}, {key: "b/s"}}}
-	specs := map[string]*remoteSpec{"r1": {targets: map[string]*bound{"t": b}}}
+	specs := map[string]*remoteSpec{"r1": {targets: map[targetKey]*bound{{id: "t"}: b}}}
 	v.startBatch([]string{"r1"}, specs) // never read
 	live, stop := context.WithCancel(context.Background())
-	v.claim(&remote{key: "r1", targets: map[string]*polled{"t": {b: b}}, ctx: live})
+	v.claim(&remote{key: "r1", targets: map[targetKey]*polled{{id: "t"}: {b: b}}, ctx: live})
 	stop()
 	_, ok := v.take(context.Background(), "a/s", live)
 	assert.False(t, ok)

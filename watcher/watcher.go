@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,7 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -464,7 +465,7 @@ func (r *resyncer) stop() {
 
 // bound is a target of a route, with the deliverers of the route's sinks.
 type bound struct {
-	key   string // route index and target ID
+	key   targetKey
 	t     Target
 	rev   gitutil.Revision
 	sinks []*deliverer
@@ -475,7 +476,7 @@ type remoteSpec struct {
 	url     string
 	urlKey  string
 	auth    *gitutil.Auth
-	targets map[string]*bound
+	targets map[targetKey]*bound
 }
 
 // reconcile brings pollers and deliverers in line with the routes' target
@@ -500,15 +501,23 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 	return p.credsOK && len(failed) == 0
 }
 
-// boundKey names a target of the route numbered route among all the
-// watcher's.
-func boundKey(route int, id string) string { return strconv.Itoa(route) + "\x00" + id }
+// targetKey names a target among all the watcher's: the number of its
+// route and its ID. A struct, not a string of both, so that a bound target
+// keeps no string but its ID.
+type targetKey struct {
+	route int
+	id    string
+}
 
-// sinkKey names a deliverer among all the watcher's: a target (its
-// boundKey, the string its bound state holds) and a sink of its route. A
-// string of both would be one more object a deliverer keeps alive.
+// compare orders keys by route, then ID.
+func (k targetKey) compare(o targetKey) int {
+	return cmp.Or(cmp.Compare(k.route, o.route), strings.Compare(k.id, o.id))
+}
+
+// sinkKey names a deliverer among all the watcher's: a target and a sink
+// of its route.
 type sinkKey struct {
-	target string
+	target targetKey
 	sink   int
 }
 
@@ -536,16 +545,16 @@ func (w *Watcher) bindDeliverers(owned []*bound) {
 		}
 		b.route = nil
 	}
-	var present map[string]bool // every target's bound key, made once a deliverer ends
+	var present map[targetKey]bool // every target's key, made once a deliverer ends
 	for dkey, d := range w.deliverers {
 		if wanted[dkey] {
 			continue
 		}
 		if present == nil {
-			present = map[string]bool{}
+			present = map[targetKey]bool{}
 			for _, r := range w.routes {
 				for _, t := range r.targets {
-					present[boundKey(r.idx, t.ID)] = true
+					present[targetKey{r.idx, t.ID}] = true
 				}
 			}
 		}
@@ -640,7 +649,7 @@ func (p *specPass) ownsKey(key string) bool {
 
 // bind makes the bound state of a target this replica polls.
 func (p *specPass) bind(r *route, t *Target) *bound {
-	b := &bound{key: boundKey(r.idx, t.ID), t: *t, route: r}
+	b := &bound{key: targetKey{r.idx, t.ID}, t: *t, route: r}
 	b.rev, _ = gitutil.ParseRevision(t.Revision) // validated in update
 	p.owned = append(p.owned, b)
 	return b
@@ -649,7 +658,7 @@ func (p *specPass) bind(r *route, t *Target) *bound {
 func (p *specPass) add(key, url, urlKey string, auth *gitutil.Auth, b *bound) {
 	spec := p.specs[key]
 	if spec == nil {
-		spec = &remoteSpec{url: url, urlKey: urlKey, auth: auth, targets: map[string]*bound{}}
+		spec = &remoteSpec{url: url, urlKey: urlKey, auth: auth, targets: map[targetKey]*bound{}}
 		p.specs[key] = spec
 	}
 	spec.targets[b.key] = b
@@ -660,7 +669,7 @@ func (p *specPass) add(key, url, urlKey string, auth *gitutil.Auth, b *bound) {
 // polls them. On none of them, it is another replica's when one of them
 // is, and this replica's otherwise: bound, on no remote.
 func (p *specPass) stay(r *route, t *Target) {
-	bkey := boundKey(r.idx, t.ID)
+	bkey := targetKey{r.idx, t.ID}
 	type was struct {
 		key, url, urlKey string
 		auth             *gitutil.Auth
