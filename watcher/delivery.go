@@ -81,18 +81,20 @@ type deliverer struct {
 	sink namedSink
 	prev *deliverer // a deliverer of the same key still removing; its steps only
 
-	// Its steps only (one at a time).
+	// Its steps only (one at a time). The booleans sit together, after
+	// st's, so that padding does not take the deliverer to a larger size
+	// class: there is one for each target and sink.
 	st         deliveryState
 	unreadable bool // an unreadable checkpoint was reported
+	knownHave  bool // known holds a checkpoint
 	// known is the checkpoint as this deliverer last read or wrote it, for
 	// the deliveries offered by the poller whose context is knownFor (nil:
 	// none known). While one poller lives, only this deliverer writes its
 	// key: a replica polls the remote and no other. A new poller (the
 	// remote was polled elsewhere meanwhile, or the target moved to
 	// another remote) reads it again.
-	known     Checkpoint
-	knownHave bool
-	knownFor  context.Context
+	known    Checkpoint
+	knownFor context.Context
 
 	pool  *pool // the watcher's deliveries
 	sched slot
@@ -104,8 +106,8 @@ type deliverer struct {
 	removed    bool
 	retired    bool // another replica polls the target: end, as if stopped
 	held       bool // the target is suspended: drop what was to be delivered
-	due        int  // the timer of this generation fired
 	ended      bool
+	due        int          // the timer of this generation fired
 	successors []*deliverer // waiting for it to end
 }
 
@@ -252,10 +254,10 @@ func (d *deliverer) step(ctx context.Context) bool {
 // removal) and the timer of its retry.
 type deliveryState struct {
 	want     *desired
-	resync   bool
 	attempt  int
 	timer    *time.Timer
-	gen      int  // the timer's generation
+	gen      int // the timer's generation
+	resync   bool
 	counted  bool // the timer is a delivery's retry, counted in Stats.Retrying
 	removing bool // the target is gone: attempt counts removals
 }

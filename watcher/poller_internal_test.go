@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/go-logr/logr/funcr"
 
@@ -92,4 +93,13 @@ func TestALateFiringOfAStoppedTimerIsStale(t *testing.T) {
 	assert.Zero(t, r.stale)
 	r.mu.Unlock()
 	r.timer.Stop()
+}
+
+// What every target keeps stays within the size classes it was measured
+// at on 64-bit platforms (docs/performance.md; smaller elsewhere): a field added in the wrong place, or a string
+// where a struct was, costs a larger class for each of 100,000 targets.
+func TestWhatATargetKeepsStaysInItsSizeClass(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(deliverer{}), uintptr(352), "a deliverer, one per target and sink")
+	assert.LessOrEqual(t, unsafe.Sizeof(bound{}), uintptr(288), "a bound target")
+	assert.LessOrEqual(t, unsafe.Sizeof(desired{}), uintptr(176), "the last commit offered to a target")
 }

@@ -470,6 +470,9 @@ type bound struct {
 	rev   gitutil.Revision
 	sinks []*deliverer
 	route *route // until its deliverers are bound
+	// one holds the deliverer of a route of one sink, the usual, which
+	// sinks then slices: no array of its own for each target.
+	one [1]*deliverer
 }
 
 type remoteSpec struct {
@@ -532,6 +535,9 @@ func (w *Watcher) bindDeliverers(owned []*bound) {
 	defer w.mu.Unlock()
 	wanted := map[sinkKey]bool{}
 	for _, b := range owned {
+		if len(b.route.sinks) == 1 {
+			b.sinks = b.one[:0]
+		}
 		for i, s := range b.route.sinks {
 			dkey := sinkKey{b.key, i}
 			wanted[dkey] = true
