@@ -48,7 +48,7 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 			}
 			w.log.Info("removing a target no source wants any more", "target", id, "sink", x.sink.name)
 			t := Target{ID: id}
-			dkey := sinkKey{targetKey{x.route, id}, x.idx}
+			dkey := keyOf(x.route, id).sink(x.idx)
 			w.mu.Lock()
 			if _, busy := w.deliverers[dkey]; busy || w.removing[dkey] != nil {
 				w.mu.Unlock()

@@ -504,25 +504,36 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 	return p.credsOK && len(failed) == 0
 }
 
-// targetKey names a target among all the watcher's: the number of its
-// route and its ID. A struct, not a string of both, so that a bound target
-// keeps no string but its ID.
+// targetKey names a target among all the watcher's: its ID and the number
+// of its route. A struct, not a string of both, so that a bound target
+// keeps no string but its ID; the route's number is an int32, so that the
+// key, and sinkKey, take three words, not four.
 type targetKey struct {
-	route int
 	id    string
+	route int32
 }
+
+// keyOf is the key of the target id of the route numbered route.
+func keyOf(route int, id string) targetKey { return targetKey{id, int32(route)} }
 
 // compare orders keys by route, then ID.
 func (k targetKey) compare(o targetKey) int {
 	return cmp.Or(cmp.Compare(k.route, o.route), strings.Compare(k.id, o.id))
 }
 
+// sink is the key of the deliverer of k for the sink numbered i of its
+// route.
+func (k targetKey) sink(i int) sinkKey { return sinkKey{k.id, k.route, int32(i)} }
+
 // sinkKey names a deliverer among all the watcher's: a target and a sink
 // of its route.
 type sinkKey struct {
-	target targetKey
-	sink   int
+	id          string
+	route, sink int32
 }
+
+// target is the key of the deliverer's target.
+func (k sinkKey) target() targetKey { return targetKey{k.id, k.route} }
 
 // bindDeliverers gives each target this replica polls (owned) its
 // deliverers, one per sink, starting those that are new; it tells those
@@ -539,7 +550,7 @@ func (w *Watcher) bindDeliverers(owned []*bound) {
 			b.sinks = b.one[:0]
 		}
 		for i, s := range b.route.sinks {
-			dkey := sinkKey{b.key, i}
+			dkey := b.key.sink(i)
 			wanted[dkey] = true
 			d, ok := w.deliverers[dkey]
 			if !ok {
@@ -560,13 +571,13 @@ func (w *Watcher) bindDeliverers(owned []*bound) {
 			present = map[targetKey]bool{}
 			for _, r := range w.routes {
 				for _, t := range r.targets {
-					present[targetKey{r.idx, t.ID}] = true
+					present[keyOf(r.idx, t.ID)] = true
 				}
 			}
 		}
 		delete(w.deliverers, dkey)
 		w.removing[dkey] = d // the next of its key waits for it
-		if present[dkey.target] {
+		if present[dkey.target()] {
 			d.retire() // another replica's now
 		} else {
 			d.remove()
@@ -655,7 +666,7 @@ func (p *specPass) ownsKey(key string) bool {
 
 // bind makes the bound state of a target this replica polls.
 func (p *specPass) bind(r *route, t *Target) *bound {
-	b := &bound{key: targetKey{r.idx, t.ID}, t: *t, route: r}
+	b := &bound{key: keyOf(r.idx, t.ID), t: *t, route: r}
 	b.rev, _ = gitutil.ParseRevision(t.Revision) // validated in update
 	p.owned = append(p.owned, b)
 	return b
@@ -675,7 +686,7 @@ func (p *specPass) add(key, url, urlKey string, auth *gitutil.Auth, b *bound) {
 // polls them. On none of them, it is another replica's when one of them
 // is, and this replica's otherwise: bound, on no remote.
 func (p *specPass) stay(r *route, t *Target) {
-	bkey := targetKey{r.idx, t.ID}
+	bkey := keyOf(r.idx, t.ID)
 	type was struct {
 		key, url, urlKey string
 		auth             *gitutil.Auth
