@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -72,4 +73,24 @@ func TestAShardOfNoneOwnsNoRemoteAndTheOthersSplitThem(t *testing.T) {
 		_, err := parseShard(bad)
 		assert.Error(t, err, bad)
 	}
+}
+
+// A curve row gives each round, its median, the ratio of the medians, and
+// the collector's part with what of it was idle-priority.
+func TestACurveRowGivesEachRoundTheMedianAndTheCollectorsIdlePart(t *testing.T) {
+	round := func(cpu, gc, idle time.Duration, gcs int) report {
+		return report{CycleCPU: cpu, CycleGC: gc, CycleGCIdle: idle, CycleGCs: gcs, Cycles: 20, CycleAlloc: 5200, Objects: 1500}
+	}
+	got := [][]report{
+		{round(400*time.Millisecond, 50*time.Millisecond, 30*time.Millisecond, 5), round(500*time.Millisecond, 80*time.Millisecond, 60*time.Millisecond, 5), round(440*time.Millisecond, 50*time.Millisecond, 20*time.Millisecond, 4)},
+		{round(4*time.Second, 2*time.Second, time.Second, 3), round(6*time.Second, 3*time.Second, 2*time.Second, 3), round(7*time.Second, 4*time.Second, 3*time.Second, 3)},
+	}
+	rows := curveRows([]int{1000, 10000}, 10, got)
+	require.Len(t, rows, 2)
+	assert.Equal(t, "400µs, 500µs, 440µs (median 440µs)", rows[0].Ours)
+	assert.Contains(t, rows[0].What, "50µs (idle 30µs; 5 collections in 20 cycles), 80µs (idle 60µs; 5 collections in 20 cycles)")
+	assert.Equal(t, "400µs, 600µs, 700µs (median 600µs)", rows[1].Ours)
+	assert.Contains(t, rows[1].What, "300µs (idle 200µs; 3 collections in 20 cycles)")
+	assert.Equal(t, "440µs (the median at 1000 remotes)", rows[1].Base)
+	assert.Equal(t, "1.36", rows[1].Ratio)
 }
