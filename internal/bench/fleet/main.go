@@ -218,8 +218,8 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 		harness.NewRow("P10", "peak RSS", mib(full.HWM), mib(empty.HWM), fmt.Sprintf("%.2f", float64(full.HWM)/float64(empty.HWM)), ""),
 		harness.NewRow("P10", "RSS with free memory returned (debug.FreeOSMemory)", mib(full.Returned), mib(empty.Returned), fmt.Sprintf("%.2f", float64(full.Returned)/float64(empty.Returned)), ""),
 		harness.NewRow("P10", fmt.Sprintf("no-change cycle (every remote listed; the mean of %d, which held %d collections): wall / client CPU / client CPU per remote (the collector's, of it idle-priority) / allocated per poll", full.Cycles, full.CycleGCs),
-			fmt.Sprintf("%s / %s / %s (%s, %s) / %.1f KB", full.CycleWall.Round(time.Millisecond), full.CycleCPU.Round(time.Millisecond), (full.CycleCPU/time.Duration(remotes)).Round(time.Microsecond),
-				(full.CycleGC/time.Duration(remotes)).Round(time.Microsecond), (full.CycleGCIdle/time.Duration(remotes)).Round(time.Microsecond), float64(full.CycleAlloc)/1000), "", "", ""),
+			fmt.Sprintf("%s / %s / %s (%s, %s) / %.1f KB", full.CycleWall.Round(time.Millisecond), full.CycleCPU.Round(time.Millisecond), eachOf(full.CycleCPU, remotes),
+				eachOf(full.CycleGC, remotes), eachOf(full.CycleGCIdle, remotes), float64(full.CycleAlloc)/1000), "", "", ""),
 	}
 	if *clones {
 		rows = append(rows, harness.NewRow("P10", fmt.Sprintf("start-up: %d cold remotes to every target delivered (the watcher's CPU: %s)", remotes, full.StartCPU.Round(time.Millisecond)), full.StartUp.Round(time.Millisecond).String(),
@@ -313,7 +313,7 @@ func runCurve(sizes string, rounds, perRemote int, settle time.Duration, out str
 func curveRows(ns []int, perRemote int, got [][]report) []harness.Row {
 	perRemoteCPU := func(rs []report, n int) (all []time.Duration, median time.Duration) {
 		for _, r := range rs {
-			all = append(all, (r.CycleCPU / time.Duration(n)).Round(time.Microsecond))
+			all = append(all, eachOf(r.CycleCPU, n))
 		}
 		sorted := slices.Sorted(slices.Values(all))
 		return all, (sorted[(len(sorted)-1)/2] + sorted[len(sorted)/2]) / 2
@@ -326,7 +326,7 @@ func curveRows(ns []int, perRemote int, got [][]report) []harness.Row {
 		for j, d := range all {
 			r := got[i][j]
 			figures = append(figures, d.String())
-			gcs = append(gcs, fmt.Sprintf("%s (idle %s; %d collections in %d cycles)", (r.CycleGC/time.Duration(n)).Round(time.Microsecond), (r.CycleGCIdle/time.Duration(n)).Round(time.Microsecond), r.CycleGCs, r.Cycles))
+			gcs = append(gcs, fmt.Sprintf("%s (idle %s; %d collections in %d cycles)", eachOf(r.CycleGC, n), eachOf(r.CycleGCIdle, n), r.CycleGCs, r.Cycles))
 			allocs = append(allocs, fmt.Sprintf("%.1f", float64(r.CycleAlloc)/1000))
 			objects = append(objects, fmt.Sprintf("%.1f", float64(r.Objects)/float64(n*perRemote)))
 		}
@@ -588,9 +588,10 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 		}
 		cycles++
 	}
-	cycleWall, cycleCPU := time.Since(wall)/time.Duration(max(cycles, 1)), (cpuTime()-cpu)/time.Duration(max(cycles, 1))
+	perCycle := func(d time.Duration) time.Duration { return d / time.Duration(max(cycles, 1)) }
+	cycleWall, cycleCPU := perCycle(time.Since(wall)), perCycle(cpuTime()-cpu)
 	gcCPU1, gcIdle1 := gcTime()
-	cycleGC, cycleGCIdle := (gcCPU1-gcCPU)/time.Duration(max(cycles, 1)), (gcIdle1-gcIdle)/time.Duration(max(cycles, 1))
+	cycleGC, cycleGCIdle := perCycle(gcCPU1-gcCPU), perCycle(gcIdle1-gcIdle)
 	gcs := gcsSince(ms0.NumGC)
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
@@ -623,6 +624,11 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// eachOf is d shared by n remotes, to the microsecond.
+func eachOf(d time.Duration, n int) time.Duration {
+	return (d / time.Duration(n)).Round(time.Microsecond)
 }
 
 // gcTime is the CPU time the runtime counts as its collector's so far,
