@@ -75,11 +75,14 @@ type report struct {
 	// CycleWall and CycleCPU are a no-change cycle's wall time and the
 	// process's CPU time (user and system) in it, the mean of Cycles
 	// cycles, which held CycleGCs collections.
-	// CycleGC is the part of CycleCPU the runtime counts as the
-	// collector's (/cpu/classes/gc/total:cpu-seconds, an estimate of its
-	// own), and CycleGCIdle the part of that its idle-priority mark
-	// workers took (/cpu/classes/gc/mark/idle:cpu-seconds): they run on a
-	// core with nothing else to do, time the runtime calls not compulsory.
+	// CycleGC is the runtime's estimate of its collector's time
+	// (/cpu/classes/gc/total:cpu-seconds), and CycleGCIdle the part of
+	// that its idle-priority mark workers took
+	// (/cpu/classes/gc/mark/idle:cpu-seconds). The runtime counts the
+	// time its workers held a P, not the CPU the system gave them: with
+	// other processes busy on the cores (the loopback server's), it can
+	// be several times what a CPU profile of the cycles samples in the
+	// workers, and it is not a part of CycleCPU.
 	CycleWall, CycleCPU, CycleGC, CycleGCIdle time.Duration
 	Cycles, CycleGCs                          int
 	// CycleAlloc is what the cycles allocated (the runtime's count of
@@ -100,6 +103,18 @@ const (
 	minGCs        = 3
 	maxCycles     = 200
 )
+
+// collectionsWanted is minGCs, or none when the collector is off
+// (GOGC=off), which never starts one: then the cycles hold no
+// collection, and the heap grows by all they allocate instead.
+func collectionsWanted() int {
+	p := debug.SetGCPercent(-1)
+	debug.SetGCPercent(p)
+	if p < 0 {
+		return 0
+	}
+	return minGCs
+}
 
 // gcsSince is how many collections the runtime completed since the
 // count was from.
@@ -217,7 +232,7 @@ func run(remotes, perRemote, replicas int, settle time.Duration, out string) (er
 		harness.NewRow("P10", "goroutines / per target", fmt.Sprintf("%d / %.2f", full.Goroutines, float64(full.Goroutines-empty.Goroutines)/float64(n)), fmt.Sprint(empty.Goroutines), "", ""),
 		harness.NewRow("P10", "peak RSS", mib(full.HWM), mib(empty.HWM), fmt.Sprintf("%.2f", float64(full.HWM)/float64(empty.HWM)), ""),
 		harness.NewRow("P10", "RSS with free memory returned (debug.FreeOSMemory)", mib(full.Returned), mib(empty.Returned), fmt.Sprintf("%.2f", float64(full.Returned)/float64(empty.Returned)), ""),
-		harness.NewRow("P10", fmt.Sprintf("no-change cycle (every remote listed; the mean of %d, which held %d collections): wall / client CPU / client CPU per remote (the collector's, of it idle-priority) / allocated per poll", full.Cycles, full.CycleGCs),
+		harness.NewRow("P10", fmt.Sprintf("no-change cycle (every remote listed; the mean of %d, which held %d collections): wall / client CPU / client CPU per remote (the collector's time by the runtime's estimate, of it idle-priority) / allocated per poll", full.Cycles, full.CycleGCs),
 			fmt.Sprintf("%s / %s / %s (%s, %s) / %.1f KB", full.CycleWall.Round(time.Millisecond), full.CycleCPU.Round(time.Millisecond), eachOf(full.CycleCPU, remotes),
 				eachOf(full.CycleGC, remotes), eachOf(full.CycleGCIdle, remotes), float64(full.CycleAlloc)/1000), "", "", ""),
 	}
@@ -330,7 +345,7 @@ func curveRows(ns []int, perRemote int, got [][]report) []harness.Row {
 			allocs = append(allocs, fmt.Sprintf("%.1f", float64(r.CycleAlloc)/1000))
 			objects = append(objects, fmt.Sprintf("%.1f", float64(r.Objects)/float64(n*perRemote)))
 		}
-		what := fmt.Sprintf("no-change cycle, client CPU per remote: %d remotes (%d targets), %d rounds (the collector's: %s; allocated per poll: %s KB; live objects per target: %s)",
+		what := fmt.Sprintf("no-change cycle, client CPU per remote: %d remotes (%d targets), %d rounds (the collector's time by the runtime's estimate: %s; allocated per poll: %s KB; live objects per target: %s)",
 			n, n*perRemote, len(all), strings.Join(gcs, ", "), strings.Join(allocs, ", "), strings.Join(objects, ", "))
 		baseline, ratio, goal := "", "", ""
 		if i > 0 {
@@ -569,16 +584,16 @@ func runChild(heap, cpuProfile, shardArg string, settle time.Duration) error {
 		return err
 	}
 	// The cycles start just after a collection, and go on until they made
-	// pollsMeasured polls and the runtime collected minGCs times: a cycle
+	// pollsMeasured polls and the runtime collected wantGCs times: a cycle
 	// of a big heap allocates less than the heap, so two cycles hold no
 	// collection or one, and their CPU is its by a third either way.
 	runtime.GC()
 	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
-	cycles := 0
+	cycles, wantGCs := 0, collectionsWanted()
 	wall, cpu := time.Now(), cpuTime()
 	gcCPU, gcIdle := gcTime()
-	for len(urls) > 0 && cycles < maxCycles && (cycles < 2 || cycles*len(urls) < pollsMeasured || gcsSince(ms0.NumGC) < minGCs) {
+	for len(urls) > 0 && cycles < maxCycles && (cycles < 2 || cycles*len(urls) < pollsMeasured || gcsSince(ms0.NumGC) < wantGCs) {
 		before := polled.Load()
 		for _, u := range urls {
 			w.Trigger(u)
@@ -631,8 +646,9 @@ func eachOf(d time.Duration, n int) time.Duration {
 	return (d / time.Duration(n)).Round(time.Microsecond)
 }
 
-// gcTime is the CPU time the runtime counts as its collector's so far,
-// and the part of it its idle-priority mark workers took.
+// gcTime is the time the runtime counts as its collector's so far (the
+// time its workers held a P), and the part of it its idle-priority mark
+// workers took.
 func gcTime() (total, idle time.Duration) {
 	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/gc/mark/idle:cpu-seconds"}}
 	metrics.Read(s)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -88,9 +89,26 @@ func TestACurveRowGivesEachRoundTheMedianAndTheCollectorsIdlePart(t *testing.T) 
 	rows := curveRows([]int{1000, 10000}, 10, got)
 	require.Len(t, rows, 2)
 	assert.Equal(t, "400µs, 500µs, 440µs (median 440µs)", rows[0].Ours)
-	assert.Contains(t, rows[0].What, "50µs (idle 30µs; 5 collections in 20 cycles), 80µs (idle 60µs; 5 collections in 20 cycles)")
+	assert.Contains(t, rows[0].What, "the collector's time by the runtime's estimate: 50µs (idle 30µs; 5 collections in 20 cycles), 80µs (idle 60µs; 5 collections in 20 cycles)")
 	assert.Equal(t, "400µs, 600µs, 700µs (median 600µs)", rows[1].Ours)
 	assert.Contains(t, rows[1].What, "300µs (idle 200µs; 3 collections in 20 cycles)")
 	assert.Equal(t, "440µs (the median at 1000 remotes)", rows[1].Base)
 	assert.Equal(t, "1.36", rows[1].Ratio)
+}
+
+func TestWithTheCollectorOffTheCyclesWaitForNoCollection(t *testing.T) {
+	if got := collectionsWanted(); got != minGCs {
+		t.Fatalf("with the collector on: %d collections wanted, want %d", got, minGCs)
+	}
+	old := debug.SetGCPercent(-1)
+	defer debug.SetGCPercent(old)
+	if old < 0 {
+		t.Fatal("asking turned the collector off")
+	}
+	if got := collectionsWanted(); got != 0 {
+		t.Fatalf("with GOGC=off: %d collections wanted, want none", got)
+	}
+	if p := debug.SetGCPercent(-1); p != -1 {
+		t.Fatalf("asking changed the collector's setting to %d", p)
+	}
 }
