@@ -241,3 +241,54 @@ func TestVerifiedTags(t *testing.T) {
 	bad := watcher.Target{ID: "x", URL: repo.URL(), Verify: &watcher.Verify{Mode: "Tags", KeyRing: keys}}
 	assert.ErrorIs(t, bad.Validate(), watcher.ErrInvalidTarget)
 }
+
+// countingGit is the default git, counting what its mirrors are asked
+// whether they have.
+type countingGit struct {
+	watcher.GoGit
+	has atomic.Int32
+}
+
+func (g *countingGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
+	m, err := g.GoGit.OpenMirror(dir, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	return countingMirror{m, g}, nil
+}
+
+type countingMirror struct {
+	watcher.Mirror
+	g *countingGit
+}
+
+func (m countingMirror) HasCommit(commit gitutil.Hash) bool {
+	m.g.has.Add(1)
+	return m.Mirror.HasCommit(commit)
+}
+
+// A poll asks the mirror once whether it has a commit that several of the
+// remote's targets are at, not once a target.
+func TestAPollAsksTheMirrorOnceForTheCommitItsTargetsShare(t *testing.T) {
+	repo := watchertest.NewRepo(t)
+	commit := repo.Commit(t, map[string]string{"a/x.yaml": "a: 1\n", "b/x.yaml": "b: 1\n", "c/x.yaml": "c: 1\n"})
+	git := &countingGit{GoGit: watcher.DefaultGit()}
+	obs := watchertest.NewObserver()
+	w := watchertest.NewWatcher(t, watcher.WithGit(git), watcher.WithObserver(obs))
+	sink := watchertest.NewSink("rec")
+	var targets []watcher.Target
+	for _, id := range []string{"a", "b", "c"} {
+		targets = append(targets, watcher.Target{ID: id, URL: repo.URL(), Path: id, Interval: time.Hour})
+	}
+	w.Route(watchertest.NewSource(targets...), sink)
+	watchertest.Run(t, w.Run)
+	for _, id := range []string{"a", "b", "c"} {
+		sink.WaitCommit(t, id, commit)
+	}
+
+	polled := obs.Count(watchertest.Is(watcher.EventPolled, ""))
+	git.has.Store(0)
+	require.True(t, w.Trigger(repo.URL()))
+	obs.WaitCount(t, "the triggered poll", polled+1, watchertest.Is(watcher.EventPolled, ""))
+	assert.Equal(t, int32(1), git.has.Load(), "lookups of the one commit in a poll of three targets")
+}

@@ -697,9 +697,13 @@ func (m missing) any() bool { return len(m.refs) > 0 || len(m.commits) > 0 }
 
 // resolve finds each target's commit in refs, and what the mirror lacks of
 // them, appending a job to jobs for each. A target that does not resolve
-// is reported and left out.
+// is reported and left out. The mirror is asked once for a run of targets
+// at one commit (a remote's targets are mostly on one branch), not once a
+// target: each time, it looks the commit up in the mirror's pack indexes.
 func (r *remote) resolve(ctx context.Context, jobs []job, targets []*polled, refs gitutil.RefList) ([]job, missing) {
 	var m missing
+	var asked gitutil.Hash
+	has, looked := false, false
 	for _, p := range targets {
 		res, err := gitutil.Resolve(p.b.rev, refs)
 		if err != nil {
@@ -715,7 +719,10 @@ func (r *remote) resolve(ctx context.Context, jobs []job, targets []*polled, ref
 			continue
 		}
 		j := job{p: p, res: res}
-		if !r.mirror.HasCommit(res.Commit) {
+		if !looked || res.Commit != asked {
+			asked, has, looked = res.Commit, r.mirror.HasCommit(res.Commit), true
+		}
+		if !has {
 			j.missing = true
 			if res.Ref != "" {
 				if m.refs == nil {
