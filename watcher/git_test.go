@@ -36,11 +36,16 @@ func (g *faultyGit) ListRefs(ctx context.Context, url string, auth *gitutil.Auth
 }
 
 func (g *faultyGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
-	m, err := g.GoGit.OpenMirror(dir, url, opts)
+	return wrapMirror(g.GoGit, dir, url, opts, func(m watcher.Mirror) watcher.Mirror { return faultyMirror{m, g} })
+}
+
+// wrapMirror opens the default git's mirror and gives it in wrap's.
+func wrapMirror(git watcher.GoGit, dir, url string, opts gitutil.MirrorOptions, wrap func(watcher.Mirror) watcher.Mirror) (watcher.Mirror, error) {
+	m, err := git.OpenMirror(dir, url, opts)
 	if err != nil {
 		return nil, err
 	}
-	return faultyMirror{m, g}, nil
+	return wrap(m), nil
 }
 
 type faultyMirror struct {
@@ -250,11 +255,7 @@ type countingGit struct {
 }
 
 func (g *countingGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
-	m, err := g.GoGit.OpenMirror(dir, url, opts)
-	if err != nil {
-		return nil, err
-	}
-	return countingMirror{m, g}, nil
+	return wrapMirror(g.GoGit, dir, url, opts, func(m watcher.Mirror) watcher.Mirror { return countingMirror{m, g} })
 }
 
 type countingMirror struct {
