@@ -287,6 +287,9 @@ func TestAPollAsksTheMirrorOnceForTheCommitItsTargetsShare(t *testing.T) {
 		sink.WaitCommit(t, id, commit)
 	}
 
+	// The first poll reports itself after it offered, so a delivery can
+	// come before its report: count from after it.
+	obs.WaitCount(t, "the first poll", 1, watchertest.Is(watcher.EventPolled, ""))
 	polled := obs.Count(watchertest.Is(watcher.EventPolled, ""))
 	git.has.Store(0)
 	require.True(t, w.Trigger(repo.URL()))
