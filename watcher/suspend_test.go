@@ -20,7 +20,9 @@ import (
 
 // A suspended target is polled but nothing is handed to its sinks, and a
 // delivery it was retrying stops; resumed, it gets the latest commit at
-// once.
+// once. An attempt already under way when the target is suspended may
+// still call the sink, once; the sink refuses c2 throughout, so that
+// attempt cannot deliver it whenever it runs.
 func TestSuspendedTargetIsNotDelivered(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
@@ -34,8 +36,13 @@ func TestSuspendedTargetIsNotDelivered(t *testing.T) {
 	sink.WaitCommit(t, "t", c1)
 
 	// Failing, and retried: then suspended, the retries stop.
-	sink.SetHook(func(context.Context, watcher.Change) error { return errors.New("refused") })
 	c2 := repo.Commit(t, "2", gittest.File("f", "2"))
+	sink.SetHook(func(_ context.Context, c watcher.Change) error {
+		if c.To == c2 {
+			return errors.New("refused")
+		}
+		return nil
+	})
 	pollNow(t, w, obs, repo.URL())
 	obs.WaitCount(t, "retries", 2, watchertest.Is(watcher.EventDeliveryFailed, "t"))
 	suspended := target
@@ -44,15 +51,16 @@ func TestSuspendedTargetIsNotDelivered(t *testing.T) {
 	obs.WaitFor(t, "suspended at c2", func(e watcher.Event) bool {
 		return e.Type == watcher.EventSuspended && e.Commit == c2
 	})
+	triedC2 := attemptsAt(sink, c2)
 	require.Eventually(t, func() bool { return w.Stats().Retrying == 0 }, 10*time.Second, time.Millisecond,
 		"no retry pending for a suspended target")
-	sink.SetHook(nil)
 
 	c3 := repo.Commit(t, "3", gittest.File("f", "3"))
 	pollNow(t, w, obs, repo.URL())
 	obs.WaitFor(t, "suspended at c3", func(e watcher.Event) bool {
 		return e.Type == watcher.EventSuspended && e.Commit == c3
 	})
+	assert.Zero(t, attemptsAt(sink, c3), "c3 is not handed to the sink while suspended")
 	for _, c := range sink.Delivered() {
 		assert.Equal(t, c1, c.To, "only what was delivered before")
 	}
@@ -60,6 +68,18 @@ func TestSuspendedTargetIsNotDelivered(t *testing.T) {
 	src.Set(target)
 	got := sink.WaitCommit(t, "t", c3)
 	assert.Equal(t, c1, got.From, "the latest commit, once resumed")
+	assert.LessOrEqual(t, attemptsAt(sink, c2), triedC2+1, "at most the attempt under way at the suspension")
+}
+
+// attemptsAt counts the calls of s with commit.
+func attemptsAt(s *watchertest.Sink, commit string) int {
+	n := 0
+	for _, c := range s.Attempts() {
+		if c.To == commit {
+			n++
+		}
+	}
+	return n
 }
 
 // inventorySink holds something for each target it was given, across
