@@ -70,7 +70,7 @@ func TestWithGit(t *testing.T) {
 	obs := watchertest.NewObserver()
 	w := watchertest.NewWatcher(t, watcher.WithGit(git), watcher.WithObserver(obs), watcher.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
 	sink := watchertest.NewSink("rec")
-	w.Route(watchertest.NewSource(watcher.Target{ID: "a", URL: repo.URL()}), sink)
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "a", URL: repo.URL()}), sink))
 	watchertest.Run(t, w.Run)
 
 	failed := obs.WaitFor(t, "the injected listing failure", watchertest.Is(watcher.EventTargetFailed, "a"))
@@ -281,7 +281,7 @@ func TestAPollAsksTheMirrorOnceForTheCommitItsTargetsShare(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		targets = append(targets, watcher.Target{ID: id, URL: repo.URL(), Path: id, Interval: time.Hour})
 	}
-	w.Route(watchertest.NewSource(targets...), sink)
+	require.NoError(t, w.Route(watchertest.NewSource(targets...), sink))
 	watchertest.Run(t, w.Run)
 	for _, id := range []string{"a", "b", "c"} {
 		sink.WaitCommit(t, id, commit)
