@@ -217,12 +217,12 @@ func TestGitSyncWithoutANamespaceIsRefused(t *testing.T) {
 	assert.True(t, apierrors.IsNotFound(err), "nothing applied into default")
 }
 
-// On Numaplane's own controller configuration (its config/manager sample,
-// as it is): its includedResources are the kinds GitSyncs may apply; a
+// On Numaplane's controller configuration (the fixture in the form of its
+// config/manager sample): its includedResources are the kinds GitSyncs may apply; a
 // ConfigMap is one, a ClusterRole is not, and a GitSync that holds one
 // shows Failed, naming it, with nothing of it applied.
-func TestOnNumaplanesOwnControllerConfig(t *testing.T) {
-	data, err := upstream.ConfigFile("numaplane/config/manager/controller-config.yaml")
+func TestOnNumaplanesControllerConfig(t *testing.T) {
+	data, err := upstream.FixtureConfig("numaplane/config/manager/controller-config.yaml")
 	require.NoError(t, err)
 	config := configFile(t, string(data))
 

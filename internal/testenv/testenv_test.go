@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/internal/testenv"
+	"github.com/modwatch/modwatch/internal/upstream"
 )
 
 var env *testenv.Env
@@ -176,27 +177,26 @@ func TestMakefileBuildsThisVersion(t *testing.T) {
 // The GitSync fixture is Numaplane's CRD as its users install it: the same
 // names, scope, versions, subresources and schema (descriptions aside), so
 // that what the tests' apiserver accepts and refuses is what Numaplane's
-// does.
+// does. It is compared where Numaplane's CRD is (internal/upstream).
 func TestGitSyncFixtureIsFaithful(t *testing.T) {
-	p, err := testenv.Upstream("numaplane/config/crd/bases/numaplane.numaproj.io_gitsyncs.yaml")
-	require.NoError(t, err)
+	p := upstream.Require(t, "numaplane/config/crd/bases/numaplane.numaproj.io_gitsyncs.yaml")
 	data, err := os.ReadFile(p)
 	require.NoError(t, err)
-	var upstream apiextensionsv1.CustomResourceDefinition
-	require.NoError(t, yaml.Unmarshal(data, &upstream))
+	var original apiextensionsv1.CustomResourceDefinition
+	require.NoError(t, yaml.Unmarshal(data, &original))
 	crds, err := testenv.CRDs()
 	require.NoError(t, err)
 	var fixture *apiextensionsv1.CustomResourceDefinition
 	for _, c := range crds {
-		if c.Name == upstream.Name {
+		if c.Name == original.Name {
 			fixture = c
 		}
 	}
-	require.NotNil(t, fixture, "no fixture of %s", upstream.Name)
-	for _, v := range append(upstream.Spec.Versions, fixture.Spec.Versions...) {
+	require.NotNil(t, fixture, "no fixture of %s", original.Name)
+	for _, v := range append(original.Spec.Versions, fixture.Spec.Versions...) {
 		stripDescriptions(v.Schema.OpenAPIV3Schema)
 	}
-	assert.Equal(t, upstream.Spec, fixture.Spec)
+	assert.Equal(t, original.Spec, fixture.Spec)
 }
 
 // stripDescriptions removes the descriptions of a schema, at every depth.

@@ -14,47 +14,90 @@ import (
 	"github.com/modwatch/modwatch/watcher/spec"
 )
 
-// sample reads config.yaml of one of Numaplane's agent ConfigMap samples.
-func sample(t *testing.T, name string) []byte {
+const (
+	embeddedSample  = "numaplane/config/samples/agent/config_map_embedded.yaml"
+	referenceSample = "numaplane/config/samples/agent/config_map_reference.yaml"
+)
+
+// fixture reads config.yaml of the project's fixture in the form of one of
+// Numaplane's agent ConfigMap samples.
+func fixture(t *testing.T, rel string) []byte {
 	t.Helper()
-	data, err := upstream.ConfigFile("numaplane/config/samples/agent/" + name)
+	data, err := upstream.FixtureConfig(rel)
 	require.NoError(t, err)
 	return data
 }
 
-// Numaplane's embedded sample yields its target, its placeholders filled.
-func TestNumaplanesEmbeddedAgentSample(t *testing.T) {
-	targets, err := configmap.Parse(sample(t, "config_map_embedded.yaml"), "configmap")
+// The embedded form yields its target, its placeholders filled.
+func TestNumaplanesEmbeddedAgentForm(t *testing.T) {
+	targets, err := configmap.Parse(fixture(t, embeddedSample), "configmap")
 	require.NoError(t, err)
 	require.Len(t, targets, 1)
-	assert.Equal(t, "https://github.com/mynumaplaneinstall.git", targets[0].URL)
-	assert.Equal(t, "sample-pipeline", targets[0].Path)
+	assert.Equal(t, "https://git.example.com/fixture/control.git", targets[0].URL)
+	assert.Equal(t, "control", targets[0].Path)
+	assert.Equal(t, "release", targets[0].Revision)
 	r := targets[0].Payload.(spec.Render)
-	assert.Equal(t, "staging-usw2-k8s", r.Cluster)
-	assert.Equal(t, []spec.HelmParameter{{Name: "clusterName", Value: "staging-usw2-k8s"},
-		{Name: "controllerHostName", Value: "numaplane.stagingusw2k8s.mydomain.com"}}, r.Helm.Parameters)
+	assert.Equal(t, "fixture-east-1", r.Cluster)
+	assert.Equal(t, []spec.HelmParameter{{Name: "clusterName", Value: "fixture-east-1"},
+		{Name: "controllerHostName", Value: "ctl.east-1.fixture.example.com"}}, r.Helm.Parameters)
 }
 
-// Numaplane's reference sample reads its placeholders' values from the two
-// files it names, in order, for its own cluster.
-func TestNumaplanesReferenceAgentSample(t *testing.T) {
-	data := sample(t, "config_map_reference.yaml")
+// The reference form reads its placeholders' values from the two files it
+// names, in order, for its own cluster.
+func TestNumaplanesReferenceAgentForm(t *testing.T) {
+	data := fixture(t, referenceSample)
 	_, err := configmap.Parse(data, "configmap")
 	require.ErrorIs(t, err, configmap.ErrInvalid, "never a target with its placeholders unfilled")
 
 	var asked configmap.Reference
 	values := func(_ context.Context, ref configmap.Reference, cluster string) (map[string]string, error) {
 		asked = ref
-		assert.Equal(t, "staging-usw2-k8s", cluster)
-		return map[string]string{"clusterName": "staging-usw2-k8s", "controllerHostName": "ctl.example.com"}, nil
+		assert.Equal(t, "fixture-east-1", cluster)
+		return map[string]string{"clusterName": "fixture-east-1", "controllerHostName": "ctl.example.com"}, nil
 	}
 	l, err := configmap.Load(context.Background(), data, configmap.LoadOptions{Prefix: "configmap", Values: values})
 	require.NoError(t, err)
 	require.Len(t, asked.Files, 2)
-	assert.Equal(t, configmap.FileRef{RepoURL: "https://github.com/myrepo.git", TargetRevision: "master", Path: "default-clusters.json"}, asked.Files[0])
-	assert.Equal(t, "override-clusters.json", asked.Files[1].Path)
+	assert.Equal(t, configmap.FileRef{RepoURL: "https://git.example.com/fixture/values.git", TargetRevision: "stable", Path: "clusters/base.json"}, asked.Files[0])
+	assert.Equal(t, "clusters/east.json", asked.Files[1].Path)
 	require.Len(t, l.Targets, 1)
 	assert.Equal(t, "ctl.example.com", l.Targets[0].Payload.(spec.Render).Helm.Parameters[1].Value)
+}
+
+// Numaplane's own agent samples, where they are, load as their fixtures do:
+// the embedded one into one target with every placeholder filled from its
+// own values; the reference one refused by Parse, and loaded through the
+// two files it names.
+func TestNumaplanesOwnAgentSamples(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) {
+		upstream.Require(t, embeddedSample)
+		data, err := upstream.ConfigFile(embeddedSample)
+		require.NoError(t, err)
+		targets, err := configmap.Parse(data, "configmap")
+		require.NoError(t, err)
+		require.Len(t, targets, 1)
+		r := targets[0].Payload.(spec.Render)
+		require.Len(t, r.Helm.Parameters, 2)
+		for _, p := range r.Helm.Parameters {
+			assert.NotContains(t, p.Value, "{{", p.Name)
+		}
+	})
+	t.Run("reference", func(t *testing.T) {
+		upstream.Require(t, referenceSample)
+		data, err := upstream.ConfigFile(referenceSample)
+		require.NoError(t, err)
+		_, err = configmap.Parse(data, "configmap")
+		require.ErrorIs(t, err, configmap.ErrInvalid)
+		var asked configmap.Reference
+		values := func(_ context.Context, ref configmap.Reference, cluster string) (map[string]string, error) {
+			asked = ref
+			return map[string]string{"clusterName": cluster, "controllerHostName": "h"}, nil
+		}
+		l, err := configmap.Load(context.Background(), data, configmap.LoadOptions{Prefix: "configmap", Values: values})
+		require.NoError(t, err)
+		assert.Len(t, asked.Files, 2)
+		assert.Len(t, l.Targets, 1)
+	})
 }
 
 // GitValues reads the files from their repositories: the agent's cluster's

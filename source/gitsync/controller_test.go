@@ -68,37 +68,73 @@ func TestParseIncludedResources(t *testing.T) {
 	}
 }
 
-// Numaplane's own configuration samples, as its users have them: every key
-// is read or refused by name, never passed over.
-func TestNumaplanesOwnControllerConfigs(t *testing.T) {
+const (
+	managerSample   = "numaplane/config/manager/controller-config.yaml"
+	configMapSample = "numaplane/config/samples/config_map.yaml"
+)
+
+// The forms of Numaplane's own configuration samples, in the project's
+// fixtures: every key is read or refused by name, never passed over.
+func TestNumaplanesControllerConfigForms(t *testing.T) {
 	read := func(rel string) []byte {
 		t.Helper()
-		data, err := upstream.ConfigFile(rel)
+		data, err := upstream.FixtureConfig(rel)
 		require.NoError(t, err)
 		return data
 	}
-	manager := read("numaplane/config/manager/controller-config.yaml")
-	cfg, err := gitsync.ParseControllerConfig(manager)
+	cfg, err := gitsync.ParseControllerConfig(read(managerSample))
 	require.NoError(t, err)
-	assert.Equal(t, int64(30000), cfg.SyncTimeIntervalMs)
+	assert.Equal(t, int64(45000), cfg.SyncTimeIntervalMs)
 	kinds, err := gitsync.ParseIncludedResources(cfg.IncludedResources)
 	require.NoError(t, err)
 	assert.True(t, kinds.Includes(schema.GroupKind{Group: "apps", Kind: "Deployment"}))
 	assert.True(t, kinds.Includes(schema.GroupKind{Group: "numaflow.numaproj.io", Kind: "Pipeline"}))
+	assert.True(t, kinds.Includes(schema.GroupKind{Group: "batch", Kind: "CronJob"}))
 	assert.False(t, kinds.Includes(schema.GroupKind{Group: "apps", Kind: "DaemonSet"}))
 
-	sample := read("numaplane/config/samples/config_map.yaml")
-	_, err = gitsync.ParseControllerConfig(sample)
+	sample := read(configMapSample)
+	checkConfigMapSample(t, sample, "fixture-system")
+}
+
+// checkConfigMapSample checks what Numaplane's config/samples config map
+// form gives (its Secrets in namespace ns): refused for the SSH credential
+// without known hosts, and, with that fixed, for the Secret without a
+// namespace.
+func checkConfigMapSample(t *testing.T, sample []byte, ns string) {
+	t.Helper()
+	_, err := gitsync.ParseControllerConfig(sample)
 	require.ErrorIs(t, err, gitsync.ErrInvalidConfig)
 	assert.ErrorContains(t, err, "repoCredentials[1].sshCredential: no knownHosts")
 	assert.ErrorContains(t, err, "insecureIgnoreHostKey: true")
 
-	fixed := strings.Replace(string(sample), "          namespace: \"numaplane-system\"\n    tls:", "          namespace: \"numaplane-system\"\n      insecureIgnoreHostKey: true\n    tls:", 1)
+	fixed := strings.Replace(string(sample), "          namespace: \""+ns+"\"\n    tls:", "          namespace: \""+ns+"\"\n      insecureIgnoreHostKey: true\n    tls:", 1)
 	require.NotEqual(t, string(sample), fixed)
 	_, err = gitsync.ParseControllerConfig([]byte(fixed))
 	require.ErrorIs(t, err, gitsync.ErrInvalidConfig)
 	assert.ErrorContains(t, err, "repoCredentials[2].httpCredential.password: fromKubernetesSecret needs name, key and namespace",
 		"Numaplane fails at the first use of a Secret without namespace; this fails at load")
+}
+
+// Numaplane's own configuration samples, where they are, as its users have
+// them: read as their fixtures are.
+func TestNumaplanesOwnControllerConfigs(t *testing.T) {
+	t.Run("manager", func(t *testing.T) {
+		upstream.Require(t, managerSample)
+		data, err := upstream.ConfigFile(managerSample)
+		require.NoError(t, err)
+		cfg, err := gitsync.ParseControllerConfig(data)
+		require.NoError(t, err)
+		kinds, err := gitsync.ParseIncludedResources(cfg.IncludedResources)
+		require.NoError(t, err)
+		assert.True(t, kinds.Includes(schema.GroupKind{Group: "apps", Kind: "Deployment"}))
+		assert.False(t, kinds.Includes(schema.GroupKind{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}))
+	})
+	t.Run("config map", func(t *testing.T) {
+		upstream.Require(t, configMapSample)
+		data, err := upstream.ConfigFile(configMapSample)
+		require.NoError(t, err)
+		checkConfigMapSample(t, data, "numaplane-system")
+	})
 }
 
 func TestParseControllerConfigErrors(t *testing.T) {
