@@ -3,12 +3,17 @@
 
 GO          ?= go
 K8S_VERSION := 1.37.2
-TESTBIN     := $(CURDIR)/.cache/testbin/k8s-$(K8S_VERSION)
+# The binaries make testbin builds are kept outside the clone, one folder a
+# version, so that every checkout and CI run of the machine shares them (as
+# setup-envtest keeps envtest's): $MODWATCH_TESTBIN, else modwatch/testbin
+# in $XDG_CACHE_HOME or ~/.cache (internal/testenv.TestbinRoot).
+TESTBIN_ROOT ?= $(or $(MODWATCH_TESTBIN),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/modwatch/testbin)
+TESTBIN     := $(TESTBIN_ROOT)/k8s-$(K8S_VERSION)
 # Flux's source-controller, built from its module beside the control plane
 # (the version is internal/testbin/sourcecontroller/go.mod's, and
 # fluxtest.SourceControllerVersion's).
 SC_VERSION  := $(shell sed -n 's/^[[:space:]]*github.com\/fluxcd\/source-controller \(v[^ ]*\).*/\1/p' internal/testbin/sourcecontroller/go.mod)
-SCBIN       := $(CURDIR)/.cache/testbin/source-controller-$(SC_VERSION)
+SCBIN       := $(TESTBIN_ROOT)/source-controller-$(SC_VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -count=1 -timeout 20m
 # Every package of every module of the workspace (go.work): the core module
@@ -16,7 +21,7 @@ TEST_FLAGS  ?= -race -count=1 -timeout 20m
 # examples, the test control plane's harness).
 PKGS        := github.com/modwatch/modwatch/...
 
-.PHONY: test vet staticcheck api testbin quickstart fmt clean-testbin bench bench-scale tidy release
+.PHONY: upstream gitsync-e2e test vet staticcheck api testbin quickstart fmt clean-testbin bench bench-scale tidy release
 
 # The release checks (internal/release: consumers built at three Kubernetes
 # minors, a release resolved through a module proxy) are builds, minutes of
@@ -24,9 +29,33 @@ PKGS        := github.com/modwatch/modwatch/...
 # under the timing of the replicas' envtest suites.
 RELEASE_PKGS := github.com/modwatch/modwatch/internal/release/...
 
-test: vet staticcheck api testbin
+test: vet staticcheck api testbin upstream
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test $(TEST_FLAGS) $$($(GO) list $(PKGS) | grep -v '^github.com/modwatch/modwatch/internal/release')
 	$(GO) test $(TEST_FLAGS) -timeout 40m $(RELEASE_PKGS)
+
+# The comparisons of the project's fixtures with the users' own artifacts
+# (Numaplane's CRD and samples) run where those are: ../shared/upstream
+# beside the clone, or $MODWATCH_UPSTREAM. Elsewhere they skip; this says so.
+UPSTREAM_DIR := $(or $(MODWATCH_UPSTREAM),$(abspath $(CURDIR)/../shared/upstream))
+upstream:
+	@if [ -d "$(UPSTREAM_DIR)/numaplane" ]; then \
+		echo "upstream: the fixtures are compared with the users' artifacts in $(UPSTREAM_DIR)"; \
+	else \
+		echo "SKIP the comparisons of the fixtures with the users' artifacts (Numaplane's CRD and samples): $(UPSTREAM_DIR) is not there; set MODWATCH_UPSTREAM to run them"; \
+	fi
+
+# git-sync's own end-to-end suite (all 93 tests, about seven minutes; or
+# E2E_TESTS="sync_head readlink") against examples/gitsync, through the
+# harness in ../shared/gitsync-e2e, where it is; its summary is in OUT.
+GITSYNC_E2E := $(abspath $(CURDIR)/../shared/gitsync-e2e)
+gitsync-e2e:
+	@if [ -x "$(GITSYNC_E2E)/run.sh" ] && [ -f "$(UPSTREAM_DIR)/git-sync/test_e2e.sh" ]; then \
+		bin=$$(mktemp -d)/git-sync && $(GO) build -o $$bin ./examples/gitsync && \
+		out=$${OUT:-$$(mktemp -d)} && echo "gitsync-e2e: results in $$out" && \
+		OUT=$$out $(GITSYNC_E2E)/run.sh $$bin $(UPSTREAM_DIR)/git-sync $(E2E_TESTS); \
+	else \
+		echo "SKIP git-sync's own suite: $(GITSYNC_E2E)/run.sh or $(UPSTREAM_DIR)/git-sync is not there; set MODWATCH_UPSTREAM to the folder that holds git-sync/"; \
+	fi
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -56,24 +85,24 @@ testbin:
 		echo "testbin: using $(TESTBIN)"; \
 	else \
 		echo "testbin: building kube-apiserver v$(K8S_VERSION) and etcd into $(TESTBIN) (about ten minutes the first time)"; \
-		mkdir -p $(TESTBIN).tmp && \
-		cd internal/testbin && GOWORK=off $(GO) build -buildvcs=false -o $(TESTBIN).tmp/ ./kube-apiserver ./etcd && \
-		rm -rf $(TESTBIN) && mv $(TESTBIN).tmp $(TESTBIN); \
+		mkdir -p $(TESTBIN_ROOT) && tmp=$$(mktemp -d $(TESTBIN).tmp.XXXXXX) && \
+		cd internal/testbin && GOWORK=off $(GO) build -buildvcs=false -o $$tmp/ ./kube-apiserver ./etcd && \
+		rm -rf $(TESTBIN) && mv $$tmp $(TESTBIN); \
 	fi
 	@if [ -x $(SCBIN)/source-controller ] && [ -d $(SCBIN)/crds ]; then \
 		echo "testbin: using $(SCBIN)"; \
 	else \
 		echo "testbin: building Flux's source-controller $(SC_VERSION) into $(SCBIN)"; \
-		rm -rf $(SCBIN).tmp && mkdir -p $(SCBIN).tmp/crds && \
+		mkdir -p $(TESTBIN_ROOT) && tmp=$$(mktemp -d $(SCBIN).tmp.XXXXXX) && mkdir $$tmp/crds && \
 		cd internal/testbin/sourcecontroller && \
-		GOWORK=off $(GO) build -buildvcs=false -o $(SCBIN).tmp/source-controller github.com/fluxcd/source-controller && \
-		cp "$$(GOWORK=off $(GO) list -m -f '{{.Dir}}' github.com/fluxcd/source-controller)"/config/crd/bases/*.yaml $(SCBIN).tmp/crds/ && \
-		chmod u+w $(SCBIN).tmp/crds/*.yaml && \
-		rm -rf $(SCBIN) && mv $(SCBIN).tmp $(SCBIN); \
+		GOWORK=off $(GO) build -buildvcs=false -o $$tmp/source-controller github.com/fluxcd/source-controller && \
+		cp "$$(GOWORK=off $(GO) list -m -f '{{.Dir}}' github.com/fluxcd/source-controller)"/config/crd/bases/*.yaml $$tmp/crds/ && \
+		chmod u+w $$tmp/crds/*.yaml && \
+		rm -rf $(SCBIN) && mv $$tmp $(SCBIN); \
 	fi
 
 clean-testbin:
-	rm -rf $(CURDIR)/.cache/testbin
+	rm -rf $(TESTBIN) $(SCBIN)
 
 quickstart:
 	$(GO) run ./examples/quickstart

@@ -44,7 +44,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/modwatch/modwatch/internal/gittest"
-	"github.com/modwatch/modwatch/internal/upstream"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -84,20 +83,39 @@ type Env struct {
 	env *envtest.Environment
 }
 
+// TestbinRoot is where `make testbin` keeps the binaries it builds, one
+// folder a version, outside any clone (as setup-envtest keeps envtest's),
+// so that every checkout and every CI run of a machine shares them:
+// $MODWATCH_TESTBIN, else modwatch/testbin in $XDG_CACHE_HOME or
+// $HOME/.cache (the Makefile's TESTBIN_ROOT, computed the same way).
+func TestbinRoot() (string, error) {
+	if dir := os.Getenv("MODWATCH_TESTBIN"); dir != "" {
+		return dir, nil
+	}
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		home := os.Getenv("HOME")
+		if home == "" {
+			return "", errors.New("testenv: neither MODWATCH_TESTBIN, XDG_CACHE_HOME nor HOME is set: no place for the test control plane")
+		}
+		cache = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(cache, "modwatch", "testbin"), nil
+}
+
 // ErrNoBinaries is returned when kube-apiserver or etcd cannot be found.
 var ErrNoBinaries = errors.New("testenv: control plane binaries not found; run `make testbin` (or `make test`) first")
 
 // AssetsDir returns the directory holding kube-apiserver and etcd:
-// $KUBEBUILDER_ASSETS when set, else .cache/testbin/k8s-<version> at the
-// repository root.
+// $KUBEBUILDER_ASSETS when set, else k8s-<version> in TestbinRoot.
 func AssetsDir() (string, error) {
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
 	if dir == "" {
-		root, err := upstream.RepoRoot()
+		root, err := TestbinRoot()
 		if err != nil {
 			return "", err
 		}
-		dir = filepath.Join(root, ".cache", "testbin", "k8s-"+KubernetesVersion)
+		dir = filepath.Join(root, "k8s-"+KubernetesVersion)
 	}
 	for _, bin := range []string{"kube-apiserver", "etcd"} {
 		if fi, err := os.Stat(filepath.Join(dir, bin)); err != nil || fi.Mode()&0o111 == 0 {
@@ -106,10 +124,6 @@ func AssetsDir() (string, error) {
 	}
 	return dir, nil
 }
-
-// Upstream returns the path of a file of the users' own artifacts (see
-// internal/upstream).
-func Upstream(rel string) (string, error) { return upstream.Path(rel) }
 
 // CRDs returns the CustomResourceDefinitions shipped in crds/: GitSync,
 // Flux's GitRepository and Receiver.

@@ -31,8 +31,8 @@ const SourceControllerVersion = "v1.9.0"
 var ErrNoSourceController = errors.New("fluxtest: source-controller not found; run `make testbin` (or `make test`) first")
 
 // SourceControllerDir returns the directory holding the source-controller
-// binary and the CRDs it ships (crds/): .cache/testbin/source-controller-<version>,
-// beside the control plane's binaries.
+// binary and the CRDs it ships (crds/): source-controller-<version>, beside the control
+// plane's binaries (testenv.TestbinRoot).
 func SourceControllerDir() (string, error) {
 	assets, err := testenv.AssetsDir()
 	if err != nil {
