@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-logr/logr"
 
 	"github.com/modwatch/modwatch/source/static"
 	"github.com/modwatch/modwatch/watcher"
@@ -19,16 +20,14 @@ import (
 
 // manifestCounter is a sink written from scratch: it reads the tree it is
 // handed and reports how many manifests the target's path holds.
-type manifestCounter struct {
-	done func() // the example's: the delivery it waits for happened
-}
+type manifestCounter struct{}
 
 // Name makes it a Namer: its name in logs, events and checkpoint keys.
 func (manifestCounter) Name() string { return "counter" }
 
 // Deliver acts on one change. c.FS is the target's path at c.To, read
 // from the watcher's mirror; it cannot reach outside that path.
-func (s manifestCounter) Deliver(ctx context.Context, c watcher.Change) error {
+func (manifestCounter) Deliver(ctx context.Context, c watcher.Change) error {
 	n := 0
 	err := fs.WalkDir(c.FS, ".", func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && path.Ext(p) == ".yaml" {
@@ -40,7 +39,6 @@ func (s manifestCounter) Deliver(ctx context.Context, c watcher.Change) error {
 		return err // retried with backoff; the checkpoint does not advance
 	}
 	fmt.Printf("%s (%s): %d manifests\n", c.Target.ID, c.Reason, n)
-	s.done()
 	return nil
 }
 
@@ -55,54 +53,54 @@ func ExampleSink() {
 	})
 	defer cleanup()
 
-	runUntilDelivered(func(done func()) (watcher.Source, watcher.Sink) {
-		return static.New(watcher.Target{ID: "app", URL: url, Path: "deploy"}), manifestCounter{done: done}
-	})
+	runUntilDelivered(1, static.New(watcher.Target{ID: "app", URL: url, Path: "deploy"}), manifestCounter{})
 	// Output:
 	// app (Initial): 2 manifests
 }
 
+// teamsSource is a source written from scratch: one target per team that
+// names() lists, in the team's folder of the repository at url, asked again
+// every interval (a real source watches what it reads).
+func teamsSource(url string, every time.Duration, names func() ([]string, error)) watcher.Source {
+	return watcher.SourceFunc(func(ctx context.Context, update func([]watcher.Target)) error {
+		for {
+			if teams, err := names(); err != nil { // no set, never an empty one: the watcher keeps the last
+				logr.FromContextOrDiscard(ctx).Error(err, "teams unreadable")
+			} else {
+				targets := make([]watcher.Target, 0, len(teams))
+				for _, team := range teams {
+					targets = append(targets, watcher.Target{ID: "team-" + team, URL: url, Path: "teams/" + team})
+				}
+				update(targets) // level-based: the whole set, every time
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(every):
+			}
+		}
+	})
+}
+
 // A source is one method, Run: it hands the watcher the whole desired set
 // of targets at start and each time it changes, and returns when ctx ends.
-// SourceFunc makes one of a function; here the set comes from teams, asked
-// again every second (a real source watches what it reads).
+// SourceFunc makes one of a function.
 func ExampleSourceFunc() {
 	url, cleanup := exampleRepo(map[string]string{"teams/a/app.yaml": "a\n", "teams/b/app.yaml": "b\n"})
 	defer cleanup()
 
-	teams := func() []watcher.Target {
-		return []watcher.Target{
-			{ID: "team-a", URL: url, Path: "teams/a"},
-			{ID: "team-b", URL: url, Path: "teams/b"},
+	names := func() ([]string, error) { return []string{"a", "b"}, nil }
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	sink := watcher.SinkFunc(func(ctx context.Context, c watcher.Change) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[c.Target.ID] = true; len(seen) == 2 {
+			fmt.Println("delivered to team-a and team-b")
 		}
-	}
-	runUntilDelivered(func(done func()) (watcher.Source, watcher.Sink) {
-		source := watcher.SourceFunc(func(ctx context.Context, update func([]watcher.Target)) error {
-			tick := time.NewTicker(time.Second)
-			defer tick.Stop()
-			for {
-				update(teams()) // level-based: the whole set, every time
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-tick.C:
-				}
-			}
-		})
-		var mu sync.Mutex
-		seen := map[string]bool{}
-		sink := watcher.SinkFunc(func(ctx context.Context, c watcher.Change) error {
-			mu.Lock()
-			defer mu.Unlock()
-			seen[c.Target.ID] = true
-			if len(seen) == 2 {
-				fmt.Println("delivered to team-a and team-b")
-				done()
-			}
-			return nil
-		})
-		return source, sink
+		return nil
 	})
+	runUntilDelivered(2, teamsSource(url, time.Second, names), sink)
 	// Output:
 	// delivered to team-a and team-b
 }
@@ -114,22 +112,20 @@ func ExampleDecorate() {
 	url, cleanup := exampleRepo(map[string]string{"deploy/app.yaml": "kind: Deployment\n"})
 	defer cleanup()
 
-	runUntilDelivered(func(done func()) (watcher.Source, watcher.Sink) {
-		inner := manifestCounter{done: done}
-		logged := watcher.Decorate(inner, func(ctx context.Context, c watcher.Change, next watcher.NextFunc) (any, error) {
-			fmt.Printf("delivering %s to %s\n", c.Target.ID, inner.Name())
-			return next(ctx, c)
-		})
-		return static.New(watcher.Target{ID: "app", URL: url, Path: "deploy"}), logged
+	inner := manifestCounter{}
+	logged := watcher.Decorate(inner, func(ctx context.Context, c watcher.Change, next watcher.NextFunc) (any, error) {
+		fmt.Printf("delivering %s to %s\n", c.Target.ID, inner.Name())
+		return next(ctx, c)
 	})
+	runUntilDelivered(1, static.New(watcher.Target{ID: "app", URL: url, Path: "deploy"}), logged)
 	// Output:
 	// delivering app to counter
 	// app (Initial): 1 manifests
 }
 
-// runUntilDelivered runs a watcher over what wire returns until its sink
-// calls done, then stops it and waits for Run to return.
-func runUntilDelivered(wire func(done func()) (watcher.Source, watcher.Sink)) {
+// runUntilDelivered runs a watcher of source and sink until n deliveries
+// were made, then stops it and waits for Run to return.
+func runUntilDelivered(n int, source watcher.Source, sink watcher.Sink) {
 	cache, err := os.MkdirTemp("", "modwatch-example-")
 	if err != nil {
 		panic(err)
@@ -137,12 +133,21 @@ func runUntilDelivered(wire func(done func()) (watcher.Source, watcher.Sink)) {
 	defer os.RemoveAll(cache)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var once sync.Once
+	var mu sync.Mutex
 	delivered := make(chan struct{})
-	source, sink := wire(func() { once.Do(func() { close(delivered) }) })
-
-	w := watcher.New(watcher.WithCacheDir(cache), watcher.WithLocalRepositories())
-	w.Route(source, sink)
+	count := watcher.ObserverFunc(func(e watcher.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.Type == watcher.EventDelivered {
+			if n--; n == 0 {
+				close(delivered)
+			}
+		}
+	})
+	w := watcher.New(watcher.WithCacheDir(cache), watcher.WithLocalRepositories(), watcher.WithObserver(count))
+	if err := w.Route(source, sink); err != nil {
+		panic(err)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()
 	select {

@@ -18,24 +18,29 @@ import (
 // A program's wiring: one source, one chain of sinks. (Compiled, not run:
 // it watches a public repository until interrupted.)
 func Example() {
-	log := logr.Discard() // your logr.Logger
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	ctx = logr.NewContext(ctx, log) // the logger comes with ctx, as in controller-runtime
+	if err := run(ctx, logr.Discard()); err != nil { // your logr.Logger
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
 
+func run(ctx context.Context, log logr.Logger) error {
+	ctx = logr.NewContext(ctx, log) // the logger comes with ctx, as in controller-runtime
 	w := watcher.New(
 		watcher.WithCacheDir("/var/cache/modwatch"), // one bare mirror per remote
 		watcher.WithInterval(time.Minute),
 	)
-	w.Route(
+	err := w.Route(
 		static.New(watcher.Target{ID: "podinfo", URL: "https://github.com/stefanprodan/podinfo", Revision: "master", Path: "kustomize"}),
 		// In order: the hook runs in the new tree once it is published.
 		watcher.Chain("publish", dir.New("/srv/manifests"), hook.Command("/usr/local/bin/reload", nil)),
 	)
-	err := w.Run(ctx) // blocks until ctx ends; every goroutine has stopped when it returns
 	if err != nil {
-		fmt.Println(err)
+		return err // e.g. two sinks of a route with one name
 	}
+	return w.Run(ctx) // blocks until ctx ends; every goroutine has stopped when it returns
 }
 
 // A target is checked where it enters the watcher: a hostile URL, path or

@@ -74,20 +74,15 @@ func equal(a, b []string) bool {
 	return true
 }
 
-// The README's layout table names every package of the repository, by its
-// folder, so that a newcomer finds each one.
-func TestReadmeLayoutNamesEveryPackage(t *testing.T) {
+// Every package of the repository is named by its folder: one a program
+// imports (or a program) in the README's package table, an internal one
+// (tests, benchmarks, tools) in docs/internals.md, so that a newcomer
+// finds each one and a user's README holds only what a user needs.
+func TestEveryPackageIsNamedWhereItsReadersLook(t *testing.T) {
 	root := filepath.Join("..", "..")
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
-	require.NoError(t, err)
-	text := string(readme)
-	start := strings.Index(text, "## Layout\n")
-	require.GreaterOrEqual(t, start, 0, "a Layout section")
-	layout := text[start:]
-	if end := strings.Index(layout[1:], "\n## "); end >= 0 {
-		layout = layout[:end+1]
-	}
-	var missing []string
+	readme := section(t, filepath.Join(root, "README.md"), "## Packages and programs\n")
+	internals := section(t, filepath.Join(root, "docs", "internals.md"), "# The internal packages\n")
+	var missing, misplaced []string
 	require.NoError(t, filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -100,10 +95,38 @@ func TestReadmeLayoutNamesEveryPackage(t *testing.T) {
 			return nil
 		}
 		dir := filepath.ToSlash(filepath.Dir(rel))
-		if dir != "." && !strings.Contains(layout, "`"+dir+"/`") && !slices.Contains(missing, dir) {
+		if dir == "." || slices.Contains(missing, dir) || slices.Contains(misplaced, dir) {
+			return nil
+		}
+		want, other := readme, internals
+		if dir == "internal" || strings.HasPrefix(dir, "internal/") || strings.Contains(dir, "/internal/") || strings.HasSuffix(dir, "/internal") {
+			want, other = internals, readme
+		}
+		name := "`" + dir + "/`"
+		switch {
+		case !strings.Contains(want, name):
 			missing = append(missing, dir)
+		case strings.Contains(other, name):
+			misplaced = append(misplaced, dir)
 		}
 		return nil
 	}))
-	assert.Empty(t, missing, "packages the README's layout table does not name")
+	assert.Empty(t, missing, "packages not named where their readers look (README's table, or docs/internals.md for internal ones)")
+	assert.Empty(t, misplaced, "packages named in the other table too")
+}
+
+// section returns the part of the file name from the line start to the
+// next heading of its level or above.
+func section(t *testing.T, name, start string) string {
+	t.Helper()
+	data, err := os.ReadFile(name)
+	require.NoError(t, err)
+	text := string(data)
+	i := strings.Index(text, start)
+	require.GreaterOrEqual(t, i, 0, "%s has no %q", name, strings.TrimSpace(start))
+	text = text[i:]
+	if end := strings.Index(text[1:], "\n## "); end >= 0 && strings.HasPrefix(start, "## ") {
+		text = text[:end+1]
+	}
+	return text
 }

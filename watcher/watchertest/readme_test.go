@@ -26,7 +26,9 @@ func TestMySink(t *testing.T) {
 	rec := watchertest.NewSink("mine")
 	rec.SetHook(mySink{}.Deliver) // the sink under test runs in every delivery
 	w := watchertest.NewWatcher(t)
-	w.Route(watchertest.NewSource(watcher.Target{ID: "app", URL: repo.URL(), Path: "deploy"}), rec)
+	if err := w.Route(watchertest.NewSource(watcher.Target{ID: "app", URL: repo.URL(), Path: "deploy"}), rec); err != nil {
+		t.Fatal(err)
+	}
 	watchertest.Run(t, w.Run)
 	rec.WaitCommit(t, "app", first)
 

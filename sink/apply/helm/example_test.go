@@ -16,10 +16,18 @@ import (
 func Example() {
 	var restConfig *rest.Config // from the program's kubeconfig or in-cluster configuration
 	w := watcher.New()
-	target := watcher.Target{ID: "apps", URL: "https://github.com/acme/apps.git", Path: "deploy"}
+	if err := wire(w, restConfig); err != nil {
+		panic(err)
+	}
+}
 
-	applier, _ := apply.New(restConfig, apply.Config{FieldManager: "my-agent",
+func wire(w *watcher.Watcher, restConfig *rest.Config) error {
+	applier, err := apply.New(restConfig, apply.Config{FieldManager: "my-agent",
 		Renderers: map[string]apply.Renderer{kustomize.Name: kustomize.New(), helm.Name: helm.New()}}) // helm is a module of its own
-	target.Payload = spec.Render{Renderer: kustomize.Name, Namespace: "apps"}
-	w.Route(static.New(target), applier) // observers get an *apply.Result per delivery
+	if err != nil {
+		return err
+	}
+	target := watcher.Target{ID: "apps", URL: "https://github.com/acme/apps.git", Path: "deploy",
+		Payload: spec.Render{Renderer: kustomize.Name, Namespace: "apps"}} // how to render it, where it goes
+	return w.Route(static.New(target), applier) // observers get an *apply.Result per delivery
 }
