@@ -29,8 +29,16 @@ PKGS        := github.com/modwatch/modwatch/...
 # under the timing of the replicas' envtest suites.
 RELEASE_PKGS := github.com/modwatch/modwatch/internal/release/...
 
+# The packages whose tests take longest (go test -json, per package) are
+# listed first: go test starts them first, and the rest fill the other
+# core around them, instead of one of them running alone at the end.
+SLOW_FIRST  := watcher gitutil internal/testenv/watcher/cluster examples/gitsync internal/testenv/source/gitsync examples/agent
+TEST_PKGS    = $(GO) list $(PKGS) | grep -v '^github.com/modwatch/modwatch/internal/release' | \
+	awk 'BEGIN { n = split("$(SLOW_FIRST)", s, " "); for (i = 1; i <= n; i++) rank["github.com/modwatch/modwatch/" s[i]] = i } \
+	{ print ($$0 in rank ? rank[$$0] : n + 1), $$0 }' | sort -n -s -k1,1 | cut -d' ' -f2
+
 test: vet staticcheck api testbin upstream
-	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test $(TEST_FLAGS) $$($(GO) list $(PKGS) | grep -v '^github.com/modwatch/modwatch/internal/release')
+	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test $(TEST_FLAGS) $$($(TEST_PKGS))
 	$(GO) test $(TEST_FLAGS) -timeout 40m $(RELEASE_PKGS)
 
 # The comparisons of the project's fixtures with the users' own artifacts

@@ -104,6 +104,10 @@ func TestReleaseResolvesOutsideTheTree(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(consumer, "go.sum"), treeSums(t, root), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(consumer, "main.go"), []byte("package main\n\nimport (\n\t_ \"github.com/modwatch/modwatch/sink/apply\"\n\t_ \"github.com/modwatch/modwatch/source/gitsync\"\n)\n\nfunc main() {}\n"), 0o644))
 	// A module cache of its own, so that nothing of this tree's is in it.
+	// Built with -trimpath: a package of the module cache is then known to
+	// the build cache by its module and version, not by this temporary
+	// directory, and the consumer's graph is compiled once per machine,
+	// not at every run.
 	// The project's modules come from the file proxy alone (no other proxy
 	// has them, and GONOSUMDB keeps the checksum database from being
 	// asked); the others from this machine's module cache, itself laid out
@@ -113,7 +117,7 @@ func TestReleaseResolvesOutsideTheTree(t *testing.T) {
 	upstream := strings.TrimSpace(run(t, ctx, tmp, nil, "go", "env", "GOPROXY"))
 	modcache := filepath.Join(tmp, "modcache")
 	env := []string{
-		"GOWORK=off", "GOFLAGS=-mod=mod", "GOMODCACHE=" + modcache,
+		"GOWORK=off", "GOFLAGS=-mod=mod -trimpath", "GOMODCACHE=" + modcache,
 		"GOPROXY=file://" + proxy + ",file://" + filepath.Join(cache, "cache", "download") + "," + upstream,
 		"GONOSUMDB=github.com/modwatch/modwatch", "GOTOOLCHAIN=local",
 	}
