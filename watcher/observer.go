@@ -51,6 +51,9 @@ const (
 	// EventRemoved: the target disappeared and the sink was told (Err on
 	// failure of Remove).
 	EventRemoved EventType = "Removed"
+	// EventNoSet: a source cannot give its set now (Err says why; see
+	// [NoSet]). Its last set stays and nothing is removed. Target is nil.
+	EventNoSet EventType = "NoSet"
 )
 
 // Event is one outcome, reported to observers.

@@ -25,6 +25,9 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 		for _, t := range r.targets {
 			wanted[t.ID] = true
 		}
+		for id := range r.invalid {
+			wanted[id] = true // named: wanted, whatever else is true of it
+		}
 		for i, s := range r.sinks {
 			if x, ok := as[Inventory](s.sink); ok {
 				invs = append(invs, inv{r.idx, i, s, x})

@@ -58,6 +58,7 @@ type route struct {
 	targets []Target          // the source's last valid set; guarded by Watcher.mu
 	invalid map[string]string // target ID → why it is invalid; guarded by Watcher.mu
 	synced  bool              // the source has given a set; guarded by Watcher.mu
+	noSet   error             // why the source cannot give its set now (NoSet); guarded by Watcher.mu
 }
 
 type namedSink struct {
@@ -161,6 +162,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 	for _, r := range routes {
 		goPart(gctx, g, fmt.Sprintf("source of route %d", r.idx), func(ctx context.Context) error {
+			ctx = WithNoSetReporter(ctx, func(err error) { w.noSet(r, err) })
 			return r.source.Run(ctx, func(ts []Target) { w.update(r, ts) })
 		})
 	}
@@ -280,6 +282,9 @@ type Stats struct {
 	// Unowned counts the targets (of Targets) on remotes that another
 	// replica polls (see [WithShard]).
 	Unowned int
+	// NoSet counts the routes whose source said it cannot give its set now
+	// ([NoSet]) and has not given one since: their last sets stay.
+	NoSet int
 }
 
 // Stats returns a snapshot of what the watcher is doing; it is cheap and
@@ -292,6 +297,9 @@ func (w *Watcher) Stats() Stats {
 		st.Targets += len(r.targets)
 		st.Invalid += len(r.invalid)
 		st.Synced = st.Synced && r.synced
+		if r.noSet != nil {
+			st.NoSet++
+		}
 	}
 	st.Failing = w.health.count()
 	return st
@@ -331,7 +339,7 @@ func (w *Watcher) update(r *route, ts []Target) {
 	}
 	w.mu.Lock()
 	before := r.invalid
-	r.targets, r.invalid, r.synced = valid, invalid, true
+	r.targets, r.invalid, r.synced, r.noSet = valid, invalid, true, nil
 	w.mu.Unlock()
 	for _, e := range events {
 		if before[e.Target.ID] != e.Err.Error() {
@@ -537,8 +545,9 @@ func (k sinkKey) target() targetKey { return targetKey{k.id, k.route} }
 
 // bindDeliverers gives each target this replica polls (owned) its
 // deliverers, one per sink, starting those that are new; it tells those
-// no target needs any more to remove, and those of the targets another
-// replica polls now to retire: they end without a word to the sink (the
+// of targets no source names any more to remove, and those of the targets
+// another replica polls now, or that their source still names but that
+// are invalid now, to retire: they end without a word to the sink (the
 // target is not gone), so that a target costs a replica that does not poll
 // it nothing but its place in the route.
 func (w *Watcher) bindDeliverers(owned []*bound) {
@@ -573,12 +582,15 @@ func (w *Watcher) bindDeliverers(owned []*bound) {
 				for _, t := range r.targets {
 					present[keyOf(r.idx, t.ID)] = true
 				}
+				for id := range r.invalid {
+					present[keyOf(r.idx, id)] = true // named, though not watched: wanted
+				}
 			}
 		}
 		delete(w.deliverers, dkey)
 		w.removing[dkey] = d // the next of its key waits for it
 		if present[dkey.target()] {
-			d.retire() // another replica's now
+			d.retire() // another replica's now, or named but invalid: wanted still
 		} else {
 			d.remove()
 		}

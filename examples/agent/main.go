@@ -95,7 +95,7 @@ func run(ctx context.Context, o options) error {
 		configmap.WithValues(configmap.GitValues(o.cacheDir+"/values", creds, time.Minute)),
 		configmap.WithOnReload(func(r configmap.Reload) {
 			if r.Err == nil {
-				o.log.Info("configuration reloaded", "targets", len(r.Targets), "missing", r.Missing, "removed", r.Removed)
+				o.log.Info("configuration reloaded", "targets", len(r.Targets))
 			}
 			if r.Data != nil {
 				if err := loglevel.Set(o.level, r.Data); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
@@ -166,4 +167,70 @@ source:
 			assert.NotContains(t, e.Err.Error(), "s3cret-pw")
 		}
 	}
+}
+
+// The agent's configuration file missing for a moment at start (a kubelet
+// remount, a slow volume): nothing it applied is removed or re-created,
+// the reason is reported, and when the file is back its target is
+// delivered again from where it was.
+func TestAConfigurationBlinkAtStartRemovesNothing(t *testing.T) {
+	ns := env.Namespace(t)
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/control")
+	first := repo.Commit(t, "main", gittest.File("clusters/c1/control.yaml", manifest("main-1")))
+	mountDir := t.TempDir()
+	mount(t, mountDir, agentConfig(repo.URL(), "main", ns))
+	cacheDir := t.TempDir()
+	start := func(obs *watchertest.Observer) func() {
+		return watchertest.Run(t, func(ctx context.Context) error {
+			return run(ctx, options{
+				config: filepath.Join(mountDir, "config.yaml"), kube: env.Config, cacheDir: cacheDir,
+				inventory: ns, log: testr.New(t), observer: obs,
+			})
+		})
+	}
+	obs := watchertest.NewObserver()
+	stop := start(obs)
+	obs.WaitFor(t, "delivered", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == first })
+	stop()
+	uid := func(name string) string {
+		t.Helper()
+		cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), name, metav1.GetOptions{})
+		require.NoError(t, err, name)
+		return string(cm.UID)
+	}
+	inventories := func() map[string]string {
+		t.Helper()
+		l, err := env.Kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "apply.modwatch.io/inventory=true"})
+		require.NoError(t, err)
+		out := map[string]string{}
+		for _, cm := range l.Items {
+			out[cm.Name] = string(cm.UID)
+		}
+		return out
+	}
+	applied, held := uid("control"), inventories()
+	require.Len(t, held, 1)
+
+	// The file is gone while the agent starts, and comes back 1.5 s later.
+	link := filepath.Join(mountDir, "config.yaml")
+	require.NoError(t, os.Rename(link, link+".away"))
+	obs = watchertest.NewObserver()
+	start(obs)
+	e := obs.WaitFor(t, "the missing file reported", func(e watcher.Event) bool { return e.Type == watcher.EventNoSet })
+	assert.ErrorContains(t, e.Err, "config.yaml is missing")
+	time.Sleep(1500 * time.Millisecond)
+	assert.Equal(t, held, inventories(), "no inventory removed")
+	assert.Equal(t, applied, uid("control"), "nothing deleted")
+	require.NoError(t, os.Rename(link+".away", link))
+
+	second := repo.Commit(t, "main 2", gittest.File("clusters/c1/control.yaml", manifest("main-2")))
+	obs.WaitFor(t, "delivered from where it was", func(e watcher.Event) bool {
+		return e.Type == watcher.EventDelivered && e.Commit == second && e.Change.From == first
+	})
+	for _, e := range obs.Events() {
+		assert.NotEqual(t, watcher.EventRemoved, e.Type, "nothing removed: %s", e)
+	}
+	assert.Equal(t, held, inventories())
+	assert.Equal(t, applied, uid("control"))
 }

@@ -8,14 +8,14 @@
 // write-and-rename, a plain write. Events are debounced, and the file is
 // parsed again only when its content changed.
 //
-// A file that cannot be parsed, templated or validated keeps the last good
-// targets in place and is reported; the source never hands the watcher an
-// empty set because of a bad file. Nor because of a missing one: a file
-// that disappears keeps the last good targets for a grace (five minutes by
-// default, [WithMissingGrace]), so a volume that blinks does not make every
-// sink remove, then re-create, what it applied; only a file gone for the
-// whole grace, or one that says "gitDefinitions: []", removes them, and
-// that is logged as an error.
+// A file that is missing, unreadable, or cannot be parsed, templated or
+// validated is no set, never an empty one: the last good targets stay in
+// place (none before the first good read, and then nothing is removed at
+// start either), and the watcher is told why (watcher.NoSet), for as long
+// as it lasts. A volume that blinks or remounts, a kubelet swap, an
+// operator's mistake: none makes a sink remove, then re-create, what it
+// applied. Only a file read successfully that says "gitDefinitions: []"
+// removes every target, and that is logged.
 //
 // The file is read strictly (see [Load]): a key the package does not
 // implement is an error naming it, unless the program reads it itself

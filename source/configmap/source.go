@@ -25,27 +25,19 @@ type Reload struct {
 	Targets []watcher.Target
 	// Err says why the file could not be used; nil on success.
 	Err error
-	// Missing says the file is gone and the last good set (Targets) stays
-	// until the grace of [WithMissingGrace] ends.
+	// Missing says the file is not there: the last good set (Targets, none
+	// before the first good read) stays, for as long as it is missing.
 	Missing bool
-	// Removed says the file has been gone for the whole grace, or was
-	// absent at start: Targets is empty and the watcher was told so.
 	// Data is the file's content, when it was read and used: the program
 	// reads its own keys from it (see [WithOwnKeys]).
-	Data    []byte
-	Removed bool
+	Data []byte
 }
-
-// DefaultMissingGrace is how long the file may be absent before its
-// targets are removed.
-const DefaultMissingGrace = 5 * time.Minute
 
 // Source reads targets from a mounted ConfigMap file.
 type Source struct {
 	path     string
 	prefix   string
 	debounce time.Duration
-	grace    time.Duration
 	log      logr.Logger
 	onReload func(Reload)
 	ownKeys  []string
@@ -62,14 +54,6 @@ type Option func(*Source)
 // WithDebounce sets how long the directory must be quiet before the file is
 // read again. Default 100ms.
 func WithDebounce(d time.Duration) Option { return func(s *Source) { s.debounce = d } }
-
-// WithMissingGrace sets how long the file may be absent before its targets
-// are removed (default [DefaultMissingGrace]). A mounted ConfigMap blinks
-// while the kubelet swaps it, a volume remounts, an operator replaces the
-// file: in that time the last good set stays, so sinks are not told to
-// remove, and then re-create, everything. To remove every target at once,
-// write a configuration with an empty list ("gitDefinitions: []").
-func WithMissingGrace(d time.Duration) Option { return func(s *Source) { s.grace = max(d, 0) } }
 
 // WithIDPrefix sets the prefix of target IDs. Default "configmap".
 func WithIDPrefix(p string) Option { return func(s *Source) { s.prefix = p } }
@@ -105,7 +89,7 @@ func WithCredentials(set func([]spec.RepoCredential) error) Option {
 
 // New returns a source reading the file at path.
 func New(path string, opts ...Option) *Source {
-	s := &Source{path: path, prefix: "configmap", debounce: 100 * time.Millisecond, grace: DefaultMissingGrace, log: logr.Discard(), onReload: func(Reload) {},
+	s := &Source{path: path, prefix: "configmap", debounce: 100 * time.Millisecond, log: logr.Discard(), onReload: func(Reload) {},
 		refresh: time.Minute}
 	for _, o := range opts {
 		o(s)
@@ -129,13 +113,12 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.stopped = true
-		r.stopGrace()
 	}()
 	return filewatch.Watch(ctx, s.path, s.debounce, s.log, r.file)
 }
 
 // A run is one Run's state, guarded by mu: the file watcher's calls and the
-// grace timer's are ordered by it.
+// refresh's are ordered by it.
 type run struct {
 	s      *Source
 	ctx    context.Context
@@ -143,28 +126,29 @@ type run struct {
 
 	mu      sync.Mutex
 	good    []watcher.Target
-	loaded  bool        // a good set was handed over
-	missing *time.Timer // the grace of a missing file, while it runs
+	loaded  bool // a good set was handed over
 	stopped bool
 	last    []byte // the file as last read
 	refresh bool   // it has a reference generator: its files are read again
 }
 
-// file takes what the file watcher read: the file's bytes, or why not.
+// file takes what the file watcher read: the file's bytes, or why not. A
+// file that is missing or unreadable is no set, never an empty one: the
+// last good set stays (none before the first good read, so nothing is
+// removed at start either) and the watcher is told why (watcher.NoSet).
 func (r *run) file(data []byte, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !errors.Is(err, fs.ErrNotExist) {
-		r.stopGrace()
-	}
 	switch {
-	case errors.Is(err, fs.ErrNotExist) && !r.loaded:
-		r.removeAll("no configuration has been read yet")
 	case errors.Is(err, fs.ErrNotExist):
-		r.startGrace(err)
+		err = fmt.Errorf("configmap: %s is missing: %w", r.s.path, err)
+		r.s.log.Error(err, "configuration file missing: the last good targets stay, nothing is removed", "targets", len(r.good))
+		watcher.NoSet(r.ctx, err)
+		r.s.onReload(Reload{Targets: r.good, Err: err, Missing: true})
 	case err != nil:
 		err = fmt.Errorf("configmap: read %s: %w", r.s.path, err)
 		r.s.log.Error(err, "configuration kept")
+		watcher.NoSet(r.ctx, err)
 		r.s.onReload(Reload{Targets: r.good, Err: err})
 	default:
 		r.last = data
@@ -177,39 +161,6 @@ func (r *run) load(data []byte, again bool) {
 	if ok {
 		r.loaded, r.refresh = true, ref
 	}
-}
-
-// startGrace keeps the last good targets while the file is missing, and
-// removes them all when the grace ends first.
-func (r *run) startGrace(err error) {
-	r.s.log.Error(err, "configuration file missing; the last good targets stay until the grace ends",
-		"path", r.s.path, "targets", len(r.good), "grace", r.s.grace)
-	r.s.onReload(Reload{Targets: r.good, Missing: true})
-	var timer *time.Timer
-	timer = time.AfterFunc(r.s.grace, func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.stopped || r.missing != timer {
-			return // the file came back, or Run ended
-		}
-		r.missing = nil
-		r.removeAll(fmt.Sprintf("missing for %s", r.s.grace))
-	})
-	r.missing = timer
-}
-
-func (r *run) stopGrace() {
-	if r.missing != nil {
-		r.missing.Stop()
-		r.missing = nil
-	}
-}
-
-func (r *run) removeAll(why string) {
-	r.good, r.loaded, r.last = nil, false, nil
-	r.s.log.Error(errors.New(why), "configuration file absent: every target is removed", "path", r.s.path)
-	r.update(nil)
-	r.s.onReload(Reload{Removed: true})
 }
 
 // every calls fn, holding mu, every d (none when d is 0 or less) until
@@ -252,6 +203,7 @@ func (s *Source) load(ctx context.Context, data []byte, again bool, good *[]watc
 		}
 		err = fmt.Errorf("%s: %w", s.path, err)
 		s.log.Error(err, "configuration not used; the last good one stays", "targets", len(*good))
+		watcher.NoSet(ctx, err)
 		s.onReload(Reload{Targets: *good, Err: err})
 		return false, false
 	}

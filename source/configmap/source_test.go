@@ -3,6 +3,7 @@ package configmap_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -28,13 +29,15 @@ func config(revision string) string {
 type running struct {
 	updates chan []watcher.Target
 	reloads chan configmap.Reload
+	noSets  chan error // what it told the watcher through watcher.NoSet
 }
 
 func start(t *testing.T, path string, opts ...configmap.Option) *running {
 	t.Helper()
-	r := &running{updates: make(chan []watcher.Target, 100), reloads: make(chan configmap.Reload, 100)}
+	r := &running{updates: make(chan []watcher.Target, 100), reloads: make(chan configmap.Reload, 100), noSets: make(chan error, 100)}
 	src := configmap.New(path, append([]configmap.Option{configmap.WithOnReload(func(rl configmap.Reload) { r.reloads <- rl })}, opts...)...)
 	watchertest.Run(t, func(ctx context.Context) error {
+		ctx = watcher.WithNoSetReporter(ctx, func(err error) { r.noSets <- err })
 		return src.Run(ctx, func(ts []watcher.Target) { r.updates <- ts })
 	})
 	return r
@@ -48,6 +51,17 @@ func (r *running) nextReload(t *testing.T) configmap.Reload {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no reload")
 		return configmap.Reload{}
+	}
+}
+
+func (r *running) nextNoSet(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-r.noSets:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("no NoSet")
+		return nil
 	}
 }
 
@@ -84,6 +98,8 @@ func (r *running) noMore(t *testing.T) {
 		t.Fatalf("an extra reload: %+v", rl)
 	case ts := <-r.updates:
 		t.Fatalf("an extra update: %+v", ts)
+	case err := <-r.noSets:
+		t.Fatalf("an extra NoSet: %v", err)
 	default:
 	}
 }
@@ -172,11 +188,13 @@ func TestBadFileKeepsTheLastGoodTargets(t *testing.T) {
 	assert.ErrorContains(t, rl.Err, path)
 	require.Len(t, rl.Targets, 1, "the last good targets stay")
 	assert.Equal(t, "main", rl.Targets[0].Revision)
+	assert.ErrorIs(t, r.nextNoSet(t), configmap.ErrInvalid, "the watcher is told it has no set")
 
 	require.NoError(t, os.WriteFile(path, []byte(config("{{release}}")), 0o644))
 	rl = r.nextReload(t)
 	assert.ErrorContains(t, rl.Err, "no value for placeholder {{release}}")
 	require.Len(t, rl.Targets, 1)
+	assert.ErrorIs(t, r.nextNoSet(t), configmap.ErrInvalid)
 
 	require.NoError(t, os.WriteFile(path, []byte(config("fixed")), 0o644))
 	assert.Equal(t, "fixed", r.revision(t), "the watcher heard only good sets")
@@ -185,39 +203,54 @@ func TestBadFileKeepsTheLastGoodTargets(t *testing.T) {
 	require.NoError(t, os.Remove(path))
 	rl = r.nextReload(t)
 	assert.True(t, rl.Missing)
-	assert.False(t, rl.Removed)
+	require.ErrorIs(t, r.nextNoSet(t), fs.ErrNotExist)
 	require.Len(t, rl.Targets, 1, "a missing file keeps the last good targets")
 	assert.Equal(t, "fixed", rl.Targets[0].Revision)
 	require.NoError(t, os.WriteFile(path, []byte(config("back")), 0o644))
 	assert.Equal(t, "back", r.revision(t), "the watcher was never told to remove anything")
 }
 
-// A file that blinks (absent for less than the grace) changes nothing; a
-// file gone for the whole grace removes every target, once.
-func TestMissingFileGrace(t *testing.T) {
+// A missing file is never an empty set, however long it is missing: the
+// source tells the watcher it has no set (watcher.NoSet) and gives none;
+// the file back, its set is given again.
+func TestAMissingFileIsNeverAnEmptySet(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "agent.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(config("main")), 0o644))
-	r := start(t, path, configmap.WithMissingGrace(3*time.Second))
+	r := start(t, path)
 	require.Equal(t, "main", r.revision(t))
 
 	for range 3 {
 		require.NoError(t, os.Remove(path))
 		assert.True(t, r.nextReload(t).Missing)
+		assert.ErrorContains(t, r.nextNoSet(t), "agent.yaml is missing")
 		time.Sleep(400 * time.Millisecond)
 		require.NoError(t, os.WriteFile(path, []byte(config("main")), 0o644))
 		assert.Equal(t, "main", r.revision(t))
 	}
 	require.NoError(t, os.Remove(path))
 	assert.True(t, r.nextReload(t).Missing)
-	rl := r.nextReload(t)
-	assert.True(t, rl.Removed)
-	assert.Empty(t, rl.Targets)
-	assert.Empty(t, r.nextUpdate(t), "gone for the whole grace: removed")
+	r.nextNoSet(t)
+	time.Sleep(time.Second)
 	r.noMore(t)
 
 	require.NoError(t, os.WriteFile(path, []byte(config("back")), 0o644))
 	assert.Equal(t, "back", r.revision(t))
+}
+
+// An unreadable file (a directory where the file was, a link to nowhere
+// it may follow) is no set either.
+func TestAnUnreadableFileIsNoSet(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.yaml")
+	require.NoError(t, os.Mkdir(path, 0o755))
+	r := start(t, path)
+	assert.Error(t, r.nextReload(t).Err)
+	assert.Error(t, r.nextNoSet(t))
+	r.noMore(t)
+	require.NoError(t, os.Remove(path))
+	require.NoError(t, os.WriteFile(path, []byte(config("main")), 0o644))
+	assert.Equal(t, "main", r.revision(t))
 }
 
 // An explicitly empty list removes every target at once; an empty file is
@@ -233,6 +266,7 @@ func TestExplicitlyEmptyConfiguration(t *testing.T) {
 	rl := r.nextReload(t)
 	assert.ErrorContains(t, rl.Err, "no gitDefinition")
 	require.Len(t, rl.Targets, 1)
+	assert.ErrorIs(t, r.nextNoSet(t), configmap.ErrInvalid)
 
 	require.NoError(t, os.WriteFile(path, []byte("source:\n  gitDefinitions: []\n"), 0o644))
 	rl = r.nextReload(t)
@@ -246,8 +280,11 @@ func TestStartsWithoutFileAndFailsWithoutDirectory(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "agent.yaml")
 	r := start(t, path)
-	assert.True(t, r.nextReload(t).Removed)
-	assert.Empty(t, r.nextUpdate(t))
+	rl := r.nextReload(t)
+	assert.True(t, rl.Missing)
+	assert.Empty(t, rl.Targets)
+	assert.ErrorIs(t, r.nextNoSet(t), fs.ErrNotExist, "a file missing at start is no set, not an empty one")
+	r.noMore(t)
 	require.NoError(t, os.WriteFile(path, []byte(config("main")), 0o644))
 	assert.Equal(t, "main", r.revision(t))
 

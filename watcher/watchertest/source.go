@@ -12,6 +12,7 @@ import (
 type Source struct {
 	mu      sync.Mutex
 	targets []watcher.Target
+	noSet   error // set: it cannot give its set (watcher.NoSet)
 	changed chan struct{}
 }
 
@@ -25,8 +26,22 @@ func NewSource(targets ...watcher.Target) *Source {
 // Set replaces the whole target set; the running watcher sees it at once.
 func (s *Source) Set(targets ...watcher.Target) {
 	s.mu.Lock()
-	s.targets = slices.Clone(targets)
+	s.targets, s.noSet = slices.Clone(targets), nil
 	s.mu.Unlock()
+	s.wake()
+}
+
+// NoSet makes the source unable to give its set, for err (a file missing,
+// a list forbidden), as watcher.NoSet says, until the next Set. Called
+// before the watcher runs, the source gives no first set.
+func (s *Source) NoSet(err error) {
+	s.mu.Lock()
+	s.noSet = err
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *Source) wake() {
 	select {
 	case s.changed <- struct{}{}:
 	default:
@@ -37,9 +52,13 @@ func (s *Source) Set(targets ...watcher.Target) {
 func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 	for {
 		s.mu.Lock()
-		ts := s.targets // Set replaces it, never changes it
+		ts, err := s.targets, s.noSet // Set replaces them, never changes them
 		s.mu.Unlock()
-		update(ts)
+		if err != nil {
+			watcher.NoSet(ctx, err)
+		} else {
+			update(ts)
+		}
 		select {
 		case <-ctx.Done():
 			return nil

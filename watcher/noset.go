@@ -1,0 +1,51 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+)
+
+// noSetKey is the key of a source's reporter in the ctx its Run is given.
+type noSetKey struct{}
+
+// NoSet is what a [Source] calls, with the ctx its Run was given, when it
+// cannot give its set now: its file is missing, unreadable or invalid, its
+// informer cannot list (or is forbidden to), a lookup it needs failed. Not
+// being able to read the desired set is never an empty set: the watcher
+// keeps the set the source gave last (none before its first, and then
+// removes nothing at start either), and reports err to observers
+// ([EventNoSet]) and in [Stats.NoSet] until the source gives a set again.
+// Calling it with another ctx does nothing.
+func NoSet(ctx context.Context, err error) {
+	if report, ok := ctx.Value(noSetKey{}).(func(error)); ok && err != nil {
+		report(err)
+	}
+}
+
+// WithNoSetReporter returns a ctx for a Source's Run in which [NoSet]
+// calls report: for what runs a Source itself (a test of a source, a
+// source that wraps others). The watcher gives each source's Run its own.
+func WithNoSetReporter(ctx context.Context, report func(error)) context.Context {
+	return context.WithValue(ctx, noSetKey{}, report)
+}
+
+// noSet records that the source of r cannot give its set now. Each new
+// reason is logged and reported once.
+func (w *Watcher) noSet(r *route, err error) {
+	w.mu.Lock()
+	same := r.noSet != nil && r.noSet.Error() == err.Error()
+	r.noSet = err
+	kept := len(r.targets)
+	synced := r.synced
+	w.mu.Unlock()
+	if same {
+		return
+	}
+	err = fmt.Errorf("route %d: %w", r.idx, err)
+	if synced {
+		w.log.Error(err, "a source cannot give its set: the last one it gave stays, nothing is removed", "targets", kept)
+	} else {
+		w.log.Error(err, "a source cannot give its first set: nothing is delivered or removed for it until it does")
+	}
+	w.emit(Event{Type: EventNoSet, Err: err})
+}
