@@ -129,3 +129,34 @@ func TestNoSetOutsideASourceDoesNothing(t *testing.T) {
 	watcher.NoSet(context.Background(), errors.New("x"))
 	watcher.NoSet(context.Background(), nil)
 }
+
+// A target its source names but cannot watch (NotWatched: a refused or
+// invalid spec, a Secret that cannot be read) is wanted: reported as
+// invalid, never removed, and watched again when the source gives it whole.
+func TestATargetNamedButNotWatchedIsKept(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("a/f", "1"), gittest.File("b/f", "1"))
+	sink := &inventorySink{Sink: watchertest.NewSink("inv"), held: map[string]bool{}}
+	a, b := watcher.Target{ID: "a", URL: repo.URL(), Path: "a"}, watcher.Target{ID: "b", URL: repo.URL(), Path: "b"}
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs)
+	src := watchertest.NewSource(a, b)
+	require.NoError(t, w.Route(src, sink))
+	watchertest.Run(t, w.Run)
+	sink.WaitCommit(t, "b", c1)
+
+	refused := errors.New("secret team/creds: forbidden")
+	src.Set(a, watcher.NotWatched("b", refused))
+	e := obs.WaitFor(t, "b not watched", watchertest.Is(watcher.EventInvalidTarget, "b"))
+	require.ErrorIs(t, e.Err, refused)
+	c2 := repo.Commit(t, "2", gittest.File("a/f", "2"), gittest.File("b/f", "2"))
+	pollNow(t, w, obs, repo.URL())
+	sink.WaitCommit(t, "a", c2)
+	assert.Empty(t, sink.Removed())
+	assert.Equal(t, 1, w.Stats().Invalid)
+
+	src.Set(a, b)
+	sink.WaitCommit(t, "b", c2)
+	assert.Empty(t, sink.Removed())
+}

@@ -2,8 +2,25 @@ package watcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
+
+// NotWatched is a target a source names but cannot watch, for err: its
+// spec is invalid, the program refused it, a Secret it needs cannot be
+// read. Named, it is wanted: nothing its sinks hold for it is removed,
+// neither while the watcher runs nor by the sweep at start. It is
+// reported as an invalid target (EventInvalidTarget with err, counted in
+// Stats.Invalid) and not polled until the source gives it whole again.
+func NotWatched(id string, err error) Target {
+	if err == nil {
+		err = errors.New("not watched")
+	}
+	return Target{ID: id, Payload: notWatched{err}}
+}
+
+// notWatched is the Payload of a target NotWatched made.
+type notWatched struct{ err error }
 
 // noSetKey is the key of a source's reporter in the ctx its Run is given.
 type noSetKey struct{}

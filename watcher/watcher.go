@@ -359,6 +359,9 @@ func (w *Watcher) update(r *route, ts []Target) {
 // with an error.
 func (w *Watcher) admit(given Target) (Target, error) {
 	t := given
+	if nw, ok := t.Payload.(notWatched); ok {
+		return t, fmt.Errorf("%w %s: %w", ErrInvalidTarget, t.ID, nw.err)
+	}
 	raw := t.URL
 	t.URL = gitutil.StripCredentials(raw)
 	if err := t.Validate(); err != nil {

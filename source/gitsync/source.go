@@ -3,6 +3,7 @@ package gitsync
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -157,11 +158,24 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 	}); err != nil {
 		return fmt.Errorf("gitsync: %w", err)
 	}
+	// Until the first list, a failing one (forbidden, the CRD absent) is
+	// no set: the watcher is told, and removes nothing. After it, the
+	// informer keeps the set it has while it lists again.
+	var synced atomic.Bool
+	if err := inf.SetWatchErrorHandlerWithContext(func(hctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(hctx, r, err)
+		if !synced.Load() {
+			watcher.NoSet(ctx, fmt.Errorf("gitsync: listing GitSyncs: %w", err))
+		}
+	}); err != nil {
+		return fmt.Errorf("gitsync: %w", err)
+	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return nil
 	}
+	synced.Store(true)
 	s.mu.Lock()
 	s.store = inf.GetStore()
 	s.mu.Unlock()
@@ -224,17 +238,26 @@ func (s *Source) targets(objs []any) []watcher.Target {
 		key, gen := u.GetNamespace()+"/"+u.GetName(), u.GetGeneration()
 		t, err := target(u, cfg.Interval)
 		t.Suspend = cfg.Suspend
+		// A GitSync that is named is wanted, whatever else is true of it:
+		// one that cannot be watched (invalid, for another cluster,
+		// refused) is in the set as NotWatched, so that what was applied
+		// for it stays. Only its deletion removes it.
+		id := TargetID(u.GetNamespace(), u.GetName())
 		switch {
 		case err != nil:
 			s.enqueue(key, invalid(gen, err))
 			s.log.Info("invalid GitSync", "gitsync", key, "error", err.Error())
+			out = append(out, watcher.NotWatched(id, err))
 		case cfg.ClusterName != "" && t.Payload.(spec.Render).Cluster != cfg.ClusterName:
-			s.enqueue(key, notApplicable(gen, fmt.Sprintf("destination cluster %q is not this cluster (%q)", t.Payload.(spec.Render).Cluster, cfg.ClusterName)))
+			why := fmt.Sprintf("destination cluster %q is not this cluster (%q)", t.Payload.(spec.Render).Cluster, cfg.ClusterName)
+			s.enqueue(key, notApplicable(gen, why))
+			out = append(out, watcher.NotWatched(id, errors.New(why)))
 		default:
 			if s.cfg.Accept != nil {
 				if err := s.cfg.Accept(u); err != nil {
 					s.enqueue(key, refused(gen, "Refused", err))
 					s.log.V(1).Info("GitSync refused by the program", "gitsync", key, "error", err.Error())
+					out = append(out, watcher.NotWatched(id, err))
 					continue
 				}
 			}

@@ -144,6 +144,14 @@ func (h *harness) value(name string) (string, bool) {
 	return c.Data["value"], true
 }
 
+// uid is the UID of the ConfigMap name in the harness's namespace.
+func (h *harness) uid(name string) string {
+	h.t.Helper()
+	c, err := env.Kube.CoreV1().ConfigMaps(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(h.t, err, name)
+	return string(c.UID)
+}
+
 func spec(url, path string, ns string) map[string]any {
 	return map[string]any{"repoUrl": url, "path": path, "targetRevision": "main",
 		"destination": map[string]any{"cluster": "staging-1", "namespace": ns}}

@@ -13,6 +13,7 @@ import (
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/source/gitsync"
+	"github.com/modwatch/modwatch/watcher"
 )
 
 // On Numaplane's own CRD (commitStatus requires hash, syncTime and synced;
@@ -133,8 +134,8 @@ func TestAGitSyncTheProgramRefusesAppliesNothing(t *testing.T) {
 	assert.Equal(t, "Refused", c.Reason)
 	h.waitStatus("good", "synced", syncedAt(c1))
 	for _, e := range h.obs.Events() {
-		if e.Target != nil {
-			assert.NotEqual(t, gitsync.TargetID(h.ns, "no-namespace"), e.Target.ID, "never a target: %s", e)
+		if e.Target != nil && e.Target.ID == gitsync.TargetID(h.ns, "no-namespace") {
+			assert.Equal(t, watcher.EventInvalidTarget, e.Type, "named, never watched: %s", e)
 		}
 	}
 	_, err := env.Kube.CoreV1().ConfigMaps("default").Get(context.Background(), "a", metav1.GetOptions{})

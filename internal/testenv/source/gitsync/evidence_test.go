@@ -1,0 +1,110 @@
+package gitsync_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/sink/apply"
+	"github.com/modwatch/modwatch/source/gitsync"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+// noRemoval checks that no event of obs removed anything.
+func noRemoval(t *testing.T, obs *watchertest.Observer) {
+	t.Helper()
+	for _, e := range obs.Events() {
+		assert.NotEqual(t, watcher.EventRemoved, e.Type, "nothing removed: %s", e)
+	}
+}
+
+// A GitSync still there is wanted, whatever else is true of it: made
+// invalid by an edit, refused by the program, moved to another cluster.
+// Its status says why it is not synced; what it applied stays, even with
+// cascade deletion; fixed, it is synced again.
+func TestAGitSyncStillThereIsNeverRemoved(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
+	refuse := make(chan bool, 1)
+	refuse <- false
+	accept := func(*unstructured.Unstructured) error {
+		r := <-refuse
+		refuse <- r
+		if r {
+			return errors.New("the program refuses it")
+		}
+		return nil
+	}
+	h := newHarness(t, "staging-1", apply.Config{CascadeDelete: true}, nil, func(c *gitsync.Config) { c.Accept = accept })
+	h.create("web", spec(repo.URL(), "", h.ns))
+	h.waitStatus("web", "synced", syncedAt(c1))
+	uid := h.uid("a")
+
+	bad := spec(repo.URL(), "../outside", h.ns)
+	h.setSpec("web", bad)
+	st := h.waitStatus("web", "invalid", func(s gitsync.Status) bool { return s.Phase == gitsync.PhaseFailed })
+	assert.Contains(t, st.Message, "path")
+
+	other := spec(repo.URL(), "", h.ns)
+	other["destination"] = map[string]any{"cluster": "prod-1", "namespace": h.ns}
+	h.setSpec("web", other)
+	h.waitStatus("web", "another cluster's", func(s gitsync.Status) bool { return s.Phase == gitsync.PhaseNotApplicable })
+
+	<-refuse
+	refuse <- true
+	h.setSpec("web", spec(repo.URL(), "", h.ns))
+	h.waitStatus("web", "refused", func(s gitsync.Status) bool { return s.Phase == gitsync.PhaseFailed })
+	time.Sleep(time.Second) // a removal, were one decided, would be under way
+	assert.Equal(t, uid, h.uid("a"), "what it applied stays")
+	noRemoval(t, h.obs)
+
+	<-refuse
+	refuse <- false
+	h.src.Refresh() // the program's verdict changed: the set is read again
+	h.waitStatus("web", "synced again", syncedAt(c1))
+	assert.Equal(t, uid, h.uid("a"))
+	noRemoval(t, h.obs)
+}
+
+// A source forbidden to list GitSyncs at start gives no set: the watcher
+// is told (EventNoSet, Stats.NoSet) and removes nothing, not even with the
+// inventories of a previous run at hand and cascade deletion on.
+func TestAGitSyncSourceForbiddenToListRemovesNothing(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
+	h := newHarness(t, "staging-1", apply.Config{CascadeDelete: true}, nil)
+	h.create("web", spec(repo.URL(), "", h.ns))
+	h.waitStatus("web", "synced", syncedAt(c1))
+	uid := h.uid("a")
+
+	// A second program, whose account may not list GitSyncs, with the same
+	// inventories.
+	dyn, err := dynamic.NewForConfig(env.ServiceAccountConfig(h.ns, "no-rights"))
+	require.NoError(t, err)
+	src := gitsync.New(dyn, gitsync.Config{Namespace: h.ns, RefreshInterval: -1})
+	sink, err := apply.New(env.Config, apply.Config{CascadeDelete: true, InventoryNamespace: h.ns})
+	require.NoError(t, err)
+	obs := watchertest.NewObserver()
+	w := watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithObserver(obs))
+	require.NoError(t, w.Route(src, sink))
+	watchertest.Run(t, w.Run)
+	e := obs.WaitFor(t, "the forbidden list reported", func(e watcher.Event) bool { return e.Type == watcher.EventNoSet })
+	assert.ErrorContains(t, e.Err, "forbidden")
+	assert.Equal(t, 1, w.Stats().NoSet)
+	time.Sleep(1500 * time.Millisecond)
+	assert.Equal(t, uid, h.uid("a"), "nothing deleted")
+	noRemoval(t, obs)
+	_, err = env.Kube.CoreV1().ConfigMaps(h.ns).List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+}
