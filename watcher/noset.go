@@ -22,6 +22,15 @@ func NotWatched(id string, err error) Target {
 // notWatched is the Payload of a target NotWatched made.
 type notWatched struct{ err error }
 
+// Unwatched returns the reason t's source gave for not watching it
+// ([NotWatched]); nil for a target to watch.
+func (t Target) Unwatched() error {
+	if nw, ok := t.Payload.(notWatched); ok {
+		return nw.err
+	}
+	return nil
+}
+
 // noSetKey is the key of a source's reporter in the ctx its Run is given.
 type noSetKey struct{}
 

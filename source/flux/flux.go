@@ -96,10 +96,16 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 			said = false
 			continue
 		}
-		if !said {
+		switch {
+		case errors.Is(err, errNotServed) && !said:
+			// The apiserver says it serves no GitRepository: there is none,
+			// an authoritative empty set.
 			s.log.Info("Flux GitRepository API not served; looking again periodically", "reason", err.Error())
-			update(nil)
+			update([]watcher.Target{})
 			said = true
+		case !errors.Is(err, errNotServed):
+			// Discovery could not tell: no set, never an empty one.
+			watcher.NoSet(ctx, err)
 		}
 		timer := time.NewTimer(s.cfg.CRDCheckInterval)
 		select {
@@ -112,7 +118,10 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 }
 
 // served finds the GitRepository version the apiserver serves.
+// It fails with errNotServed when discovery answered for every version
+// that it is not served, with another error when it could not tell.
 func (s *Source) served(ctx context.Context) (schema.GroupVersionResource, error) {
+	var failed error
 	for _, v := range versions {
 		gvr := schema.GroupVersionResource{Group: Group, Version: v, Resource: "gitrepositories"}
 		if ok, err := s.serves(gvr); ok {
@@ -121,10 +130,17 @@ func (s *Source) served(ctx context.Context) (schema.GroupVersionResource, error
 			return schema.GroupVersionResource{}, ctx.Err()
 		} else if err != nil {
 			s.log.V(1).Info("discovery", "groupVersion", gvr.GroupVersion().String(), "error", err.Error())
+			failed = fmt.Errorf("flux: discovery of %s: %w", gvr.GroupVersion(), err)
 		}
 	}
-	return schema.GroupVersionResource{}, fmt.Errorf("flux: no served version of gitrepositories.%s among %v", Group, versions)
+	if failed != nil {
+		return schema.GroupVersionResource{}, failed
+	}
+	return schema.GroupVersionResource{}, fmt.Errorf("%w: gitrepositories.%s among %v", errNotServed, Group, versions)
 }
+
+// errNotServed: discovery answered that no version is served.
+var errNotServed = errors.New("flux: no served version")
 
 // serves asks discovery whether gvr is served: false with no error when it
 // is not, an error when discovery could not tell.
@@ -152,7 +168,7 @@ var errGone = errors.New("flux: GitRepository API gone")
 func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, update func([]watcher.Target)) error {
 	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(s.dyn, 0, s.cfg.Namespace, nil)
 	inf := factory.ForResource(gvr).Informer()
-	broken, err := s.handle(inf)
+	broken, err := s.handle(ctx, inf)
 	if err != nil {
 		return err
 	}
@@ -204,8 +220,9 @@ func (s *Source) poke() {
 // handle makes inf's events poke, and returns a channel that receives when
 // its list or watch breaks (the CRD deleted, perhaps re-created at once):
 // that ends the informer, and a new one relists at once instead of backing
-// off.
-func (s *Source) handle(inf cache.SharedIndexInformer) (<-chan struct{}, error) {
+// off. A list that fails before the first set (forbidden, say) is no set:
+// the watcher is told, through the ctx of Run.
+func (s *Source) handle(ctx context.Context, inf cache.SharedIndexInformer) (<-chan struct{}, error) {
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.poke() },
 		UpdateFunc: func(old, cur any) { specChanged(old, cur, s.poke) },
@@ -214,7 +231,10 @@ func (s *Source) handle(inf cache.SharedIndexInformer) (<-chan struct{}, error) 
 		return nil, fmt.Errorf("flux: %w", err)
 	}
 	broken := make(chan struct{}, 1)
-	if err := inf.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) {
+	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		if !inf.HasSynced() {
+			watcher.NoSet(ctx, fmt.Errorf("flux: listing GitRepositories: %w", err))
+		}
 		select {
 		case broken <- struct{}{}:
 		default:
@@ -285,7 +305,9 @@ func (s *Source) targets(ctx context.Context, gvr schema.GroupVersionResource, o
 		}
 		t, err := s.target(ctx, gvr, u, used)
 		if err != nil {
+			// Named, so wanted: what its sinks did for it stays.
 			s.log.Info("GitRepository not watched", "gitrepository", u.GetNamespace()+"/"+u.GetName(), "reason", err.Error())
+			out = append(out, watcher.NotWatched("flux/"+u.GetNamespace()+"/"+u.GetName(), err))
 			continue
 		}
 		if t != nil {

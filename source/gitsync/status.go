@@ -173,7 +173,7 @@ func eventMutation(e watcher.Event) (m mutation, ok bool) {
 	if e.Target == nil {
 		return nil, false
 	}
-	r, isRender := spec.Of[spec.Render](*e.Target)
+	r, _ := spec.Of[spec.Render](*e.Target)
 	gen := r.Generation
 	switch e.Type {
 	case watcher.EventDelivered:
@@ -189,7 +189,7 @@ func eventMutation(e watcher.Event) (m mutation, ok bool) {
 	case watcher.EventTargetFailed:
 		return failed(gen, e.Commit, "SyncFailed", e.Err), true
 	case watcher.EventInvalidTarget:
-		if !isRender {
+		if e.Target.Unwatched() != nil {
 			return nil, false // named but not watched (watcher.NotWatched): the source wrote why
 		}
 		return invalid(gen, e.Err), true

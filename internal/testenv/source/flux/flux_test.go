@@ -126,7 +126,10 @@ func TestGitRepositoriesBecomeTargets(t *testing.T) {
 		"ignore": "# mine\n/*\n!/deploy\n", "sparseCheckout": []any{"deploy", "base"}, "recurseSubmodules": true}))
 
 	sets := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns, Hosts: []string{"git.example.com"}}))
-	got := byID(waitSet(t, sets, "apps, head and paused", func(ts []watcher.Target) bool { return len(ts) == 3 }))
+	got := byID(waitSet(t, sets, "apps, head, paused and nosecret", func(ts []watcher.Target) bool { return len(ts) == 4 }))
+	assert.ErrorContains(t, got["flux/"+ns+"/nosecret"].Unwatched(), "missing",
+		"named though its Secret cannot be read: not watched, and what its sinks did stays")
+	assert.NoError(t, got["flux/"+ns+"/apps"].Unwatched())
 	apps := got["flux/"+ns+"/apps"]
 	assert.Equal(t, "refs/heads/main", apps.Revision)
 	require.NotNil(t, apps.Auth)
@@ -149,8 +152,8 @@ func TestGitRepositoriesBecomeTargets(t *testing.T) {
 	assert.Equal(t, ".sourceignore", apps.IgnoreFile)
 	assert.True(t, got["flux/"+ns+"/paused"].Suspend, "spec.suspend: watched, not delivered")
 	assert.False(t, apps.Suspend)
-	// pinned (nothing can change), elsewhere (another host) and nosecret
-	// (its Secret is missing) are not watched.
+	// pinned (nothing can change) and elsewhere (another host) are not
+	// this program's to watch.
 }
 
 var crdsGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
@@ -262,7 +265,7 @@ func TestProviderGitHub(t *testing.T) {
 	create(t, gitRepository(ns, "azure", "https://"+host+"/acme/app.git", map[string]any{"provider": "azure"}))
 
 	sets := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns}))
-	got := byID(waitSet(t, sets, "the app", func(ts []watcher.Target) bool { return len(ts) == 1 }))
+	got := byID(waitSet(t, sets, "the app, and the two named", func(ts []watcher.Target) bool { return len(ts) == 3 }))
 	a := got["flux/"+ns+"/app"].Auth
 	require.NotNil(t, a)
 	assert.Equal(t, "x-access-token", a.Username)
@@ -270,7 +273,9 @@ func TestProviderGitHub(t *testing.T) {
 	assert.Equal(t, "github-app:123/7", a.ID)
 	assert.Equal(t, int32(1), exchanges.Load(), "the token is kept")
 	// other (not on the App's host: the token does not go there) and azure
-	// (a provider not supported) are not watched.
+	// (a provider not supported) are named, not watched.
+	assert.Error(t, got["flux/"+ns+"/other"].Unwatched())
+	assert.ErrorContains(t, got["flux/"+ns+"/azure"].Unwatched(), "azure")
 }
 
 // spec.verify becomes the target's Verify, with its mode (Flux's older
