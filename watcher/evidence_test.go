@@ -3,7 +3,9 @@ package watcher_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -159,4 +161,109 @@ func TestATargetNamedButNotWatchedIsKept(t *testing.T) {
 	src.Set(a, b)
 	sink.WaitCommit(t, "b", c2)
 	assert.Empty(t, sink.Removed())
+}
+
+// fourTargets commits a repository of four paths and returns a target of
+// each.
+func fourTargets(t *testing.T) (repo *gittest.Repo, commit string, ts []watcher.Target) {
+	srv := gittest.NewServer(t)
+	repo = srv.NewRepo(t, "g/r")
+	commit = repo.Commit(t, "1", gittest.File("a/f", "1"), gittest.File("b/f", "1"), gittest.File("c/f", "1"), gittest.File("d/f", "1"))
+	for _, id := range []string{"a", "b", "c", "d"} {
+		ts = append(ts, watcher.Target{ID: id, URL: repo.URL(), Path: id})
+	}
+	return repo, commit, ts
+}
+
+// A source's set that drops more than the budget's share of its targets
+// at once is held: nothing removed, reported, counted; the same set still
+// given after the confirmation delay, the removals are carried out. Within
+// the budget, a removal is at once.
+func TestASetOverTheDeletionBudgetIsHeldThenCarriedOut(t *testing.T) {
+	repo, c1, ts := fourTargets(t)
+	sink := watchertest.NewSink("s")
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs, watcher.WithRemovalBudget(0.5, 2*time.Second))
+	src := watchertest.NewSource(ts...)
+	require.NoError(t, w.Route(src, sink))
+	watchertest.Run(t, w.Run)
+	for _, tg := range ts {
+		sink.WaitCommit(t, tg.ID, c1)
+	}
+
+	src.Set(ts[0], ts[1], ts[2]) // one of four: within the budget
+	sink.WaitRemoved(t, "d")
+
+	held := time.Now()
+	src.Set(ts[0]) // two of three: over it
+	e := obs.WaitFor(t, "held", func(e watcher.Event) bool { return e.Type == watcher.EventRemovalsHeld })
+	assert.ErrorContains(t, e.Err, "remove 2 of 3 targets (b, c)")
+	assert.Equal(t, 2, w.Stats().RemovalsHeld)
+	pollNow(t, w, obs, repo.URL())
+	assert.Len(t, sink.Removed(), 1, "only d, so far")
+
+	sink.WaitRemoved(t, "b")
+	sink.WaitRemoved(t, "c")
+	assert.GreaterOrEqual(t, time.Since(held), 2*time.Second, "not before the same decision was made again after the delay")
+	assert.Equal(t, 0, w.Stats().RemovalsHeld)
+}
+
+// A held decision that is not made again (the targets come back) is
+// forgotten; ConfirmRemovals carries out what is held at once.
+func TestAHeldRemovalIsForgottenOrConfirmed(t *testing.T) {
+	repo, c1, ts := fourTargets(t)
+	sink := watchertest.NewSink("s")
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs, watcher.WithRemovalBudget(0.5, time.Hour))
+	src := watchertest.NewSource(ts...)
+	require.NoError(t, w.Route(src, sink))
+	watchertest.Run(t, w.Run)
+	for _, tg := range ts {
+		sink.WaitCommit(t, tg.ID, c1)
+	}
+
+	src.Set() // a blink: every target gone, then back
+	obs.WaitFor(t, "held", func(e watcher.Event) bool { return e.Type == watcher.EventRemovalsHeld })
+	src.Set(ts...)
+	c2 := repo.Commit(t, "2", gittest.File("a/f", "2"), gittest.File("b/f", "2"), gittest.File("c/f", "2"), gittest.File("d/f", "2"))
+	pollNow(t, w, obs, repo.URL())
+	for _, tg := range ts {
+		sink.WaitCommit(t, tg.ID, c2)
+	}
+	assert.Empty(t, sink.Removed())
+	assert.Equal(t, 0, w.Stats().RemovalsHeld, "forgotten")
+
+	src.Set(ts[0])
+	obs.WaitFor(t, "held again", func(e watcher.Event) bool {
+		return e.Type == watcher.EventRemovalsHeld && strings.Contains(e.Err.Error(), "3 of 4")
+	})
+	w.ConfirmRemovals()
+	for _, id := range []string{"b", "c", "d"} {
+		sink.WaitRemoved(t, id)
+	}
+	assert.Len(t, sink.Removed(), 3)
+}
+
+// The sweep at start holds too: an inventory whose targets no source
+// names, all of them, is not emptied until the same sweep is made again
+// after the delay.
+func TestASweepOverTheDeletionBudgetIsHeld(t *testing.T) {
+	_, c1, ts := fourTargets(t)
+	sink := &inventorySink{Sink: watchertest.NewSink("inv"), held: map[string]bool{}}
+	deliverBoth(t, sink, c1, ts[0], ts[1])
+	deliverBoth(t, sink, c1, ts[2], ts[3])
+
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs, watcher.WithRemovalBudget(0.5, 2*time.Second))
+	require.NoError(t, w.Route(watchertest.NewSource(), sink))
+	start := time.Now()
+	watchertest.Run(t, w.Run)
+	e := obs.WaitFor(t, "the sweep held", func(e watcher.Event) bool { return e.Type == watcher.EventRemovalsHeld })
+	assert.ErrorContains(t, e.Err, "sweep at start")
+	assert.ErrorContains(t, e.Err, "4 of 4")
+	assert.Empty(t, sink.Removed())
+	for _, tg := range ts {
+		sink.WaitRemoved(t, tg.ID)
+	}
+	assert.GreaterOrEqual(t, time.Since(start), 2*time.Second)
 }

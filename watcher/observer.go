@@ -51,6 +51,10 @@ const (
 	// EventRemoved: the target disappeared and the sink was told (Err on
 	// failure of Remove).
 	EventRemoved EventType = "Removed"
+	// EventRemovalsHeld: a decision to remove more targets at once than the
+	// deletion budget allows was held (Err says which and why; see
+	// [WithRemovalBudget]). Target is nil.
+	EventRemovalsHeld EventType = "RemovalsHeld"
 	// EventNoSet: a source cannot give its set now (Err says why; see
 	// [NoSet]). Its last set stays and nothing is removed. Target is nil.
 	EventNoSet EventType = "NoSet"

@@ -12,6 +12,7 @@ import (
 type Option func(*options)
 
 type options struct {
+	removals         removalBudget
 	interval         time.Duration
 	minInterval      time.Duration
 	jitter           float64
@@ -64,6 +65,7 @@ func defaultOptions() options {
 		stallAbort:       2 * time.Minute,
 		credentialsRetry: 30 * time.Second,
 		git:              DefaultGit(),
+		removals:         removalBudget{share: DefaultRemovalShare, confirm: DefaultRemovalConfirm},
 	}
 }
 

@@ -2,12 +2,16 @@ package watcher
 
 import (
 	"context"
+	"fmt"
+	"slices"
 )
 
 // pruneOrphans removes, once every route's source has given a set, what
 // each [Inventory] sink holds for targets that no source wants (deleted
-// while the program was down). It reports whether it ran; a sink whose
-// inventory cannot be listed is logged and not asked again.
+// while the program was down), within the deletion budget: a sink's
+// orphans over it are held, and the sweep runs again at the next pass. It
+// reports whether it is done; a sink whose inventory cannot be listed is
+// logged and not asked again.
 func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 	type inv struct {
 		route, idx int
@@ -35,6 +39,8 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 		}
 	}
 	w.mu.Unlock()
+	done := true
+	seen := map[string]bool{}
 	for _, x := range invs {
 		lctx, cancel := context.WithTimeout(ctx, w.opts.deliverTimeout)
 		ids, err := x.inventory.Targets(lctx)
@@ -45,10 +51,27 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 			}
 			continue
 		}
+		var orphans []string
 		for _, id := range ids {
-			if wanted[id] {
-				continue
+			if !wanted[id] {
+				orphans = append(orphans, id)
 			}
+		}
+		slices.Sort(orphans)
+		key := fmt.Sprintf("the sweep at start of route %d's sink %s", x.route, x.sink.name)
+		seen[key] = true
+		w.mu.Lock()
+		ok, e := w.allowRemoval(key, orphans, len(ids))
+		w.mu.Unlock()
+		if e != nil {
+			w.log.Error(e.Err, "removals held")
+			w.emit(*e)
+		}
+		if !ok {
+			done = false
+			continue
+		}
+		for _, id := range orphans {
 			w.log.Info("removing a target no source wants any more", "target", id, "sink", x.sink.name)
 			t := Target{ID: id}
 			dkey := keyOf(x.route, id).sink(x.idx)
@@ -64,5 +87,8 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 			w.env.deliveries.start(d)
 		}
 	}
-	return true
+	w.mu.Lock()
+	w.forgetHeld(seen, "the sweep at start")
+	w.mu.Unlock()
+	return done
 }

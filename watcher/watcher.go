@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -41,14 +42,16 @@ type Watcher struct {
 	routes     []*route
 	started    bool
 	group      *errgroup.Group
-	remotes    map[string]*remote     // by remote key
-	byURL      map[string][]*remote   // w.remotes by URL key, for hints
-	remotesGen chan struct{}          // closed and replaced when remotes change
-	deliverers map[sinkKey]*deliverer // by route, target and sink
-	removing   map[sinkKey]*deliverer // deliverers told to remove or to retire, until done
-	opening    map[string]bool        // the mirror directories applyRemotes opens outside mu
-	cache      *cacheDir              // while running
-	unowned    int                    // targets another replica polls (WithShard)
+	remotes    map[string]*remote      // by remote key
+	byURL      map[string][]*remote    // w.remotes by URL key, for hints
+	remotesGen chan struct{}           // closed and replaced when remotes change
+	deliverers map[sinkKey]*deliverer  // by route, target and sink
+	removing   map[sinkKey]*deliverer  // deliverers told to remove or to retire, until done
+	opening    map[string]bool         // the mirror directories applyRemotes opens outside mu
+	cache      *cacheDir               // while running
+	unowned    int                     // targets another replica polls (WithShard)
+	held       map[string]*heldRemoval // removals the deletion budget holds, by decision
+	confirmed  time.Time               // ConfirmRemovals: what was held before is carried out
 }
 
 type route struct {
@@ -79,6 +82,7 @@ func New(opts ...Option) *Watcher {
 		remotesGen: make(chan struct{}),
 		deliverers: map[sinkKey]*deliverer{},
 		removing:   map[sinkKey]*deliverer{},
+		held:       map[string]*heldRemoval{},
 		opening:    map[string]bool{},
 	}
 	w.trigger, w.ended = w.Trigger, w.removed
@@ -285,6 +289,9 @@ type Stats struct {
 	// NoSet counts the routes whose source said it cannot give its set now
 	// ([NoSet]) and has not given one since: their last sets stay.
 	NoSet int
+	// RemovalsHeld counts the targets whose removal the deletion budget
+	// holds now ([WithRemovalBudget]).
+	RemovalsHeld int
 }
 
 // Stats returns a snapshot of what the watcher is doing; it is cheap and
@@ -302,6 +309,7 @@ func (w *Watcher) Stats() Stats {
 		}
 	}
 	st.Failing = w.health.count()
+	st.RemovalsHeld = w.heldCount()
 	return st
 }
 
@@ -437,6 +445,7 @@ func (w *Watcher) reconcileLoop(ctx context.Context) error {
 		if !pruned {
 			pruned = w.pruneOrphans(ctx)
 		}
+
 	}
 }
 
@@ -497,7 +506,10 @@ type remoteSpec struct {
 // sets. It reports false when something must be retried.
 func (w *Watcher) reconcile(ctx context.Context) bool {
 	p := w.remoteSpecs(ctx)
-	w.bindDeliverers(p.owned)
+	for _, e := range w.bindDeliverers(p.owned) {
+		w.log.Error(e.Err, "removals held")
+		w.emit(e)
+	}
 	w.mu.Lock()
 	w.unowned = len(p.others)
 	w.mu.Unlock()
@@ -553,7 +565,7 @@ func (k sinkKey) target() targetKey { return targetKey{k.id, k.route} }
 // are invalid now, to retire: they end without a word to the sink (the
 // target is not gone), so that a target costs a replica that does not poll
 // it nothing but its place in the route.
-func (w *Watcher) bindDeliverers(owned []*bound) {
+func (w *Watcher) bindDeliverers(owned []*bound) []Event {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	wanted := map[sinkKey]bool{}
@@ -575,6 +587,7 @@ func (w *Watcher) bindDeliverers(owned []*bound) {
 		b.route = nil
 	}
 	var present map[targetKey]bool // every target's key, made once a deliverer ends
+	var gone map[int32][]sinkKey   // by route: the deliverers of targets no source names
 	for dkey, d := range w.deliverers {
 		if wanted[dkey] {
 			continue
@@ -590,14 +603,62 @@ func (w *Watcher) bindDeliverers(owned []*bound) {
 				}
 			}
 		}
-		delete(w.deliverers, dkey)
-		w.removing[dkey] = d // the next of its key waits for it
 		if present[dkey.target()] {
-			d.retire() // another replica's now, or named but invalid: wanted still
-		} else {
+			delete(w.deliverers, dkey)
+			w.removing[dkey] = d // the next of its key waits for it
+			d.retire()           // another replica's now, or named but invalid: wanted still
+			continue
+		}
+		if gone == nil {
+			gone = map[int32][]sinkKey{}
+		}
+		gone[dkey.route] = append(gone[dkey.route], dkey)
+	}
+	return w.removeGone(gone)
+}
+
+// removeGone tells the deliverers of targets their route's source no longer
+// names to remove, route by route, within the deletion budget (the share
+// is of the targets the route's deliverers serve, gone ones included); the
+// caller holds w.mu. It returns the events of decisions held.
+func (w *Watcher) removeGone(gone map[int32][]sinkKey) []Event {
+	var events []Event
+	seen := map[string]bool{}
+	var all map[int32]map[string]bool
+	if len(gone) > 0 {
+		all = map[int32]map[string]bool{}
+		for dkey := range w.deliverers {
+			if gone[dkey.route] != nil {
+				if all[dkey.route] == nil {
+					all[dkey.route] = map[string]bool{}
+				}
+				all[dkey.route][dkey.id] = true
+			}
+		}
+	}
+	for route, dkeys := range gone {
+		ids := map[string]bool{}
+		for _, k := range dkeys {
+			ids[k.id] = true
+		}
+		key := fmt.Sprintf("route %d", route)
+		seen[key] = true
+		ok, e := w.allowRemoval(key, slices.Sorted(maps.Keys(ids)), len(all[route]))
+		if e != nil {
+			events = append(events, *e)
+		}
+		if !ok {
+			continue // held: the deliverers stay as they are
+		}
+		for _, dkey := range dkeys {
+			d := w.deliverers[dkey]
+			delete(w.deliverers, dkey)
+			w.removing[dkey] = d // the next of its key waits for it
 			d.remove()
 		}
 	}
+	w.forgetHeld(seen, "route ")
+	return events
 }
 
 // specPass is what one reconcile makes of the routes' targets: the remotes

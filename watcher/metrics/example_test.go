@@ -18,7 +18,7 @@ func ExampleNew() {
 
 	m, _ := metrics.New(registry)
 	w := watcher.New(watcher.WithObserver(m))
-	m.CollectStats(w) // targets, remotes, deliveries waiting for a retry
+	m.CollectStats(w) // targets, remotes, retries, removals held, sources without a set
 
 	families, _ := registry.Gather()
 	for _, f := range families {
@@ -27,5 +27,7 @@ func ExampleNew() {
 	// Output:
 	// modwatch_deliveries_retrying
 	// modwatch_remotes
+	// modwatch_removals_held
+	// modwatch_sources_without_set
 	// modwatch_targets
 }

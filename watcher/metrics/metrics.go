@@ -96,7 +96,8 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 }
 
 // CollectStats registers gauges read from w at each scrape: targets,
-// remotes and deliveries waiting for a retry.
+// remotes, deliveries waiting for a retry, removals the deletion budget
+// holds and sources without a set.
 func (m *Metrics) CollectStats(w *watcher.Watcher) error {
 	for _, g := range []struct {
 		name, help string
@@ -105,6 +106,8 @@ func (m *Metrics) CollectStats(w *watcher.Watcher) error {
 		{"modwatch_targets", "Valid targets of all routes.", func(s watcher.Stats) int { return s.Targets }},
 		{"modwatch_remotes", "Repositories polled.", func(s watcher.Stats) int { return s.Remotes }},
 		{"modwatch_deliveries_retrying", "Deliveries waiting to be retried.", func(s watcher.Stats) int { return s.Retrying }},
+		{"modwatch_removals_held", "Targets whose removal the deletion budget holds.", func(s watcher.Stats) int { return s.RemovalsHeld }},
+		{"modwatch_sources_without_set", "Routes whose source cannot give its set now; their last sets stay.", func(s watcher.Stats) int { return s.NoSet }},
 	} {
 		value := g.value
 		gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help},

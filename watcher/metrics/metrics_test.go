@@ -65,9 +65,10 @@ modwatch_remotes 1
 modwatch_targets 2
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected), "modwatch_remotes", "modwatch_targets"))
-	n, err := testutil.GatherAndCount(reg, "modwatch_delivery_lag_seconds", "modwatch_ref_listing_seconds", "modwatch_fetch_seconds", "modwatch_deliveries_retrying")
+	n, err := testutil.GatherAndCount(reg, "modwatch_delivery_lag_seconds", "modwatch_ref_listing_seconds", "modwatch_fetch_seconds", "modwatch_deliveries_retrying",
+		"modwatch_removals_held", "modwatch_sources_without_set")
 	require.NoError(t, err)
-	assert.Equal(t, 4, n, "lag, listing and fetch histograms and the retry gauge are exported")
+	assert.Equal(t, 6, n, "lag, listing and fetch histograms, the retry, removals-held and no-set gauges are exported")
 
 	// A metric of the same name and another kind is an error, not a panic.
 	clash := prometheus.NewRegistry()
