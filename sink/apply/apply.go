@@ -261,6 +261,13 @@ func (s *Sink) prune(ctx context.Context, stale []ObjectRef, owner string, res *
 	opts := ssa.DeleteOptions{PropagationPolicy: metav1.DeletePropagationBackground, Inclusions: map[string]string{s.cfg.TrackingLabel: owner}}
 	for _, o := range objs {
 		e := Entry{Object: refOf(o), Action: Deleted}
+		if err := s.reserved(owner, o); err != nil {
+			// Recorded before the sink refused such objects: forgotten,
+			// never deleted (its deletion would take every inventory).
+			e.Action = Skipped
+			res.Entries = append(res.Entries, e)
+			continue
+		}
 		cse, err := s.rm.Delete(ctx, o, opts)
 		switch {
 		case err != nil && meta.IsNoMatchError(err):

@@ -45,6 +45,20 @@ const (
 type Config struct {
 	// FieldManager owns the fields the sink applies. Default "modwatch".
 	FieldManager string
+	// Instance names the program's installation among those that share a
+	// field manager and an inventory namespace (two installs of one
+	// controller, each for its namespaces): its inventories carry it, and
+	// the sink lists, sweeps and prunes only its own. Programs set it from
+	// what tells their installs apart (a -name flag, the namespace they
+	// watch) and say it at start. Empty: the inventories of a sink without
+	// an instance, as before instances existed.
+	Instance string
+	// EmptyRenderConfirm is how long a render that became empty must stay
+	// empty before the target's objects are pruned: until then the
+	// delivery fails, saying the prune is held, and is retried. Default 5m;
+	// negative: pruned at once. (The watcher's own budget,
+	// watcher.WithRemovalBudget, holds targets removed many at once.)
+	EmptyRenderConfirm time.Duration
 	// Conflicts is ConflictForce (default) or ConflictReport.
 	Conflicts ConflictPolicy
 	// Mode is ModeApply (default), ModeDryRun or ModeDiff.
@@ -127,6 +141,9 @@ func (c *Config) Default() {
 	if c.SpecFunc == nil {
 		c.SpecFunc = PayloadSpec
 	}
+	if c.EmptyRenderConfirm == 0 {
+		c.EmptyRenderConfirm = 5 * time.Minute
+	}
 }
 
 // ErrInvalidConfig is returned (wrapped) by [Config.Validate], and for a
@@ -146,6 +163,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: wait timeout is negative", ErrInvalidConfig)
 	case len(c.FieldManager) > 128:
 		return fmt.Errorf("%w: field manager is longer than 128 characters", ErrInvalidConfig)
+	case len(c.Instance) > 253 || strings.ContainsAny(c.Instance, "\x00\n"):
+		return fmt.Errorf("%w: instance %q: at most 253 characters, no NUL or newline", ErrInvalidConfig, c.Instance)
 	}
 	for name, r := range c.Renderers {
 		if name == "" || r == nil {

@@ -15,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -27,17 +29,52 @@ const (
 	LabelInventory = "apply.modwatch.io/inventory"
 	// AnnotationTargetID on an inventory ConfigMap holds the target ID.
 	AnnotationTargetID = "apply.modwatch.io/target-id"
+	// LabelInstance on an inventory ConfigMap names the instance that owns
+	// it (a digest of Config.Instance); absent for a sink without one.
+	LabelInstance = "apply.modwatch.io/instance"
+	// inventoryPrefix starts every inventory's name.
+	inventoryPrefix = "modwatch-"
 
 	inventoryKey = "inventory.json"
 )
 
-// owner is a target's label value and the name of its inventory.
+// owner is a target's label value and the name of its inventory: a digest
+// of the field manager, the instance (when there is one) and the target.
 func (s *Sink) owner(targetID string) string {
-	sum := sha256.Sum256([]byte(s.cfg.FieldManager + "\x00" + targetID))
+	key := s.cfg.FieldManager + "\x00" + targetID
+	if s.cfg.Instance != "" {
+		key = s.cfg.FieldManager + "\x00" + s.cfg.Instance + "\x00" + targetID
+	}
+	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:10])
 }
 
-func (s *Sink) inventoryName(targetID string) string { return "modwatch-" + s.owner(targetID) }
+func (s *Sink) inventoryName(targetID string) string { return inventoryPrefix + s.owner(targetID) }
+
+// instanceLabel is the value of LabelInstance on this sink's inventories;
+// "" without an instance.
+func (s *Sink) instanceLabel() string {
+	if s.cfg.Instance == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(s.cfg.Instance))
+	return hex.EncodeToString(sum[:10])
+}
+
+// ownSelector selects this sink's inventories: of its field manager, and
+// of its instance (or of none, without one).
+func (s *Sink) ownSelector() (labels.Selector, error) {
+	sel := labels.SelectorFromSet(labels.Set{LabelInventory: "true", "app.kubernetes.io/managed-by": s.cfg.FieldManager})
+	op, values := selection.DoesNotExist, []string(nil)
+	if v := s.instanceLabel(); v != "" {
+		op, values = selection.Equals, []string{v}
+	}
+	req, err := labels.NewRequirement(LabelInstance, op, values)
+	if err != nil {
+		return nil, err
+	}
+	return sel.Add(*req), nil
+}
 
 // inventory is what a target applied, as stored in its ConfigMap.
 type inventory struct {
@@ -128,6 +165,19 @@ func (s *Sink) readInventory(ctx context.Context, targetID string) (*inventory, 
 	return inv, nil
 }
 
+// inventoryLabels are the labels of the inventory of targetID.
+func (s *Sink) inventoryLabels(targetID string) map[string]any {
+	l := map[string]any{
+		LabelInventory:                 "true",
+		s.cfg.TrackingLabel:            s.owner(targetID),
+		"app.kubernetes.io/managed-by": s.cfg.FieldManager,
+	}
+	if v := s.instanceLabel(); v != "" {
+		l[LabelInstance] = v
+	}
+	return l
+}
+
 // writeInventory stores inv unless it equals old.
 func (s *Sink) writeInventory(ctx context.Context, old, inv *inventory) error {
 	if old != nil && slices.Equal(old.Entries, inv.Entries) {
@@ -141,13 +191,9 @@ func (s *Sink) writeInventory(ctx context.Context, old, inv *inventory) error {
 		"apiVersion": "v1",
 		"kind":       "ConfigMap",
 		"metadata": map[string]any{
-			"name":      s.inventoryName(inv.Target),
-			"namespace": s.cfg.InventoryNamespace,
-			"labels": map[string]any{
-				LabelInventory:                 "true",
-				s.cfg.TrackingLabel:            s.owner(inv.Target),
-				"app.kubernetes.io/managed-by": s.cfg.FieldManager,
-			},
+			"name":        s.inventoryName(inv.Target),
+			"namespace":   s.cfg.InventoryNamespace,
+			"labels":      s.inventoryLabels(inv.Target),
 			"annotations": map[string]any{AnnotationTargetID: inv.Target},
 		},
 		"data": map[string]any{inventoryKey: string(data)},
@@ -159,22 +205,26 @@ func (s *Sink) writeInventory(ctx context.Context, old, inv *inventory) error {
 }
 
 // Targets lists the targets this sink holds an inventory for: those of
-// its field manager in its inventory namespace, by the target ID each
-// names (the watcher removes those no source wants any more; see
-// watcher.Inventory). In ModeDryRun and ModeDiff it holds none.
+// its field manager and its instance in its inventory namespace, by the
+// target ID each names (the watcher removes those no source wants any
+// more; see watcher.Inventory). Another instance's are never listed. In
+// ModeDryRun and ModeDiff it holds none.
 func (s *Sink) Targets(ctx context.Context) ([]string, error) {
 	if s.cfg.Mode != ModeApply {
 		return nil, nil
 	}
+	sel, err := s.ownSelector()
+	if err != nil {
+		return nil, err
+	}
 	var list corev1.ConfigMapList
-	if err := s.client.List(ctx, &list, client.InNamespace(s.cfg.InventoryNamespace),
-		client.MatchingLabels{LabelInventory: "true", "app.kubernetes.io/managed-by": s.cfg.FieldManager}); err != nil {
+	if err := s.client.List(ctx, &list, client.InNamespace(s.cfg.InventoryNamespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, fmt.Errorf("apply: list inventories in %s: %w", s.cfg.InventoryNamespace, err)
 	}
 	var ids []string
 	for _, cm := range list.Items {
 		id := cm.Annotations[AnnotationTargetID]
-		if id != "" && cm.Name == s.inventoryName(id) { // ours: the name is the digest of our manager and the ID
+		if id != "" && cm.Name == s.inventoryName(id) { // ours: the name is the digest of our manager, instance and the ID
 			ids = append(ids, id)
 		}
 	}

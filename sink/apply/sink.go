@@ -29,6 +29,7 @@ type Sink struct {
 	spec      SpecFunc
 
 	inventoryNS atomic.Bool // the inventory namespace was found
+	empty       emptyHold   // targets whose render became empty
 }
 
 var (
@@ -105,6 +106,14 @@ func (s *Sink) Apply(ctx context.Context, c watcher.Change) (*Result, error) {
 	old, err := s.readInventory(ctx, c.Target.ID)
 	if err != nil {
 		return res, err
+	}
+	if err := s.guard(ctx, c.Target.ID, objs, old); err != nil {
+		return res, err
+	}
+	if s.cfg.Mode == ModeApply {
+		if err := s.holdEmpty(c.Target.ID, len(objs), len(old.Entries)); err != nil {
+			return res, err
+		}
 	}
 	if s.cfg.Mode != ModeApply {
 		s.plan(ctx, objs, old, res)

@@ -209,15 +209,21 @@ func TestRemove(t *testing.T) {
 	assert.Nil(t, get(t, clusterRoles, "", "remove-"+ns))
 }
 
-func TestPruneLeavesObjectsAnotherTargetTookOver(t *testing.T) {
+func TestAnObjectAnotherTargetAppliedIsRefused(t *testing.T) {
 	ns := env.Namespace(t)
 	s := newSink(t, apply.Config{})
 	applyOK(t, s, change("first/"+ns, "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))}))
-	// A second target now renders the same object and labels it its own.
-	applyOK(t, s, change("second/"+ns, "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "2"))}))
-	res := applyOK(t, s, change("first/"+ns, "c2", spec.Render{Namespace: ns}, fstest.MapFS{}))
-	assert.Equal(t, map[string]apply.Action{"ConfigMap/" + ns + "/a": apply.Skipped}, actions(res))
-	assert.Equal(t, "2", cmValue(t, ns, "a"))
+	// A second target renders the same object: a conflict naming both,
+	// and nothing of its delivery applied.
+	_, err := s.Apply(ctxT(t), change("second/"+ns, "c1", spec.Render{Namespace: ns},
+		fstest.MapFS{"a.yaml": file(configMap("a", "2")), "b.yaml": file(configMap("b", "2"))}))
+	require.ErrorIs(t, err, apply.ErrConflict)
+	assert.ErrorContains(t, err, "target second/"+ns+": ConfigMap/"+ns+"/a is applied by target first/"+ns+" (its inventory")
+	assert.Equal(t, "1", cmValue(t, ns, "a"))
+	assert.Nil(t, get(t, configMaps, ns, "b"), "nothing of the refused delivery applied")
+	// The first target's later removal still prunes what is its own.
+	res := applyOK(t, s, change("first/"+ns, "c2", spec.Render{Namespace: ns}, fstest.MapFS{"c.yaml": file(configMap("c", "1"))}))
+	assert.Equal(t, apply.Deleted, actions(res)["ConfigMap/"+ns+"/a"])
 }
 
 func keys(m map[string]string) []string {
@@ -278,7 +284,7 @@ func TestPruneCanBeTurnedOff(t *testing.T) {
 	assert.Equal(t, "1", cmValue(t, ns, "b"), "the object gone from git stays")
 
 	// It is forgotten: turning prune back on does not delete it.
-	pruning := newSink(t, apply.Config{InventoryNamespace: ns})
+	pruning := newSink(t, apply.Config{InventoryNamespace: ns, EmptyRenderConfirm: -1})
 	last := change(id, "c3", spec.Render{Namespace: ns}, fstest.MapFS{})
 	last.Reason = watcher.ReasonNewCommit
 	res = applyOK(t, pruning, last)

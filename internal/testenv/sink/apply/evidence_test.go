@@ -1,0 +1,121 @@
+package apply_test
+
+import (
+	"context"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/modwatch/modwatch/sink/apply"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+// inventories lists the inventory ConfigMaps in ns, by name.
+func inventories(t *testing.T, ns string) map[string]string {
+	t.Helper()
+	l, err := env.Kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: apply.LabelInventory + "=true"})
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, cm := range l.Items {
+		out[cm.Name] = cm.Annotations[apply.AnnotationTargetID]
+	}
+	return out
+}
+
+// Two installs of one program (one field manager, one inventory
+// namespace) told apart by their instance: each lists and sweeps only its
+// own inventories, and still prunes its own.
+func TestTwoInstancesNeverTouchEachOthersTargets(t *testing.T) {
+	ns := env.Namespace(t)
+	one := newSink(t, apply.Config{FieldManager: "ctl", InventoryNamespace: ns, Instance: "team-one", CascadeDelete: true})
+	two := newSink(t, apply.Config{FieldManager: "ctl", InventoryNamespace: ns, Instance: "team-two", CascadeDelete: true})
+	applyOK(t, one, change("gitsync/one/web", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("one-a", "1"))}))
+	applyOK(t, two, change("gitsync/two/web", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("two-a", "1"))}))
+
+	ids, err := one.Targets(ctxT(t))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"gitsync/one/web"}, ids)
+	ids, err = two.Targets(ctxT(t))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"gitsync/two/web"}, ids)
+	legacy := newSink(t, apply.Config{FieldManager: "ctl", InventoryNamespace: ns})
+	ids, err = legacy.Targets(ctxT(t))
+	require.NoError(t, err)
+	assert.Empty(t, ids, "a sink without an instance lists none of theirs")
+
+	// The second starts with no target of its own: its sweep at start
+	// removes nothing of the first's.
+	obs := watchertest.NewObserver()
+	w := watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithObserver(obs))
+	require.NoError(t, w.Route(watchertest.NewSource(), two))
+	watchertest.Run(t, w.Run)
+	obs.WaitFor(t, "two's own removed", watchertest.Is(watcher.EventRemoved, "gitsync/two/web"))
+	assert.NotNil(t, get(t, configMaps, ns, "one-a"), "the first's object stays")
+	assert.Nil(t, get(t, configMaps, ns, "two-a"), "the second pruned its own")
+	ids, err = one.Targets(ctxT(t))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"gitsync/one/web"}, ids)
+}
+
+// A manifest can never create, change or delete an inventory (its own,
+// another target's, one posing as one), nor apply the namespace the
+// inventories live in: each is a conflict, and nothing of the delivery is
+// applied.
+func TestAManifestCannotTouchTheSinksRecords(t *testing.T) {
+	ns := env.Namespace(t)
+	s := newSink(t, apply.Config{InventoryNamespace: ns})
+	applyOK(t, s, change("victim", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("victim-a", "1"))}))
+	held := inventories(t, ns)
+	require.Len(t, held, 1)
+	var victimInventory string
+	for name := range held {
+		victimInventory = name
+	}
+	for name, manifest := range map[string]string{
+		"another's inventory":        configMap(victimInventory, "{}"),
+		"one posing as one":          "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fake\n  labels:\n    " + apply.LabelInventory + ": \"true\"\n",
+		"the inventories' namespace": "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + ns + "\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := s.Apply(ctxT(t), change("attacker", "c1", spec.Render{Namespace: ns},
+				fstest.MapFS{"x.yaml": file(manifest), "y.yaml": file(configMap("attacker-y", "1"))}))
+			require.ErrorIs(t, err, apply.ErrConflict)
+			assert.ErrorContains(t, err, "target attacker")
+			assert.Nil(t, get(t, configMaps, ns, "attacker-y"), "nothing applied")
+			assert.Equal(t, held, inventories(t, ns))
+		})
+	}
+	require.NoError(t, s.Remove(ctxT(t), watcher.Target{ID: "victim"}))
+	assert.Empty(t, inventories(t, ns), "the victim's inventory was intact: its removal found it")
+}
+
+// A target whose render became empty would have every object pruned: the
+// prune is held until the render has stayed empty for the delay, and
+// reported as the delivery's error; then it is carried out.
+func TestAnEmptyRenderIsHeldBeforeItPrunesEverything(t *testing.T) {
+	ns := env.Namespace(t)
+	s := newSink(t, apply.Config{InventoryNamespace: ns, EmptyRenderConfirm: 2 * time.Second})
+	applyOK(t, s, change("t", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1")), "b.yaml": file(configMap("b", "1"))}))
+	start := time.Now()
+	_, err := s.Apply(ctxT(t), change("t", "c2", spec.Render{Namespace: ns}, fstest.MapFS{}))
+	require.ErrorContains(t, err, "pruning all 2 of its objects is held")
+	assert.NotNil(t, get(t, configMaps, ns, "a"))
+
+	// Rendering something again ends the hold; empty again, it starts anew.
+	applyOK(t, s, change("t", "c3", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "3")), "b.yaml": file(configMap("b", "1"))}))
+	_, err = s.Apply(ctxT(t), change("t", "c4", spec.Render{Namespace: ns}, fstest.MapFS{}))
+	require.ErrorContains(t, err, "held")
+	require.Eventually(t, func() bool {
+		_, err := s.Apply(ctxT(t), change("t", "c4", spec.Render{Namespace: ns}, fstest.MapFS{}))
+		return err == nil
+	}, 10*time.Second, 200*time.Millisecond)
+	assert.GreaterOrEqual(t, time.Since(start), 2*time.Second)
+	assert.Nil(t, get(t, configMaps, ns, "a"))
+	assert.Nil(t, get(t, configMaps, ns, "b"))
+}

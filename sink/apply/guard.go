@@ -1,0 +1,136 @@
+package apply
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// ErrConflict is returned (wrapped) when a target's objects would touch
+// what is not its own: an inventory of this sink, the namespace that holds
+// them, or an object another target of this sink applied. Nothing of the
+// delivery is applied; it is retried.
+var ErrConflict = errors.New("apply: conflict")
+
+// inventoryName matches the name of an inventory ConfigMap.
+var inventoryName = regexp.MustCompile(`^` + inventoryPrefix + `[0-9a-f]{20}$`)
+
+// guard refuses a delivery of targetID whose objects would create, change
+// or delete what the sink keeps for itself (an inventory, of any target or
+// program; the inventory namespace, whose prune would take every
+// inventory with it) or an object another target applied (one that
+// carries another owner's tracking label), as Argo CD's
+// FailOnSharedResource does. The objects its inventory (old) records are
+// its own and not looked at again; the others are read, Concurrency at a
+// time.
+func (s *Sink) guard(ctx context.Context, targetID string, objs []*unstructured.Unstructured, old *inventory) error {
+	recorded := old.entries()
+	own := s.owner(targetID)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(s.cfg.Concurrency, 1))
+	for _, o := range objs {
+		if err := s.reserved(targetID, o); err != nil {
+			return err
+		}
+		if _, ok := recorded[refOf(o).key()]; ok {
+			continue
+		}
+		g.Go(func() error { return s.notAnothers(gctx, targetID, own, o) })
+	}
+	return g.Wait()
+}
+
+// reserved refuses an object that is one of the sink's own records, or
+// the namespace that holds them.
+func (s *Sink) reserved(targetID string, o *unstructured.Unstructured) error {
+	gk := o.GroupVersionKind().GroupKind()
+	switch {
+	case gk.Group == "" && gk.Kind == "Namespace" && o.GetName() == s.cfg.InventoryNamespace:
+		return fmt.Errorf("%w: target %s: %s holds this sink's inventories: no target may apply it (its prune would delete them); nothing applied", ErrConflict, targetID, refOf(o))
+	case gk.Group == "" && gk.Kind == "ConfigMap" && o.GetNamespace() == s.cfg.InventoryNamespace && inventoryName.MatchString(o.GetName()),
+		o.GetLabels()[LabelInventory] != "":
+		return fmt.Errorf("%w: target %s: %s is, or poses as, an inventory of this sink: a manifest may not create, change or delete one; nothing applied", ErrConflict, targetID, refOf(o))
+	}
+	return nil
+}
+
+// notAnothers refuses o when another target's inventory records it: the
+// live object carries another owner's tracking label, and that owner's
+// inventory (in this sink's namespace) lists it. An object whose owner
+// forgot it (removed without cascade: no inventory, or one that no longer
+// lists it) may be taken over.
+func (s *Sink) notAnothers(ctx context.Context, targetID, own string, o *unstructured.Unstructured) error {
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(o.GroupVersionKind())
+	err := s.client.Get(ctx, client.ObjectKeyFromObject(o), live)
+	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+		return nil // not there yet (or its kind comes with this delivery)
+	}
+	if err != nil {
+		return fmt.Errorf("apply: target %s: read %s: %w", targetID, refOf(o), err)
+	}
+	other := live.GetLabels()[s.cfg.TrackingLabel]
+	if other == "" || other == own {
+		return nil
+	}
+	cm := &corev1.ConfigMap{}
+	err = s.client.Get(ctx, client.ObjectKey{Namespace: s.cfg.InventoryNamespace, Name: inventoryPrefix + other}, cm)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("apply: target %s: read the inventory of the owner of %s: %w", targetID, refOf(o), err)
+	}
+	var inv inventory
+	if err := json.Unmarshal([]byte(cm.Data[inventoryKey]), &inv); err != nil {
+		return fmt.Errorf("%w: target %s: %s carries the label of %s/%s, an inventory that cannot be read (%v): refused, nothing applied", ErrConflict, targetID, refOf(o), cm.Namespace, cm.Name, err)
+	}
+	if _, ok := inv.entries()[refOf(o).key()]; !ok {
+		return nil
+	}
+	return fmt.Errorf("%w: target %s: %s is applied by target %s (its inventory %s/%s records it): refused, nothing applied", ErrConflict, targetID, refOf(o), inv.Target, cm.Namespace, cm.Name)
+}
+
+// emptyHold remembers, by target, since when its render has been empty
+// while its inventory holds objects.
+type emptyHold struct {
+	mu    sync.Mutex
+	since map[string]time.Time
+}
+
+// holdEmpty says whether pruning every one of the n objects of targetID, whose
+// render is empty, must wait: until the render has been empty for
+// Config.EmptyRenderConfirm. A render that is not empty (n == 0 or
+// objects rendered) ends the hold.
+func (s *Sink) holdEmpty(targetID string, rendered, n int) error {
+	s.empty.mu.Lock()
+	defer s.empty.mu.Unlock()
+	if rendered > 0 || n == 0 || s.cfg.DisablePrune || s.cfg.EmptyRenderConfirm < 0 {
+		delete(s.empty.since, targetID)
+		return nil
+	}
+	if s.empty.since == nil {
+		s.empty.since = map[string]time.Time{}
+	}
+	since, ok := s.empty.since[targetID]
+	if !ok {
+		since = time.Now()
+		s.empty.since[targetID] = since
+	}
+	if left := s.cfg.EmptyRenderConfirm - time.Since(since); left > 0 {
+		return fmt.Errorf("apply: target %s renders nothing: pruning all %d of its objects is held until it has rendered nothing for %s (%s more): deletion budget", targetID, n, s.cfg.EmptyRenderConfirm, left.Round(time.Second))
+	}
+	delete(s.empty.since, targetID)
+	return nil
+}
