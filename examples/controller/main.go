@@ -48,6 +48,7 @@ import (
 // options carry the logger); tests fill it.
 type options struct {
 	config, namespace, cacheDir, inventory string // configuration file, GitSyncs' namespace ("": all), cache, inventories' namespace
+	name                                   string // this install among others (apply.Config.Instance); "" from namespace
 	shard                                  bool   // every replica polls a share
 	pod                                    cluster.LeaseShardConfig
 	mgr                                    ctrl.Options
@@ -66,6 +67,7 @@ func main() {
 	flag.StringVar(&o.namespace, "namespace", "", "namespace of the GitSyncs (empty: all)")
 	flag.StringVar(&o.cacheDir, "cache-dir", "/var/cache/modwatch", "mirror cache when the configuration names none")
 	flag.StringVar(&o.inventory, "inventory-namespace", "default", "namespace of the apply inventory ConfigMaps (the controller's own)")
+	flag.StringVar(&o.name, "name", "", "this install's name among others that share the inventory namespace: it lists, sweeps and prunes only its own (default: the -namespace it watches; none when it watches all)")
 	flag.StringVar(&o.mgr.Metrics.BindAddress, "metrics-bind-address", ":8080", "serve /metrics here (0: off)")
 	flag.StringVar(&o.mgr.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "serve /healthz and /readyz here (0: off)")
 	flag.BoolVar(&o.mgr.LeaderElection, "leader-elect", false, "run the watcher on the elected leader only (not with -shard)")
@@ -87,6 +89,19 @@ func validDestination(gs *unstructured.Unstructured) error {
 		return fmt.Errorf("spec.destination.namespace %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// instanceOf names this install among others: -name, else the namespace
+// it watches; none when it watches all (the inventories of an install
+// from before instances existed).
+func instanceOf(o options) string {
+	if o.name != "" {
+		return o.name
+	}
+	if o.namespace != "" {
+		return "namespace/" + o.namespace
+	}
+	return ""
 }
 
 func run(ctx context.Context, kube *rest.Config, o options) error {
@@ -115,8 +130,11 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 		return err
 	}
 	// As Numaplane applies: into the destination namespace, with its
-	// tracking label, cascadeDeletion read at each removal.
-	applier, err := apply.New(kube, apply.Config{FieldManager: "numaplane-controller", CascadeDeleteFunc: c.CascadeDeletion, InventoryNamespace: o.inventory,
+	// tracking label, cascadeDeletion read at each removal. Its inventories
+	// are its install's own: another install never lists or sweeps them.
+	instance := instanceOf(o)
+	o.mgr.Logger.Info("install", "instance", instance, "namespace", o.namespace, "inventoryNamespace", o.inventory)
+	applier, err := apply.New(kube, apply.Config{FieldManager: "numaplane-controller", Instance: instance, CascadeDeleteFunc: c.CascadeDeletion, InventoryNamespace: o.inventory,
 		ForceNamespace: true, TrackingLabel: "numaplane.numaproj.io/tracking-id", Include: c.Included,
 		Renderers: map[string]apply.Renderer{kustomize.Name: kustomize.New(), helm.Name: helm.New()}})
 	if err != nil {

@@ -92,11 +92,62 @@ func TestControllerAppliesGitSyncsAndFollowsItsConfig(t *testing.T) {
 	require.NoError(t, err)
 
 	// The configuration now names another cluster: the GitSync is no
-	// longer for this one, and without cascade deletion its objects stay.
+	// longer for this one. It is still there, so wanted: not watched, and
+	// nothing of it removed (as Numaplane skips, never deletes, another
+	// cluster's GitSyncs).
 	writeConfig("staging-2")
-	obs.WaitFor(t, "the target removed", watchertest.Is(watcher.EventRemoved, id))
+	obs.WaitFor(t, "the target not watched", watchertest.Is(watcher.EventInvalidTarget, id))
 	_, err = env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "web", metav1.GetOptions{})
 	assert.NoError(t, err)
+	for _, e := range obs.Events() {
+		assert.NotEqual(t, watcher.EventRemoved, e.Type, "nothing removed: %s", e)
+	}
+}
+
+// Two installs of the controller, each for its own namespace of GitSyncs,
+// both keeping their inventories in one namespace with one field manager:
+// neither lists, sweeps or prunes the other's; each still prunes its own.
+func TestTwoInstallsNeverTouchEachOthersObjects(t *testing.T) {
+	nsA, nsB, inventories := env.Namespace(t), env.Namespace(t), env.Namespace(t)
+	repo, c1 := webRepo(t)
+	config := configFile(t, "clusterName: staging-1\nsyncTimeIntervalMs: 3600000\ncascadeDeletion: true\n")
+	install := func(ns string, obs *watchertest.Observer) (stop func()) {
+		cache := filepath.Join(t.TempDir(), ns)
+		return watchertest.Run(t, func(ctx context.Context) error {
+			return run(ctx, env.Config, options{config: config, namespace: ns, inventory: inventories, cacheDir: cache,
+				mgr: ctrl.Options{Metrics: server.Options{BindAddress: "0"}, Logger: testr.New(t)}, observers: []watcher.Observer{obs}})
+		})
+	}
+	webOf := func(ns string) error {
+		_, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "web", metav1.GetOptions{})
+		return err
+	}
+	obsA := watchertest.NewObserver()
+	install(nsA, obsA)
+	createGitSync(t, nsA, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
+	obsA.WaitFor(t, "A's applied", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == c1 })
+
+	obsB := watchertest.NewObserver()
+	stopB := install(nsB, obsB)
+	createGitSync(t, nsB, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
+	obsB.WaitFor(t, "B's applied", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == c1 })
+	stopB()
+
+	// B's GitSync deleted while B is down: at its start B prunes its own.
+	require.NoError(t, env.Dynamic.Resource(gitsync.GVR).Namespace(nsB).Delete(context.Background(), "web", metav1.DeleteOptions{}))
+	obsB = watchertest.NewObserver()
+	install(nsB, obsB)
+	obsB.WaitFor(t, "B's own pruned", watchertest.Is(watcher.EventRemoved, gitsync.TargetID(nsB, "web")))
+	assert.True(t, apierrors.IsNotFound(webOf(nsB)), "B's object deleted (cascade)")
+	require.NoError(t, webOf(nsA), "A's object untouched")
+	for _, e := range obsB.Events() {
+		if e.Type == watcher.EventRemoved {
+			assert.Equal(t, gitsync.TargetID(nsB, "web"), e.Target.ID, "B removed only its own")
+		}
+	}
+	for _, e := range obsA.Events() {
+		assert.NotEqual(t, watcher.EventRemoved, e.Type, "A removed nothing: %s", e)
+	}
 }
 
 // A GitSync deleted while the controller was stopped is pruned at its next
@@ -209,8 +260,8 @@ func TestGitSyncWithoutANamespaceIsRefused(t *testing.T) {
 	msg, _, _ := unstructured.NestedString(got.Object, "status", "message")
 	assert.Contains(t, msg, "spec.destination.namespace")
 	for _, e := range obs.Events() {
-		if e.Target != nil {
-			assert.NotEqual(t, gitsync.TargetID(ns, "web"), e.Target.ID, "never a target")
+		if e.Target != nil && e.Target.ID == gitsync.TargetID(ns, "web") {
+			assert.Equal(t, watcher.EventInvalidTarget, e.Type, "named, never watched: %s", e)
 		}
 	}
 	_, err = env.Kube.CoreV1().ConfigMaps("default").Get(context.Background(), "refused-web", metav1.GetOptions{})
