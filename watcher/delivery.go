@@ -156,6 +156,17 @@ func (d *deliverer) requestResync() {
 	d.signal()
 }
 
+// seen takes the target as its source gives it now when its suspension
+// changed: what the deliverer does if it goes (removed, or forgotten when
+// suspended) depends on it.
+func (d *deliverer) seen(t *Target) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.target.Suspend != t.Suspend {
+		d.target = t
+	}
+}
+
 // remove tells the deliverer its target is gone: it calls the sink's
 // Remove, forgets the checkpoint and ends.
 func (d *deliverer) remove() {
@@ -584,14 +595,33 @@ func safeDeliver(ctx context.Context, s Sink, c Change) (report any, err error) 
 	return nil, s.Deliver(ctx, c)
 }
 
-// removeStep makes one attempt at telling a Remover sink, and forgets the
-// checkpoint once it succeeded: true when the deliverer is done. A failed
+// removal is what the sink is told of t gone: Remove, or, when t was
+// suspended, Forget (ev becomes EventForgotten; a sink that is not a
+// Forgetter is told nothing then); nil when nothing is called.
+func (d *deliverer) removal(t Target, ev *Event) func(context.Context) error {
+	if t.Suspend {
+		ev.Type = EventForgotten
+		if f, ok := as[Forgetter](d.sink.sink); ok {
+			return func(ctx context.Context) error { return f.Forget(ctx, t) }
+		}
+		return nil
+	}
+	if rm, ok := as[Remover](d.sink.sink); ok {
+		return func(ctx context.Context) error { return rm.Remove(ctx, t) }
+	}
+	return nil
+}
+
+// removeStep makes one attempt at telling a Remover sink (a Forgetter, when
+// the target was suspended), and forgets the checkpoint once it succeeded:
+// true when the deliverer is done. A failed
 // attempt is reported and retried with backoff, in a later step; the
 // watcher stopping ends it where it is.
 func (d *deliverer) removeStep(ctx context.Context, t Target) bool {
 	w := d.env
 	ev := Event{Type: EventRemoved, Target: &t, Sink: d.sink.name, Remote: gitutil.RedactURL(t.URL)}
-	if rm, ok := as[Remover](d.sink.sink); ok {
+	call := d.removal(t, &ev)
+	if call != nil {
 		d.st.attempt++
 		_, err := w.callSink(ctx, func(ctx context.Context) (_ any, err error) {
 			defer func() {
@@ -599,7 +629,7 @@ func (d *deliverer) removeStep(ctx context.Context, t Target) bool {
 					err = fmt.Errorf("watcher: sink panicked: %v", p)
 				}
 			}()
-			return nil, rm.Remove(ctx, t)
+			return nil, call(ctx)
 		})
 		ev.Attempt = d.st.attempt
 		if err != nil {

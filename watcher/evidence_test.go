@@ -267,3 +267,59 @@ func TestASweepOverTheDeletionBudgetIsHeld(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, time.Since(start), 2*time.Second)
 }
+
+// forgettingSink is an inventorySink that is a watcher.Forgetter.
+type forgettingSink struct {
+	*inventorySink
+	forgot []string
+}
+
+func (s *forgettingSink) Forget(_ context.Context, t watcher.Target) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.held, t.ID)
+	s.forgot = append(s.forgot, t.ID)
+	return nil
+}
+
+// A target that leaves its set while suspended is not removed: its sink
+// forgets it (what it applied stays, as Flux leaves a suspended object's
+// resources), and no later sweep removes it either. Not suspended, a
+// target that leaves is removed.
+func TestASuspendedTargetLeavingItsSetIsForgottenNotRemoved(t *testing.T) {
+	_, c1, ts := fourTargets(t)
+	sink := &forgettingSink{inventorySink: &inventorySink{Sink: watchertest.NewSink("inv"), held: map[string]bool{}}}
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs)
+	src := watchertest.NewSource(ts...)
+	require.NoError(t, w.Route(src, sink))
+	watchertest.Run(t, w.Run)
+	for _, tg := range ts {
+		sink.WaitCommit(t, tg.ID, c1)
+	}
+	paused := ts[0]
+	paused.Suspend = true
+	src.Set(paused, ts[1], ts[2], ts[3])
+	obs.WaitFor(t, "a suspended", watchertest.Is(watcher.EventSuspended, "a"))
+
+	src.Set(ts[1], ts[2], ts[3])
+	e := obs.WaitFor(t, "a forgotten", watchertest.Is(watcher.EventForgotten, "a"))
+	require.NoError(t, e.Err)
+	src.Set(ts[2], ts[3])
+	sink.WaitRemoved(t, "b")
+	assert.Equal(t, []string{"b"}, ids(sink.Removed()), "a was never removed")
+	sink.mu.Lock()
+	assert.Equal(t, []string{"a"}, sink.forgot)
+	sink.mu.Unlock()
+	held, err := sink.Targets(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"c", "d"}, held, "no record of a left for a sweep to remove")
+}
+
+func ids(ts []watcher.Target) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.ID)
+	}
+	return out
+}

@@ -51,6 +51,9 @@ const (
 	// EventRemoved: the target disappeared and the sink was told (Err on
 	// failure of Remove).
 	EventRemoved EventType = "Removed"
+	// EventForgotten: the target left its set while suspended; its sink
+	// let go of it ([Forgetter]) and what it applied stays. Err on failure.
+	EventForgotten EventType = "Forgotten"
 	// EventRemovalsHeld: a decision to remove more targets at once than the
 	// deletion budget allows was held (Err says which and why; see
 	// [WithRemovalBudget]). Target is nil.

@@ -270,6 +270,18 @@ type Remover interface {
 	Remove(ctx context.Context, t Target) error
 }
 
+// Forgetter is a [Remover] that can let go of a target without undoing
+// what it did: the watcher calls Forget instead of Remove when a target
+// leaves its set while it is suspended ([Target.Suspend]). What it applied
+// stays, as Flux leaves the objects of a suspended Kustomization that is
+// deleted; a sink that keeps records (an [Inventory]) drops them, so that
+// no later sweep removes what the suspension kept. A Remover that is not a
+// Forgetter is not called then.
+type Forgetter interface {
+	Remover
+	Forget(ctx context.Context, t Target) error
+}
+
 // Inventory is a [Remover] that keeps what it did for each target across
 // restarts (the apply sink's inventories): Targets lists the IDs of the
 // targets it holds something for. Once every route's source has given its

@@ -581,6 +581,8 @@ func (w *Watcher) bindDeliverers(owned []*bound) []Event {
 				d = newDeliverer(w.env, dkey, &b.t, s, w.removing[dkey])
 				w.deliverers[dkey] = d
 				w.env.deliveries.start(d)
+			} else {
+				d.seen(&b.t) // suspended or resumed since: it decides what is done if it goes
 			}
 			b.sinks = append(b.sinks, d)
 		}

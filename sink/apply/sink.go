@@ -37,6 +37,7 @@ var (
 	_ watcher.Reporter  = (*Sink)(nil)
 	_ watcher.Remover   = (*Sink)(nil)
 	_ watcher.Inventory = (*Sink)(nil)
+	_ watcher.Forgetter = (*Sink)(nil)
 	_ watcher.Namer     = (*Sink)(nil)
 )
 
@@ -196,6 +197,17 @@ func (s *Sink) Remove(ctx context.Context, t watcher.Target) error {
 			return res.err()
 		}
 		logr.FromContextOrDiscard(ctx).V(1).Info("removed", "target", t.ID, "result", res.String())
+	}
+	return s.deleteInventory(ctx, t.ID)
+}
+
+// Forget lets go of t without deleting anything: its inventory goes, its
+// objects stay (the watcher calls it for a target that left its set while
+// suspended, as Flux leaves a suspended Kustomization's objects when it is
+// deleted). In ModeDryRun and ModeDiff it does nothing.
+func (s *Sink) Forget(ctx context.Context, t watcher.Target) error {
+	if s.cfg.Mode != ModeApply {
+		return nil
 	}
 	return s.deleteInventory(ctx, t.ID)
 }

@@ -108,3 +108,33 @@ func TestAGitSyncSourceForbiddenToListRemovesNothing(t *testing.T) {
 	_, err = env.Kube.CoreV1().ConfigMaps(h.ns).List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
 }
+
+// A GitSync deleted while suspended (automatedSyncDisabled) is not
+// removed, even with cascade deletion: its objects stay, its inventory
+// goes, as Flux leaves a suspended Kustomization's objects when it is
+// deleted. Deleted while not suspended, a GitSync's objects go with it.
+func TestAGitSyncDeletedWhileSuspendedKeepsItsObjects(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", gittest.File("a/a.yaml", cm("a", "1")), gittest.File("b/b.yaml", cm("b", "1")))
+	h := newHarness(t, "staging-1", apply.Config{CascadeDelete: true}, nil)
+	h.create("a", spec(repo.URL(), "a", h.ns))
+	h.create("b", spec(repo.URL(), "b", h.ns))
+	h.waitStatus("a", "synced", syncedAt(c1))
+	h.waitStatus("b", "synced", syncedAt(c1))
+	uid := h.uid("a")
+
+	h.src.SetSettings(gitsync.Settings{ClusterName: "staging-1", Suspend: true})
+	require.NoError(t, env.Dynamic.Resource(gitsync.GVR).Namespace(h.ns).Delete(context.Background(), "a", metav1.DeleteOptions{}))
+	e := h.obs.WaitFor(t, "a forgotten", watchertest.Is(watcher.EventForgotten, gitsync.TargetID(h.ns, "a")))
+	require.NoError(t, e.Err)
+	assert.Equal(t, uid, h.uid("a"), "a suspended GitSync's objects stay")
+	noRemoval(t, h.obs)
+
+	h.src.SetSettings(gitsync.Settings{ClusterName: "staging-1"})
+	require.NoError(t, env.Dynamic.Resource(gitsync.GVR).Namespace(h.ns).Delete(context.Background(), "b", metav1.DeleteOptions{}))
+	h.obs.WaitFor(t, "b removed", watchertest.Is(watcher.EventRemoved, gitsync.TargetID(h.ns, "b")))
+	_, there := h.value("b")
+	assert.False(t, there, "cascade: b's objects deleted")
+	assert.Equal(t, uid, h.uid("a"), "and a's still there")
+}
