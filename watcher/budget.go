@@ -63,29 +63,77 @@ func (w *Watcher) poke() {
 }
 
 // allowRemoval decides, under w.mu, whether the decision named key to
-// remove ids (sorted) of all targets goes ahead: within the budget, seen
-// again after the confirmation delay, or confirmed. A decision over the
-// budget seen for the first time is recorded, and an event returned to
+// remove ids (sorted) of all targets goes ahead: within the budget, or
+// held and made again (ids the same, or fewer of them) after the
+// confirmation delay or a confirmation, while its source has a set
+// (ready). The budget counts the removals carried out under key within
+// the delay too: one target at a time is no way around it. A decision over
+// the budget seen for the first time is recorded, and an event returned to
 // emit once w.mu is let go; the watcher looks again when the delay ends.
-func (w *Watcher) allowRemoval(key string, ids []string, all int) (bool, *Event) {
-	if !w.opts.removals.over(len(ids), all) {
+func (w *Watcher) allowRemoval(key string, ids []string, all int, ready bool) (bool, *Event) {
+	if len(ids) == 0 {
 		delete(w.held, key)
 		return true, nil
 	}
-	h := w.held[key]
 	now := time.Now()
-	if h != nil && slices.Equal(h.ids, ids) {
-		if !h.since.After(w.confirmed) || now.Sub(h.since) >= w.opts.removals.confirm {
+	recent := w.recentRemovals(key, now)
+	h := w.held[key]
+	if h != nil && isSubset(ids, h.ids) {
+		// Part of what is held, however small: held with it (giving some
+		// targets back does not release the others).
+		h.ids = ids
+		if ready && (!h.since.After(w.confirmed) || now.Sub(h.since) >= w.opts.removals.confirm) {
 			delete(w.held, key)
+			w.noteRemovals(key, len(ids), now)
 			return true, nil
 		}
 		return false, nil
 	}
+	if !w.opts.removals.over(len(ids)+recent, all+recent) {
+		delete(w.held, key)
+		w.noteRemovals(key, len(ids), now)
+		return true, nil
+	}
 	w.held[key] = &heldRemoval{ids: ids, since: now}
 	time.AfterFunc(w.opts.removals.confirm, w.poke)
-	err := fmt.Errorf("%s would remove %d of %d targets (%s): over the deletion budget of %.0f%%; held until the same decision is made again after %s, or confirmed",
-		key, len(ids), all, abbreviate(ids, 5), w.opts.removals.share*100, w.opts.removals.confirm)
+	err := fmt.Errorf("%s would remove %d of %d targets (%s; %d more removed in the last %s): over the deletion budget of %.0f%%; held until the same decision is made again after %s, or confirmed",
+		key, len(ids), all, abbreviate(ids, 5), recent, w.opts.removals.confirm, w.opts.removals.share*100, w.opts.removals.confirm)
 	return false, &Event{Type: EventRemovalsHeld, Err: err}
+}
+
+// recentRemovals counts the removals carried out under key within the
+// confirmation delay before now, and forgets older ones.
+func (w *Watcher) recentRemovals(key string, now time.Time) int {
+	times := w.removedAt[key]
+	for len(times) > 0 && now.Sub(times[0]) >= w.opts.removals.confirm {
+		times = times[1:]
+	}
+	if len(times) == 0 {
+		delete(w.removedAt, key)
+	} else {
+		w.removedAt[key] = times
+	}
+	return len(times)
+}
+
+// noteRemovals records n removals carried out under key at now.
+func (w *Watcher) noteRemovals(key string, n int, now time.Time) {
+	if n == 0 || w.opts.removals.share >= 1 {
+		return
+	}
+	for range n {
+		w.removedAt[key] = append(w.removedAt[key], now)
+	}
+}
+
+// isSubset reports whether every one of a (sorted) is in b (sorted).
+func isSubset(a, b []string) bool {
+	for _, x := range a {
+		if _, ok := slices.BinarySearch(b, x); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // forgetHeld drops the held decisions not made again in this pass (seen:

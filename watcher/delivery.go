@@ -176,6 +176,16 @@ func (d *deliverer) remove() {
 	d.signal()
 }
 
+// unremove tells a deliverer told to remove that its target is named
+// again: a removal not yet done is dropped, and it ends as retired does
+// (the deliverer of the target named again waits for it).
+func (d *deliverer) unremove() {
+	d.mu.Lock()
+	d.removed, d.retired = false, true
+	d.mu.Unlock()
+	d.signal()
+}
+
 // retire tells the deliverer that another replica polls its target now:
 // it drops what it was to deliver, its retry too, and ends after the step
 // under way, without calling the sink (the target is not gone).

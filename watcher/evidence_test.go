@@ -3,7 +3,9 @@ package watcher_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -197,7 +199,7 @@ func TestASetOverTheDeletionBudgetIsHeldThenCarriedOut(t *testing.T) {
 	held := time.Now()
 	src.Set(ts[0]) // two of three: over it
 	e := obs.WaitFor(t, "held", func(e watcher.Event) bool { return e.Type == watcher.EventRemovalsHeld })
-	assert.ErrorContains(t, e.Err, "remove 2 of 3 targets (b, c)")
+	assert.ErrorContains(t, e.Err, "remove 2 of 3 targets (b, c; 1 more removed")
 	assert.Equal(t, 2, w.Stats().RemovalsHeld)
 	pollNow(t, w, obs, repo.URL())
 	assert.Len(t, sink.Removed(), 1, "only d, so far")
@@ -322,4 +324,132 @@ func ids(ts []watcher.Target) []string {
 		out = append(out, t.ID)
 	}
 	return out
+}
+
+// budgetWatcher runs a watcher of the four targets into a recording sink,
+// with a budget of half confirmed after an hour, until all are delivered.
+func budgetWatcher(t *testing.T) (*watcher.Watcher, *watchertest.Observer, *watchertest.Source, *watchertest.Sink, []watcher.Target, string) {
+	repo, c1, ts := fourTargets(t)
+	sink := watchertest.NewSink("s")
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs, watcher.WithRemovalBudget(0.5, time.Hour))
+	src := watchertest.NewSource(ts...)
+	require.NoError(t, w.Route(src, sink))
+	watchertest.Run(t, w.Run)
+	for _, tg := range ts {
+		sink.WaitCommit(t, tg.ID, c1)
+	}
+	return w, obs, src, sink, ts, repo.URL()
+}
+
+// heldWith waits for a held decision whose message contains what.
+func heldWith(t *testing.T, obs *watchertest.Observer, what string) {
+	t.Helper()
+	obs.WaitFor(t, what, func(e watcher.Event) bool {
+		return e.Type == watcher.EventRemovalsHeld && strings.Contains(e.Err.Error(), what)
+	})
+}
+
+// What the budget counts cannot be got around: renaming every target (the
+// new ones are not the base of the share), removing one at a time (the
+// removals of the last delay count), giving part of a held decision back
+// (the rest stays held).
+func TestTheDeletionBudgetCannotBeGotAround(t *testing.T) {
+	t.Run("rename", func(t *testing.T) {
+		w, obs, src, sink, ts, url := budgetWatcher(t)
+		renamed := slices.Clone(ts)
+		for i := range renamed {
+			renamed[i].ID = "new-" + renamed[i].ID
+		}
+		src.Set(renamed...)
+		heldWith(t, obs, "remove 4 of 4 targets")
+		pollNow(t, w, obs, url)
+		assert.Empty(t, sink.Removed(), "a rename of every target is held")
+	})
+	t.Run("one at a time", func(t *testing.T) {
+		w, obs, src, sink, ts, url := budgetWatcher(t)
+		src.Set(ts[0], ts[1], ts[2]) // one of four: within the budget
+		sink.WaitRemoved(t, "d")
+		src.Set(ts[0], ts[1]) // one more: two of four within the delay, not more than half
+		sink.WaitRemoved(t, "c")
+		src.Set(ts[0]) // and one more: three of four within the delay
+		heldWith(t, obs, "remove 1 of 2 targets (b; 2 more removed")
+		pollNow(t, w, obs, url)
+		assert.Len(t, sink.Removed(), 2, "one at a time counts")
+	})
+	t.Run("part given back", func(t *testing.T) {
+		w, obs, src, sink, ts, url := budgetWatcher(t)
+		src.Set(ts[0])
+		heldWith(t, obs, "remove 3 of 4 targets (b, c, d")
+		src.Set(ts[0], ts[1]) // b back: c and d stay held
+		pollNow(t, w, obs, url)
+		assert.Empty(t, sink.Removed())
+		assert.Equal(t, 2, w.Stats().RemovalsHeld)
+	})
+}
+
+// A held decision is not carried out while its source cannot give its
+// set: the delay alone is no evidence.
+func TestAHeldRemovalWaitsForTheSourcesSet(t *testing.T) {
+	repo, c1, ts := fourTargets(t)
+	sink := watchertest.NewSink("s")
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs, watcher.WithRemovalBudget(0.5, time.Second))
+	src := watchertest.NewSource(ts...)
+	require.NoError(t, w.Route(src, sink))
+	watchertest.Run(t, w.Run)
+	for _, tg := range ts {
+		sink.WaitCommit(t, tg.ID, c1)
+	}
+	src.Set(ts[0])
+	obs.WaitFor(t, "held", func(e watcher.Event) bool { return e.Type == watcher.EventRemovalsHeld })
+	src.NoSet(errors.New("config.yaml is missing"))
+	obs.WaitFor(t, "no set", func(e watcher.Event) bool { return e.Type == watcher.EventNoSet })
+	time.Sleep(2 * time.Second)
+	pollNow(t, w, obs, repo.URL())
+	assert.Empty(t, sink.Removed(), "held while the source has no set")
+	src.Set(ts[0])
+	for _, id := range []string{"b", "c", "d"} {
+		sink.WaitRemoved(t, id)
+	}
+}
+
+// A target named again while its removal is failing keeps what it has:
+// the removal is dropped, not carried out behind it.
+func TestATargetNamedAgainStopsItsRemoval(t *testing.T) {
+	repo, c1, ts := fourTargets(t)
+	failing := &failingRemover{Sink: watchertest.NewSink("s")}
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs)
+	src := watchertest.NewSource(ts...)
+	require.NoError(t, w.Route(src, failing))
+	watchertest.Run(t, w.Run)
+	for _, tg := range ts {
+		failing.WaitCommit(t, tg.ID, c1)
+	}
+	failing.fail.Store(true)
+	src.Set(ts[0], ts[1], ts[2])
+	obs.WaitFor(t, "d's removal failed", func(e watcher.Event) bool {
+		return e.Type == watcher.EventRemoved && e.Target.ID == "d" && e.Err != nil
+	})
+	src.Set(ts...)
+	failing.fail.Store(false)
+	c2 := repo.Commit(t, "2", gittest.File("d/f", "2"))
+	pollNow(t, w, obs, repo.URL())
+	failing.WaitCommit(t, "d", c2)
+	time.Sleep(500 * time.Millisecond) // a retry of the removal would have come
+	assert.Empty(t, failing.Removed(), "the removal was dropped")
+}
+
+// failingRemover fails Remove while fail is set.
+type failingRemover struct {
+	*watchertest.Sink
+	fail atomic.Bool
+}
+
+func (s *failingRemover) Remove(ctx context.Context, t watcher.Target) error {
+	if s.fail.Load() {
+		return errors.New("apiserver unavailable")
+	}
+	return s.Sink.Remove(ctx, t)
 }

@@ -61,7 +61,11 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 		key := fmt.Sprintf("the sweep at start of route %d's sink %s", x.route, x.sink.name)
 		seen[key] = true
 		w.mu.Lock()
-		ok, e := w.allowRemoval(key, orphans, len(ids))
+		ready := true
+		for _, r := range w.routes {
+			ready = ready && r.noSet == nil
+		}
+		ok, e := w.allowRemoval(key, orphans, len(ids), ready)
 		w.mu.Unlock()
 		if e != nil {
 			w.log.Error(e.Err, "removals held")

@@ -51,6 +51,7 @@ type Watcher struct {
 	cache      *cacheDir               // while running
 	unowned    int                     // targets another replica polls (WithShard)
 	held       map[string]*heldRemoval // removals the deletion budget holds, by decision
+	removedAt  map[string][]time.Time  // removals carried out, by decision, within the budget's delay
 	confirmed  time.Time               // ConfirmRemovals: what was held before is carried out
 }
 
@@ -83,6 +84,7 @@ func New(opts ...Option) *Watcher {
 		deliverers: map[sinkKey]*deliverer{},
 		removing:   map[sinkKey]*deliverer{},
 		held:       map[string]*heldRemoval{},
+		removedAt:  map[string][]time.Time{},
 		opening:    map[string]bool{},
 	}
 	w.trigger, w.ended = w.Trigger, w.removed
@@ -569,6 +571,7 @@ func (w *Watcher) bindDeliverers(owned []*bound) []Event {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	wanted := map[sinkKey]bool{}
+	var fresh map[sinkKey]bool // deliverers made in this pass: not in the budget's base
 	for _, b := range owned {
 		if len(b.route.sinks) == 1 {
 			b.sinks = b.one[:0]
@@ -578,9 +581,17 @@ func (w *Watcher) bindDeliverers(owned []*bound) []Event {
 			wanted[dkey] = true
 			d, ok := w.deliverers[dkey]
 			if !ok {
-				d = newDeliverer(w.env, dkey, &b.t, s, w.removing[dkey])
+				prev := w.removing[dkey]
+				if prev != nil {
+					prev.unremove() // named again before its removal succeeded
+				}
+				d = newDeliverer(w.env, dkey, &b.t, s, prev)
 				w.deliverers[dkey] = d
 				w.env.deliveries.start(d)
+				if fresh == nil {
+					fresh = map[sinkKey]bool{}
+				}
+				fresh[dkey] = true
 			} else {
 				d.seen(&b.t) // suspended or resumed since: it decides what is done if it goes
 			}
@@ -616,21 +627,22 @@ func (w *Watcher) bindDeliverers(owned []*bound) []Event {
 		}
 		gone[dkey.route] = append(gone[dkey.route], dkey)
 	}
-	return w.removeGone(gone)
+	return w.removeGone(gone, fresh)
 }
 
 // removeGone tells the deliverers of targets their route's source no longer
 // names to remove, route by route, within the deletion budget (the share
-// is of the targets the route's deliverers serve, gone ones included); the
-// caller holds w.mu. It returns the events of decisions held.
-func (w *Watcher) removeGone(gone map[int32][]sinkKey) []Event {
+// is of the targets the route's deliverers served before this pass: gone
+// ones included, those made in it, fresh, not); the caller holds w.mu. It
+// returns the events of decisions held.
+func (w *Watcher) removeGone(gone map[int32][]sinkKey, fresh map[sinkKey]bool) []Event {
 	var events []Event
 	seen := map[string]bool{}
 	var all map[int32]map[string]bool
 	if len(gone) > 0 {
 		all = map[int32]map[string]bool{}
 		for dkey := range w.deliverers {
-			if gone[dkey.route] != nil {
+			if gone[dkey.route] != nil && !fresh[dkey] {
 				if all[dkey.route] == nil {
 					all[dkey.route] = map[string]bool{}
 				}
@@ -645,7 +657,7 @@ func (w *Watcher) removeGone(gone map[int32][]sinkKey) []Event {
 		}
 		key := fmt.Sprintf("route %d", route)
 		seen[key] = true
-		ok, e := w.allowRemoval(key, slices.Sorted(maps.Keys(ids)), len(all[route]))
+		ok, e := w.allowRemoval(key, slices.Sorted(maps.Keys(ids)), len(all[route]), w.routeReady(route))
 		if e != nil {
 			events = append(events, *e)
 		}
@@ -661,6 +673,18 @@ func (w *Watcher) removeGone(gone map[int32][]sinkKey) []Event {
 	}
 	w.forgetHeld(seen, "route ")
 	return events
+}
+
+// routeReady reports whether the source of the route numbered idx has a
+// set now (no NoSet since its last): a held removal is carried out only
+// then. The caller holds w.mu.
+func (w *Watcher) routeReady(idx int32) bool {
+	for _, r := range w.routes {
+		if int32(r.idx) == idx {
+			return r.noSet == nil
+		}
+	}
+	return false
 }
 
 // specPass is what one reconcile makes of the routes' targets: the remotes
