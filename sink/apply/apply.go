@@ -123,7 +123,7 @@ func (s *Sink) apply(ctx context.Context, objs []*unstructured.Unstructured, rea
 				stale = append(stale, r)
 			}
 		}
-		for _, r := range s.prune(ctx, stale, s.owner(res.Target), res) {
+		for _, r := range s.prune(ctx, stale, s.ownerOf(old), res) {
 			inv[r.key()] = was[r.key()]
 		}
 	}

@@ -34,21 +34,71 @@ var inventoryName = regexp.MustCompile(`^` + inventoryPrefix + `[0-9a-f]{20}$`)
 // FailOnSharedResource does. The objects its inventory (old) records are
 // its own and not looked at again; the others are read, Concurrency at a
 // time.
-func (s *Sink) guard(ctx context.Context, targetID string, objs []*unstructured.Unstructured, old *inventory) error {
+//
+// The objects it does not record are claimed for the delivery in this
+// process (release, called when the delivery ended, lets go), so that two
+// targets' deliveries that start at once cannot both find an object absent
+// and both record it.
+func (s *Sink) guard(ctx context.Context, targetID string, objs []*unstructured.Unstructured, old *inventory) (release func(), err error) {
 	recorded := old.entries()
-	own := s.owner(targetID)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(max(s.cfg.Concurrency, 1))
 	for _, o := range objs {
 		if err := s.reserved(targetID, o); err != nil {
-			return err
+			return func() {}, err
 		}
-		if _, ok := recorded[refOf(o).key()]; ok {
-			continue
-		}
-		g.Go(func() error { return s.notAnothers(gctx, targetID, own, o) })
 	}
-	return g.Wait()
+	var fresh []*unstructured.Unstructured
+	for _, o := range objs {
+		if _, ok := recorded[refOf(o).key()]; !ok {
+			fresh = append(fresh, o)
+		}
+	}
+	release, err = s.claims.claim(targetID, fresh)
+	if err != nil {
+		return release, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(s.cfg.Concurrency, 1))
+	for _, o := range fresh {
+		g.Go(func() error { return s.notAnothers(gctx, targetID, o) })
+	}
+	return release, g.Wait()
+}
+
+// claims are the objects the deliveries under way may create, by object,
+// each with its target.
+type claims struct {
+	mu sync.Mutex
+	by map[string]string
+}
+
+// claim takes objs for targetID, or none of them when another target's
+// delivery holds one (a conflict); release lets go of them.
+func (c *claims) claim(targetID string, objs []*unstructured.Unstructured) (release func(), err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, o := range objs {
+		if other, ok := c.by[refOf(o).key()]; ok && other != targetID {
+			return func() {}, fmt.Errorf("%w: target %s: %s is being applied by target %s now: refused, nothing applied", ErrConflict, targetID, refOf(o), other)
+		}
+	}
+	if c.by == nil {
+		c.by = map[string]string{}
+	}
+	var mine []string
+	for _, o := range objs {
+		k := refOf(o).key()
+		if _, ok := c.by[k]; !ok {
+			c.by[k] = targetID
+			mine = append(mine, k)
+		}
+	}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, k := range mine {
+			delete(c.by, k)
+		}
+	}, nil
 }
 
 // reserved refuses an object that is one of the sink's own records, or
@@ -65,12 +115,14 @@ func (s *Sink) reserved(targetID string, o *unstructured.Unstructured) error {
 	return nil
 }
 
-// notAnothers refuses o when another target's inventory records it: the
-// live object carries another owner's tracking label, and that owner's
-// inventory (in this sink's namespace) lists it. An object whose owner
-// forgot it (removed without cascade: no inventory, or one that no longer
-// lists it) may be taken over.
-func (s *Sink) notAnothers(ctx context.Context, targetID, own string, o *unstructured.Unstructured) error {
+// notAnothers refuses o when the live object carries another owner's
+// tracking label, unless that owner is one of this sink's whose inventory
+// no longer records it (removed from its render with prune off): an
+// owner this sink's inventories do not know (another install, a target
+// removed without cascade) is refused too, for its objects stay its own
+// until their label is taken off. The label of targetID's owner from
+// before instances is its own.
+func (s *Sink) notAnothers(ctx context.Context, targetID string, o *unstructured.Unstructured) error {
 	live := &unstructured.Unstructured{}
 	live.SetGroupVersionKind(o.GroupVersionKind())
 	err := s.client.Get(ctx, client.ObjectKeyFromObject(o), live)
@@ -81,13 +133,13 @@ func (s *Sink) notAnothers(ctx context.Context, targetID, own string, o *unstruc
 		return fmt.Errorf("apply: target %s: read %s: %w", targetID, refOf(o), err)
 	}
 	other := live.GetLabels()[s.cfg.TrackingLabel]
-	if other == "" || other == own {
+	if other == "" || other == s.owner(targetID) || other == s.legacyOwner(targetID) {
 		return nil
 	}
 	cm := &corev1.ConfigMap{}
 	err = s.client.Get(ctx, client.ObjectKey{Namespace: s.cfg.InventoryNamespace, Name: inventoryPrefix + other}, cm)
 	if apierrors.IsNotFound(err) {
-		return nil
+		return fmt.Errorf("%w: target %s: %s carries the tracking label %s=%s of an owner this sink has no inventory of (another install, or a target removed without cascade deletion): refused, nothing applied; take the label off the object to let this target apply it", ErrConflict, targetID, refOf(o), s.cfg.TrackingLabel, other)
 	}
 	if err != nil {
 		return fmt.Errorf("apply: target %s: read the inventory of the owner of %s: %w", targetID, refOf(o), err)

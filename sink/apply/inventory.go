@@ -51,6 +51,13 @@ func (s *Sink) owner(targetID string) string {
 
 func (s *Sink) inventoryName(targetID string) string { return inventoryPrefix + s.owner(targetID) }
 
+// legacyOwner is the owner of targetID for this field manager without an
+// instance: what a sink that has one now had before it had.
+func (s *Sink) legacyOwner(targetID string) string {
+	sum := sha256.Sum256([]byte(s.cfg.FieldManager + "\x00" + targetID))
+	return hex.EncodeToString(sum[:10])
+}
+
 // instanceLabel is the value of LabelInstance on this sink's inventories;
 // "" without an instance.
 func (s *Sink) instanceLabel() string {
@@ -80,6 +87,11 @@ func (s *Sink) ownSelector() (labels.Selector, error) {
 type inventory struct {
 	Target  string     `json:"target"`
 	Entries []invEntry `json:"entries"`
+
+	// legacy is the name of the ConfigMap it was read from when that is
+	// the target's inventory from before the sink had an instance; its
+	// objects carry legacyOwner's label. Not stored.
+	legacy, legacyOwner string
 }
 
 // invEntry is an object: ID is "namespace_name_group_kind" (no field of
@@ -146,23 +158,45 @@ func digest(o *unstructured.Unstructured) string {
 }
 
 // readInventory returns the target's inventory, empty when it has none.
+// A sink with an instance that finds none under its name takes the
+// target's inventory from before it had one (same field manager, no
+// instance label), and moves it under its own name at the next write.
 func (s *Sink) readInventory(ctx context.Context, targetID string) (*inventory, error) {
+	inv, found, err := s.readInventoryNamed(ctx, targetID, s.inventoryName(targetID), s.instanceLabel())
+	if err != nil || found || s.cfg.Instance == "" {
+		return inv, err
+	}
+	legacy := inventoryPrefix + s.legacyOwner(targetID)
+	old, found, err := s.readInventoryNamed(ctx, targetID, legacy, "")
+	if err != nil || !found {
+		return inv, err
+	}
+	old.legacy, old.legacyOwner = legacy, s.legacyOwner(targetID)
+	return old, nil
+}
+
+// readInventoryNamed reads the inventory of targetID in the ConfigMap name,
+// whose instance label must be instance ("": none).
+func (s *Sink) readInventoryNamed(ctx context.Context, targetID, name, instance string) (*inventory, bool, error) {
 	cm := &corev1.ConfigMap{}
-	err := s.client.Get(ctx, client.ObjectKey{Namespace: s.cfg.InventoryNamespace, Name: s.inventoryName(targetID)}, cm)
+	err := s.client.Get(ctx, client.ObjectKey{Namespace: s.cfg.InventoryNamespace, Name: name}, cm)
 	if apierrors.IsNotFound(err) {
-		return &inventory{Target: targetID}, nil
+		return &inventory{Target: targetID}, false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("apply: read inventory of %s: %w", targetID, err)
+		return nil, false, fmt.Errorf("apply: read inventory of %s: %w", targetID, err)
+	}
+	if v := cm.Labels[LabelInstance]; v != instance {
+		return nil, false, fmt.Errorf("%w: inventory %s/%s of %s is another instance's", ErrConflict, cm.Namespace, cm.Name, targetID)
 	}
 	inv := &inventory{}
 	if err := json.Unmarshal([]byte(cm.Data[inventoryKey]), inv); err != nil {
-		return nil, fmt.Errorf("apply: inventory %s/%s of %s: %w", cm.Namespace, cm.Name, targetID, err)
+		return nil, false, fmt.Errorf("apply: inventory %s/%s of %s: %w", cm.Namespace, cm.Name, targetID, err)
 	}
 	if inv.Target != targetID {
-		return nil, fmt.Errorf("apply: inventory %s/%s belongs to %q, not %q", cm.Namespace, cm.Name, inv.Target, targetID)
+		return nil, false, fmt.Errorf("apply: inventory %s/%s belongs to %q, not %q", cm.Namespace, cm.Name, inv.Target, targetID)
 	}
-	return inv, nil
+	return inv, true, nil
 }
 
 // inventoryLabels are the labels of the inventory of targetID.
@@ -178,9 +212,11 @@ func (s *Sink) inventoryLabels(targetID string) map[string]any {
 	return l
 }
 
-// writeInventory stores inv unless it equals old.
+// writeInventory stores inv unless it equals old (read from its own
+// name). An inventory read from its name before instances is moved: the
+// new one written, the old one deleted.
 func (s *Sink) writeInventory(ctx context.Context, old, inv *inventory) error {
-	if old != nil && slices.Equal(old.Entries, inv.Entries) {
+	if old != nil && old.legacy == "" && slices.Equal(old.Entries, inv.Entries) {
 		return nil
 	}
 	data, err := json.Marshal(inv)
@@ -200,6 +236,16 @@ func (s *Sink) writeInventory(ctx context.Context, old, inv *inventory) error {
 	}}
 	if err := s.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(cm), client.ForceOwnership, client.FieldOwner(s.cfg.FieldManager)); err != nil {
 		return fmt.Errorf("apply: write inventory of %s: %w", inv.Target, err)
+	}
+	if old != nil && old.legacy != "" {
+		// Moved: the one from before instances goes. Should that fail, it
+		// is read again at the next delivery (never listed by Targets).
+		legacy := &corev1.ConfigMap{}
+		legacy.Namespace, legacy.Name = s.cfg.InventoryNamespace, old.legacy
+		if err := s.client.Delete(ctx, legacy); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("apply: delete the inventory of %s from before instances: %w", inv.Target, err)
+		}
+		old.legacy = ""
 	}
 	return nil
 }
@@ -255,12 +301,28 @@ func (s *Sink) checkInventoryNamespace(ctx context.Context) error {
 	return nil
 }
 
-// deleteInventory forgets the target.
+// deleteInventory forgets the target: its inventory, and with an
+// instance the one from before instances too.
 func (s *Sink) deleteInventory(ctx context.Context, targetID string) error {
-	cm := &corev1.ConfigMap{}
-	cm.Namespace, cm.Name = s.cfg.InventoryNamespace, s.inventoryName(targetID)
-	if err := s.client.Delete(ctx, cm); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("apply: delete inventory of %s: %w", targetID, err)
+	names := []string{s.inventoryName(targetID)}
+	if s.cfg.Instance != "" {
+		names = append(names, inventoryPrefix+s.legacyOwner(targetID))
+	}
+	for _, name := range names {
+		cm := &corev1.ConfigMap{}
+		cm.Namespace, cm.Name = s.cfg.InventoryNamespace, name
+		if err := s.client.Delete(ctx, cm); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("apply: delete inventory of %s: %w", targetID, err)
+		}
 	}
 	return nil
+}
+
+// ownerOf is the owner whose label inv's objects carry: the sink's for its
+// target, or the one from before instances for an inventory from then.
+func (s *Sink) ownerOf(inv *inventory) string {
+	if inv.legacyOwner != "" {
+		return inv.legacyOwner
+	}
+	return s.owner(inv.Target)
 }

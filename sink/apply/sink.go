@@ -30,6 +30,7 @@ type Sink struct {
 
 	inventoryNS atomic.Bool // the inventory namespace was found
 	empty       emptyHold   // targets whose render became empty
+	claims      claims      // objects deliveries under way may create
 }
 
 var (
@@ -108,7 +109,9 @@ func (s *Sink) Apply(ctx context.Context, c watcher.Change) (*Result, error) {
 	if err != nil {
 		return res, err
 	}
-	if err := s.guard(ctx, c.Target.ID, objs, old); err != nil {
+	release, err := s.guard(ctx, c.Target.ID, objs, old)
+	defer release()
+	if err != nil {
 		return res, err
 	}
 	if s.cfg.Mode == ModeApply {
@@ -186,7 +189,7 @@ func (s *Sink) Remove(ctx context.Context, t watcher.Target) error {
 			return err
 		}
 		res := &Result{Target: t.ID, Mode: s.cfg.Mode}
-		if kept := s.prune(ctx, refs, s.owner(t.ID), res); len(kept) > 0 {
+		if kept := s.prune(ctx, refs, s.ownerOf(inv), res); len(kept) > 0 {
 			was, left := inv.entries(), entries{}
 			for _, r := range kept {
 				left[r.key()] = was[r.key()]

@@ -2,6 +2,7 @@ package apply_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -118,4 +119,68 @@ func TestAnEmptyRenderIsHeldBeforeItPrunesEverything(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), 2*time.Second)
 	assert.Nil(t, get(t, configMaps, ns, "a"))
 	assert.Nil(t, get(t, configMaps, ns, "b"))
+}
+
+// Two targets whose first deliveries render the same new object at once:
+// one applies it, the other is refused; never both record it (and one's
+// removal delete what the other applies).
+func TestTwoTargetsCannotBothClaimANewObject(t *testing.T) {
+	ns := env.Namespace(t)
+	s := newSink(t, apply.Config{InventoryNamespace: ns, CascadeDelete: true})
+	for i := range 5 {
+		name := fmt.Sprintf("x%d", i)
+		files := fstest.MapFS{"x.yaml": file(configMap(name, "1"))}
+		errs := make(chan error, 2)
+		for _, id := range []string{"a" + name, "b" + name} {
+			go func() {
+				_, err := s.Apply(ctxT(t), change(id, "c1", spec.Render{Namespace: ns}, files))
+				errs <- err
+			}()
+		}
+		e1, e2 := <-errs, <-errs
+		require.True(t, (e1 == nil) != (e2 == nil), "exactly one applies %s: %v, %v", name, e1, e2)
+		recorders := 0
+		for _, target := range inventories(t, ns) {
+			if target == "a"+name || target == "b"+name {
+				recorders++
+			}
+		}
+		assert.Equal(t, 1, recorders, "one inventory records %s", name)
+	}
+}
+
+// An install that gets an instance (an upgrade, examples/controller's
+// -name) takes its targets' inventories from before: no conflict with its
+// own objects, the inventory moved under its name, its later prune and
+// removal working on what it applied then.
+func TestAnInventoryFromBeforeInstancesIsTakenOver(t *testing.T) {
+	ns := env.Namespace(t)
+	before := newSink(t, apply.Config{FieldManager: "ctl", InventoryNamespace: ns, CascadeDelete: true})
+	applyOK(t, before, change("gs/web", "c1", spec.Render{Namespace: ns},
+		fstest.MapFS{"a.yaml": file(configMap("a", "1")), "b.yaml": file(configMap("b", "1"))}))
+	after := newSink(t, apply.Config{FieldManager: "ctl", InventoryNamespace: ns, Instance: "team-one", CascadeDelete: true, EmptyRenderConfirm: -1})
+	res := applyOK(t, after, change("gs/web", "c2", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "2"))}))
+	assert.Equal(t, apply.Deleted, actions(res)["ConfigMap/"+ns+"/b"], "what it applied before is pruned")
+	assert.Equal(t, "2", cmValue(t, ns, "a"))
+	held := inventories(t, ns)
+	assert.Len(t, held, 1, "moved, not copied")
+	ids, err := after.Targets(ctxT(t))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"gs/web"}, ids)
+	require.NoError(t, after.Remove(ctxT(t), watcher.Target{ID: "gs/web"}))
+	assert.Nil(t, get(t, configMaps, ns, "a"))
+	assert.Empty(t, inventories(t, ns))
+}
+
+// Installs whose inventories live in different namespaces cannot see
+// each other's records: an object carrying an owner's label this sink has
+// no inventory of is refused, not taken over.
+func TestAnObjectOfAnUnknownOwnerIsRefused(t *testing.T) {
+	ns, inv1, inv2 := env.Namespace(t), env.Namespace(t), env.Namespace(t)
+	one := newSink(t, apply.Config{InventoryNamespace: inv1, Instance: "one"})
+	two := newSink(t, apply.Config{InventoryNamespace: inv2, Instance: "two", CascadeDelete: true})
+	applyOK(t, one, change("a", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"x.yaml": file(configMap("x", "1"))}))
+	_, err := two.Apply(ctxT(t), change("b", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"x.yaml": file(configMap("x", "2"))}))
+	require.ErrorIs(t, err, apply.ErrConflict)
+	assert.Equal(t, "1", cmValue(t, ns, "x"))
 }

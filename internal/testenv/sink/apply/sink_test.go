@@ -202,11 +202,17 @@ func TestRemove(t *testing.T) {
 	assert.Equal(t, []string{"a"}, keys(resourceVersions(t, ns)), "without cascade the objects stay and the inventory goes")
 	assert.NotNil(t, get(t, clusterRoles, "", "remove-"+ns))
 
+	// What a removal without cascade left keeps its owner's label: another
+	// target may not take it silently.
 	cascade := newSink(t, apply.Config{InventoryNamespace: ns, CascadeDelete: true})
+	_, err := cascade.Apply(ctxT(t), change("cascade/"+ns, "c1", spec.Render{Namespace: ns}, files))
+	require.ErrorIs(t, err, apply.ErrConflict)
+	assert.ErrorContains(t, err, "an owner this sink has no inventory of")
+	files = fstest.MapFS{"a.yaml": file(configMap("a2", "1")), "role.yaml": file(clusterRole("remove2-" + ns))}
 	applyOK(t, cascade, change("cascade/"+ns, "c1", spec.Render{Namespace: ns}, files))
 	require.NoError(t, cascade.Remove(ctxT(t), watcher.Target{ID: "cascade/" + ns}))
-	assert.Empty(t, resourceVersions(t, ns), "cascade deletes the objects and the inventory")
-	assert.Nil(t, get(t, clusterRoles, "", "remove-"+ns))
+	assert.Equal(t, []string{"a"}, keys(resourceVersions(t, ns)), "cascade deletes its objects and its inventory")
+	assert.Nil(t, get(t, clusterRoles, "", "remove2-"+ns))
 }
 
 func TestAnObjectAnotherTargetAppliedIsRefused(t *testing.T) {
