@@ -268,6 +268,18 @@ func (s *Sink) prune(ctx context.Context, stale []ObjectRef, owner string, res *
 			res.Entries = append(res.Entries, e)
 			continue
 		}
+		if other, err := s.containsOthers(ctx, res.Target, o); other != "" || err != nil {
+			// Its deletion would delete what another target applied (in
+			// the Namespace, of the CRD's kind): forgotten, left in place,
+			// or kept to try again when that cannot be told.
+			e.Action, e.Err = Skipped, err
+			if err != nil {
+				e.Action = Failed
+				kept = append(kept, e.Object)
+			}
+			res.Entries = append(res.Entries, e)
+			continue
+		}
 		cse, err := s.rm.Delete(ctx, o, opts)
 		switch {
 		case err != nil && meta.IsNoMatchError(err):

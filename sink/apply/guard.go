@@ -186,3 +186,48 @@ func (s *Sink) holdEmpty(targetID string, rendered, n int) error {
 	delete(s.empty.since, targetID)
 	return nil
 }
+
+// containsOthers reports which other target's inventory (of any field
+// manager or instance, in the inventory namespace) records an object that
+// deleting o would delete with it: an object in o when o is a Namespace,
+// one of o's kind when o is a CustomResourceDefinition. "" when none, or
+// when o is neither. A prune or a cascade leaves such an o in place.
+func (s *Sink) containsOthers(ctx context.Context, targetID string, o *unstructured.Unstructured) (string, error) {
+	gk := o.GroupVersionKind().GroupKind()
+	inside := func(r ObjectRef) bool { return false }
+	switch {
+	case gk.Group == "" && gk.Kind == "Namespace":
+		inside = func(r ObjectRef) bool { return r.Namespace == o.GetName() }
+	case gk.Group == "apiextensions.k8s.io" && gk.Kind == "CustomResourceDefinition":
+		live := &unstructured.Unstructured{}
+		live.SetGroupVersionKind(o.GroupVersionKind())
+		if err := s.client.Get(ctx, client.ObjectKeyFromObject(o), live); err != nil {
+			if apierrors.IsNotFound(err) {
+				return "", nil
+			}
+			return "", fmt.Errorf("apply: read %s: %w", refOf(o), err)
+		}
+		group, _, _ := unstructured.NestedString(live.Object, "spec", "group")
+		kind, _, _ := unstructured.NestedString(live.Object, "spec", "names", "kind")
+		inside = func(r ObjectRef) bool { return r.Group == group && r.Kind == kind }
+	default:
+		return "", nil
+	}
+	var list corev1.ConfigMapList
+	if err := s.client.List(ctx, &list, client.InNamespace(s.cfg.InventoryNamespace), client.MatchingLabels{LabelInventory: "true"}); err != nil {
+		return "", fmt.Errorf("apply: list inventories in %s: %w", s.cfg.InventoryNamespace, err)
+	}
+	for _, cm := range list.Items {
+		var inv inventory
+		if err := json.Unmarshal([]byte(cm.Data[inventoryKey]), &inv); err != nil || inv.Target == targetID {
+			continue
+		}
+		refs, _ := inv.refs()
+		for _, r := range refs {
+			if inside(r) {
+				return inv.Target, nil
+			}
+		}
+	}
+	return "", nil
+}

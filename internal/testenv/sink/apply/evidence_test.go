@@ -184,3 +184,26 @@ func TestAnObjectOfAnUnknownOwnerIsRefused(t *testing.T) {
 	require.ErrorIs(t, err, apply.ErrConflict)
 	assert.Equal(t, "1", cmValue(t, ns, "x"))
 }
+
+// A target that drops a Namespace it applied does not delete it while
+// another target's objects are in it (the Namespace's deletion would take
+// them); it is forgotten instead. Without other objects in it, it is
+// pruned.
+func TestANamespaceHoldingAnotherTargetsObjectsIsNotPruned(t *testing.T) {
+	inv := env.Namespace(t)
+	shared, alone := "shared-"+inv, "alone-"+inv
+	namespace := func(name string) string { return "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + name + "\n" }
+	s := newSink(t, apply.Config{InventoryNamespace: inv, EmptyRenderConfirm: -1})
+	applyOK(t, s, change("a", "c1", spec.Render{}, fstest.MapFS{"ns.yaml": file(namespace(shared)), "ns2.yaml": file(namespace(alone))}))
+	applyOK(t, s, change("b", "c1", spec.Render{Namespace: shared}, fstest.MapFS{"x.yaml": file(configMap("x", "1"))}))
+
+	res := applyOK(t, s, change("a", "c2", spec.Render{}, fstest.MapFS{}))
+	assert.Equal(t, apply.Skipped, actions(res)["Namespace/"+shared], "b's object is in it")
+	assert.Equal(t, apply.Deleted, actions(res)["Namespace/"+alone])
+	ns, err := env.Kube.CoreV1().Namespaces().Get(context.Background(), shared, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Nil(t, ns.DeletionTimestamp, "not being deleted")
+	t.Cleanup(func() {
+		_ = env.Kube.CoreV1().Namespaces().Delete(context.Background(), shared, metav1.DeleteOptions{})
+	})
+}
