@@ -15,15 +15,18 @@ const (
 )
 
 // WithRemovalBudget sets the watcher's deletion budget. One decision to
-// remove more than share of a route's targets at once (at least two of
-// them) — a source's new set without them, or the sweep at start finding
-// them in an inventory and in no source's set — is held: nothing of it is
-// removed, it is reported ([EventRemovalsHeld], [Stats.RemovalsHeld]), and
-// it is carried out only when the same decision is made again confirm
-// after it was first held, or when the program confirms it
-// ([Watcher.ConfirmRemovals]). A decision that changes (a target comes
-// back, another goes) is a new one. Default: half, five minutes. A share
-// of 1 or more turns the budget off.
+// remove more than share of a route's targets (at least two of them) — a
+// source's new set without them, or the sweep at start finding them in an
+// inventory and in no source's set — is held: nothing of it is removed,
+// it is reported ([EventRemovalsHeld], [Stats.RemovalsHeld]), and it is
+// carried out only when the same decision (or part of it) is made again
+// confirm after it was first held, while the source has a set, or when
+// the program confirms it ([Watcher.ConfirmRemovals]). The share is of
+// the route's targets before the decision, and counts the removals
+// carried out in the last confirm too: removing one target at a time, or
+// renaming every target, is held as removing them at once. A decision
+// with more targets is a new one; giving some back keeps the rest held.
+// Default: half, five minutes. A share of 1 or more turns it off.
 func WithRemovalBudget(share float64, confirm time.Duration) Option {
 	return func(o *options) { o.removals = removalBudget{share: share, confirm: max(confirm, 0)} }
 }

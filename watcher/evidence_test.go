@@ -182,16 +182,7 @@ func fourTargets(t *testing.T) (repo *gittest.Repo, commit string, ts []watcher.
 // given after the confirmation delay, the removals are carried out. Within
 // the budget, a removal is at once.
 func TestASetOverTheDeletionBudgetIsHeldThenCarriedOut(t *testing.T) {
-	repo, c1, ts := fourTargets(t)
-	sink := watchertest.NewSink("s")
-	obs := watchertest.NewObserver()
-	w := newWatcher(t, obs, watcher.WithRemovalBudget(0.5, 2*time.Second))
-	src := watchertest.NewSource(ts...)
-	require.NoError(t, w.Route(src, sink))
-	watchertest.Run(t, w.Run)
-	for _, tg := range ts {
-		sink.WaitCommit(t, tg.ID, c1)
-	}
+	w, obs, src, sink, ts, repo := budgetWatcher(t, 2*time.Second)
 
 	src.Set(ts[0], ts[1], ts[2]) // one of four: within the budget
 	sink.WaitRemoved(t, "d")
@@ -213,16 +204,7 @@ func TestASetOverTheDeletionBudgetIsHeldThenCarriedOut(t *testing.T) {
 // A held decision that is not made again (the targets come back) is
 // forgotten; ConfirmRemovals carries out what is held at once.
 func TestAHeldRemovalIsForgottenOrConfirmed(t *testing.T) {
-	repo, c1, ts := fourTargets(t)
-	sink := watchertest.NewSink("s")
-	obs := watchertest.NewObserver()
-	w := newWatcher(t, obs, watcher.WithRemovalBudget(0.5, time.Hour))
-	src := watchertest.NewSource(ts...)
-	require.NoError(t, w.Route(src, sink))
-	watchertest.Run(t, w.Run)
-	for _, tg := range ts {
-		sink.WaitCommit(t, tg.ID, c1)
-	}
+	w, obs, src, sink, ts, repo := budgetWatcher(t, time.Hour)
 
 	src.Set() // a blink: every target gone, then back
 	obs.WaitFor(t, "held", func(e watcher.Event) bool { return e.Type == watcher.EventRemovalsHeld })
@@ -327,19 +309,19 @@ func ids(ts []watcher.Target) []string {
 }
 
 // budgetWatcher runs a watcher of the four targets into a recording sink,
-// with a budget of half confirmed after an hour, until all are delivered.
-func budgetWatcher(t *testing.T) (*watcher.Watcher, *watchertest.Observer, *watchertest.Source, *watchertest.Sink, []watcher.Target, string) {
+// with a budget of half confirmed after confirm, until all are delivered.
+func budgetWatcher(t *testing.T, confirm time.Duration) (*watcher.Watcher, *watchertest.Observer, *watchertest.Source, *watchertest.Sink, []watcher.Target, *gittest.Repo) {
 	repo, c1, ts := fourTargets(t)
 	sink := watchertest.NewSink("s")
 	obs := watchertest.NewObserver()
-	w := newWatcher(t, obs, watcher.WithRemovalBudget(0.5, time.Hour))
+	w := newWatcher(t, obs, watcher.WithRemovalBudget(0.5, confirm))
 	src := watchertest.NewSource(ts...)
 	require.NoError(t, w.Route(src, sink))
 	watchertest.Run(t, w.Run)
 	for _, tg := range ts {
 		sink.WaitCommit(t, tg.ID, c1)
 	}
-	return w, obs, src, sink, ts, repo.URL()
+	return w, obs, src, sink, ts, repo
 }
 
 // heldWith waits for a held decision whose message contains what.
@@ -356,33 +338,33 @@ func heldWith(t *testing.T, obs *watchertest.Observer, what string) {
 // (the rest stays held).
 func TestTheDeletionBudgetCannotBeGotAround(t *testing.T) {
 	t.Run("rename", func(t *testing.T) {
-		w, obs, src, sink, ts, url := budgetWatcher(t)
+		w, obs, src, sink, ts, repo := budgetWatcher(t, time.Hour)
 		renamed := slices.Clone(ts)
 		for i := range renamed {
 			renamed[i].ID = "new-" + renamed[i].ID
 		}
 		src.Set(renamed...)
 		heldWith(t, obs, "remove 4 of 4 targets")
-		pollNow(t, w, obs, url)
+		pollNow(t, w, obs, repo.URL())
 		assert.Empty(t, sink.Removed(), "a rename of every target is held")
 	})
 	t.Run("one at a time", func(t *testing.T) {
-		w, obs, src, sink, ts, url := budgetWatcher(t)
+		w, obs, src, sink, ts, repo := budgetWatcher(t, time.Hour)
 		src.Set(ts[0], ts[1], ts[2]) // one of four: within the budget
 		sink.WaitRemoved(t, "d")
 		src.Set(ts[0], ts[1]) // one more: two of four within the delay, not more than half
 		sink.WaitRemoved(t, "c")
 		src.Set(ts[0]) // and one more: three of four within the delay
 		heldWith(t, obs, "remove 1 of 2 targets (b; 2 more removed")
-		pollNow(t, w, obs, url)
+		pollNow(t, w, obs, repo.URL())
 		assert.Len(t, sink.Removed(), 2, "one at a time counts")
 	})
 	t.Run("part given back", func(t *testing.T) {
-		w, obs, src, sink, ts, url := budgetWatcher(t)
+		w, obs, src, sink, ts, repo := budgetWatcher(t, time.Hour)
 		src.Set(ts[0])
 		heldWith(t, obs, "remove 3 of 4 targets (b, c, d")
 		src.Set(ts[0], ts[1]) // b back: c and d stay held
-		pollNow(t, w, obs, url)
+		pollNow(t, w, obs, repo.URL())
 		assert.Empty(t, sink.Removed())
 		assert.Equal(t, 2, w.Stats().RemovalsHeld)
 	})
@@ -391,16 +373,7 @@ func TestTheDeletionBudgetCannotBeGotAround(t *testing.T) {
 // A held decision is not carried out while its source cannot give its
 // set: the delay alone is no evidence.
 func TestAHeldRemovalWaitsForTheSourcesSet(t *testing.T) {
-	repo, c1, ts := fourTargets(t)
-	sink := watchertest.NewSink("s")
-	obs := watchertest.NewObserver()
-	w := newWatcher(t, obs, watcher.WithRemovalBudget(0.5, time.Second))
-	src := watchertest.NewSource(ts...)
-	require.NoError(t, w.Route(src, sink))
-	watchertest.Run(t, w.Run)
-	for _, tg := range ts {
-		sink.WaitCommit(t, tg.ID, c1)
-	}
+	w, obs, src, sink, ts, repo := budgetWatcher(t, time.Second)
 	src.Set(ts[0])
 	obs.WaitFor(t, "held", func(e watcher.Event) bool { return e.Type == watcher.EventRemovalsHeld })
 	src.NoSet(errors.New("config.yaml is missing"))

@@ -194,7 +194,7 @@ func (s *Sink) holdEmpty(targetID string, rendered, n int) error {
 // when o is neither. A prune or a cascade leaves such an o in place.
 func (s *Sink) containsOthers(ctx context.Context, targetID string, o *unstructured.Unstructured) (string, error) {
 	gk := o.GroupVersionKind().GroupKind()
-	inside := func(r ObjectRef) bool { return false }
+	var inside func(ObjectRef) bool
 	switch {
 	case gk.Group == "" && gk.Kind == "Namespace":
 		inside = func(r ObjectRef) bool { return r.Namespace == o.GetName() }
