@@ -104,6 +104,7 @@ type deliverer struct {
 	pending    *desired
 	resync     bool
 	removed    bool
+	resumed    bool // no longer suspended: its checkpoint's mark goes
 	retired    bool // another replica polls the target: end, as if stopped
 	held       bool // the target is suspended: drop what was to be delivered
 	ended      bool
@@ -161,9 +162,14 @@ func (d *deliverer) requestResync() {
 // suspended) depends on it.
 func (d *deliverer) seen(t *Target) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.target.Suspend != t.Suspend {
+	changed := d.target.Suspend != t.Suspend
+	if changed {
+		d.resumed = d.target.Suspend // its checkpoint's mark goes at its next step
 		d.target = t
+	}
+	d.mu.Unlock()
+	if changed {
+		d.signal()
 	}
 }
 
@@ -237,8 +243,12 @@ func (d *deliverer) step(ctx context.Context) bool {
 	st := &d.st
 	d.mu.Lock()
 	next, rs, rm, retired, held, target, due := d.pending, d.resync, d.removed, d.retired, d.held, d.target, d.due
-	d.pending, d.resync, d.held = nil, false, false
+	resumed := d.resumed
+	d.pending, d.resync, d.held, d.resumed = nil, false, false, false
 	d.mu.Unlock()
+	if resumed && !held {
+		d.markSuspended(ctx, *target, false)
+	}
 	fired := st.timer != nil && due == st.gen // a stale timer's firing is not
 	switch {
 	case retired && !rm:
@@ -257,6 +267,7 @@ func (d *deliverer) step(ctx context.Context) bool {
 	case held:
 		st.stopTimer(d)
 		st.want, st.resync, st.attempt = nil, false, 0
+		d.markSuspended(ctx, *target, true)
 		return false
 	case next != nil:
 		st.want, st.attempt = next, 0
@@ -360,6 +371,9 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	dec := decide(cp, have, commit, tree, fp, resync)
 	switch dec.action {
 	case skip:
+		if cp.Suspended { // offered, so not suspended now
+			d.markSuspended(ctx, t, false)
+		}
 		return nil
 	case record:
 		return d.record(ctx, want.live, ev, cp)
@@ -447,6 +461,26 @@ func (d *deliverer) checkpoint(ctx, live context.Context, id string) (Checkpoint
 	return cp, ok, err
 }
 
+// markSuspended records in the checkpoint whether its target is
+// suspended (once; a resumed one's mark is taken off), so that a sweep at
+// a later start forgets a target suspended when last seen rather than
+// removes it. A target without a checkpoint has nothing to mark: its sink
+// was never told of it. A failure is logged; a suspended target's next
+// poll tries again.
+func (d *deliverer) markSuspended(ctx context.Context, t Target, suspended bool) {
+	if d.knownHave && d.known.Suspended == suspended {
+		return // as it should be: a poll that holds it again costs no read
+	}
+	cp, ok, err := d.checkpoint(ctx, nil, t.ID)
+	if err != nil || !ok || cp.Suspended == suspended {
+		return
+	}
+	cp.Suspended = suspended
+	if err := d.put(ctx, nil, cp); err != nil && ctx.Err() == nil {
+		d.env.log.Error(err, "recording the suspension in the checkpoint", "target", t.ID, "sink", d.sink.name)
+	}
+}
+
 // put records cp as the sink's checkpoint. Once it failed, what the store
 // holds is unknown: the next delivery reads it.
 func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
@@ -506,7 +540,7 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Ch
 // record moves the checkpoint to the event's commit, whose tree the sink
 // has already: nothing is delivered.
 func (d *deliverer) record(ctx, live context.Context, ev Event, cp Checkpoint) error {
-	cp.Commit, cp.Time = ev.Commit, time.Now()
+	cp.Commit, cp.Time, cp.Suspended = ev.Commit, time.Now(), false
 	if err := d.put(ctx, live, cp); err != nil {
 		return d.fail(ctx, ev, nil, err)
 	}

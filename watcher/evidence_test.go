@@ -426,3 +426,45 @@ func (s *failingRemover) Remove(ctx context.Context, t watcher.Target) error {
 	}
 	return s.Sink.Remove(ctx, t)
 }
+
+// A target suspended when the program stopped, and gone from its set when
+// it starts again, is forgotten by the sweep, not removed: its checkpoint
+// says it was suspended. Resumed before, it is removed as any other.
+func TestATargetSuspendedWhileDownIsForgottenAtStart(t *testing.T) {
+	_, c1, ts := fourTargets(t)
+	store := watcher.NewMemoryStore()
+	sink := &forgettingSink{inventorySink: &inventorySink{Sink: watchertest.NewSink("inv"), held: map[string]bool{}}}
+	run := func(set ...watcher.Target) (*watchertest.Observer, func()) {
+		obs := watchertest.NewObserver()
+		w := newWatcher(t, obs, watcher.WithStore(store))
+		require.NoError(t, w.Route(watchertest.NewSource(set...), sink))
+		return obs, watchertest.Run(t, w.Run)
+	}
+	_, stop := run(ts...)
+	for _, tg := range ts {
+		sink.WaitCommit(t, tg.ID, c1)
+	}
+	stop()
+	pausedA, pausedB := ts[0], ts[1]
+	pausedA.Suspend, pausedB.Suspend = true, true
+	mark := func(key string, want bool) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			cp, ok, err := store.Get(context.Background(), key)
+			return err == nil && ok && cp.Suspended == want
+		}, 10*time.Second, 20*time.Millisecond, "%s suspended=%v recorded", key, want)
+	}
+	obs, stop := run(pausedA, pausedB, ts[2], ts[3])
+	obs.WaitFor(t, "a suspended", watchertest.Is(watcher.EventSuspended, "a"))
+	mark("a/inv", true)
+	mark("b/inv", true)
+	stop()
+	_, stop = run(pausedA, ts[1], ts[2], ts[3]) // b resumed
+	mark("b/inv", false)
+	stop()
+
+	obs, _ = run(ts[2], ts[3]) // a and b deleted while down
+	obs.WaitFor(t, "a forgotten at start", watchertest.Is(watcher.EventForgotten, "a"))
+	sink.WaitRemoved(t, "b")
+	assert.Equal(t, []string{"b"}, ids(sink.Removed()), "a was never removed")
+}

@@ -77,7 +77,7 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 		}
 		for _, id := range orphans {
 			w.log.Info("removing a target no source wants any more", "target", id, "sink", x.sink.name)
-			t := Target{ID: id}
+			t := Target{ID: id, Suspend: w.wasSuspended(ctx, id, x.sink.name)}
 			dkey := keyOf(x.route, id).sink(x.idx)
 			w.mu.Lock()
 			if _, busy := w.deliverers[dkey]; busy || w.removing[dkey] != nil {
@@ -95,4 +95,13 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 	w.forgetHeld(seen, "the sweep at start")
 	w.mu.Unlock()
 	return done
+}
+
+// wasSuspended reports whether the checkpoint of id's delivery to the sink
+// named sink says the target was suspended when last seen: its removal at
+// start is then a Forget (see [Forgetter]). An unreadable checkpoint says
+// no.
+func (w *Watcher) wasSuspended(ctx context.Context, id, sink string) bool {
+	cp, ok, err := w.opts.store.Get(ctx, id+"/"+sink)
+	return err == nil && ok && cp.Suspended
 }

@@ -31,6 +31,10 @@ type Checkpoint struct {
 	Target string `json:"target"`
 	// Time is when it was recorded.
 	Time time.Time `json:"time"`
+	// Suspended says the target was suspended when last seen: gone from
+	// every set while the program was down, it is forgotten, not removed
+	// (see [Forgetter]).
+	Suspended bool `json:"suspended,omitempty"`
 }
 
 // Store keeps checkpoints by key (a target ID and a sink name). Methods are
