@@ -173,6 +173,14 @@ func (d *deliverer) seen(t *Target) {
 	}
 }
 
+// suspended reports whether its target was suspended when last seen: its
+// removal is then a Forget.
+func (d *deliverer) suspended() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.target.Suspend
+}
+
 // remove tells the deliverer its target is gone: it calls the sink's
 // Remove, forgets the checkpoint and ends.
 func (d *deliverer) remove() {

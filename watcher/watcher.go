@@ -652,9 +652,19 @@ func (w *Watcher) removeGone(gone map[int32][]sinkKey, fresh map[sinkKey]bool) [
 	}
 	for route, dkeys := range gone {
 		ids := map[string]bool{}
+		var removing []sinkKey
 		for _, k := range dkeys {
+			if d := w.deliverers[k]; d.suspended() {
+				// Forgotten, not removed (see Forgetter): nothing to hold.
+				delete(w.deliverers, k)
+				w.removing[k] = d
+				d.remove()
+				continue
+			}
 			ids[k.id] = true
+			removing = append(removing, k)
 		}
+		dkeys = removing
 		key := fmt.Sprintf("route %d", route)
 		seen[key] = true
 		ok, e := w.allowRemoval(key, slices.Sorted(maps.Keys(ids)), len(all[route]), w.routeReady(route))

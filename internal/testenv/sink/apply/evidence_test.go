@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/spec"
@@ -206,4 +207,47 @@ func TestANamespaceHoldingAnotherTargetsObjectsIsNotPruned(t *testing.T) {
 	t.Cleanup(func() {
 		_ = env.Kube.CoreV1().Namespaces().Delete(context.Background(), shared, metav1.DeleteOptions{})
 	})
+}
+
+// The sweep at start over the deletion budget, with the real apply sink
+// and cascade deletion: every inventory's target gone from the set at
+// once is held (reported, nothing deleted), and carried out on the
+// program's confirmation.
+func TestASweepOverTheBudgetIsHeldUntilConfirmed(t *testing.T) {
+	ns := env.Namespace(t)
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("a/x.yaml", configMap("a", "1")), gittest.File("b/x.yaml", configMap("b", "1")), gittest.File("c/x.yaml", configMap("c", "1")))
+	sink := newSink(t, apply.Config{InventoryNamespace: ns, CascadeDelete: true})
+	var targets []watcher.Target
+	for _, id := range []string{"a", "b", "c"} {
+		targets = append(targets, watcher.Target{ID: id, URL: repo.URL(), Path: id, Payload: spec.Render{Namespace: ns}})
+	}
+	start := func(set ...watcher.Target) (*watcher.Watcher, *watchertest.Observer, func()) {
+		obs := watchertest.NewObserver()
+		w := watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithObserver(obs), watcher.WithRemovalBudget(0.5, time.Hour))
+		require.NoError(t, w.Route(watchertest.NewSource(set...), sink))
+		return w, obs, watchertest.Run(t, w.Run)
+	}
+	_, obs, stop := start(targets...)
+	for range targets {
+		delivered(t, obs, c1)
+	}
+	require.Eventually(t, func() bool { return len(inventories(t, ns)) == 3 }, 10*time.Second, 50*time.Millisecond)
+	stop()
+
+	w, obs, _ := start() // a set read successfully, and empty
+	e := obs.WaitFor(t, "the sweep held", func(e watcher.Event) bool { return e.Type == watcher.EventRemovalsHeld })
+	assert.ErrorContains(t, e.Err, "3 of 3")
+	assert.Equal(t, 3, w.Stats().RemovalsHeld)
+	time.Sleep(time.Second)
+	assert.Len(t, inventories(t, ns), 3, "nothing removed")
+	assert.Equal(t, "1", cmValue(t, ns, "a"))
+
+	w.ConfirmRemovals()
+	for _, id := range []string{"a", "b", "c"} {
+		obs.WaitFor(t, id+" removed", watchertest.Is(watcher.EventRemoved, id))
+		assert.Nil(t, get(t, configMaps, ns, id), "cascade: %s deleted", id)
+	}
+	assert.Empty(t, inventories(t, ns))
 }

@@ -205,15 +205,15 @@ func findCondition(s gitsync.Status, typ string) *metav1.Condition {
 func TestInvalidAndNotApplicableGitSyncs(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "platform/apps")
-	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
+	c1 := repo.Commit(t, "init", gittest.File("g/a.yaml", cm("a", "1")), gittest.File("b/b.yaml", cm("b", "1")))
 	h := newHarness(t, "staging-1", apply.Config{}, nil)
 
 	bad := spec(repo.URL(), "../outside", h.ns)
 	h.create("bad", bad)
-	other := spec(repo.URL(), "", h.ns)
+	other := spec(repo.URL(), "g", h.ns)
 	other["destination"] = map[string]any{"cluster": "prod-1"}
 	h.create("other", other)
-	h.create("good", spec(repo.URL(), "", h.ns))
+	h.create("good", spec(repo.URL(), "g", h.ns))
 
 	st := h.waitStatus("bad", "Failed", func(s gitsync.Status) bool { return s.Phase == gitsync.PhaseFailed })
 	assert.Contains(t, st.Message, "path")
@@ -224,7 +224,7 @@ func TestInvalidAndNotApplicableGitSyncs(t *testing.T) {
 	assert.Contains(t, st.Message, "prod-1")
 	h.waitStatus("good", "the others are synced", syncedAt(c1))
 
-	h.setSpec("bad", spec(repo.URL(), "", h.ns))
+	h.setSpec("bad", spec(repo.URL(), "b", h.ns))
 	st = h.waitStatus("bad", "recovered", syncedAt(c1))
 	c = findCondition(st, gitsync.ConditionConfigured)
 	assert.Equal(t, metav1.ConditionTrue, c.Status)
