@@ -83,6 +83,21 @@ func Undocumented(changes []APIChange, unreleased string) []APIChange {
 // loadAPI type-checks the exported packages of mods in the workspace at
 // root, keyed by import path.
 func loadAPI(ctx context.Context, root string, mods []Module) (map[string]*types.Package, error) {
+	// Offline first: the trees' modules and what they require are in the
+	// workspace and the module cache, and a lookup of a version that is
+	// nowhere (the release being made) waits on the network for minutes.
+	// Should something be missing from the cache, the load is made again
+	// with the network.
+	out, err := loadAPIWith(ctx, root, mods, "GOPROXY=off")
+	if err != nil {
+		out, err = loadAPIWith(ctx, root, mods)
+	}
+	return out, err
+}
+
+// loadAPIWith loads the types of mods' packages in root, with env added to
+// the go command's.
+func loadAPIWith(ctx context.Context, root string, mods []Module, env ...string) (map[string]*types.Package, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, err
@@ -94,7 +109,7 @@ func loadAPI(ctx context.Context, root string, mods []Module) (map[string]*types
 			Context: ctx,
 			Mode:    packages.NeedName | packages.NeedTypes | packages.NeedImports | packages.NeedDeps | packages.NeedModule,
 			Dir:     filepath.Join(abs, filepath.FromSlash(m.Dir)),
-			Env:     append(os.Environ(), "GOWORK="+filepath.Join(abs, "go.work"), "GOFLAGS="),
+			Env:     append(append(os.Environ(), "GOWORK="+filepath.Join(abs, "go.work"), "GOFLAGS="), env...),
 		}
 		pkgs, err := packages.Load(cfg, "./...")
 		if err != nil {
