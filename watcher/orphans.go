@@ -13,14 +13,9 @@ import (
 // reports whether it is done; a sink whose inventory cannot be listed is
 // logged and not asked again.
 func (w *Watcher) pruneOrphans(ctx context.Context) bool {
-	type inv struct {
-		route, idx int
-		sink       namedSink
-		inventory  Inventory
-	}
 	w.mu.Lock()
 	wanted := map[string]bool{}
-	var invs []inv
+	var invs []inventorySink
 	for _, r := range w.routes {
 		if !r.synced {
 			w.mu.Unlock()
@@ -34,7 +29,7 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 		}
 		for i, s := range r.sinks {
 			if x, ok := as[Inventory](s.sink); ok {
-				invs = append(invs, inv{r.idx, i, s, x})
+				invs = append(invs, inventorySink{r.idx, i, s, x})
 			}
 		}
 	}
@@ -42,59 +37,78 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 	done := true
 	seen := map[string]bool{}
 	for _, x := range invs {
-		lctx, cancel := context.WithTimeout(ctx, w.opts.deliverTimeout)
-		ids, err := x.inventory.Targets(lctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Error(err, "listing what a sink holds: targets deleted while the program was down are not removed", "sink", x.sink.name)
-			}
-			continue
-		}
-		var orphans []string
-		for _, id := range ids {
-			if !wanted[id] {
-				orphans = append(orphans, id)
-			}
-		}
-		slices.Sort(orphans)
 		key := fmt.Sprintf("the sweep at start of route %d's sink %s", x.route, x.sink.name)
 		seen[key] = true
-		w.mu.Lock()
-		ready := true
-		for _, r := range w.routes {
-			ready = ready && r.noSet == nil
-		}
-		ok, e := w.allowRemoval(key, orphans, len(ids), ready)
-		w.mu.Unlock()
-		if e != nil {
-			w.log.Error(e.Err, "removals held")
-			w.emit(*e)
-		}
-		if !ok {
-			done = false
-			continue
-		}
-		for _, id := range orphans {
-			w.log.Info("removing a target no source wants any more", "target", id, "sink", x.sink.name)
-			t := Target{ID: id, Suspend: w.wasSuspended(ctx, id, x.sink.name)}
-			dkey := keyOf(x.route, id).sink(x.idx)
-			w.mu.Lock()
-			if _, busy := w.deliverers[dkey]; busy || w.removing[dkey] != nil {
-				w.mu.Unlock()
-				continue // wanted since, or already being removed
-			}
-			d := newDeliverer(w.env, dkey, &t, x.sink, nil)
-			w.removing[dkey] = d
-			w.mu.Unlock()
-			d.remove()
-			w.env.deliveries.start(d)
-		}
+		done = w.sweep(ctx, x, key, wanted) && done
 	}
 	w.mu.Lock()
 	w.forgetHeld(seen, "the sweep at start")
 	w.mu.Unlock()
 	return done
+}
+
+// inventorySink is a sink of a route that is an [Inventory].
+type inventorySink struct {
+	route, idx int
+	sink       namedSink
+	inventory  Inventory
+}
+
+// sweep removes what x holds for targets not wanted, within the deletion
+// budget (the decision named key): false when it is held.
+func (w *Watcher) sweep(ctx context.Context, x inventorySink, key string, wanted map[string]bool) bool {
+	lctx, cancel := context.WithTimeout(ctx, w.opts.deliverTimeout)
+	ids, err := x.inventory.Targets(lctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Error(err, "listing what a sink holds: targets deleted while the program was down are not removed", "sink", x.sink.name)
+		}
+		return true
+	}
+	var orphans []string
+	for _, id := range ids {
+		if !wanted[id] {
+			orphans = append(orphans, id)
+		}
+	}
+	slices.Sort(orphans)
+	w.mu.Lock()
+	ready := true
+	for _, r := range w.routes {
+		ready = ready && r.noSet == nil
+	}
+	ok, e := w.allowRemoval(key, orphans, len(ids), ready)
+	w.mu.Unlock()
+	if e != nil {
+		w.log.Error(e.Err, "removals held")
+		w.emit(*e)
+	}
+	if !ok {
+		return false
+	}
+	for _, id := range orphans {
+		w.removeOrphan(ctx, x, id)
+	}
+	return true
+}
+
+// removeOrphan tells the deliverer of id to x to remove it, unless the
+// target is wanted since or already being removed.
+func (w *Watcher) removeOrphan(ctx context.Context, x inventorySink, id string) {
+	w.log.Info("removing a target no source wants any more", "target", id, "sink", x.sink.name)
+	t := Target{ID: id, Suspend: w.wasSuspended(ctx, id, x.sink.name)}
+	dkey := keyOf(x.route, id).sink(x.idx)
+	w.mu.Lock()
+	if _, busy := w.deliverers[dkey]; busy || w.removing[dkey] != nil {
+		w.mu.Unlock()
+		return // wanted since, or already being removed
+	}
+	d := newDeliverer(w.env, dkey, &t, x.sink, nil)
+	w.removing[dkey] = d
+	w.mu.Unlock()
+	d.remove()
+	w.env.deliveries.start(d)
 }
 
 // wasSuspended reports whether the checkpoint of id's delivery to the sink

@@ -560,18 +560,11 @@ type sinkKey struct {
 // target is the key of the deliverer's target.
 func (k sinkKey) target() targetKey { return targetKey{k.id, k.route} }
 
-// bindDeliverers gives each target this replica polls (owned) its
-// deliverers, one per sink, starting those that are new; it tells those
-// of targets no source names any more to remove, and those of the targets
-// another replica polls now, or that their source still names but that
-// are invalid now, to retire: they end without a word to the sink (the
-// target is not gone), so that a target costs a replica that does not poll
-// it nothing but its place in the route.
-func (w *Watcher) bindDeliverers(owned []*bound) []Event {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	wanted := map[sinkKey]bool{}
-	var fresh map[sinkKey]bool // deliverers made in this pass: not in the budget's base
+// bindOwned gives each target this replica polls its deliverers, starting
+// those that are new (fresh: not in the deletion budget's base), and
+// returns the keys of all; the caller holds w.mu.
+func (w *Watcher) bindOwned(owned []*bound) (wanted, fresh map[sinkKey]bool) {
+	wanted = map[sinkKey]bool{}
 	for _, b := range owned {
 		if len(b.route.sinks) == 1 {
 			b.sinks = b.one[:0]
@@ -599,6 +592,20 @@ func (w *Watcher) bindDeliverers(owned []*bound) []Event {
 		}
 		b.route = nil
 	}
+	return wanted, fresh
+}
+
+// bindDeliverers gives each target this replica polls (owned) its
+// deliverers, one per sink, starting those that are new; it tells those
+// of targets no source names any more to remove, and those of the targets
+// another replica polls now, or that their source still names but that
+// are invalid now, to retire: they end without a word to the sink (the
+// target is not gone), so that a target costs a replica that does not poll
+// it nothing but its place in the route.
+func (w *Watcher) bindDeliverers(owned []*bound) []Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wanted, fresh := w.bindOwned(owned)
 	var present map[targetKey]bool // every target's key, made once a deliverer ends
 	var gone map[int32][]sinkKey   // by route: the deliverers of targets no source names
 	for dkey, d := range w.deliverers {

@@ -158,17 +158,9 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 	}); err != nil {
 		return fmt.Errorf("gitsync: %w", err)
 	}
-	// Until the first list, a failing one (forbidden, the CRD absent) is
-	// no set: the watcher is told, and removes nothing. After it, the
-	// informer keeps the set it has while it lists again.
-	var synced atomic.Bool
-	if err := inf.SetWatchErrorHandlerWithContext(func(hctx context.Context, r *cache.Reflector, err error) {
-		cache.DefaultWatchErrorHandler(hctx, r, err)
-		if !synced.Load() {
-			watcher.NoSet(ctx, fmt.Errorf("gitsync: listing GitSyncs: %w", err))
-		}
-	}); err != nil {
-		return fmt.Errorf("gitsync: %w", err)
+	synced, err := reportListErrors(ctx, inf)
+	if err != nil {
+		return err
 	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
@@ -213,6 +205,24 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 		}
 		update(s.targets(inf.GetStore().List()))
 	}
+}
+
+// reportListErrors makes a list of inf that fails before the first set
+// (forbidden, the CRD absent) no set: the watcher is told, through ctx,
+// and removes nothing. After it, the informer keeps the set it has while
+// it lists again. Set synced once the first list is in.
+func reportListErrors(ctx context.Context, inf cache.SharedIndexInformer) (synced *atomic.Bool, err error) {
+	synced = &atomic.Bool{}
+	err = inf.SetWatchErrorHandlerWithContext(func(hctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(hctx, r, err)
+		if !synced.Load() {
+			watcher.NoSet(ctx, fmt.Errorf("gitsync: listing GitSyncs: %w", err))
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gitsync: %w", err)
+	}
+	return synced, nil
 }
 
 // changed refreshes the set when a GitSync's spec or metadata changed, not
