@@ -107,7 +107,7 @@ func loadAPIWith(ctx context.Context, root string, mods []Module, env ...string)
 	for _, m := range mods {
 		cfg := &packages.Config{
 			Context: ctx,
-			Mode:    packages.NeedName | packages.NeedTypes | packages.NeedImports | packages.NeedDeps | packages.NeedModule,
+			Mode:    packages.NeedName | packages.NeedTypes | packages.NeedModule,
 			Dir:     filepath.Join(abs, filepath.FromSlash(m.Dir)),
 			Env:     append(append(os.Environ(), "GOWORK="+filepath.Join(abs, "go.work"), "GOFLAGS="), env...),
 		}
