@@ -163,7 +163,7 @@ func (f *treeFS) hidden(rel []string, isDir bool) (bool, error) {
 // ignoreFile reads at most what an ignore file may hold, and a byte more;
 // the caller holds f.mu.
 func (f *treeFS) ignoreFile(h plumbing.Hash) ([]byte, error) {
-	r, err := f.openLocked(h)
+	r, err := f.openLocked(h, -1)
 	if err != nil {
 		return nil, f.fail(err)
 	}
@@ -387,7 +387,7 @@ func splitPath(name string) []string {
 
 // blob reads a whole blob; the caller holds f.mu.
 func (f *treeFS) blob(h plumbing.Hash) ([]byte, error) {
-	r, err := f.openLocked(h)
+	r, err := f.openLocked(h, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -398,14 +398,16 @@ func (f *treeFS) blob(h plumbing.Hash) ([]byte, error) {
 // open opens a blob's stream. The store is read under f.mu, since go-git's
 // is not safe for concurrent use; a large blob's stream has a file of its
 // own and is read without it.
-func (f *treeFS) open(h plumbing.Hash) (io.ReadCloser, error) {
+func (f *treeFS) open(h plumbing.Hash, size int64) (io.ReadCloser, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.openLocked(h)
+	return f.openLocked(h, size)
 }
 
-// openLocked is open for a caller that holds f.mu.
-func (f *treeFS) openLocked(h plumbing.Hash) (io.ReadCloser, error) {
+// openLocked is open for a caller that holds f.mu. A size not negative
+// is the one the file system said the blob has (its header's): a blob
+// whose content has another is damage, not a file to publish cut short.
+func (f *treeFS) openLocked(h plumbing.Hash, size int64) (io.ReadCloser, error) {
 	b, err := object.GetBlob(f.st, h)
 	if err != nil {
 		if err := f.fetched(h, err); err != nil {
@@ -414,6 +416,9 @@ func (f *treeFS) openLocked(h plumbing.Hash) (io.ReadCloser, error) {
 		if b, err = object.GetBlob(f.st, h); err != nil {
 			return nil, err
 		}
+	}
+	if size >= 0 && b.Size != size {
+		return nil, &readError{object: h, err: fmt.Errorf("%w: %d bytes, its header says %d", errMismatch, b.Size, size)}
 	}
 	return b.Reader()
 }
@@ -693,7 +698,7 @@ func (b *blobFile) readAt(p []byte, off int64) (int, error) {
 			_ = b.r.Close()
 			b.r = nil
 		}
-		r, err := b.fs.open(b.hash)
+		r, err := b.fs.open(b.hash, b.info.size)
 		if err != nil {
 			return 0, b.err(b.fs.fail(err))
 		}

@@ -14,9 +14,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/format/objfile"
 
 	"github.com/modwatch/modwatch/gitutil/internal/packidx"
@@ -204,7 +206,68 @@ func indexHead(f *os.File) (count, large int64, packSum [20]byte, err error) {
 // damage decides whether err, from an operation on the mirror, was caused
 // by what is on disk, and returns why (nil: it was not). It is the one
 // place that decides it; see judge.
-func (m *Mirror) damage(err error) error { return judge(err, m.verifyStore) }
+func (m *Mirror) damage(err error) error {
+	return judge(err, func() error { return m.verifyAfter(err) })
+}
+
+// verifyAfter is the verification that follows err. The pack a read
+// failed in is verified whole again, as verified as it may look; then,
+// should the store verify, the object is read again, on a view of its
+// own, from the disk: the same failure twice is damage, whatever the
+// pack's checksum says (a pack can be written wrong and summed right).
+func (m *Mirror) verifyAfter(err error) error {
+	var re *readError
+	if !errors.As(err, &re) {
+		return m.verifyStore()
+	}
+	if !re.pack.IsZero() {
+		delete(m.verified, filepath.Join(m.dir, "objects", "pack", "pack-"+re.pack.String()+".pack"))
+	}
+	if verr := m.verifyStore(); verr != nil {
+		return verr
+	}
+	if rerr := m.reread(re.object); rerr != nil {
+		return fmt.Errorf("read again: %w", rerr)
+	}
+	return nil
+}
+
+// reread reads object h whole from a view of its own and returns what
+// failed in its content (nil when it reads, or when the view cannot be
+// opened: that says nothing of h). Callers hold m.mu.
+func (m *Mirror) reread(h plumbing.Hash) error {
+	v, err := newPackView(m.dir, &m.indexes, nil, new(atomic.Int64), newObjectLRU(cache.MiByte), false)
+	if err != nil {
+		return nil
+	}
+	defer v.Close()
+	size, err := v.EncodedObjectSize(h)
+	if err == nil {
+		var o plumbing.EncodedObject
+		if o, err = v.object(h); err == nil {
+			err = readWhole(o, size)
+		}
+	}
+	var re *readError
+	if errors.As(err, &re) {
+		return err
+	}
+	return nil
+}
+
+// readWhole reads o to its end, and fails if it has not size bytes.
+func readWhole(o plumbing.EncodedObject, size int64) error {
+	r, err := o.Reader()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	n, err := io.Copy(io.Discard, r)
+	if err == nil && n != size {
+		err = &readError{object: o.Hash(), err: fmt.Errorf("%w: %d bytes, its header says %d", errMismatch, n, size)}
+	}
+	return err
+}
 
 // judge is the damage decision, apart from the store it verifies:
 //   - a stop (ctx), the remote's answer or the network's, and what is the

@@ -89,13 +89,16 @@ type packView struct {
 	stale   bool // a live view's packs changed since it listed them
 	leftOut map[string]bool
 	packs   []viewPack
-	open    []int // indexes into packs of the open ones, oldest first
+	open    []int                      // indexes into packs of the open ones, oldest first
+	sound   map[plumbing.Hash]struct{} // objects read whole and checked against their names
 }
 
 type viewPack struct {
-	hash plumbing.Hash
-	idx  *packidx.Index
-	pf   *packfile.Packfile // nil until read
+	hash    plumbing.Hash
+	idx     *packidx.Index
+	pf      *packfile.Packfile // nil until read
+	file    billy.File         // pf's file
+	checked map[int64]struct{} // entries whose delta chains were walked (checkChain)
 }
 
 // newPackView opens a view of the packs in dir as they are now, but for
@@ -205,7 +208,7 @@ func (v *packView) find(h plumbing.Hash) (int, int64, error) {
 			return i, off, nil
 		}
 		if !errors.Is(err, plumbing.ErrObjectNotFound) {
-			return -1, 0, fmt.Errorf("index of pack %s: %w", v.packs[i].hash, err)
+			return -1, 0, &readError{pack: v.packs[i].hash, object: h, err: fmt.Errorf("index: %w", err)}
 		}
 	}
 	return -1, 0, nil
@@ -216,28 +219,28 @@ func (v *packView) find(h plumbing.Hash) (int, int64, error) {
 // oldest past the bound); the mirror's own view, open for as long as the
 // watcher runs, closes each after use, so that a watcher of many remotes
 // holds no descriptor between polls.
-func (v *packView) pack(i int) (*packfile.Packfile, func(), error) {
+func (v *packView) pack(i int) (*packfile.Packfile, io.ReaderAt, func(), error) {
 	p := &v.packs[i]
 	if p.pf != nil {
-		return p.pf, func() {}, nil
+		return p.pf, p.file, func() {}, nil
 	}
 	f, err := v.dir.ObjectPack(p.hash)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	pf := packfile.NewPackfileWithCache(p.idx, v.fs, f, v.cache, streamThreshold)
 	if v.live {
-		return pf, func() { _ = pf.Close() }, nil
+		return pf, f, func() { _ = pf.Close() }, nil
 	}
 	if len(v.open) == maxOpenPacks {
 		old := &v.packs[v.open[0]]
 		v.open = v.open[1:]
 		_ = old.pf.Close()
-		old.pf = nil
+		old.pf, old.file = nil, nil
 	}
-	p.pf = pf
+	p.pf, p.file = pf, f
 	v.open = append(v.open, i)
-	return pf, func() {}, nil
+	return pf, f, func() {}, nil
 }
 
 // EncodedObject reads object h, counting trees.
@@ -255,22 +258,53 @@ func (v *packView) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbi
 	return o, nil
 }
 
+// object reads h: from a pack, its delta chain walked first and what
+// go-git makes of it checked against h (see objcheck.go).
 func (v *packView) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
-	i, _, err := v.locate(h)
+	i, off, err := v.locate(h)
 	if err != nil {
 		return nil, err
 	}
-	if i >= 0 {
-		pf, done, err := v.pack(i)
-		if err != nil {
-			return nil, err
-		}
-		defer done()
-		// By hash: by offset, go-git first looks the hash up by offset,
-		// which makes the index build its offset order for any read.
-		return pf.Get(h)
+	if i < 0 {
+		return v.loose(h)
 	}
-	return v.loose(h)
+	pf, f, done, err := v.pack(i)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if err := v.checkChain(i, f, off); err != nil {
+		return nil, &readError{pack: v.packs[i].hash, object: h, err: err}
+	}
+	// By hash: by offset, go-git first looks the hash up by offset,
+	// which makes the index build its offset order for any read.
+	o, err := pf.Get(h)
+	if err != nil {
+		return nil, &readError{pack: v.packs[i].hash, object: h, err: err}
+	}
+	return v.checked(i, h, o)
+}
+
+// checked returns o, read from pack i as h, once it is h: an object read
+// whole is hashed now (once per view), a streamed one as it is read.
+func (v *packView) checked(i int, h plumbing.Hash, o plumbing.EncodedObject) (plumbing.EncodedObject, error) {
+	mo, ok := o.(*plumbing.MemoryObject)
+	if !ok {
+		return &checkedObject{EncodedObject: o, pack: v.packs[i].hash}, nil
+	}
+	if _, ok := v.sound[h]; ok {
+		return o, nil
+	}
+	r, _ := mo.Reader()
+	sum := objectHasher(mo.Type(), mo.Size())
+	if n, _ := io.Copy(sum, r); n != mo.Size() || plumbing.Hash(sum.Sum(nil)) != h {
+		return nil, &readError{pack: v.packs[i].hash, object: h, err: errMismatch}
+	}
+	if v.sound == nil || len(v.sound) >= maxChecked {
+		v.sound = map[plumbing.Hash]struct{}{}
+	}
+	v.sound[h] = struct{}{}
+	return o, nil
 }
 
 // openLoose opens loose object h and reads its header; done closes it.
@@ -314,7 +348,7 @@ func (v *packView) loose(h plumbing.Hash) (plumbing.EncodedObject, error) {
 		return nil, err
 	}
 	if mo.Size() != size || mo.Hash() != h {
-		return nil, fmt.Errorf("gitutil: loose object %s: bad object", h)
+		return nil, &readError{object: h, err: fmt.Errorf("loose: %w", errMismatch)}
 	}
 	v.cache.Put(mo)
 	return mo, nil
@@ -327,12 +361,16 @@ func (v *packView) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 		return 0, err
 	}
 	if i >= 0 {
-		pf, done, err := v.pack(i)
+		pf, _, done, err := v.pack(i)
 		if err != nil {
 			return 0, err
 		}
 		defer done()
-		return pf.GetSizeByOffset(off)
+		size, err := pf.GetSizeByOffset(off)
+		if err != nil {
+			return 0, &readError{pack: v.packs[i].hash, object: h, err: err}
+		}
+		return size, nil
 	}
 	_, _, size, done, err := v.openLoose(h)
 	if err != nil {
@@ -378,7 +416,7 @@ func (v *packView) Close() error {
 	var errs []error
 	for _, i := range v.open {
 		errs = append(errs, v.packs[i].pf.Close())
-		v.packs[i].pf = nil
+		v.packs[i].pf, v.packs[i].file = nil, nil
 	}
 	v.open = nil
 	return errors.Join(errs...)

@@ -124,5 +124,5 @@ func TestFileSystemReadsLooseObjects(t *testing.T) {
 	fsys, err = m.FS(mustHash(c1), at("a"))
 	require.NoError(t, err)
 	_, err = fs.ReadFile(fsys, "y")
-	assert.ErrorContains(t, err, "bad object")
+	assert.ErrorContains(t, err, "does not hash to the object's name")
 }

@@ -331,6 +331,11 @@ func gitEnv(home string) []string {
 		"GIT_AUTHOR_NAME=gittest", "GIT_AUTHOR_EMAIL=gittest@example.com",
 		"GIT_COMMITTER_NAME=gittest", "GIT_COMMITTER_EMAIL=gittest@example.com",
 		"GIT_TERMINAL_PROMPT=0",
+		// A commit may start git gc --auto; detached, it would still be
+		// writing in the repository when the test's cleanup removes it.
+		"GIT_CONFIG_COUNT=2",
+		"GIT_CONFIG_KEY_0=gc.autoDetach", "GIT_CONFIG_VALUE_0=false",
+		"GIT_CONFIG_KEY_1=maintenance.autoDetach", "GIT_CONFIG_VALUE_1=false",
 	}
 	if p, ok := os.LookupEnv("PATH"); ok {
 		env = append(env, "PATH="+p)
