@@ -197,7 +197,6 @@ func objectHasher(t plumbing.ObjectType, size int64) hash.Hash {
 	return h
 }
 
-
 // hashingReader reads an object's content, hashing it; the read that
 // reaches its size checks the hash, and a content that ends early or
 // runs past its size is an error too.
