@@ -156,13 +156,16 @@ type Mirror struct {
 	// trees holds the last few directory trees decoded for path diffs: a
 	// delivery's "to" is the next one's "from".
 	trees [treeSlots]*object.Tree
+	// selMu guards selected and overBudgetSel: selections are evaluated
+	// outside mu (see selEval).
+	selMu sync.Mutex
 	// selected memoises the selected hashes of directories (see
 	// selectedHash), so that a new commit re-reads only the directories it
 	// changed; content-addressed, it survives rebuilds.
 	selected map[memoKey]plumbing.Hash
-	// overBudget remembers the trees whose selection was over its budget
-	// (content-addressed, as selected).
-	overBudget map[memoKey]error
+	// overBudgetSel remembers the selections (by id) whose evaluation was
+	// over its budget.
+	overBudgetSel map[string]error
 	// indexes holds the pack indexes the mirror's store and its file
 	// systems share (see packidx.Index).
 	indexes indexCache

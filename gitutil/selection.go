@@ -337,32 +337,32 @@ type memoKey struct {
 // hash. It is h itself when everything is kept, and two trees that keep
 // the same files have the same hash wherever they come from, so that
 // hiding a file is the same as not having it. A directory seen before
-// with the same rules is not decoded again. Callers hold m.mu.
-func (m *Mirror) selectedHash(b *budget, s *selector, h plumbing.Hash, t *object.Tree, rel []string, parent rules) (plumbing.Hash, error) {
+// with the same rules is not decoded again.
+func (e *selEval) selectedHash(s *selector, h plumbing.Hash, t *object.Tree, rel []string, parent rules) (plumbing.Hash, error) {
 	inside, _ := s.within(rel)
 	if inside && !s.filters(parent) {
 		return h, nil // nothing below can be hidden
 	}
 	key := memoKey{h, strings.Join(rel, "/"), parent.id}
-	if out, ok := m.selected[key]; ok {
+	if out, ok := e.m.memoSelected(key); ok {
 		return out, nil
 	}
 	if t == nil {
 		var err error
-		if t, err = m.tree(h); err != nil {
+		if t, err = e.tree(h); err != nil {
 			return plumbing.ZeroHash, err
 		}
 	}
-	r, err := s.enter(parent, rel, t, m.blob)
+	r, err := s.enter(parent, rel, t, e.blob)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
 	var enc bytes.Buffer
 	same := true
-	for _, e := range t.Entries {
-		sub := append(slices.Clip(rel), e.Name)
-		isDir := e.Mode == filemode.Dir
-		hidden, err := s.hidden(b, r, sub, isDir)
+	for _, te := range t.Entries {
+		sub := append(slices.Clip(rel), te.Name)
+		isDir := te.Mode == filemode.Dir
+		hidden, err := s.hidden(e.b, r, sub, isDir)
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
@@ -370,24 +370,21 @@ func (m *Mirror) selectedHash(b *budget, s *selector, h plumbing.Hash, t *object
 			same = false
 			continue
 		}
-		eh := e.Hash
+		eh := te.Hash
 		if isDir {
-			if eh, err = m.selectedHash(b, s, e.Hash, nil, sub, r); err != nil {
+			if eh, err = e.selectedHash(s, te.Hash, nil, sub, r); err != nil {
 				return plumbing.ZeroHash, err
 			}
-			same = same && eh == e.Hash
+			same = same && eh == te.Hash
 		}
-		fmt.Fprintf(&enc, "%o %s\x00", e.Mode, e.Name) // as git encodes a tree
+		fmt.Fprintf(&enc, "%o %s\x00", te.Mode, te.Name) // as git encodes a tree
 		enc.Write(eh[:])
 	}
 	out := h
 	if !same {
 		out = plumbing.ComputeHash(plumbing.TreeObject, enc.Bytes())
 	}
-	if m.selected == nil || len(m.selected) >= maxSelectMemo {
-		m.selected = make(map[memoKey]plumbing.Hash)
-	}
-	m.selected[key] = out
+	e.m.memoSelect(key, out)
 	return out, nil
 }
 

@@ -221,6 +221,13 @@ func TestSelectionRefusesHostileInput(t *testing.T) {
 // pattern above it.
 func hostileIgnores(t testing.TB) (*Mirror, Hash) {
 	t.Helper()
+	m, c, _ := hostileRepo(t)
+	return m, c
+}
+
+// hostileRepo is hostileIgnores, with the repository.
+func hostileRepo(t testing.TB) (*Mirror, Hash, *gittest.Repo) {
+	t.Helper()
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/hostile")
 	var b strings.Builder
@@ -241,7 +248,7 @@ func hostileIgnores(t testing.TB) (*Mirror, Hash) {
 	require.NoError(t, err)
 	_, err = m.Fetch(context.Background(), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
-	return m, c
+	return m, c, repo
 }
 
 // Ignore files within every limit can still cost minutes to evaluate; a
@@ -366,14 +373,12 @@ func BenchmarkSelectionWork(b *testing.B) {
 			m.selected = nil
 			s, err := sel.compile()
 			require.NoError(b, err)
-			e, err := m.entryAt(plumbing.Hash(c), "")
+			ev, root, err := m.startSelection(context.Background(), plumbing.Hash(c), s)
 			require.NoError(b, err)
-			root, err := m.treeOf(e)
+			_, err = ev.selectedHash(s, root, nil, nil, s.base())
 			require.NoError(b, err)
-			work := newBudget(context.Background())
-			_, err = m.selectedHash(work, s, root.Hash, root, nil, s.base())
-			require.NoError(b, err)
-			spent = work.spent
+			ev.end()
+			spent = ev.b.spent
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(spent), "ns/unit")
 		b.ReportMetric(float64(spent), "units/tree")

@@ -145,28 +145,17 @@ func (m *Mirror) treeHash(ctx context.Context, commit plumbing.Hash, sel Selecti
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, err := m.entryAt(commit, s.root)
-	if err != nil {
-		return plumbing.ZeroHash, err
+	ev, root, err := m.startSelection(ctx, commit, s)
+	if err != nil || ev == nil {
+		return root, err
 	}
-	root, err := m.selectionRoot(commit, s, e)
-	if err != nil || root == nil {
-		return e.Hash, err
-	}
-	// A tree whose patterns were over the budget once is, at every poll:
-	// it is refused at once, not evaluated again under the mirror's lock.
-	key := memoKey{root.Hash, "", s.id}
-	if err, ok := m.overBudget[key]; ok {
-		return plumbing.ZeroHash, err
-	}
-	h, err := m.selectedHash(newBudget(ctx), s, root.Hash, root, nil, s.base())
-	if errors.Is(err, ErrSelectionBudget) {
-		if m.overBudget == nil || len(m.overBudget) >= maxOverBudget {
-			m.overBudget = map[memoKey]error{}
-		}
-		m.overBudget[key] = err
+	defer ev.end()
+	h, err := ev.selectedHash(s, root, nil, nil, s.base())
+	switch {
+	case errors.Is(err, ErrSelectionBudget):
+		m.overBudget(s.id, err)
+	case err != nil && !errors.Is(err, ErrInvalidSelection) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
+		return plumbing.ZeroHash, m.readFailed(ev.gen, err)
 	}
 	return h, err
 }
