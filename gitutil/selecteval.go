@@ -3,6 +3,7 @@ package gitutil
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -44,13 +45,33 @@ func (m *Mirror) startSelection(ctx context.Context, commit plumbing.Hash, s *se
 	if err := m.overBudgetBefore(s.id); err != nil {
 		return nil, plumbing.ZeroHash, err
 	}
+	ev, err := m.newSelEval(ctx)
+	return ev, root.Hash, err
+}
+
+// newSelEval opens an evaluation's view of the store as it is now, and
+// holds its packs. Callers hold m.mu.
+func (m *Mirror) newSelEval(ctx context.Context) (*selEval, error) {
 	st, err := newPackView(m.dir, &m.indexes, m.replaced, &m.treesRead, newObjectLRU(cache.MiByte), false)
 	if err != nil {
-		return nil, plumbing.ZeroHash, m.markCorrupt(err)
+		return nil, m.markCorrupt(err)
 	}
 	ev := &selEval{m: m, st: st, b: newBudget(ctx), gen: m.gen.Load()}
 	ev.reader = m.holdPacks(st)
-	return ev, root.Hash, nil
+	return ev, nil
+}
+
+// selectionDone returns err, the end of an evaluation of s: one over its
+// budget is remembered (see overBudget), one that failed reading the
+// store is the mirror's (see readFailed).
+func (m *Mirror) selectionDone(ev *selEval, s *selector, err error) error {
+	switch {
+	case errors.Is(err, ErrSelectionBudget):
+		m.overBudget(s.id, err)
+	case err != nil && !errors.Is(err, ErrInvalidSelection) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
+		return m.readFailed(ev.gen, err)
+	}
+	return err
 }
 
 // end closes the evaluation's packs and lets them go.

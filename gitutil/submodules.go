@@ -43,41 +43,57 @@ func (m *Mirror) Submodules(ctx context.Context, h Hash, sel Selection) ([]Submo
 	if err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	c, err := m.commit(commit)
-	if err != nil {
-		return nil, err
-	}
-	root, err := c.Tree()
-	if err != nil {
-		return nil, m.markCorrupt(err)
-	}
-	mods, err := m.gitmodules(commit, root)
-	if err != nil || mods == nil {
-		return nil, err
-	}
-	out := gitlinksUnder(root, mods, s.root)
-	if sel.plain() || len(out) == 0 {
-		return out, nil
-	}
-	e, err := m.entryAt(commit, s.root)
-	if err != nil {
-		return nil, err
-	}
-	selRoot, err := m.selectionRoot(commit, s, e)
-	if err != nil || selRoot == nil {
+	out, selRoot, ev, err := m.startSubmodules(ctx, commit, s, sel.plain())
+	if err != nil || ev == nil {
 		return out, err
 	}
+	defer ev.end()
 	paths := make([]string, len(out))
 	for i, sm := range out {
 		paths[i] = sm.Path
 	}
-	kept, err := m.keep(ctx, s, selRoot, paths)
-	if err != nil {
+	kept, err := ev.keep(s, selRoot, paths)
+	if err = m.selectionDone(ev, s, err); err != nil {
 		return nil, err
 	}
 	return slices.DeleteFunc(out, func(sm Submodule) bool { return !slices.Contains(kept, sm.Path) }), nil
+}
+
+// startSubmodules returns, under m.mu, the submodules under the
+// selection's root at commit and, when its patterns may hide some, the
+// selection's root tree and an evaluation to filter them outside the lock.
+func (m *Mirror) startSubmodules(ctx context.Context, commit plumbing.Hash, s *selector, plain bool) ([]Submodule, *object.Tree, *selEval, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, err := m.commit(commit)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	root, err := c.Tree()
+	if err != nil {
+		return nil, nil, nil, m.markCorrupt(err)
+	}
+	mods, err := m.gitmodules(commit, root)
+	if err != nil || mods == nil {
+		return nil, nil, nil, err
+	}
+	out := gitlinksUnder(root, mods, s.root)
+	if plain || len(out) == 0 {
+		return out, nil, nil, nil
+	}
+	e, err := m.entryAt(commit, s.root)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	selRoot, err := m.selectionRoot(commit, s, e)
+	if err != nil || selRoot == nil {
+		return out, nil, nil, err
+	}
+	if err := m.overBudgetBefore(s.id); err != nil {
+		return nil, nil, nil, err
+	}
+	ev, err := m.newSelEval(ctx)
+	return out, selRoot, ev, err
 }
 
 // gitmodules parses the .gitmodules of root, the tree of commit, at most

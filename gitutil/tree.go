@@ -151,13 +151,7 @@ func (m *Mirror) treeHash(ctx context.Context, commit plumbing.Hash, sel Selecti
 	}
 	defer ev.end()
 	h, err := ev.selectedHash(s, root, nil, nil, s.base())
-	switch {
-	case errors.Is(err, ErrSelectionBudget):
-		m.overBudget(s.id, err)
-	case err != nil && !errors.Is(err, ErrInvalidSelection) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
-		return plumbing.ZeroHash, m.readFailed(ev.gen, err)
-	}
-	return h, err
+	return h, m.selectionDone(ev, s, err)
 }
 
 // selectionRoot decodes the tree at the selection's root and checks that
@@ -197,30 +191,46 @@ func (m *Mirror) ChangedPaths(ctx context.Context, fromH, toH Hash, sel Selectio
 	if err != nil {
 		return nil, err
 	}
+	ev, paths, toTree, err := m.startChangedPaths(ctx, from, to, s, sel.plain())
+	if err != nil || ev == nil {
+		return paths, err
+	}
+	defer ev.end()
+	paths, err = ev.keep(s, toTree, paths)
+	return paths, m.selectionDone(ev, s, err)
+}
+
+// startChangedPaths lists, under m.mu, the files changed between from and
+// to under the selection's root, and returns an evaluation to filter
+// them by its patterns outside the lock; none when there is nothing to
+// filter.
+func (m *Mirror) startChangedPaths(ctx context.Context, from, to plumbing.Hash, s *selector, plain bool) (*selEval, []string, *object.Tree, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	paths, toTree, err := m.changedPaths(ctx, from, to, s.root)
-	if err != nil || sel.plain() || toTree == nil || len(paths) == 0 {
-		return paths, err
+	if err != nil || plain || toTree == nil || len(paths) == 0 {
+		return nil, paths, nil, err
 	}
-	return m.keep(ctx, s, toTree, paths)
+	if err := m.overBudgetBefore(s.id); err != nil {
+		return nil, nil, nil, err
+	}
+	ev, err := m.newSelEval(ctx)
+	return ev, paths, toTree, err
 }
 
 // keep filters paths (files relative to the selection's root, whose tree
 // is root) to those the selection keeps; nil when one is an ignore file.
-// Callers hold m.mu.
-func (m *Mirror) keep(ctx context.Context, s *selector, root *object.Tree, paths []string) ([]string, error) {
-	b := newBudget(ctx)
+func (e *selEval) keep(s *selector, root *object.Tree, paths []string) ([]string, error) {
 	cache := map[string]rules{}
 	rulesAt := func(dir []string) (rules, error) {
-		return s.rulesAt(root, dir, cache, m.tree, m.blob)
+		return s.rulesAt(root, dir, cache, e.tree, e.blob)
 	}
 	out := paths[:0:0]
 	for _, p := range paths {
 		if s.file != "" && path.Base(p) == s.file {
 			return nil, nil
 		}
-		hidden, err := s.hiddenPath(b, strings.Split(p, "/"), false, rulesAt)
+		hidden, err := s.hiddenPath(e.b, strings.Split(p, "/"), false, rulesAt)
 		if err != nil {
 			return nil, err
 		}
