@@ -1,9 +1,7 @@
 package hook
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/procgroup"
 	"github.com/modwatch/modwatch/watcher"
 )
 
@@ -61,9 +60,24 @@ func WithExecTimeout(d time.Duration) ExecOption {
 	}
 }
 
-// Command returns a sink that runs name with args for each change. The
-// output of a run (its last 4 KiB) is logged at V(1) to the logger of the
-// delivery's context; that of a failed run is in its error.
+// Command returns a sink that runs name with args for each change.
+//
+// A run is the life of the hook's own process, as git-sync's exechook is
+// one command: it runs in a process group of its own, and its exit status
+// alone says whether it succeeded. When it exits, whatever it started
+// that still runs in its group is killed (SIGKILL), children that hold
+// its output or not, grandchildren too: a hook that must leave a process
+// behind puts it in a session of its own (setsid) and gives it an output
+// of its own. On the run's timeout, or when the delivery's context ends,
+// the whole group is killed at once.
+//
+// A run's output (stdout and stderr) goes to a temporary file that has no
+// name from the start (in os.TempDir, cut while it runs whenever it grows
+// past 1 MiB), not to a pipe: a process that keeps it open holds up
+// nothing. Its last 4 KiB are logged at V(1) to the logger of the
+// delivery's context; those of a failed run are in its error. With no
+// temporary directory to write to, the hook still runs, and its output is
+// not kept. On Linux; elsewhere a timeout kills the hook's process only.
 func Command(name string, args []string, opts ...ExecOption) *Exec {
 	e := &Exec{name: name, args: args, timeout: DefaultTimeout}
 	for _, o := range opts {
@@ -75,16 +89,40 @@ func Command(name string, args []string, opts ...ExecOption) *Exec {
 // Name implements watcher.Namer.
 func (e *Exec) Name() string { return "exec:" + e.name }
 
-// maxOutput bounds the output kept for an error message.
+// maxOutput bounds the output kept for a log line or an error message.
 const maxOutput = 4 << 10
 
 // Deliver runs the command and waits for it.
 func (e *Exec) Deliver(ctx context.Context, c watcher.Change) error {
-	ctx, cancel := context.WithTimeout(ctx, e.timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, e.timeout, fmt.Errorf("timed out after %s", e.timeout))
 	defer cancel()
-	cmd := exec.CommandContext(ctx, e.name, e.args...)
+	out, err := procgroup.NewOutput(maxOutput)
+	if err != nil {
+		return fmt.Errorf("hook: %s for %s at %s: %w", e.name, c.Target.ID, c.To, err)
+	}
+	defer out.Close()
+	cmd := e.command(ctx, c)
+	cmd.Stdout, cmd.Stderr = out.File(), out.File()
+	err = procgroup.Run(ctx, cmd)
+	if err == nil {
+		logr.FromContextOrDiscard(ctx).V(1).Info("hook ran", "command", e.name, "target", c.Target.ID, "commit", c.To, "output", out.Tail())
+		return nil
+	}
+	if ctx.Err() != nil {
+		// Killed for the timeout (its cause) or the delivery's end.
+		err = context.Cause(ctx)
+	}
+	if msg := strings.TrimSpace(out.Tail()); msg != "" {
+		return fmt.Errorf("hook: %s for %s at %s: %w: %s", e.name, c.Target.ID, c.To, err, msg)
+	}
+	return fmt.Errorf("hook: %s for %s at %s: %w", e.name, c.Target.ID, c.To, err)
+}
+
+// command is the command for c: in the tree a step before published, if
+// any and no WithDir, with c in its environment.
+func (e *Exec) command(ctx context.Context, c watcher.Change) *exec.Cmd {
+	cmd := exec.Command(e.name, e.args...)
 	cmd.Dir = e.dir
-	cmd.WaitDelay = 5 * time.Second
 	var tree string
 	for _, r := range watcher.StepReports(ctx) {
 		if p, ok := r.(interface{ PublishedTree() string }); ok {
@@ -107,33 +145,5 @@ func (e *Exec) Deliver(ctx context.Context, c watcher.Change) error {
 	if e.env != nil {
 		cmd.Env = append(cmd.Env, e.env(c)...)
 	}
-	var out tailBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if err == nil {
-		logr.FromContextOrDiscard(ctx).V(1).Info("hook ran", "command", e.name, "target", c.Target.ID, "commit", c.To, "output", out.String())
-		return nil
-	}
-	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		err = fmt.Errorf("timed out after %s", e.timeout)
-	}
-	msg := strings.TrimSpace(out.String())
-	if msg != "" {
-		return fmt.Errorf("hook: %s for %s at %s: %w: %s", e.name, c.Target.ID, c.To, err, msg)
-	}
-	return fmt.Errorf("hook: %s for %s at %s: %w", e.name, c.Target.ID, c.To, err)
+	return cmd
 }
-
-// tailBuffer keeps the last maxOutput bytes written to it.
-type tailBuffer struct{ b bytes.Buffer }
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	n := len(p)
-	t.b.Write(p)
-	if over := t.b.Len() - maxOutput; over > 0 {
-		t.b.Next(over)
-	}
-	return n, nil
-}
-
-func (t *tailBuffer) String() string { return t.b.String() }
