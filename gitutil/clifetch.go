@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/modwatch/modwatch/internal/procgroup"
 )
 
 // cliClone replaces the empty mirror with a bare clone of the first
@@ -180,13 +182,12 @@ func (m *Mirror) runCLIClone(ctx context.Context, env []string, branch, clone, f
 		args = append(args, "--filter="+filter)
 	}
 	args = append(args, "--", m.url, clone)
-	cmd := exec.CommandContext(ctx, m.opts.GitCLI, args...)
+	cmd := exec.Command(m.opts.GitCLI, args...)
 	cmd.Env = env
-	killGroupOnCancel(cmd)
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer
 	cmd.Stderr = io.MultiWriter(&out, progressWriter{&m.progress}) // clone writes nothing to stdout
-	if err := cmd.Run(); err != nil {
+	if err := procgroup.Run(ctx, cmd); err != nil {
 		return m.gitFailed("git clone", err, &out)
 	}
 	return nil
@@ -241,14 +242,13 @@ func (m *Mirror) cliFetchFrom(ctx context.Context, a *Auth, remote string, extra
 	defer done()
 	args := append([]string{"fetch", "--progress", "--no-tags", "--no-write-fetch-head"}, extra...)
 	args = append(append(args, "--", remote), specs...)
-	cmd := exec.CommandContext(ctx, m.opts.GitCLI, args...)
+	cmd := exec.Command(m.opts.GitCLI, args...)
 	cmd.Dir = m.dir
 	cmd.Env = append(env, "GIT_DIR="+m.dir)
-	killGroupOnCancel(cmd)
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer
 	cmd.Stderr = io.MultiWriter(&out, progressWriter{&m.progress}) // --no-write-fetch-head: nothing on stdout
-	if err := cmd.Run(); err != nil {
+	if err := procgroup.Run(ctx, cmd); err != nil {
 		return m.gitFailed("git fetch", err, &out)
 	}
 	return m.reopen()

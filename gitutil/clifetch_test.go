@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -120,4 +122,37 @@ func TestFirstListedFetchWithGitCLI(t *testing.T) {
 	assert.Equal(t, c2, res.Refs["refs/heads/main"].String())
 	assert.Equal(t, c1, res.Refs["refs/tags/v1"].String())
 	assert.Equal(t, lists+1, repo.Counts().Lists.Load(), "the clone's listing only")
+}
+
+// What git leaves behind in its process group (a helper that outlives
+// it, holding its stderr) is killed once git exits: it neither holds the
+// fetch for the wait's delay nor fails a git that succeeded, nor runs on.
+func TestGitsLeftoversDoNotHoldTheFetch(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	bin := filepath.Join(dir, "git")
+	script := fmt.Sprintf("#!/bin/sh\nsleep 300 &\necho $! > %q\nexec %q \"$@\"\n", pidFile, gitBin)
+	require.NoError(t, os.WriteFile(bin, []byte(script), 0o755))
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one", gittest.File("a/x", "1"))
+
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: bin})
+	require.NoError(t, err)
+	fetches := repo.Counts().Fetches.Load()
+	res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	assert.Equal(t, c1, res.Refs["refs/heads/main"].String())
+	assert.Equal(t, fetches+1, repo.Counts().Fetches.Load(), "git's fetch, not a fallback after it was said to fail")
+
+	data, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	var pid int
+	_, err = fmt.Sscan(string(data), &pid)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	assert.Eventually(t, func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH }, 20*time.Second, 10*time.Millisecond,
+		"git's leftover child is gone")
 }

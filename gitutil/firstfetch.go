@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/modwatch/modwatch/internal/procgroup"
 )
 
 // firstFetch makes the first fetch into an empty mirror in one request
@@ -69,15 +71,14 @@ func stopped(ctx context.Context) error { return ctx.Err() }
 func (m *Mirror) indexPack(ctx context.Context, r io.Reader) error {
 	ctx, cancel := context.WithTimeout(ctx, defaultFetchTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, m.opts.GitCLI, "index-pack", "--stdin", "--fix-thin")
+	cmd := exec.Command(m.opts.GitCLI, "index-pack", "--stdin", "--fix-thin")
 	cmd.Dir = m.dir
 	cmd.Env = append(os.Environ(), "GIT_DIR="+m.dir, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull, "GIT_ALLOW_PROTOCOL=modwatch-none")
 	cmd.Stdin = r
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &out
-	killGroupOnCancel(cmd)
 	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Run(); err != nil {
+	if err := procgroup.Run(ctx, cmd); err != nil {
 		return m.gitFailed("git index-pack", err, &out)
 	}
 	return nil
