@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -43,8 +44,9 @@ const streamThreshold = 1 << 20
 // FS that reads them is (they are deleted at a fetch after it is garbage
 // collected). It implements io.Closer, which closes the pack files it
 // holds open (a read after it opens them again): close it when a read is
-// over. A mirror rebuilt since makes it fail with [ErrRebuilt]. Large
-// files are streamed.
+// over. A mirror rebuilt since makes it fail with [ErrRebuilt]; one
+// handed on ([Detach]) may be released, past [MirrorOptions.MaxKept], and
+// fail with [ErrReleased]. Large files are streamed.
 func (m *Mirror) FS(c Hash, sel Selection) (fs.FS, error) {
 	commit := plumbing.Hash(c)
 	s, err := sel.compile()
@@ -131,6 +133,9 @@ type treeFS struct {
 	root    *object.Tree
 	modTime time.Time
 	reader  uint64 // its number in the mirror's readers (see addReader)
+	// released is set when its mirror released it (see Detach): it reads
+	// nothing more.
+	released atomic.Bool
 
 	// trees holds the directories decoded so far (and their name maps,
 	// which go-git builds at the first lookup), so that opening the n
@@ -215,11 +220,21 @@ func (f *treeFS) Close() error {
 	return f.st.Close()
 }
 
-// fail reports a read error of the store to the mirror.
-func (f *treeFS) fail(err error) error { return f.m.readFailed(f.gen, err) }
+// fail reports a read error of the store to the mirror; one of a file
+// system released meanwhile is that, not damage.
+func (f *treeFS) fail(err error) error {
+	if f.released.Load() {
+		return fmt.Errorf("%w: %w", ErrReleased, err)
+	}
+	return f.m.readFailed(f.gen, err)
+}
 
-// stale is ErrRebuilt once the mirror was rebuilt since f was made.
+// stale is ErrReleased once f was released (see Detach), ErrRebuilt once
+// the mirror was rebuilt since f was made.
 func (f *treeFS) stale() error {
+	if f.released.Load() {
+		return ErrReleased
+	}
 	if f.m.gen.Load() != f.gen {
 		return ErrRebuilt
 	}
@@ -238,6 +253,9 @@ func checked[T any](f *treeFS, op, name string, fn func() (T, error)) (T, error)
 	// An io/fs operation has no ctx: its budget bounds it.
 	f.work = newBudget(context.Background())
 	v, err := fn()
+	if f.released.Load() {
+		f.letGo() // released while it read (see letGoAll)
+	}
 	if serr := f.stale(); serr != nil && err == nil {
 		return zero, &fs.PathError{Op: op, Path: name, Err: serr}
 	}
@@ -691,6 +709,10 @@ func (b *blobFile) readAt(p []byte, off int64) (int, error) {
 		return 0, io.EOF
 	}
 	if err := b.fs.stale(); err != nil {
+		if b.r != nil { // a stream of its own: of a pack that may be gone
+			_ = b.r.Close()
+			b.r = nil
+		}
 		return 0, b.err(err)
 	}
 	if b.r == nil || off < b.rpos {

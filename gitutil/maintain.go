@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"weak"
 
 	"github.com/go-git/go-git/v5"
 )
@@ -170,15 +171,22 @@ func largePacks(dir string) []string {
 }
 
 // dropReplaced deletes the replaced packs that no file system handed out
-// may read: those of none that is still referenced (see [Mirror.FS]).
-// Callers hold m.mu.
+// may read: those of none that is still referenced (see [Mirror.FS]), after
+// it released those kept past the bound (see overKept). Callers hold m.mu.
 func (m *Mirror) dropReplaced() {
+	m.readersMu.Lock()
+	released := m.overKept()
+	m.readersMu.Unlock()
+	letGoAll(released)
 	if len(m.replaced) == 0 {
 		return
 	}
 	held := map[string]bool{}
 	m.readersMu.Lock()
-	for _, packs := range m.readers {
+	for r, packs := range m.readers {
+		if m.handed[r].Value() == nil {
+			continue // collected, its cleanup not run yet: it reads nothing
+		}
 		for _, p := range packs {
 			held[p] = true
 		}
@@ -219,6 +227,7 @@ const replacedFile = "modwatch-replaced"
 // replaced). A failure leaves redundant packs on disk at worst. Callers
 // hold m.mu.
 func (m *Mirror) recordReplaced() {
+	m.notePinned()
 	path := filepath.Join(m.dir, replacedFile)
 	if len(m.replaced) == 0 {
 		_ = os.Remove(path)
@@ -266,6 +275,9 @@ func dropLeftReplaced(dir string) {
 func (m *Mirror) addReader(f *treeFS, v *packView) {
 	m.readersMu.Lock()
 	defer m.readersMu.Unlock()
+	if f.released.Load() {
+		return // it reads nothing more, and holds nothing
+	}
 	if !v.named(m.lastPacks) {
 		m.lastPacks = v.packNames()
 	}
@@ -275,6 +287,10 @@ func (m *Mirror) addReader(f *treeFS, v *packView) {
 		// Packs stay open while the file system is read (one open per
 		// object otherwise), a few at most, until Close or the collector.
 		runtime.AddCleanup(f, handedOut.end, handedOut{m, v, f.reader})
+		if m.handed == nil {
+			m.handed = map[uint64]weak.Pointer[treeFS]{}
+		}
+		m.handed[f.reader] = weak.Make(f)
 	}
 	m.readers[f.reader] = m.lastPacks // read only
 }
@@ -293,6 +309,8 @@ func (h handedOut) end() {
 	_ = h.st.Close()
 	h.m.readersMu.Lock()
 	delete(h.m.readers, h.reader)
+	delete(h.m.handed, h.reader)
+	delete(h.m.kept, h.reader)
 	h.m.readersMu.Unlock()
 }
 

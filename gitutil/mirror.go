@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
@@ -118,6 +119,14 @@ type MirrorOptions struct {
 	// fetched as a Partial mirror's is (protocol version 2 over HTTP(S)),
 	// or is [ErrNotFetched].
 	Filter string
+	// MaxKept bounds the file systems of [Mirror.FS] handed on ([Detach])
+	// that the mirror keeps readable once a garbage collection found them
+	// still referenced (0: [DefaultMaxKept]; negative: no bound). Past it,
+	// the oldest is released: its reads fail with [ErrReleased], and the
+	// packs a repack replaced that only it read go at the next fetch. So
+	// the disk a caller that keeps trees holds is bounded: at most MaxKept
+	// sets of replaced packs, each at most the size of the mirror.
+	MaxKept int
 }
 
 // Mirror is a bare repository on disk that mirrors the refs of one remote
@@ -150,6 +159,14 @@ type Mirror struct {
 	// it, so a delivery long over leaves nothing here.
 	readers    map[uint64][]string
 	nextReader uint64
+	// handed holds each reader's file system, weakly: nil once it is
+	// unreachable, before its cleanup has run (see dropReplaced).
+	handed map[uint64]weak.Pointer[treeFS]
+	// kept holds the readers handed on ([Detach]), with the count of
+	// garbage collections then (see overKept).
+	kept map[uint64]uint64
+	// pinned is the size of the replaced packs on disk (see recordReplaced).
+	pinned atomic.Int64
 	// lastPacks is the packs the last reader reads, given to the next
 	// that reads the same: one slice for most readers, not one each.
 	lastPacks []string
@@ -331,6 +348,7 @@ func (m *Mirror) reinit() error {
 	clear(m.complete)
 	clear(m.verified)
 	clear(m.replaced)
+	m.pinned.Store(0)
 	clear(m.trees[:])
 	return nil
 }

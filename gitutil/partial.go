@@ -548,7 +548,7 @@ func (f *treeFS) fetched(h plumbing.Hash, err error) error {
 	m := f.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if f.gen != m.gen.Load() {
+	if f.gen != m.gen.Load() || f.released.Load() {
 		return err
 	}
 	if lerr := m.lazyObject(h, err); lerr != nil {
