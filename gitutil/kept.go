@@ -43,8 +43,9 @@ func Detach(fsys fs.FS) {
 
 // KeptStats says what the file systems a mirror handed out hold.
 type KeptStats struct {
-	// Trees counts the file systems handed on ([Detach]) that are neither
-	// garbage collected nor released yet.
+	// Trees counts the file systems kept: handed on ([Detach]), found
+	// referenced by a garbage collection since, and not released (those
+	// that [MirrorOptions.MaxKept] bounds).
 	Trees int
 	// PackBytes is the size of the packs a repack replaced that stay on
 	// disk because a file system handed out may read them (a delivery
@@ -58,8 +59,9 @@ func (m *Mirror) Kept() KeptStats {
 	m.readersMu.Lock()
 	defer m.readersMu.Unlock()
 	st := KeptStats{PackBytes: m.pinned.Load()}
-	for r := range m.kept {
-		if f := m.handed[r].Value(); f != nil && !f.released.Load() {
+	now := gcCycles()
+	for r, at := range m.kept {
+		if survived(at, now) && m.handed[r].Value() != nil {
 			st.Trees++
 		}
 	}
@@ -101,7 +103,7 @@ func (m *Mirror) overKept() []*treeFS {
 		switch {
 		case m.handed[r].Value() == nil:
 			delete(m.kept, r) // collected; its cleanup forgets the rest
-		case now >= at+2: // a collection that started after it ended
+		case survived(at, now):
 			old = append(old, r)
 		}
 	}
@@ -141,6 +143,11 @@ func (f *treeFS) letGo() {
 	f.st.packs = nil
 	f.trees, f.entries = nil, 0
 }
+
+// survived reports whether a file system handed on when at collections
+// were done, found referenced now, was by a collection that started after
+// it was handed on (the one under way then may have marked it before).
+func survived(at, now uint64) bool { return now >= at+2 }
 
 // gcCycles is the number of garbage collections completed so far.
 func gcCycles() uint64 {

@@ -28,8 +28,10 @@ type ChainSink struct {
 
 // chainProgress is how far a change went.
 type chainProgress struct {
-	change  Change // To, From, Reason and Target say which change
-	reports []any  // of the steps that succeeded
+	// change says which change (To, From, Reason, Ref and Target), without
+	// its trees: kept while a step fails, a tree would keep its packs.
+	change  Change
+	reports []any // of the steps that succeeded
 }
 
 var (
@@ -62,6 +64,7 @@ func (c *ChainSink) DeliverReport(ctx context.Context, ch Change) (any, error) {
 	c.mu.Unlock()
 	if !ok || !sameChange(p.change, ch) {
 		p = chainProgress{change: ch}
+		p.change.FS, p.change.Root = nil, nil
 	}
 	for i := len(p.reports); i < len(c.steps); i++ {
 		step := c.steps[i]

@@ -386,7 +386,8 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	case record:
 		return d.record(ctx, want.live, ev, cp)
 	}
-	c, err := d.change(ctx, want, dec)
+	h := &handout{}
+	c, err := d.change(ctx, want, dec, h)
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
 	}
@@ -396,19 +397,21 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 		left.Type, left.Change = EventSubmodulesLeftOut, &c
 		d.env.emit(left)
 	}
-	return d.invoke(ctx, want, ev, c)
+	return d.invoke(ctx, want, ev, c, h)
 }
 
 // invoke calls the sink with c and, when it succeeds, records the
 // checkpoint and reports the delivery. c's file systems are closed after,
-// unless the sink was abandoned (it may read on).
-func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Change) error {
+// unless the sink was abandoned (it may read on), and handed on (see
+// handout) either way.
+func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Change, h *handout) error {
 	t, commit := *want.target, ev.Commit
 	abandoned := false
 	defer func() {
 		if !abandoned {
 			closeAll(c.FS, c.Root)
 		}
+		h.handOn(c.FS)
 	}()
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -502,8 +505,8 @@ func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
 
 // change makes the Change of a delivery: its reason (a new commit that
 // does not descend from the last is a force-push), the paths changed
-// since, and the tree.
-func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Change, error) {
+// since, and the tree; h follows Change.Root's once opened.
+func (d *deliverer) change(ctx context.Context, want *desired, dec decision, h *handout) (Change, error) {
 	t := *want.target
 	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commitHex(), Reason: dec.reason}
 	if from, err := gitutil.ParseHash(dec.from); dec.reason == ReasonNewCommit && err == nil {
@@ -518,7 +521,13 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision) (Ch
 	}
 	fsys, err := want.mirror.FS(want.commit, t.Selection())
 	// The whole repository, opened only if the sink reads it.
-	c.Root = &lazyFS{open: func() (fs.FS, error) { return want.mirror.FS(want.commit, gitutil.Selection{}) }}
+	c.Root = &lazyFS{open: func() (fs.FS, error) {
+		root, err := want.mirror.FS(want.commit, gitutil.Selection{})
+		if err == nil {
+			h.opened(root)
+		}
+		return root, err
+	}}
 	if err != nil {
 		if errors.Is(err, gitutil.ErrCommitNotFound) || errors.Is(err, gitutil.ErrCorrupt) {
 			d.env.trigger(t.URL) // the mirror lost it (rebuilt): have it fetched again now

@@ -47,9 +47,16 @@ func newEnv(o options) *env {
 	}
 }
 
-// emit stamps e and hands it to every observer.
+// emit stamps e and hands it to every observer, with what the sink was
+// handed but its trees (see Event.Change): an event is a record, which an
+// observer may keep, and a tree kept would keep its packs on disk.
 func (v *env) emit(e Event) {
 	e.Time = time.Now()
+	if c := e.Change; c != nil && (c.FS != nil || c.Root != nil) {
+		record := *c
+		record.FS, record.Root = nil, nil
+		e.Change = &record
+	}
 	for _, o := range v.opts.observers {
 		o.Observe(e)
 	}

@@ -64,7 +64,9 @@ type MirrorReader interface {
 	// FS returns what the selection keeps in commit, read-only, readable
 	// for as long as it is referenced (see Change.FS). If it is an
 	// io.Closer, the watcher closes it when the delivery is over, and it
-	// must stay readable after that.
+	// must stay readable after that. Once the delivery is over, the
+	// watcher hands it on with gitutil.Detach, which bounds what a
+	// gitutil mirror's file systems kept hold ([WithKeptTrees]).
 	FS(commit gitutil.Hash, sel gitutil.Selection) (fs.FS, error)
 	// Submodules lists the submodules the selection keeps in commit (their
 	// paths relative to its Path, URLs and pinned commits); FS leaves them

@@ -75,7 +75,13 @@ type Event struct {
 	Sink string
 	// Ref and Commit are what the target resolved to, when known.
 	Ref, Commit string
-	// Change is the change handed to the sink, for delivery events.
+	// Change is the change handed to the sink, for delivery events, as a
+	// record: its FS and Root are nil. An event is a value an observer may
+	// keep (as a client-go event handler keeps an object, not a handle on
+	// the cluster); a tree kept would keep its packs on disk, and an
+	// observer, called after Deliver returned, would read it when the
+	// sink is done with it. What the sink read is for the sink to report
+	// ([Reporter], Result).
 	Change *Change
 	// Attempt counts failures of the same delivery.
 	Attempt int

@@ -38,6 +38,7 @@ type options struct {
 	credentialsRetry time.Duration
 	localRepos       bool
 	shard            Shard
+	keptTrees        int
 }
 
 func defaultOptions() options {
@@ -257,3 +258,19 @@ func WithGit(g Git) Option {
 // the watcher's mirrors of other tenants' remotes: allow it only in tests
 // and single-user tools.
 func WithLocalRepositories() Option { return func(o *options) { o.localRepos = true } }
+
+// WithKeptTrees bounds the trees that sinks keep after Deliver returned
+// (Change.FS and Change.Root), per mirror (default
+// [gitutil.DefaultMaxKept], 64; negative: no bound). A tree a sink keeps
+// stays readable through fetches and repacks, and keeps on disk the packs
+// a repack replaced that it reads; the bound is what makes that disk
+// finite. Once a garbage collection found more than n of a mirror's trees
+// handed to sinks still referenced, the oldest are released, at the next
+// delivery or fetch: a read of one fails with an error wrapping
+// [gitutil.ErrReleased], and the packs only they read go at the next
+// fetch. A sink that keeps a tree for longer (to serve it) keeps a copy
+// (sink/dir), or asks for n above the trees it keeps at once. A tree of a
+// delivery under way never counts; one that a sink's Deliver left behind
+// (in a report, an error, a wrapper's state) does, as kept. Stats.KeptTrees
+// and Stats.KeptPackBytes say what they hold.
+func WithKeptTrees(n int) Option { return func(o *options) { o.keptTrees = n } }

@@ -59,7 +59,7 @@ func (s *submodules) open(url string, auth *gitutil.Auth) (*subMirror, error) {
 	}
 	sum := sha256.Sum256([]byte(key))
 	dir := filepath.Join(s.dir, hex.EncodeToString(sum[:12]))
-	m, err := s.v.opts.git.OpenMirror(dir, url, gitutil.MirrorOptions{TempDir: s.tmp})
+	m, err := s.v.opts.git.OpenMirror(dir, url, gitutil.MirrorOptions{TempDir: s.tmp, MaxKept: s.v.opts.keptTrees})
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +69,18 @@ func (s *submodules) open(url string, auth *gitutil.Auth) (*subMirror, error) {
 	}
 	s.mirrors[key] = sm
 	return sm, nil
+}
+
+// kept adds what the trees of the open mirrors hold to st.
+func (s *submodules) kept(st *Stats) {
+	if s == nil {
+		return // not running
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sm := range s.mirrors {
+		st.addKept(sm.mirror)
+	}
 }
 
 // dirs are the directories of the open mirrors, which the cache's

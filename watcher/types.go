@@ -208,17 +208,21 @@ type Change struct {
 	// FS is a read-only view of Target.Path at To, narrowed to its Paths
 	// and without what its ignore patterns hide, with its submodules when
 	// the target recurses into them. It is safe for concurrent use and
-	// reads the same tree for as long as the sink keeps it, after Deliver
-	// returns too, through fetches and repacks (the packs it reads stay on
-	// disk until it is garbage collected). When it is an io.Closer, the
-	// watcher closes it after Deliver: that lets go of the files it holds
-	// open, and a later read opens them again. A mirror rebuilt since (it
-	// was found damaged) makes a later read fail with gitutil.ErrRebuilt.
+	// reads the same tree while the sink keeps it, after Deliver returns
+	// too, through fetches and repacks (the packs it reads stay on disk
+	// until it is garbage collected), within a bound: once more trees
+	// handed to sinks are kept than [WithKeptTrees] allows, the oldest is
+	// released and its reads fail with gitutil.ErrReleased (its packs go).
+	// When it is an io.Closer, the watcher closes it after Deliver: that
+	// lets go of the files it holds open, and a later read opens them
+	// again. A mirror rebuilt since (it was found damaged) makes a later
+	// read fail with gitutil.ErrRebuilt. An event's Change has none.
 	FS fs.FS
 	// Root is the whole repository at To, read-only, as FS is and for as
 	// long: for a sink that reads outside Target.Path (a kustomize overlay
 	// whose base is "../../base"), confined to the repository. What it
-	// reads there is worth reporting (see [Dependent]).
+	// reads there is worth reporting (see [Dependent]). An event's Change
+	// has none.
 	Root fs.FS
 	// Submodules are the paths, relative to Target.Path, of the submodules
 	// under it that FS leaves out (the target does not recurse into them):

@@ -294,6 +294,14 @@ type Stats struct {
 	// RemovalsHeld counts the targets whose removal the deletion budget
 	// holds now ([WithRemovalBudget]).
 	RemovalsHeld int
+	// KeptTrees counts the trees that sinks kept (Change.FS, Change.Root):
+	// their delivery returned, a garbage collection since found them still
+	// referenced, and they are not released (see [WithKeptTrees]).
+	// KeptPackBytes is the size of the packs that repacks replaced and that
+	// stay on disk because a tree handed out may read them. Both are of the
+	// mirrors that say (gitutil's).
+	KeptTrees     int
+	KeptPackBytes int64
 }
 
 // Stats returns a snapshot of what the watcher is doing; it is cheap and
@@ -312,6 +320,10 @@ func (w *Watcher) Stats() Stats {
 	}
 	st.Failing = w.health.count()
 	st.RemovalsHeld = w.heldCount()
+	for _, r := range w.remotes {
+		st.addKept(r.mirror)
+	}
+	w.subs.kept(&st)
 	return st
 }
 
@@ -939,6 +951,7 @@ func (w *Watcher) openRemote(key string, spec *remoteSpec) (*remote, error) {
 	var r *remote // set before anyone reads the mirror
 	m, err := w.opts.git.OpenMirror(dir, spec.url, gitutil.MirrorOptions{
 		TempDir: w.cache.tmp,
+		MaxKept: w.opts.keptTrees,
 		// A damaged store found by any read is rebuilt by a poll now.
 		OnDamage: func(error) { r.poke() },
 	})

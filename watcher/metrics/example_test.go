@@ -18,7 +18,7 @@ func ExampleNew() {
 
 	m, _ := metrics.New(registry)
 	w := watcher.New(watcher.WithObserver(m))
-	m.CollectStats(w) // targets, remotes, retries, removals held, sources without a set
+	m.CollectStats(w) // targets, remotes, retries, removals held, sources without a set, kept trees and their packs
 
 	families, _ := registry.Gather()
 	for _, f := range families {
@@ -26,6 +26,8 @@ func ExampleNew() {
 	}
 	// Output:
 	// modwatch_deliveries_retrying
+	// modwatch_kept_pack_bytes
+	// modwatch_kept_trees
 	// modwatch_remotes
 	// modwatch_removals_held
 	// modwatch_sources_without_set

@@ -11,7 +11,10 @@
 // ref_listing_seconds{remote}, fetch_seconds{remote}, mirror_rebuilds_total
 // {remote}, target_failures_total{remote}, deliveries_total{sink,result},
 // delivery_seconds{sink}, delivery_lag_seconds{sink} (commit first seen to
-// sink success), and the gauges targets, remotes and deliveries_retrying.
+// sink success), and the gauges targets, remotes, deliveries_retrying,
+// kept_trees (trees that sinks kept after Deliver returned, not released:
+// see watcher.WithKeptTrees) and kept_pack_bytes
+// (the replaced packs on disk that only trees handed out read).
 package metrics
 
 import (
@@ -97,17 +100,20 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 
 // CollectStats registers gauges read from w at each scrape: targets,
 // remotes, deliveries waiting for a retry, removals the deletion budget
-// holds and sources without a set.
+// holds, sources without a set, and the trees sinks kept and the bytes of
+// packs they keep on disk.
 func (m *Metrics) CollectStats(w *watcher.Watcher) error {
 	for _, g := range []struct {
 		name, help string
-		value      func(watcher.Stats) int
+		value      func(watcher.Stats) int64
 	}{
-		{"modwatch_targets", "Valid targets of all routes.", func(s watcher.Stats) int { return s.Targets }},
-		{"modwatch_remotes", "Repositories polled.", func(s watcher.Stats) int { return s.Remotes }},
-		{"modwatch_deliveries_retrying", "Deliveries waiting to be retried.", func(s watcher.Stats) int { return s.Retrying }},
-		{"modwatch_removals_held", "Targets whose removal the deletion budget holds.", func(s watcher.Stats) int { return s.RemovalsHeld }},
-		{"modwatch_sources_without_set", "Routes whose source cannot give its set now; their last sets stay.", func(s watcher.Stats) int { return s.NoSet }},
+		{"modwatch_targets", "Valid targets of all routes.", func(s watcher.Stats) int64 { return int64(s.Targets) }},
+		{"modwatch_remotes", "Repositories polled.", func(s watcher.Stats) int64 { return int64(s.Remotes) }},
+		{"modwatch_deliveries_retrying", "Deliveries waiting to be retried.", func(s watcher.Stats) int64 { return int64(s.Retrying) }},
+		{"modwatch_removals_held", "Targets whose removal the deletion budget holds.", func(s watcher.Stats) int64 { return int64(s.RemovalsHeld) }},
+		{"modwatch_sources_without_set", "Routes whose source cannot give its set now; their last sets stay.", func(s watcher.Stats) int64 { return int64(s.NoSet) }},
+		{"modwatch_kept_trees", "Trees that sinks kept after their delivery returned, not released yet.", func(s watcher.Stats) int64 { return int64(s.KeptTrees) }},
+		{"modwatch_kept_pack_bytes", "Bytes of replaced packs kept on disk for trees handed out.", func(s watcher.Stats) int64 { return s.KeptPackBytes }},
 	} {
 		value := g.value
 		gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help},
