@@ -2,6 +2,7 @@ package watcher_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -169,4 +170,123 @@ func gauge(reg *prometheus.Registry, name string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no gauge %s", name)
+}
+
+// The tree of a delivery under way is the watcher's, not kept: however
+// many trees other deliveries of its mirror left kept past the bound, and
+// released, a sink slow to read its own reads it.
+func TestTreeOfADeliveryUnderWayIsNeverReleased(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("a/f", "a1"), gittest.File("b/f", "b1"))
+	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
+	w := newWatcher(t, obs, watcher.WithGit(watcher.GoGit{RepackPacks: 2}), watcher.WithKeptTrees(1))
+	inA, goOn := make(chan struct{}), make(chan struct{})
+	var after string
+	var afterErr error
+	sink.SetHook(func(ctx context.Context, c watcher.Change) error {
+		if c.Target.ID != "a" {
+			return nil
+		}
+		close(inA) // a's path never changes again: delivered once
+		select {
+		case <-goOn:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		after, afterErr = readFile(c, "f")
+		return nil
+	})
+	src := watchertest.NewSource(watcher.Target{ID: "a", URL: repo.URL(), Path: "a"}, watcher.Target{ID: "b", URL: repo.URL(), Path: "b"})
+	require.NoError(t, w.Route(src, sink))
+	start(t, w)
+	<-inA
+	first := sink.WaitCommit(t, "b", c1)
+	for i := 2; i <= 6; i++ {
+		if i == 6 {
+			collect() // what b's sink kept until now counts as kept
+		}
+		c := repo.Commit(t, fmt.Sprint(i), gittest.File("b/f", fmt.Sprint("b", i)))
+		pollNow(t, w, obs, repo.URL())
+		sink.WaitCommit(t, "b", c)
+	}
+	_, err := readFile(first, "f")
+	require.ErrorIs(t, err, gitutil.ErrReleased, "b's oldest kept tree is released")
+
+	close(goOn)
+	sink.WaitCommit(t, "a", c1)
+	require.NoError(t, afterErr, "a's tree, its delivery under way, is not")
+	assert.Equal(t, "a1", after)
+}
+
+// heldTree is a report, and treeError an error, that keep the tree their
+// delivery was handed: an observer that keeps events keeps them.
+type heldTree struct{ fsys fs.FS }
+
+type treeError struct{ fsys fs.FS }
+
+func (treeError) Error() string { return "failed, with the tree" }
+
+// treeKeeper is a Reporter that keeps each tree in what it returns: a
+// report on odd deliveries, an error on even ones.
+type treeKeeper struct{ n int }
+
+func (k *treeKeeper) Deliver(ctx context.Context, c watcher.Change) error {
+	_, err := k.DeliverReport(ctx, c)
+	return err
+}
+
+func (k *treeKeeper) DeliverReport(_ context.Context, c watcher.Change) (any, error) {
+	k.n++
+	if k.n%2 == 1 {
+		return heldTree{c.FS}, nil
+	}
+	return nil, watcher.Permanent(treeError{c.FS})
+}
+
+// Other roads to the same disk: a tree kept in a Reporter's report
+// (Event.Result) or in the error a sink returned (Event.Err), by an
+// observer that keeps events. The watcher cannot take them out: they are
+// kept trees, bounded as a sink's, the oldest released.
+func TestTreesKeptInReportsAndErrorsAreBounded(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	cache := t.TempDir()
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs, watcher.WithCacheDir(cache), watcher.WithGit(watcher.GoGit{RepackPacks: 2}), watcher.WithKeptTrees(2))
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Path: "app"}), &treeKeeper{}))
+	outcome := func(c string) func(watcher.Event) bool {
+		return func(e watcher.Event) bool {
+			return (e.Type == watcher.EventDelivered || e.Type == watcher.EventDeliveryFailed) && e.Commit == c
+		}
+	}
+	c1 := repo.Commit(t, "1", gittest.File("app/f", "1"))
+	start(t, w)
+	obs.WaitFor(t, "the first delivery", outcome(c1))
+	for i := 2; i <= 12; i++ {
+		if i == 12 {
+			collect()
+		}
+		c := repo.Commit(t, fmt.Sprint(i), gittest.File("app/f", fmt.Sprint(i)))
+		pollNow(t, w, obs, repo.URL())
+		obs.WaitFor(t, "the delivery of "+fmt.Sprint(i), outcome(c))
+	}
+
+	assert.LessOrEqual(t, packsOnDisk(t, cache), 9, "the mirror's packs and those of the two generations kept, not eleven")
+	var report, failure fs.FS
+	for _, e := range obs.Events() {
+		var te treeError
+		switch {
+		case report == nil && e.Type == watcher.EventDelivered:
+			report = e.Result.(heldTree).fsys
+		case failure == nil && e.Type == watcher.EventDeliveryFailed && errors.As(e.Err, &te):
+			failure = te.fsys
+		}
+	}
+	require.NotNil(t, report)
+	require.NotNil(t, failure)
+	_, err := fs.ReadFile(report, "f")
+	require.ErrorIs(t, err, gitutil.ErrReleased, "the tree of the oldest report is released")
+	_, err = fs.ReadFile(failure, "f")
+	require.ErrorIs(t, err, gitutil.ErrReleased, "the tree of the oldest error is released")
 }
