@@ -129,7 +129,7 @@ func TestPackIndexAnswersAsGoGits(t *testing.T) {
 
 // syntheticIndex encodes an index of n objects with random names, every
 // large-th of them past 2 GiB in the pack.
-func syntheticIndex(t *testing.T, n, large int) []byte {
+func syntheticIndex(t testing.TB, n, large int) []byte {
 	t.Helper()
 	w := new(idxfile.Writer)
 	rng := rand.New(rand.NewPCG(2, uint64(n)))
