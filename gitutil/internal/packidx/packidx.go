@@ -1,7 +1,12 @@
 // Package packidx reads a version 2 pack index in place, for the mirror's
-// object store: the file is mapped where the system can, checked against
-// its size before any lookup, and a fault in the mapping (the file cut
-// short under it) is an error of the lookup ([ErrFault]), never a SIGBUS.
+// object store: the file is mapped where the system can, and checked
+// against its size when opened. A mapped file can change under the mapping
+// at any time after that (another process rewrites it, a disk fails), so it
+// is untrusted input for its whole life: every value a lookup reads from it
+// (a fanout entry, a position, an offset) is checked against the index's
+// structure when it is read, and one that does not fit is an error of the
+// lookup ([ErrCorrupt]), never a panic; a fault in the mapping (the file
+// cut short under it) is one too ([ErrFault]), never a SIGBUS.
 // It is go-git's idxfile.Index, without the decoding that holds about 60
 // bytes per object.
 package packidx
@@ -10,13 +15,15 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"sort"
+	"strings"
 	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -35,7 +42,8 @@ type Index struct {
 	data   []byte
 	mapped bool // data is a mapping of the file (see recoverFault)
 	count  int
-	large  int // 8-byte offsets, for packs over 2 GiB
+	large  int    // 8-byte offsets, for packs over 2 GiB
+	end    uint64 // every offset is below: the pack's size less its trailer, where known
 	// sections of data
 	names, crcs, offsets, offsets64 int
 
@@ -55,10 +63,29 @@ const (
 	TrailerSize = 40
 )
 
+// The bounds of an offset: no object starts in the pack's header (its
+// signature, version and count) or in its trailer (its checksum), nor past
+// maxOffset in a pack whose size the index does not know.
+const (
+	packHeader  = 12
+	packTrailer = 20
+	maxOffset   = 1 << 62
+)
+
 // Open maps the index at path and checks that its structure fits
 // its size (so that no lookup reads past it), that its fanout ascends and
-// that it is the index of pack.
+// that it is the index of pack. The offsets it gives are within the pack
+// beside it (pack-X.pack beside pack-X.idx), where there is one.
 func Open(path string, pack plumbing.Hash) (*Index, error) {
+	return openIndex(path, pack, MapThreshold)
+}
+
+// openIndex is Open, mapping an index of mapFrom bytes or more.
+func openIndex(path string, pack plumbing.Hash, mapFrom int64) (*Index, error) {
+	end, err := packEnd(path)
+	if err != nil {
+		return nil, err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -77,7 +104,7 @@ func Open(path string, pack plumbing.Hash) (*Index, error) {
 	var data []byte
 	unmap := func() error { return nil }
 	mapped := false
-	if st.Size() >= MapThreshold {
+	if st.Size() >= mapFrom {
 		if d, u, err := mapFile(f, int(st.Size())); err == nil {
 			data, unmap, mapped = d, u, true
 		}
@@ -93,8 +120,27 @@ func Open(path string, pack plumbing.Hash) (*Index, error) {
 		_ = unmap()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	idx.end = end
 	runtime.AddCleanup(idx, func(unmap func() error) { _ = unmap() }, unmap)
 	return idx, nil
+}
+
+// packEnd returns where the objects of the pack beside the index at path
+// end: the pack's size less its trailer. Where there is no such pack, an
+// offset is bounded by maxOffset only.
+func packEnd(path string) (uint64, error) {
+	base, ok := strings.CutSuffix(path, ".idx")
+	if !ok {
+		return maxOffset, nil
+	}
+	st, err := os.Stat(base + ".pack")
+	if errors.Is(err, fs.ErrNotExist) {
+		return maxOffset, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return uint64(max(st.Size()-packTrailer, packHeader)), nil
 }
 
 // checkedIndex reads the index in data (mapped or not) and checks that it
@@ -118,6 +164,16 @@ func checkedIndex(data []byte, pack plumbing.Hash, mapped bool) (idx *Index, err
 // the SIGBUS that would end the program: an index the damage decision
 // verifies, finds cut short, and rebuilds.
 var ErrFault = fmt.Errorf("%w: fault reading a mapped index (its file changed under the mapping)", idxfile.ErrMalformedIdxFile)
+
+// ErrCorrupt is what a lookup gives when a value it reads from the index
+// does not fit the index's structure: a fanout that decreases, or does not
+// end at the object count the index was opened with; a name outside its
+// fanout bucket, or out of order; an offset outside the pack, or past the
+// table of 8-byte offsets. Open checked the structure, so the file changed
+// since (rewritten in place under a mapping): like [ErrFault], an index the
+// damage decision verifies, finds damaged, and rebuilds. It is never
+// [plumbing.ErrObjectNotFound]: a corrupt index is not a miss.
+var ErrCorrupt = fmt.Errorf("%w: corrupt index (its file changed after it was opened)", idxfile.ErrMalformedIdxFile)
 
 // recoverFault, deferred by every method that reads a mapping with
 //
@@ -147,7 +203,7 @@ func New(data []byte) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	idx := &Index{data: data, count: int(count), large: int(large)}
+	idx := &Index{data: data, count: int(count), large: int(large), end: maxOffset}
 	idx.names = HeaderSize + FanoutSize
 	idx.crcs = idx.names + 20*idx.count
 	idx.offsets = idx.crcs + 4*idx.count
@@ -179,47 +235,100 @@ func Layout(head []byte, size int64) (count, large int64, err error) {
 	return count, (size - least) / 8, nil
 }
 
-func (x *Index) fanout(b int) int {
-	if b < 0 {
-		return 0
+// bucket returns the positions [lo, hi) of the names that begin with b, as
+// the fanout says when it is read: it must not decrease there, and must end
+// at the object count the index was opened with (every position under
+// that count is in the index, however the file changed).
+func (x *Index) bucket(b byte) (lo, hi int, err error) {
+	fanout := (*[FanoutSize]byte)(x.data[HeaderSize:])
+	var l uint32
+	if b > 0 {
+		l = binary.BigEndian.Uint32(fanout[4*int(b)-4:])
 	}
-	return int(binary.BigEndian.Uint32(x.data[HeaderSize+4*b:]))
+	h := binary.BigEndian.Uint32(fanout[4*int(b):])
+	n := binary.BigEndian.Uint32(fanout[FanoutSize-4:])
+	if l > h || h > n || n != uint32(x.count) {
+		return 0, 0, fmt.Errorf("%w: fanout of %02x is %d..%d, of %d objects (%d when opened)", ErrCorrupt, b, l, h, n, x.count)
+	}
+	return int(l), int(h), nil
 }
 
-func (x *Index) name(pos int) []byte { return x.data[x.names+20*pos : x.names+20*pos+20] }
-
-// find returns the position of h, or -1.
-func (x *Index) find(h plumbing.Hash) int {
-	lo, hi := x.fanout(int(h[0])-1), x.fanout(int(h[0]))
-	i := lo + sort.Search(hi-lo, func(i int) bool { return bytes.Compare(x.name(lo+i), h[:]) >= 0 })
-	if i < hi && bytes.Equal(x.name(i), h[:]) {
-		return i
-	}
-	return -1
+// name returns the name at pos, which must be under the count.
+func (x *Index) name(pos int) []byte {
+	at := x.names + 20*pos
+	return x.data[at : at+20 : at+20]
 }
 
+// find returns the position of h, or -1. The search stays in the bucket
+// the fanout gives, whatever the names there say, and every name it reads
+// must begin as h does (as the fanout puts it).
+func (x *Index) find(h *plumbing.Hash) (int, error) {
+	lo, hi, err := x.bucket(h[0])
+	if err != nil {
+		return -1, err
+	}
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		name := x.name(m)
+		if first := name[0]; first != h[0] {
+			return -1, fmt.Errorf("%w: name %d begins %02x, in the fanout's bucket of %02x", ErrCorrupt, m, first, h[0])
+		}
+		switch c := bytes.Compare(name, h[:]); {
+		case c < 0:
+			lo = m + 1
+		case c > 0:
+			hi = m
+		default:
+			return m, nil
+		}
+	}
+	return -1, nil
+}
+
+// hashAt returns the name at pos (under the count), which must be in the
+// fanout's bucket of its first byte.
+func (x *Index) hashAt(pos int) (plumbing.Hash, error) {
+	var h plumbing.Hash
+	copy(h[:], x.name(pos))
+	lo, hi, err := x.bucket(h[0])
+	if err == nil && (pos < lo || pos >= hi) {
+		err = fmt.Errorf("%w: name %d begins %02x, outside the fanout's bucket of it (%d..%d)", ErrCorrupt, pos, h[0], lo, hi)
+	}
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return h, nil
+}
+
+// offset returns the offset of the object at pos (under the count),
+// through the table of 8-byte offsets where its 4-byte one says so: it must
+// be in the pack, past its header and before its trailer.
 func (x *Index) offset(pos int) (int64, error) {
 	o := binary.BigEndian.Uint32(x.data[x.offsets+4*pos:])
-	if o&(1<<31) == 0 {
-		return int64(o), nil
+	v := uint64(o)
+	if o&(1<<31) != 0 {
+		k := int(o &^ (1 << 31))
+		if k >= x.large {
+			return 0, fmt.Errorf("%w: object %d: 8-byte offset %d, past the %d of the index", ErrCorrupt, pos, k, x.large)
+		}
+		v = binary.BigEndian.Uint64(x.data[x.offsets64+8*k:])
 	}
-	k := int(o &^ (1 << 31))
-	if k >= x.large {
-		return 0, fmt.Errorf("%w: offset %d past the large offsets", idxfile.ErrMalformedIdxFile, k)
-	}
-	v := binary.BigEndian.Uint64(x.data[x.offsets64+8*k:])
-	if v > 1<<62 {
-		return 0, fmt.Errorf("%w: offset %d", idxfile.ErrMalformedIdxFile, v)
+	if v < packHeader || v >= x.end {
+		return 0, fmt.Errorf("%w: object %d at offset %d, outside the pack's objects (%d to %d)", ErrCorrupt, pos, v, packHeader, x.end)
 	}
 	return int64(v), nil
 }
+
+// crc returns the CRC32 of the object at pos (under the count).
+func (x *Index) crc(pos int) uint32 { return binary.BigEndian.Uint32(x.data[x.crcs+4*pos:]) }
 
 // Contains reports whether the pack holds h.
 func (x *Index) Contains(h plumbing.Hash) (ok bool, err error) {
 	if x.mapped {
 		defer recoverFault(&err, debug.SetPanicOnFault(true))
 	}
-	return x.find(h) >= 0, nil
+	pos, err := x.find(&h)
+	return pos >= 0, err
 }
 
 // FindOffset returns the offset of h in the pack.
@@ -227,7 +336,10 @@ func (x *Index) FindOffset(h plumbing.Hash) (off int64, err error) {
 	if x.mapped {
 		defer recoverFault(&err, debug.SetPanicOnFault(true))
 	}
-	pos := x.find(h)
+	pos, err := x.find(&h)
+	if err != nil {
+		return 0, err
+	}
 	if pos < 0 {
 		return 0, plumbing.ErrObjectNotFound
 	}
@@ -239,11 +351,14 @@ func (x *Index) FindCRC32(h plumbing.Hash) (crc uint32, err error) {
 	if x.mapped {
 		defer recoverFault(&err, debug.SetPanicOnFault(true))
 	}
-	pos := x.find(h)
+	pos, err := x.find(&h)
+	if err != nil {
+		return 0, err
+	}
 	if pos < 0 {
 		return 0, plumbing.ErrObjectNotFound
 	}
-	return binary.BigEndian.Uint32(x.data[x.crcs+4*pos:]), nil
+	return x.crc(pos), nil
 }
 
 // byOffset returns the positions in offset order, made at the first call.
@@ -252,20 +367,54 @@ func (x *Index) byOffset() ([]uint32, error) {
 		if x.mapped {
 			defer recoverFault(&x.revErr, debug.SetPanicOnFault(true))
 		}
-		offs := make([]int64, x.count)
-		for pos := range offs {
-			if offs[pos], x.revErr = x.offset(pos); x.revErr != nil {
-				return
-			}
-		}
-		rev := make([]uint32, x.count)
-		for i := range rev {
-			rev[i] = uint32(i)
-		}
-		slices.SortFunc(rev, func(a, b uint32) int { return cmp.Compare(offs[a], offs[b]) })
-		x.rev = rev
+		x.rev, x.revErr = x.offsetOrder()
 	})
 	return x.rev, x.revErr
+}
+
+// offsetOrder reads every offset and returns the positions in offset
+// order; two objects at one offset are corrupt.
+func (x *Index) offsetOrder() ([]uint32, error) {
+	offs := make([]int64, x.count)
+	for pos := range offs {
+		var err error
+		if offs[pos], err = x.offset(pos); err != nil {
+			return nil, err
+		}
+	}
+	rev := make([]uint32, x.count)
+	for i := range rev {
+		rev[i] = uint32(i)
+	}
+	slices.SortFunc(rev, func(a, b uint32) int { return cmp.Compare(offs[a], offs[b]) })
+	for i := 1; i < len(rev); i++ {
+		if offs[rev[i]] == offs[rev[i-1]] {
+			return nil, fmt.Errorf("%w: objects %d and %d both at offset %d", ErrCorrupt, rev[i-1], rev[i], offs[rev[i]])
+		}
+	}
+	return rev, nil
+}
+
+// atOffset returns the position of the object at offset o, or -1, by a
+// search of rev (the positions in offset order) that reads each offset
+// again: it ends in bounds whatever they say now.
+func (x *Index) atOffset(rev []uint32, o int64) (int, error) {
+	lo, hi := 0, len(rev)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		off, err := x.offset(int(rev[m]))
+		switch {
+		case err != nil:
+			return -1, err
+		case off < o:
+			lo = m + 1
+		case off > o:
+			hi = m
+		default:
+			return int(rev[m]), nil
+		}
+	}
+	return -1, nil
 }
 
 // FindHash returns the object at offset o of the pack.
@@ -277,36 +426,41 @@ func (x *Index) FindHash(o int64) (h plumbing.Hash, err error) {
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	var found error
-	i := sort.Search(len(rev), func(i int) bool {
-		off, err := x.offset(int(rev[i]))
-		if err != nil {
-			found = err
-		}
-		return off >= o
-	})
-	if found != nil {
-		return plumbing.ZeroHash, found
+	pos, err := x.atOffset(rev, o)
+	if err != nil {
+		return plumbing.ZeroHash, err
 	}
-	if i < len(rev) {
-		if off, _ := x.offset(int(rev[i])); off == o {
-			copy(h[:], x.name(int(rev[i])))
-			return h, nil
-		}
+	if pos < 0 {
+		return plumbing.ZeroHash, plumbing.ErrObjectNotFound
 	}
-	return plumbing.ZeroHash, plumbing.ErrObjectNotFound
+	return x.hashAt(pos)
 }
 
-// Count returns the number of objects in the pack.
-func (x *Index) Count() (int64, error) { return int64(x.count), nil }
+// Count returns the number of objects in the pack: the count the index
+// was opened with, which its fanout must still end at.
+func (x *Index) Count() (n int64, err error) {
+	if x.mapped {
+		defer recoverFault(&err, debug.SetPanicOnFault(true))
+	}
+	if _, _, err := x.bucket(0xff); err != nil {
+		return 0, err
+	}
+	return int64(x.count), nil
+}
 
 // Entries iterates over the objects in name order.
 func (x *Index) Entries() (idxfile.EntryIter, error) {
+	if _, err := x.Count(); err != nil {
+		return nil, err
+	}
 	return &entryIter{x: x}, nil
 }
 
 // EntriesByOffset iterates over the objects in offset order.
 func (x *Index) EntriesByOffset() (idxfile.EntryIter, error) {
+	if _, err := x.Count(); err != nil {
+		return nil, err
+	}
 	rev, err := x.byOffset()
 	if err != nil {
 		return nil, err
@@ -314,10 +468,14 @@ func (x *Index) EntriesByOffset() (idxfile.EntryIter, error) {
 	return &entryIter{x: x, order: rev}, nil
 }
 
+// entryIter iterates over the entries of an index; each entry must come
+// after the one before it, in name order or offset order.
 type entryIter struct {
 	x     *Index
 	order []uint32 // nil: name order
 	i     int
+	last  idxfile.Entry // the last entry read, if seen
+	seen  bool
 }
 
 func (it *entryIter) Next() (e *idxfile.Entry, err error) {
@@ -332,13 +490,28 @@ func (it *entryIter) Next() (e *idxfile.Entry, err error) {
 		pos = int(it.order[it.i])
 	}
 	it.i++
-	off, err := it.x.offset(pos)
+	if e, err = it.x.entry(pos); err != nil {
+		return nil, err
+	}
+	if last := &it.last; it.seen && (it.order == nil && bytes.Compare(last.Hash[:], e.Hash[:]) >= 0 ||
+		it.order != nil && last.Offset >= e.Offset) {
+		return nil, fmt.Errorf("%w: entry %d (%s at %d) out of order after %s at %d", ErrCorrupt, pos, e.Hash, e.Offset, last.Hash, last.Offset)
+	}
+	it.last, it.seen = *e, true
+	return e, nil
+}
+
+// entry reads the entry at pos (under the count).
+func (x *Index) entry(pos int) (*idxfile.Entry, error) {
+	off, err := x.offset(pos)
 	if err != nil {
 		return nil, err
 	}
-	e = &idxfile.Entry{CRC32: binary.BigEndian.Uint32(it.x.data[it.x.crcs+4*pos:]), Offset: uint64(off)}
-	copy(e.Hash[:], it.x.name(pos))
-	return e, nil
+	h, err := x.hashAt(pos)
+	if err != nil {
+		return nil, err
+	}
+	return &idxfile.Entry{Hash: h, CRC32: x.crc(pos), Offset: uint64(off)}, nil
 }
 
 func (it *entryIter) Close() error { it.i = it.x.count; return nil }

@@ -16,7 +16,7 @@ import (
 // An index of 1 MiB or more is mapped; its file cut short under the
 // mapping (another process, a failing disk) makes a read of the pages
 // past the new end fault. That is an error of the lookup, never a SIGBUS
-// that ends the program (gitutil's TestMirrorHealsAMappedIndexCutShort
+// that ends the program (gitutil's TestMirrorHealsAMappedIndexDamagedUnderIt
 // has the damage decision verify it and the mirror heal).
 func TestMappedIndexCutShortIsAnError(t *testing.T) {
 	data := syntheticIndex(t, 40_000, 1000)
