@@ -203,6 +203,21 @@ func (m *Mirror) gitFailed(what string, err error, out *bytes.Buffer) error {
 	return fmt.Errorf("%s: %w: %s", what, err, scrub(msg, m.url))
 }
 
+// runGit runs cmd, a git command that writes into the mirror, and, when
+// it fails, removes what it left there at once: git leaves the pack it
+// was receiving (tmp_pack_*) when it dies, and its temporary and lock
+// files too when it is killed (a stop kills its group: see procgroup.Run);
+// what stands in for it (go-git, after a failed CLI fetch) needs the
+// room. Callers hold m.mu.
+func (m *Mirror) runGit(ctx context.Context, cmd *exec.Cmd) error {
+	before := noteTemporaries(m.dir)
+	err := procgroup.Run(ctx, cmd)
+	if err != nil {
+		before.clear(m.dir)
+	}
+	return err
+}
+
 // cliFetch runs git fetch in the mirror for specs with the options in
 // extra (--depth=N, --unshallow), credentials as cliClone gives them, then
 // gives the mirror a fresh view of its store: filtered, for a mirror with
@@ -248,7 +263,7 @@ func (m *Mirror) cliFetchFrom(ctx context.Context, a *Auth, remote string, extra
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer
 	cmd.Stderr = io.MultiWriter(&out, progressWriter{&m.progress}) // --no-write-fetch-head: nothing on stdout
-	if err := procgroup.Run(ctx, cmd); err != nil {
+	if err := m.runGit(ctx, cmd); err != nil {
 		return m.gitFailed("git fetch", err, &out)
 	}
 	return m.reopen()

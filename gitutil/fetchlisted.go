@@ -130,9 +130,5 @@ func (m *Mirror) uploadPack(ctx context.Context, topts transportOptions, wants [
 	}()
 	d := sideband.NewDemuxer(sideband.Sideband64k, resp)
 	d.Progress = progressWriter{&m.progress}
-	if err := m.storeThinPack(d); err != nil {
-		clearTemporary(m.dir)
-		return err
-	}
-	return nil
+	return m.storeThinPack(d)
 }

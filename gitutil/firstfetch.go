@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
-
-	"github.com/modwatch/modwatch/internal/procgroup"
 )
 
 // firstFetch makes the first fetch into an empty mirror in one request
@@ -43,7 +41,6 @@ func (m *Mirror) firstFetch(ctx context.Context, topts transportOptions, listed 
 	}
 	defer closePack()
 	if err := m.indexPack(ctx, io.TeeReader(pack, progressWriter{&m.progress})); err != nil {
-		clearTemporary(m.dir)
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
@@ -78,7 +75,7 @@ func (m *Mirror) indexPack(ctx context.Context, r io.Reader) error {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &out
 	cmd.WaitDelay = 5 * time.Second
-	if err := procgroup.Run(ctx, cmd); err != nil {
+	if err := m.runGit(ctx, cmd); err != nil {
 		return m.gitFailed("git index-pack", err, &out)
 	}
 	return nil

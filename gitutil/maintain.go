@@ -32,27 +32,6 @@ func packNames(dir string) map[string]bool {
 	return out
 }
 
-// clearTemporary removes what an interrupted fetch or repack left in the
-// pack directory (anything not named pack-*) and git's quarantine
-// directories. Callers own the mirror: at open, or holding m.mu.
-func clearTemporary(dir string) {
-	objects := filepath.Join(dir, "objects")
-	if entries, err := os.ReadDir(objects); err == nil {
-		for _, e := range entries {
-			if e.IsDir() && strings.HasPrefix(e.Name(), "incoming-") {
-				_ = os.RemoveAll(filepath.Join(objects, e.Name()))
-			}
-		}
-	}
-	packDir := filepath.Join(objects, "pack")
-	entries, _ := os.ReadDir(packDir)
-	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "pack-") {
-			_ = os.RemoveAll(filepath.Join(packDir, e.Name()))
-		}
-	}
-}
-
 // maintain repacks the mirror when a fetch left it with more packs than
 // the threshold: one pack per incremental fetch otherwise grows without
 // bound, and so does the cost of every lookup. The packs replaced stay on
@@ -91,7 +70,6 @@ func (m *Mirror) maintain(ctx context.Context) (bool, error) {
 func (m *Mirror) repackReplacing(ctx context.Context, keep []string) (bool, error) {
 	before := packFiles(m.dir)
 	if err := m.repack(ctx, keep); err != nil {
-		clearTemporary(m.dir)
 		return false, fmt.Errorf("repack: %w", err)
 	}
 	after := packFiles(m.dir)

@@ -370,8 +370,7 @@ func (m *Mirror) fetchRefs(ctx context.Context, auth *Auth, refs []string, liste
 		return FetchResult{}, err
 	}
 	defer cancel()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.lockToWrite()()
 	m.lastAuth = auth
 
 	res := FetchResult{Refs: map[string]Hash{}, Rebuilt: m.rebuilt}
@@ -617,8 +616,7 @@ func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, c Hash) (FetchResu
 		return FetchResult{}, err
 	}
 	defer cancel()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.lockToWrite()()
 	if m.opts.Filter != "" {
 		// go-git cannot filter: the CLI asks (in version 2), filtered.
 		err = m.cliFetch(ctx, topts.orig, m.shallowArgs(), "+"+commit.String()+":"+name)

@@ -330,11 +330,7 @@ func (m *Mirror) fetchV2(ctx context.Context, topts transportOptions, wants, hav
 		return err
 	}
 	defer done()
-	if err := m.storeThinPack(pack); err != nil {
-		clearTemporary(m.dir)
-		return err
-	}
-	return nil
+	return m.storeThinPack(pack)
 }
 
 // v2Pack sends one version 2 fetch command (see protov2.FetchRequest)
@@ -386,8 +382,7 @@ func (m *Mirror) FetchPaths(ctx context.Context, auth *Auth, c Hash, paths []str
 		return err
 	}
 	defer cancel()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.lockToWrite()()
 	if !m.partial {
 		return nil
 	}
@@ -524,6 +519,8 @@ func (m *Mirror) lazyObject(h plumbing.Hash, err error) error {
 	}
 	m.lazying = true
 	defer func() { m.lazying = false }()
+	// A read's fetch, apart from the operations that take lockToWrite.
+	defer noteTemporaries(m.dir).clear(m.dir)
 	ctx, cancel, topts, perr := m.prepare(context.Background(), m.lastAuth)
 	if perr != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNotFetched, h, perr)

@@ -5,9 +5,11 @@ import (
 	"io"
 	"maps"
 
+	"github.com/go-git/go-billy/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/storage/filesystem"
+	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 )
 
 // mirrorStore is a mirror's store: go-git's for refs, configuration and
@@ -61,22 +63,37 @@ func (s *mirrorStore) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 }
 
 // PackfileWriter writes a pack and its index into the mirror; the next
-// lookup of an object it holds finds it.
+// lookup of an object it holds finds it. A pack that fails leaves nothing
+// (see packFS).
 func (s *mirrorStore) PackfileWriter() (io.WriteCloser, error) {
-	w, err := s.objects.dir.NewObjectPack()
-	if err != nil {
-		return nil, err
-	}
-	return packWriter{w, s.objects}, nil
+	return newPackWriter(s.objects.fs, s.objects)
 }
 
-// packWriter tells the store's view of the pack it wrote.
+// newPackWriter writes a pack into the mirror whose directory is fsys, and
+// tells v of it.
+func newPackWriter(fsys billy.Filesystem, v *packView) (io.WriteCloser, error) {
+	fs := &packFS{Filesystem: fsys}
+	w, err := dotgit.New(fs).NewObjectPack()
+	if err != nil {
+		fs.undo()
+		return nil, err
+	}
+	return packWriter{w, v, fs}, nil
+}
+
+// packWriter tells the store's view of the pack it wrote, and removes what
+// a pack that failed left.
 type packWriter struct {
 	io.WriteCloser
-	v *packView
+	v  *packView
+	fs *packFS
 }
 
 func (w packWriter) Close() error {
 	defer w.v.written() // even a failed pack may have been saved
-	return w.WriteCloser.Close()
+	err := w.WriteCloser.Close()
+	if err != nil {
+		w.fs.undo()
+	}
+	return err
 }

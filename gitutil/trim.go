@@ -14,8 +14,6 @@ import (
 
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
-
-	"github.com/modwatch/modwatch/internal/procgroup"
 )
 
 // maxTrimWalk bounds the commits Trim reads to find the depth's boundary:
@@ -50,8 +48,7 @@ func (m *Mirror) Trim(ctx context.Context, keep []Hash, refs []string, depth int
 	if depth < 0 {
 		return false, fmt.Errorf("gitutil: trim: negative depth %d", depth)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.lockToWrite()()
 	if m.broken != nil {
 		return false, fmt.Errorf("%w: %w", ErrCorrupt, m.broken)
 	}
@@ -194,8 +191,7 @@ func (m *Mirror) Deepen(ctx context.Context, auth *Auth, c Hash, depth int) (boo
 		return false, err
 	}
 	defer cancel()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.lockToWrite()()
 	if m.broken != nil {
 		return false, fmt.Errorf("%w: %w", ErrCorrupt, m.broken)
 	}
@@ -313,7 +309,7 @@ func (m *Mirror) runMaintenance(ctx context.Context, args ...string) error {
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := procgroup.Run(ctx, cmd); err != nil {
+	if err := m.runGit(ctx, cmd); err != nil {
 		return fmt.Errorf("git %s: %w: %s", args[0], err, strings.TrimSpace(out.String()))
 	}
 	return nil
