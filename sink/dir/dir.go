@@ -153,12 +153,14 @@ func (s *Sink) deliver(ctx context.Context, c watcher.Change) (Published, error)
 	s.hold(treeName, tmpName, tmpLink)
 	defer s.release(treeName, tmpName, tmpLink)
 	tmp, tree := filepath.Join(trees, tmpName), filepath.Join(trees, treeName)
+	// Whatever the end (an error, a panic the watcher recovers): once
+	// renamed, it is not there.
+	defer os.RemoveAll(tmp)
 	err = writeTree(ctx, c.FS, tmp)
 	if err == nil && s.commitFile != "" {
 		err = writeCommitFile(tmp, s.commitFile, c.To)
 	}
 	if err != nil {
-		_ = os.RemoveAll(tmp)
 		err = fmt.Errorf("dir: write %s at %s: %w", c.Target.ID, short(c.To), err)
 		if errors.Is(err, gitutil.ErrSymlinkEscape) {
 			// The commit itself is wrong: wait for the next one.
@@ -167,7 +169,6 @@ func (s *Sink) deliver(ctx context.Context, c watcher.Change) (Published, error)
 		return Published{}, err
 	}
 	if err := os.Rename(tmp, tree); err != nil {
-		_ = os.RemoveAll(tmp)
 		return Published{}, fmt.Errorf("dir: write %s: %w", c.Target.ID, err)
 	}
 	linkPath := filepath.Join(s.root, name)
@@ -383,6 +384,12 @@ func writeTree(ctx context.Context, fsys fs.FS, dir string) error {
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(copyWorkers)
+	// A walk that panics stops the workers, and waits for them: the tree
+	// is removed once they are done.
+	defer func() {
+		cancel()
+		_ = g.Wait()
+	}()
 	w := &treeWriter{ctx: gctx, fsys: fsys, root: root, g: g}
 	walkErr := fs.WalkDir(fsys, ".", w.visit)
 	if walkErr == nil {

@@ -3,6 +3,7 @@ package dir_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -280,4 +281,39 @@ func TestCommitFile(t *testing.T) {
 	data, err = os.ReadFile(filepath.Join(s.Path(watcher.Target{ID: "app"}), ".git-commit"))
 	require.NoError(t, err)
 	assert.Equal(t, commit+"\n", string(data), "the published tree is untouched")
+}
+
+// panicky is a file system whose listing of directory b panics.
+type panicky struct{ fstest.MapFS }
+
+func (p panicky) ReadDir(name string) ([]fs.DirEntry, error) {
+	if name == "b" {
+		panic("read fault")
+	}
+	return p.MapFS.ReadDir(name)
+}
+
+// A delivery that panics mid-tree (the watcher's fault guard recovers
+// it), while workers copy files, leaves no half-written tree: at once,
+// not when the sink next starts.
+func TestPanicLeavesNoHalfWrittenTree(t *testing.T) {
+	root := t.TempDir()
+	s := dir.New(root)
+	files := fstest.MapFS{"b/x": {Data: []byte("x")}}
+	for i := range 4 * 64 {
+		files[fmt.Sprintf("a/%03d", i)] = &fstest.MapFile{Data: []byte("x")}
+	}
+	require.PanicsWithValue(t, "read fault", func() {
+		_ = s.Deliver(context.Background(), watcher.Change{Target: watcher.Target{ID: "app"}, To: "c1", FS: panicky{files}})
+	})
+	assert.Empty(t, treeNames(t, root), "a half-written tree")
+	entries, err := os.ReadDir(root)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	assert.Equal(t, ".trees", entries[0].Name())
+
+	require.NoError(t, s.Deliver(context.Background(), change("app", "c2", files)))
+	data, err := os.ReadFile(filepath.Join(s.Path(watcher.Target{ID: "app"}), "a", "007"))
+	require.NoError(t, err)
+	assert.Equal(t, "x", string(data))
 }
