@@ -33,7 +33,7 @@ import (
 const fullDiskEnv = "MODWATCH_TEST_FULL_DISK"
 
 // fullDiskCase is a case of TestFullDiskLeavesNothing: a mirror, a fetch
-// of prep with room, then a fetch of refs/heads/main on a disk with slack
+// of prep with room (none: "", the mirror stays empty), then a fetch of refs/heads/main on a disk with slack
 // bytes free (rounded to pages), which fails for want of room (or, for a
 // repack, leaves a mirror as the fetch made it), and again with room.
 type fullDiskCase struct {
@@ -70,6 +70,10 @@ func fetchMainRepacked(ctx context.Context, m *Mirror, _ string) error {
 // that. A repack of the two big packs needs 260 KiB.
 var fullDiskCases = []fullDiskCase{
 	{"go-git", MirrorOptions{}, "refs/tags/small", 64 << 10, fetchMainOf},
+	// The CLI's clone into an empty mirror, then go-git's fetch.
+	{"git-CLI-first", MirrorOptions{GitCLI: "git"}, "", 64 << 10, fetchMainOf},
+	// The CLI's index-pack of one request, then go-git's fetch.
+	{"git-CLI-first-listed", MirrorOptions{GitCLI: "git"}, "", 64 << 10, fetchListedMain},
 	{"listed", MirrorOptions{}, "refs/tags/small", 64 << 10, fetchListedMain},
 	{"git-CLI", MirrorOptions{GitCLI: "git", ShallowDepth: 1}, "refs/tags/small", 64 << 10, fetchMainOf},
 	{"go-git-repack", MirrorOptions{RepackPacks: 1}, "refs/tags/big", 200 << 10, fetchMainRepacked},
@@ -123,10 +127,14 @@ func TestFullDiskLeavesNothing(t *testing.T) {
 func fullDisk(t *testing.T, tc fullDiskCase, mnt, url string) {
 	require.NoError(t, syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=16m"))
 	dir := filepath.Join(mnt, "mirror")
+	var fellBack []error
+	tc.opts.OnFallback = func(cli error) { fellBack = append(fellBack, cli) }
 	m, err := OpenMirror(dir, url, tc.opts)
 	require.NoError(t, err)
-	_, err = m.Fetch(ctxT(t), nil, []string{tc.prep})
-	require.NoError(t, err)
+	if tc.prep != "" {
+		_, err = m.Fetch(ctxT(t), nil, []string{tc.prep})
+		require.NoError(t, err)
+	}
 	used, _ := diskUse(t, mnt)
 	require.NoError(t, syscall.Mount("tmpfs", mnt, "tmpfs", syscall.MS_REMOUNT, fmt.Sprintf("size=%d", used+tc.slack)))
 	_, free := diskUse(t, mnt)
@@ -134,6 +142,10 @@ func fullDisk(t *testing.T, tc fullDiskCase, mnt, url string) {
 	err = tc.op(ctxT(t), m, url)
 	require.Error(t, err)
 	require.Regexp(t, `no space left on device|Out of diskspace`, err.Error()) // go-git's, git's
+	if tc.opts.GitCLI != "" && tc.opts.RepackPacks == 0 {
+		require.NotEmpty(t, fellBack, "the CLI failed first")
+		require.Regexp(t, `No space left on device|Out of diskspace|write error`, fellBack[0].Error())
+	}
 	requireNothingLeft(t, dir)
 	if tc.opts.RepackPacks == 0 {
 		_, after := diskUse(t, mnt)
