@@ -31,22 +31,26 @@ type selEval struct {
 // to say: a file, or a plain entry), or an evaluation to run outside the
 // lock on the root tree. A selection over its budget before is refused
 // at once.
-func (m *Mirror) startSelection(ctx context.Context, commit plumbing.Hash, s *selector) (*selEval, plumbing.Hash, error) {
+//
+// The root tree returned may be the mirror's own decoded one: the
+// evaluation reads its entries, never its lookup map (FindEntry builds it
+// at the first call, a write).
+func (m *Mirror) startSelection(ctx context.Context, commit plumbing.Hash, s *selector) (*selEval, plumbing.Hash, *object.Tree, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, err := m.entryAt(commit, s.root)
 	if err != nil {
-		return nil, plumbing.ZeroHash, err
+		return nil, plumbing.ZeroHash, nil, err
 	}
 	root, err := m.selectionRoot(commit, s, e)
 	if err != nil || root == nil {
-		return nil, e.Hash, err
+		return nil, e.Hash, nil, err
 	}
 	if err := m.overBudgetBefore(s.id); err != nil {
-		return nil, plumbing.ZeroHash, err
+		return nil, plumbing.ZeroHash, nil, err
 	}
 	ev, err := m.newSelEval(ctx)
-	return ev, root.Hash, err
+	return ev, root.Hash, root, err
 }
 
 // newSelEval opens an evaluation's view of the store as it is now, and

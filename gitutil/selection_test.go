@@ -373,9 +373,9 @@ func BenchmarkSelectionWork(b *testing.B) {
 			m.selected = nil
 			s, err := sel.compile()
 			require.NoError(b, err)
-			ev, root, err := m.startSelection(context.Background(), plumbing.Hash(c), s)
+			ev, h, root, err := m.startSelection(context.Background(), plumbing.Hash(c), s)
 			require.NoError(b, err)
-			_, err = ev.selectedHash(s, root, nil, nil, s.base())
+			_, err = ev.selectedHash(s, h, root, nil, s.base())
 			require.NoError(b, err)
 			ev.end()
 			spent = ev.b.spent

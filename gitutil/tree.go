@@ -145,12 +145,12 @@ func (m *Mirror) treeHash(ctx context.Context, commit plumbing.Hash, sel Selecti
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	ev, root, err := m.startSelection(ctx, commit, s)
+	ev, h, root, err := m.startSelection(ctx, commit, s)
 	if err != nil || ev == nil {
-		return root, err
+		return h, err
 	}
 	defer ev.end()
-	h, err := ev.selectedHash(s, root, nil, nil, s.base())
+	h, err = ev.selectedHash(s, h, root, nil, s.base())
 	return h, m.selectionDone(ev, s, err)
 }
 
@@ -220,7 +220,14 @@ func (m *Mirror) startChangedPaths(ctx context.Context, from, to plumbing.Hash, 
 
 // keep filters paths (files relative to the selection's root, whose tree
 // is root) to those the selection keeps; nil when one is an ignore file.
+//
+// root is decoded again, on the evaluation's view: the mirror's own
+// decoded trees are looked up (FindEntry) under its lock.
 func (e *selEval) keep(s *selector, root *object.Tree, paths []string) ([]string, error) {
+	root, err := e.tree(root.Hash)
+	if err != nil {
+		return nil, err
+	}
 	cache := map[string]rules{}
 	rulesAt := func(dir []string) (rules, error) {
 		return s.rulesAt(root, dir, cache, e.tree, e.blob)
