@@ -106,7 +106,7 @@ func (m *Mirror) newTreeFS(commit plumbing.Hash, sel Selection, s *selector) (f 
 	}
 	gen := m.gen.Load()
 	decoded = m.keptTree(e.Hash)
-	f = &treeFS{m: m, gen: gen, modTime: when}
+	f = &treeFS{m: m, gen: gen, modTime: when, prefix: s.root}
 	if !sel.plain() {
 		f.sel, f.rules = s, map[string]rules{}
 	}
@@ -150,6 +150,11 @@ type treeFS struct {
 	sel   *selector
 	rules map[string]rules
 	work  *budget
+
+	// prefix is the root's path in the repository; trace, when set, is
+	// told what lookups read through symbolic links (see TraceLinks).
+	prefix string
+	trace  func(path string)
 }
 
 // hidden reports whether the entry rel, in directory dir (rel without
@@ -277,7 +282,7 @@ type node struct {
 	hash  plumbing.Hash
 	tree  *object.Tree // for directories
 	isDir bool
-	rel   []string // for directories: where it is, from the root
+	rel   []string // where it is, from the root
 }
 
 // resolve walks name from the root the way the operating system walks a
@@ -304,8 +309,9 @@ func (f *treeFS) resolve(op, name string, followLast bool) (node, error) {
 func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, followLast bool) (node, error) {
 	var names []string // the path of the directory reached, parallel to stack
 	cur := func() *object.Tree { return top(root, stack) }
-	hops := 0
+	tr := trail{f: f}
 	for len(todo) > 0 {
+		tr.landed(names, len(todo))
 		elem := todo[0]
 		todo = todo[1:]
 		switch elem {
@@ -326,11 +332,7 @@ func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, fo
 		last := len(todo) == 0
 		switch {
 		case e.Mode == filemode.Symlink && (!last || followLast):
-			hops++
-			if hops > maxSymlinkHops {
-				return node{}, errors.New("too many levels of symbolic links")
-			}
-			elems, err := f.linkElems(e)
+			elems, err := tr.follow(e, rel, len(todo))
 			if err != nil {
 				return node{}, err
 			}
@@ -341,7 +343,7 @@ func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, fo
 				return node{}, f.fail(err)
 			}
 			if last {
-				return node{name: e.Name, mode: e.Mode, hash: e.Hash, tree: sub, isDir: true, rel: rel}, nil
+				return tr.reached(node{name: e.Name, mode: e.Mode, hash: e.Hash, tree: sub, isDir: true, rel: rel}), nil
 			}
 			stack = append(stack, sub)
 			names = rel
@@ -351,11 +353,11 @@ func (f *treeFS) walk(root *object.Tree, stack []*object.Tree, todo []string, fo
 			if !last {
 				return node{}, errors.New("not a directory")
 			}
-			return node{name: e.Name, mode: e.Mode, hash: e.Hash}, nil
+			return tr.reached(node{name: e.Name, mode: e.Mode, hash: e.Hash, rel: rel}), nil
 		}
 	}
 	t := cur()
-	return node{name: ".", mode: filemode.Dir, hash: t.Hash, tree: t, isDir: true, rel: names}, nil
+	return tr.reached(node{name: ".", mode: filemode.Dir, hash: t.Hash, tree: t, isDir: true, rel: names}), nil
 }
 
 // top is the directory reached: the last of stack, or root.
