@@ -386,8 +386,8 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	case record:
 		return d.record(ctx, want.live, ev, cp)
 	}
-	h := &handout{}
-	c, err := d.change(ctx, want, dec, h)
+	h, links := &handout{}, &linkReads{path: t.Path}
+	c, err := d.change(ctx, want, dec, h, links)
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
 	}
@@ -397,14 +397,15 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 		left.Type, left.Change = EventSubmodulesLeftOut, &c
 		d.env.emit(left)
 	}
-	return d.invoke(ctx, want, ev, c, h)
+	return d.invoke(ctx, want, ev, c, h, links)
 }
 
 // invoke calls the sink with c and, when it succeeds, records the
-// checkpoint and reports the delivery. c's file systems are closed after,
-// unless the sink was abandoned (it may read on), and handed on (see
-// handout) either way.
-func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Change, h *handout) error {
+// checkpoint, with what the sink read outside the path (its report's and
+// links' reads), and reports the delivery. c's file systems are closed
+// after, unless the sink was abandoned (it may read on), and handed on
+// (see handout) either way.
+func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Change, h *handout, links *linkReads) error {
 	t, commit := *want.target, ev.Commit
 	abandoned := false
 	defer func() {
@@ -430,7 +431,7 @@ func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Chang
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
 	}
-	reads := readsOf(ev.Result, t.Path)
+	reads := readsOf(ev.Result, links.list(), t.Path)
 	tree, err := readsTree(ctx, want, reads)
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
@@ -505,8 +506,9 @@ func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
 
 // change makes the Change of a delivery: its reason (a new commit that
 // does not descend from the last is a force-push), the paths changed
-// since, and the tree; h follows Change.Root's once opened.
-func (d *deliverer) change(ctx context.Context, want *desired, dec decision, h *handout) (Change, error) {
+// since, and the tree; h follows Change.Root's once opened, and links
+// collects what its file systems read through symbolic links.
+func (d *deliverer) change(ctx context.Context, want *desired, dec decision, h *handout, links *linkReads) (Change, error) {
 	t := *want.target
 	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commitHex(), Reason: dec.reason}
 	if from, err := gitutil.ParseHash(dec.from); dec.reason == ReasonNewCommit && err == nil {
@@ -525,6 +527,7 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision, h *
 		root, err := want.mirror.FS(want.commit, gitutil.Selection{})
 		if err == nil {
 			h.opened(root)
+			links.trace(root)
 		}
 		return root, err
 	}}
@@ -534,6 +537,7 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision, h *
 		}
 		return c, err
 	}
+	links.trace(fsys)
 	if t.RecurseSubmodules {
 		count := 0
 		mounted, err := d.env.mountSubmodules(ctx, t, want.mirror, t.URL, want.commit, t.Selection(), fsys, 0, &count)

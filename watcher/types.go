@@ -302,7 +302,11 @@ type Inventory interface {
 // lists them, relative to the repository's root (files or directories).
 // The watcher remembers them with the checkpoint, and delivers the target
 // again when a later commit changes any of them, as when its Path
-// changes; a commit that changes neither is not delivered.
+// changes; a commit that changes neither is not delivered. What a
+// delivery reads through symbolic links of Change.FS or Change.Root (a
+// link outside the Path, where a link leads) the watcher sees itself, as
+// the file systems resolve them, and remembers with the report's reads:
+// a report need not, and cannot, name it.
 type Dependent interface {
 	Reads() []string
 }
