@@ -109,6 +109,10 @@ func TestWhatADeliveryReadsThroughLinksIsWatched(t *testing.T) {
 		{"a link outside the path, retargeted", []gittest.Change{gittest.File("fourth/cm.yaml", "1"), gittest.Symlink("shared/other", "../fourth")}},
 		{"a link inside the path, retargeted", []gittest.Change{gittest.File("shared/base2/cm.yaml", "1"), gittest.Symlink("apps/x/base", "../../shared/base2")}},
 		{"the new target of a retargeted link", []gittest.Change{gittest.File("shared/base2/cm.yaml", "2")}},
+		{"a directory on the way to a linked file, made a link", []gittest.Change{
+			gittest.Delete("common"), gittest.File("common2/values.yaml", "2"), gittest.Symlink("common", "common2"),
+		}},
+		{"what that link leads to", []gittest.Change{gittest.File("common2/values.yaml", "3")}},
 	} {
 		c := repo.Commit(t, step.what, step.changes...)
 		pollNow(t, w, obs, repo.URL())
@@ -116,7 +120,7 @@ func TestWhatADeliveryReadsThroughLinksIsWatched(t *testing.T) {
 		assert.Equal(t, watcher.ReasonNewCommit, got.Reason, step.what)
 		delivered(c)
 	}
-	assert.Equal(t, []string{"common/values.yaml", "fourth", "links/one", "links/two", "shared/base2", "shared/chained2", "shared/other"},
+	assert.Equal(t, []string{"common", "common2", "fourth", "links/one", "links/two", "shared/base2", "shared/chained2", "shared/other"},
 		store.lastReads(), "what the links lead to now")
 
 	n := len(sink.Delivered())
