@@ -21,7 +21,7 @@ TEST_FLAGS  ?= -race -count=1 -timeout 20m
 # examples, the test control plane's harness).
 PKGS        := github.com/modwatch/modwatch/...
 
-.PHONY: upstream gitsync-e2e test vet staticcheck api testbin quickstart fmt clean-testbin bench bench-scale tidy release
+.PHONY: upstream gitsync-e2e test vet staticcheck api testbin quickstart fmt clean-testbin bench bench-scale bench-compare tidy release
 
 # The release checks (internal/release: consumers built at three Kubernetes
 # minors, a release resolved through a module proxy) are builds, minutes of
@@ -140,6 +140,23 @@ bench: testbin
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkFailover -benchtime 2x -timeout 60m ./internal/testenv/watcher/cluster/ | tee bench-results/failover.txt
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkConfigMapStore -benchtime 1x -timeout 30m ./internal/testenv/watcher/cluster/ | tee bench-results/checkpoints.txt
 	$(GO) test -run '^$$' -bench BenchmarkMemoryStoreHeld -benchtime 3x ./watcher/ | tee bench-results/memorystore.txt
+
+# make bench-compare BASE=<commit>: P3 (one new commit delivered, with
+# P1-P7 on one repository and no polled push) and the wide-tree table, of
+# BASE (a worktree of it) and of this tree, taking turns twice, in one run:
+# what a change costs, on the same machine at the same time. The tables
+# are in bench-results/compare/.
+COMPARE_DIR := bench-results/compare
+bench-compare:
+	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<commit>"; exit 2; }
+	mkdir -p $(COMPARE_DIR) && base=$$(mktemp -d)/base && git worktree add -q --detach $$base $(BASE) && \
+	trap 'git worktree remove --force '$$base EXIT && out=$$(pwd)/$(COMPARE_DIR) && \
+	for i in 1 2; do \
+		(cd $$base && $(GO) run ./internal/bench/watchbench -repos 1 -per-repo 1 -pushes 3 -polled 0 -out $$out/base-$$i.md) && \
+		$(GO) run ./internal/bench/watchbench -repos 1 -per-repo 1 -pushes 3 -polled 0 -out $$out/head-$$i.md && \
+		(cd $$base && $(GO) run ./internal/bench/widetree -out $$out/base-widetree-$$i.md) && \
+		$(GO) run ./internal/bench/widetree -out $$out/head-widetree-$$i.md || exit 1; \
+	done; grep -h '^| P3 | one new' $$out/base-*.md $$out/head-*.md
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
