@@ -1,7 +1,6 @@
 package gitutil
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -185,7 +184,7 @@ func (m *Mirror) runCLIClone(ctx context.Context, env []string, branch, clone, f
 	cmd := exec.Command(m.opts.GitCLI, args...)
 	cmd.Env = env
 	cmd.WaitDelay = 5 * time.Second
-	var out bytes.Buffer
+	var out tailBuffer
 	cmd.Stderr = io.MultiWriter(&out, progressWriter{&m.progress}) // clone writes nothing to stdout
 	if err := procgroup.Run(ctx, cmd); err != nil {
 		return m.gitFailed("git clone", err, &out)
@@ -195,13 +194,33 @@ func (m *Mirror) runCLIClone(ctx context.Context, env []string, branch, clone, f
 
 // gitFailed is the error of a git command that failed: the last KiB of
 // what it wrote, without the mirror's URL's secrets.
-func (m *Mirror) gitFailed(what string, err error, out *bytes.Buffer) error {
+func (m *Mirror) gitFailed(what string, err error, out *tailBuffer) error {
 	msg := strings.TrimSpace(out.String())
 	if len(msg) > 1024 {
 		msg = msg[len(msg)-1024:]
 	}
 	return fmt.Errorf("%s: %w: %s", what, err, scrub(msg, m.url))
 }
+
+// tailBuffer keeps the last 4 KiB written to it: what a git command
+// writes on stderr, which a remote's progress messages can make endless.
+type tailBuffer struct{ b []byte }
+
+const tailKeep = 4 << 10
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) > tailKeep {
+		p = p[len(p)-tailKeep:]
+	}
+	if over := len(t.b) + len(p) - tailKeep; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	t.b = append(t.b, p...)
+	return n, nil
+}
+
+func (t *tailBuffer) String() string { return string(t.b) }
 
 // runGit runs cmd, a git command that writes into the mirror, and, when
 // it fails, removes what it left there at once: git leaves the pack it
@@ -261,7 +280,7 @@ func (m *Mirror) cliFetchFrom(ctx context.Context, a *Auth, remote string, extra
 	cmd.Dir = m.dir
 	cmd.Env = append(env, "GIT_DIR="+m.dir)
 	cmd.WaitDelay = 5 * time.Second
-	var out bytes.Buffer
+	var out tailBuffer
 	cmd.Stderr = io.MultiWriter(&out, progressWriter{&m.progress}) // --no-write-fetch-head: nothing on stdout
 	if err := m.runGit(ctx, cmd); err != nil {
 		return m.gitFailed("git fetch", err, &out)

@@ -1,7 +1,6 @@
 package gitutil
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"os"
@@ -72,7 +71,7 @@ func (m *Mirror) indexPack(ctx context.Context, r io.Reader) error {
 	cmd.Dir = m.dir
 	cmd.Env = append(os.Environ(), "GIT_DIR="+m.dir, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull, "GIT_ALLOW_PROTOCOL=modwatch-none")
 	cmd.Stdin = r
-	var out bytes.Buffer
+	var out tailBuffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &out
 	cmd.WaitDelay = 5 * time.Second
 	if err := m.runGit(ctx, cmd); err != nil {

@@ -540,6 +540,9 @@ func (f *treeFS) readDir(dir node) ([]fs.DirEntry, error) {
 		if e.Mode == filemode.Submodule {
 			continue
 		}
+		if !validEntryName(e.Name) {
+			return nil, fmt.Errorf("%w: directory %q of tree %s holds an entry named %q", ErrBadTree, path.Join(dir.rel...), t.Hash, e.Name)
+		}
 		if hidden, err := f.hidden(append(slices.Clip(dir.rel), e.Name), e.Mode == filemode.Dir); err != nil {
 			return nil, err
 		} else if hidden {
@@ -784,4 +787,15 @@ func (d *dirFile) ReadDir(n int) ([]fs.DirEntry, error) {
 	}
 	d.off += n
 	return rest[:n], nil
+}
+
+// ErrBadTree is returned (wrapped) when a directory of a tree holds an
+// entry whose name git itself refuses (fsck: empty, ".", "..", or with a
+// slash or a NUL byte): a walk of it would loop or leave the tree. The
+// repository's, not the mirror's damage.
+var ErrBadTree = errors.New("gitutil: a tree entry with a name git refuses")
+
+// validEntryName reports whether name can be a tree entry's.
+func validEntryName(name string) bool {
+	return name != "" && name != "." && name != ".." && !strings.ContainsAny(name, "/\x00")
 }

@@ -288,7 +288,7 @@ func judge(err error, verify func() error) error {
 		return nil
 	case errors.Is(err, ErrNotCommit) || errors.Is(err, ErrCommitNotFound) || errors.Is(err, ErrRebuilt) ||
 		errors.Is(err, ErrInvalidSelection) || errors.Is(err, ErrPathNotFound) || errors.Is(err, ErrSymlinkEscape) ||
-		errors.Is(err, ErrNotFetched):
+		errors.Is(err, ErrNotFetched) || errors.Is(err, ErrBadTree):
 		return nil
 	case errors.Is(err, plumbing.ErrObjectNotFound):
 		return fmt.Errorf("an object the store names is missing: %w", err)

@@ -1,12 +1,15 @@
 package gitutil
 
 import (
+	"bytes"
+	"compress/zlib"
 	"crypto/sha1"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"strconv"
+	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
@@ -27,7 +30,7 @@ import (
 // stack, which no recover catches.
 const maxDeltaChain = 10000
 
-// maxChecked bounds the pack entries a view remembers as checked.
+// maxChecked bounds the entries of a pack remembered as checked.
 const maxChecked = 1 << 16
 
 // errMismatch is an object whose content is not what its name is the
@@ -56,20 +59,32 @@ func (e *readError) Unwrap() error { return e.err }
 
 // checkChain walks the delta chain of the entry at off in pack i, reading
 // headers from f, and fails when it is longer than maxDeltaChain, loops,
-// or names a base outside the pack's entries. Entries checked before are
-// not walked again.
+// or names a base outside the pack's entries; every delta's data, and
+// the whole object at its end, must inflate to the size they say (the
+// first entry, when it is whole, is read by its reader, bounded). Entries
+// checked before are not walked again.
 func (v *packView) checkChain(i int, f io.ReaderAt, off int64) error {
 	p := &v.packs[i]
-	var walked []int64
-	for len(walked) <= maxDeltaChain {
-		if _, ok := p.checked[off]; ok {
+	var walked []int64 // entries inflated
+	for links := 0; links <= maxDeltaChain; links++ {
+		if p.checked.has(off) {
 			break
 		}
-		walked = append(walked, off)
-		h, err := readEntryHeader(f, off)
+		h, data, err := readEntryHeader(f, off)
 		if err != nil {
 			return err
 		}
+		isDelta := h.Type == plumbing.OFSDeltaObject || h.Type == plumbing.REFDeltaObject
+		if links == 0 && !isDelta {
+			return nil // read whole by packView.object, or streamed, bounded
+		}
+		if !isDelta && h.Length > maxDeltaBase {
+			return fmt.Errorf("%w: a delta on an object of %d bytes, over %d", errChain, h.Length, maxDeltaBase)
+		}
+		if err := inflatesTo(f, data, h.Length, nil); err != nil {
+			return err
+		}
+		walked = append(walked, off)
 		switch h.Type {
 		case plumbing.OFSDeltaObject:
 			off = h.OffsetReference
@@ -83,9 +98,6 @@ func (v *packView) checkChain(i int, f io.ReaderAt, off int64) error {
 			}
 			off = base
 		default:
-			off = -1
-		}
-		if off < 0 {
 			v.markChecked(p, walked)
 			return nil
 		}
@@ -97,12 +109,57 @@ func (v *packView) checkChain(i int, f io.ReaderAt, off int64) error {
 	return nil
 }
 
-func (v *packView) markChecked(p *viewPack, offs []int64) {
-	if p.checked == nil || len(p.checked)+len(offs) > maxChecked {
-		p.checked = make(map[int64]struct{}, len(offs))
+// readWhole reads the whole object at off in pack i (its header h, its
+// data at data) into memory, inflating no more than it says, and checks
+// it against its name h.
+func (v *packView) readWhole(i int, f io.ReaderAt, name plumbing.Hash, h packfile.ObjectHeader, data int64) (plumbing.EncodedObject, error) {
+	if o, ok := v.cache.Get(name); ok {
+		if _, ok := v.sound[name]; ok {
+			return o, nil
+		}
+	}
+	mo := &plumbing.MemoryObject{}
+	mo.SetType(h.Type)
+	var buf bytes.Buffer
+	buf.Grow(int(h.Length))
+	if err := inflatesTo(f, data, h.Length, &buf); err != nil {
+		return nil, &readError{pack: v.packs[i].hash, object: name, err: err}
+	}
+	if _, err := mo.Write(buf.Bytes()); err != nil {
+		return nil, err
+	}
+	o, err := v.checked(i, name, mo)
+	if err == nil {
+		v.cache.Put(o)
+	}
+	return o, err
+}
+
+func (v *packView) markChecked(p *viewPack, offs []int64) { p.checked.add(offs) }
+
+// entrySet is the entries of a pack whose chains checkChain walked and
+// found sound, shared by every view of the pack (a pack never changes:
+// its name is its checksum), bounded by maxChecked.
+type entrySet struct {
+	mu sync.Mutex
+	m  map[int64]struct{}
+}
+
+func (s *entrySet) has(off int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[off]
+	return ok
+}
+
+func (s *entrySet) add(offs []int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil || len(s.m)+len(offs) > maxChecked {
+		s.m = make(map[int64]struct{}, len(offs))
 	}
 	for _, o := range offs {
-		p.checked[o] = struct{}{}
+		s.m[o] = struct{}{}
 	}
 }
 
@@ -112,62 +169,99 @@ func (v *packView) markChecked(p *viewPack, offs []int64) {
 const entryHeaderMax = 32
 
 // readEntryHeader reads the header of the pack entry at off: its type,
-// and an OFS_DELTA's base offset (after the pack's header, before the
-// entry) or a REF_DELTA's base.
-func readEntryHeader(f io.ReaderAt, off int64) (packfile.ObjectHeader, error) {
+// the size it says (Length: the object's, or a delta's own data), an
+// OFS_DELTA's base offset (after the pack's header, before the entry) or a
+// REF_DELTA's base, and where its deflated data starts.
+func readEntryHeader(f io.ReaderAt, off int64) (packfile.ObjectHeader, int64, error) {
 	h := packfile.ObjectHeader{Offset: off}
 	if off < packHeaderSize {
-		return h, fmt.Errorf("%w: an entry at offset %d, inside the pack's header", errChain, off)
+		return h, 0, fmt.Errorf("%w: an entry at offset %d, inside the pack's header", errChain, off)
 	}
 	var buf [entryHeaderMax]byte
 	n, err := f.ReadAt(buf[:], off)
 	if n == 0 && err != nil {
-		return h, fmt.Errorf("entry at offset %d: %w", off, err)
+		return h, 0, fmt.Errorf("entry at offset %d: %w", off, err)
 	}
 	b := buf[:n]
-	i := 0
-	for ; i < len(b) && b[i]&0x80 != 0; i++ { // type and size
-	}
-	if i >= len(b) || i > 9 {
-		return h, fmt.Errorf("%w: entry at offset %d: a size header that does not end", errChain, off)
-	}
 	h.Type = plumbing.ObjectType((b[0] >> 4) & 7)
+	h.Length = int64(b[0] & 0x0f)
+	i, shift := 0, uint(4)
+	for b[i]&0x80 != 0 {
+		if i++; i >= len(b) || i > 8 {
+			return h, 0, fmt.Errorf("%w: entry at offset %d: a size header that does not end", errChain, off)
+		}
+		h.Length |= int64(b[i]&0x7f) << shift
+		shift += 7
+	}
 	b = b[i+1:]
+	data := off + int64(i+1)
 	switch h.Type {
 	case plumbing.OFSDeltaObject:
-		rel, ok := ofsDelta(b)
+		rel, used, ok := ofsDelta(b)
 		if !ok || rel <= 0 || off-rel < packHeaderSize {
-			return h, fmt.Errorf("%w: entry at offset %d: a base outside the pack", errChain, off)
+			return h, 0, fmt.Errorf("%w: entry at offset %d: a base outside the pack", errChain, off)
 		}
-		h.OffsetReference = off - rel
+		h.OffsetReference, data = off-rel, data+int64(used)
 	case plumbing.REFDeltaObject:
 		if len(b) < len(h.Reference) {
-			return h, fmt.Errorf("%w: entry at offset %d: a base name cut short", errChain, off)
+			return h, 0, fmt.Errorf("%w: entry at offset %d: a base name cut short", errChain, off)
 		}
 		copy(h.Reference[:], b)
+		data += int64(len(h.Reference))
 	}
-	return h, nil
+	return h, data, nil
 }
+
+// inflatesTo checks that the deflated data at off in f inflates to size
+// bytes exactly, inflating at most one more (a stream of a few bytes can
+// inflate to gigabytes: go-git inflates an entry whole, unbounded), into
+// w when it is not nil.
+func inflatesTo(f io.ReaderAt, off, size int64, w io.Writer) error {
+	zr, err := zlib.NewReader(io.NewSectionReader(f, off, 1<<62))
+	if err != nil {
+		return fmt.Errorf("entry data at offset %d: %w", off, err)
+	}
+	defer zr.Close()
+	if w == nil {
+		w = io.Discard
+	}
+	n, err := io.CopyN(w, zr, size+1)
+	switch {
+	case n > size:
+		return fmt.Errorf("%w: the entry at offset %d inflates past the %d bytes it says", errMismatch, off, size)
+	case !errors.Is(err, io.EOF):
+		return fmt.Errorf("entry data at offset %d: %w", off, err)
+	case n < size:
+		return fmt.Errorf("%w: the entry at offset %d inflates to %d bytes, not the %d it says", errMismatch, off, n, size)
+	}
+	return nil
+}
+
+// maxDeltaBase bounds the size of an object a delta is made on: go-git
+// reads a delta's base whole into memory. git makes no delta of a file
+// past core.bigFileThreshold, 512 MiB by default.
+const maxDeltaBase = 512 << 20
 
 // packHeaderSize is the pack's signature, version and count.
 const packHeaderSize = 12
 
 // ofsDelta decodes an OFS_DELTA's base distance (git's offset encoding:
-// each continuation adds one before the shift).
-func ofsDelta(b []byte) (int64, bool) {
+// each continuation adds one before the shift), and the bytes it took.
+func ofsDelta(b []byte) (int64, int, bool) {
 	if len(b) == 0 {
-		return 0, false
+		return 0, 0, false
 	}
 	c := b[0]
 	v := int64(c & 0x7f)
-	for i := 1; c&0x80 != 0; i++ {
+	i := 1
+	for ; c&0x80 != 0; i++ {
 		if i >= len(b) || i > 9 || v > (1<<55) {
-			return 0, false
+			return 0, 0, false
 		}
 		c = b[i]
 		v = ((v + 1) << 7) | int64(c&0x7f)
 	}
-	return v, true
+	return v, i, true
 }
 
 // checkedObject is a streamed object of a pack: its reader hashes what it

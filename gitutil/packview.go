@@ -30,8 +30,25 @@ import (
 // reader: opening a file system of a large repository costs a directory
 // listing. Packs leave it when they are deleted (see forget).
 type indexCache struct {
-	mu    sync.Mutex
-	packs map[plumbing.Hash]*packidx.Index
+	mu     sync.Mutex
+	packs  map[plumbing.Hash]*packidx.Index
+	checks map[plumbing.Hash]*entrySet // the entries of each found sound (see checkChain)
+}
+
+// checked returns the set of pack h's entries found sound, shared by
+// every view.
+func (c *indexCache) checked(h plumbing.Hash) *entrySet {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.checks[h]
+	if s == nil {
+		if c.checks == nil {
+			c.checks = map[plumbing.Hash]*entrySet{}
+		}
+		s = &entrySet{}
+		c.checks[h] = s
+	}
+	return s
 }
 
 // indexes returns the indexes of the packs of the mirror in dir, opening
@@ -63,10 +80,12 @@ func (c *indexCache) forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if name == "" {
-		c.packs = nil
+		c.packs, c.checks = nil, nil
 		return
 	}
-	delete(c.packs, plumbing.NewHash(strings.TrimPrefix(name, "pack-")))
+	h := plumbing.NewHash(strings.TrimPrefix(name, "pack-"))
+	delete(c.packs, h)
+	delete(c.checks, h)
 }
 
 // maxOpenPacks bounds the pack files a view keeps open.
@@ -98,7 +117,7 @@ type viewPack struct {
 	idx     *packidx.Index
 	pf      *packfile.Packfile // nil until read
 	file    billy.File         // pf's file
-	checked map[int64]struct{} // entries whose delta chains were walked (checkChain)
+	checked *entrySet          // entries whose delta chains were walked (checkChain)
 }
 
 // newPackView opens a view of the packs in dir as they are now, but for
@@ -137,7 +156,7 @@ func (v *packView) refresh() (bool, error) {
 		return false, err
 	}
 	for i, h := range added {
-		v.packs = append(v.packs, viewPack{hash: h, idx: idxs[i]})
+		v.packs = append(v.packs, viewPack{hash: h, idx: idxs[i], checked: v.ic.checked(h)})
 	}
 	return true, nil
 }
@@ -273,6 +292,13 @@ func (v *packView) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
 		return nil, err
 	}
 	defer done()
+	eh, data, err := readEntryHeader(f, off)
+	if err != nil {
+		return nil, &readError{pack: v.packs[i].hash, object: h, err: err}
+	}
+	if eh.Type >= plumbing.CommitObject && eh.Type <= plumbing.TagObject && eh.Length <= streamThreshold {
+		return v.readWhole(i, f, h, eh, data)
+	}
 	if err := v.checkChain(i, f, off); err != nil {
 		return nil, &readError{pack: v.packs[i].hash, object: h, err: err}
 	}
@@ -339,7 +365,7 @@ func (v *packView) loose(h plumbing.Hash) (plumbing.EncodedObject, error) {
 	}
 	defer done()
 	if size > streamThreshold {
-		return dotgit.NewEncodedObject(v.dir, h, typ, size), nil
+		return &checkedObject{EncodedObject: dotgit.NewEncodedObject(v.dir, h, typ, size)}, nil
 	}
 	mo := &plumbing.MemoryObject{}
 	mo.SetType(typ)
@@ -361,11 +387,14 @@ func (v *packView) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 		return 0, err
 	}
 	if i >= 0 {
-		pf, _, done, err := v.pack(i)
+		pf, f, done, err := v.pack(i)
 		if err != nil {
 			return 0, err
 		}
 		defer done()
+		if err := v.checkChain(i, f, off); err != nil {
+			return 0, &readError{pack: v.packs[i].hash, object: h, err: err}
+		}
 		size, err := pf.GetSizeByOffset(off)
 		if err != nil {
 			return 0, &readError{pack: v.packs[i].hash, object: h, err: err}

@@ -1,7 +1,6 @@
 package gitutil
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -307,7 +306,7 @@ func (m *Mirror) runMaintenance(ctx context.Context, args ...string) error {
 	cmd := exec.Command(m.opts.GitCLI, append([]string{"-C", m.dir}, args...)...)
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull, "GIT_ALLOW_PROTOCOL=modwatch-none")
 	cmd.WaitDelay = 5 * time.Second
-	var out bytes.Buffer
+	var out tailBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := m.runGit(ctx, cmd); err != nil {
 		return fmt.Errorf("git %s: %w: %s", args[0], err, strings.TrimSpace(out.String()))
