@@ -5,11 +5,14 @@ import (
 	"compress/zlib"
 	"crypto/sha1"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,6 +37,9 @@ type packEntry struct {
 	ofsRaw  int64
 	ref     plumbing.Hash
 	data    []byte
+	// deflated, when set, is the entry's data as written, in place of
+	// data deflated.
+	deflated []byte
 }
 
 func whole(name plumbing.Hash, typ plumbing.ObjectType, data []byte) packEntry {
@@ -60,6 +66,10 @@ func entryBytes(t *testing.T, e packEntry, off int64, offs []int64) []byte {
 		b.Write(ofsBytes(dist))
 	case plumbing.REFDeltaObject:
 		b.Write(e.ref[:])
+	}
+	if e.deflated != nil {
+		b.Write(e.deflated)
+		return b.Bytes()
 	}
 	z := zlib.NewWriter(&b)
 	_, err := z.Write(e.data)
@@ -371,4 +381,137 @@ func TestRotInAVerifiedPackIsFound(t *testing.T) {
 	res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	require.Error(t, res.Rebuilt)
+}
+
+// bomb deflates n zero bytes: a stream of a few bytes per MiB.
+func bomb(t *testing.T, n int) []byte {
+	var b bytes.Buffer
+	z, err := zlib.NewWriterLevel(&b, zlib.BestCompression)
+	require.NoError(t, err)
+	_, err = z.Write(make([]byte, n))
+	require.NoError(t, err)
+	require.NoError(t, z.Close())
+	return b.Bytes()
+}
+
+// allocated returns the bytes fn allocated.
+func allocated(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A few bytes that inflate to a great many are read no further than the
+// size their entry says: an object read whole, and a delta's data, which
+// a Stat reads to learn the size.
+func TestAnEntryInflatesNoFurtherThanItsSize(t *testing.T) {
+	content := []byte("a small file\n")
+	const big = 64 << 20
+	for _, c := range []struct {
+		name string
+		f    func(cm *craftedMirror) []packEntry
+		op   func(fsys fs.FS) error
+	}{
+		{"an object read whole", func(cm *craftedMirror) []packEntry {
+			return []packEntry{{name: cm.f, typ: plumbing.BlobObject, size: int64(len(cm.content)), deflated: bomb(t, big)}}
+		}, func(fsys fs.FS) error { _, err := fs.ReadFile(fsys, "f"); return err }},
+		{"a delta's data, read by Stat", func(cm *craftedMirror) []packEntry {
+			return []packEntry{{name: cm.f, typ: plumbing.REFDeltaObject, size: 7, ref: cm.g, deflated: bomb(t, big)}}
+		}, func(fsys fs.FS) error { _, err := fs.Stat(fsys, "f"); return err }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cm := newCraftedMirror(t, content)
+			m, damaged := cm.open(t, c.f(cm)...)
+			fsys, err := m.FS(cm.commit, at(""))
+			require.NoError(t, err)
+			var opErr error
+			n := allocated(func() { opErr = c.op(fsys) })
+			require.ErrorIs(t, opErr, ErrCorrupt)
+			assert.Less(t, n, uint64(big/4), "allocated while reading")
+			assert.Equal(t, int32(1), damaged.Load())
+		})
+	}
+}
+
+// A read that starts past the beginning of a large file (a Range
+// request) gets no byte of a file whose content is not its name's.
+func TestAReadInTheMiddleOfADamagedFileFails(t *testing.T) {
+	big := bytes.Repeat([]byte("a large file, streamed from its pack\n"), 48_000)
+	cm := newCraftedMirror(t, big)
+	bad := bytes.Clone(big)
+	bad[len(bad)-3] ^= 1
+	m, damaged := cm.open(t, whole(cm.f, plumbing.BlobObject, bad))
+	fsys, err := m.FS(cm.commit, at(""))
+	require.NoError(t, err)
+	f, err := fsys.Open("f")
+	require.NoError(t, err)
+	defer f.Close()
+	buf := make([]byte, 4096)
+	_, err = f.(io.ReaderAt).ReadAt(buf, 1<<20)
+	require.ErrorIs(t, err, ErrCorrupt)
+	assert.Equal(t, int32(1), damaged.Load())
+}
+
+// A large loose object (git writes them for small fetches) is checked
+// against its name as it is read too.
+func TestALargeLooseObjectIsChecked(t *testing.T) {
+	big := bytes.Repeat([]byte("a large loose object\n"), 100_000) // 2 MiB
+	cm := newCraftedMirror(t, big)
+	m, damaged := cm.open(t)
+	bad := bytes.Clone(big)
+	bad[10] ^= 1
+	loose := filepath.Join(cm.dir, "objects", cm.f.String()[:2], cm.f.String()[2:])
+	require.NoError(t, os.MkdirAll(filepath.Dir(loose), 0o755))
+	var b bytes.Buffer
+	z := zlib.NewWriter(&b)
+	fmt.Fprintf(z, "blob %d\x00", len(bad))
+	_, err := z.Write(bad)
+	require.NoError(t, err)
+	require.NoError(t, z.Close())
+	require.NoError(t, os.WriteFile(loose, b.Bytes(), 0o444))
+	fsys, err := m.FS(cm.commit, at(""))
+	require.NoError(t, err)
+	_, err = fs.ReadFile(fsys, "f")
+	require.ErrorIs(t, err, ErrCorrupt)
+	assert.Equal(t, int32(1), damaged.Load())
+}
+
+// A tree that names an entry "." (or "..", or with a slash) hashes to its
+// name, and a walk of it would never end: it is refused, as git's fsck
+// refuses it, the repository's error and not the mirror's damage.
+func TestATreeEntryGitRefusesIsRefused(t *testing.T) {
+	for _, name := range []string{".", "..", "a/b"} {
+		t.Run(name, func(t *testing.T) {
+			cm := newCraftedMirror(t, []byte("x"))
+			// The root tree gains a directory entry of the given name
+			// that is the root itself: a walk would loop.
+			var tree bytes.Buffer
+			tree.Write(cm.objs[1].data)
+			fmt.Fprintf(&tree, "40000 %s\x00", name)
+			tree.Write(cm.tree[:])
+			newTree := plumbing.ComputeHash(plumbing.TreeObject, tree.Bytes())
+			commit := bytes.Replace(cm.objs[0].data, []byte(cm.tree.String()), []byte(newTree.String()), 1)
+			newCommit := plumbing.ComputeHash(plumbing.CommitObject, commit)
+			cm.objs = append(cm.objs, whole(newTree, plumbing.TreeObject, tree.Bytes()), whole(newCommit, plumbing.CommitObject, commit),
+				whole(cm.f, plumbing.BlobObject, []byte("x")))
+			m, damaged := cm.open(t)
+			fsys, err := m.FS(Hash(newCommit), at(""))
+			require.NoError(t, err)
+			visits := 0
+			err = fs.WalkDir(fsys, ".", func(_ string, _ fs.DirEntry, err error) error {
+				if err != nil {
+					return err
+				}
+				if visits++; visits > 100 {
+					return errors.New("the walk does not end")
+				}
+				return nil
+			})
+			require.ErrorIs(t, err, ErrBadTree)
+			assert.Zero(t, damaged.Load(), "the repository's error, not damage")
+		})
+	}
 }
