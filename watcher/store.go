@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/modwatch/modwatch/internal/safefile"
 )
 
 // Checkpoint is what a sink was last given for a target.
@@ -131,7 +133,9 @@ var _ Store = (*FileStore)(nil)
 var ErrCheckpointUnreadable = errors.New("watcher: checkpoint is unreadable")
 
 // NewFileStore returns a store in dir, creating it when needed. Temporary
-// files left by a process killed mid-write are removed.
+// files left by a process killed mid-write are removed, and whatever else
+// took their names (a directory is removed whole, a link and not what it
+// names): the names are the store's.
 func NewFileStore(dir string) (*FileStore, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("watcher: checkpoint store: %w", err)
@@ -141,7 +145,7 @@ func NewFileStore(dir string) (*FileStore, error) {
 		return nil, fmt.Errorf("watcher: checkpoint store: %w", err)
 	}
 	for _, p := range leftovers {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.RemoveAll(p); err != nil {
 			return nil, fmt.Errorf("watcher: checkpoint store: %w", err)
 		}
 	}
@@ -158,18 +162,27 @@ func (s *FileStore) path(key string) string {
 	return filepath.Join(s.dir, hex.EncodeToString(sum[:16])+".json")
 }
 
+// maxCheckpointFile bounds a record read back: one holds at most maxReads
+// paths (of 4 KiB each, JSON-escaped, that is under 7 MiB) besides its
+// hashes. A larger file is not one the store wrote.
+const maxCheckpointFile = 8 << 20
+
 // Get implements Store. A record that cannot be read (a directory where
-// the file should be, as a missing subPath mount leaves, a disk error) or
+// the file should be, as a missing subPath mount leaves, a disk error; a
+// named pipe, a device, a symbolic link, which the store never writes, or
+// a file over 8 MiB, none of which is opened for reading or followed) or
 // parsed (a torn write on a file system without atomic rename) is an
 // error wrapping [ErrCheckpointUnreadable]: the watcher reports it and
 // treats the checkpoint as absent, so the target is delivered again and
-// the record rewritten.
-func (s *FileStore) Get(_ context.Context, key string) (Checkpoint, bool, error) {
-	data, err := os.ReadFile(s.path(key))
-	if errors.Is(err, fs.ErrNotExist) {
+// the record rewritten. The read stops when ctx is done.
+func (s *FileStore) Get(ctx context.Context, key string) (Checkpoint, bool, error) {
+	data, err := safefile.ReadFile(ctx, s.path(key), maxCheckpointFile, safefile.NoFollow)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return Checkpoint{}, false, nil
-	}
-	if err != nil {
+	case err != nil && ctx.Err() != nil:
+		return Checkpoint{}, false, fmt.Errorf("watcher: read checkpoint %s: %w", key, err)
+	case err != nil:
 		return Checkpoint{}, false, fmt.Errorf("%w: %s: %w", ErrCheckpointUnreadable, key, err)
 	}
 	var rec fileRecord
@@ -234,7 +247,9 @@ func writeAtomic(path string, data []byte) (err error) {
 	if err = os.Rename(f.Name(), path); err != nil {
 		return err
 	}
-	d, err := os.Open(dir)
+	// The store's directory as handed (it may be reached through a link),
+	// but never a named pipe put in its place: that open would not return.
+	d, err := safefile.OpenDir(dir, safefile.Follow)
 	if err != nil {
 		return err
 	}
