@@ -6,13 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
+
+	"github.com/modwatch/modwatch/internal/safefile"
 )
+
+// MaxSize bounds the file Watch reads: a ConfigMap or a Secret holds at
+// most 1 MiB; a file a user writes gets room to spare.
+const MaxSize = 4 << 20
 
 // Watch calls onChange with the content of the file at path when it
 // starts and each time the content changes, until ctx is done; err is
@@ -22,6 +27,11 @@ import (
 // rename, a plain write), and reads the file once the directory has been
 // quiet for debounce. It fails at once when the directory cannot be
 // watched. onChange is called from WatchFile's goroutine.
+//
+// The file is read with safefile's checks, following links (the kubelet
+// mounts keys as links through ..data): a named pipe, a device or a
+// directory is refused without being waited on or read, so is a file over
+// MaxSize; err then wraps safefile.ErrRefused, and Watch goes on.
 func Watch(ctx context.Context, path string, debounce time.Duration, log logr.Logger, onChange func(data []byte, err error)) error {
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -33,27 +43,8 @@ func Watch(ctx context.Context, path string, debounce time.Duration, log logr.Lo
 		return fmt.Errorf("filewatch: watch %s: %w", dir, err)
 	}
 
-	var (
-		read    bool   // the file was read at least once
-		missing bool   // it was missing then
-		last    []byte // what was read
-	)
-	reload := func() {
-		data, err := os.ReadFile(path)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			if read && missing {
-				return
-			}
-			read, missing, last = true, true, nil
-		case err != nil:
-		case read && !missing && bytes.Equal(data, last):
-			return
-		default:
-			read, missing, last = true, false, data
-		}
-		onChange(data, err)
-	}
+	var f file
+	reload := func() { f.reload(ctx, path, onChange) }
 	reload()
 	timer := time.NewTimer(debounce)
 	timer.Stop()
@@ -80,4 +71,31 @@ func Watch(ctx context.Context, path string, debounce time.Duration, log logr.Lo
 			reload()
 		}
 	}
+}
+
+// file is what Watch last read.
+type file struct {
+	read    bool   // the file was read at least once
+	missing bool   // it was missing then
+	last    []byte // what was read
+}
+
+// reload reads the file at path and hands onChange what changed.
+func (f *file) reload(ctx context.Context, path string, onChange func(data []byte, err error)) {
+	data, err := safefile.ReadFile(ctx, path, MaxSize, safefile.Follow)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return // stopped: not a change
+	case errors.Is(err, fs.ErrNotExist):
+		if f.read && f.missing {
+			return
+		}
+		f.read, f.missing, f.last = true, true, nil
+	case err != nil:
+	case f.read && !f.missing && bytes.Equal(data, f.last):
+		return
+	default:
+		f.read, f.missing, f.last = true, false, data
+	}
+	onChange(data, err)
 }
