@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 	"unique"
@@ -12,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/safefile"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/spec"
 )
@@ -87,9 +87,15 @@ var ErrInvalidFile = errors.New("static: invalid target file")
 // maxFileSize bounds what Parse accepts.
 const maxFileSize = 4 << 20
 
-// Load reads and parses a target file.
+// Load reads and parses a target file. A link is followed (a mounted
+// ConfigMap's key is one), to a regular file only: a named pipe, a device
+// or a directory is refused without being waited on or read, so is a file
+// over 4 MiB (an [ErrInvalidFile] too).
 func Load(path string) ([]watcher.Target, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(context.Background(), path, maxFileSize, safefile.Follow)
+	if errors.Is(err, safefile.ErrTooLarge) {
+		return nil, fmt.Errorf("static: %w: %w", ErrInvalidFile, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("static: %w", err)
 	}
