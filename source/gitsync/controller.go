@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/filewatch"
+	"github.com/modwatch/modwatch/internal/safefile"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/spec"
 )
@@ -291,9 +291,13 @@ func (c *Controller) Included(gk schema.GroupKind) bool {
 // credentials and the source of the GitSyncs cfg says (its Settings and
 // Credentials are the file's, and must be left unset). Every key of the
 // file must be one this package implements (see [NewController] for a
-// program that reads some keys itself).
+// program that reads some keys itself). The file may be reached through
+// links (a mounted ConfigMap); a named pipe, a device, a directory or a
+// file over 4 MiB is refused without being waited on or read.
 func LoadController(path string, kube kubernetes.Interface, dyn dynamic.Interface, cfg Config) (*Controller, error) {
-	data, err := os.ReadFile(path)
+	// As Start follows it: through links (a mounted ConfigMap), to a
+	// regular file of at most filewatch.MaxSize.
+	data, err := safefile.ReadFile(context.Background(), path, filewatch.MaxSize, safefile.Follow)
 	if err != nil {
 		return nil, err
 	}

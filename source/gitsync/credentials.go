@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync/atomic"
 
@@ -14,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/safefile"
 )
 
 // Credentials resolves repository credentials from a controller
@@ -109,6 +109,10 @@ func (c *Credentials) Resolve(ctx context.Context, repoURL string) (*gitutil.Aut
 	return auth, nil
 }
 
+// maxCredentialFile bounds a credential file read: a Secret holds at most
+// 1 MiB; a file a user writes, with a CA bundle, gets room to spare.
+const maxCredentialFile = 4 << 20
+
 func (c *Credentials) read(ctx context.Context, s *SecretSource) ([]byte, error) {
 	if r := s.FromKubernetesSecret; r != nil {
 		if c.kube == nil {
@@ -129,7 +133,9 @@ func (c *Credentials) read(ctx context.Context, s *SecretSource) ([]byte, error)
 	}
 	f := s.FromFile
 	path := f.JSONFilePath + f.YAMLFilePath
-	data, err := os.ReadFile(path)
+	// A mounted Secret's key is a link through ..data: followed, to a
+	// regular file only (a named pipe is refused, not waited on).
+	data, err := safefile.ReadFile(ctx, path, maxCredentialFile, safefile.Follow)
 	if err != nil {
 		return nil, err
 	}
