@@ -22,6 +22,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/objfile"
 
 	"github.com/modwatch/modwatch/gitutil/internal/packidx"
+	"github.com/modwatch/modwatch/internal/safefile"
 )
 
 // checkPacks looks for damage in a mirror's packs without reading them:
@@ -33,7 +34,7 @@ import (
 // 1 KiB of each index and 32 bytes of each pack.
 func checkPacks(dir string, full bool) error {
 	packDir := filepath.Join(dir, "objects", "pack")
-	entries, err := os.ReadDir(packDir)
+	entries, err := safefile.ReadDir(packDir, safefile.NoFollow)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -69,7 +70,7 @@ func checkPacks(dir string, full bool) error {
 // checkPack checks one pack and its index, named by their common path
 // without extension.
 func checkPack(base string, full bool) error {
-	idxFile, err := os.Open(base + ".idx")
+	idxFile, err := safefile.Open(base+".idx", safefile.NoFollow)
 	if err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func checkPack(base string, full bool) error {
 	} else if count, packSum, err = quickIndex(idxFile); err != nil {
 		return fmt.Errorf("index: %w", err)
 	}
-	pack, err := os.Open(base + ".pack")
+	pack, err := safefile.Open(base+".pack", safefile.NoFollow)
 	if err != nil {
 		return err
 	}
@@ -369,7 +370,7 @@ func (m *Mirror) verifyStore() error {
 // verifyOnce verifies the file at path with check, unless it was verified
 // as it is now.
 func (m *Mirror) verifyOnce(path string, check func(*os.File) error) error {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path, safefile.NoFollow)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/go-git/go-billy/v5"
+
+	"github.com/modwatch/modwatch/internal/safefile"
 )
 
 // A failed operation leaves nothing behind in the mirror, at once: a
@@ -48,7 +50,7 @@ func (l leftovers) clear(dir string) {
 func temporaries(dir string) map[string]bool {
 	out := map[string]bool{}
 	list := func(sub string, temporary func(name string, isDir bool) bool) {
-		entries, _ := os.ReadDir(filepath.Join(dir, sub))
+		entries, _ := safefile.ReadDir(filepath.Join(dir, sub), safefile.NoFollow) // a link in a directory's place is not followed to clear
 		for _, e := range entries {
 			if temporary(e.Name(), e.IsDir()) {
 				out[filepath.Join(dir, sub, e.Name())] = true

@@ -14,6 +14,8 @@ import (
 	"weak"
 
 	"github.com/go-git/go-git/v5"
+
+	"github.com/modwatch/modwatch/internal/safefile"
 )
 
 // DefaultRepackPacks is the number of packs above which a mirror is
@@ -22,7 +24,7 @@ const DefaultRepackPacks = 32
 
 // packNames lists the packs of a mirror by base name ("pack-<hash>").
 func packNames(dir string) map[string]bool {
-	entries, _ := os.ReadDir(filepath.Join(dir, "objects", "pack"))
+	entries, _ := safefile.ReadDir(filepath.Join(dir, "objects", "pack"), safefile.NoFollow)
 	out := map[string]bool{}
 	for _, e := range entries {
 		if base, ok := strings.CutSuffix(e.Name(), ".pack"); ok && strings.HasPrefix(base, "pack-") {
@@ -215,6 +217,10 @@ func (m *Mirror) recordReplaced() {
 	_ = writeFileAtomic(path, []byte(strings.Join(names, "\n")+"\n"))
 }
 
+// maxReplacedFile bounds replacedFile read: a pack's name a line, a few
+// dozen of them.
+const maxReplacedFile = 1 << 20
+
 // dropLeftReplaced deletes the packs replacedFile names, which an earlier
 // process replaced and could not drop, when another pack is there (which
 // holds what they held), and what a crash left of a write of the file.
@@ -227,7 +233,7 @@ func dropLeftReplaced(dir string) {
 		}
 	}
 	path := filepath.Join(dir, replacedFile)
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(context.Background(), path, maxReplacedFile, safefile.NoFollow)
 	if err != nil {
 		return
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
+
+	"github.com/modwatch/modwatch/internal/safefile"
 )
 
 // defaultFetchTimeout bounds a fetch whose ctx carries no deadline.
@@ -291,7 +293,7 @@ func OpenMirror(dir, repoURL string, opts MirrorOptions) (*Mirror, error) {
 }
 
 func isEmptyDir(dir string) bool {
-	entries, err := os.ReadDir(dir)
+	entries, err := safefile.ReadDir(dir, safefile.Follow)
 	return errors.Is(err, fs.ErrNotExist) || (err == nil && len(entries) == 0)
 }
 
@@ -576,7 +578,7 @@ func (m *Mirror) goGitFetch(ctx context.Context, topts transportOptions, specs [
 func (m *Mirror) Progress() int64 {
 	n := m.progress.Load()
 	for _, d := range []string{m.dir, m.dir + ".clone"} {
-		entries, _ := os.ReadDir(filepath.Join(d, "objects", "pack"))
+		entries, _ := safefile.ReadDir(filepath.Join(d, "objects", "pack"), safefile.NoFollow)
 		for _, e := range entries {
 			if info, err := e.Info(); err == nil {
 				n += info.Size()

@@ -20,6 +20,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
 
 	"github.com/modwatch/modwatch/gitutil/internal/protov2"
+	"github.com/modwatch/modwatch/internal/safefile"
 )
 
 // ErrNotFetched is returned (wrapped) by a read of a file that a partial
@@ -79,12 +80,16 @@ func (m *Mirror) readPartial() bool {
 	return cfg.Raw.Section(promisorSection).Subsection(promisorRemote).Option("promisor") == "true"
 }
 
+// maxConfigFile bounds the mirror's configuration file read: a remote or
+// two, a few hundred bytes.
+const maxConfigFile = 1 << 20
+
 // markPartial records that the mirror is partial, in its configuration
 // file as git has it (go-git's own configuration keeps only the remotes it
 // knows of). Callers hold m.mu.
 func (m *Mirror) markPartial() error {
 	path := filepath.Join(m.dir, "config")
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(context.Background(), path, maxConfigFile, safefile.NoFollow)
 	if err != nil {
 		return err
 	}
