@@ -36,6 +36,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/modwatch/modwatch/examples/internal/loglevel"
+	"github.com/modwatch/modwatch/internal/filewatch"
+	"github.com/modwatch/modwatch/internal/safefile"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
@@ -112,7 +114,9 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 	kc, dyn := kubernetes.NewForConfigOrDie(kube), dynamic.NewForConfigOrDie(kube)
 	// Numaplane's configuration, of which the program reads logLevel
 	// itself, the rest the library: no key passed over.
-	data, err := os.ReadFile(o.config)
+	// Through links (a mounted ConfigMap), to a regular file as the
+	// library reads it (see gitsync.LoadController).
+	data, err := safefile.ReadFile(ctx, o.config, filewatch.MaxSize, safefile.Follow)
 	if err != nil {
 		return err
 	}

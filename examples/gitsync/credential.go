@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"net/url"
 	"os"
 	"strings"
+
+	"github.com/modwatch/modwatch/internal/safefile"
 )
 
 // credential is one of git-sync's --credential flags: the user and
@@ -54,12 +57,25 @@ func (f credentialsFlag) Set(v string) error {
 	return nil
 }
 
+// maxMountedFile bounds a file a flag names that is read whole: a
+// password, a key, a token, known hosts, sparse-checkout patterns. A
+// Secret or a ConfigMap holds at most 1 MiB.
+const maxMountedFile = 1 << 20
+
+// readMounted reads a file a flag names, through links (a mounted
+// Secret's key is one, through ..data) to a regular file only: a named
+// pipe or a device is refused, not waited on or read; so is a file over
+// maxMountedFile.
+func readMounted(path string) ([]byte, error) {
+	return safefile.ReadFile(context.Background(), path, maxMountedFile, safefile.Follow)
+}
+
 // resolved is the credential with its password read.
 func (c credential) resolved() (credential, error) {
 	if c.PasswordFile == "" {
 		return c, nil
 	}
-	pw, err := os.ReadFile(c.PasswordFile)
+	pw, err := readMounted(c.PasswordFile)
 	if err != nil {
 		return c, fmt.Errorf("--credential %s: %w", c.URL, err)
 	}

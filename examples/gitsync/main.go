@@ -501,7 +501,7 @@ func (c config) hookConfig() (webhook.Config, error) {
 		if f.path == "" {
 			continue
 		}
-		data, err := os.ReadFile(f.path)
+		data, err := readMounted(f.path)
 		if err != nil {
 			return cfg, err
 		}
@@ -520,14 +520,14 @@ func (c config) auth() (*gitutil.Auth, error) {
 		return nil, errors.New("GITSYNC_PASSWORD and --password-file are exclusive")
 	}
 	if c.passwordFile != "" {
-		pw, err := os.ReadFile(c.passwordFile)
+		pw, err := readMounted(c.passwordFile)
 		if err != nil {
 			return nil, fmt.Errorf("--password-file: %w", err)
 		}
 		a.Password = strings.TrimRight(string(pw), "\r\n")
 	}
 	if c.sshKeyFile != "" {
-		key, err := os.ReadFile(c.sshKeyFile)
+		key, err := readMounted(c.sshKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("--ssh-key-file: %w", err)
 		}
@@ -535,7 +535,7 @@ func (c config) auth() (*gitutil.Auth, error) {
 		if c.knownHosts == "" {
 			return nil, errors.New("--ssh-key-file needs --ssh-known-hosts-file")
 		}
-		if a.KnownHosts, err = os.ReadFile(c.knownHosts); err != nil {
+		if a.KnownHosts, err = readMounted(c.knownHosts); err != nil {
 			return nil, fmt.Errorf("--ssh-known-hosts-file: %w", err)
 		}
 	}

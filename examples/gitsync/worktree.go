@@ -24,6 +24,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/safefile"
 	"github.com/modwatch/modwatch/watcher"
 )
 
@@ -187,13 +188,25 @@ func (w *worktrees) currentWorktree() string {
 	return target
 }
 
+// maxOwnFile bounds a file of the repository or a mirror read whole: a
+// worktree's .git and HEAD, the alternates, a shallow file (a hash a
+// line).
+const maxOwnFile = 16 << 20
+
+// readOwn reads a file git keeps in the repository or a mirror, which is
+// never a link, a named pipe or a device: such a one is refused, not
+// followed or waited on; so is a file over maxOwnFile.
+func readOwn(path string) ([]byte, error) {
+	return safefile.ReadFile(context.Background(), path, maxOwnFile, safefile.NoFollow)
+}
+
 // sound reports whether hash's worktree is there and at hash: its .git
 // file names an administrative directory whose HEAD is hash. (A commit's
 // tree may be empty, or sparsely hold nothing: the worktree then has its
 // .git only, and is sound.)
 func (w *worktrees) sound(hash string) bool {
 	wt := w.worktreeFor(hash)
-	data, err := os.ReadFile(filepath.Join(wt, ".git"))
+	data, err := readOwn(filepath.Join(wt, ".git"))
 	if err != nil {
 		return false
 	}
@@ -204,7 +217,7 @@ func (w *worktrees) sound(hash string) bool {
 	if !filepath.IsAbs(gitdir) {
 		gitdir = filepath.Join(wt, gitdir)
 	}
-	head, err := os.ReadFile(filepath.Join(gitdir, "HEAD"))
+	head, err := readOwn(filepath.Join(gitdir, "HEAD"))
 	return err == nil && strings.TrimSpace(string(head)) == hash
 }
 
@@ -244,7 +257,7 @@ func (w *worktrees) initRepo(ctx context.Context) error {
 		fmt.Fprintln(&alt, filepath.Join(d, "objects"))
 	}
 	file := filepath.Join(w.root, ".git", "objects", "info", "alternates")
-	if old, err := os.ReadFile(file); err == nil && bytes.Equal(old, alt.Bytes()) {
+	if old, err := readOwn(file); err == nil && bytes.Equal(old, alt.Bytes()) {
 		return nil
 	}
 	return writeAtomic(file, alt.Bytes())
@@ -425,7 +438,7 @@ func (w *worktrees) sparse(ctx context.Context, wt, hash string) error {
 	var patterns []byte
 	switch {
 	case w.sparseFile != "":
-		data, err := os.ReadFile(w.sparseFile)
+		data, err := readMounted(w.sparseFile)
 		if err != nil {
 			return fmt.Errorf("--sparse-checkout-file: %w", err)
 		}
@@ -471,7 +484,7 @@ func (w *worktrees) updateSubmodules(ctx context.Context, wt string) error {
 func (w *worktrees) writeShallow(ctx context.Context, hash string) error {
 	var shallow []string
 	for _, d := range w.mirrors.all() {
-		if data, err := os.ReadFile(filepath.Join(d, "shallow")); err == nil {
+		if data, err := readOwn(filepath.Join(d, "shallow")); err == nil {
 			shallow = append(shallow, strings.Fields(string(data))...)
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/modwatch/modwatch/internal/safefile"
 	"github.com/modwatch/modwatch/source/webhook"
 )
 
@@ -44,7 +45,9 @@ func main() {
 
 func run(listen, tokensFile string) error {
 	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
-	data, err := os.ReadFile(tokensFile)
+	// Through links (a mounted Secret's key), to a regular file of at most
+	// 1 MiB: a named pipe is refused, not waited on.
+	data, err := safefile.ReadFile(context.Background(), tokensFile, 1<<20, safefile.Follow)
 	if err != nil {
 		return fmt.Errorf("subscriber tokens: %w", err)
 	}
