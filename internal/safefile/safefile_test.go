@@ -1,3 +1,5 @@
+//go:build unix
+
 package safefile_test
 
 import (

@@ -1,3 +1,5 @@
+//go:build unix
+
 package configmap_test
 
 import (

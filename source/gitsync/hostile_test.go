@@ -1,3 +1,5 @@
+//go:build unix
+
 package gitsync_test
 
 import (
