@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/gofrs/flock"
+
+	"github.com/modwatch/modwatch/internal/safefile"
 )
 
 // ErrCacheDirInUse is returned by Run when another watcher, in this process
@@ -36,8 +39,11 @@ func openCacheDir(dir string) (*cacheDir, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("watcher: cache directory: %w", err)
 	}
-	lock := flock.New(filepath.Join(dir, ".lock"), flock.SetPermissions(0o600))
+	lock := flock.New(filepath.Join(dir, ".lock"), flock.SetPermissions(0o600), flock.SetFlag(lockFlag()))
 	ok, err := lock.TryLock()
+	if err == nil && ok {
+		err = regularLock(lock)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("watcher: lock cache directory %s: %w", dir, err)
 	}
@@ -50,6 +56,33 @@ func openCacheDir(dir string) (*cacheDir, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// lockFlag is how the lock file is opened: created when missing, as
+// flock's own default (read-only, read-write where a read-only file cannot
+// be locked exclusively), and as a file of the watcher's own directory:
+// a link there is not followed, a named pipe not waited on (that open
+// would not return).
+func lockFlag() int {
+	mode := os.O_RDONLY
+	switch runtime.GOOS {
+	case "aix", "solaris", "illumos":
+		mode = os.O_RDWR
+	}
+	return os.O_CREATE | mode | safefile.OpenFlags(safefile.NoFollow)
+}
+
+// regularLock releases lock, held, unless its file is a regular file:
+// a named pipe or a device is not the watcher's lock.
+func regularLock(lock *flock.Flock) error {
+	fi, err := lock.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%w (%s)", safefile.ErrNotRegular, fi.Mode().Type())
+	}
+	if err != nil {
+		_ = lock.Unlock()
+	}
+	return err
 }
 
 func (c *cacheDir) clearLeftovers() error {

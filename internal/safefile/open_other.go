@@ -10,3 +10,6 @@ import "os"
 func openFile(path string, _ Links) (*os.File, error) {
 	return os.Open(path)
 }
+
+// OpenFlags are the flags this package adds to os.OpenFile's: none here.
+func OpenFlags(Links) int { return 0 }
