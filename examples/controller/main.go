@@ -114,9 +114,7 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 	kc, dyn := kubernetes.NewForConfigOrDie(kube), dynamic.NewForConfigOrDie(kube)
 	// Numaplane's configuration, of which the program reads logLevel
 	// itself, the rest the library: no key passed over.
-	// Through links (a mounted ConfigMap), to a regular file as the
-	// library reads it (see gitsync.LoadController).
-	data, err := safefile.ReadFile(ctx, o.config, filewatch.MaxSize, safefile.Follow)
+	data, err := safefile.ReadFile(ctx, o.config, filewatch.MaxSize, safefile.Follow) // as gitsync.LoadController
 	if err != nil {
 		return err
 	}
