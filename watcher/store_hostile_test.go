@@ -68,6 +68,10 @@ func TestFileStoreRefusesWhatItNeverWrote(t *testing.T) {
 		{"over the bound", func(t *testing.T, p string) {
 			require.NoError(t, os.WriteFile(p, recordFile(t, "k", Checkpoint{Commit: "big"}, maxCheckpointFile+1), 0o644))
 		}, "too large"},
+		{"a sparse file of 1 TiB", func(t *testing.T, p string) {
+			require.NoError(t, os.WriteFile(p, nil, 0o644))
+			require.NoError(t, os.Truncate(p, 1<<40)) // os.ReadFile asked for 1 TiB at once
+		}, "too large"},
 		{"directory", func(t *testing.T, p string) { require.NoError(t, os.MkdirAll(filepath.Join(p, "sub"), 0o755)) }, "directory"},
 	}
 	for _, tt := range tests {
