@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -513,5 +514,40 @@ func TestATreeEntryGitRefusesIsRefused(t *testing.T) {
 			require.ErrorIs(t, err, ErrBadTree)
 			assert.Zero(t, damaged.Load(), "the repository's error, not damage")
 		})
+	}
+}
+
+// A named pipe, a device or a link in place of a file go-git reads in the
+// mirror (its configuration, HEAD, packed-refs, a ref) is refused, not
+// waited on or followed: opening the mirror, or fetching, returns.
+func TestAMirrorsOwnFilesAreNotPipes(t *testing.T) {
+	for _, name := range []string{"config", "HEAD", "packed-refs", filepath.Join("refs", "heads", "main")} {
+		for kind, mk := range map[string]func(path string) error{
+			"pipe":            func(p string) error { return syscall.Mkfifo(p, 0o600) },
+			"link to a pipe":  func(p string) error { q := p + ".fifo"; _ = syscall.Mkfifo(q, 0o600); return os.Symlink(q, p) },
+			"link to a file":  func(p string) error { return os.Symlink("/etc/hostname", p) },
+			"a device's link": func(p string) error { return os.Symlink("/dev/zero", p) },
+		} {
+			t.Run(name+"/"+kind, func(t *testing.T) {
+				cm := newCraftedMirror(t, []byte("x"))
+				p := filepath.Join(cm.dir, name)
+				_ = os.Remove(p)
+				require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+				require.NoError(t, mk(p))
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					m, err := OpenMirror(cm.dir, cm.repo.URL(), MirrorOptions{})
+					if err == nil {
+						_, _ = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+					}
+				}()
+				select {
+				case <-done:
+				case <-time.After(time.Minute):
+					t.Fatal("the mirror waits on a named pipe of its own")
+				}
+			})
+		}
 	}
 }

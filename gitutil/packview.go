@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 
 	"github.com/go-git/go-billy/v5"
-	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/format/objfile"
@@ -124,7 +123,7 @@ type viewPack struct {
 // those left out; the caller holds the mirror's lock, so that no fetch or
 // repack changes them meanwhile.
 func newPackView(dir string, ic *indexCache, leftOut map[string]bool, trees *atomic.Int64, objects cache.Object, live bool) (*packView, error) {
-	fs := osfs.New(dir)
+	fs := newOwnFS(dir)
 	v := &packView{root: dir, dir: dotgit.New(fs), fs: fs, ic: ic, cache: objects, trees: trees, live: live, leftOut: leftOut}
 	if _, err := v.refresh(); err != nil {
 		return nil, err

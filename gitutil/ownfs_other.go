@@ -1,0 +1,5 @@
+//go:build !unix
+
+package gitutil
+
+const nonBlock = 0
