@@ -388,10 +388,6 @@ func (e *selEval) selectedHash(s *selector, h plumbing.Hash, t *object.Tree, rel
 	return out, nil
 }
 
-// blob reads a whole blob of the mirror, at most maxIgnoreFile+1 bytes;
-// callers hold m.mu.
-func (m *Mirror) blob(h plumbing.Hash) ([]byte, error) { return m.blobUpTo(h, maxIgnoreFile) }
-
 // blobUpTo reads a whole blob of the mirror, at most limit+1 bytes
 // (fetching it into a partial mirror that lacks it); callers hold m.mu.
 func (m *Mirror) blobUpTo(h plumbing.Hash, limit int64) ([]byte, error) {
