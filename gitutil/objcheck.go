@@ -1,7 +1,6 @@
 package gitutil
 
 import (
-	"bytes"
 	"compress/zlib"
 	"crypto/sha1"
 	"errors"
@@ -120,13 +119,8 @@ func (v *packView) readWhole(i int, f io.ReaderAt, name plumbing.Hash, h packfil
 	}
 	mo := &plumbing.MemoryObject{}
 	mo.SetType(h.Type)
-	var buf bytes.Buffer
-	buf.Grow(int(h.Length))
-	if err := inflatesTo(f, data, h.Length, &buf); err != nil {
+	if err := inflatesTo(f, data, h.Length, mo); err != nil {
 		return nil, &readError{pack: v.packs[i].hash, object: name, err: err}
-	}
-	if _, err := mo.Write(buf.Bytes()); err != nil {
-		return nil, err
 	}
 	o, err := v.checked(i, name, mo)
 	if err == nil {
