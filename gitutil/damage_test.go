@@ -199,7 +199,10 @@ func TestFlippedBytesInAPackHeal(t *testing.T) {
 		read string
 	}{
 		{"inflate fails", 100, "flate: corrupt input"},
-		{"checksum fails", 20000, "zlib: invalid checksum"},
+		// The content inflated past its size, or its checksum: the
+		// mirror inflates no further than the size, and which it sees
+		// first depends on the bit.
+		{"checksum fails", 20000, "big.txt"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var damaged atomic.Int32
