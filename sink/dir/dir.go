@@ -147,6 +147,9 @@ func (s *Sink) deliver(ctx context.Context, c watcher.Change) (Published, error)
 	if err := os.MkdirAll(trees, 0o755); err != nil {
 		return Published{}, fmt.Errorf("dir: %w", err)
 	}
+	if err := ownDir(trees); err != nil {
+		return Published{}, err
+	}
 	s.sweep()
 	treeName := fmt.Sprintf("%s-%s-%s", name, short(c.To), hex.EncodeToString(randBytes(4)))
 	tmpName, tmpLink := tmpPrefix+treeName, tmpPrefix+name+"-"+hex.EncodeToString(randBytes(4))
@@ -249,6 +252,11 @@ func (s *Sink) clearLeftovers() error {
 		if target, err := os.Readlink(p); err == nil && filepath.Dir(target) == ".trees" {
 			named[filepath.Base(target)] = true
 		}
+	}
+	if err := ownDir(filepath.Join(s.root, ".trees")); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
 	}
 	trees, err := os.ReadDir(filepath.Join(s.root, ".trees"))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -575,4 +583,18 @@ func short(commit string) string {
 		return commit[:12]
 	}
 	return commit
+}
+
+// ownDir checks that dir, the sink's own directory of trees, is a
+// directory and not a link to one: the sink writes and removes there, and
+// never through a link, outside its root.
+func ownDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("dir: %s is not a directory of the sink's (%s): nothing is written or removed through it", dir, fi.Mode().Type())
+	}
+	return nil
 }

@@ -317,3 +317,29 @@ func TestPanicLeavesNoHalfWrittenTree(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "x", string(data))
 }
+
+// A link in place of the sink's own directory of trees (.trees) is not
+// followed: nothing is written there, and what lies where it leads (an
+// old tree's name, a temporary's) is not removed at start.
+func TestTheTreesDirectoryIsNotALink(t *testing.T) {
+	root, elsewhere := t.TempDir(), t.TempDir()
+	for _, name := range []string{".tmp-app-c2-0000", "app-old-1"} {
+		require.NoError(t, os.Mkdir(filepath.Join(elsewhere, name), 0o755))
+		old := time.Now().Add(-time.Hour)
+		require.NoError(t, os.Chtimes(filepath.Join(elsewhere, name), old, old))
+	}
+	require.NoError(t, os.Symlink(elsewhere, filepath.Join(root, ".trees")))
+	s := dir.New(root)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.Error(t, s.Run(ctx), "the start refuses the link")
+	err := s.Deliver(context.Background(), change("app", "c1", fstest.MapFS{"f": {Data: []byte("1")}}))
+	require.ErrorContains(t, err, "not a directory of the sink's")
+	entries, err := os.ReadDir(elsewhere)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.ElementsMatch(t, []string{".tmp-app-c2-0000", "app-old-1"}, names, "nothing removed or written through the link")
+}
