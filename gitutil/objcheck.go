@@ -117,10 +117,17 @@ func (v *packView) readWhole(i int, f io.ReaderAt, name plumbing.Hash, h packfil
 			return o, nil
 		}
 	}
+	// Inflated into a slice of its size, then written once: a
+	// MemoryObject written piece by piece grows to twice what it holds,
+	// and the cache counts what it holds.
+	content := sliceWriter(make([]byte, 0, h.Length))
+	if err := inflatesTo(f, data, h.Length, &content); err != nil {
+		return nil, &readError{pack: v.packs[i].hash, object: name, err: err}
+	}
 	mo := &plumbing.MemoryObject{}
 	mo.SetType(h.Type)
-	if err := inflatesTo(f, data, h.Length, mo); err != nil {
-		return nil, &readError{pack: v.packs[i].hash, object: name, err: err}
+	if _, err := mo.Write(content); err != nil {
+		return nil, err
 	}
 	o, err := v.checked(i, name, mo)
 	if err == nil {
@@ -327,3 +334,11 @@ func (r *hashingReader) fail(err error) error {
 }
 
 func (r *hashingReader) Close() error { return r.r.Close() }
+
+// sliceWriter appends what is written to it.
+type sliceWriter []byte
+
+func (w *sliceWriter) Write(p []byte) (int, error) {
+	*w = append(*w, p...)
+	return len(p), nil
+}
