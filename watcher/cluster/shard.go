@@ -436,9 +436,17 @@ func (s *LeaseShard) notify() {
 // in a change is owned (0: nothing pending).
 func (s *LeaseShard) recompute() (holds, settle time.Duration) {
 	now := time.Now()
+	var changed bool
+	var live []string
+	// The log is the program's code: it runs after the lock is let go, so
+	// a logger that reads the shard (Members) cannot deadlock on it.
+	defer func() {
+		if changed {
+			s.cfg.Log.Info("shard membership", "identity", s.cfg.Identity, "members", live, "claim", holds > 0)
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var live []string
 	for _, o := range s.seen {
 		if s.observedAt.Sub(o.at) < s.cfg.LeaseDuration {
 			live = append(live, o.holder)
@@ -452,7 +460,7 @@ func (s *LeaseShard) recompute() (holds, settle time.Duration) {
 	slices.Sort(live)
 	live = slices.Compact(live)
 	if fresh != s.fresh || !slices.Equal(live, s.members) {
-		s.cfg.Log.Info("shard membership", "identity", s.cfg.Identity, "members", live, "claim", fresh)
+		changed = true
 		if !now.Before(s.settle) {
 			// Who owned what: kept while an earlier change settles. A
 			// replica without a claim owned nothing, so what it gains waits

@@ -293,3 +293,43 @@ func TestAWatchThatEndsAtOnceIsNotReopenedInALoop(t *testing.T) {
 		}
 	})
 }
+
+// The shard's log is the program's code, and may read the shard: it runs
+// with no lock of the shard held (it deadlocked the replica once: CI,
+// stop 63, a test's logger and its reader taking their locks in turns).
+func TestALoggerThatReadsTheShardDoesNotDeadlockIt(t *testing.T) {
+	g := newGroupWithB(t)
+	var shard atomic.Pointer[LeaseShard]
+	var read atomic.Int64
+	log := funcr.New(func(string, string) {
+		if s := shard.Load(); s != nil {
+			s.Members()
+			read.Add(1)
+		}
+	}, funcr.Options{})
+	s, err := NewLeaseShard(g.client, LeaseShardConfig{Namespace: "ns", Group: "g", Identity: "a",
+		LeaseDuration: 2 * time.Hour, RenewPeriod: time.Hour, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard.Store(s)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	seen := false
+	for deadline := time.Now().Add(10 * time.Second); !seen && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		seen = read.Load() > 0 && slices.Equal(s.Members(), []string{"a", "b"})
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replica did not stop within 10s of its cancel: deadlocked in its log")
+	}
+	if !seen {
+		t.Fatal("a did not see b within 10s, its logger reading it")
+	}
+}
