@@ -1,8 +1,11 @@
 package watcher
 
 import (
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/modwatch/modwatch/gitutil"
@@ -24,6 +27,8 @@ type options struct {
 	store            Store
 	resync           time.Duration
 	resyncFunc       func() time.Duration
+	resyncSet        []string // the options that set the resync, in order: more than one is refused
+	noLoggerOut      io.Writer
 	observers        []Observer
 	retryMin         time.Duration
 	retryMax         time.Duration
@@ -67,7 +72,17 @@ func defaultOptions() options {
 		credentialsRetry: 30 * time.Second,
 		git:              DefaultGit(),
 		removals:         removalBudget{share: DefaultRemovalShare, confirm: DefaultRemovalConfirm},
+		noLoggerOut:      os.Stderr,
 	}
+}
+
+// validate refuses options that contradict each other, naming them.
+func (o *options) validate() error {
+	if len(o.resyncSet) > 1 {
+		return fmt.Errorf("%w: the resync is set %d times (%s): set it once, with WithResync or WithResyncFunc",
+			ErrInvalidOptions, len(o.resyncSet), strings.Join(o.resyncSet, ", "))
+	}
+	return nil
 }
 
 // DefaultMinInterval is the shortest poll interval a watcher accepts unless
@@ -152,17 +167,26 @@ func WithStore(s Store) Option { return func(o *options) { o.store = s } }
 
 // WithResync delivers every target's current commit again at this interval
 // (Reason [ReasonResync]), so that sinks can correct drift; 0 (the default)
-// turns it off.
+// turns it off. The resync is set once: a second WithResync or
+// WithResyncFunc makes Run fail with [ErrInvalidOptions], naming both,
+// rather than one silently winning.
 func WithResync(d time.Duration) Option {
-	return func(o *options) { o.resync, o.resyncFunc = max(d, 0), nil }
+	return func(o *options) {
+		o.resync, o.resyncFunc = max(d, 0), nil
+		o.resyncSet = append(o.resyncSet, fmt.Sprintf("WithResync(%s)", d))
+	}
 }
 
 // WithResyncFunc is WithResync for an interval that may change while the
 // watcher runs (a configuration followed live): f is asked at the start and
 // after each resync for the time to the next; 0 or less means none, and f
-// is asked again a minute later.
+// is asked again a minute later. It is the watcher's one resync setting,
+// as WithResync is.
 func WithResyncFunc(f func() time.Duration) Option {
-	return func(o *options) { o.resync, o.resyncFunc = 0, f }
+	return func(o *options) {
+		o.resync, o.resyncFunc = 0, f
+		o.resyncSet = append(o.resyncSet, "WithResyncFunc")
+	}
 }
 
 // WithObserver adds observers that hear every outcome.

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"path/filepath"
 	"reflect"
@@ -29,6 +30,9 @@ var (
 	ErrStarted = errors.New("watcher: already running")
 	// ErrNoRoutes is returned by Run when no route was added.
 	ErrNoRoutes = errors.New("watcher: no routes")
+	// ErrInvalidOptions is returned by Run for options that contradict
+	// each other (the resync set twice); the error names them.
+	ErrInvalidOptions = errors.New("watcher: invalid options")
 )
 
 // Watcher polls the remotes of all its routes' targets and delivers changes
@@ -139,8 +143,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.mu.Unlock()
 		return ErrStarted
 	}
-	w.started = true
 	routes := w.routes
+	if err := w.opts.validate(); err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	w.started = true
 	if len(routes) == 0 {
 		w.mu.Unlock()
 		return ErrNoRoutes
@@ -155,7 +163,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.env.subs = &submodules{v: w.env, dir: w.opts.cacheDir, tmp: cache.tmp}
 	// The logger comes with ctx, as in controller-runtime; sources, sinks
 	// and observers' Run get it the same way, through ctx.
-	w.env.log = logr.FromContextOrDiscard(ctx).WithName("watcher")
+	w.env.log = loggerOf(ctx, w.opts.noLoggerOut).WithName("watcher")
 	g, gctx := errgroup.WithContext(ctx)
 	w.group = g
 	w.env.deliveries = newPool(gctx, w.opts.deliverLimit)
@@ -185,6 +193,20 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// loggerOf is ctx's logger. A ctx without one logs nothing, and a program
+// that forgot logr.NewContext is told so once, on out (standard error), as
+// controller-runtime tells a program that never set its logger; a program
+// that wants no logs says so with logr.Discard() in ctx.
+func loggerOf(ctx context.Context, out io.Writer) logr.Logger {
+	log, err := logr.FromContext(ctx)
+	if err != nil {
+		fmt.Fprintln(out, "modwatch: the context given to Watcher.Run carries no logger (logr.NewContext), "+
+			"so the watcher, its sources and its sinks log nothing; put logr.Discard() in it to say that is meant")
+		return logr.Discard()
+	}
+	return log
 }
 
 // goPart runs part in g until ctx ends; an error before then stops the

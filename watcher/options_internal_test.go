@@ -1,0 +1,63 @@
+package watcher
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The resync is set once: a second resync option (a program's, after the
+// one a library handed it) is refused by name, not silently the winner.
+func TestTheResyncIsSetOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		want string
+	}{
+		{"twice WithResync", []Option{WithResync(time.Minute), WithResync(time.Hour)}, "WithResync(1m0s), WithResync(1h0m0s)"},
+		{"a func then a duration", []Option{WithResyncFunc(func() time.Duration { return time.Minute }), WithResync(time.Hour)},
+			"WithResyncFunc, WithResync(1h0m0s)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := New(append(tc.opts, WithCacheDir(t.TempDir()))...)
+			require.NoError(t, w.Route(SourceFunc(func(ctx context.Context, _ func([]Target)) error { <-ctx.Done(); return nil }),
+				SinkFunc(func(context.Context, Change) error { return nil })))
+			err := w.Run(logr.NewContext(context.Background(), logr.Discard()))
+			require.ErrorIs(t, err, ErrInvalidOptions)
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+	o := defaultOptions()
+	WithResyncFunc(func() time.Duration { return 0 })(&o)
+	assert.NoError(t, o.validate(), "one resync option")
+}
+
+// A program that forgot to put a logger into Run's context is told once;
+// one that put logr.Discard() there meant it, and is not.
+func TestAContextWithoutALoggerIsSaidOnce(t *testing.T) {
+	var out bytes.Buffer
+	log := loggerOf(context.Background(), &out)
+	assert.Equal(t, logr.Discard(), log)
+	assert.Contains(t, out.String(), "carries no logger")
+	assert.Equal(t, 1, bytes.Count(out.Bytes(), []byte("\n")), "one line")
+
+	out.Reset()
+	loggerOf(logr.NewContext(context.Background(), logr.Discard()), &out)
+	assert.Empty(t, out.String(), "logr.Discard() in ctx: meant")
+
+	// Through Run: the watcher says it at its start.
+	out.Reset()
+	w := New(WithCacheDir(t.TempDir()))
+	w.opts.noLoggerOut = &out
+	require.NoError(t, w.Route(SourceFunc(func(ctx context.Context, _ func([]Target)) error { return nil }),
+		SinkFunc(func(context.Context, Change) error { return nil })))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, w.Run(ctx))
+	assert.Contains(t, out.String(), "carries no logger")
+}
