@@ -13,14 +13,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/modwatch/modwatch/examples/internal/loglevel"
 	"github.com/modwatch/modwatch/sink/apply"
@@ -45,21 +43,12 @@ type options struct {
 
 func main() {
 	config := flag.String("config", "/etc/modwatch/config.yaml", "the agent configuration, mounted from a ConfigMap")
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file (empty: in-cluster, or $KUBECONFIG)")
 	cacheDir := flag.String("cache-dir", "/var/cache/modwatch", "where repository mirrors and checkpoints are kept")
 	inventory := flag.String("inventory-namespace", "default", "namespace of the inventory ConfigMaps")
-	flag.Parse()
-
+	flag.Parse() // and -kubeconfig, which controller-runtime registers (empty: $KUBECONFIG, or in-cluster)
 	level := new(slog.LevelVar)
 	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	kube, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err == nil {
-		err = run(ctx, options{config: *config, kube: kube, cacheDir: *cacheDir, inventory: *inventory, log: log, level: level})
-	}
+	err := run(ctrl.SetupSignalHandler(), options{config: *config, kube: ctrl.GetConfigOrDie(), cacheDir: *cacheDir, inventory: *inventory, log: log, level: level})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		os.Exit(1)
@@ -87,22 +76,22 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	src := configmap.New(o.config,
-		configmap.WithOwnKeys("logLevel"), // Numaplane's: the agent's log verbosity, not the library's
-		configmap.WithCredentials(func(rcs []spec.RepoCredential) error {
-			return creds.Set(&gitsync.ControllerConfig{RepoCredentials: rcs})
-		}),
-		configmap.WithValues(configmap.GitValues(o.cacheDir+"/values", creds, time.Minute)),
-		configmap.WithOnReload(func(r configmap.Reload) {
+	src := configmap.New(configmap.Options{Path: o.config,
+		LoadOptions: configmap.LoadOptions{OwnKeys: []string{"logLevel"}, // the agent's log verbosity, the program's to act on
+			Credentials: func(rcs []spec.RepoCredential) error {
+				return creds.Set(&gitsync.ControllerConfig{RepoCredentials: rcs})
+			},
+			Values: configmap.GitValues(o.cacheDir+"/values", creds, time.Minute)},
+		OnReload: func(r configmap.Reload) {
 			if r.Err == nil {
 				o.log.Info("configuration reloaded", "targets", len(r.Targets))
 			}
-			if r.Data != nil {
-				if err := loglevel.Set(o.level, r.Data); err != nil {
-					o.log.Error(err, "logLevel not applied")
-				}
+			if n, err := loglevel.Parse(r.Data); err != nil {
+				o.log.Error(err, "logLevel not applied")
+			} else {
+				loglevel.Set(o.level, n)
 			}
-		}))
+		}})
 	observers := []watcher.Observer{watcher.ObserverFunc(func(e watcher.Event) {
 		switch e.Type {
 		case watcher.EventDelivered:

@@ -1,9 +1,12 @@
 // Command controller is Numaplane's GitSync controller on the library: it
-// applies each GitSync's repository path to the cluster, prunes what a
-// commit removed, and writes the outcome into the GitSync's status. All
-// the watching, fetching, rendering and applying lives in the library;
-// this file is wiring, on a controller-runtime Manager (metrics, health
-// probes and leader election come from it).
+// applies each GitSync's repository path to the cluster as Numaplane does
+// (into its destination namespace, its objects labelled with the GitSync's
+// name, a chart's CRDs skipped, only the kinds of includedResources
+// managed), prunes what a commit removed, and writes the outcome into the
+// GitSync's status beside whatever else writes there. All the watching,
+// fetching, rendering and applying lives in the library; this file is
+// wiring, on a controller-runtime Manager (metrics, health probes and
+// leader election come from it).
 //
 //	go run ./examples/controller -config /etc/numaplane/config.yaml -kubeconfig ~/.kube/config
 //
@@ -12,9 +15,11 @@
 // (membership Leases in $POD_NAMESPACE, named after $POD_NAME) and the
 // checkpoints live in ConfigMaps, so that they follow the repositories.
 //
-// The configuration is Numaplane's controller ConfigMap; it is reloaded
-// when it changes (credentials, cluster name and interval at once; the
-// cache directory, cascadeDeletion and autoHealDisabled at the next start).
+// The configuration is Numaplane's controller ConfigMap, followed as it
+// changes: credentials, cluster name, interval, automatedSyncDisabled and
+// logLevel at once; cascadeDeletion at each removal; autoHealDisabled and
+// includedResources at each resync and delivery; persistentRepoClonePath
+// at the next start.
 package main
 
 import (
@@ -28,7 +33,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -36,14 +41,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/modwatch/modwatch/examples/internal/loglevel"
-	"github.com/modwatch/modwatch/internal/filewatch"
-	"github.com/modwatch/modwatch/internal/safefile"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
 	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/cluster"
+	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // options is what main reads from its flags and environment (the Manager's
@@ -54,9 +58,9 @@ type options struct {
 	shard                                  bool   // every replica polls a share
 	pod                                    cluster.LeaseShardConfig
 	mgr                                    ctrl.Options
+	logLevel                               *slog.LevelVar         // set from the configuration's logLevel (nil: none)
 	observers                              []watcher.Observer     // more (tests)
 	made                                   func(*watcher.Watcher) // told of the watcher (tests)
-	logLevel                               *slog.LevelVar         // set from the configuration's logLevel (nil: none)
 }
 
 func main() {
@@ -85,25 +89,11 @@ func main() {
 // validDestination refuses a GitSync whose destination namespace is not a
 // namespace name, as Numaplane's reconciler does: nothing of it is applied
 // (into "default" or anywhere).
-func validDestination(gs *unstructured.Unstructured) error {
-	ns, _, _ := unstructured.NestedString(gs.Object, "spec", "destination", "namespace")
-	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		return fmt.Errorf("spec.destination.namespace %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+func validDestination(_ metav1.Object, gs spec.GitSync) error {
+	if errs := validation.IsDNS1123Label(gs.Destination.Namespace); len(errs) > 0 {
+		return fmt.Errorf("spec.destination.namespace %q is not a namespace name: %s", gs.Destination.Namespace, strings.Join(errs, "; "))
 	}
 	return nil
-}
-
-// instanceOf names this install among others: -name, else the namespace
-// it watches; none when it watches all (the inventories of an install
-// from before instances existed).
-func instanceOf(o options) string {
-	if o.name != "" {
-		return o.name
-	}
-	if o.namespace != "" {
-		return "namespace/" + o.namespace
-	}
-	return ""
 }
 
 func run(ctx context.Context, kube *rest.Config, o options) error {
@@ -112,33 +102,17 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 		return err
 	}
 	kc, dyn := kubernetes.NewForConfigOrDie(kube), dynamic.NewForConfigOrDie(kube)
-	// Numaplane's configuration, of which the program reads logLevel
-	// itself, the rest the library: no key passed over.
-	data, err := safefile.ReadFile(ctx, o.config, filewatch.MaxSize, safefile.Follow) // as gitsync.LoadController
+	c, err := gitsync.NewController(kc, dyn, gitsync.ControllerOptions{Path: o.config, Source: gitsync.Config{Namespace: o.namespace, Accept: validDestination},
+		OnReload: func(cfg *gitsync.ControllerConfig, _ []byte) { loglevel.Set(o.logLevel, cfg.LogLevel) }})
 	if err != nil {
 		return err
 	}
-	cfg, err := gitsync.ParseControllerConfig(data, "logLevel")
-	if err != nil {
-		return fmt.Errorf("%s: %w", o.config, err)
-	}
-	if err := loglevel.Set(o.logLevel, data); err != nil {
-		return err
-	}
-	c, err := gitsync.NewController(gitsync.ControllerFile{Path: o.config, Config: cfg, OwnKeys: []string{"logLevel"},
-		OnReload: func(data []byte) { _ = loglevel.Set(o.logLevel, data) }}, kc, dyn,
-		gitsync.Config{Namespace: o.namespace, Accept: validDestination})
-	if err != nil {
-		return err
-	}
-	// As Numaplane applies: into the destination namespace, with its
-	// tracking label, cascadeDeletion read at each removal. Its inventories
-	// are its install's own: another install never lists or sweeps them.
-	instance := instanceOf(o)
+	// This install's inventories are its own: another never lists or sweeps them.
+	instance := cmp.Or(o.name, c.Instance())
 	o.mgr.Logger.Info("install", "instance", instance, "namespace", o.namespace, "inventoryNamespace", o.inventory)
-	applier, err := apply.New(kube, apply.Config{FieldManager: "numaplane-controller", Instance: instance, CascadeDeleteFunc: c.CascadeDeletion, InventoryNamespace: o.inventory,
-		ForceNamespace: true, TrackingLabel: "numaplane.numaproj.io/tracking-id", Include: c.Included,
-		Renderers: map[string]apply.Renderer{kustomize.Name: kustomize.New(), helm.Name: helm.New()}})
+	applier, err := apply.New(kube, apply.Config{FieldManager: "numaplane-controller", Instance: instance, InventoryNamespace: o.inventory,
+		ForceNamespace: true, TrackingLabel: gitsync.TrackingLabel, CascadeDeleteFunc: c.CascadeDeletion, Include: c.Included,
+		Renderers: map[string]apply.Renderer{kustomize.Name: kustomize.New(), helm.Name: helm.New(helm.WithCRDs(helm.CRDsSkip))}})
 	if err != nil {
 		return err
 	}
@@ -155,13 +129,11 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 	if err == nil {
 		err = errors.Join(w.Route(c.Source, applier), mgr.Add(c))
 	}
-	if err == nil && o.made != nil {
-		o.made(w)
-	}
 	if err != nil {
 		return err
 	}
-	// The Manager's runnables (the watcher, the configuration follower)
-	// log through their context's logger.
-	return mgr.Start(logr.NewContext(ctx, o.mgr.Logger))
+	if o.made != nil {
+		o.made(w)
+	}
+	return mgr.Start(logr.NewContext(ctx, o.mgr.Logger)) // the runnables log through ctx
 }

@@ -160,7 +160,7 @@ func Load(ctx context.Context, data []byte, opts LoadOptions) (*Loaded, error) {
 	}
 	switch {
 	case len(creds) > 0 && opts.Credentials == nil:
-		return nil, fmt.Errorf("%w: the configuration names repository credentials and the program resolves none (configmap.WithCredentials, LoadOptions.Credentials)", ErrInvalid)
+		return nil, fmt.Errorf("%w: the configuration names repository credentials and the program resolves none (LoadOptions.Credentials)", ErrInvalid)
 	case opts.Credentials != nil:
 		if err := opts.Credentials(creds); err != nil {
 			return nil, fmt.Errorf("configmap: repository credentials: %w", err)
@@ -226,7 +226,7 @@ func (c Config) values(ctx context.Context, read Values) (map[string]string, err
 		return nil, err
 	}
 	if read == nil {
-		return nil, fmt.Errorf("%w: source.keyValueGenerator.reference: the program gives no way to read its files (configmap.WithValues, configmap.GitValues)", ErrInvalid)
+		return nil, fmt.Errorf("%w: source.keyValueGenerator.reference: the program gives no way to read its files (LoadOptions.Values, configmap.GitValues)", ErrInvalid)
 	}
 	values, err := read(ctx, *kv.Reference, c.ClusterName)
 	if err != nil {

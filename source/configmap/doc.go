@@ -19,7 +19,7 @@
 //
 // The file is read strictly (see [Load]): a key the package does not
 // implement is an error naming it, unless the program reads it itself
-// ([WithOwnKeys]). A keyValueGenerator.reference's files are read from git
-// ([WithValues], [GitValues]) at each change and every minute, and the
-// credentials the file names are handed to the program ([WithCredentials]).
+// ([LoadOptions].OwnKeys). A keyValueGenerator.reference's files are read from git
+// ([LoadOptions].Values, [GitValues]) at each change and every minute, and the
+// credentials the file names are handed to the program ([LoadOptions].Credentials).
 package configmap

@@ -1,6 +1,7 @@
 package configmap
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/modwatch/modwatch/internal/filewatch"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // Reload is the outcome of reading the file after it changed (or of
@@ -29,72 +29,55 @@ type Reload struct {
 	// before the first good read) stays, for as long as it is missing.
 	Missing bool
 	// Data is the file's content, when it was read and used: the program
-	// reads its own keys from it (see [WithOwnKeys]).
+	// reads its own keys from it (see [LoadOptions].OwnKeys).
 	Data []byte
+}
+
+// Options say which file a [Source] reads and what the program adds to
+// it, as a struct, as controller-runtime's manager.Options. Zero values
+// are defaults.
+type Options struct {
+	// Path is the configuration file (a mounted ConfigMap's key).
+	Path string
+	// LoadOptions say how the file is read: Prefix starts the target IDs
+	// (default "configmap"); OwnKeys are the keys the program reads itself
+	// (from [Reload].Data); Values reads a keyValueGenerator.reference's
+	// files (see [GitValues]), again at each change of the file and every
+	// ValuesRefresh; Credentials is handed the credentials the file names
+	// (gitDefinition.repoCredential, the reference files'), before the
+	// targets that need them, for the program to resolve (typically
+	// gitsync.Credentials.Set): its error makes the file unused, as a
+	// parse error does.
+	LoadOptions
+	// Debounce is how long the directory must be quiet before the file is
+	// read again. Default 100ms.
+	Debounce time.Duration
+	// ValuesRefresh is how often a reference generator's files are read
+	// again. Default 1m; negative: only when the file changes.
+	ValuesRefresh time.Duration
+	// OnReload, when set, is called after each reading of the file (at
+	// the start and after each change of content), from the source's
+	// goroutine.
+	OnReload func(Reload)
 }
 
 // Source reads targets from a mounted ConfigMap file.
 type Source struct {
-	path     string
-	prefix   string
-	debounce time.Duration
-	log      logr.Logger
-	onReload func(Reload)
-	ownKeys  []string
-	values   Values
-	creds    func([]spec.RepoCredential) error
-	refresh  time.Duration
+	cfg Options // defaulted
+	log logr.Logger
 }
 
 var _ watcher.Source = (*Source)(nil)
 
-// Option configures a Source.
-type Option func(*Source)
-
-// WithDebounce sets how long the directory must be quiet before the file is
-// read again. Default 100ms.
-func WithDebounce(d time.Duration) Option { return func(s *Source) { s.debounce = d } }
-
-// WithIDPrefix sets the prefix of target IDs. Default "configmap".
-func WithIDPrefix(p string) Option { return func(s *Source) { s.prefix = p } }
-
-// WithOnReload calls f after each reading of the file (at start and after
-// each change of content), from the source's goroutine.
-func WithOnReload(f func(Reload)) Option { return func(s *Source) { s.onReload = f } }
-
-// WithOwnKeys names the top-level keys of the file the program reads
-// itself (Numaplane's logLevel); any other key the package does not know
-// is an error.
-func WithOwnKeys(keys ...string) Option { return func(s *Source) { s.ownKeys = keys } }
-
-// WithValues reads a keyValueGenerator.reference's files (see
-// [GitValues]); without it, such a configuration is an error. The files
-// are read at each change of the configuration and every refresh interval
-// (see [WithValuesRefresh]).
-func WithValues(v Values) Option { return func(s *Source) { s.values = v } }
-
-// WithValuesRefresh sets how often a reference generator's files are read
-// again (default 1m; 0 or less: only when the configuration changes).
-func WithValuesRefresh(d time.Duration) Option { return func(s *Source) { s.refresh = d } }
-
-// WithCredentials hands the program the credentials the configuration
-// names (gitDefinition.repoCredential, the reference files'), before the
-// targets that need them: the program resolves them, typically into the
-// watcher's credential resolver (gitsync.Credentials.Set). An error makes
-// the configuration unused, as a parse error does. Without it, a
-// configuration that names a credential is an error.
-func WithCredentials(set func([]spec.RepoCredential) error) Option {
-	return func(s *Source) { s.creds = set }
-}
-
-// New returns a source reading the file at path.
-func New(path string, opts ...Option) *Source {
-	s := &Source{path: path, prefix: "configmap", debounce: 100 * time.Millisecond, log: logr.Discard(), onReload: func(Reload) {},
-		refresh: time.Minute}
-	for _, o := range opts {
-		o(s)
+// New returns a source reading the file cfg names.
+func New(cfg Options) *Source {
+	cfg.Prefix = cmp.Or(cfg.Prefix, "configmap")
+	cfg.Debounce = cmp.Or(cfg.Debounce, 100*time.Millisecond)
+	cfg.ValuesRefresh = cmp.Or(cfg.ValuesRefresh, time.Minute)
+	if cfg.OnReload == nil {
+		cfg.OnReload = func(Reload) {}
 	}
-	return s
+	return &Source{cfg: cfg, log: logr.Discard()}
 }
 
 // Run watches the file until ctx is done. It fails at once when the file's
@@ -104,7 +87,7 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 	r := &run{s: s, ctx: ctx, update: update}
 	// A reference generator's files change without the file changing:
 	// they are read again every refresh interval.
-	defer every(ctx, s.refresh, &r.mu, func() {
+	defer every(ctx, s.cfg.ValuesRefresh, &r.mu, func() {
 		if r.refresh && r.loaded && r.last != nil && !r.stopped {
 			r.load(r.last, true)
 		}
@@ -114,7 +97,7 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 		defer r.mu.Unlock()
 		r.stopped = true
 	}()
-	return filewatch.Watch(ctx, s.path, s.debounce, s.log, r.file)
+	return filewatch.Watch(ctx, s.cfg.Path, s.cfg.Debounce, s.log, r.file)
 }
 
 // A run is one Run's state, guarded by mu: the file watcher's calls and the
@@ -141,15 +124,15 @@ func (r *run) file(data []byte, err error) {
 	defer r.mu.Unlock()
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		err = fmt.Errorf("configmap: %s is missing: %w", r.s.path, err)
+		err = fmt.Errorf("configmap: %s is missing: %w", r.s.cfg.Path, err)
 		r.s.log.Error(err, "configuration file missing: the last good targets stay, nothing is removed", "targets", len(r.good))
 		watcher.NoSet(r.ctx, err)
-		r.s.onReload(Reload{Targets: r.good, Err: err, Missing: true})
+		r.s.cfg.OnReload(Reload{Targets: r.good, Err: err, Missing: true})
 	case err != nil:
-		err = fmt.Errorf("configmap: read %s: %w", r.s.path, err)
+		err = fmt.Errorf("configmap: read %s: %w", r.s.cfg.Path, err)
 		r.s.log.Error(err, "configuration kept")
 		watcher.NoSet(r.ctx, err)
-		r.s.onReload(Reload{Targets: r.good, Err: err})
+		r.s.cfg.OnReload(Reload{Targets: r.good, Err: err})
 	default:
 		r.last = data
 		r.load(data, false)
@@ -196,15 +179,15 @@ func every(ctx context.Context, d time.Duration, mu *sync.Mutex, fn func()) (sto
 // the ones handed last and again is set (a refresh of the reference
 // files). The caller holds the lock of Run.
 func (s *Source) load(ctx context.Context, data []byte, again bool, good *[]watcher.Target, update func([]watcher.Target)) (ok, hasReference bool) {
-	l, err := Load(ctx, data, LoadOptions{Prefix: s.prefix, OwnKeys: s.ownKeys, Values: s.values, Credentials: s.creds})
+	l, err := Load(ctx, data, s.cfg.LoadOptions)
 	if err != nil {
 		if ctx.Err() != nil {
 			return false, false
 		}
-		err = fmt.Errorf("%s: %w", s.path, err)
+		err = fmt.Errorf("%s: %w", s.cfg.Path, err)
 		s.log.Error(err, "configuration not used; the last good one stays", "targets", len(*good))
 		watcher.NoSet(ctx, err)
-		s.onReload(Reload{Targets: *good, Err: err})
+		s.cfg.OnReload(Reload{Targets: *good, Err: err})
 		return false, false
 	}
 	hasReference = l.Config.Source.KeyValueGenerator.Reference != nil
@@ -213,11 +196,11 @@ func (s *Source) load(ctx context.Context, data []byte, again bool, good *[]watc
 	}
 	*good = l.Targets
 	if len(l.Targets) == 0 {
-		s.log.Info("configuration is explicitly empty: every target is removed", "path", s.path)
+		s.log.Info("configuration is explicitly empty: every target is removed", "path", s.cfg.Path)
 	} else {
-		s.log.Info("configuration loaded", "path", s.path, "targets", len(l.Targets), "reference", hasReference)
+		s.log.Info("configuration loaded", "path", s.cfg.Path, "targets", len(l.Targets), "reference", hasReference)
 	}
 	update(l.Targets)
-	s.onReload(Reload{Targets: l.Targets, Data: data})
+	s.cfg.OnReload(Reload{Targets: l.Targets, Data: data})
 	return true, hasReference
 }

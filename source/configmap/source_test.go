@@ -32,10 +32,16 @@ type running struct {
 	noSets  chan error // what it told the watcher through watcher.NoSet
 }
 
-func start(t *testing.T, path string, opts ...configmap.Option) *running {
+// start runs a source of the file at path, configured by the optional
+// edits of its Options.
+func start(t *testing.T, path string, edits ...func(*configmap.Options)) *running {
 	t.Helper()
 	r := &running{updates: make(chan []watcher.Target, 100), reloads: make(chan configmap.Reload, 100), noSets: make(chan error, 100)}
-	src := configmap.New(path, append([]configmap.Option{configmap.WithOnReload(func(rl configmap.Reload) { r.reloads <- rl })}, opts...)...)
+	o := configmap.Options{Path: path, OnReload: func(rl configmap.Reload) { r.reloads <- rl }}
+	for _, edit := range edits {
+		edit(&o)
+	}
+	src := configmap.New(o)
 	watchertest.Run(t, func(ctx context.Context) error {
 		ctx = watcher.WithNoSetReporter(ctx, func(err error) { r.noSets <- err })
 		return src.Run(ctx, func(ts []watcher.Target) { r.updates <- ts })
@@ -288,16 +294,16 @@ func TestStartsWithoutFileAndFailsWithoutDirectory(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(config("main")), 0o644))
 	assert.Equal(t, "main", r.revision(t))
 
-	err := configmap.New(filepath.Join(dir, "nowhere", "agent.yaml")).Run(context.Background(), func([]watcher.Target) {})
+	err := configmap.New(configmap.Options{Path: filepath.Join(dir, "nowhere", "agent.yaml")}).Run(context.Background(), func([]watcher.Target) {})
 	assert.ErrorContains(t, err, "nowhere")
 }
 
-// WithIDPrefix names the targets, so that two agents' sources can share a
+// Prefix names the targets, so that two agents' sources can share a
 // watcher.
-func TestWithIDPrefix(t *testing.T) {
+func TestTheIDPrefix(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(config("main")), 0o644))
-	r := start(t, path, configmap.WithIDPrefix("agent-b"))
+	r := start(t, path, func(o *configmap.Options) { o.Prefix = "agent-b" })
 	require.NoError(t, r.nextReload(t).Err)
 	ts := r.nextUpdate(t)
 	require.Len(t, ts, 1)
@@ -325,7 +331,7 @@ source:
 		reads++
 		return map[string]string{"rev": rev}, nil
 	}
-	r := start(t, path, configmap.WithValues(values), configmap.WithValuesRefresh(20*time.Millisecond))
+	r := start(t, path, func(o *configmap.Options) { o.Values, o.ValuesRefresh = values, 20*time.Millisecond })
 	assert.Equal(t, "v1", r.revision(t))
 	mu.Lock()
 	rev = "v2"

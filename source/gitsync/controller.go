@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +49,10 @@ type ControllerConfig struct {
 	// [Controller.Included].
 	IncludedResources string           `json:"includedResources,omitempty"`
 	RepoCredentials   []RepoCredential `json:"repoCredentials,omitempty"`
+	// LogLevel is Numaplane's log verbosity (0 info, each step one more
+	// logr V level), the program's to act on: the library logs through the
+	// logger the program gives it. Nil when the file does not say.
+	LogLevel *int `json:"logLevel,omitempty"`
 }
 
 // GroupKinds are kinds by API group: an entry with an empty Kind is every
@@ -121,20 +127,13 @@ var ErrInvalidConfig = errors.New("gitsync: invalid controller configuration")
 
 // knownKeys are the controller configuration's keys this package reads.
 var knownKeys = []string{"clusterName", "syncTimeIntervalMs", "persistentRepoClonePath", "cascadeDeletion",
-	"autoHealDisabled", "automatedSyncDisabled", "includedResources", "repoCredentials"}
-
-// programKeys are keys of Numaplane's configuration that belong to the
-// program, not to this package: they are errors unless the program names
-// them as its own.
-var programKeys = map[string]string{
-	"logLevel": "the program's log verbosity",
-}
+	"autoHealDisabled", "automatedSyncDisabled", "includedResources", "repoCredentials", "logLevel"}
 
 // ParseControllerConfig reads a controller configuration (YAML or JSON)
-// and checks it, strictly: a key this package does not implement is an
-// error that names it, unless it is one of ownKeys, the keys the program
-// reads itself (Numaplane's logLevel, for one). Nothing is silently
-// ignored, in the file or in any object of it.
+// and checks it, strictly: a key that is not Numaplane's is an error that
+// names it, unless it is one of ownKeys, the keys the program adds and
+// reads itself. Nothing is silently ignored, in the file or in any object
+// of it.
 func ParseControllerConfig(data []byte, ownKeys ...string) (*ControllerConfig, error) {
 	var raw map[string]any
 	if err := yaml.Unmarshal(data, &raw); err != nil {
@@ -147,16 +146,12 @@ func ParseControllerConfig(data []byte, ownKeys ...string) (*ControllerConfig, e
 			continue
 		}
 		if !slices.Contains(knownKeys, k) {
-			what := "not a key of this package"
-			if p, ok := programKeys[k]; ok {
-				what = p + ", which this package does not implement: the program reads it (and names it as its own) or the key goes"
-			}
-			unknown = append(unknown, fmt.Sprintf("%s (%s)", k, what))
+			unknown = append(unknown, k)
 		}
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return nil, fmt.Errorf("%w: unknown keys: %s", ErrInvalidConfig, strings.Join(unknown, "; "))
+		return nil, fmt.Errorf("%w: unknown keys (not Numaplane's, nor the program's own): %s", ErrInvalidConfig, strings.Join(unknown, ", "))
 	}
 	known, err := yaml.Marshal(raw)
 	if err != nil {
@@ -176,6 +171,9 @@ func ParseControllerConfig(data []byte, ownKeys ...string) (*ControllerConfig, e
 func (c *ControllerConfig) Validate() error {
 	if c.SyncTimeIntervalMs < 0 {
 		return fmt.Errorf("%w: syncTimeIntervalMs is negative", ErrInvalidConfig)
+	}
+	if c.LogLevel != nil && *c.LogLevel < 0 {
+		return fmt.Errorf("%w: logLevel %d is negative", ErrInvalidConfig, *c.LogLevel)
 	}
 	if _, err := ParseIncludedResources(c.IncludedResources); err != nil {
 		return err
@@ -198,54 +196,10 @@ func (c *ControllerConfig) Interval() time.Duration {
 	return time.Duration(c.SyncTimeIntervalMs) * time.Millisecond
 }
 
-// FollowConfig keeps src and creds in step with the controller
-// configuration file at path until ctx is done: a changed file changes the
-// credentials, the cluster name, the interval and automatedSyncDisabled at
-// once (the namespace watched stays); a changed persistentRepoClonePath is
-// logged as taking effect at the next start. cascadeDeletion (at each
-// removal) and autoHealDisabled (at each resync) are read through
-// [Controller.Current]. A file
-// that cannot be read or parsed leaves the last good configuration in
-// place and is logged.
-// It logs to the logger of ctx.
-func FollowConfig(ctx context.Context, path string, src *Source, creds *Credentials) error {
-	return followConfig(ctx, path, src, creds, nil, nil)
-}
-
-func followConfig(ctx context.Context, path string, src *Source, creds *Credentials, ownKeys []string, reloaded func(*ControllerConfig, []byte)) error {
-	log := logr.FromContextOrDiscard(ctx)
-	var started *ControllerConfig // what the caller started with
-	first := true
-	return filewatch.Watch(ctx, path, 100*time.Millisecond, log, func(data []byte, err error) {
-		var cfg *ControllerConfig
-		if err == nil {
-			cfg, err = ParseControllerConfig(data, ownKeys...)
-		}
-		if first {
-			first, started = false, cfg
-			return
-		}
-		if err == nil {
-			err = creds.Set(cfg)
-		}
-		if err != nil {
-			log.Error(fmt.Errorf("%s: %w", path, err), "configuration not reloaded; the last good one stays")
-			return
-		}
-		src.SetSettings(cfg.settings())
-		if reloaded != nil {
-			reloaded(cfg, data)
-		}
-		log.Info("configuration reloaded", "path", path)
-		if started != nil && cfg.PersistentRepoClonePath != started.PersistentRepoClonePath {
-			log.Info("persistentRepoClonePath takes effect at the next start")
-		}
-	})
-}
-
 // Controller is Numaplane's controller configuration as a program runs it:
 // the configuration it started with, the credentials it names, and the
-// source of GitSyncs, kept in step with the file while Start runs.
+// source of GitSyncs, kept in step with each change of the configuration
+// (the file followed while Start runs, or the program's own [Controller.Reload]).
 type Controller struct {
 	// Config is the configuration read at the start.
 	Config *ControllerConfig
@@ -253,10 +207,40 @@ type Controller struct {
 	// configuration's repository credentials, from its Secrets and files.
 	Source      *Source
 	Credentials *Credentials
-	path        string
-	ownKeys     []string
-	onReload    func([]byte)
+	opts        ControllerOptions
 	current     atomic.Pointer[liveConfig]
+	reloadMu    sync.Mutex // one Reload at a time: the credentials, settings and current change together
+}
+
+// ControllerOptions says where a [Controller]'s configuration comes from
+// and what the program adds to it.
+type ControllerOptions struct {
+	// Path is the configuration file (a mounted ConfigMap, reached through
+	// links): read by NewController and followed while Start runs. A named
+	// pipe, a device, a directory or a file over 4 MiB is refused without
+	// being waited on or read.
+	Path string
+	// Config is a configuration the program read and follows itself (with
+	// its own configuration manager): set instead of Path, it hands each
+	// change to [Controller.Reload], and no file is followed.
+	Config *ControllerConfig
+	// OwnKeys are keys of the file at Path that the program reads itself,
+	// beside Numaplane's (see [ParseControllerConfig]).
+	OwnKeys []string
+	// OnReload, when set, is called with each configuration taken, the
+	// first (by NewController) and every change (of the file, or by
+	// Reload), with the file's content (nil when the program handed the
+	// configuration): the program reads the keys it acts on, logLevel for
+	// one, in one place.
+	OnReload func(cfg *ControllerConfig, data []byte)
+	// ResyncEvery is how many poll intervals pass between two resyncs,
+	// the deliveries that correct drift (none while autoHealDisabled):
+	// 1 resyncs at every interval, as Numaplane's own syncer does. 0: ten
+	// intervals, and at least ten minutes. Negative is refused.
+	ResyncEvery int
+	// Source configures the source of GitSyncs; its Settings and
+	// Credentials are the configuration's, and must be left unset.
+	Source Config
 }
 
 // liveConfig is the configuration as the file says now, with its
@@ -273,10 +257,22 @@ func (c *Controller) setCurrent(cfg *ControllerConfig) {
 	c.current.Store(&liveConfig{cfg: cfg, kinds: kinds})
 }
 
-// Current is the configuration as the file says now (Config until it
-// changes): for the keys a program reads at each use, such as
-// cascadeDeletion (see apply.Config.CascadeDeleteFunc).
+// Current is the configuration as it is now (Config until it changes):
+// for the keys a program reads at each use, such as cascadeDeletion (see
+// apply.Config.CascadeDeleteFunc).
 func (c *Controller) Current() *ControllerConfig { return c.current.Load().cfg }
+
+// Instance names the install among others that share an inventory
+// namespace (apply.Config.Instance), when the program has no name of its
+// own for it: "namespace/<ns>" for a Controller of the GitSyncs of one
+// namespace; "" for one of all namespaces (the inventories of an install
+// from before instances existed).
+func (c *Controller) Instance() string {
+	if ns := c.opts.Source.Namespace; ns != "" {
+		return "namespace/" + ns
+	}
+	return ""
+}
 
 // CascadeDeletion is Current's cascadeDeletion.
 func (c *Controller) CascadeDeletion() bool { return c.Current().CascadeDeletion }
@@ -287,54 +283,65 @@ func (c *Controller) Included(gk schema.GroupKind) bool {
 	return c.current.Load().kinds.Includes(gk)
 }
 
-// LoadController reads the controller configuration at path and makes its
-// credentials and the source of the GitSyncs cfg says (its Settings and
-// Credentials are the file's, and must be left unset). Every key of the
-// file must be one this package implements (see [NewController] for a
-// program that reads some keys itself). The file may be reached through
-// links (a mounted ConfigMap); a named pipe, a device, a directory or a
-// file over 4 MiB is refused without being waited on or read.
-func LoadController(path string, kube kubernetes.Interface, dyn dynamic.Interface, cfg Config) (*Controller, error) {
-	// As Start follows it: through links (a mounted ConfigMap), to a
-	// regular file of at most filewatch.MaxSize.
-	data, err := safefile.ReadFile(context.Background(), path, filewatch.MaxSize, safefile.Follow)
+// NewController makes the Controller of the configuration o names (its
+// Path or its Config), reading Secrets through kube (nil when none is
+// named) and GitSyncs through dyn.
+func NewController(kube kubernetes.Interface, dyn dynamic.Interface, o ControllerOptions) (*Controller, error) {
+	switch {
+	case (o.Path == "") == (o.Config == nil):
+		return nil, fmt.Errorf("%w: set one of ControllerOptions.Path and ControllerOptions.Config", ErrInvalidConfig)
+	case o.Source.Settings != (Settings{}) || o.Source.Credentials != nil:
+		return nil, fmt.Errorf("%w: the source's Settings and Credentials are the controller configuration's; leave them unset", ErrInvalidConfig)
+	case o.ResyncEvery < 0:
+		return nil, fmt.Errorf("%w: ResyncEvery %d is negative", ErrInvalidConfig, o.ResyncEvery)
+	}
+	cfg, data := o.Config, []byte(nil)
+	if o.Path != "" {
+		var err error
+		if data, err = safefile.ReadFile(context.Background(), o.Path, filewatch.MaxSize, safefile.Follow); err != nil {
+			return nil, err
+		}
+		if cfg, err = ParseControllerConfig(data, o.OwnKeys...); err != nil {
+			return nil, fmt.Errorf("%s: %w", o.Path, err)
+		}
+	} else if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	creds, err := NewCredentials(kube, cfg)
 	if err != nil {
 		return nil, err
 	}
-	file, err := ParseControllerConfig(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	o.Source.Settings, o.Source.Credentials = cfg.settings(), creds
+	c := &Controller{Config: cfg, Source: New(dyn, o.Source), Credentials: creds, opts: o}
+	c.setCurrent(cfg)
+	if o.OnReload != nil {
+		o.OnReload(cfg, data)
 	}
-	return NewController(ControllerFile{Path: path, Config: file}, kube, dyn, cfg)
-}
-
-// ControllerFile is a controller configuration the program read itself:
-// the file it came from (followed while [Controller.Start] runs), what
-// [ParseControllerConfig] made of it, and the keys the program reads
-// itself (passed to it again at each change).
-type ControllerFile struct {
-	Path    string
-	Config  *ControllerConfig
-	OwnKeys []string
-	// OnReload, when set, is called with the file's content each time a
-	// change of it was parsed and taken: the program reads its own keys
-	// from it again.
-	OnReload func(data []byte)
-}
-
-// NewController is LoadController for a configuration the program parsed.
-func NewController(file ControllerFile, kube kubernetes.Interface, dyn dynamic.Interface, cfg Config) (*Controller, error) {
-	if cfg.Settings != (Settings{}) || cfg.Credentials != nil {
-		return nil, fmt.Errorf("%w: the Config's Settings and Credentials are the controller configuration's; leave them unset", ErrInvalidConfig)
-	}
-	creds, err := NewCredentials(kube, file.Config)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Settings, cfg.Credentials = file.Config.settings(), creds
-	c := &Controller{Config: file.Config, Source: New(dyn, cfg), Credentials: creds, path: file.Path, ownKeys: file.OwnKeys, onReload: file.OnReload}
-	c.setCurrent(file.Config)
 	return c, nil
+}
+
+// Reload takes cfg as the configuration now: the credentials, the cluster
+// name, the interval and automatedSyncDisabled change at once (the
+// namespace watched stays); cascadeDeletion and autoHealDisabled are read
+// at each use. An invalid cfg is refused and the configuration stays.
+func (c *Controller) Reload(cfg *ControllerConfig) error { return c.reload(cfg, nil) }
+
+func (c *Controller) reload(cfg *ControllerConfig, data []byte) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	c.reloadMu.Lock()
+	if err := c.Credentials.Set(cfg); err != nil {
+		c.reloadMu.Unlock()
+		return err
+	}
+	c.Source.SetSettings(cfg.settings())
+	c.setCurrent(cfg)
+	c.reloadMu.Unlock()
+	if c.opts.OnReload != nil { // the program's code, with no lock held
+		c.opts.OnReload(cfg, data)
+	}
+	return nil
 }
 
 // settings are the source's Settings the configuration says.
@@ -344,35 +351,71 @@ func (c *ControllerConfig) settings() Settings {
 
 // WatcherOptions are what the configuration says of the watcher: the
 // repository mirrors and the checkpoints under persistentRepoClonePath (or
-// cacheDir), the credentials, the source's status writer, and a resync
-// every ten intervals (at least ten minutes) that corrects drift, unless
-// autoHealDisabled — both as the file says at each resync.
+// cacheDir), the credentials, the source's status writer, and the resync
+// that corrects drift (ControllerOptions.ResyncEvery), unless
+// autoHealDisabled, both as the configuration says at each resync. They
+// set the watcher's resync: a program adds no other.
 func (c *Controller) WatcherOptions(cacheDir string) ([]watcher.Option, error) {
 	root := cmp.Or(c.Config.PersistentRepoClonePath, cacheDir)
 	store, err := watcher.NewFileStore(filepath.Join(root, "checkpoints"))
 	if err != nil {
 		return nil, err
 	}
-	// autoHealDisabled and syncTimeIntervalMs are read at each resync, as
-	// the file says then.
-	resync := func() time.Duration {
-		cur := c.Current()
-		if cur.AutoHealDisabled {
-			return 0
-		}
-		return 10 * max(cur.Interval(), time.Minute)
-	}
 	return []watcher.Option{watcher.WithCacheDir(filepath.Join(root, "mirrors")), watcher.WithStore(store),
-		watcher.WithCredentials(c.Credentials), watcher.WithObserver(c.Source.Observer()), watcher.WithResyncFunc(resync)}, nil
+		watcher.WithCredentials(c.Credentials), watcher.WithObserver(c.Source.Observer()), watcher.WithResyncFunc(c.ResyncInterval)}, nil
 }
 
-// Start follows the configuration file until ctx is done (see
-// [FollowConfig]). It is a controller-runtime Runnable for every replica.
+// ResyncInterval is the time to the next resync as the configuration says
+// now (0: none): what WatcherOptions has the watcher ask at each resync.
+func (c *Controller) ResyncInterval() time.Duration {
+	cur := c.Current()
+	interval := cur.Interval()
+	switch {
+	case cur.AutoHealDisabled:
+		return 0
+	case c.opts.ResyncEvery == 0:
+		return 10 * max(interval, time.Minute)
+	case interval == 0:
+		interval = time.Minute // the watcher's default interval
+	}
+	return time.Duration(c.opts.ResyncEvery) * interval
+}
+
+// Start follows the configuration file (ControllerOptions.Path) until ctx
+// is done: a changed file is taken as [Controller.Reload] takes it, a
+// changed persistentRepoClonePath is logged as taking effect at the next
+// start, and a file that cannot be read or parsed leaves the last good
+// configuration in place and is logged, to the logger of ctx. Without a
+// Path it waits for ctx. It is a controller-runtime Runnable for every
+// replica.
 func (c *Controller) Start(ctx context.Context) error {
-	return followConfig(ctx, c.path, c.Source, c.Credentials, c.ownKeys, func(cfg *ControllerConfig, data []byte) {
-		c.setCurrent(cfg)
-		if c.onReload != nil {
-			c.onReload(data)
+	if c.opts.Path == "" {
+		<-ctx.Done()
+		return nil
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	first := true
+	return filewatch.Watch(ctx, c.opts.Path, 100*time.Millisecond, log, func(data []byte, err error) {
+		var cfg *ControllerConfig
+		if err == nil {
+			cfg, err = ParseControllerConfig(data, c.opts.OwnKeys...)
+		}
+		if first { // the file as NewController read it, or as it is now
+			first = false
+			if err != nil || reflect.DeepEqual(cfg, c.Config) {
+				return
+			}
+		}
+		if err == nil {
+			err = c.reload(cfg, data)
+		}
+		if err != nil {
+			log.Error(fmt.Errorf("%s: %w", c.opts.Path, err), "configuration not reloaded; the last good one stays")
+			return
+		}
+		log.Info("configuration reloaded", "path", c.opts.Path)
+		if cfg.PersistentRepoClonePath != c.Config.PersistentRepoClonePath {
+			log.Info("persistentRepoClonePath takes effect at the next start")
 		}
 	})
 }

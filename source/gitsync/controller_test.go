@@ -2,7 +2,6 @@ package gitsync_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/upstream"
 	"github.com/modwatch/modwatch/source/gitsync"
 )
@@ -40,17 +40,27 @@ repoCredentials:
       insecureSkipVerify: false
 `
 
+// Numaplane's whole configuration is read, logLevel too (the program acts
+// on it); a key of the program's own is refused unless it names it.
 func TestParseControllerConfig(t *testing.T) {
-	cfg, err := gitsync.ParseControllerConfig([]byte(numaplaneConfig), "logLevel")
+	cfg, err := gitsync.ParseControllerConfig([]byte(numaplaneConfig))
 	require.NoError(t, err)
 	assert.Equal(t, "staging-1", cfg.ClusterName)
 	assert.Equal(t, int64(30000), cfg.SyncTimeIntervalMs)
 	assert.Len(t, cfg.RepoCredentials, 2)
 	assert.Equal(t, "sshKey", cfg.RepoCredentials[1].SSHCredential.SSHKey.FromKubernetesSecret.Key)
+	require.NotNil(t, cfg.LogLevel)
+	assert.Equal(t, 3, *cfg.LogLevel)
 
-	_, err = gitsync.ParseControllerConfig([]byte(numaplaneConfig))
+	mine := numaplaneConfig + "tracingEndpoint: collector:4317\n"
+	_, err = gitsync.ParseControllerConfig([]byte(mine))
 	require.ErrorIs(t, err, gitsync.ErrInvalidConfig)
-	assert.ErrorContains(t, err, "logLevel (the program's log verbosity, which this package does not implement")
+	assert.ErrorContains(t, err, "unknown keys (not Numaplane's, nor the program's own): tracingEndpoint")
+	_, err = gitsync.ParseControllerConfig([]byte(mine), "tracingEndpoint")
+	require.NoError(t, err)
+
+	_, err = gitsync.ParseControllerConfig([]byte("logLevel: -1\n"))
+	assert.ErrorContains(t, err, "logLevel -1 is negative")
 }
 
 func TestParseIncludedResources(t *testing.T) {
@@ -148,7 +158,7 @@ func TestParseControllerConfigErrors(t *testing.T) {
 		{"file with two paths", "repoCredentials: [{url: h.com, httpCredential: {password: {fromFile: {jsonFilePath: x, yamlFilePath: y, key: k}}}}]\n", "one of"},
 		{"bad url", "repoCredentials: [{url: 'https://', httpCredential: {username: a}}]\n", "repoCredentials"},
 		{"wrong type", "cascadeDeletion: often\n", "cascadeDeletion"},
-		{"unknown key", "clusterName: a\nsyncInterval: 5\n", "unknown keys: syncInterval (not a key of this package)"},
+		{"unknown key", "clusterName: a\nsyncInterval: 5\n", "unknown keys (not Numaplane's, nor the program's own): syncInterval"},
 		{"unknown nested key", "repoCredentials: [{url: h.com, httpCredential: {username: a, user: b}}]\n", "unknown field"},
 		{"ssh without known hosts", "repoCredentials: [{url: h.com, sshCredential: {SSHKey: {fromFile: {yamlFilePath: k, key: k}}}}]\n", "repoCredentials[0].sshCredential: no knownHosts"},
 		{"ssh without key", "repoCredentials: [{url: h.com, sshCredential: {insecureIgnoreHostKey: true}}]\n", "no SSHKey"},
@@ -217,15 +227,18 @@ func TestCredentialsFromFilesAndLongestPrefix(t *testing.T) {
 	assert.Nil(t, a, "no prefix: anonymous")
 }
 
-// LoadController reads the file and says what it means for the watcher:
+// NewController reads the file and says what it means for the watcher:
 // the cache under persistentRepoClonePath, the resync unless
 // autoHealDisabled; a broken file names itself.
-func TestLoadController(t *testing.T) {
+func TestNewControllerFromAFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
 	cache := filepath.Join(dir, "cache")
+	load := func(src gitsync.Config) (*gitsync.Controller, error) {
+		return gitsync.NewController(nil, nil, gitsync.ControllerOptions{Path: path, Source: src})
+	}
 	require.NoError(t, os.WriteFile(path, []byte("clusterName: c1\nsyncTimeIntervalMs: 60000\npersistentRepoClonePath: "+cache+"\n"), 0o644))
-	c, err := gitsync.LoadController(path, nil, nil, gitsync.Config{})
+	c, err := load(gitsync.Config{})
 	require.NoError(t, err)
 	assert.Equal(t, "c1", c.Config.ClusterName)
 	assert.False(t, c.NeedLeaderElection(), "every replica follows the file")
@@ -236,7 +249,7 @@ func TestLoadController(t *testing.T) {
 	assert.NoDirExists(t, filepath.Join(dir, "elsewhere"))
 
 	require.NoError(t, os.WriteFile(path, []byte("autoHealDisabled: true\n"), 0o644))
-	c, err = gitsync.LoadController(path, nil, nil, gitsync.Config{})
+	c, err = load(gitsync.Config{})
 	require.NoError(t, err)
 	opts, err = c.WatcherOptions(filepath.Join(dir, "elsewhere"))
 	require.NoError(t, err)
@@ -244,30 +257,104 @@ func TestLoadController(t *testing.T) {
 	assert.DirExists(t, filepath.Join(dir, "elsewhere", "checkpoints"))
 
 	require.NoError(t, os.WriteFile(path, []byte("syncTimeIntervalMs: soon\n"), 0o644))
-	_, err = gitsync.LoadController(path, nil, nil, gitsync.Config{})
+	_, err = load(gitsync.Config{})
 	assert.ErrorContains(t, err, path)
-	_, err = gitsync.LoadController(filepath.Join(dir, "missing.yaml"), nil, nil, gitsync.Config{})
+	_, err = gitsync.NewController(nil, nil, gitsync.ControllerOptions{Path: filepath.Join(dir, "missing.yaml")})
 	assert.Error(t, err)
 
 	// What the file says is the file's: a Config that says it too is
-	// refused, not overridden either way.
+	// refused, not overridden either way; so is a Controller with two
+	// configurations or none.
 	require.NoError(t, os.WriteFile(path, []byte("clusterName: c1\n"), 0o644))
 	for name, cfg := range map[string]gitsync.Config{
 		"cluster name": {Settings: gitsync.Settings{ClusterName: "c2"}},
 		"suspend":      {Settings: gitsync.Settings{Suspend: true}},
 		"credentials":  {Credentials: &gitsync.Credentials{}},
 	} {
-		_, err = gitsync.LoadController(path, nil, nil, cfg)
+		_, err = load(cfg)
 		assert.ErrorIs(t, err, gitsync.ErrInvalidConfig, name)
 	}
-	c, err = gitsync.LoadController(path, nil, nil, gitsync.Config{Namespace: "team-a", StatusFields: gitsync.StatusCommit})
+	for name, o := range map[string]gitsync.ControllerOptions{
+		"both":    {Path: path, Config: &gitsync.ControllerConfig{}},
+		"neither": {},
+		"resync":  {Path: path, ResyncEvery: -1},
+		"invalid": {Config: &gitsync.ControllerConfig{SyncTimeIntervalMs: -1}},
+	} {
+		_, err = gitsync.NewController(nil, nil, o)
+		assert.ErrorIs(t, err, gitsync.ErrInvalidConfig, name)
+	}
+	c, err = load(gitsync.Config{Namespace: "team-a", StatusFields: gitsync.StatusCommit})
 	require.NoError(t, err)
 	assert.NotNil(t, c.Source)
 }
 
+// One way to set the resync: ResyncEvery, in intervals of the
+// configuration as it is at each resync; none while autoHealDisabled.
+func TestTheResyncFollowsTheConfiguration(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		every int
+		cfg   gitsync.ControllerConfig
+		want  time.Duration
+	}{
+		{"default, a short interval", 0, gitsync.ControllerConfig{SyncTimeIntervalMs: 30000}, 10 * time.Minute},
+		{"default, a long interval", 0, gitsync.ControllerConfig{SyncTimeIntervalMs: 120000}, 20 * time.Minute},
+		{"Numaplane's: every interval", 1, gitsync.ControllerConfig{SyncTimeIntervalMs: 30000}, 30 * time.Second},
+		{"every third, no interval said", 3, gitsync.ControllerConfig{}, 3 * time.Minute},
+		{"autoHealDisabled", 1, gitsync.ControllerConfig{SyncTimeIntervalMs: 30000, AutoHealDisabled: true}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			c, err := gitsync.NewController(nil, nil, gitsync.ControllerOptions{Config: &cfg, ResyncEvery: tc.every})
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, c.ResyncInterval())
+		})
+	}
+	cfg := gitsync.ControllerConfig{SyncTimeIntervalMs: 30000}
+	c, err := gitsync.NewController(nil, nil, gitsync.ControllerOptions{Config: &cfg, ResyncEvery: 1})
+	require.NoError(t, err)
+	require.NoError(t, c.Reload(&gitsync.ControllerConfig{SyncTimeIntervalMs: 5000}))
+	assert.Equal(t, 5*time.Second, c.ResyncInterval(), "as the configuration says now")
+}
+
+// A program that follows the configuration itself hands the Controller
+// each change: the live keys change, OnReload hears it, an invalid one is
+// refused and the last stays; nothing follows a file.
+func TestAProgramHandsTheControllerItsConfiguration(t *testing.T) {
+	var heard []*gitsync.ControllerConfig
+	var c *gitsync.Controller
+	c, err := gitsync.NewController(nil, nil, gitsync.ControllerOptions{Config: &gitsync.ControllerConfig{ClusterName: "c1"},
+		OnReload: func(cfg *gitsync.ControllerConfig, data []byte) {
+			assert.Nil(t, data, "no file")
+			if c != nil {
+				assert.Same(t, cfg, c.Current(), "taken before it is told")
+			}
+			heard = append(heard, cfg)
+		}})
+	require.NoError(t, err)
+	require.Len(t, heard, 1, "the first, from NewController")
+	heard = nil
+	level := 2
+	next := &gitsync.ControllerConfig{ClusterName: "c1", CascadeDeletion: true, LogLevel: &level, IncludedResources: "group=,kind=ConfigMap"}
+	require.NoError(t, c.Reload(next))
+	assert.True(t, c.CascadeDeletion())
+	assert.True(t, c.Included(schema.GroupKind{Kind: "ConfigMap"}))
+	assert.False(t, c.Included(schema.GroupKind{Kind: "Service"}))
+	assert.Equal(t, []*gitsync.ControllerConfig{next}, heard)
+
+	err = c.Reload(&gitsync.ControllerConfig{IncludedResources: "kind"})
+	require.ErrorIs(t, err, gitsync.ErrInvalidConfig)
+	assert.Same(t, next, c.Current(), "the last good one stays")
+	assert.Len(t, heard, 1)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.NoError(t, c.Start(ctx), "nothing to follow: Start waits for ctx")
+}
+
 // The keys Numaplane reads at each use are read when the file changes:
-// cascadeDeletion (Controller.Current), automatedSyncDisabled, and the
-// program's own keys (OnReload).
+// cascadeDeletion (Controller.Current), automatedSyncDisabled, and
+// logLevel (OnReload).
 func TestControllerFollowsTheLiveKeys(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
@@ -277,35 +364,64 @@ func TestControllerFollowsTheLiveKeys(t *testing.T) {
 		require.NoError(t, os.Rename(tmp, path))
 	}
 	write("clusterName: c1\ncascadeDeletion: false\nlogLevel: 1\n")
-	data, err := os.ReadFile(path)
-	require.NoError(t, err)
-	cfg, err := gitsync.ParseControllerConfig(data, "logLevel")
-	require.NoError(t, err)
-	reloaded := make(chan []byte, 4)
-	c, err := gitsync.NewController(gitsync.ControllerFile{Path: path, Config: cfg, OwnKeys: []string{"logLevel"},
-		OnReload: func(data []byte) { reloaded <- data }}, nil, nil, gitsync.Config{})
+	reloaded := make(chan *gitsync.ControllerConfig, 4)
+	c, err := gitsync.NewController(nil, nil, gitsync.ControllerOptions{Path: path,
+		OnReload: func(cfg *gitsync.ControllerConfig, data []byte) {
+			assert.Contains(t, string(data), "logLevel:", "the file's content")
+			reloaded <- cfg
+		}})
 	require.NoError(t, err)
 	assert.False(t, c.CascadeDeletion())
+	assert.Equal(t, 1, *(<-reloaded).LogLevel, "the first, from NewController")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Start(ctx) }()
 	defer func() { cancel(); require.NoError(t, <-done) }()
 
-	// The watch starts with Start: until it has, a change may be taken
-	// for the file as it started. Written again (the other way round)
-	// until a reload says the new content.
-	for i := 0; ; i++ {
-		level := 4 + i%2
-		write(fmt.Sprintf("clusterName: c1\ncascadeDeletion: true\nautomatedSyncDisabled: true\nlogLevel: %d\n", level))
-		select {
-		case data := <-reloaded:
-			assert.Contains(t, string(data), "logLevel:", "the program reads its own key again")
-			assert.True(t, c.CascadeDeletion(), "cascadeDeletion as the file says now")
-			assert.True(t, c.Current().AutomatedSyncDisabled)
-			assert.False(t, c.Config.CascadeDeletion, "Config stays what it started with")
-			return
-		case <-time.After(time.Second): // well past the watch's debounce
-		}
-		require.Less(t, i, 30, "no reload")
+	// Written once: the change is taken whether Start's watch began
+	// before it or after (its first read is compared with the start's).
+	write("clusterName: c1\ncascadeDeletion: true\nautomatedSyncDisabled: true\nlogLevel: 4\n")
+	select {
+	case cfg := <-reloaded:
+		assert.Equal(t, 4, *cfg.LogLevel, "the program reads logLevel again")
+		assert.True(t, c.CascadeDeletion(), "cascadeDeletion as the file says now")
+		assert.True(t, c.Current().AutomatedSyncDisabled)
+		assert.False(t, c.Config.CascadeDeletion, "Config stays what it started with")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the change was not taken within 20s")
 	}
+}
+
+// Credentials go over plain http only where their entry opts in, by name;
+// the refusal names the key that allows it, and no secret is read.
+func TestCredentialsOverPlainHTTPAreOptedInByName(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "creds.json"), []byte(`{"token": "s3cret"}`), 0o600))
+	file := filepath.Join(dir, "creds.json")
+	cfg, err := gitsync.ParseControllerConfig([]byte(`repoCredentials:
+  - url: git.dev.svc/platform
+    httpCredential: {username: dev, password: {fromFile: {jsonFilePath: ` + file + `, key: token}}}
+  - url: git.dev.svc/lab
+    httpCredential: {username: dev, allowInsecureHTTP: true, password: {fromFile: {jsonFilePath: ` + file + `, key: token}}}
+`))
+	require.NoError(t, err)
+	creds, err := gitsync.NewCredentials(nil, cfg)
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	_, err = creds.Resolve(ctx, "http://git.dev.svc/platform/apps.git")
+	require.ErrorIs(t, err, gitutil.ErrInsecureCredentials)
+	assert.ErrorContains(t, err, "httpCredential.allowInsecureHTTP")
+	assert.NotContains(t, err.Error(), "s3cret")
+
+	a, err := creds.Resolve(ctx, "https://git.dev.svc/platform/apps.git")
+	require.NoError(t, err, "the same entry over https")
+	assert.False(t, a.AllowInsecureHTTP)
+
+	a, err = creds.Resolve(ctx, "http://git.dev.svc/lab/apps.git")
+	require.NoError(t, err, "opted in")
+	assert.True(t, a.AllowInsecureHTTP)
+	assert.Equal(t, "s3cret", a.Password)
+	_, err = gitsync.ParseControllerConfig([]byte("repoCredentials:\n  - url: x\n    httpCredential: {allowInsecure: true}\n"))
+	assert.ErrorContains(t, err, "allowInsecure", "a misspelt key is refused by name")
 }

@@ -76,7 +76,11 @@ func (c *Credentials) Resolve(ctx context.Context, repoURL string) (*gitutil.Aut
 		return v, nil
 	}
 	if h := rc.HTTPCredential; h != nil {
-		auth.Username = h.Username
+		if e, _ := gitutil.ParseURL(repoURL); e.Scheme == "http" && !h.AllowInsecureHTTP {
+			return nil, fmt.Errorf("%w: repoCredentials %q for %s: set httpCredential.allowInsecureHTTP: true in it to send them there",
+				gitutil.ErrInsecureCredentials, rc.URL, gitutil.RedactURL(repoURL))
+		}
+		auth.Username, auth.AllowInsecureHTTP = h.Username, h.AllowInsecureHTTP
 		if h.Password != nil {
 			v, err := read("httpCredential.password", h.Password)
 			if err != nil {

@@ -99,19 +99,19 @@ func TestCredentialFilesAreFollowedToAFileOnly(t *testing.T) {
 
 // The controller configuration, a mounted ConfigMap, is read through
 // ..data; one that is no file is refused at once.
-func TestLoadControllerFollowsToAFileOnly(t *testing.T) {
+func TestNewControllerFollowsToAFileOnly(t *testing.T) {
 	dir := t.TempDir()
 	good := mountSecret(t, dir, "config.yaml", func(p string) {
 		require.NoError(t, os.WriteFile(p, []byte("clusterName: c1\n"), 0o644))
 	})
-	c, err := gitsync.LoadController(good, nil, nil, gitsync.Config{})
+	c, err := gitsync.NewController(nil, nil, gitsync.ControllerOptions{Path: good})
 	require.NoError(t, err)
 	assert.Equal(t, "c1", c.Config.ClusterName)
 	files := hostile(t, dir)
 	for name, want := range map[string]error{"pipe": safefile.ErrNotRegular, "zero": safefile.ErrNotRegular, "big": safefile.ErrTooLarge} {
 		t.Run(name, func(t *testing.T) {
 			var err error
-			within(t, func() { _, err = gitsync.LoadController(files[name], nil, nil, gitsync.Config{}) })
+			within(t, func() { _, err = gitsync.NewController(nil, nil, gitsync.ControllerOptions{Path: files[name]}) })
 			require.ErrorIs(t, err, want)
 			assert.ErrorContains(t, err, files[name])
 		})

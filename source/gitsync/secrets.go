@@ -28,7 +28,7 @@ func (set *credSet) secrets() map[string]map[string]bool {
 // changed or deleted, until ctx is done, following the Secrets a reloaded
 // configuration names (see [Credentials.Set]). It watches Secrets in their
 // namespaces only (RBAC: list and watch Secrets there). [Source] runs it
-// when given the credentials with [WithCredentials].
+// when its [Config] has them as Credentials ([NewController] sets it).
 func (c *Credentials) Watch(ctx context.Context, changed func()) error {
 	if c.kube == nil {
 		<-ctx.Done()

@@ -28,6 +28,10 @@ import (
 // GVR is the GitSync resource.
 var GVR = schema.GroupVersionResource{Group: "numaplane.numaproj.io", Version: "v1alpha1", Resource: "gitsyncs"}
 
+// TrackingLabel is the label Numaplane puts on every object a GitSync
+// applied (for apply.Config.TrackingLabel).
+const TrackingLabel = "numaplane.numaproj.io/tracking-id"
+
 // Config says which GitSyncs are watched and how their statuses are
 // written. The zero Config watches every namespace and writes the whole
 // status.
@@ -59,11 +63,12 @@ type Config struct {
 	StatusTimeout time.Duration
 	// Accept, when set, gives the embedding program the say on which
 	// GitSyncs are watched: it is called with each valid GitSync for this
-	// cluster, and one it refuses (a non-nil error) never becomes a
-	// target. With StatusAll its status says Failed with the error; with
-	// StatusCommit the source writes nothing for it (the program's
-	// reconciler does). Default: every valid GitSync is.
-	Accept func(gs *unstructured.Unstructured) error
+	// cluster (its metadata, and its spec as the source parsed it), and
+	// one it refuses (a non-nil error) never becomes a target. With
+	// StatusAll its status says Failed with the error; with StatusCommit
+	// the source writes nothing for it (the program's reconciler does).
+	// Default: every valid GitSync is.
+	Accept func(obj metav1.Object, gs spec.GitSync) error
 }
 
 // Settings are the part of a Config that a controller configuration file
@@ -246,7 +251,7 @@ func (s *Source) targets(objs []any) []watcher.Target {
 			continue
 		}
 		key, gen := u.GetNamespace()+"/"+u.GetName(), u.GetGeneration()
-		t, err := target(u, cfg.Interval)
+		t, gs, err := target(u, cfg.Interval)
 		t.Suspend = cfg.Suspend
 		// A GitSync that is named is wanted, whatever else is true of it:
 		// one that cannot be watched (invalid, for another cluster,
@@ -264,7 +269,7 @@ func (s *Source) targets(objs []any) []watcher.Target {
 			out = append(out, watcher.NotWatched(id, errors.New(why)))
 		default:
 			if s.cfg.Accept != nil {
-				if err := s.cfg.Accept(u); err != nil {
+				if err := s.cfg.Accept(u, gs); err != nil {
 					s.enqueue(key, refused(gen, "Refused", err))
 					s.log.V(1).Info("GitSync refused by the program", "gitsync", key, "error", err.Error())
 					out = append(out, watcher.NotWatched(id, err))
@@ -278,8 +283,8 @@ func (s *Source) targets(objs []any) []watcher.Target {
 	return out
 }
 
-// target reads one GitSync.
-func target(u *unstructured.Unstructured, interval time.Duration) (watcher.Target, error) {
+// target reads one GitSync: its target, and its spec.
+func target(u *unstructured.Unstructured, interval time.Duration) (watcher.Target, spec.GitSync, error) {
 	var gs spec.GitSync
 	raw, _ := u.Object["spec"].(map[string]any)
 	data, err := json.Marshal(raw)
@@ -287,19 +292,19 @@ func target(u *unstructured.Unstructured, interval time.Duration) (watcher.Targe
 		err = json.Unmarshal(data, &gs)
 	}
 	if err != nil {
-		return watcher.Target{}, fmt.Errorf("%w: %w", spec.ErrInvalid, err)
+		return watcher.Target{}, gs, fmt.Errorf("%w: %w", spec.ErrInvalid, err)
 	}
 	if gs.TargetRevision == "" {
-		return watcher.Target{}, fmt.Errorf("%w: targetRevision is empty", spec.ErrInvalid)
+		return watcher.Target{}, gs, fmt.Errorf("%w: targetRevision is empty", spec.ErrInvalid)
 	}
 	t, err := gs.Target(TargetID(u.GetNamespace(), u.GetName()), interval)
 	if err != nil {
-		return watcher.Target{}, err
+		return watcher.Target{}, gs, err
 	}
 	r := t.Payload.(spec.Render)
 	r.Generation = u.GetGeneration()
 	t.Payload = r
-	return t, nil
+	return t, gs, nil
 }
 
 // Observer returns the observer that writes the watcher's outcomes into

@@ -22,6 +22,11 @@ type RepoCredential struct {
 type HTTPCredential struct {
 	Username string        `json:"username,omitempty"`
 	Password *SecretSource `json:"password,omitempty"`
+	// AllowInsecureHTTP (added to Numaplane's) lets them travel over plain
+	// http:// too, where anyone on the path reads them: for a dev or test
+	// cluster's own git server. Off, a repository URL with http:// under
+	// this credential is refused, and the refusal names this key.
+	AllowInsecureHTTP bool `json:"allowInsecureHTTP,omitempty"`
 }
 
 // SSHCredential is an SSH key, and (added to Numaplane's) the known_hosts

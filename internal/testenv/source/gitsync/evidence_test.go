@@ -9,13 +9,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
+	watchspec "github.com/modwatch/modwatch/watcher/spec"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
@@ -37,7 +37,7 @@ func TestAGitSyncStillThereIsNeverRemoved(t *testing.T) {
 	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
 	refuse := make(chan bool, 1)
 	refuse <- false
-	accept := func(*unstructured.Unstructured) error {
+	accept := func(metav1.Object, watchspec.GitSync) error {
 		r := <-refuse
 		refuse <- r
 		if r {

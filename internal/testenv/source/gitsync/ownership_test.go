@@ -14,6 +14,7 @@ import (
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
+	watchspec "github.com/modwatch/modwatch/watcher/spec"
 )
 
 // On Numaplane's own CRD (commitStatus requires hash, syncTime and synced;
@@ -115,8 +116,8 @@ func TestAGitSyncTheProgramRefusesAppliesNothing(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "platform/apps")
 	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
-	needsNamespace := func(gs *unstructured.Unstructured) error {
-		if ns, _, _ := unstructured.NestedString(gs.Object, "spec", "destination", "namespace"); ns == "" {
+	needsNamespace := func(_ metav1.Object, gs watchspec.GitSync) error {
+		if gs.Destination.Namespace == "" {
 			return errors.New("spec.destination.namespace is required")
 		}
 		return nil
