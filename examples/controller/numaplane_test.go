@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/source/gitsync"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+// writeConfig replaces the configuration file at path as a mounted
+// ConfigMap changes: whole, by a rename.
+func writeConfig(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	require.NoError(t, os.WriteFile(tmp, []byte(content), 0o644))
+	require.NoError(t, os.Rename(tmp, path))
+}
+
+// statusOf waits for the GitSync's status to satisfy ok and returns its
+// message.
+func statusOf(t *testing.T, ns, name, what string, ok func(phase, msg string) bool) string {
+	t.Helper()
+	got := env.WaitFor(t, gitsync.GVR, ns, name, what, func(u *unstructured.Unstructured) bool {
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		msg, _, _ := unstructured.NestedString(u.Object, "status", "message")
+		return ok(phase, msg)
+	})
+	msg, _, _ := unstructured.NestedString(got.Object, "status", "message")
+	return msg
+}
+
+// As Numaplane renders a chart (SkipCrds): the chart's templates are
+// applied, the CustomResourceDefinitions of its crds/ folder are not.
+func TestAChartsCRDsAreSkipped(t *testing.T) {
+	ns := env.Namespace(t)
+	repo := gittest.NewServer(t).NewRepo(t, "platform/charts")
+	group := "skipped-" + ns + ".example.com"
+	c1 := repo.Commit(t, "init",
+		gittest.File("chart/Chart.yaml", "apiVersion: v2\nname: web\nversion: 0.1.0\n"),
+		gittest.File("chart/templates/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: chart-web\n"),
+		gittest.File("chart/crds/widgets.yaml", fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.%[1]s
+spec:
+  group: %[1]s
+  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+`, group)))
+	obs := watchertest.NewObserver()
+	startController(t, configFile(t, "clusterName: staging-1\nsyncTimeIntervalMs: 3600000\n"), ns, t.TempDir(), obs, nil)
+	createGitSync(t, ns, "chart", map[string]any{"repoUrl": repo.URL(), "path": "chart", "helm": map[string]any{}})
+	obs.WaitFor(t, "the chart applied", func(e watcher.Event) bool {
+		return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, "chart") && e.Commit == c1
+	})
+	_, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "chart-web", metav1.GetOptions{})
+	require.NoError(t, err, "the chart's template applied")
+	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	_, err = env.Dynamic.Resource(crds).Get(context.Background(), "widgets."+group, metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the chart's CRD is skipped: %v", err)
+}
+
+// Credentials go to a plain-http git server (a dev cluster's) only where
+// their repoCredentials entry opts in by name: until then the GitSync
+// fails, its status naming the key; once the configuration opts in, it is
+// applied.
+func TestCredentialsOverPlainHTTPWaitForTheirOptIn(t *testing.T) {
+	ns := env.Namespace(t)
+	srv := gittest.NewServer(t) // http://127.0.0.1:…
+	srv.SetBasicAuth("dev", "dev-password")
+	repo := srv.NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", gittest.File("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n"))
+	_, err := env.Kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "git", Namespace: ns}, Data: map[string][]byte{"password": []byte("dev-password")}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	credential := func(optIn bool) string {
+		return fmt.Sprintf(`clusterName: staging-1
+syncTimeIntervalMs: 3600000
+repoCredentials:
+  - url: %s/platform
+    httpCredential:
+      username: dev
+      allowInsecureHTTP: %t
+      password: {fromKubernetesSecret: {name: git, key: password, namespace: %s}}
+`, srv.URL(), optIn, ns)
+	}
+	writeConfig(t, config, credential(false))
+	obs := watchertest.NewObserver()
+	startController(t, config, ns, t.TempDir(), obs, nil)
+	createGitSync(t, ns, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
+	msg := statusOf(t, ns, "web", "refused over plain http", func(phase, _ string) bool { return phase == gitsync.PhaseFailed })
+	assert.Contains(t, msg, "httpCredential.allowInsecureHTTP", "the refusal names the key that allows it")
+	assert.NotContains(t, msg, "dev-password")
+	_, err = env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "web", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "nothing applied")
+
+	writeConfig(t, config, credential(true))
+	obs.WaitFor(t, "applied once opted in", func(e watcher.Event) bool {
+		return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, "web") && e.Commit == c1
+	})
+}
