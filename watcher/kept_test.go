@@ -68,7 +68,7 @@ func TestObserverKeepingEventsKeepsNoPack(t *testing.T) {
 		read[c.To] = string(data)
 		return err
 	}))
-	w := newWatcher(t, obs, watcher.WithCacheDir(cache), watcher.WithGit(watcher.GoGit{RepackPacks: 2}))
+	w := newWatcherIn(t, obs, cache, watcher.WithGit(watcher.GoGit{RepackPacks: 2}))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Path: "app"}), sink))
 	start(t, w)
 	obs.WaitFor(t, "the first delivery", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == c1 })
@@ -106,7 +106,7 @@ func TestSinkKeepingTreesIsCountedAndBounded(t *testing.T) {
 	c1 := repo.Commit(t, "1", gittest.File("app/f", "1"))
 	cache := t.TempDir()
 	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
-	w := newWatcher(t, obs, watcher.WithCacheDir(cache), watcher.WithGit(watcher.GoGit{RepackPacks: 2}), watcher.WithKeptTrees(2))
+	w := newWatcherIn(t, obs, cache, watcher.WithGit(watcher.GoGit{RepackPacks: 2}), watcher.WithKeptTrees(2))
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	require.NoError(t, err)
@@ -253,7 +253,7 @@ func TestTreesKeptInReportsAndErrorsAreBounded(t *testing.T) {
 	repo := srv.NewRepo(t, "g/r")
 	cache := t.TempDir()
 	obs := watchertest.NewObserver()
-	w := newWatcher(t, obs, watcher.WithCacheDir(cache), watcher.WithGit(watcher.GoGit{RepackPacks: 2}), watcher.WithKeptTrees(2))
+	w := newWatcherIn(t, obs, cache, watcher.WithGit(watcher.GoGit{RepackPacks: 2}), watcher.WithKeptTrees(2))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Path: "app"}), &treeKeeper{}))
 	outcome := func(c string) func(watcher.Event) bool {
 		return func(e watcher.Event) bool {

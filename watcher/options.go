@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,7 +28,7 @@ type options struct {
 	store            Store
 	resync           time.Duration
 	resyncFunc       func() time.Duration
-	resyncSet        []string // the options that set the resync, in order: more than one is refused
+	setBy            map[string][]string // the options that set each single part, in order: more than one is refused
 	noLoggerOut      io.Writer
 	observers        []Observer
 	retryMin         time.Duration
@@ -76,11 +77,29 @@ func defaultOptions() options {
 	}
 }
 
+// setOnce records that the option named set the part of the watcher
+// that only one option may set: the resync, the store, the credentials,
+// the cache directory, the shard, the Git. Options that program code
+// composes (a library's WatcherOptions, cluster.Sharded, the program's own)
+// could each set one, and the last would silently win: a second is refused.
+func (o *options) setOnce(part, name string) {
+	if o.setBy == nil {
+		o.setBy = map[string][]string{}
+	}
+	o.setBy[part] = append(o.setBy[part], name)
+}
+
 // validate refuses options that contradict each other, naming them.
 func (o *options) validate() error {
-	if len(o.resyncSet) > 1 {
-		return fmt.Errorf("%w: the resync is set %d times (%s): set it once, with WithResync or WithResyncFunc",
-			ErrInvalidOptions, len(o.resyncSet), strings.Join(o.resyncSet, ", "))
+	var twice []string
+	for part, by := range o.setBy {
+		if len(by) > 1 {
+			twice = append(twice, fmt.Sprintf("the %s is set %d times (%s)", part, len(by), strings.Join(by, ", ")))
+		}
+	}
+	if len(twice) > 0 {
+		slices.Sort(twice)
+		return fmt.Errorf("%w: %s: set each once", ErrInvalidOptions, strings.Join(twice, "; "))
 	}
 	return nil
 }
@@ -120,7 +139,9 @@ func WithJitter(fraction float64) Option {
 // WithCacheDir sets the directory holding one bare mirror per remote
 // (default: the user cache directory + "modwatch/mirrors"). Mirrors persist
 // across restarts; one watcher per directory at a time.
-func WithCacheDir(dir string) Option { return func(o *options) { o.cacheDir = dir } }
+func WithCacheDir(dir string) Option {
+	return func(o *options) { o.cacheDir = dir; o.setOnce("cache directory", fmt.Sprintf("WithCacheDir(%q)", dir)) }
+}
 
 // Concurrency bounds what runs at once across all remotes and sinks. A
 // zero field keeps its default.
@@ -157,13 +178,15 @@ func WithConcurrency(c Concurrency) Option {
 // WithCredentials sets how credentials are found for a URL (default: none,
 // anonymous access). A target's own Auth takes precedence.
 func WithCredentials(r gitutil.CredentialResolver) Option {
-	return func(o *options) { o.creds = r }
+	return func(o *options) { o.creds = r; o.setOnce("credentials", fmt.Sprintf("WithCredentials(%T)", r)) }
 }
 
 // WithStore sets where checkpoints are kept (default: in memory, so every
 // target is delivered once after a restart). Use [NewFileStore] to survive
 // restarts.
-func WithStore(s Store) Option { return func(o *options) { o.store = s } }
+func WithStore(s Store) Option {
+	return func(o *options) { o.store = s; o.setOnce("store", fmt.Sprintf("WithStore(%T)", s)) }
+}
 
 // WithResync delivers every target's current commit again at this interval
 // (Reason [ReasonResync]), so that sinks can correct drift; 0 (the default)
@@ -173,7 +196,7 @@ func WithStore(s Store) Option { return func(o *options) { o.store = s } }
 func WithResync(d time.Duration) Option {
 	return func(o *options) {
 		o.resync, o.resyncFunc = max(d, 0), nil
-		o.resyncSet = append(o.resyncSet, fmt.Sprintf("WithResync(%s)", d))
+		o.setOnce("resync", fmt.Sprintf("WithResync(%s)", d))
 	}
 }
 
@@ -185,7 +208,7 @@ func WithResync(d time.Duration) Option {
 func WithResyncFunc(f func() time.Duration) Option {
 	return func(o *options) {
 		o.resync, o.resyncFunc = 0, f
-		o.resyncSet = append(o.resyncSet, "WithResyncFunc")
+		o.setOnce("resync", "WithResyncFunc")
 	}
 }
 
@@ -273,6 +296,7 @@ func WithGit(g Git) Option {
 		if g != nil {
 			o.git = g
 		}
+		o.setOnce("Git", fmt.Sprintf("WithGit(%T)", g))
 	}
 }
 

@@ -11,17 +11,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The resync is set once: a second resync option (a program's, after the
-// one a library handed it) is refused by name, not silently the winner.
-func TestTheResyncIsSetOnce(t *testing.T) {
+// What one option sets is set once: a second (a program's, after the one
+// a library handed it: gitsync's WatcherOptions, cluster.Sharded) is
+// refused by name, not silently the winner.
+func TestWhatOneOptionSetsIsSetOnce(t *testing.T) {
+	resync := func() time.Duration { return time.Minute }
 	for _, tc := range []struct {
 		name string
 		opts []Option
 		want string
 	}{
-		{"twice WithResync", []Option{WithResync(time.Minute), WithResync(time.Hour)}, "WithResync(1m0s), WithResync(1h0m0s)"},
-		{"a func then a duration", []Option{WithResyncFunc(func() time.Duration { return time.Minute }), WithResync(time.Hour)},
-			"WithResyncFunc, WithResync(1h0m0s)"},
+		{"twice WithResync", []Option{WithResync(time.Minute), WithResync(time.Hour)}, "resync is set 2 times (WithResync(1m0s), WithResync(1h0m0s))"},
+		{"a func then a duration", []Option{WithResyncFunc(resync), WithResync(time.Hour)}, "(WithResyncFunc, WithResync(1h0m0s))"},
+		{"two stores", []Option{WithStore(NewMemoryStore()), WithStore(NewMemoryStore())}, "store is set 2 times"},
+		{"two credential resolvers", []Option{WithCredentials(nil), WithCredentials(nil)}, "credentials is set 2 times"},
+		{"two cache directories", []Option{WithCacheDir("/a")}, `cache directory is set 2 times (WithCacheDir("/a"), WithCacheDir(`},
+		{"two shards", []Option{WithShard(nil), WithShard(nil)}, "shard is set 2 times"},
+		{"two Gits", []Option{WithGit(DefaultGit()), WithGit(DefaultGit())}, "Git is set 2 times"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := New(append(tc.opts, WithCacheDir(t.TempDir()))...)
@@ -33,8 +39,10 @@ func TestTheResyncIsSetOnce(t *testing.T) {
 		})
 	}
 	o := defaultOptions()
-	WithResyncFunc(func() time.Duration { return 0 })(&o)
-	assert.NoError(t, o.validate(), "one resync option")
+	for _, opt := range []Option{WithResyncFunc(resync), WithStore(NewMemoryStore()), WithCacheDir("/a"), WithInterval(time.Minute), WithInterval(time.Hour)} {
+		opt(&o)
+	}
+	assert.NoError(t, o.validate(), "each once; a duration given twice is the last, as options go")
 }
 
 // A program that forgot to put a logger into Run's context is told once;

@@ -78,7 +78,7 @@ func TestRotatedCredentialKeepsItsMirror(t *testing.T) {
 	})
 	cacheDir := t.TempDir()
 	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
-	w := newWatcher(t, obs, watcher.WithCacheDir(cacheDir), watcher.WithCredentials(resolver))
+	w := newWatcherIn(t, obs, cacheDir, watcher.WithCredentials(resolver))
 	target := watcher.Target{ID: "t", URL: repo.URL()}
 	src := watchertest.NewSource(target)
 	require.NoError(t, w.Route(src, sink))
@@ -191,19 +191,19 @@ func TestOneWatcherPerCacheDirectory(t *testing.T) {
 	target := watcher.Target{ID: "t", URL: repo.URL()}
 
 	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
-	w := newWatcher(t, obs, watcher.WithCacheDir(cacheDir))
+	w := newWatcherIn(t, obs, cacheDir)
 	require.NoError(t, w.Route(watchertest.NewSource(target), sink))
 	stop := watchertest.Run(t, w.Run)
 	sink.WaitCommit(t, "t", c1)
 
-	second := newWatcher(t, watchertest.NewObserver(), watcher.WithCacheDir(cacheDir))
+	second := newWatcherIn(t, watchertest.NewObserver(), cacheDir)
 	require.NoError(t, second.Route(watchertest.NewSource(target), watchertest.NewSink("rec")))
 	err := second.Run(t.Context())
 	require.ErrorIs(t, err, watcher.ErrCacheDirInUse)
 	assert.Contains(t, err.Error(), cacheDir)
 
 	stop()
-	third := newWatcher(t, watchertest.NewObserver(), watcher.WithCacheDir(cacheDir))
+	third := newWatcherIn(t, watchertest.NewObserver(), cacheDir)
 	sink3 := watchertest.NewSink("rec")
 	require.NoError(t, third.Route(watchertest.NewSource(target), sink3))
 	start(t, third)
@@ -231,7 +231,7 @@ func TestObserversMayCallTheWatcher(t *testing.T) {
 		_, _ = w.Remotes()
 		w.Trigger(repo.URL())
 	})
-	w = newWatcher(t, obs, watcher.WithCacheDir(cacheDir), watcher.WithObserver(calls))
+	w = newWatcherIn(t, obs, cacheDir, watcher.WithObserver(calls))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), watchertest.NewSink("rec")))
 	start(t, w)
 	e := obs.WaitFor(t, "the mirror's failure", watchertest.Is(watcher.EventTargetFailed, "t"))
@@ -316,7 +316,7 @@ func TestCrashLeftoversAreClearedAtStart(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(clone, "objects"), 0o755))
 
 	obs, sink := watchertest.NewObserver(), watchertest.NewSink("rec")
-	w := newWatcher(t, obs, watcher.WithCacheDir(cacheDir))
+	w := newWatcherIn(t, obs, cacheDir)
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), sink))
 	start(t, w)
 	sink.WaitCommit(t, "t", c1)

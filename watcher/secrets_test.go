@@ -57,7 +57,7 @@ func TestNoSecretLeavesMemory(t *testing.T) {
 	require.NoError(t, err)
 	var logs logLines
 	obs := watchertest.NewObserver()
-	w := newWatcher(t, obs, watcher.WithCacheDir(cacheDir), watcher.WithStore(store), watcher.WithGit(watcher.GoGit{GitCLI: wrapper}),
+	w := newWatcherIn(t, obs, cacheDir, watcher.WithStore(store), watcher.WithGit(watcher.GoGit{GitCLI: wrapper}),
 		watcher.WithObserver(m))
 	insecure := &gitutil.Auth{AllowInsecureHTTP: true}
 	good := watcher.Target{ID: "good", URL: withCredentials(repo.URL(), user, password), Auth: insecure}

@@ -1,5 +1,7 @@
 package watcher
 
+import "fmt"
+
 // Shard decides which remotes a watcher polls when several watchers (the
 // replicas of a controller) are given the same targets: each remote is
 // polled, and its targets delivered, by the one replica whose Shard owns
@@ -30,4 +32,6 @@ type Shard interface {
 // targets the other had delivered. The answers cost a checkpoint read per
 // target and sink, and wait for a deliverer busy with a slow sink at most
 // five seconds.
-func WithShard(s Shard) Option { return func(o *options) { o.shard = s } }
+func WithShard(s Shard) Option {
+	return func(o *options) { o.shard = s; o.setOnce("shard", fmt.Sprintf("WithShard(%T)", s)) }
+}

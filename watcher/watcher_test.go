@@ -43,8 +43,13 @@ func startLogging(t *testing.T, w *watcher.Watcher, log logr.Logger) (stop func(
 // newWatcher has a long interval, so that polls happen only at start, when
 // targets change and on Trigger, and fast retries.
 func newWatcher(t *testing.T, obs *watchertest.Observer, opts ...watcher.Option) *watcher.Watcher {
+	return newWatcherIn(t, obs, t.TempDir(), opts...)
+}
+
+// newWatcherIn is newWatcher with its cache in dir.
+func newWatcherIn(t *testing.T, obs *watchertest.Observer, dir string, opts ...watcher.Option) *watcher.Watcher {
 	base := []watcher.Option{
-		watcher.WithCacheDir(t.TempDir()),
+		watcher.WithCacheDir(dir),
 		watcher.WithInterval(time.Hour),
 		watcher.WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond),
 		watcher.WithObserver(obs),

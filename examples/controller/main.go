@@ -116,16 +116,19 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 	if err != nil {
 		return err
 	}
-	opts, err := c.WatcherOptions(o.cacheDir) // mirrors and checkpoints on disk, credentials, status, resync
-	if o.shard && err == nil {                // Leases share the repositories; checkpoints in ConfigMaps follow them
-		sharded, serr := cluster.Sharded(kc, o.pod, "modwatch-controller-checkpoints")
-		opts, err = append(opts, sharded...), serr
+	var shard watcher.Shard // none: this replica polls every repository
+	var store watcher.Store // none: checkpoints on disk beside the mirrors
+	if o.shard {            // Leases share the repositories; checkpoints in ConfigMaps follow them
+		if shard, store, err = cluster.Sharded(kc, o.pod, "modwatch-controller-checkpoints"); err != nil {
+			return err
+		}
 	}
+	opts, err := c.WatcherOptions(o.cacheDir, store) // mirrors, checkpoints, credentials, status, resync
 	if err != nil {
 		return err
 	}
 	// The watcher's metrics, probes and runs come with the Manager.
-	w, err := cluster.NewWatcher(mgr, o.mgr.LeaderElection, append(opts, watcher.WithObserver(o.observers...))...)
+	w, err := cluster.NewWatcher(mgr, o.mgr.LeaderElection, append(opts, watcher.WithShard(shard), watcher.WithObserver(o.observers...))...)
 	if err == nil {
 		err = errors.Join(w.Route(c.Source, applier), mgr.Add(c))
 	}

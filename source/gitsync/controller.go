@@ -350,16 +350,21 @@ func (c *ControllerConfig) settings() Settings {
 }
 
 // WatcherOptions are what the configuration says of the watcher: the
-// repository mirrors and the checkpoints under persistentRepoClonePath (or
-// cacheDir), the credentials, the source's status writer, and the resync
-// that corrects drift (ControllerOptions.ResyncEvery), unless
-// autoHealDisabled, both as the configuration says at each resync. They
-// set the watcher's resync: a program adds no other.
-func (c *Controller) WatcherOptions(cacheDir string) ([]watcher.Option, error) {
+// repository mirrors under persistentRepoClonePath (or cacheDir), the
+// checkpoints in store (nil: files beside the mirrors), the credentials,
+// the source's status writer, and the resync that corrects drift
+// (ControllerOptions.ResyncEvery), unless autoHealDisabled, both as the
+// configuration says at each resync. They set the watcher's cache
+// directory, store, credentials and resync: a program adds none of those
+// (the watcher refuses a second).
+func (c *Controller) WatcherOptions(cacheDir string, store watcher.Store) ([]watcher.Option, error) {
 	root := cmp.Or(c.Config.PersistentRepoClonePath, cacheDir)
-	store, err := watcher.NewFileStore(filepath.Join(root, "checkpoints"))
-	if err != nil {
-		return nil, err
+	if store == nil {
+		files, err := watcher.NewFileStore(filepath.Join(root, "checkpoints"))
+		if err != nil {
+			return nil, err
+		}
+		store = files
 	}
 	return []watcher.Option{watcher.WithCacheDir(filepath.Join(root, "mirrors")), watcher.WithStore(store),
 		watcher.WithCredentials(c.Credentials), watcher.WithObserver(c.Source.Observer()), watcher.WithResyncFunc(c.ResyncInterval)}, nil

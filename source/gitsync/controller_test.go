@@ -15,6 +15,7 @@ import (
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/upstream"
 	"github.com/modwatch/modwatch/source/gitsync"
+	"github.com/modwatch/modwatch/watcher"
 )
 
 // numaplaneConfig is a controller configuration as Numaplane has it.
@@ -242,7 +243,7 @@ func TestNewControllerFromAFile(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "c1", c.Config.ClusterName)
 	assert.False(t, c.NeedLeaderElection(), "every replica follows the file")
-	opts, err := c.WatcherOptions(filepath.Join(dir, "elsewhere"))
+	opts, err := c.WatcherOptions(filepath.Join(dir, "elsewhere"), nil)
 	require.NoError(t, err)
 	assert.Len(t, opts, 5, "mirrors, checkpoints, credentials, status, resync")
 	assert.DirExists(t, filepath.Join(cache, "checkpoints"), "under persistentRepoClonePath")
@@ -251,10 +252,14 @@ func TestNewControllerFromAFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("autoHealDisabled: true\n"), 0o644))
 	c, err = load(gitsync.Config{})
 	require.NoError(t, err)
-	opts, err = c.WatcherOptions(filepath.Join(dir, "elsewhere"))
+	opts, err = c.WatcherOptions(filepath.Join(dir, "elsewhere"), nil)
 	require.NoError(t, err)
 	assert.Len(t, opts, 5, "the resync asks the configuration (off now) at each")
 	assert.DirExists(t, filepath.Join(dir, "elsewhere", "checkpoints"))
+	other := filepath.Join(dir, "other")
+	_, err = c.WatcherOptions(other, watcher.NewMemoryStore())
+	require.NoError(t, err)
+	assert.NoDirExists(t, filepath.Join(other, "checkpoints"), "the program's store in place of the files")
 
 	require.NoError(t, os.WriteFile(path, []byte("syncTimeIntervalMs: soon\n"), 0o644))
 	_, err = load(gitsync.Config{})

@@ -508,18 +508,19 @@ func deref(p *string) string {
 	return *p
 }
 
-// Sharded returns the watcher options of a replica that shares the
-// repositories with the others: a LeaseShard with cfg, and the checkpoints
-// in ConfigMaps of cfg.Namespace named after prefix (see
-// [NewConfigMapStore]).
-func Sharded(client kubernetes.Interface, cfg LeaseShardConfig, prefix string) ([]watcher.Option, error) {
+// Sharded returns what a replica that shares the repositories with the
+// others needs: a LeaseShard with cfg (for watcher.WithShard), and the
+// store of the checkpoints the replicas share, in ConfigMaps of
+// cfg.Namespace named after prefix (see [NewConfigMapStore]), for where
+// the program puts its store.
+func Sharded(client kubernetes.Interface, cfg LeaseShardConfig, prefix string) (*LeaseShard, *ConfigMapStore, error) {
 	shard, err := NewLeaseShard(client, cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	store, err := NewConfigMapStore(client, cfg.Namespace, prefix)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return []watcher.Option{watcher.WithShard(shard), watcher.WithStore(store)}, nil
+	return shard, store, nil
 }
