@@ -15,8 +15,8 @@ import (
 func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 	w.mu.Lock()
 	wanted := map[string]bool{}
-	var invs []inventorySink
-	for _, r := range w.routes {
+	routes := w.routes
+	for _, r := range routes {
 		if !r.synced {
 			w.mu.Unlock()
 			return false
@@ -27,13 +27,18 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 		for id := range r.invalid {
 			wanted[id] = true // named: wanted, whatever else is true of it
 		}
+	}
+	w.mu.Unlock()
+	// A route's sinks do not change once it runs; finding the inventories
+	// among them is the program's code (Unwrap), run without w.mu.
+	var invs []inventorySink
+	for _, r := range routes {
 		for i, s := range r.sinks {
 			if x, ok := as[Inventory](s.sink); ok {
 				invs = append(invs, inventorySink{r.idx, i, s, x})
 			}
 		}
 	}
-	w.mu.Unlock()
 	done := true
 	seen := map[string]bool{}
 	for _, x := range invs {

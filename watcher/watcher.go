@@ -104,32 +104,44 @@ func (w *Watcher) Route(src Source, sinks ...Sink) error {
 	if src == nil || len(sinks) == 0 {
 		return errors.New("watcher: a route needs a source and at least one sink")
 	}
+	// The names are the program's code (Name, Unwrap): asked before w.mu
+	// is taken, so that a sink that reads the watcher cannot deadlock it.
+	named, err := routeSinks(sinks)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started {
 		return ErrStarted
 	}
-	r := &route{idx: len(w.routes), source: src}
+	if err != nil {
+		return err
+	}
+	w.routes = append(w.routes, &route{idx: len(w.routes), source: src, sinks: named})
+	return nil
+}
+
+// routeSinks names the sinks of a route: a route's only sink may have no
+// name of its own, several are named apart.
+func routeSinks(sinks []Sink) ([]namedSink, error) {
+	out := make([]namedSink, 0, len(sinks))
 	seen := map[string]bool{}
 	for _, s := range sinks {
 		if s == nil {
-			return errors.New("watcher: nil sink")
+			return nil, errors.New("watcher: nil sink")
 		}
 		name, err := sinkName(s)
 		if _, namer := as[Namer](s); !namer && len(sinks) == 1 {
 			name, err = DefaultSinkName, nil // the route's only sink: no order to depend on
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if seen[name] {
-			return fmt.Errorf("%w: two sinks are named %q; use watcher.Named", ErrUnnamedSink, name)
+			return nil, fmt.Errorf("%w: two sinks are named %q; use watcher.Named", ErrUnnamedSink, name)
 		}
 		seen[name] = true
-		r.sinks = append(r.sinks, namedSink{name: name, sink: s})
+		out = append(out, namedSink{name: name, sink: s})
 	}
-	w.routes = append(w.routes, r)
-	return nil
+	return out, nil
 }
 
 // Run watches until ctx is done. It returns nil then, or the error of a

@@ -1,0 +1,130 @@
+package watcher_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+// The program's code that the watcher calls (a sink's Name and Unwrap, a
+// Git's OpenMirror, a Mirror's Kept) may read the watcher: a logger that
+// reports Stats, a wrapper that asks Remotes. None of it runs while the
+// watcher holds a lock of its own, so none of it can deadlock it. A
+// deadlock fails these tests within reentryWait, and does not hang the
+// package: runBounded leaves a Run that cannot stop behind.
+
+const reentryWait = 10 * time.Second
+
+// returnsWithin fails t when fn has not returned within reentryWait.
+func returnsWithin(t *testing.T, what string, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-time.After(reentryWait):
+		t.Fatalf("%s did not return within %s: deadlocked", what, reentryWait)
+	}
+}
+
+// within fails t when ch is not closed within reentryWait.
+func within(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(reentryWait):
+		t.Fatalf("no %s within %s: deadlocked", what, reentryWait)
+	}
+}
+
+// runBounded runs w until the test ends; a Run that does not return within
+// 5s of its cancel fails the test and is left behind.
+func runBounded(t *testing.T, w *watcher.Watcher) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), watchertest.Logger(t)))
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("Run did not return within 5s of its cancel: deadlocked")
+		}
+	})
+}
+
+// onFirst returns a hook for a watchertest.Sink, and what it closes at the
+// sink's first delivery.
+func onFirst() (func(context.Context, watcher.Change) error, <-chan struct{}) {
+	ch := make(chan struct{})
+	var once sync.Once
+	return func(context.Context, watcher.Change) error { once.Do(func() { close(ch) }); return nil }, ch
+}
+
+// watcherReadingSink wraps a sink; its Name and Unwrap read the watcher's Stats.
+type watcherReadingSink struct {
+	inner watcher.Sink
+	w     atomic.Pointer[watcher.Watcher]
+}
+
+func (s *watcherReadingSink) read() {
+	if w := s.w.Load(); w != nil {
+		w.Stats()
+	}
+}
+
+func (s *watcherReadingSink) Name() string         { s.read(); return "reading" }
+func (s *watcherReadingSink) Unwrap() watcher.Sink { s.read(); return s.inner }
+func (s *watcherReadingSink) Deliver(ctx context.Context, c watcher.Change) error {
+	return s.inner.Deliver(ctx, c)
+}
+
+// listed is a watchertest.Sink that is an Inventory of nothing, and says
+// when the sweep at start listed it.
+type listed struct {
+	*watchertest.Sink
+	once sync.Once
+	done chan struct{}
+}
+
+func (l *listed) Targets(context.Context) ([]string, error) {
+	l.once.Do(func() { close(l.done) })
+	return nil, nil
+}
+
+// A sink whose Name and Unwrap read the watcher (asked by Route, and by
+// the sweep at start for an Inventory) does not deadlock it.
+func TestASinkThatReadsTheWatcherDoesNotDeadlockIt(t *testing.T) {
+	git, remote := memoryRemote()
+	remote.Commit(t, map[string]string{"a.yaml": "a"})
+	inv := &listed{Sink: watchertest.NewSink("inner"), done: make(chan struct{})}
+	hook, delivered := onFirst()
+	inv.SetHook(hook)
+	sink := &watcherReadingSink{inner: inv}
+	w := watchertest.NewWatcher(t, watcher.WithGit(git))
+	sink.w.Store(w)
+	var err error
+	returnsWithin(t, "Route, the sink's Name reading Stats", func() {
+		err = w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: remote.URL()}), sink)
+	})
+	require.NoError(t, err)
+	runBounded(t, w)
+	within(t, delivered, "delivery")
+	within(t, inv.done, "sweep at start listing the inventory (Unwrap reading Stats)")
+	returnsWithin(t, "Stats", func() { w.Stats() })
+}
