@@ -10,6 +10,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
@@ -126,5 +128,82 @@ func TestASinkThatReadsTheWatcherDoesNotDeadlockIt(t *testing.T) {
 	runBounded(t, w)
 	within(t, delivered, "delivery")
 	within(t, inv.done, "sweep at start listing the inventory (Unwrap reading Stats)")
+	returnsWithin(t, "Stats", func() { w.Stats() })
+}
+
+// keptGit opens mirrors whose Kept reads the watcher's Remotes.
+type keptGit struct {
+	watcher.Git
+	w *atomic.Pointer[watcher.Watcher]
+}
+
+func (g keptGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
+	m, err := g.Git.OpenMirror(dir, url, opts)
+	return keptMirror{Mirror: m, w: g.w}, err
+}
+
+type keptMirror struct {
+	watcher.Mirror
+	w *atomic.Pointer[watcher.Watcher]
+}
+
+func (m keptMirror) Kept() gitutil.KeptStats {
+	m.w.Load().Remotes()
+	return gitutil.KeptStats{Trees: 1}
+}
+
+// A mirror of the program's (WithGit) is asked what it keeps by Stats; one
+// that reads the watcher then does not deadlock it.
+func TestAMirrorThatReadsTheWatcherWhenAskedWhatItKeepsDoesNotDeadlockIt(t *testing.T) {
+	git, remote := memoryRemote()
+	remote.Commit(t, map[string]string{"a.yaml": "a"})
+	var wp atomic.Pointer[watcher.Watcher]
+	w := watchertest.NewWatcher(t, watcher.WithGit(keptGit{Git: git, w: &wp}))
+	wp.Store(w)
+	sink := watchertest.NewSink("s")
+	hook, delivered := onFirst()
+	sink.SetHook(hook)
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: remote.URL()}), sink))
+	runBounded(t, w)
+	within(t, delivered, "delivery")
+	var st watcher.Stats
+	returnsWithin(t, "Stats, the mirror's Kept reading Remotes", func() { st = w.Stats() })
+	require.Equal(t, 1, st.KeptTrees, "the mirror was asked")
+}
+
+// loggingGit is a Git that logs each mirror it opens through a logger
+// that reads the watcher's Stats, as the CI's did.
+type loggingGit struct {
+	watcher.Git
+	w      *atomic.Pointer[watcher.Watcher]
+	opened atomic.Int32
+}
+
+func (g *loggingGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
+	g.w.Load().Stats()
+	g.opened.Add(1)
+	return g.Git.OpenMirror(dir, url, opts)
+}
+
+// The mirror of a submodule is opened by the program's Git too: one that
+// reads the watcher meanwhile does not deadlock the delivery, nor Stats.
+func TestAGitThatReadsTheWatcherWhileItOpensASubmodulesMirrorDoesNotDeadlockIt(t *testing.T) {
+	srv := gittest.NewServer(t)
+	lib := srv.NewRepo(t, "g/lib")
+	pin := lib.Commit(t, "lib", gittest.File("lib.yaml", "lib"))
+	app := srv.NewRepo(t, "g/app")
+	app.Commit(t, "app", gittest.File("app.yaml", "app"), gittest.Submodule("lib", "../lib.git", pin))
+
+	var wp atomic.Pointer[watcher.Watcher]
+	git := &loggingGit{Git: watcher.DefaultGit(), w: &wp}
+	w := watchertest.NewWatcher(t, watcher.WithGit(git))
+	wp.Store(w)
+	sink := watchertest.NewSink("s")
+	hook, delivered := onFirst()
+	sink.SetHook(hook)
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: app.URL(), RecurseSubmodules: true}), sink))
+	runBounded(t, w)
+	within(t, delivered, "delivery with its submodule")
+	require.EqualValues(t, 2, git.opened.Load(), "the remote's mirror and the submodule's")
 	returnsWithin(t, "Stats", func() { w.Stats() })
 }

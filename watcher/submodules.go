@@ -36,15 +36,22 @@ type submodules struct {
 }
 
 type subMirror struct {
-	dir    string
-	mirror Mirror
+	dir string
+	// opened is closed once mirror or err is set: a mirror is opened
+	// outside submodules.mu, once for the targets that need it together.
+	opened chan struct{}
+	mirror Mirror // guarded by submodules.mu until opened is closed
+	err    error
 	// fetching is held while a commit is fetched: targets pinning the same
 	// one wait for that fetch rather than make their own.
 	fetching sync.Mutex
 }
 
 // open returns the mirror of url for auth, opening it the first time.
-func (s *submodules) open(url string, auth *gitutil.Auth) (*subMirror, error) {
+// The opening is the program's code (a Git of WithGit, which may log
+// through a logger that reads the watcher's Stats): it runs without s.mu.
+// One that failed is tried again by the next delivery that needs it.
+func (s *submodules) open(ctx context.Context, url string, auth *gitutil.Auth) (*subMirror, error) {
 	ep, err := gitutil.ParseURL(url)
 	if err != nil {
 		return nil, err
@@ -53,38 +60,58 @@ func (s *submodules) open(url string, auth *gitutil.Auth) (*subMirror, error) {
 	// a polled remote's.
 	key := "submodule#" + ep.Key() + "#" + auth.Identity()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sm, ok := s.mirrors[key]; ok {
-		return sm, nil
+	sm, ok := s.mirrors[key]
+	if !ok {
+		sum := sha256.Sum256([]byte(key))
+		sm = &subMirror{dir: filepath.Join(s.dir, hex.EncodeToString(sum[:12])), opened: make(chan struct{})}
+		if s.mirrors == nil {
+			s.mirrors = map[string]*subMirror{}
+		}
+		s.mirrors[key] = sm
 	}
-	sum := sha256.Sum256([]byte(key))
-	dir := filepath.Join(s.dir, hex.EncodeToString(sum[:12]))
-	m, err := s.v.opts.git.OpenMirror(dir, url, gitutil.MirrorOptions{TempDir: s.tmp, MaxKept: s.v.opts.keptTrees})
-	if err != nil {
-		return nil, err
+	s.mu.Unlock()
+	if !ok {
+		m, err := s.v.opts.git.OpenMirror(sm.dir, url, gitutil.MirrorOptions{TempDir: s.tmp, MaxKept: s.v.opts.keptTrees})
+		s.mu.Lock()
+		sm.mirror, sm.err = m, err
+		if err != nil {
+			delete(s.mirrors, key)
+		}
+		s.mu.Unlock()
+		close(sm.opened)
 	}
-	sm := &subMirror{dir: dir, mirror: m}
-	if s.mirrors == nil {
-		s.mirrors = map[string]*subMirror{}
+	select {
+	case <-sm.opened:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	s.mirrors[key] = sm
+	if sm.err != nil {
+		return nil, sm.err
+	}
 	return sm, nil
 }
 
-// kept adds what the trees of the open mirrors hold to st.
+// kept adds what the trees of the open mirrors hold to st, asking the
+// mirrors (maybe the program's) without s.mu.
 func (s *submodules) kept(st *Stats) {
 	if s == nil {
 		return // not running
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	mirrors := make([]Mirror, 0, len(s.mirrors))
 	for _, sm := range s.mirrors {
-		st.addKept(sm.mirror)
+		if sm.mirror != nil {
+			mirrors = append(mirrors, sm.mirror)
+		}
+	}
+	s.mu.Unlock()
+	for _, m := range mirrors {
+		st.addKept(m)
 	}
 }
 
-// dirs are the directories of the open mirrors, which the cache's
-// collector keeps.
+// dirs are the directories of the open mirrors, and of those opening,
+// which the cache's collector keeps.
 func (s *submodules) dirs() []string {
 	if s == nil {
 		return nil // not running
@@ -101,7 +128,7 @@ func (s *submodules) dirs() []string {
 // fetch makes sure the mirror of url has commit: asked for by its SHA,
 // or, from a server that refuses that, with its branches and tags.
 func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, commit gitutil.Hash) (Mirror, error) {
-	sm, err := s.open(url, auth)
+	sm, err := s.open(ctx, url, auth)
 	if err != nil {
 		return nil, err
 	}

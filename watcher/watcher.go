@@ -342,7 +342,6 @@ type Stats struct {
 // safe to call at any time (for metrics and health checks).
 func (w *Watcher) Stats() Stats {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	st := Stats{Remotes: len(w.remotes), Retrying: int(w.retrying.Load()), Abandoned: int(w.abandoned.Load()), Synced: len(w.routes) > 0, Unowned: w.unowned}
 	for _, r := range w.routes {
 		st.Targets += len(r.targets)
@@ -354,10 +353,18 @@ func (w *Watcher) Stats() Stats {
 	}
 	st.Failing = w.health.count()
 	st.RemovalsHeld = w.heldCount()
+	mirrors := make([]Mirror, 0, len(w.remotes))
 	for _, r := range w.remotes {
-		st.addKept(r.mirror)
+		mirrors = append(mirrors, r.mirror)
 	}
-	w.subs.kept(&st)
+	subs := w.subs
+	w.mu.Unlock()
+	// A mirror may be the program's (WithGit): asked what it keeps without
+	// w.mu, so that one that reads the watcher cannot deadlock it.
+	for _, m := range mirrors {
+		st.addKept(m)
+	}
+	subs.kept(&st)
 	return st
 }
 
