@@ -114,7 +114,7 @@ func (m *Mirror) newTreeFS(commit plumbing.Hash, sel Selection, s *selector) (f 
 	// a fetch or repack later does not change what it reads.
 	st, err := newPackView(m.dir, &m.indexes, m.replaced, &m.treesRead, newObjectLRU(8*cache.MiByte), false)
 	if err != nil {
-		return nil, nil, nil, m.readFailed(gen, err)
+		return nil, nil, nil, m.markCorrupt(err) // m.mu is held: gen is the store's
 	}
 	f.st = st
 	m.addReader(f, st)
