@@ -48,6 +48,7 @@ const streamThreshold = 1 << 20
 // handed on ([Detach]) may be released, past [MirrorOptions.MaxKept], and
 // fail with [ErrReleased]. Large files are streamed.
 func (m *Mirror) FS(c Hash, sel Selection) (fs.FS, error) {
+	defer m.tell() // what reading the root found
 	commit := plumbing.Hash(c)
 	s, err := sel.compile()
 	if err != nil {
@@ -89,7 +90,7 @@ func (m *Mirror) FS(c Hash, sel Selection) (fs.FS, error) {
 // path's tree when a diff just decoded it.
 func (m *Mirror) newTreeFS(commit plumbing.Hash, sel Selection, s *selector) (f *treeFS, e *object.TreeEntry, decoded *object.Tree, err error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	e, err = m.entryAt(commit, s.root)
 	if err == nil && !sel.plain() && e.Mode == filemode.Dir {
 		_, err = m.selectionRoot(commit, s, e)
@@ -254,6 +255,7 @@ func (f *treeFS) stale() error {
 // the mirror was rebuilt meanwhile.
 func checked[T any](f *treeFS, op, name string, fn func() (T, error)) (T, error) {
 	var zero T
+	defer f.m.tell() // what a read found, once f.mu is let go
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.stale(); err != nil {
@@ -685,6 +687,7 @@ type blobFile struct {
 func (b *blobFile) Stat() (fs.FileInfo, error) { return b.info, nil }
 
 func (b *blobFile) Read(p []byte) (int, error) {
+	defer b.fs.m.tell() // what a read found, once b.mu is let go
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n, err := b.readAt(p, b.off)
@@ -694,6 +697,7 @@ func (b *blobFile) Read(p []byte) (int, error) {
 
 // ReadAt and Seek make files usable with http.FileServer and friends.
 func (b *blobFile) ReadAt(p []byte, off int64) (int, error) {
+	defer b.fs.m.tell() // what a read found, once b.mu is let go
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n, err := b.readAt(p, off)

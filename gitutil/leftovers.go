@@ -93,7 +93,7 @@ func (m *Mirror) lockToWrite() (unlock func()) {
 	m.mu.Lock()
 	before := noteTemporaries(m.dir)
 	return func() {
-		defer m.mu.Unlock()
+		defer m.unlock()
 		before.clear(m.dir)
 	}
 }

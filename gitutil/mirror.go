@@ -71,14 +71,17 @@ type MirrorOptions struct {
 	// OnDamage, when set, is called once when a read finds the object store
 	// damaged (by the mirror's own queries or by a file system it handed
 	// out), so that the caller can fetch, which rebuilds it, without
-	// waiting for its next poll. It must not block or call the mirror.
+	// waiting for its next poll. It is called with no lock of the mirror
+	// held (nor of the file system whose read found the damage): it may
+	// call the mirror, and the read waits for it.
 	OnDamage func(reason error)
 	// OnFallback, when set, is called when a git CLI command failed and
 	// go-git stood in for it (the first fetch's clone or single request,
 	// a partial clone, a shallow fetch), with the CLI's error (which
 	// carries no secret):
-	// a program whose users give it their git says so. It must not block
-	// or call the mirror.
+	// a program whose users give it their git says so. It is called once
+	// the fetch let the mirror's lock go, before it returns: it may call the
+	// mirror.
 	OnFallback func(cli error)
 	// RepackPacks is how many packs a mirror may hold before a fetch
 	// repacks it into one (0: [DefaultRepackPacks]; negative: never). Each
@@ -144,6 +147,11 @@ type Mirror struct {
 	mu     sync.Mutex
 	repo   *git.Repository
 	broken error // set when a read found corruption; the next Fetch rebuilds
+	// notes are the calls of the program's code (OnDamage, OnFallback) due
+	// from what was found under mu, made once it is let go (see unlock);
+	// noted says there are some.
+	notes []func()
+	noted atomic.Bool
 	// rebuilt is why OpenMirror rebuilt the mirror, reported by the next Fetch.
 	rebuilt error
 
@@ -608,7 +616,7 @@ func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, c Hash) (FetchResu
 	m.mu.Lock()
 	_, err := m.repo.CommitObject(commit)
 	present := m.broken == nil && err == nil
-	m.mu.Unlock()
+	m.unlock()
 	if present {
 		return FetchResult{}, nil
 	}
@@ -640,10 +648,40 @@ func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, c Hash) (FetchResu
 	return FetchResult{Fetched: true, Refs: map[string]Hash{name: c}}, nil
 }
 
-// fellBack reports err, the git CLI's, to OnFallback: go-git stands in.
+// fellBack reports err, the git CLI's, to OnFallback once m.mu is let go:
+// go-git stands in. Callers hold m.mu.
 func (m *Mirror) fellBack(err error) {
-	if m.opts.OnFallback != nil {
-		m.opts.OnFallback(err)
+	if f := m.opts.OnFallback; f != nil {
+		m.note(func() { f(err) })
+	}
+}
+
+// note has call made once m.mu is let go (see unlock). Callers hold m.mu.
+func (m *Mirror) note(call func()) {
+	m.notes = append(m.notes, call)
+	m.noted.Store(true)
+}
+
+// unlock lets m.mu go, then makes the calls noted under it: the program's
+// code never runs under the mirror's lock, and may call the mirror. A
+// file system's read that found damage holds its own lock: it lets m.mu
+// go plainly, and tells once it let its own go (see tell).
+func (m *Mirror) unlock() {
+	notes := m.notes
+	m.notes = nil
+	m.noted.Store(false)
+	m.mu.Unlock()
+	for _, call := range notes {
+		call()
+	}
+}
+
+// tell makes the calls noted and not made yet; the caller holds no lock
+// of the mirror or of its file systems.
+func (m *Mirror) tell() {
+	if m.noted.Load() {
+		m.mu.Lock()
+		m.unlock()
 	}
 }
 
@@ -703,7 +741,7 @@ func (m *Mirror) refCommit(name string) (plumbing.Hash, error) {
 // is not a commit fails when it is read as one.
 func (m *Mirror) HasCommit(c Hash) bool {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	if m.broken != nil {
 		return false
 	}
@@ -731,15 +769,16 @@ func (m *Mirror) markCorrupt(err error) error {
 	}
 	if m.broken == nil {
 		m.broken = reason
-		if m.opts.OnDamage != nil {
-			m.opts.OnDamage(reason)
+		if f := m.opts.OnDamage; f != nil {
+			m.note(func() { f(reason) })
 		}
 	}
 	return fmt.Errorf("%w: %w", ErrCorrupt, err)
 }
 
 // readFailed is markCorrupt for the file systems handed out: a read error
-// of one made from the current store marks it damaged.
+// of one made from the current store marks it damaged. It lets m.mu go
+// plainly: the caller, which may hold a file system's lock, tells.
 func (m *Mirror) readFailed(gen uint64, err error) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -157,7 +157,7 @@ func markPromisorPacks(dir string) error {
 // or read.
 func (m *Mirror) Partial() bool {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	return m.partial
 }
 

@@ -1,6 +1,7 @@
 package gitutil
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,4 +53,65 @@ func TestAPackWithoutIndexFoundByFSDoesNotLockTheMirror(t *testing.T) {
 	require.Error(t, err)
 	var has atomic.Bool
 	returnsWithin(t, "HasCommit after it", func() { has.Store(m.HasCommit(c)) })
+}
+
+// OnDamage is the program's code: called with no lock of the mirror or of
+// the file system that found the damage, it may read the mirror (here, as
+// a program would ask whether the commit is still there).
+func TestAnOnDamageThatReadsTheMirrorDoesNotDeadlockIt(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	var files []gittest.Change
+	for i := range 50 {
+		files = append(files, gittest.File(filepath.Join("d", string(rune('a'+i%26))+string(rune('a'+i/26))), strings.Repeat(string(rune('a'+i%26)), 4000)))
+	}
+	c := mustHash(repo.Commit(t, "1", files...))
+	dir := t.TempDir()
+	var m *Mirror
+	var damaged, had atomic.Int32
+	m, err := OpenMirror(dir, repo.URL(), MirrorOptions{OnDamage: func(error) {
+		damaged.Add(1)
+		if m.HasCommit(c) {
+			had.Add(1)
+		}
+	}})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	fsys, err := m.FS(c, at(""))
+	require.NoError(t, err)
+
+	cutPacks(t, dir)
+	var readErr error
+	returnsWithin(t, "reading a damaged store", func() {
+		for _, name := range []string{"d/aa", "d/xb", "d/ab"} {
+			if _, readErr = fs.ReadFile(fsys, name); readErr != nil {
+				return
+			}
+		}
+	})
+	require.ErrorIs(t, readErr, ErrCorrupt)
+	require.EqualValues(t, 1, damaged.Load())
+	require.Zero(t, had.Load(), "a damaged mirror has nothing")
+}
+
+// OnFallback is the program's code: called once the fetch let the
+// mirror's lock go, it may read the mirror.
+func TestAnOnFallbackThatReadsTheMirrorDoesNotDeadlockIt(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c := mustHash(repo.Commit(t, "1", gittest.File("f", "1")))
+	failing := filepath.Join(t.TempDir(), "git")
+	require.NoError(t, os.WriteFile(failing, []byte("#!/bin/sh\nexit 1\n"), 0o755))
+	var m *Mirror
+	var fellBack atomic.Int32
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: failing, OnFallback: func(error) {
+		m.HasCommit(c)
+		fellBack.Add(1)
+	}})
+	require.NoError(t, err)
+	returnsWithin(t, "a fetch whose git fails", func() { _, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"}) })
+	require.NoError(t, err)
+	require.Positive(t, fellBack.Load(), "go-git stood in, and said so")
+	require.True(t, m.HasCommit(c))
 }

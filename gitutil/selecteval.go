@@ -37,7 +37,7 @@ type selEval struct {
 // at the first call, a write).
 func (m *Mirror) startSelection(ctx context.Context, commit plumbing.Hash, s *selector) (*selEval, plumbing.Hash, *object.Tree, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	e, err := m.entryAt(commit, s.root)
 	if err != nil {
 		return nil, plumbing.ZeroHash, nil, err
@@ -73,7 +73,9 @@ func (m *Mirror) selectionDone(ev *selEval, s *selector, err error) error {
 	case errors.Is(err, ErrSelectionBudget):
 		m.overBudget(s.id, err)
 	case err != nil && !errors.Is(err, ErrInvalidSelection) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
-		return m.readFailed(ev.gen, err)
+		err = m.readFailed(ev.gen, err)
+		m.tell() // no lock is held: the evaluation ran outside them
+		return err
 	}
 	return err
 }

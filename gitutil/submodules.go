@@ -64,7 +64,7 @@ func (m *Mirror) Submodules(ctx context.Context, h Hash, sel Selection) ([]Submo
 // selection's root tree and an evaluation to filter them outside the lock.
 func (m *Mirror) startSubmodules(ctx context.Context, commit plumbing.Hash, s *selector, plain bool) ([]Submodule, *object.Tree, *selEval, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	c, err := m.commit(commit)
 	if err != nil {
 		return nil, nil, nil, err

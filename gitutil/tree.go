@@ -134,7 +134,7 @@ func (m *Mirror) TreeHash(ctx context.Context, c Hash, sel Selection) (Hash, err
 func (m *Mirror) treeHash(ctx context.Context, commit plumbing.Hash, sel Selection) (plumbing.Hash, error) {
 	if sel.plain() { // the poll's common case: one path, nothing to compile
 		m.mu.Lock()
-		defer m.mu.Unlock()
+		defer m.unlock()
 		e, err := m.entryAt(commit, sel.Path)
 		if err != nil {
 			return plumbing.ZeroHash, err
@@ -206,7 +206,7 @@ func (m *Mirror) ChangedPaths(ctx context.Context, fromH, toH Hash, sel Selectio
 // filter.
 func (m *Mirror) startChangedPaths(ctx context.Context, from, to plumbing.Hash, s *selector, plain bool) (*selEval, []string, *object.Tree, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	paths, toTree, err := m.changedPaths(ctx, from, to, s.root)
 	if err != nil || plain || toTree == nil || len(paths) == 0 {
 		return nil, paths, nil, err
@@ -372,7 +372,7 @@ var ErrHistoryIncomplete = errors.New("gitutil: history incomplete (shallow mirr
 func (m *Mirror) IsAncestor(ctx context.Context, ancestorH, commitH Hash) (bool, error) {
 	ancestor, commit := plumbing.Hash(ancestorH), plumbing.Hash(commitH)
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	if ancestor == commit {
 		return true, nil
 	}

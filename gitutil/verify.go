@@ -120,7 +120,7 @@ func (m *Mirror) VerifyCommit(h Hash, keyRing string) (string, error) {
 		return "", err
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	c, err := m.commit(commit)
 	if err != nil {
 		return "", err
@@ -139,7 +139,7 @@ func (m *Mirror) VerifyTag(ref string, c Hash, keyRing string) (string, error) {
 		return "", err
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	r, err := m.repo.Reference(plumbing.ReferenceName(ref), true)
 	if err != nil {
 		return "", fmt.Errorf("gitutil: ref %s: %w", ref, err)
