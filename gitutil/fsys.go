@@ -153,9 +153,12 @@ type treeFS struct {
 	work  *budget
 
 	// prefix is the root's path in the repository; trace, when set, is
-	// told what lookups read through symbolic links (see TraceLinks).
+	// told what lookups read through symbolic links (see TraceLinks):
+	// traced holds what the operation under way read, told once it let
+	// f.mu go.
 	prefix string
 	trace  func(path string)
+	traced []string
 
 	// sound holds the blobs read whole and found to be what their names
 	// say (see verifyBlob).
@@ -255,9 +258,22 @@ func (f *treeFS) stale() error {
 // the mirror was rebuilt meanwhile.
 func checked[T any](f *treeFS, op, name string, fn func() (T, error)) (T, error) {
 	var zero T
-	defer f.m.tell() // what a read found, once f.mu is let go
+	var traced []string
+	var trace func(string)
+	defer func() {
+		// The program's code, once f.mu is let go: what the operation
+		// read through links, and what it found of the store.
+		for _, p := range traced {
+			trace(p)
+		}
+		f.m.tell()
+	}()
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer func() {
+		traced, trace = f.traced, f.trace
+		f.traced = nil
+		f.mu.Unlock()
+	}()
 	if err := f.stale(); err != nil {
 		return zero, &fs.PathError{Op: op, Path: name, Err: err}
 	}

@@ -22,9 +22,9 @@ type LinkTracer interface {
 	// (under the target, or not when a ".." leaves it). A target that
 	// leaves the tree, names nothing or loops is not reported; the link
 	// that holds it is. A path may be reported many times. fn is called
-	// while the file system is locked: it must be quick and must not use
-	// the file system. A lookup that follows no link calls nothing. nil
-	// stops the calls.
+	// before the operation returns, once the file system let its lock go:
+	// it may use the file system. A lookup that follows no link calls
+	// nothing. nil stops the calls.
 	TraceLinks(fn func(path string))
 }
 
@@ -92,7 +92,8 @@ func (t *trail) reached(n node) node {
 	return n
 }
 
-// report calls the trace, if any, with rel as a path of the repository.
+// report has the trace, if any, called with rel as a path of the
+// repository, once the operation let f.mu go (see checked).
 func (t *trail) report(rel []string) {
 	if t.f.trace == nil {
 		return
@@ -107,5 +108,5 @@ func (t *trail) report(rel []string) {
 	default:
 		p = t.f.prefix + "/" + p
 	}
-	t.f.trace(p)
+	t.f.traced = append(t.f.traced, p)
 }

@@ -115,3 +115,20 @@ func TestAnOnFallbackThatReadsTheMirrorDoesNotDeadlockIt(t *testing.T) {
 	require.Positive(t, fellBack.Load(), "go-git stood in, and said so")
 	require.True(t, m.HasCommit(c))
 }
+
+// A trace of what links read is the program's code: called once the file
+// system let its lock go, it may read the file system.
+func TestATraceThatReadsTheFileSystemDoesNotDeadlockIt(t *testing.T) {
+	m, c := linkedRepo(t)
+	fsys, err := m.FS(c, at(""))
+	require.NoError(t, err)
+	var paths []string
+	fsys.(LinkTracer).TraceLinks(func(p string) {
+		if _, err := fs.Stat(fsys, "apps/x/plain.yaml"); err == nil {
+			paths = append(paths, p)
+		}
+	})
+	returnsWithin(t, "a read through a link", func() { _, err = fs.ReadFile(fsys, "apps/x/values.yaml") })
+	require.NoError(t, err)
+	require.Equal(t, []string{"apps/x/values.yaml", "common/values.yaml"}, paths)
+}

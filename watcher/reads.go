@@ -105,7 +105,8 @@ func (l *linkReads) trace(fsys fs.FS) {
 	}
 }
 
-// add is the file systems' trace: it runs under their locks.
+// add is the file systems' trace: it runs once each operation of theirs
+// let its lock go, before the operation returns.
 func (l *linkReads) add(p string) {
 	c, ok := outside(p, l.path)
 	if !ok {
