@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -388,30 +389,48 @@ func TestAHeldRemovalWaitsForTheSourcesSet(t *testing.T) {
 }
 
 // A target named again while its removal is failing keeps what it has:
-// the removal is dropped, not carried out behind it.
+// the removal is dropped, not carried out behind it. In a bubble, so that
+// the watcher takes the set that names it again before any retry of the
+// removal is due, and so that the retries that would follow (every 10ms
+// to 100ms) all come within the second waited after.
 func TestATargetNamedAgainStopsItsRemoval(t *testing.T) {
-	repo, c1, ts := fourTargets(t)
-	failing := &failingRemover{Sink: watchertest.NewSink("s")}
-	obs := watchertest.NewObserver()
-	w := newWatcher(t, obs)
-	src := watchertest.NewSource(ts...)
-	require.NoError(t, w.Route(src, failing))
-	watchertest.Run(t, w.Run)
-	for _, tg := range ts {
-		failing.WaitCommit(t, tg.ID, c1)
+	git, repo := memoryRemote()
+	c1 := repo.Commit(t, map[string]string{"a/f": "1", "b/f": "1", "c/f": "1", "d/f": "1"})
+	var ts []watcher.Target
+	for _, id := range []string{"a", "b", "c", "d"} {
+		ts = append(ts, watcher.Target{ID: id, URL: repo.URL(), Path: id})
 	}
-	failing.fail.Store(true)
-	src.Set(ts[0], ts[1], ts[2])
-	obs.WaitFor(t, "d's removal failed", func(e watcher.Event) bool {
-		return e.Type == watcher.EventRemoved && e.Target.ID == "d" && e.Err != nil
+	cacheDir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		failing := &failingRemover{Sink: watchertest.NewSink("s")}
+		obs := watchertest.NewObserver()
+		w := newWatcher(t, obs, watcher.WithGit(git), watcher.WithCacheDir(cacheDir))
+		src := watchertest.NewSource(ts...)
+		require.NoError(t, w.Route(src, failing))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		for _, tg := range ts {
+			failing.WaitCommit(t, tg.ID, c1)
+		}
+		failing.fail.Store(true)
+		src.Set(ts[0], ts[1], ts[2])
+		obs.WaitFor(t, "d's removal failed", func(e watcher.Event) bool {
+			return e.Type == watcher.EventRemoved && e.Target.ID == "d" && e.Err != nil
+		})
+		src.Set(ts...)
+		synctest.Wait() // the set taken, no time passed: no retry came meanwhile
+		failing.fail.Store(false)
+		time.Sleep(time.Second) // the bubble's clock: a retry would have come, and succeeded
+		synctest.Wait()
+		assert.Empty(t, failing.Removed(), "the removal was dropped")
+		c2 := repo.Commit(t, map[string]string{"d/f": "2"})
+		w.Trigger(repo.URL())
+		failing.WaitCommit(t, "d", c2)
+		assert.Empty(t, failing.Removed())
+		cancel()
+		require.NoError(t, <-done)
 	})
-	src.Set(ts...)
-	failing.fail.Store(false)
-	c2 := repo.Commit(t, "2", gittest.File("d/f", "2"))
-	pollNow(t, w, obs, repo.URL())
-	failing.WaitCommit(t, "d", c2)
-	time.Sleep(500 * time.Millisecond) // a retry of the removal would have come
-	assert.Empty(t, failing.Removed(), "the removal was dropped")
 }
 
 // failingRemover fails Remove while fail is set.
