@@ -240,6 +240,11 @@ func TestASweepOverTheBudgetIsHeldUntilConfirmed(t *testing.T) {
 	e := obs.WaitFor(t, "the sweep held", func(e watcher.Event) bool { return e.Type == watcher.EventRemovalsHeld })
 	assert.ErrorContains(t, e.Err, "3 of 3")
 	assert.Equal(t, 3, w.Stats().RemovalsHeld)
+	// The hold is reported as it is decided; what it prevents, a removal
+	// that would delete through the apiserver on the delivery pool, leaves
+	// no event when it does not happen, and no later pass is due (the
+	// confirmation delay is an hour): its absence is looked for after a
+	// window that holds a deletion.
 	time.Sleep(time.Second)
 	assert.Len(t, inventories(t, ns), 3, "nothing removed")
 	assert.Equal(t, "1", cmValue(t, ns, "a"))

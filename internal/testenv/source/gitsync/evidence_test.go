@@ -3,6 +3,7 @@ package gitsync_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,7 +65,16 @@ func TestAGitSyncStillThereIsNeverRemoved(t *testing.T) {
 	refuse <- true
 	h.setSpec("web", spec(repo.URL(), "", h.ns))
 	h.waitStatus("web", "refused", func(s gitsync.Status) bool { return s.Phase == gitsync.PhaseFailed })
-	time.Sleep(time.Second) // a removal, were one decided, would be under way
+	// The status is written before the watcher has the set: wait for the
+	// watcher to take it (named, not watched).
+	h.obs.WaitFor(t, "the refused GitSync taken as not watched", func(e watcher.Event) bool {
+		return e.Type == watcher.EventInvalidTarget && e.Err != nil && strings.Contains(e.Err.Error(), "the program refuses it")
+	})
+	// A removal would be decided by the pass that follows and carried out
+	// on the delivery pool; one that is not decided leaves no event to
+	// wait for, so its absence is looked for after a window that holds the
+	// pass and an apiserver deletion.
+	time.Sleep(time.Second)
 	assert.Equal(t, uid, h.uid("a"), "what it applied stays")
 	noRemoval(t, h.obs)
 
@@ -102,6 +112,10 @@ func TestAGitSyncSourceForbiddenToListRemovesNothing(t *testing.T) {
 	e := obs.WaitFor(t, "the forbidden list reported", func(e watcher.Event) bool { return e.Type == watcher.EventNoSet })
 	assert.ErrorContains(t, e.Err, "forbidden")
 	assert.Equal(t, 1, w.Stats().NoSet)
+	// What could wrongly remove here is a set handed after the informer
+	// lists again (client-go's backoff: 0.8s to 1.6s): a list that fails
+	// again reports nothing new (NoSet reports a reason once) and one that
+	// is not taken for a set leaves no event, so the window holds a retry.
 	time.Sleep(1500 * time.Millisecond)
 	assert.Equal(t, uid, h.uid("a"), "nothing deleted")
 	noRemoval(t, obs)
