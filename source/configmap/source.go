@@ -101,7 +101,10 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 }
 
 // A run is one Run's state, guarded by mu: the file watcher's calls and the
-// refresh's are ordered by it.
+// refresh's are ordered by it. The program's code (update, OnReload, the
+// logger, the credentials and values it reads) runs under mu, so that the
+// sets reach the watcher in order; no method of Source takes mu, so that
+// code cannot wait on it.
 type run struct {
 	s      *Source
 	ctx    context.Context
