@@ -6,8 +6,9 @@
 // watches GitSyncs in one namespace or all. Each valid GitSync whose
 // destination is this cluster, and that the program accepts ([Config.Accept]),
 // is one target, [TargetID] "gitsync/<namespace>/<name>", whose Payload the
-// apply sink reads (render type, Helm values, destination namespace). An
-// invalid GitSync is marked Failed with a message saying what is wrong, one
+// apply sink reads (render type, Helm values, destination namespace); the
+// sink marks its objects as Numaplane does when given [TrackingLabel] and
+// [TrackingValue] (the GitSync's name). An invalid GitSync is marked Failed with a message saying what is wrong, one
 // for another cluster NotApplicable; neither stops the others.
 //
 // [Source.Observer] writes what the watcher did back into each GitSync's
