@@ -26,10 +26,10 @@ import (
 const waitInterval = 500 * time.Millisecond
 
 // prepare gives namespaced objects without a namespace rs.Namespace,
-// takes the namespace off cluster-scoped ones, labels every object with
-// owner and refuses duplicates. The scope of a kind the cluster does not
+// takes the namespace off cluster-scoped ones, marks every object as tr
+// says and refuses duplicates. The scope of a kind the cluster does not
 // know yet comes from a CustomResourceDefinition among objs.
-func (s *Sink) prepare(objs []*unstructured.Unstructured, rs spec.Render, owner string) ([]*unstructured.Unstructured, error) {
+func (s *Sink) prepare(objs []*unstructured.Unstructured, rs spec.Render, tr tracking) ([]*unstructured.Unstructured, error) {
 	crdScopes := map[schema.GroupKind]bool{}
 	for _, o := range objs {
 		if ssautils.IsCRD(o) {
@@ -58,12 +58,7 @@ func (s *Sink) prepare(objs []*unstructured.Unstructured, rs spec.Render, owner 
 		case o.GetNamespace() == "" || (s.cfg.ForceNamespace && rs.Namespace != ""):
 			o.SetNamespace(rs.Namespace)
 		}
-		labels := o.GetLabels()
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		labels[s.cfg.TrackingLabel] = owner
-		o.SetLabels(labels)
+		tr.mark(o)
 		k := refOf(o).key()
 		if seen[k] {
 			return nil, watcher.Permanent(fmt.Errorf("apply: %s is rendered twice", refOf(o)))
@@ -246,9 +241,9 @@ func (s *Sink) waitReady(ctx context.Context, res *Result) error {
 	return nil
 }
 
-// prune deletes the stale objects that still carry owner's label, adds an
-// entry per object to res, and returns those it failed to delete (to stay
-// in the inventory).
+// prune deletes the stale objects that are still owner's (see
+// deleteOwned), adds an entry per object to res, and returns those it
+// failed to delete (to stay in the inventory).
 func (s *Sink) prune(ctx context.Context, stale []ObjectRef, owner string, res *Result) []ObjectRef {
 	objs := make([]*unstructured.Unstructured, len(stale))
 	for i, r := range stale {
@@ -258,7 +253,6 @@ func (s *Sink) prune(ctx context.Context, stale []ObjectRef, owner string, res *
 	// before their Namespace.
 	sort.Sort(sort.Reverse(ssa.SortableUnstructureds(objs)))
 	var kept []ObjectRef
-	opts := ssa.DeleteOptions{PropagationPolicy: metav1.DeletePropagationBackground, Inclusions: map[string]string{s.cfg.TrackingLabel: owner}}
 	for _, o := range objs {
 		e := Entry{Object: refOf(o), Action: Deleted}
 		if err := s.reserved(owner, o); err != nil {
@@ -280,19 +274,38 @@ func (s *Sink) prune(ctx context.Context, stale []ObjectRef, owner string, res *
 			res.Entries = append(res.Entries, e)
 			continue
 		}
-		cse, err := s.rm.Delete(ctx, o, opts)
-		switch {
-		case err != nil && meta.IsNoMatchError(err):
-			// The kind is gone from the cluster, and the object with it.
-		case err != nil:
-			e.Action, e.Err = Failed, err
+		e.Action, e.Err = s.deleteOwned(ctx, o, owner)
+		if e.Err != nil {
 			kept = append(kept, e.Object)
-		default:
-			e.Action = action(cse.Action)
 		}
 		res.Entries = append(res.Entries, e)
 	}
 	return kept
+}
+
+// deleteOwned deletes o when the object in the cluster is owner's (see
+// liveOwner), not by its label's value alone, which targets may share:
+// Skipped when it is another's or no one's, Deleted when it is gone (or
+// its kind is, and the object with it). The deletion holds only for the
+// object read (its UID), not for one created again meanwhile.
+func (s *Sink) deleteOwned(ctx context.Context, o *unstructured.Unstructured, owner string) (Action, error) {
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(o.GroupVersionKind())
+	err := s.client.Get(ctx, client.ObjectKeyFromObject(o), live)
+	switch {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		return Deleted, nil
+	case err != nil:
+		return Failed, fmt.Errorf("apply: read %s: %w", refOf(o), err)
+	case s.liveOwner(live) != owner:
+		return Skipped, nil
+	}
+	uid := live.GetUID()
+	err = s.client.Delete(ctx, live, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &uid})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return Failed, fmt.Errorf("apply: delete %s: %w", refOf(o), err)
+	}
+	return Deleted, nil
 }
 
 // plan fills res with what apply would do, through dry runs.
@@ -334,7 +347,7 @@ func (s *Sink) plan(ctx context.Context, objs []*unstructured.Unstructured, old 
 	for _, o := range objs {
 		want[refOf(o).key()] = true
 	}
-	owner := s.owner(res.Target)
+	owner := s.ownerOf(old)
 	for _, r := range oldRefs {
 		if want[r.key()] {
 			continue
@@ -345,7 +358,7 @@ func (s *Sink) plan(ctx context.Context, objs []*unstructured.Unstructured, old 
 		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 		case err != nil:
 			res.Entries = append(res.Entries, Entry{Object: r, Action: Failed, Err: err})
-		case live.GetLabels()[s.cfg.TrackingLabel] != owner:
+		case s.liveOwner(live) != owner:
 			res.Entries = append(res.Entries, Entry{Object: r, Action: Skipped})
 		default:
 			res.Entries = append(res.Entries, Entry{Object: r, Action: Deleted})

@@ -75,10 +75,30 @@ type Config struct {
 	// runs (Numaplane's cascadeDeletion).
 	CascadeDeleteFunc func() bool
 	// TrackingLabel is the label every applied object carries, whose value
-	// names its target (a digest of the field manager and the target ID);
-	// prune and cascade deletion touch only objects whose label matches.
+	// names its target (see TrackingValue); prune and cascade deletion
+	// touch only objects it marks as the target's.
 	// Default [LabelTarget]; Numaplane's is "numaplane.numaproj.io/tracking-id".
 	TrackingLabel string
+	// TrackingValue, when set, chooses the value of TrackingLabel on each
+	// target's objects, for a program whose users select them by a name of
+	// theirs (Numaplane's: the GitSync's name, gitsync.TrackingValue). It
+	// must return a label value, not empty: another fails the delivery
+	// ([watcher.Permanent]) naming the target and the value, before
+	// anything is applied. Default: a digest of the field manager, the
+	// instance and the target ID, one per target, as before it existed.
+	//
+	// Values may be shared (two GitSyncs named web in two namespaces), so
+	// the sink never goes by the value alone: an object whose value is not
+	// the digest also carries [AnnotationOwner], the digest, and prune,
+	// cascade deletion and the guard go by that. A target never prunes,
+	// deletes or takes over an object another target or install applied
+	// under the same value; an object that carries this label and value
+	// but that no target of this sink applied (another program's, another
+	// install's) is refused as any foreign object is, until its label is
+	// taken off. A value that changes (from the digest to names) relabels
+	// the target's objects at its next apply; those applied under the old
+	// value are pruned and cascade-deleted as before.
+	TrackingValue func(watcher.Target) string
 	// Include, when set, says which kinds a target may apply (Numaplane's
 	// includedResources): an object of another kind fails the delivery
 	// before anything is applied, naming it ([watcher.Permanent]: the next

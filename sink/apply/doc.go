@@ -11,11 +11,14 @@
 // resync without drift writes nothing.
 //
 // What a target applied is recorded in the cluster, so that it survives a
-// restart: each object carries the label [LabelTarget], and an inventory
-// ConfigMap per target (in Config.InventoryNamespace) lists them. Objects
-// listed in the inventory and gone from the commit are pruned, unless
-// Config.DisablePrune is set; an object whose label names another target is
-// left alone.
+// restart: each object carries the tracking label ([LabelTarget] by
+// default, its value a digest that names the target, or a value the
+// program chooses, Config.TrackingValue, with the digest in
+// [AnnotationOwner]), and an inventory ConfigMap per target (in
+// Config.InventoryNamespace) lists them. Objects listed in the inventory
+// and gone from the commit are pruned, unless Config.DisablePrune is set;
+// an object another target applied (by the digest, whatever value its
+// label has) is left alone.
 //
 // A new commit dry-runs only the objects whose rendered manifest changed
 // since the target's last apply (the inventory keeps a digest of each);

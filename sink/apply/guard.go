@@ -115,8 +115,9 @@ func (s *Sink) reserved(targetID string, o *unstructured.Unstructured) error {
 	return nil
 }
 
-// notAnothers refuses o when the live object carries another owner's
-// tracking label, unless that owner is one of this sink's whose inventory
+// notAnothers refuses o when the live object is another owner's (its
+// AnnotationOwner, or its tracking label's value without one: see
+// liveOwner), unless that owner is one of this sink's whose inventory
 // no longer records it (removed from its render with prune off): an
 // owner this sink's inventories do not know (another install, a target
 // removed without cascade) is refused too, for its objects stay its own
@@ -132,14 +133,21 @@ func (s *Sink) notAnothers(ctx context.Context, targetID string, o *unstructured
 	if err != nil {
 		return fmt.Errorf("apply: target %s: read %s: %w", targetID, refOf(o), err)
 	}
-	other := live.GetLabels()[s.cfg.TrackingLabel]
+	other := s.liveOwner(live)
 	if other == "" || other == s.owner(targetID) || other == s.legacyOwner(targetID) {
 		return nil
 	}
 	cm := &corev1.ConfigMap{}
-	err = s.client.Get(ctx, client.ObjectKey{Namespace: s.cfg.InventoryNamespace, Name: inventoryPrefix + other}, cm)
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("%w: target %s: %s carries the tracking label %s=%s of an owner this sink has no inventory of (another install, or a target removed without cascade deletion): refused, nothing applied; take the label off the object to let this target apply it", ErrConflict, targetID, refOf(o), s.cfg.TrackingLabel, other)
+	digest := inventoryName.MatchString(inventoryPrefix + other) // a value of Config.TrackingValue names no inventory
+	if digest {
+		err = s.client.Get(ctx, client.ObjectKey{Namespace: s.cfg.InventoryNamespace, Name: inventoryPrefix + other}, cm)
+	}
+	if !digest || apierrors.IsNotFound(err) {
+		mark := s.cfg.TrackingLabel + "=" + live.GetLabels()[s.cfg.TrackingLabel]
+		if a := live.GetAnnotations()[AnnotationOwner]; a != "" {
+			mark += " (" + AnnotationOwner + "=" + a + ")"
+		}
+		return fmt.Errorf("%w: target %s: %s carries the tracking label %s of an owner this sink has no inventory of (another install or program, or a target removed without cascade deletion): refused, nothing applied; take the label off the object to let this target apply it", ErrConflict, targetID, refOf(o), mark)
 	}
 	if err != nil {
 		return fmt.Errorf("apply: target %s: read the inventory of the owner of %s: %w", targetID, refOf(o), err)

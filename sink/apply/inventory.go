@@ -17,14 +17,24 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/modwatch/modwatch/watcher"
 )
 
 const (
 	// LabelTarget is set on every object the sink applies: a digest of the
-	// target ID and the field manager. Prune and cascade deletion touch
+	// target ID and the field manager (unless Config.TrackingLabel and
+	// Config.TrackingValue say otherwise). Prune and cascade deletion touch
 	// only objects whose label matches.
 	LabelTarget = "apply.modwatch.io/target"
+	// AnnotationOwner is set on an applied object whose tracking label's
+	// value is not its target's digest (see Config.TrackingValue): the
+	// digest, which names the target's inventory. Where it is set, prune,
+	// cascade deletion and the guard go by it, not by the label's value;
+	// an object without the tracking label has no owner, whatever it says.
+	AnnotationOwner = "apply.modwatch.io/owner"
 	// LabelInventory marks the inventory ConfigMaps.
 	LabelInventory = "apply.modwatch.io/inventory"
 	// AnnotationTargetID on an inventory ConfigMap holds the target ID.
@@ -50,6 +60,71 @@ func (s *Sink) owner(targetID string) string {
 }
 
 func (s *Sink) inventoryName(targetID string) string { return inventoryPrefix + s.owner(targetID) }
+
+// tracking is how a target's objects are marked: label=value, and owner
+// (the digest that names its inventory) in AnnotationOwner when the value
+// is not the owner.
+type tracking struct{ label, value, owner string }
+
+// mark sets o's tracking label and AnnotationOwner, whatever its manifest
+// says of them.
+func (tr tracking) mark(o *unstructured.Unstructured) {
+	l := o.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[tr.label] = tr.value
+	o.SetLabels(l)
+	a := o.GetAnnotations()
+	switch {
+	case tr.value != tr.owner:
+		if a == nil {
+			a = map[string]string{}
+		}
+		a[AnnotationOwner] = tr.owner
+	case a != nil:
+		delete(a, AnnotationOwner)
+		if len(a) == 0 {
+			a = nil
+		}
+	}
+	o.SetAnnotations(a)
+}
+
+// tracking says how t's objects are marked. A value of
+// Config.TrackingValue that is not a label value, or empty, is
+// [watcher.Permanent].
+func (s *Sink) tracking(t watcher.Target) (tracking, error) {
+	tr := tracking{label: s.cfg.TrackingLabel, owner: s.owner(t.ID)}
+	tr.value = tr.owner
+	if s.cfg.TrackingValue == nil {
+		return tr, nil
+	}
+	tr.value = s.cfg.TrackingValue(t)
+	errs := validation.IsValidLabelValue(tr.value)
+	if tr.value == "" {
+		errs = append(errs, "it is empty")
+	}
+	if len(errs) > 0 {
+		return tr, watcher.Permanent(fmt.Errorf("%w: target %s: the tracking value %q (Config.TrackingValue) is not a label value: %s; nothing applied", ErrInvalidConfig, t.ID, tr.value, strings.Join(errs, "; ")))
+	}
+	return tr, nil
+}
+
+// liveOwner is the owner of an object in the cluster, as tracking marked
+// it: "" when it carries no tracking label, its AnnotationOwner when it
+// has one, else its label's value (the digest itself, for an object
+// applied under the default value).
+func (s *Sink) liveOwner(live *unstructured.Unstructured) string {
+	v := live.GetLabels()[s.cfg.TrackingLabel]
+	if v == "" {
+		return ""
+	}
+	if o := live.GetAnnotations()[AnnotationOwner]; o != "" {
+		return o
+	}
+	return v
+}
 
 // legacyOwner is the owner of targetID for this field manager without an
 // instance: what a sink that has one now had before it had.

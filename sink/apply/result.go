@@ -17,8 +17,8 @@ const (
 	Configured Action = "configured"
 	Unchanged  Action = "unchanged"
 	Deleted    Action = "deleted"
-	// Skipped: an object to prune whose label names another target (or
-	// none) is left in place.
+	// Skipped: an object to prune that another target applied (or no
+	// one) is left in place.
 	Skipped Action = "skipped"
 	Failed  Action = "failed"
 )

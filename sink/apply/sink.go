@@ -154,6 +154,10 @@ func (s *Sink) render(ctx context.Context, c watcher.Change, res *Result) ([]*un
 	if !ok {
 		return nil, watcher.Permanent(fmt.Errorf("%w: target %s: no renderer %q is registered", ErrInvalidConfig, c.Target.ID, rs.Renderer))
 	}
+	tr, err := s.tracking(c.Target)
+	if err != nil {
+		return nil, err
+	}
 	var objs []*unstructured.Unstructured
 	// From the repository only for a plain path: Paths and ignore patterns
 	// narrow what FS shows, and a render reads what the target selects.
@@ -169,11 +173,12 @@ func (s *Sink) render(ctx context.Context, c watcher.Change, res *Result) ([]*un
 		}
 		return nil, watcher.Permanent(fmt.Errorf("apply: render %s (%s) at %s: %w", c.Target.ID, rs.Renderer, short(c.To), err))
 	}
-	return s.prepare(objs, rs, s.owner(c.Target.ID))
+	return s.prepare(objs, rs, tr)
 }
 
 // Remove forgets t. With Config.CascadeDelete (or CascadeDeleteFunc) it first deletes every
-// object t's inventory holds and that still carries t's label. In ModeDryRun
+// object t's inventory holds and that is still t's (by its tracking label,
+// or AnnotationOwner where it has one). In ModeDryRun
 // and ModeDiff it does nothing.
 func (s *Sink) Remove(ctx context.Context, t watcher.Target) error {
 	if s.cfg.Mode != ModeApply {
