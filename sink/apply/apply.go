@@ -28,8 +28,10 @@ const waitInterval = 500 * time.Millisecond
 // prepare gives namespaced objects without a namespace rs.Namespace,
 // takes the namespace off cluster-scoped ones, marks every object as tr
 // says and refuses duplicates. The scope of a kind the cluster does not
-// know yet comes from a CustomResourceDefinition among objs.
-func (s *Sink) prepare(objs []*unstructured.Unstructured, rs spec.Render, tr tracking) ([]*unstructured.Unstructured, error) {
+// know yet comes from a CustomResourceDefinition among objs. An object
+// outside Config.Include fails the delivery, or under IncludeSkip is left
+// out of those returned, Skipped in res.
+func (s *Sink) prepare(objs []*unstructured.Unstructured, rs spec.Render, tr tracking, res *Result) ([]*unstructured.Unstructured, error) {
 	crdScopes := map[schema.GroupKind]bool{}
 	for _, o := range objs {
 		if ssautils.IsCRD(o) {
@@ -40,23 +42,23 @@ func (s *Sink) prepare(objs []*unstructured.Unstructured, rs spec.Render, tr tra
 		}
 	}
 	seen := make(map[string]bool, len(objs))
+	kept := make([]*unstructured.Unstructured, 0, len(objs))
+	var skipped []ObjectRef
 	for _, o := range objs {
 		if inc := s.cfg.Include; inc != nil && !inc(o.GroupVersionKind().GroupKind()) {
-			return nil, watcher.Permanent(fmt.Errorf("apply: %s: its kind is not among the kinds this sink may apply (includedResources): nothing applied", refOf(o)))
-		}
-		namespaced, err := s.client.IsObjectNamespaced(o)
-		if err != nil {
-			scoped, ok := crdScopes[o.GroupVersionKind().GroupKind()]
-			if !meta.IsNoMatchError(err) || !ok {
-				return nil, fmt.Errorf("apply: %s: %w", refOf(o), err)
+			if s.cfg.IncludeMode != IncludeSkip {
+				return nil, watcher.Permanent(fmt.Errorf("apply: %s: its kind is not among the kinds this sink may apply (includedResources): nothing applied", refOf(o)))
 			}
-			namespaced = scoped
+			// Named where it would go; one of a kind the cluster does not
+			// know, as its manifest names it.
+			if err := s.place(o, rs, crdScopes); err != nil && !meta.IsNoMatchError(err) {
+				return nil, err
+			}
+			skipped = append(skipped, refOf(o))
+			continue
 		}
-		switch {
-		case !namespaced:
-			o.SetNamespace("")
-		case o.GetNamespace() == "" || (s.cfg.ForceNamespace && rs.Namespace != ""):
-			o.SetNamespace(rs.Namespace)
+		if err := s.place(o, rs, crdScopes); err != nil {
+			return nil, err
 		}
 		tr.mark(o)
 		k := refOf(o).key()
@@ -64,8 +66,57 @@ func (s *Sink) prepare(objs []*unstructured.Unstructured, rs spec.Render, tr tra
 			return nil, watcher.Permanent(fmt.Errorf("apply: %s is rendered twice", refOf(o)))
 		}
 		seen[k] = true
+		kept = append(kept, o)
 	}
-	return objs, nil
+	for _, r := range skipped {
+		res.skipNotIncluded(r)
+	}
+	return kept, nil
+}
+
+// place gives o its namespace, as prepare says.
+func (s *Sink) place(o *unstructured.Unstructured, rs spec.Render, crdScopes map[schema.GroupKind]bool) error {
+	namespaced, err := s.client.IsObjectNamespaced(o)
+	if err != nil {
+		scoped, ok := crdScopes[o.GroupVersionKind().GroupKind()]
+		if !meta.IsNoMatchError(err) || !ok {
+			return fmt.Errorf("apply: %s: %w", refOf(o), err)
+		}
+		namespaced = scoped
+	}
+	switch {
+	case !namespaced:
+		o.SetNamespace("")
+	case o.GetNamespace() == "" || (s.cfg.ForceNamespace && rs.Namespace != ""):
+		o.SetNamespace(rs.Namespace)
+	}
+	return nil
+}
+
+// notIn returns the refs whose key m does not hold.
+func notIn[V any](refs []ObjectRef, m map[string]V) []ObjectRef {
+	var out []ObjectRef
+	for _, r := range refs {
+		if _, ok := m[r.key()]; !ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// managed splits refs into those the sink manages and those it leaves
+// alone (outside Config.Include, under IncludeSkip), each of which it
+// adds to res as Skipped.
+func (s *Sink) managed(refs []ObjectRef, res *Result) (managed, outside []ObjectRef) {
+	for _, r := range refs {
+		if s.cfg.outside(r.GroupKind()) {
+			outside = append(outside, r)
+			res.skipNotIncluded(r)
+			continue
+		}
+		managed = append(managed, r)
+	}
+	return managed, outside
 }
 
 // apply applies objs in two stages, then prunes and records the inventory.
@@ -111,13 +162,12 @@ func (s *Sink) apply(ctx context.Context, objs []*unstructured.Unstructured, rea
 	}
 
 	inv := applied(entries{})
+	// What is left alone for its kind stays recorded, untouched.
+	stale, outside := s.managed(notIn(oldRefs, digests), res)
+	for _, r := range outside {
+		inv[r.key()] = was[r.key()]
+	}
 	if !s.cfg.DisablePrune {
-		var stale []ObjectRef
-		for _, r := range oldRefs {
-			if _, ok := digests[r.key()]; !ok {
-				stale = append(stale, r)
-			}
-		}
 		for _, r := range s.prune(ctx, stale, s.ownerOf(old), res) {
 			inv[r.key()] = was[r.key()]
 		}
@@ -335,9 +385,11 @@ func (s *Sink) plan(ctx context.Context, objs []*unstructured.Unstructured, old 
 	}
 	_ = g.Wait()
 	res.Entries = append(res.Entries, entries...)
-	if s.cfg.DisablePrune {
-		return
-	}
+	s.planPrune(ctx, objs, old, res)
+}
+
+// planPrune fills res with what prune would do.
+func (s *Sink) planPrune(ctx context.Context, objs []*unstructured.Unstructured, old *inventory, res *Result) {
 	oldRefs, err := old.refs()
 	if err != nil {
 		res.Entries = append(res.Entries, Entry{Action: Failed, Err: err})
@@ -347,11 +399,12 @@ func (s *Sink) plan(ctx context.Context, objs []*unstructured.Unstructured, old 
 	for _, o := range objs {
 		want[refOf(o).key()] = true
 	}
+	stale, _ := s.managed(notIn(oldRefs, want), res)
+	if s.cfg.DisablePrune {
+		return
+	}
 	owner := s.ownerOf(old)
-	for _, r := range oldRefs {
-		if want[r.key()] {
-			continue
-		}
+	for _, r := range stale {
 		live := r.unstructured()
 		err := s.client.Get(ctx, client.ObjectKeyFromObject(live), live)
 		switch {

@@ -40,6 +40,26 @@ const (
 	ModeDiff Mode = "Diff"
 )
 
+// IncludeMode says what [Config.Include] means for an object of a kind it
+// leaves out.
+type IncludeMode string
+
+const (
+	// IncludeStrict: Include says which kinds a target may apply; an
+	// object of another kind fails the delivery before anything is applied
+	// ([watcher.Permanent]), naming it. The default.
+	IncludeStrict IncludeMode = "Strict"
+	// IncludeSkip: Include says which kinds the program manages, as
+	// Numaplane's includedResources does. An object of another kind is
+	// left alone: not applied, not checked for drift, not pruned, not
+	// deleted by cascade; the delivery goes on, and its Result lists the
+	// object as Skipped with [SkipNotIncluded]. An object the target
+	// applied while its kind was included stays in the target's inventory,
+	// left alone as long as its kind is not: included again, it is applied
+	// if the target renders it and pruned if not; a removal forgets it.
+	IncludeSkip IncludeMode = "Skip"
+)
+
 // Config is how the sink applies. The zero value, defaulted, applies with
 // force under the field manager "modwatch" and prunes.
 type Config struct {
@@ -99,11 +119,15 @@ type Config struct {
 	// the target's objects at its next apply; those applied under the old
 	// value are pruned and cascade-deleted as before.
 	TrackingValue func(watcher.Target) string
-	// Include, when set, says which kinds a target may apply (Numaplane's
-	// includedResources): an object of another kind fails the delivery
-	// before anything is applied, naming it ([watcher.Permanent]: the next
-	// commit, or a resync, tries again).
+	// Include, when set, says which kinds a target may apply: an object of
+	// another kind fails the delivery before anything is applied, naming
+	// it ([watcher.Permanent]: the next commit, or a resync, tries again),
+	// or with IncludeMode IncludeSkip is left alone.
 	Include func(schema.GroupKind) bool
+	// IncludeMode is IncludeStrict (default) or IncludeSkip (Numaplane's
+	// includedResources, which say what it manages); IncludeSkip needs
+	// Include.
+	IncludeMode IncludeMode
 	// ForceNamespace puts every namespaced object into the target's
 	// destination namespace, whatever namespace its manifest names, as
 	// Numaplane does. By default a manifest's own namespace wins, and the
@@ -146,6 +170,9 @@ func (c *Config) Default() {
 	if c.Mode == "" {
 		c.Mode = ModeApply
 	}
+	if c.IncludeMode == "" {
+		c.IncludeMode = IncludeStrict
+	}
 	if c.InventoryNamespace == "" {
 		c.InventoryNamespace = "default"
 	}
@@ -177,6 +204,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: conflicts %q is neither %s nor %s", ErrInvalidConfig, c.Conflicts, ConflictForce, ConflictReport)
 	case c.Mode != ModeApply && c.Mode != ModeDryRun && c.Mode != ModeDiff:
 		return fmt.Errorf("%w: mode %q is not %s, %s or %s", ErrInvalidConfig, c.Mode, ModeApply, ModeDryRun, ModeDiff)
+	case c.IncludeMode != IncludeStrict && c.IncludeMode != IncludeSkip:
+		return fmt.Errorf("%w: include mode %q is neither %s nor %s", ErrInvalidConfig, c.IncludeMode, IncludeStrict, IncludeSkip)
+	case c.IncludeMode == IncludeSkip && c.Include == nil:
+		return fmt.Errorf("%w: include mode %s without Include: no kind is left out", ErrInvalidConfig, IncludeSkip)
 	case c.Concurrency < 0:
 		return fmt.Errorf("%w: concurrency is negative", ErrInvalidConfig)
 	case c.WaitTimeout < 0:
@@ -198,6 +229,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: inventory namespace %q: %s", ErrInvalidConfig, c.InventoryNamespace, strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// outside reports whether the objects of gk are left alone: outside
+// Include, under IncludeSkip.
+func (c Config) outside(gk schema.GroupKind) bool {
+	return c.IncludeMode == IncludeSkip && c.Include != nil && !c.Include(gk)
 }
 
 // cascade says whether Remove deletes the target's objects.

@@ -23,6 +23,13 @@ const (
 	Failed  Action = "failed"
 )
 
+// SkipReason says why an object was Skipped.
+type SkipReason string
+
+// SkipNotIncluded: the object's kind is outside Config.Include, under
+// IncludeSkip: the object was left alone (neither applied nor pruned).
+const SkipNotIncluded SkipReason = "outside the included kinds"
+
 // ObjectRef names an object.
 type ObjectRef struct {
 	Group, Version, Kind string
@@ -63,6 +70,9 @@ type Entry struct {
 	Action Action
 	// Err says why the object failed.
 	Err error
+	// Reason says why a Skipped object was: SkipNotIncluded, or "" for an
+	// object to prune that another target applied, or no one.
+	Reason SkipReason
 	// Live and Merged are the object in the cluster and as the apply would
 	// leave it, for objects that would be configured in ModeDiff.
 	Live, Merged *unstructured.Unstructured
@@ -76,7 +86,8 @@ type Result struct {
 	// written.
 	Mode Mode
 	// Entries has one entry per object applied or pruned, in apply order
-	// then prune order.
+	// then prune order, after those left alone for their kind
+	// (SkipNotIncluded).
 	Entries []Entry
 	// Read are the repository paths outside the target's path that the
 	// render read (a kustomize overlay's bases; see RepoRenderer).
@@ -108,7 +119,31 @@ func (r *Result) Find(ref string) (Entry, bool) {
 	return Entry{}, false
 }
 
-// String summarises the result: "2 created, 1 configured, 40 unchanged".
+// SkippedFor returns the objects Skipped for reason.
+func (r *Result) SkippedFor(reason SkipReason) []ObjectRef {
+	var out []ObjectRef
+	for _, e := range r.Entries {
+		if e.Action == Skipped && e.Reason == reason {
+			out = append(out, e.Object)
+		}
+	}
+	return out
+}
+
+// skipNotIncluded adds ref as Skipped for SkipNotIncluded, unless it is
+// there already.
+func (r *Result) skipNotIncluded(ref ObjectRef) {
+	for _, e := range r.Entries {
+		if e.Reason == SkipNotIncluded && e.Object.key() == ref.key() {
+			return
+		}
+	}
+	r.Entries = append(r.Entries, Entry{Object: ref, Action: Skipped, Reason: SkipNotIncluded})
+}
+
+// String summarises the result: "2 created, 1 configured, 40 unchanged",
+// then the objects left alone for their kind: "1 created, 1 skipped; 1
+// outside the included kinds, left alone: Service/ns/web".
 func (r *Result) String() string {
 	var parts []string
 	for _, a := range []Action{Created, Configured, Unchanged, Deleted, Skipped, Failed} {
@@ -122,6 +157,16 @@ func (r *Result) String() string {
 	s := strings.Join(parts, ", ")
 	if r.Mode != ModeApply && r.Mode != "" {
 		s += " (" + string(r.Mode) + ")"
+	}
+	if out := r.SkippedFor(SkipNotIncluded); len(out) > 0 {
+		names := make([]string, 0, 6)
+		for _, ref := range out[:min(len(out), 5)] {
+			names = append(names, ref.String())
+		}
+		if len(out) > 5 {
+			names = append(names, fmt.Sprintf("and %d more", len(out)-5))
+		}
+		s += fmt.Sprintf("; %d %s, left alone: %s", len(out), SkipNotIncluded, strings.Join(names, ", "))
 	}
 	return s
 }

@@ -115,7 +115,7 @@ func (s *Sink) Apply(ctx context.Context, c watcher.Change) (*Result, error) {
 		return res, err
 	}
 	if s.cfg.Mode == ModeApply {
-		if err := s.holdEmpty(c.Target.ID, len(objs), len(old.Entries)); err != nil {
+		if err := s.holdEmpty(c.Target.ID, len(objs), s.managedCount(old)); err != nil {
 			return res, err
 		}
 	}
@@ -173,12 +173,25 @@ func (s *Sink) render(ctx context.Context, c watcher.Change, res *Result) ([]*un
 		}
 		return nil, watcher.Permanent(fmt.Errorf("apply: render %s (%s) at %s: %w", c.Target.ID, rs.Renderer, short(c.To), err))
 	}
-	return s.prepare(objs, rs, tr)
+	return s.prepare(objs, rs, tr, res)
+}
+
+// managedCount is how many of the objects inv records the sink manages
+// (see IncludeSkip); one whose entry cannot be read counts.
+func (s *Sink) managedCount(inv *inventory) int {
+	n := 0
+	for _, e := range inv.Entries {
+		if r, err := e.ref(); err != nil || !s.cfg.outside(r.GroupKind()) {
+			n++
+		}
+	}
+	return n
 }
 
 // Remove forgets t. With Config.CascadeDelete (or CascadeDeleteFunc) it first deletes every
 // object t's inventory holds and that is still t's (by its tracking label,
-// or AnnotationOwner where it has one). In ModeDryRun
+// or AnnotationOwner where it has one), but for those of kinds left alone
+// (IncludeSkip). In ModeDryRun
 // and ModeDiff it does nothing.
 func (s *Sink) Remove(ctx context.Context, t watcher.Target) error {
 	if s.cfg.Mode != ModeApply {
@@ -194,9 +207,10 @@ func (s *Sink) Remove(ctx context.Context, t watcher.Target) error {
 			return err
 		}
 		res := &Result{Target: t.ID, Mode: s.cfg.Mode}
+		refs, outside := s.managed(refs, res) // left alone, and forgotten with the inventory
 		if kept := s.prune(ctx, refs, s.ownerOf(inv), res); len(kept) > 0 {
 			was, left := inv.entries(), entries{}
-			for _, r := range kept {
+			for _, r := range append(kept, outside...) {
 				left[r.key()] = was[r.key()]
 			}
 			if err := s.writeInventory(ctx, inv, left.inventory(t.ID)); err != nil {
