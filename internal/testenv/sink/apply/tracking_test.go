@@ -185,3 +185,23 @@ func TestATrackingValueCannotPoseAsAnotherTarget(t *testing.T) {
 	assert.Nil(t, get(t, configMaps, ns, "p"))
 	assert.Equal(t, "1", cmValue(t, ns, "v"), "the victim's left")
 }
+
+// A manifest cannot name its object's owner: the sink sets
+// AnnotationOwner where the value is not the digest and takes it off where
+// it is, so that no target's object poses as another's.
+func TestAManifestCannotNameItsOwner(t *testing.T) {
+	ns := env.Namespace(t)
+	s := newSink(t, apply.Config{InventoryNamespace: ns, CascadeDelete: true})
+	applyOK(t, s, change("victim", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"v.yaml": file(configMap("v", "1"))}))
+	victims := get(t, configMaps, ns, "v").GetLabels()[apply.LabelTarget]
+	posing := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: p\n  annotations: {" + apply.AnnotationOwner + ": " + victims + "}\n"
+	applyOK(t, s, change("poser", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"p.yaml": file(posing)}))
+	assert.NotContains(t, get(t, configMaps, ns, "p").GetAnnotations(), apply.AnnotationOwner)
+	named := newSink(t, apply.Config{InventoryNamespace: ns, TrackingValue: func(watcher.Target) string { return "web" }})
+	applyOK(t, named, change("poser", "c2", spec.Render{Namespace: ns}, fstest.MapFS{"p.yaml": file(posing)}))
+	assert.NotEqual(t, victims, get(t, configMaps, ns, "p").GetAnnotations()[apply.AnnotationOwner])
+
+	_, err := s.Apply(ctxT(t), change("victim", "c2", spec.Render{Namespace: ns}, fstest.MapFS{
+		"v.yaml": file(configMap("v", "1")), "p.yaml": file(configMap("p", "victim"))}))
+	require.ErrorIs(t, err, apply.ErrConflict, "the poser's object stays the poser's")
+}
