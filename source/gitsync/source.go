@@ -28,10 +28,6 @@ import (
 // GVR is the GitSync resource.
 var GVR = schema.GroupVersionResource{Group: "numaplane.numaproj.io", Version: "v1alpha1", Resource: "gitsyncs"}
 
-// TrackingLabel is the label Numaplane puts on every object a GitSync
-// applied (for apply.Config.TrackingLabel).
-const TrackingLabel = "numaplane.numaproj.io/tracking-id"
-
 // Config says which GitSyncs are watched and how their statuses are
 // written. The zero Config watches every namespace and writes the whole
 // status.
