@@ -269,9 +269,11 @@ func TestGitSyncWithoutANamespaceIsRefused(t *testing.T) {
 }
 
 // On Numaplane's controller configuration (the fixture in the form of its
-// config/manager sample): its includedResources are the kinds GitSyncs may apply; a
-// ConfigMap is one, a ClusterRole is not, and a GitSync that holds one
-// shows Failed, naming it, with nothing of it applied.
+// config/manager sample), with Numaplane's semantics: its includedResources
+// say what it manages. A GitSync that holds a ConfigMap (included), a
+// ServiceAccount and a ClusterRole (not) has its ConfigMap applied and the others
+// left alone, its status saying which; every object applied carries the
+// tracking label with the GitSync's name, as Numaplane's selectors expect.
 func TestOnNumaplanesControllerConfig(t *testing.T) {
 	data, err := upstream.FixtureConfig("numaplane/config/manager/controller-config.yaml")
 	require.NoError(t, err)
@@ -282,21 +284,38 @@ func TestOnNumaplanesControllerConfig(t *testing.T) {
 	repo := srv.NewRepo(t, "platform/apps")
 	c1 := repo.Commit(t, "init",
 		gittest.File("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  v: \"1\"\n"),
-		gittest.File("rbac/role.yaml", "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: excluded-"+ns+"\nrules: []\n"),
-		gittest.File("rbac/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: with-role\n"))
+		gittest.File("mixed/role.yaml", "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: excluded-"+ns+"\nrules: []\n"),
+		gittest.File("mixed/sa.yaml", "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: excluded\n"),
+		gittest.File("mixed/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: included\n"))
 	obs := watchertest.NewObserver()
 	startController(t, config, ns, t.TempDir(), obs, nil)
 	createGitSync(t, ns, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
-	createGitSync(t, ns, "rbac", map[string]any{"repoUrl": repo.URL(), "path": "rbac"})
-	obs.WaitFor(t, "web applied", func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, "web") && e.Commit == c1
-	})
-	got := env.WaitFor(t, gitsync.GVR, ns, "rbac", "rbac Failed", func(u *unstructured.Unstructured) bool {
+	createGitSync(t, ns, "mixed", map[string]any{"repoUrl": repo.URL(), "path": "mixed"})
+	for _, name := range []string{"web", "mixed"} {
+		obs.WaitFor(t, name+" applied", func(e watcher.Event) bool {
+			return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, name) && e.Commit == c1
+		})
+	}
+	got := env.WaitFor(t, gitsync.GVR, ns, "mixed", "mixed Running", func(u *unstructured.Unstructured) bool {
 		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-		return phase == gitsync.PhaseFailed
+		return phase == gitsync.PhaseRunning
 	})
 	msg, _, _ := unstructured.NestedString(got.Object, "status", "message")
+	assert.Contains(t, msg, "left alone")
+	assert.Contains(t, msg, "ServiceAccount/"+ns+"/excluded", "the status names what was skipped")
 	assert.Contains(t, msg, "ClusterRole.rbac.authorization.k8s.io/excluded-"+ns)
-	_, err = env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "with-role", metav1.GetOptions{})
-	assert.True(t, apierrors.IsNotFound(err), "nothing of it applied")
+
+	for name, gitSync := range map[string]string{"web": "web", "included": "mixed"} {
+		cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), name, metav1.GetOptions{})
+		require.NoError(t, err, "%s applied", name)
+		assert.Equal(t, gitSync, cm.Labels[gitsync.TrackingLabel], "the tracking label's value is the GitSync's name")
+	}
+	selected, err := env.Kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: gitsync.TrackingLabel + "=mixed"})
+	require.NoError(t, err)
+	require.Len(t, selected.Items, 1, "kubectl get -l %s=mixed finds what the GitSync applied", gitsync.TrackingLabel)
+	assert.Equal(t, "included", selected.Items[0].Name)
+	_, err = env.Kube.CoreV1().ServiceAccounts(ns).Get(context.Background(), "excluded", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the ServiceAccount is left alone: %v", err)
+	_, err = env.Kube.RbacV1().ClusterRoles().Get(context.Background(), "excluded-"+ns, metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the ClusterRole is left alone: %v", err)
 }

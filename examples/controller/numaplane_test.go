@@ -119,3 +119,28 @@ repoCredentials:
 		return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, "web") && e.Commit == c1
 	})
 }
+
+// Only ConfigMaps included: a GitSync with a ConfigMap and a Service has
+// its ConfigMap applied, labelled with the GitSync's name, its status
+// saying the Service was left alone; the Service is not created.
+func TestOnlyTheIncludedKindsAreManaged(t *testing.T) {
+	ns := env.Namespace(t)
+	repo := gittest.NewServer(t).NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init",
+		gittest.File("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n"),
+		gittest.File("web/svc.yaml", "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports: [{port: 80}]\n"))
+	obs := watchertest.NewObserver()
+	startController(t, configFile(t, "clusterName: staging-1\nsyncTimeIntervalMs: 3600000\nincludedResources: \"group=,kind=ConfigMap\"\n"),
+		ns, t.TempDir(), obs, nil)
+	createGitSync(t, ns, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
+	obs.WaitFor(t, "applied", func(e watcher.Event) bool {
+		return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, "web") && e.Commit == c1
+	})
+	msg := statusOf(t, ns, "web", "Running", func(phase, _ string) bool { return phase == gitsync.PhaseRunning })
+	assert.Contains(t, msg, "1 outside the included kinds, left alone: Service/"+ns+"/web")
+	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "web", cm.Labels[gitsync.TrackingLabel])
+	_, err = env.Kube.CoreV1().Services(ns).Get(context.Background(), "web", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the Service is not created: %v", err)
+}
