@@ -111,8 +111,9 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 	instance := cmp.Or(o.name, c.Instance())
 	o.mgr.Logger.Info("install", "instance", instance, "namespace", o.namespace, "inventoryNamespace", o.inventory)
 	applier, err := apply.New(kube, apply.Config{FieldManager: "numaplane-controller", Instance: instance, InventoryNamespace: o.inventory,
-		ForceNamespace: true, TrackingLabel: gitsync.TrackingLabel, TrackingValue: gitsync.TrackingValue, CascadeDeleteFunc: c.CascadeDeletion,
-		Include: c.Included, IncludeMode: apply.IncludeSkip, Renderers: map[string]apply.Renderer{kustomize.Name: kustomize.New(), helm.Name: helm.New(helm.WithCRDs(helm.CRDsSkip))}})
+		ForceNamespace: true, TrackingLabel: gitsync.TrackingLabel, TrackingValue: gitsync.TrackingValue, AdoptByValue: true,
+		CascadeDeleteFunc: c.CascadeDeletion, Include: c.Included, IncludeMode: apply.IncludeSkip,
+		Renderers: map[string]apply.Renderer{kustomize.Name: kustomize.New(), helm.Name: helm.New(helm.WithCRDs(helm.CRDsSkip))}})
 	if err != nil {
 		return err
 	}

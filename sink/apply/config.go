@@ -119,6 +119,15 @@ type Config struct {
 	// the target's objects at its next apply; those applied under the old
 	// value are pruned and cascade-deleted as before.
 	TrackingValue func(watcher.Target) string
+	// AdoptByValue takes over an object that carries the target's tracking
+	// label and value and no [AnnotationOwner]: an object marked by its
+	// value alone, as a program moving to the library marked it (Numaplane
+	// marks a GitSync's objects with its name), which this target's
+	// manifests render. Off (the default), such an object is refused as
+	// another program's until its label is taken off. Objects this sink's
+	// targets applied always carry the annotation under a value of their
+	// own: another target or install is never taken over this way.
+	AdoptByValue bool
 	// Include, when set, says which kinds a target may apply: an object of
 	// another kind fails the delivery before anything is applied, naming
 	// it ([watcher.Permanent]: the next commit, or a resync, tries again),

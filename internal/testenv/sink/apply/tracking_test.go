@@ -205,3 +205,41 @@ func TestAManifestCannotNameItsOwner(t *testing.T) {
 		"v.yaml": file(configMap("v", "1")), "p.yaml": file(configMap("p", "victim"))}))
 	require.ErrorIs(t, err, apply.ErrConflict, "the poser's object stays the poser's")
 }
+
+// A program that moves from Numaplane, which marks a GitSync's objects by
+// its name alone, takes them over with AdoptByValue: the object its
+// manifest renders and that carries its value, and no owner, is applied,
+// owned and pruned as its own. Another target's, under the same value,
+// is still refused; so is one marked with another value.
+func TestAdoptByValueTakesOverWhatTheValueAloneMarked(t *testing.T) {
+	inv, ns := env.Namespace(t), env.Namespace(t)
+	s := newSink(t, apply.Config{InventoryNamespace: inv, ForceNamespace: true, CascadeDelete: true, AdoptByValue: true,
+		TrackingLabel: gitsync.TrackingLabel, TrackingValue: gitsync.TrackingValue})
+	before := func(name, value string) {
+		cm := &unstructured.Unstructured{}
+		cm.SetAPIVersion("v1")
+		cm.SetKind("ConfigMap")
+		cm.SetName(name)
+		cm.SetLabels(map[string]string{gitsync.TrackingLabel: value})
+		_, err := env.Dynamic.Resource(configMaps).Namespace(ns).Create(context.Background(), cm, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	before("web-config", "web")
+	before("web-old", "web")
+	id := gitsync.TargetID(ns, "web")
+	applyOK(t, s, change(id, "c1", spec.Render{Namespace: ns}, fstest.MapFS{
+		"a.yaml": file(configMap("web-config", "1")), "b.yaml": file(configMap("web-old", "1"))}))
+	assert.Equal(t, "1", cmValue(t, ns, "web-config"), "taken over")
+	assert.NotEmpty(t, get(t, configMaps, ns, "web-config").GetAnnotations()[apply.AnnotationOwner], "owned now")
+	res := applyOK(t, s, change(id, "c2", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("web-config", "2"))}))
+	assert.Equal(t, apply.Deleted, actions(res)["ConfigMap/"+ns+"/web-old"], "pruned as its own")
+
+	before("api-config", "api")
+	_, err := s.Apply(ctxT(t), change(id, "c3", spec.Render{Namespace: ns}, fstest.MapFS{
+		"a.yaml": file(configMap("web-config", "3")), "c.yaml": file(configMap("api-config", "1"))}))
+	require.ErrorIs(t, err, apply.ErrConflict, "another value: another's")
+	other := gitsync.TargetID(env.Namespace(t), "web")
+	_, err = s.Apply(ctxT(t), change(other, "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("web-config", "9"))}))
+	require.ErrorIs(t, err, apply.ErrConflict, "another target's under the same value: refused")
+	assert.Equal(t, "2", cmValue(t, ns, "web-config"))
+}
