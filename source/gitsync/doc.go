@@ -20,4 +20,15 @@
 // message and conditions, as Numaplane's does, gives [StatusCommit]: the
 // source then writes commitStatus only, and [StatusNone] nothing;
 // [Config.StatusWriter] replaces the writer.
+//
+// The source never takes over a field another field manager owns, by
+// apply or by update: it reads who owns what in the GitSync's
+// metadata.managedFields, leaves those fields out of its apply
+// ([ForeignFields]), and applies without force. A field another manager
+// took since the cache showed the GitSync makes the apply fail with a
+// conflict that names it; the source leaves it out too and applies the
+// rest once more. On Numaplane's CRD, whose conditions are one atomic
+// list, a reconciler's condition makes the list its own, and the source's
+// Synced condition is not written; where conditions are a map list keyed
+// by type, the source writes its own types and leaves the others'.
 package gitsync

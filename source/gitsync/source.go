@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -53,8 +52,15 @@ type Config struct {
 	// [StatusNone].
 	StatusFields StatusFields
 	// StatusWriter writes the statuses. Default: [ApplyStatus] through
-	// the source's client, as [DefaultFieldManager].
+	// the source's client, as FieldManager.
 	StatusWriter StatusWriter
+	// FieldManager is the field manager the statuses are written as: the
+	// one whose fields, in a GitSync's metadata.managedFields, are the
+	// source's own; every other manager's are left to it
+	// ([ForeignFields]). A custom StatusWriter writes as it. Default: the
+	// FieldManager of an [ApplyStatus] given as StatusWriter, else
+	// [DefaultFieldManager].
+	FieldManager string
 	// StatusTimeout bounds each status write. Default 30s.
 	StatusTimeout time.Duration
 	// Accept, when set, gives the embedding program the say on which
@@ -98,11 +104,15 @@ type Source struct {
 }
 
 // written is the last status written for a GitSync (the fields the source
-// owns), so that a cache that has not caught up with it is not taken for
-// the truth.
+// owns, but other managers'), so that a cache that has not caught up with
+// it is not taken for the truth; with the fields left to other managers
+// (those a conflict named included) and the version of the GitSync the
+// write was decided on.
 type written struct {
-	uid    types.UID
-	status Status
+	uid     types.UID
+	status  Status
+	foreign ForeignFields
+	read    string // resourceVersion
 }
 
 var _ watcher.Source = (*Source)(nil)
@@ -115,8 +125,14 @@ func New(dyn dynamic.Interface, cfg Config) *Source {
 	if cfg.StatusTimeout == 0 {
 		cfg.StatusTimeout = 30 * time.Second
 	}
+	if cfg.FieldManager == "" {
+		cfg.FieldManager = DefaultFieldManager
+		if a, ok := cfg.StatusWriter.(ApplyStatus); ok && a.FieldManager != "" {
+			cfg.FieldManager = a.FieldManager
+		}
+	}
 	if cfg.StatusWriter == nil {
-		cfg.StatusWriter = ApplyStatus{Client: dyn, FieldManager: DefaultFieldManager}
+		cfg.StatusWriter = ApplyStatus{Client: dyn, FieldManager: cfg.FieldManager}
 	}
 	s := &Source{
 		dyn: dyn, cfg: cfg, log: logr.Discard(),
@@ -368,45 +384,99 @@ func (s *Source) writeStatuses(ctx context.Context) {
 }
 
 // writeStatus applies ms to the GitSync's status and writes the fields the
-// source owns if they changed. A GitSync that is gone needs no status.
+// source owns if they changed, but none another field manager owns (see
+// [ForeignFields]). A GitSync that is gone needs no status.
 func (s *Source) writeStatus(ctx context.Context, key string, ms []mutation) error {
-	s.mu.Lock()
-	item, exists, err := s.store.GetByKey(key)
-	last, wrote := s.written[key]
-	if !exists {
-		delete(s.written, key)
-	}
-	s.mu.Unlock()
-	if err != nil || !exists || s.cfg.StatusFields == StatusNone {
+	obj, last, err := s.cached(key)
+	if err != nil || obj == nil || s.cfg.StatusFields == StatusNone {
 		return err
 	}
-	obj := item.(*unstructured.Unstructured)
+	foreign := s.foreign(obj, last)
 	cur, err := decodeStatus(obj.Object)
 	if err != nil {
 		cur = Status{} // unreadable: rewritten whole
 	}
 	before := s.cfg.StatusFields.owned(cur)
-	if wrote && last.uid == obj.GetUID() {
+	if last != nil {
 		before = last.status // the cache may not have caught up with it
 	}
-	after := copyStatus(before)
+	after := foreign.overlay(copyStatus(before), cur)
 	now := time.Now()
 	for _, m := range ms {
 		m(&after, now)
 	}
 	after = s.cfg.StatusFields.owned(after)
-	if sameStatus(before, after) {
+	if sameStatus(foreign.keep(before), foreign.keep(after)) {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.StatusTimeout)
-	defer cancel()
-	if err := s.cfg.StatusWriter.WriteStatus(ctx, obj.GetNamespace(), obj.GetName(), after); err != nil {
+	sent, foreign, err := s.send(ctx, obj, after, foreign)
+	if err != nil {
 		return fmt.Errorf("gitsync: write status of %s: %w", key, err)
 	}
 	s.mu.Lock()
-	s.written[key] = written{uid: obj.GetUID(), status: after}
+	s.written[key] = written{uid: obj.GetUID(), status: sent, foreign: foreign, read: obj.GetResourceVersion()}
 	s.mu.Unlock()
 	return nil
+}
+
+// cached returns the GitSync key as the cache has it (nil: gone) and what
+// the source last wrote of it (nil: nothing yet, or of another GitSync of
+// that name, since deleted).
+func (s *Source) cached(key string) (*unstructured.Unstructured, *written, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	item, exists, err := s.store.GetByKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !exists {
+		delete(s.written, key)
+		return nil, nil, nil
+	}
+	obj := item.(*unstructured.Unstructured)
+	if last, ok := s.written[key]; ok && last.uid == obj.GetUID() {
+		return obj, &last, nil
+	}
+	return obj, nil, nil
+}
+
+// foreign returns the fields of obj's status that other managers own, as
+// its managedFields say; while the cache holds the version the last write
+// was decided on, or no managedFields the source can read, with those the
+// conflicts of that write named.
+func (s *Source) foreign(obj *unstructured.Unstructured, last *written) ForeignFields {
+	foreign, err := foreignFields(obj, s.cfg.FieldManager)
+	if err != nil {
+		// Not forced, a write of a field another owns is refused, and the
+		// conflict names it (send).
+		s.log.V(1).Info("managedFields unreadable", "gitsync", obj.GetNamespace()+"/"+obj.GetName(), "error", err.Error())
+	}
+	if last != nil && (obj.GetResourceVersion() == last.read || len(obj.GetManagedFields()) == 0 || err != nil) {
+		foreign = foreign.union(last.foreign)
+	}
+	return foreign
+}
+
+// send writes st but its foreign fields, each attempt within its own
+// timeout, and returns what it wrote and the fields it left out. A
+// conflict, with a manager whose write the cache did not show yet, has the
+// fields it names left to that manager and the rest written, once; a
+// second conflict is an error (the write is tried again later).
+func (s *Source) send(ctx context.Context, obj *unstructured.Unstructured, st Status, foreign ForeignFields) (Status, ForeignFields, error) {
+	for retried := false; ; retried = true {
+		actx, cancel := context.WithTimeout(ctx, s.cfg.StatusTimeout)
+		err := s.cfg.StatusWriter.WriteStatus(actx, obj.GetNamespace(), obj.GetName(), st, foreign)
+		cancel()
+		if err == nil {
+			return foreign.keep(st), foreign, nil
+		}
+		more, conflict := foreign.with(err, st)
+		if !conflict || retried {
+			return Status{}, foreign, err
+		}
+		s.log.V(1).Info("status fields left to another field manager", "gitsync", obj.GetNamespace()+"/"+obj.GetName(), "conflict", err.Error())
+		foreign = more
+	}
 }
 
 // copyStatus copies s deeply enough for mutations.
@@ -419,18 +489,24 @@ func copyStatus(s Status) Status {
 	return s
 }
 
-// StatusWriter writes the fields of a GitSync's status that the source owns
-// (see [StatusFields]); s holds those, and only those.
+// StatusWriter writes the fields of a GitSync's status that the source
+// owns (see [StatusFields]): s holds those, and only those, but a writer
+// leaves out the ones in foreign, which another field manager owns
+// ([ForeignFields.Strip] gives s without them, in the form to send), and
+// takes no field over: a server-side apply as [Config.FieldManager],
+// without Force. It returns the apiserver's error as it is (wrapped with
+// %w at most): on an apply conflict, the source leaves the fields it names
+// out too and calls WriteStatus once more.
 type StatusWriter interface {
-	WriteStatus(ctx context.Context, namespace, name string, s Status) error
+	WriteStatus(ctx context.Context, namespace, name string, s Status, foreign ForeignFields) error
 }
 
 // StatusWriterFunc adapts a function to [StatusWriter].
-type StatusWriterFunc func(ctx context.Context, namespace, name string, s Status) error
+type StatusWriterFunc func(ctx context.Context, namespace, name string, s Status, foreign ForeignFields) error
 
 // WriteStatus implements StatusWriter.
-func (f StatusWriterFunc) WriteStatus(ctx context.Context, namespace, name string, s Status) error {
-	return f(ctx, namespace, name, s)
+func (f StatusWriterFunc) WriteStatus(ctx context.Context, namespace, name string, s Status, foreign ForeignFields) error {
+	return f(ctx, namespace, name, s, foreign)
 }
 
 // DefaultFieldManager is the field manager of [ApplyStatus] in a source
@@ -438,9 +514,10 @@ func (f StatusWriterFunc) WriteStatus(ctx context.Context, namespace, name strin
 const DefaultFieldManager = "modwatch-gitsync"
 
 // ApplyStatus is the default [StatusWriter]: a server-side apply of the
-// status subresource as FieldManager. The fields it sends are the
-// source's (it takes them over from another manager that set them); every
-// other field of the status stays whoever's it is, untouched.
+// status subresource as FieldManager, without Force. The fields it sends
+// are the source's but the foreign ones; every other field of the status
+// stays whoever's it is, untouched, and one another manager took since
+// the source read the GitSync is refused with a conflict, not taken over.
 type ApplyStatus struct {
 	Client       dynamic.Interface
 	FieldManager string
@@ -449,8 +526,8 @@ type ApplyStatus struct {
 var _ StatusWriter = ApplyStatus{}
 
 // WriteStatus implements StatusWriter. A GitSync that is gone is no error.
-func (a ApplyStatus) WriteStatus(ctx context.Context, namespace, name string, s Status) error {
-	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&s)
+func (a ApplyStatus) WriteStatus(ctx context.Context, namespace, name string, s Status, foreign ForeignFields) error {
+	status, err := foreign.Strip(s)
 	if err != nil {
 		return err
 	}
@@ -459,7 +536,7 @@ func (a ApplyStatus) WriteStatus(ctx context.Context, namespace, name string, s 
 		"metadata": map[string]any{"name": name, "namespace": namespace},
 		"status":   status,
 	}}
-	_, err = a.Client.Resource(GVR).Namespace(namespace).ApplyStatus(ctx, name, u, metav1.ApplyOptions{FieldManager: a.FieldManager, Force: true})
+	_, err = a.Client.Resource(GVR).Namespace(namespace).ApplyStatus(ctx, name, u, metav1.ApplyOptions{FieldManager: a.FieldManager})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

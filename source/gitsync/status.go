@@ -51,13 +51,17 @@ type CommitStatus struct {
 
 // StatusFields says which fields of a GitSync's status the source writes;
 // the others belong to another writer (the embedding controller's
-// reconciler), whose values the source never changes.
+// reconciler), whose values the source never changes. In every mode, a
+// field of those that another field manager owns is left to it too
+// ([ForeignFields]).
 type StatusFields int
 
 const (
 	// StatusAll: phase, message, conditions (Configured, Synced) and
-	// commitStatus, for a program in which nothing else writes GitSyncs'
-	// status.
+	// commitStatus. On Numaplane's CRD, whose conditions are an atomic
+	// list, a reconciler that writes a condition owns the list: the
+	// source's conditions are then not written, and phase, message and
+	// commitStatus say how the last sync went (what Synced would).
 	StatusAll StatusFields = iota
 	// StatusCommit: commitStatus only, as Numaplane's own syncer does; its
 	// reconciler writes phase, message and conditions.

@@ -1,0 +1,354 @@
+package gitsync
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/value"
+)
+
+// ForeignFields are the fields of a GitSync's status that field managers
+// other than the source's own ([Config.FieldManager]) own: those its
+// metadata.managedFields give them, and those an apply conflict named.
+// The source never writes them, and a [StatusWriter] leaves them out
+// ([ForeignFields.Strip]). The zero value holds none.
+//
+// What is left out follows the schema of the list or field another
+// manager holds:
+//   - a field (phase, message, a field of commitStatus): that field;
+//   - an atomic list, as Numaplane's conditions are: the whole list, so
+//     that the source's Synced condition is not written (phase, message
+//     and commitStatus, when not another's, still say how the last sync
+//     went);
+//   - a list of conditions keyed by type (listType=map): the conditions
+//     whose type another manager holds; of a condition whose type is the
+//     source's but some of whose fields another changed, those fields.
+type ForeignFields struct {
+	set *fieldpath.Set // the paths under .status
+}
+
+var statusElement = fieldpath.FieldNameElement("status")
+
+// foreignFields reads from obj's managedFields the status fields that a
+// manager other than manager's apply of the status subresource owns. An
+// entry it cannot read is left out and said in err: the source, which
+// never forces, then learns its fields from the conflict they cause.
+func foreignFields(obj metav1.Object, manager string) (ForeignFields, error) {
+	set := fieldpath.NewSet()
+	var errs []error
+	for _, e := range obj.GetManagedFields() {
+		if e.Manager == manager && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == "status" {
+			continue
+		}
+		if e.FieldsV1 == nil {
+			continue
+		}
+		owned := &fieldpath.Set{}
+		if e.FieldsType != "FieldsV1" {
+			errs = append(errs, fmt.Errorf("managedFields of %q: fields of type %q", e.Manager, e.FieldsType))
+			continue
+		}
+		// MarshalJSON, not Raw: the JSON form whatever the wire's (CBOR).
+		raw, err := e.FieldsV1.MarshalJSON()
+		if err == nil {
+			err = owned.FromJSON(bytes.NewReader(raw))
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("managedFields of %q: %w", e.Manager, err))
+			continue
+		}
+		set = set.Union(owned.WithPrefix(statusElement))
+	}
+	return ForeignFields{set: set}, errors.Join(errs...)
+}
+
+// String lists the fields as the apiserver names them (".status.phase").
+func (f ForeignFields) String() string {
+	if f.set == nil {
+		return ""
+	}
+	var out []string
+	f.set.Leaves().Iterate(func(p fieldpath.Path) { out = append(out, ".status"+p.String()) })
+	return strings.Join(out, ", ")
+}
+
+// Strip returns s, in the unstructured form a writer sends as the status,
+// without the foreign fields.
+func (f ForeignFields) Strip(s Status) (map[string]any, error) {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&s)
+	if err != nil {
+		return nil, fmt.Errorf("gitsync: status: %w", err)
+	}
+	if f.set != nil {
+		stripMap(u, f.set)
+	}
+	return u, nil
+}
+
+// keep returns s without the foreign fields, as a Status: a field of
+// commitStatus left out reads as its zero value.
+func (f ForeignFields) keep(s Status) Status {
+	u, err := f.Strip(s)
+	if err != nil {
+		return s
+	}
+	kept, err := decodeStatus(map[string]any{"status": u})
+	if err != nil {
+		return s
+	}
+	return kept
+}
+
+// stripMap removes from m the fields set holds: one held whole (a field,
+// an atomic list) goes; one whose fields or items are held loses those.
+func stripMap(m map[string]any, set *fieldpath.Set) {
+	for k, v := range m {
+		pe := fieldpath.FieldNameElement(k)
+		child, deeper := set.Children.Get(pe)
+		switch {
+		case deeper:
+			if v = strip(v, child); v == nil {
+				delete(m, k)
+			} else {
+				m[k] = v
+			}
+		case set.Members.Has(pe):
+			delete(m, k)
+		}
+	}
+}
+
+// strip removes from v what set holds of it; nil when nothing is left.
+func strip(v any, set *fieldpath.Set) any {
+	switch v := v.(type) {
+	case map[string]any:
+		stripMap(v, set)
+		if len(v) == 0 {
+			return nil
+		}
+		return v
+	case []any:
+		return stripList(v, set)
+	}
+	return nil // a value set holds parts of, which has none: another's
+}
+
+// stripList removes from l the items another manager's: an item whose
+// key fields set holds goes whole; one of whose other fields set holds
+// loses those. A list whose items set does not name by key (by index, by
+// value) is left out whole.
+func stripList(l []any, set *fieldpath.Set) any {
+	var out []any
+	for _, item := range l {
+		m, ok := item.(map[string]any)
+		if !ok {
+			return nil
+		}
+		pe, found, keyed := itemElement(m, set)
+		if !keyed {
+			return nil
+		}
+		if !found {
+			out = append(out, m)
+			continue
+		}
+		child, deeper := set.Children.Get(pe)
+		if !deeper || ownsKey(child, pe) {
+			continue
+		}
+		stripMap(m, child)
+		out = append(out, m)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// itemElement finds the element of set that names item by its key;
+// keyed is false when set names items otherwise.
+func itemElement(item map[string]any, set *fieldpath.Set) (pe fieldpath.PathElement, found, keyed bool) {
+	keyed = true
+	match := func(e fieldpath.PathElement) {
+		if e.Key == nil {
+			keyed = false
+			return
+		}
+		for _, f := range *e.Key {
+			v, ok := item[f.Name]
+			if !ok || !value.Equals(value.NewValueInterface(v), f.Value) {
+				return
+			}
+		}
+		pe, found = e, true
+	}
+	set.Members.Iterate(match)
+	set.Children.Iterate(match)
+	return pe, found, keyed
+}
+
+// ownsKey says whether item holds every key field of pe.
+func ownsKey(item *fieldpath.Set, pe fieldpath.PathElement) bool {
+	for _, f := range *pe.Key {
+		if !item.Members.Has(fieldpath.FieldNameElement(f.Name)) {
+			return false
+		}
+	}
+	return true
+}
+
+// overlay returns s with cur's value of each part of the status another
+// manager owns any of (the phase, the message, commitStatus, a condition,
+// all of them when the list is atomic): the source's mutations start from
+// the status as it is, and decide on the other's values, not on values
+// it never wrote.
+func (f ForeignFields) overlay(s, cur Status) Status {
+	if f.set == nil {
+		return s
+	}
+	held := func(name string) bool {
+		pe := fieldpath.FieldNameElement(name)
+		_, deeper := f.set.Children.Get(pe)
+		return deeper || f.set.Members.Has(pe)
+	}
+	if held("phase") {
+		s.Phase = cur.Phase
+	}
+	if held("message") {
+		s.Message = cur.Message
+	}
+	if held("commitStatus") {
+		s.CommitStatus = copyStatus(cur).CommitStatus
+	}
+	s.Conditions = f.overlayConditions(s.Conditions, cur.Conditions)
+	return s
+}
+
+// overlayConditions returns mine with theirs' condition of each type
+// another manager holds, or theirs when it holds the list.
+func (f ForeignFields) overlayConditions(mine, theirs []metav1.Condition) []metav1.Condition {
+	pe := fieldpath.FieldNameElement("conditions")
+	items, deeper := f.set.Children.Get(pe)
+	if !deeper {
+		if f.set.Members.Has(pe) {
+			return slices.Clone(theirs)
+		}
+		return mine
+	}
+	var types []string
+	whole := false
+	collect := func(e fieldpath.PathElement) {
+		if e.Key == nil || len(*e.Key) != 1 || (*e.Key)[0].Name != "type" || !(*e.Key)[0].Value.IsString() {
+			whole = true
+			return
+		}
+		types = append(types, (*e.Key)[0].Value.AsString())
+	}
+	items.Members.Iterate(collect)
+	items.Children.Iterate(collect)
+	if whole {
+		return slices.Clone(theirs)
+	}
+	out := slices.Clone(mine)
+	for _, t := range types {
+		c := meta.FindStatusCondition(theirs, t)
+		i := slices.IndexFunc(out, func(x metav1.Condition) bool { return x.Type == t })
+		switch {
+		case c == nil && i >= 0:
+			out = slices.Delete(out, i, i+1)
+		case c != nil && i >= 0:
+			out[i] = *c
+		case c != nil:
+			out = append(out, *c)
+		}
+	}
+	return out
+}
+
+// with returns f and the fields of s that err, a conflict of a
+// server-side apply, names (its causes); ok is false when err is no such
+// conflict or names no field of s. A cause naming a part of a field the
+// source does not know of leaves out the field it is in.
+func (f ForeignFields) with(err error, s Status) (more ForeignFields, ok bool) {
+	var st apierrors.APIStatus
+	if !apierrors.IsConflict(err) || !errors.As(err, &st) || st.Status().Details == nil {
+		return f, false
+	}
+	u, serr := f.Strip(s)
+	if serr != nil {
+		return f, false
+	}
+	var paths []fieldpath.Path
+	walkPaths(nil, u, func(p fieldpath.Path) { paths = append(paths, p) })
+	set := fieldpath.NewSet()
+	for _, c := range st.Status().Details.Causes {
+		if c.Type != metav1.CauseTypeFieldManagerConflict {
+			continue
+		}
+		if p, found := longestPrefix(paths, c.Field); found {
+			set.Insert(p)
+		}
+	}
+	if set.Empty() {
+		return f, false
+	}
+	return f.union(ForeignFields{set: set}), true
+}
+
+// union returns the fields of f and of g.
+func (f ForeignFields) union(g ForeignFields) ForeignFields {
+	switch {
+	case g.set == nil:
+		return f
+	case f.set == nil:
+		return g
+	}
+	return ForeignFields{set: f.set.Union(g.set)}
+}
+
+// walkPaths calls fn with the path of each field in v; the items of a
+// list are named by their type (conditions), else by their index.
+func walkPaths(prefix fieldpath.Path, v any, fn func(fieldpath.Path)) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			p := append(prefix.Copy(), fieldpath.FieldNameElement(k))
+			fn(p)
+			walkPaths(p, x, fn)
+		}
+	case []any:
+		for i, x := range v {
+			pe := fieldpath.IndexElement(i)
+			if m, ok := x.(map[string]any); ok {
+				if t, ok := m["type"].(string); ok {
+					pe = fieldpath.KeyElementByFields("type", t)
+				}
+			}
+			p := append(prefix.Copy(), pe)
+			fn(p)
+			walkPaths(p, x, fn)
+		}
+	}
+}
+
+// longestPrefix returns the longest of paths that field, as the apiserver
+// names it (".status.conditions[type=\"Synced\"].reason"), is or is in.
+func longestPrefix(paths []fieldpath.Path, field string) (fieldpath.Path, bool) {
+	var best fieldpath.Path
+	for _, p := range paths {
+		name := ".status" + p.String()
+		rest, in := strings.CutPrefix(field, name)
+		if in && (rest == "" || rest[0] == '.' || rest[0] == '[') && len(p) > len(best) {
+			best = p
+		}
+	}
+	return best, best != nil
+}
