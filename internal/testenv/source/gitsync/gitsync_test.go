@@ -39,6 +39,13 @@ type harness struct {
 	obs      *watchertest.Observer
 	src      *gitsync.Source
 	warnings *warnings
+
+	cluster  string
+	applyCfg apply.Config
+	creds    *gitsync.Credentials
+	srcCfg   []func(*gitsync.Config)
+	cacheDir string
+	stop     func()
 }
 
 // warnings records the apiserver's warnings to a client.
@@ -63,9 +70,19 @@ func (w *warnings) all() []string {
 // nothing else refreshes the set.
 func newHarness(t *testing.T, cluster string, applyCfg apply.Config, creds *gitsync.Credentials, srcCfg ...func(*gitsync.Config)) *harness {
 	t.Helper()
-	h := &harness{t: t, ns: env.Namespace(t), obs: watchertest.NewObserver(), warnings: &warnings{}}
-	src := gitsync.Config{Namespace: h.ns, Settings: gitsync.Settings{ClusterName: cluster}, RefreshInterval: -1, Credentials: creds}
-	for _, f := range srcCfg {
+	h := &harness{t: t, ns: env.Namespace(t), obs: watchertest.NewObserver(), warnings: &warnings{},
+		cluster: cluster, applyCfg: applyCfg, creds: creds, srcCfg: srcCfg, cacheDir: t.TempDir()}
+	h.start()
+	return h
+}
+
+// start runs a new source and watcher, with the harness's configuration
+// and cache directory.
+func (h *harness) start() {
+	t := h.t
+	t.Helper()
+	src := gitsync.Config{Namespace: h.ns, Settings: gitsync.Settings{ClusterName: h.cluster}, RefreshInterval: -1, Credentials: h.creds}
+	for _, f := range h.srcCfg {
 		f(&src)
 	}
 	// The source's own client records the apiserver's warnings (a field
@@ -75,21 +92,30 @@ func newHarness(t *testing.T, cluster string, applyCfg apply.Config, creds *gits
 	dyn, err := dynamic.NewForConfig(cfg)
 	require.NoError(t, err)
 	h.src = gitsync.New(dyn, src)
+	applyCfg := h.applyCfg
 	applyCfg.InventoryNamespace = h.ns
 	sink, err := apply.New(env.Config, applyCfg)
 	require.NoError(t, err)
 	wopts := []watcher.Option{
-		watcher.WithCacheDir(t.TempDir()), watcher.WithInterval(time.Hour),
+		watcher.WithCacheDir(h.cacheDir), watcher.WithInterval(time.Hour),
 		watcher.WithRetryBackoff(10*time.Millisecond, 200*time.Millisecond),
 		watcher.WithObserver(h.obs, h.src.Observer()),
 	}
-	if creds != nil {
-		wopts = append(wopts, watcher.WithCredentials(creds))
+	if h.creds != nil {
+		wopts = append(wopts, watcher.WithCredentials(h.creds))
 	}
 	h.w = watcher.New(wopts...)
 	require.NoError(t, h.w.Route(h.src, sink))
-	watchertest.Run(t, h.w.Run)
-	return h
+	h.stop = watchertest.Run(t, h.w.Run)
+}
+
+// restart stops the source and the watcher and starts new ones (a new
+// process: the source remembers nothing it wrote), with the same cache
+// directory.
+func (h *harness) restart() {
+	h.t.Helper()
+	h.stop()
+	h.start()
 }
 
 func (h *harness) create(name string, spec map[string]any) {
