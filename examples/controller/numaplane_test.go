@@ -144,3 +144,58 @@ func TestOnlyTheIncludedKindsAreManaged(t *testing.T) {
 	_, err = env.Kube.CoreV1().Services(ns).Get(context.Background(), "web", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "the Service is not created: %v", err)
 }
+
+// A reconciler beside the controller (Numaplane's own, as its field
+// manager) writes Configured=True/Successful into the GitSync's status:
+// it survives every delivery, a failed one, a resync and a restart; the
+// controller still writes what it owns (commitStatus), never forcing.
+func TestAReconcilersConditionSurvivesEveryDelivery(t *testing.T) {
+	ns := env.Namespace(t)
+	repo := gittest.NewServer(t).NewRepo(t, "platform/apps")
+	cm := func(v string) string { return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  v: \"" + v + "\"\n" }
+	c1 := repo.Commit(t, "init", gittest.File("web/cm.yaml", cm("1")))
+	config := configFile(t, "clusterName: staging-1\nsyncTimeIntervalMs: 3600000\n")
+	cache := t.TempDir()
+	obs := watchertest.NewObserver()
+	made := make(chan *watcher.Watcher, 1)
+	stop := startController(t, config, ns, cache, obs, func(w *watcher.Watcher) { made <- w })
+	w := <-made
+	createGitSync(t, ns, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
+	id := gitsync.TargetID(ns, "web")
+	obs.WaitFor(t, "applied", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit == c1 })
+	statusOf(t, ns, "web", "Running", func(phase, _ string) bool { return phase == gitsync.PhaseRunning })
+
+	// The reconciler's condition, by its own status update.
+	gs, err := env.Dynamic.Resource(gitsync.GVR).Namespace(ns).Get(context.Background(), "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	configured := map[string]any{"type": "Configured", "status": "True", "reason": "Successful", "message": "reconciled",
+		"lastTransitionTime": "2026-12-05T00:00:00Z", "observedGeneration": gs.GetGeneration()}
+	require.NoError(t, unstructured.SetNestedSlice(gs.Object, []any{configured}, "status", "conditions"))
+	_, err = env.Dynamic.Resource(gitsync.GVR).Namespace(ns).UpdateStatus(context.Background(), gs, metav1.UpdateOptions{FieldManager: "numaplane-reconciler"})
+	require.NoError(t, err)
+	reconciled := func(t *testing.T, what string, ok func(hash string) bool) {
+		t.Helper()
+		env.WaitFor(t, gitsync.GVR, ns, "web", what, func(u *unstructured.Unstructured) bool {
+			hash, _, _ := unstructured.NestedString(u.Object, "status", "commitStatus", "hash")
+			return ok(hash)
+		})
+		u, err := env.Dynamic.Resource(gitsync.GVR).Namespace(ns).Get(context.Background(), "web", metav1.GetOptions{})
+		require.NoError(t, err)
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		require.Len(t, conds, 1, "%s: the reconciler's list, as it wrote it: %v", what, conds)
+		assert.Equal(t, "Successful", conds[0].(map[string]any)["reason"], what)
+	}
+
+	c2 := repo.Commit(t, "two", gittest.File("web/cm.yaml", cm("2")))
+	require.True(t, w.Trigger(repo.URL()))
+	reconciled(t, "a delivery", func(hash string) bool { return hash == c2 })
+	c3 := repo.Commit(t, "broken", gittest.File("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata: [not, a, map]\n"))
+	require.True(t, w.Trigger(repo.URL()))
+	obs.WaitFor(t, "c3 failed", func(e watcher.Event) bool { return e.Type == watcher.EventDeliveryFailed && e.Commit == c3 })
+	reconciled(t, "a failed delivery", func(hash string) bool { return hash == c3 })
+	stop()
+
+	c4 := repo.Commit(t, "fixed", gittest.File("web/cm.yaml", cm("4")))
+	startController(t, config, ns, cache, watchertest.NewObserver(), nil)
+	reconciled(t, "a restart's delivery", func(hash string) bool { return hash == c4 })
+}
