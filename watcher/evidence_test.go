@@ -404,7 +404,7 @@ func TestATargetNamedAgainStopsItsRemoval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		failing := &failingRemover{Sink: watchertest.NewSink("s")}
 		obs := watchertest.NewObserver()
-		w := newWatcher(t, obs, watcher.WithGit(git), watcher.WithCacheDir(cacheDir))
+		w := newWatcherIn(t, obs, cacheDir, watcher.WithGit(git))
 		src := watchertest.NewSource(ts...)
 		require.NoError(t, w.Route(src, failing))
 		ctx, cancel := context.WithCancel(t.Context())
