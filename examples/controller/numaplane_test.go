@@ -152,7 +152,9 @@ func TestOnlyTheIncludedKindsAreManaged(t *testing.T) {
 func TestAReconcilersConditionSurvivesEveryDelivery(t *testing.T) {
 	ns := env.Namespace(t)
 	repo := gittest.NewServer(t).NewRepo(t, "platform/apps")
-	cm := func(v string) string { return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  v: \"" + v + "\"\n" }
+	cm := func(v string) string {
+		return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  v: \"" + v + "\"\n"
+	}
 	c1 := repo.Commit(t, "init", gittest.File("web/cm.yaml", cm("1")))
 	config := configFile(t, "clusterName: staging-1\nsyncTimeIntervalMs: 3600000\n")
 	cache := t.TempDir()
@@ -162,7 +164,9 @@ func TestAReconcilersConditionSurvivesEveryDelivery(t *testing.T) {
 	w := <-made
 	createGitSync(t, ns, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
 	id := gitsync.TargetID(ns, "web")
-	obs.WaitFor(t, "applied", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit == c1 })
+	obs.WaitFor(t, "applied", func(e watcher.Event) bool {
+		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit == c1
+	})
 	statusOf(t, ns, "web", "Running", func(phase, _ string) bool { return phase == gitsync.PhaseRunning })
 
 	// The reconciler's condition, by its own status update.
