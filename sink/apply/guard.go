@@ -31,9 +31,11 @@ var inventoryName = regexp.MustCompile(`^` + inventoryPrefix + `[0-9a-f]{20}$`)
 // program; the inventory namespace, whose prune would take every
 // inventory with it) or an object another target applied (one that
 // carries another owner's tracking label), as Argo CD's
-// FailOnSharedResource does. The objects its inventory (old) records are
-// its own and not looked at again; the others are read, Concurrency at a
-// time.
+// FailOnSharedResource does. Every object is read, Concurrency at a time,
+// those its inventory (old) records too: one of them that was deleted
+// and created again by another target (while this one's kind was left
+// alone, or between two deliveries) is that target's now, and is not
+// taken over (then pruned) on the strength of an old record.
 //
 // The objects it does not record are claimed for the delivery in this
 // process (release, called when the delivery ended, lets go), so that two
@@ -58,7 +60,7 @@ func (s *Sink) guard(ctx context.Context, targetID string, objs []*unstructured.
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(s.cfg.Concurrency, 1))
-	for _, o := range fresh {
+	for _, o := range objs {
 		g.Go(func() error { return s.notAnothers(gctx, targetID, o) })
 	}
 	return release, g.Wait()
