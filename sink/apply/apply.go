@@ -312,10 +312,11 @@ func (s *Sink) prune(ctx context.Context, stale []ObjectRef, owner string, res *
 			res.Entries = append(res.Entries, e)
 			continue
 		}
-		if other, err := s.containsOthers(ctx, res.Target, o); other != "" || err != nil {
+		if other, err := s.containsOthers(ctx, owner, o); other != "" || err != nil {
 			// Its deletion would delete what another target applied (in
-			// the Namespace, of the CRD's kind): forgotten, left in place,
-			// or kept to try again when that cannot be told.
+			// the Namespace, of the CRD's kind), or what this one leaves
+			// alone for its kind: forgotten, left in place, or kept to try
+			// again when that cannot be told.
 			e.Action, e.Err = Skipped, err
 			if err != nil {
 				e.Action = Failed

@@ -200,12 +200,16 @@ func (s *Sink) holdEmpty(targetID string, rendered, n int) error {
 	return nil
 }
 
-// containsOthers reports which other target's inventory (of any field
-// manager or instance, in the inventory namespace) records an object that
-// deleting o would delete with it: an object in o when o is a Namespace,
-// one of o's kind when o is a CustomResourceDefinition. "" when none, or
-// when o is neither. A prune or a cascade leaves such an o in place.
-func (s *Sink) containsOthers(ctx context.Context, targetID string, o *unstructured.Unstructured) (string, error) {
+// containsOthers reports which target's inventory (of any field manager
+// or instance, in the inventory namespace) records an object that deleting
+// o would delete with it, an object that is not owner's to delete: an
+// object in o when o is a Namespace, one of o's kind when o is a
+// CustomResourceDefinition. Those of owner's own inventory that are left
+// alone for their kind (IncludeSkip) count too: they are not to be
+// deleted either. Another install's target of the same ID is another
+// target. "" when none, or when o is neither. A prune or a cascade leaves
+// such an o in place.
+func (s *Sink) containsOthers(ctx context.Context, owner string, o *unstructured.Unstructured) (string, error) {
 	gk := o.GroupVersionKind().GroupKind()
 	var inside func(ObjectRef) bool
 	switch {
@@ -226,18 +230,27 @@ func (s *Sink) containsOthers(ctx context.Context, targetID string, o *unstructu
 	default:
 		return "", nil
 	}
+	return s.recordsInside(ctx, owner, inside)
+}
+
+// recordsInside returns the target of an inventory in the inventory
+// namespace that records an object inside says is in what is deleted:
+// any object for another's inventory, one left alone for its kind for
+// owner's own (inventoryPrefix+owner).
+func (s *Sink) recordsInside(ctx context.Context, owner string, inside func(ObjectRef) bool) (string, error) {
 	var list corev1.ConfigMapList
 	if err := s.client.List(ctx, &list, client.InNamespace(s.cfg.InventoryNamespace), client.MatchingLabels{LabelInventory: "true"}); err != nil {
 		return "", fmt.Errorf("apply: list inventories in %s: %w", s.cfg.InventoryNamespace, err)
 	}
 	for _, cm := range list.Items {
 		var inv inventory
-		if err := json.Unmarshal([]byte(cm.Data[inventoryKey]), &inv); err != nil || inv.Target == targetID {
+		if err := json.Unmarshal([]byte(cm.Data[inventoryKey]), &inv); err != nil {
 			continue
 		}
+		own := cm.Name == inventoryPrefix+owner
 		refs, _ := inv.refs()
 		for _, r := range refs {
-			if inside(r) {
+			if inside(r) && (!own || s.cfg.outside(r.GroupKind())) {
 				return inv.Target, nil
 			}
 		}
