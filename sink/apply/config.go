@@ -125,8 +125,10 @@ type Config struct {
 	// marks a GitSync's objects with its name), which this target's
 	// manifests render. Off (the default), such an object is refused as
 	// another program's until its label is taken off. Objects this sink's
-	// targets applied always carry the annotation under a value of their
-	// own: another target or install is never taken over this way.
+	// targets applied carry the annotation under a value of their own, or
+	// a digest as value (the default, without TrackingValue), which is
+	// never adopted: a target whose value is another's digest (a GitSync
+	// named so) goes by that owner's inventory, as for any object.
 	AdoptByValue bool
 	// Include, when set, says which kinds a target may apply: an object of
 	// another kind fails the delivery before anything is applied, naming

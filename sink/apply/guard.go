@@ -139,11 +139,11 @@ func (s *Sink) notAnothers(ctx context.Context, targetID string, o *unstructured
 	if other == "" || other == s.owner(targetID) || other == s.legacyOwner(targetID) {
 		return nil
 	}
-	if s.cfg.AdoptByValue && live.GetAnnotations()[AnnotationOwner] == "" && other == o.GetLabels()[s.cfg.TrackingLabel] {
+	digest := inventoryName.MatchString(inventoryPrefix + other) // a value of Config.TrackingValue names no inventory
+	if s.cfg.AdoptByValue && !digest && live.GetAnnotations()[AnnotationOwner] == "" && other == o.GetLabels()[s.cfg.TrackingLabel] {
 		return nil // marked by this target's value alone, by the program it moves from: taken over
 	}
 	cm := &corev1.ConfigMap{}
-	digest := inventoryName.MatchString(inventoryPrefix + other) // a value of Config.TrackingValue names no inventory
 	if digest {
 		err = s.client.Get(ctx, client.ObjectKey{Namespace: s.cfg.InventoryNamespace, Name: inventoryPrefix + other}, cm)
 	}
