@@ -123,12 +123,18 @@ type Config struct {
 	// label and value and no [AnnotationOwner]: an object marked by its
 	// value alone, as a program moving to the library marked it (Numaplane
 	// marks a GitSync's objects with its name), which this target's
-	// manifests render. Off (the default), such an object is refused as
-	// another program's until its label is taken off. Objects this sink's
-	// targets applied carry the annotation under a value of their own, or
-	// a digest as value (the default, without TrackingValue), which is
-	// never adopted: a target whose value is another's digest (a GitSync
-	// named so) goes by that owner's inventory, as for any object.
+	// manifests render, in the target's destination namespace
+	// (spec.Render.Namespace). Values may be shared (two GitSyncs of one
+	// name): a cluster-scoped object, or one in another namespace, tells
+	// nothing of which one applied it, and is refused as below (in a
+	// destination that two targets of one value share, the first to render
+	// it takes it: give them destinations apart). Off (the default), such
+	// an object is refused as another program's until its label is taken
+	// off. Objects this sink's targets applied carry the annotation under a
+	// value of their own, or a digest as value (the default, without
+	// TrackingValue), which is never adopted: a target whose value is
+	// another's digest (a GitSync named so) goes by that owner's
+	// inventory, as for any object.
 	AdoptByValue bool
 	// Include, when set, says which kinds a target may apply: an object of
 	// another kind fails the delivery before anything is applied, naming

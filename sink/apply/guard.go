@@ -41,7 +41,7 @@ var inventoryName = regexp.MustCompile(`^` + inventoryPrefix + `[0-9a-f]{20}$`)
 // process (release, called when the delivery ended, lets go), so that two
 // targets' deliveries that start at once cannot both find an object absent
 // and both record it.
-func (s *Sink) guard(ctx context.Context, targetID string, objs []*unstructured.Unstructured, old *inventory) (release func(), err error) {
+func (s *Sink) guard(ctx context.Context, targetID, dest string, objs []*unstructured.Unstructured, old *inventory) (release func(), err error) {
 	recorded := old.entries()
 	for _, o := range objs {
 		if err := s.reserved(targetID, o); err != nil {
@@ -61,7 +61,7 @@ func (s *Sink) guard(ctx context.Context, targetID string, objs []*unstructured.
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(s.cfg.Concurrency, 1))
 	for _, o := range objs {
-		g.Go(func() error { return s.notAnothers(gctx, targetID, o) })
+		g.Go(func() error { return s.notAnothers(gctx, targetID, dest, o) })
 	}
 	return release, g.Wait()
 }
@@ -124,8 +124,9 @@ func (s *Sink) reserved(targetID string, o *unstructured.Unstructured) error {
 // owner this sink's inventories do not know (another install, a target
 // removed without cascade) is refused too, for its objects stay its own
 // until their label is taken off. The label of targetID's owner from
-// before instances is its own.
-func (s *Sink) notAnothers(ctx context.Context, targetID string, o *unstructured.Unstructured) error {
+// before instances is its own; one its value alone marks may be adopted
+// (see adopts; dest is the target's destination namespace).
+func (s *Sink) notAnothers(ctx context.Context, targetID, dest string, o *unstructured.Unstructured) error {
 	live := &unstructured.Unstructured{}
 	live.SetGroupVersionKind(o.GroupVersionKind())
 	err := s.client.Get(ctx, client.ObjectKeyFromObject(o), live)
@@ -139,10 +140,10 @@ func (s *Sink) notAnothers(ctx context.Context, targetID string, o *unstructured
 	if other == "" || other == s.owner(targetID) || other == s.legacyOwner(targetID) {
 		return nil
 	}
-	digest := inventoryName.MatchString(inventoryPrefix + other) // a value of Config.TrackingValue names no inventory
-	if s.cfg.AdoptByValue && !digest && live.GetAnnotations()[AnnotationOwner] == "" && other == o.GetLabels()[s.cfg.TrackingLabel] {
+	if s.adopts(live, o, dest) {
 		return nil // marked by this target's value alone, by the program it moves from: taken over
 	}
+	digest := inventoryName.MatchString(inventoryPrefix + other) // a value of Config.TrackingValue names no inventory
 	cm := &corev1.ConfigMap{}
 	if digest {
 		err = s.client.Get(ctx, client.ObjectKey{Namespace: s.cfg.InventoryNamespace, Name: inventoryPrefix + other}, cm)
@@ -165,6 +166,20 @@ func (s *Sink) notAnothers(ctx context.Context, targetID string, o *unstructured
 		return nil
 	}
 	return fmt.Errorf("%w: target %s: %s is applied by target %s (its inventory %s/%s records it): refused, nothing applied", ErrConflict, targetID, refOf(o), inv.Target, cm.Namespace, cm.Name)
+}
+
+// adopts reports whether live, which o renders, is taken over by
+// Config.AdoptByValue: marked by o's tracking value alone (no
+// AnnotationOwner), a value that is no digest (the default value of this
+// sink's targets, never adopted), and in dest, the target's destination
+// namespace. A value may be shared (two GitSyncs of one name): a
+// cluster-scoped object, or one in another namespace (another GitSync's
+// destination), is no evidence of whose it was, and is refused.
+func (s *Sink) adopts(live, o *unstructured.Unstructured, dest string) bool {
+	v := live.GetLabels()[s.cfg.TrackingLabel]
+	return s.cfg.AdoptByValue && live.GetAnnotations()[AnnotationOwner] == "" && v != "" &&
+		v == o.GetLabels()[s.cfg.TrackingLabel] && !inventoryName.MatchString(inventoryPrefix+v) &&
+		live.GetNamespace() != "" && live.GetNamespace() == dest
 }
 
 // emptyHold remembers, by target, since when its render has been empty

@@ -109,7 +109,7 @@ func (s *Sink) Apply(ctx context.Context, c watcher.Change) (*Result, error) {
 	if err != nil {
 		return res, err
 	}
-	release, err := s.guard(ctx, c.Target.ID, objs, old)
+	release, err := s.guard(ctx, c.Target.ID, s.destination(c.Target), objs, old)
 	defer release()
 	if err != nil {
 		return res, err
@@ -174,6 +174,17 @@ func (s *Sink) render(ctx context.Context, c watcher.Change, res *Result) ([]*un
 		return nil, watcher.Permanent(fmt.Errorf("apply: render %s (%s) at %s: %w", c.Target.ID, rs.Renderer, short(c.To), err))
 	}
 	return s.prepare(objs, rs, tr, res)
+}
+
+// destination is the namespace t's objects without one go to (its
+// spec.Render's, defaulted); "" when its spec cannot be found.
+func (s *Sink) destination(t watcher.Target) string {
+	rs, err := s.spec(t)
+	if err != nil {
+		return ""
+	}
+	rs.Default()
+	return rs.Namespace
 }
 
 // managedCount is how many of the objects inv records the sink manages
