@@ -23,7 +23,11 @@ import (
 //
 // What is left out follows the schema of the list or field another
 // manager holds:
-//   - a field (phase, message, a field of commitStatus): that field;
+//   - a field (phase, message): that field;
+//   - a field of commitStatus: the whole of it, a record of one sync
+//     whose fields say of its hash (a synced, syncTime or error of the
+//     source's under another's hash would say that commit was synced, or
+//     failed, when the source synced another);
 //   - an atomic list, as Numaplane's conditions are: the whole list, so
 //     that the source's Synced condition is not written (phase, message
 //     and commitStatus, when not another's, still say how the last sync
@@ -67,7 +71,24 @@ func foreignFields(obj metav1.Object, manager string) (ForeignFields, error) {
 		}
 		set = set.Union(owned.WithPrefix(statusElement))
 	}
-	return ForeignFields{set: set}, errors.Join(errs...)
+	return ForeignFields{set: wholeRecords(set)}, errors.Join(errs...)
+}
+
+var commitStatusElement = fieldpath.FieldNameElement("commitStatus")
+
+// wholeRecords returns set with commitStatus held whole when set holds
+// any of it (see ForeignFields).
+func wholeRecords(set *fieldpath.Set) *fieldpath.Set {
+	if _, deeper := set.Children.Get(commitStatusElement); !deeper {
+		return set
+	}
+	out := fieldpath.NewSet(fieldpath.MakePathOrDie("commitStatus"))
+	set.Iterate(func(p fieldpath.Path) {
+		if !p[0].Equals(commitStatusElement) {
+			out.Insert(p)
+		}
+	})
+	return out
 }
 
 // String lists the fields as the apiserver names them (".status.phase").
@@ -300,7 +321,7 @@ func (f ForeignFields) with(err error, s Status) (more ForeignFields, ok bool) {
 	if set.Empty() {
 		return f, false
 	}
-	return f.union(ForeignFields{set: set}), true
+	return f.union(ForeignFields{set: wholeRecords(set)}), true
 }
 
 // union returns the fields of f and of g.
@@ -311,7 +332,7 @@ func (f ForeignFields) union(g ForeignFields) ForeignFields {
 	case f.set == nil:
 		return g
 	}
-	return ForeignFields{set: f.set.Union(g.set)}
+	return ForeignFields{set: wholeRecords(f.set.Union(g.set))}
 }
 
 // walkPaths calls fn with the path of each field in v; the items of a
