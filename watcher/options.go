@@ -212,9 +212,16 @@ func WithResyncFunc(f func() time.Duration) Option {
 	}
 }
 
-// WithObserver adds observers that hear every outcome.
+// WithObserver adds observers that hear every outcome. A nil Observer is
+// left out (a program's optional observer can be handed as it is).
 func WithObserver(obs ...Observer) Option {
-	return func(o *options) { o.observers = append(o.observers, obs...) }
+	return func(o *options) {
+		for _, ob := range obs {
+			if ob != nil {
+				o.observers = append(o.observers, ob)
+			}
+		}
+	}
 }
 
 // WithRetryBackoff sets the bounds of the exponential backoff between

@@ -69,3 +69,14 @@ func TestAContextWithoutALoggerIsSaidOnce(t *testing.T) {
 	require.NoError(t, w.Run(ctx))
 	assert.Contains(t, out.String(), "carries no logger")
 }
+
+// A nil Observer handed to WithObserver (a program's optional one) is left
+// out: the watcher never calls it.
+func TestANilObserverIsLeftOut(t *testing.T) {
+	var heard []Event
+	o := defaultOptions()
+	WithObserver(nil, ObserverFunc(func(e Event) { heard = append(heard, e) }), nil)(&o)
+	require.Len(t, o.observers, 1)
+	o.observers[0].Observe(Event{Type: EventDelivered})
+	assert.Len(t, heard, 1)
+}
