@@ -33,11 +33,22 @@ type credSet struct {
 
 var _ gitutil.CredentialResolver = (*Credentials)(nil)
 
-// NewCredentials returns a resolver of cfg's repoCredentials, reading
-// Secrets through kube (which may be nil when no Secret is named).
+// NewCredentials returns a resolver of cfg's repoCredentials (nil: none
+// yet), reading Secrets through kube (which may be nil when no Secret is
+// named).
 func NewCredentials(kube kubernetes.Interface, cfg *ControllerConfig) (*Credentials, error) {
 	c := &Credentials{kube: kube}
+	if cfg == nil {
+		cfg = &ControllerConfig{}
+	}
 	return c, c.Set(cfg)
+}
+
+// SetRepoCredentials replaces the credentials with rcs, as [Credentials.Set]
+// with a configuration of them alone: what a configmap source hands its
+// program (configmap.LoadOptions.Credentials).
+func (c *Credentials) SetRepoCredentials(rcs []RepoCredential) error {
+	return c.Set(&ControllerConfig{RepoCredentials: rcs})
 }
 
 // Set replaces the credentials (a reloaded configuration).
