@@ -4,7 +4,8 @@
 //
 //	go run ./examples/agent -config /etc/agent/config.yaml -kubeconfig ~/.kube/config
 //
-// It logs a line per configuration reload and per delivery.
+// It logs each reading of the configuration and each failure, and each
+// delivery with logLevel: 1 in the configuration.
 package main
 
 import (
@@ -27,7 +28,6 @@ import (
 	"github.com/modwatch/modwatch/source/configmap"
 	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // options is what main reads from its flags.
@@ -56,6 +56,8 @@ func main() {
 }
 
 // run is the whole agent: the ConfigMap source, the apply sink, a watcher.
+// The library logs each reading of the configuration, each failure, and
+// each delivery at V(1) (logLevel: 1).
 func run(ctx context.Context, o options) error {
 	applier, err := apply.New(o.kube, apply.Config{FieldManager: "modwatch-agent", InventoryNamespace: o.inventory,
 		Renderers: map[string]apply.Renderer{kustomize.Name: kustomize.New(), helm.Name: helm.New()}})
@@ -68,43 +70,22 @@ func run(ctx context.Context, o options) error {
 	}
 	// The credentials the configuration names (gitDefinition.repoCredential,
 	// the reference files'), read from Secrets or files at each resolution.
-	kube, err := kubernetes.NewForConfig(o.kube)
-	if err != nil {
-		return err
-	}
-	creds, err := gitsync.NewCredentials(kube, &gitsync.ControllerConfig{})
+	creds, err := gitsync.NewCredentials(kubernetes.NewForConfigOrDie(o.kube), nil)
 	if err != nil {
 		return err
 	}
 	src := configmap.New(configmap.Options{Path: o.config,
 		LoadOptions: configmap.LoadOptions{OwnKeys: []string{"logLevel"}, // the agent's log verbosity, the program's to act on
-			Credentials: func(rcs []spec.RepoCredential) error {
-				return creds.Set(&gitsync.ControllerConfig{RepoCredentials: rcs})
-			},
-			Values: configmap.GitValues(o.cacheDir+"/values", creds, time.Minute)},
+			Credentials: creds.SetRepoCredentials, Values: configmap.GitValues(o.cacheDir+"/values", creds, time.Minute)},
 		OnReload: func(r configmap.Reload) {
-			if r.Err == nil {
-				o.log.Info("configuration reloaded", "targets", len(r.Targets))
-			}
 			if n, err := loglevel.Parse(r.Data); err != nil {
 				o.log.Error(err, "logLevel not applied")
 			} else {
 				loglevel.Set(o.level, n)
 			}
 		}})
-	observers := []watcher.Observer{watcher.ObserverFunc(func(e watcher.Event) {
-		switch e.Type {
-		case watcher.EventDelivered:
-			o.log.Info("applied", "target", e.Target.ID, "commit", e.Commit, "result", fmt.Sprint(e.Result))
-		case watcher.EventDeliveryFailed, watcher.EventTargetFailed:
-			o.log.Error(e.Err, "not applied", "target", e.Target.ID, "commit", e.Commit)
-		}
-	})}
-	if o.observer != nil {
-		observers = append(observers, o.observer)
-	}
 	w := watcher.New(watcher.WithCacheDir(o.cacheDir+"/mirrors"),
-		watcher.WithStore(store), watcher.WithObserver(observers...), watcher.WithCredentials(creds))
+		watcher.WithStore(store), watcher.WithObserver(o.observer), watcher.WithCredentials(creds))
 	if err := w.Route(src, applier); err != nil {
 		return err
 	}

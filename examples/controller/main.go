@@ -30,11 +30,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/go-logr/logr"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -47,7 +44,6 @@ import (
 	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/cluster"
-	"github.com/modwatch/modwatch/watcher/spec"
 )
 
 // options is what main reads from its flags and environment (the Manager's
@@ -86,23 +82,13 @@ func main() {
 	}
 }
 
-// validDestination refuses a GitSync whose destination namespace is not a
-// namespace name, as Numaplane's reconciler does: nothing of it is applied
-// (into "default" or anywhere).
-func validDestination(_ metav1.Object, gs spec.GitSync) error {
-	if errs := validation.IsDNS1123Label(gs.Destination.Namespace); len(errs) > 0 {
-		return fmt.Errorf("spec.destination.namespace %q is not a namespace name: %s", gs.Destination.Namespace, strings.Join(errs, "; "))
-	}
-	return nil
-}
-
 func run(ctx context.Context, kube *rest.Config, o options) error {
 	mgr, err := ctrl.NewManager(kube, o.mgr)
 	if err != nil {
 		return err
 	}
 	kc, dyn := kubernetes.NewForConfigOrDie(kube), dynamic.NewForConfigOrDie(kube)
-	c, err := gitsync.NewController(kc, dyn, gitsync.ControllerOptions{Path: o.config, Source: gitsync.Config{Namespace: o.namespace, Accept: validDestination},
+	c, err := gitsync.NewController(kc, dyn, gitsync.ControllerOptions{Path: o.config, Source: gitsync.Config{Namespace: o.namespace, Accept: gitsync.ValidDestination},
 		OnReload: func(cfg *gitsync.ControllerConfig, _ []byte) { loglevel.Set(o.logLevel, cfg.LogLevel) }})
 	if err != nil {
 		return err
