@@ -7,31 +7,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/internal/gittest"
 )
-
-// reentryWait bounds what these tests wait for: a deadlock fails them
-// then, leaving its goroutines behind, rather than hang the package.
-const reentryWait = 10 * time.Second
-
-// returnsWithin fails t when fn has not returned within reentryWait.
-func returnsWithin(t *testing.T, what string, fn func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn()
-	}()
-	select {
-	case <-done:
-	case <-time.After(reentryWait):
-		t.Fatalf("%s did not return within %s: deadlocked", what, reentryWait)
-	}
-}
 
 // A pack whose index cannot be read, found when a file system is made,
 // fails that FS; the mirror is not left locked.
@@ -49,10 +29,10 @@ func TestAPackWithoutIndexFoundByFSDoesNotLockTheMirror(t *testing.T) {
 	bogus := filepath.Join(dir, "objects", "pack", "pack-"+strings.Repeat("ab", 20)+".pack")
 	require.NoError(t, os.WriteFile(bogus, []byte("PACK"), 0o644))
 
-	returnsWithin(t, "FS", func() { _, err = m.FS(c, at("")) })
+	gittest.ReturnsWithin(t, "FS", func() { _, err = m.FS(c, at("")) })
 	require.Error(t, err)
 	var has atomic.Bool
-	returnsWithin(t, "HasCommit after it", func() { has.Store(m.HasCommit(c)) })
+	gittest.ReturnsWithin(t, "HasCommit after it", func() { has.Store(m.HasCommit(c)) })
 }
 
 // OnDamage is the program's code: called with no lock of the mirror or of
@@ -83,7 +63,7 @@ func TestAnOnDamageThatReadsTheMirrorDoesNotDeadlockIt(t *testing.T) {
 
 	cutPacks(t, dir)
 	var readErr error
-	returnsWithin(t, "reading a damaged store", func() {
+	gittest.ReturnsWithin(t, "reading a damaged store", func() {
 		for _, name := range []string{"d/aa", "d/xb", "d/ab"} {
 			if _, readErr = fs.ReadFile(fsys, name); readErr != nil {
 				return
@@ -110,7 +90,7 @@ func TestAnOnFallbackThatReadsTheMirrorDoesNotDeadlockIt(t *testing.T) {
 		fellBack.Add(1)
 	}})
 	require.NoError(t, err)
-	returnsWithin(t, "a fetch whose git fails", func() { _, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"}) })
+	gittest.ReturnsWithin(t, "a fetch whose git fails", func() { _, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"}) })
 	require.NoError(t, err)
 	require.Positive(t, fellBack.Load(), "go-git stood in, and said so")
 	require.True(t, m.HasCommit(c))
@@ -128,7 +108,7 @@ func TestATraceThatReadsTheFileSystemDoesNotDeadlockIt(t *testing.T) {
 			paths = append(paths, p)
 		}
 	})
-	returnsWithin(t, "a read through a link", func() { _, err = fs.ReadFile(fsys, "apps/x/values.yaml") })
+	gittest.ReturnsWithin(t, "a read through a link", func() { _, err = fs.ReadFile(fsys, "apps/x/values.yaml") })
 	require.NoError(t, err)
 	require.Equal(t, []string{"apps/x/values.yaml", "common/values.yaml"}, paths)
 }

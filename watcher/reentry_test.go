@@ -20,33 +20,16 @@ import (
 // Git's OpenMirror, a Mirror's Kept) may read the watcher: a logger that
 // reports Stats, a wrapper that asks Remotes. None of it runs while the
 // watcher holds a lock of its own, so none of it can deadlock it. A
-// deadlock fails these tests within reentryWait, and does not hang the
+// deadlock fails these tests within gittest.ReentryWait, and does not hang the
 // package: runBounded leaves a Run that cannot stop behind.
 
-const reentryWait = 10 * time.Second
-
-// returnsWithin fails t when fn has not returned within reentryWait.
-func returnsWithin(t *testing.T, what string, fn func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn()
-	}()
-	select {
-	case <-done:
-	case <-time.After(reentryWait):
-		t.Fatalf("%s did not return within %s: deadlocked", what, reentryWait)
-	}
-}
-
-// within fails t when ch is not closed within reentryWait.
+// within fails t when ch is not closed within gittest.ReentryWait.
 func within(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
 	case <-ch:
-	case <-time.After(reentryWait):
-		t.Fatalf("no %s within %s: deadlocked", what, reentryWait)
+	case <-time.After(gittest.ReentryWait):
+		t.Fatalf("no %s within %s: deadlocked", what, gittest.ReentryWait)
 	}
 }
 
@@ -121,14 +104,14 @@ func TestASinkThatReadsTheWatcherDoesNotDeadlockIt(t *testing.T) {
 	w := watchertest.NewWatcher(t, watcher.WithGit(git))
 	sink.w.Store(w)
 	var err error
-	returnsWithin(t, "Route, the sink's Name reading Stats", func() {
+	gittest.ReturnsWithin(t, "Route, the sink's Name reading Stats", func() {
 		err = w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: remote.URL()}), sink)
 	})
 	require.NoError(t, err)
 	runBounded(t, w)
 	within(t, delivered, "delivery")
 	within(t, inv.done, "sweep at start listing the inventory (Unwrap reading Stats)")
-	returnsWithin(t, "Stats", func() { w.Stats() })
+	gittest.ReturnsWithin(t, "Stats", func() { w.Stats() })
 }
 
 // keptGit opens mirrors whose Kept reads the watcher's Remotes.
@@ -167,7 +150,7 @@ func TestAMirrorThatReadsTheWatcherWhenAskedWhatItKeepsDoesNotDeadlockIt(t *test
 	runBounded(t, w)
 	within(t, delivered, "delivery")
 	var st watcher.Stats
-	returnsWithin(t, "Stats, the mirror's Kept reading Remotes", func() { st = w.Stats() })
+	gittest.ReturnsWithin(t, "Stats, the mirror's Kept reading Remotes", func() { st = w.Stats() })
 	require.Equal(t, 1, st.KeptTrees, "the mirror was asked")
 }
 
@@ -205,5 +188,5 @@ func TestAGitThatReadsTheWatcherWhileItOpensASubmodulesMirrorDoesNotDeadlockIt(t
 	runBounded(t, w)
 	within(t, delivered, "delivery with its submodule")
 	require.EqualValues(t, 2, git.opened.Load(), "the remote's mirror and the submodule's")
-	returnsWithin(t, "Stats", func() { w.Stats() })
+	gittest.ReturnsWithin(t, "Stats", func() { w.Stats() })
 }
