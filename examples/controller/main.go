@@ -49,9 +49,10 @@ import (
 // options is what main reads from its flags and environment (the Manager's
 // options carry the logger); tests fill it.
 type options struct {
-	config, namespace, cacheDir, inventory string // configuration file, GitSyncs' namespace ("": all), cache, inventories' namespace
-	name                                   string // this install among others (apply.Config.Instance); "" from namespace
-	shard                                  bool   // every replica polls a share
+	config, namespace, cacheDir, inventory string   // configuration file, GitSyncs' namespace ("": all), cache, inventories' namespace
+	name                                   string   // this install among others (apply.Config.Instance); "" from namespace
+	shard                                  bool     // every replica polls a share
+	takeOver                               []string // field managers whose GitSync status fields are this controller's
 	pod                                    cluster.LeaseShardConfig
 	mgr                                    ctrl.Options
 	logLevel                               *slog.LevelVar         // set from the configuration's logLevel (nil: none)
@@ -74,6 +75,8 @@ func main() {
 	flag.StringVar(&o.mgr.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "serve /healthz and /readyz here (0: off)")
 	flag.BoolVar(&o.mgr.LeaderElection, "leader-elect", false, "run the watcher on the elected leader only (not with -shard)")
 	flag.BoolVar(&o.shard, "shard", false, "share the repositories among the replicas by Leases")
+	flag.Func("take-over-status", "a field manager whose GitSync status fields this controller takes over: the one a controller it replaces wrote them as, when nothing writes as it any more (repeatable)",
+		func(m string) error { o.takeOver = append(o.takeOver, m); return nil })
 	flag.Parse() // and -kubeconfig, which controller-runtime registers
 	ctrl.SetLogger(log)
 	if err := run(ctrl.SetupSignalHandler(), ctrl.GetConfigOrDie(), o); err != nil {
@@ -88,7 +91,7 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 		return err
 	}
 	kc, dyn := kubernetes.NewForConfigOrDie(kube), dynamic.NewForConfigOrDie(kube)
-	c, err := gitsync.NewController(kc, dyn, gitsync.ControllerOptions{Path: o.config, Source: gitsync.Config{Namespace: o.namespace, Accept: gitsync.ValidDestination},
+	c, err := gitsync.NewController(kc, dyn, gitsync.ControllerOptions{Path: o.config, Source: gitsync.Config{Namespace: o.namespace, Accept: gitsync.ValidDestination, TakeOver: o.takeOver},
 		OnReload: func(cfg *gitsync.ControllerConfig, _ []byte) { loglevel.Set(o.logLevel, cfg.LogLevel) }})
 	if err != nil {
 		return err

@@ -36,42 +36,76 @@ import (
 //     whose type another manager holds; of a condition whose type is the
 //     source's but some of whose fields another changed, those fields.
 type ForeignFields struct {
-	set *fieldpath.Set // the paths under .status
+	set   *fieldpath.Set // the paths under .status
+	taken *fieldpath.Set // [Config.TakeOver]'s managers' paths under .status
+	read  string         // the resourceVersion they were read from
 }
 
 var statusElement = fieldpath.FieldNameElement("status")
 
 // foreignFields reads from obj's managedFields the status fields that a
-// manager other than manager's apply of the status subresource owns. An
-// entry it cannot read is left out and said in err: the source, which
-// never forces, then learns its fields from the conflict they cause.
-func foreignFields(obj metav1.Object, manager string) (ForeignFields, error) {
-	set := fieldpath.NewSet()
+// manager other than manager's apply of the status subresource owns, and
+// apart those of the managers takeOver names (any operation). An entry it
+// cannot read is left out and said in err: the source, which never forces
+// but over takeOver's, then learns its fields from the conflict they
+// cause.
+func foreignFields(obj metav1.Object, manager string, takeOver []string) (ForeignFields, error) {
+	set, taken := fieldpath.NewSet(), fieldpath.NewSet()
 	var errs []error
 	for _, e := range obj.GetManagedFields() {
 		if e.Manager == manager && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == "status" {
 			continue
 		}
-		if e.FieldsV1 == nil {
-			continue
-		}
-		owned := &fieldpath.Set{}
-		if e.FieldsType != "FieldsV1" {
-			errs = append(errs, fmt.Errorf("managedFields of %q: fields of type %q", e.Manager, e.FieldsType))
-			continue
-		}
-		// MarshalJSON, not Raw: the JSON form whatever the wire's (CBOR).
-		raw, err := e.FieldsV1.MarshalJSON()
-		if err == nil {
-			err = owned.FromJSON(bytes.NewReader(raw))
-		}
+		owned, err := managedSet(e)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("managedFields of %q: %w", e.Manager, err))
 			continue
 		}
-		set = set.Union(owned.WithPrefix(statusElement))
+		if slices.Contains(takeOver, e.Manager) {
+			taken = taken.Union(owned.WithPrefix(statusElement))
+		} else {
+			set = set.Union(owned.WithPrefix(statusElement))
+		}
 	}
-	return ForeignFields{set: wholeRecords(set)}, errors.Join(errs...)
+	return ForeignFields{set: wholeRecords(set), taken: taken, read: obj.GetResourceVersion()}, errors.Join(errs...)
+}
+
+// managedSet returns the fields of a managedFields entry (none when it
+// names none).
+func managedSet(e metav1.ManagedFieldsEntry) (*fieldpath.Set, error) {
+	owned := &fieldpath.Set{}
+	if e.FieldsV1 == nil {
+		return owned, nil
+	}
+	if e.FieldsType != "FieldsV1" {
+		return nil, fmt.Errorf("fields of type %q", e.FieldsType)
+	}
+	// MarshalJSON, not Raw: the JSON form whatever the wire's (CBOR).
+	raw, err := e.FieldsV1.MarshalJSON()
+	if err == nil {
+		err = owned.FromJSON(bytes.NewReader(raw))
+	}
+	return owned, err
+}
+
+// TakeOver says whether writing s takes a field of a [Config.TakeOver]
+// manager: then the write is forced, with resourceVersion as its
+// precondition (the version the fields were read from, so that a field
+// another manager took since is not taken with them).
+func (f ForeignFields) TakeOver(s Status) (resourceVersion string, force bool) {
+	if f.taken == nil || f.taken.Empty() {
+		return "", false
+	}
+	u, err := f.Strip(s)
+	if err != nil {
+		return "", false
+	}
+	sent := fieldpath.NewSet()
+	walkPaths(nil, u, func(p fieldpath.Path) { sent.Insert(p) })
+	if f.taken.Intersection(sent).Empty() {
+		return "", false
+	}
+	return f.read, true
 }
 
 var commitStatusElement = fieldpath.FieldNameElement("commitStatus")
@@ -324,15 +358,17 @@ func (f ForeignFields) with(err error, s Status) (more ForeignFields, ok bool) {
 	return f.union(ForeignFields{set: wholeRecords(set)}), true
 }
 
-// union returns the fields of f and of g.
+// union returns the fields of f and of g, and what f takes over.
 func (f ForeignFields) union(g ForeignFields) ForeignFields {
 	switch {
 	case g.set == nil:
 		return f
 	case f.set == nil:
-		return g
+		f.set = g.set
+		return f
 	}
-	return ForeignFields{set: wholeRecords(f.set.Union(g.set))}
+	f.set = wholeRecords(f.set.Union(g.set))
+	return f
 }
 
 // walkPaths calls fn with the path of each field in v; the items of a

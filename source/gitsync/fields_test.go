@@ -31,7 +31,7 @@ func foreignOf(t *testing.T, fields string) ForeignFields {
 	t.Helper()
 	u := &unstructured.Unstructured{}
 	u.SetManagedFields([]metav1.ManagedFieldsEntry{entry(t, "numaplane-controller", metav1.ManagedFieldsOperationUpdate, fields)})
-	f, err := foreignFields(u, DefaultFieldManager)
+	f, err := foreignFields(u, DefaultFieldManager, nil)
 	require.NoError(t, err)
 	return f
 }
@@ -74,7 +74,7 @@ func TestForeignFieldsAreReadFromManagedFields(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			u := &unstructured.Unstructured{}
 			u.SetManagedFields(tc.entries(t))
-			f, err := foreignFields(u, DefaultFieldManager)
+			f, err := foreignFields(u, DefaultFieldManager, nil)
 			assert.Equal(t, tc.err, err != nil, "%v", err)
 			assert.Equal(t, tc.want, f.String())
 		})
@@ -292,4 +292,43 @@ func keys(m map[string]any) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// The fields of a manager Config.TakeOver names are not foreign, and a
+// write that sends any of them is forced on the version they were read
+// from; one that sends none of them is not. Another manager's field that
+// a taken-over one shares stays another's, never sent.
+func TestTakeOverForcesOnlyOverItsManagersFields(t *testing.T) {
+	update := metav1.ManagedFieldsOperationUpdate
+	u := &unstructured.Unstructured{}
+	u.SetResourceVersion("42")
+	u.SetManagedFields([]metav1.ManagedFieldsEntry{
+		entry(t, "manager", update, `{"f:status":{"f:commitStatus":{"f:hash":{},"f:synced":{}},"f:phase":{},"f:message":{}}}`),
+		entry(t, "numaplane-reconciler", update, `{"f:status":{"f:message":{}}}`),
+	})
+	f, err := foreignFields(u, DefaultFieldManager, []string{"manager"})
+	require.NoError(t, err)
+	assert.Equal(t, ".status.message", f.String(), "the reconciler's, shared or not, stays its own")
+
+	s := mine()
+	rv, force := f.TakeOver(s)
+	assert.True(t, force, "commitStatus and phase were the program's previous self's")
+	assert.Equal(t, "42", rv)
+	sent, err := f.Strip(s)
+	require.NoError(t, err)
+	assert.NotContains(t, sent, "message", "never sent, forced or not")
+	assert.Contains(t, sent, "commitStatus")
+
+	_, force = f.TakeOver(Status{Conditions: s.Conditions})
+	assert.False(t, force, "nothing of the taken-over manager's is sent")
+
+	without, err := foreignFields(u, DefaultFieldManager, nil)
+	require.NoError(t, err)
+	_, force = without.TakeOver(s)
+	assert.False(t, force, "no TakeOver: never forced")
+	assert.Contains(t, without.String(), ".status.commitStatus", "and the previous self's fields are foreign")
+
+	more := f.union(without)
+	rv, force = more.TakeOver(Status{Phase: PhaseRunning})
+	assert.False(t, force, "what a conflict or an earlier write left foreign is not taken: %s", rv)
 }

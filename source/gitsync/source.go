@@ -61,6 +61,15 @@ type Config struct {
 	// FieldManager of an [ApplyStatus] given as StatusWriter, else
 	// [DefaultFieldManager].
 	FieldManager string
+	// TakeOver names field managers whose status fields are the source's
+	// to take: the names the program wrote the status under before (a
+	// Numaplane controller before its port updated it as its binary's
+	// name). Their fields are not foreign: the source writes them, by a
+	// forced apply on the version of the GitSync it read (a write in
+	// between is a conflict, tried again), so that no other manager's
+	// field is taken. Without it, a status written by the program's
+	// previous self stays that self's, unchanged. Default: none.
+	TakeOver []string
 	// StatusTimeout bounds each status write. Default 30s.
 	StatusTimeout time.Duration
 	// Accept, when set, gives the embedding program the say on which
@@ -445,7 +454,7 @@ func (s *Source) cached(key string) (*unstructured.Unstructured, *written, error
 // was decided on, or no managedFields the source can read, with those the
 // conflicts of that write named.
 func (s *Source) foreign(obj *unstructured.Unstructured, last *written) ForeignFields {
-	foreign, err := foreignFields(obj, s.cfg.FieldManager)
+	foreign, err := foreignFields(obj, s.cfg.FieldManager, s.cfg.TakeOver)
 	if err != nil {
 		// Not forced, a write of a field another owns is refused, and the
 		// conflict names it (send).
@@ -494,7 +503,9 @@ func copyStatus(s Status) Status {
 // leaves out the ones in foreign, which another field manager owns
 // ([ForeignFields.Strip] gives s without them, in the form to send), and
 // takes no field over: a server-side apply as [Config.FieldManager],
-// without Force. It returns the apiserver's error as it is (wrapped with
+// without Force, unless [ForeignFields.TakeOver] says to force, on the
+// resourceVersion it gives (fields of [Config.TakeOver]'s managers; a
+// writer that never forces leaves those to them). It returns the apiserver's error as it is (wrapped with
 // %w at most): on an apply conflict, the source leaves the fields it names
 // out too and calls WriteStatus once more.
 type StatusWriter interface {
@@ -531,12 +542,15 @@ func (a ApplyStatus) WriteStatus(ctx context.Context, namespace, name string, s 
 	if err != nil {
 		return err
 	}
+	meta := map[string]any{"name": name, "namespace": namespace}
+	rv, force := foreign.TakeOver(s)
+	if force {
+		meta["resourceVersion"] = rv // nothing taken but what was read
+	}
 	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": GVR.GroupVersion().String(), "kind": "GitSync",
-		"metadata": map[string]any{"name": name, "namespace": namespace},
-		"status":   status,
+		"apiVersion": GVR.GroupVersion().String(), "kind": "GitSync", "metadata": meta, "status": status,
 	}}
-	_, err = a.Client.Resource(GVR).Namespace(namespace).ApplyStatus(ctx, name, u, metav1.ApplyOptions{FieldManager: a.FieldManager})
+	_, err = a.Client.Resource(GVR).Namespace(namespace).ApplyStatus(ctx, name, u, metav1.ApplyOptions{FieldManager: a.FieldManager, Force: force})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

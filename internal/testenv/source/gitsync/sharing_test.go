@@ -48,6 +48,13 @@ func applyStatus(h *harness, name string, status map[string]any) {
 // (it takes the fields it changes over, without a conflict).
 func updateStatus(h *harness, name string, status map[string]any) {
 	h.t.Helper()
+	updateStatusAs(h, otherManager, name, status)
+}
+
+// updateStatusAs sets the fields of status by an update of the status
+// subresource as manager.
+func updateStatusAs(h *harness, manager, name string, status map[string]any) {
+	h.t.Helper()
 	client := env.Dynamic.Resource(gitsync.GVR).Namespace(h.ns)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u, err := client.Get(context.Background(), name, metav1.GetOptions{})
@@ -57,7 +64,7 @@ func updateStatus(h *harness, name string, status map[string]any) {
 		for k, v := range status {
 			require.NoError(h.t, unstructured.SetNestedField(u.Object, v, "status", k))
 		}
-		_, err = client.UpdateStatus(context.Background(), u, metav1.UpdateOptions{FieldManager: otherManager})
+		_, err = client.UpdateStatus(context.Background(), u, metav1.UpdateOptions{FieldManager: manager})
 		return err
 	})
 	require.NoError(h.t, err)
