@@ -52,6 +52,10 @@ type Auth struct {
 	// SSHPrivateKey is a PEM private key; SSHPassphrase decrypts it.
 	SSHPrivateKey []byte
 	SSHPassphrase string
+	// SSHPrivateKeys are more PEM private keys, offered after SSHPrivateKey
+	// in turn, as ssh offers each of its -i (git-sync's repeatable
+	// --ssh-key-file); SSHPassphrase decrypts each.
+	SSHPrivateKeys [][]byte
 	// KnownHosts is a known_hosts file's content. SSH refuses to connect
 	// without it unless InsecureIgnoreHostKey is set.
 	KnownHosts []byte
@@ -115,7 +119,7 @@ func (a *Auth) String() string {
 	if a.BearerToken != "" {
 		kinds = append(kinds, "bearer")
 	}
-	if len(a.SSHPrivateKey) > 0 {
+	if a.hasSSHKey() {
 		kinds = append(kinds, "ssh-key")
 	}
 	if len(kinds) == 0 {
@@ -126,7 +130,21 @@ func (a *Auth) String() string {
 
 // hasSecret reports whether a carries anything that authenticates.
 func (a *Auth) hasSecret() bool {
-	return a != nil && (a.Username != "" || a.Password != "" || a.BearerToken != "" || len(a.SSHPrivateKey) > 0)
+	return a != nil && (a.Username != "" || a.Password != "" || a.BearerToken != "" || a.hasSSHKey())
+}
+
+// hasSSHKey reports whether a holds an SSH private key.
+func (a *Auth) hasSSHKey() bool { return len(a.sshKeys()) > 0 }
+
+// sshKeys are a's SSH private keys, in the order they are offered.
+func (a *Auth) sshKeys() [][]byte {
+	var keys [][]byte
+	for _, k := range append([][]byte{a.SSHPrivateKey}, a.SSHPrivateKeys...) {
+		if len(k) > 0 {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // Identity is a short, stable digest of who a names to the remote and how
@@ -152,6 +170,7 @@ func (a *Auth) Identity() string {
 	if a.ID == "" {
 		prefix = ""
 		parts = append(parts, []byte(a.Password), []byte(a.BearerToken), a.SSHPrivateKey, []byte(a.SSHPassphrase))
+		parts = append(parts, a.SSHPrivateKeys...)
 		if a.Proxy != nil {
 			parts = append(parts, []byte(a.Proxy.Password))
 		}
@@ -206,7 +225,7 @@ func (a *Auth) forEndpoint(e Endpoint) (transportOptions, error) {
 // httpAuth is go-git's auth for an HTTP(S) URL: a bearer token, or basic
 // credentials; never a secret over plain http unless allowed.
 func (a *Auth) httpAuth(scheme string) (transport.AuthMethod, error) {
-	if len(a.SSHPrivateKey) > 0 {
+	if a.hasSSHKey() {
 		return nil, fmt.Errorf("%w: an SSH key cannot be used with an %s URL", ErrInvalidAuth, scheme)
 	}
 	if scheme == "http" && a.hasSecret() && !a.AllowInsecureHTTP {
@@ -240,16 +259,25 @@ func (a *Auth) sshAuth(e Endpoint) (transport.AuthMethod, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(a.SSHPrivateKey) == 0 {
+	keys := a.sshKeys()
+	if len(keys) == 0 {
 		return nil, fmt.Errorf("%w: an ssh URL needs an SSH private key", ErrInvalidAuth)
 	}
-	pk, err := gitssh.NewPublicKeys(user, a.SSHPrivateKey, a.SSHPassphrase)
-	if err != nil {
-		// The ssh package's message never contains key material.
-		return nil, fmt.Errorf("%w: SSH private key: %v", ErrInvalidAuth, err)
+	var signers []ssh.Signer
+	for i, key := range keys {
+		pk, err := gitssh.NewPublicKeys(user, key, a.SSHPassphrase)
+		if err != nil {
+			// The ssh package's message never contains key material.
+			return nil, fmt.Errorf("%w: SSH private key %d: %v", ErrInvalidAuth, i+1, err)
+		}
+		if len(keys) == 1 {
+			pk.HostKeyCallback = cb
+			return pk, nil
+		}
+		signers = append(signers, pk.Signer)
 	}
-	pk.HostKeyCallback = cb
-	return pk, nil
+	return &gitssh.PublicKeysCallback{User: user, Callback: func() ([]ssh.Signer, error) { return signers, nil },
+		HostKeyCallbackHelper: gitssh.HostKeyCallbackHelper{HostKeyCallback: cb}}, nil
 }
 
 func (a *Auth) hostKeyCallback() (ssh.HostKeyCallback, error) {

@@ -105,10 +105,15 @@ func cliEnv(tmp string, e Endpoint, a *Auth, cfg ...[2]string) ([]string, error)
 		}
 		cfg, env = append(cfg, hcfg...), append(env, henv...)
 	case "ssh":
-		key, kh := filepath.Join(tmp, "key"), filepath.Join(tmp, "known_hosts")
-		if err := os.WriteFile(key, a.SSHPrivateKey, 0o600); err != nil {
-			return nil, err
+		ids := ""
+		for i, k := range a.sshKeys() {
+			key := filepath.Join(tmp, fmt.Sprintf("key-%d", i))
+			if err := os.WriteFile(key, k, 0o600); err != nil {
+				return nil, err
+			}
+			ids += " -i " + key
 		}
+		kh := filepath.Join(tmp, "known_hosts")
 		if err := os.WriteFile(kh, a.KnownHosts, 0o600); err != nil {
 			return nil, err
 		}
@@ -116,7 +121,7 @@ func cliEnv(tmp string, e Endpoint, a *Auth, cfg ...[2]string) ([]string, error)
 		if a.InsecureIgnoreHostKey {
 			strict, kh = "no", os.DevNull
 		}
-		env = append(env, fmt.Sprintf("GIT_SSH_COMMAND=ssh -F /dev/null -i %s -o IdentitiesOnly=yes -o UserKnownHostsFile=%s -o StrictHostKeyChecking=%s -o BatchMode=yes", key, kh, strict))
+		env = append(env, fmt.Sprintf("GIT_SSH_COMMAND=ssh -F /dev/null%s -o IdentitiesOnly=yes -o UserKnownHostsFile=%s -o StrictHostKeyChecking=%s -o BatchMode=yes", ids, kh, strict))
 	}
 	env = append(env, fmt.Sprintf("GIT_CONFIG_COUNT=%d", len(cfg)))
 	for i, kv := range cfg {

@@ -61,3 +61,33 @@ func TestSSHWithKnownHosts(t *testing.T) {
 	_, err = ListRefs(ctxT(t), url, &Auth{SSHPrivateKey: otherKey, KnownHosts: sshSrv.KnownHosts()}, nil)
 	require.Error(t, err)
 }
+
+// Several keys are offered in turn, as ssh offers each -i: the one the
+// server knows, second, is taken by go-git and by the git CLI.
+func TestSSHOffersEachKey(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "one", gittest.File("a", "1"))
+	key, pub := sshKey(t)
+	unknown, _ := sshKey(t)
+	sshSrv := srv.StartSSH(t, pub)
+	url := sshSrv.URL(repo.Name())
+	auth := &Auth{SSHPrivateKey: unknown, SSHPrivateKeys: [][]byte{key}, KnownHosts: sshSrv.KnownHosts()}
+	assert.Equal(t, "ssh-key", auth.String())
+
+	refs, err := ListRefs(ctxT(t), url, auth, nil)
+	require.NoError(t, err)
+	got, _ := refs.Commit("refs/heads/main")
+	assert.Equal(t, c1, got.String())
+	gitBin, statuses := recordingGit(t)
+	m, err := OpenMirror(t.TempDir(), url, MirrorOptions{GitCLI: gitBin})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), auth, []string{"refs/heads/main"})
+	require.NoError(t, err)
+	assert.Equal(t, "0\n", statuses(), "the CLI fetched over ssh with the second key")
+
+	// Only in SSHPrivateKeys is a key too.
+	_, err = ListRefs(ctxT(t), url, &Auth{SSHPrivateKeys: [][]byte{key}, KnownHosts: sshSrv.KnownHosts()}, nil)
+	require.NoError(t, err)
+	assert.NotEqual(t, (&Auth{SSHPrivateKey: unknown}).Identity(), auth.Identity(), "more keys are another identity")
+}
