@@ -58,7 +58,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Environ(), os.Stderr))
+	os.Exit(runIO(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
 
 // config is git-sync's flags that this program honours.
@@ -76,8 +76,13 @@ type config struct {
 	webhookURL, webhookMethod                      string
 	webhookStatus                                  int
 	webhookTimeout, webhookBackoff                 time.Duration
-	username, passwordFile, sshKeyFile, knownHosts string
-	password                                       string // GITSYNC_PASSWORD: never a flag, as git-sync
+	username, passwordFile, knownHosts             string
+	sshKeyFiles                                    []string // repeatable, tried in turn (ssh -i each)
+	sshKnownHosts                                  bool     // check host keys against knownHosts
+	cookieFile                                     bool     // refused when set: see check
+	githubBaseURL                                  string   // taken: GitHub App auth only, which is refused
+	version, manual, help                          bool     // print and exit
+	password                                       string   // GITSYNC_PASSWORD: never a flag, as git-sync
 	httpBind, cacheDir, errorFile, syncOnSignal    string
 	commitFile, hookBind, touchFile                string
 	hookSecretFile, hookGitHubSecretFile           string
@@ -160,19 +165,19 @@ func parse(args []string, environ []string, stderr io.Writer) (config, error) {
 	var envErr error
 	known := map[string]bool{"GITSYNC_PASSWORD": true, "GIT_SYNC_PASSWORD": true}
 	fs.VisitAll(func(f *flag.Flag) {
-		// git-sync's names, then its v3 names (the first set wins).
-		names := []string{"GITSYNC_" + envName(f.Name), "GIT_SYNC_" + envName(f.Name)}
-		if v3, ok := v3Env[f.Name]; ok {
-			names = append(names, v3)
-		}
-		set := false
+		// git-sync's name, then its older names: the last set wins, as
+		// in git-sync.
+		names := append([]string{"GITSYNC_" + envName(f.Name), "GIT_SYNC_" + envName(f.Name)}, v3Env[f.Name]...)
+		from := ""
 		for _, name := range names {
 			known[name] = true
-			if v := vars[name]; v != "" && !set && envErr == nil {
-				set = true
-				if err := f.Value.Set(v); err != nil {
-					envErr = fmt.Errorf("%s=%q: %w", name, v, err)
-				}
+			if vars[name] != "" {
+				from = name
+			}
+		}
+		if from != "" && envErr == nil {
+			if err := setFromEnv(f.Value, vars[from]); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", from, vars[from], err)
 			}
 		}
 	})
@@ -192,6 +197,9 @@ func parse(args []string, environ []string, stderr io.Writer) (config, error) {
 	c.password = cmp.Or(vars["GITSYNC_PASSWORD"], vars["GIT_SYNC_PASSWORD"])
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.version || c.manual || c.help {
+		return c, nil // printed, before any check, as git-sync's
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -225,14 +233,18 @@ func (c *config) flags(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.maxFailures, "max-failures", 0, "the number of consecutive failures allowed before aborting (-1: no limit)")
 	fs.IntVar(&c.initMaxFailures, "init-max-failures", 0, "--max-failures until the first successful sync (default: --max-failures)")
 	fs.StringVar(&c.touchFile, "touch-file", "", "a file to touch (create, or update its times) after each sync that published a new commit (absolute or relative to --root)")
-	fs.BoolVar(&c.addUser, "add-user", false, "git-sync's: add a passwd entry for the user; not needed here (no ssh binary is run), and said so at start")
+	fs.BoolVar(&c.addUser, "add-user", false, "add a record to /etc/passwd for the current UID/GID (ssh, which git runs for SSH repositories, needs one); when /etc/passwd cannot be written, that is said and the sync goes on")
 	fs.BoolVar(&c.groupWrite, "group-write", false, "make files group-writable (umask 002)")
 	fs.DurationVar(&c.staleWorktreeTimeout, "stale-worktree-timeout", 0, "how long to retain non-current worktrees")
 	c.hookFlags(fs)
 	fs.StringVar(&c.username, "username", "", "the username to use for git auth")
 	fs.StringVar(&c.passwordFile, "password-file", "", "the file from which the password or personal access token for git auth will be sourced")
-	fs.StringVar(&c.sshKeyFile, "ssh-key-file", "", "the SSH key to use")
-	fs.StringVar(&c.knownHosts, "ssh-known-hosts-file", "", "the known_hosts file to use")
+	c.sshKeyFiles = []string{defaultSSHKeyFile}
+	fs.Var(&listFlag{into: &c.sshKeyFiles}, "ssh-key-file", "the SSH key(s) to use, tried in turn (repeatable; a variable separates them with ':')")
+	fs.BoolVar(&c.sshKnownHosts, "ssh-known-hosts", true, "enable SSH known_hosts verification")
+	fs.StringVar(&c.knownHosts, "ssh-known-hosts-file", defaultKnownHostsFile, "the known_hosts file to use")
+	fs.BoolVar(&c.cookieFile, "cookie-file", false, "git-sync's git cookie file (/etc/git-secret/cookie_file): refused when set, by name")
+	fs.StringVar(&c.githubBaseURL, "github-base-url", "https://api.github.com/", "the GitHub base URL of GitHub App auth (which this program refuses): taken, and said at start when set")
 	fs.Var(credentialsFlag{&c.credentials}, "credential", `a credential of the repository or its submodules, as JSON: {"url": "https://host/path", "username": "u", "password": "p" or "password-file": "/path"} (repeatable)`)
 	fs.StringVar(&c.askpassURL, "askpass-url", "", "a URL to query for git credentials (username=<value> and password=<value> lines) before each sync")
 	fs.StringVar(&c.gitBin, "git", "git", "the git command to run (subject to PATH search)")
@@ -246,7 +258,13 @@ func (c *config) flags(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.httpBind, "http-bind", "", "the bind address (including port) for the HTTP endpoint: / (health)")
 	fs.BoolVar(&c.httpMetrics, "http-metrics", false, "enable metrics on the HTTP endpoint (/metrics)")
 	fs.BoolVar(&c.httpPprof, "http-pprof", false, "enable the pprof debug endpoints on the HTTP endpoint (/debug/pprof/)")
-	fs.IntVar(&c.verbose, "v", 0, "logging verbosity")
+	fs.IntVar(&c.verbose, "verbose", 0, "logs at this V level and lower will be printed")
+	fs.IntVar(&c.verbose, "v", 0, "logs at this V level and lower will be printed (as --verbose)")
+	fs.BoolVar(&c.version, "version", false, "print the version and exit")
+	fs.BoolVar(&c.manual, "man", false, "print the full manual and exit")
+	for _, name := range []string{"help", "h", "?"} {
+		fs.BoolVar(&c.help, name, false, "print help text and exit")
+	}
 	c.v3Flags(fs)
 	fs.StringVar(&c.cacheDir, "cache-dir", "", "modwatch: where the mirror lives (default: root/.mirrors)")
 	fs.StringVar(&c.commitFile, "commit-file", "", "modwatch: write the synced commit into this file at the top of each tree")
@@ -264,9 +282,45 @@ func (c *config) flags(stderr io.Writer) *flag.FlagSet {
 // envName is the variable's name of a flag, after its prefix.
 func envName(flagName string) string { return strings.ToUpper(strings.ReplaceAll(flagName, "-", "_")) }
 
-// v3Env are git-sync v3's variables that are not GIT_SYNC_ and the flag's
-// name.
-var v3Env = map[string]string{"sync-hook-command": "GIT_SYNC_HOOK_COMMAND", "change-permissions": "GIT_SYNC_PERMISSIONS", "askpass-url": "GIT_ASKPASS_URL"}
+// v3Env are the variables git-sync v4 takes for a flag beside
+// GITSYNC_<FLAG> and GIT_SYNC_<FLAG>: v3's names, in git-sync's order.
+var v3Env = map[string][]string{
+	"sync-hook-command": {"GIT_SYNC_HOOK_COMMAND"}, "change-permissions": {"GIT_SYNC_PERMISSIONS"}, "askpass-url": {"GIT_ASKPASS_URL"},
+	"ssh-key-file": {"GIT_SSH_KEY_FILE"}, "ssh-known-hosts-file": {"GIT_SSH_KNOWN_HOSTS_FILE"},
+	"ssh-known-hosts": {"GIT_SYNC_KNOWN_HOSTS", "GIT_KNOWN_HOSTS"}, "cookie-file": {"GIT_COOKIE_FILE"},
+}
+
+// setFromEnv sets a flag from a variable: a list's items are separated
+// by ':', as git-sync's.
+func setFromEnv(v flag.Value, s string) error {
+	if l, ok := v.(*listFlag); ok {
+		*l.into = strings.Split(s, ":")
+		return nil // a default: the command line's first replaces it
+	}
+	return v.Set(s)
+}
+
+// listFlag is a repeatable flag with a default: the first value given
+// replaces the default, the next ones are added (pflag's StringArray).
+type listFlag struct {
+	into *[]string
+	set  bool
+}
+
+func (l *listFlag) String() string {
+	if l == nil || l.into == nil {
+		return ""
+	}
+	return strings.Join(*l.into, ",")
+}
+
+func (l *listFlag) Set(v string) error {
+	if !l.set {
+		*l.into, l.set = nil, true
+	}
+	*l.into = append(*l.into, v)
+	return nil
+}
 
 // v3 holds git-sync v3's spellings, which git-sync v4 still takes.
 type v3 struct {
@@ -370,6 +424,9 @@ func (c *config) check() error {
 	case c.path != "" && c.sparseFile != "":
 		return errors.New("--path and --sparse-checkout-file are exclusive: --path is a sparse checkout of its directory")
 	}
+	if err := c.checkTaken(); err != nil {
+		return err
+	}
 	if c.filter != "" {
 		if err := gitutil.ValidFilter(c.filter); err != nil {
 			return fmt.Errorf("--filter: %w", err)
@@ -405,6 +462,19 @@ func (c *config) check() error {
 			return err
 		}
 	}
+	return nil
+}
+
+// checkTaken refuses, by name, git-sync's settings this program takes but
+// cannot honour, and notes those it takes and does nothing with.
+func (c *config) checkTaken() error {
+	if c.cookieFile {
+		return errors.New("--cookie-file (GITSYNC_COOKIE_FILE, GIT_COOKIE_FILE) is not supported: this program's HTTP fetches send no cookies")
+	}
+	if c.githubBaseURL != "https://api.github.com/" {
+		c.notes = append(c.notes, "--github-base-url is used by GitHub App auth only, which this program does not take: not used")
+	}
+	c.checkSSH()
 	return nil
 }
 
@@ -526,17 +596,9 @@ func (c config) auth() (*gitutil.Auth, error) {
 		}
 		a.Password = strings.TrimRight(string(pw), "\r\n")
 	}
-	if c.sshKeyFile != "" {
-		key, err := readMounted(c.sshKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--ssh-key-file: %w", err)
-		}
-		a.SSHPrivateKey = key
-		if c.knownHosts == "" {
-			return nil, errors.New("--ssh-key-file needs --ssh-known-hosts-file")
-		}
-		if a.KnownHosts, err = readMounted(c.knownHosts); err != nil {
-			return nil, fmt.Errorf("--ssh-known-hosts-file: %w", err)
+	if isSSH(c.repo) {
+		if err := c.sshAuth(a); err != nil {
+			return nil, err
 		}
 	}
 	if a.Username == "" && a.Password == "" && a.SSHPrivateKey == nil {
@@ -615,15 +677,22 @@ func (c config) gitCredentials(a *gitutil.Auth) ([]credential, error) {
 	return out, nil
 }
 
-// run is the program; it returns the exit code.
+// run is the program, its output (--version, --help, --man) on stderr
+// with its logs.
 func run(ctx context.Context, args []string, environ []string, stderr io.Writer) int {
+	return runIO(ctx, args, environ, stderr, stderr)
+}
+
+// runIO is the program; it returns the exit code.
+func runIO(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
 	c, err := parse(args, environ, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
 		fmt.Fprintln(stderr, "gitsync:", err)
 		return 2
+	}
+	if c.version || c.manual || c.help {
+		printInfo(stdout, c)
+		return 0
 	}
 	log := logr.FromSlogHandler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.Level(-c.verbose)}))
 	if err := syncRepo(ctx, c, log); err != nil {

@@ -63,7 +63,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}{
 		{[]string{"--root", "/git"}, "--repo"},
 		{[]string{"--repo", "r"}, "--root"},
-		{[]string{"--repo", "r", "--root", "/git", "--cookie-file", "true"}, "flag provided but not defined: -cookie-file"},
+		{[]string{"--repo", "r", "--root", "/git", "--cookie-file"}, "--cookie-file (GITSYNC_COOKIE_FILE, GIT_COOKIE_FILE) is not supported"},
+		{[]string{"--repo", "r", "--root", "/git", "--github-app-client-id", "x"}, "flag provided but not defined: -github-app-client-id"},
 		{[]string{"--repo", "r", "--root", "/git", "--filter", "tree:0"}, "leaves out trees"},
 		{[]string{"--repo", "r", "--root", "/git", "--filter", "blob:many"}, "not a filter spec"},
 		{[]string{"--repo", "https://h/r", "--root", "/git", "--filter", "blob:none", "--also", "link=l2,repo=https://h/r,path=d"}, "exclusive"},
@@ -89,8 +90,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	// does, by name: it is never silently dropped.
 	out.Reset()
 	args := []string{"--repo", "r", "--root", "/git"}
-	assert.Equal(t, 2, run(context.Background(), args, []string{"GITSYNC_COOKIE_FILE=true", "GIT_SYNC_GIT_CREDENTIAL=x", "GITSYNC_PERIOD=1s"}, &out))
-	assert.Contains(t, out.String(), "environment variables this program does not take: GITSYNC_COOKIE_FILE, GIT_SYNC_GIT_CREDENTIAL")
+	assert.Equal(t, 2, run(context.Background(), args, []string{"GITSYNC_GITHUB_APP_CLIENT_ID=x", "GIT_SYNC_GIT_CREDENTIAL=x", "GITSYNC_PERIOD=1s"}, &out))
+	assert.Contains(t, out.String(), "environment variables this program does not take: GITSYNC_GITHUB_APP_CLIENT_ID, GIT_SYNC_GIT_CREDENTIAL")
 
 	// git-sync v3's spellings, which v4 takes: flags and variables.
 	c, err = parse([]string{"--repo", "r", "--root", "/git", "--branch", "dev", "--wait", "1.5", "--timeout", "7", "--max-sync-failures", "3",

@@ -42,7 +42,9 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 		log.Info(n)
 	}
 	if c.addUser {
-		log.Info("--add-user is not needed: this program runs no ssh binary that would look the user up")
+		if err := addUser("/etc/passwd"); err != nil {
+			log.Error(err, "--add-user: no passwd record added; ssh may not find the user")
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -166,7 +168,7 @@ func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watche
 func (s *session) worktrees(git *mirrorDirs) *worktrees {
 	c := s.c
 	return &worktrees{
-		root: c.root, link: c.link, origin: c.repo, path: c.path, git: gitRunner{bin: c.gitBin}, mirrors: git,
+		root: c.root, link: c.link, origin: c.repo, path: c.path, git: gitRunner{bin: c.gitBin, ssh: c.sshCommand(os.Getenv("GIT_SSH_COMMAND"))}, mirrors: git,
 		depth: c.depth, filter: c.filter, sparseFile: c.sparseFile, submodules: c.submodules, gc: c.gitGC, commitFile: c.commitFile,
 		stale: c.staleWorktreeTimeout, period: c.period, log: s.log,
 		prePublish: func(hash string) {

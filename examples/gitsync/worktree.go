@@ -738,6 +738,9 @@ func (w *worktrees) trimMirror(ctx context.Context) error {
 type gitRunner struct {
 	bin    string
 	global string // the configuration file; "" until configure
+	// ssh is GIT_SSH_COMMAND, git-sync's (see config.sshCommand): the
+	// keys and known hosts of submodules over SSH.
+	ssh string
 }
 
 // configure writes the command's global configuration into dir (mode
@@ -796,12 +799,19 @@ func (g gitRunner) command(ctx context.Context, dir string, args ...string) *exe
 		case "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR",
 			"GIT_CEILING_DIRECTORIES", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT":
 			continue
+		case "GIT_SSH_COMMAND":
+			if g.ssh != "" {
+				continue
+			}
 		}
 		cmd.Env = append(cmd.Env, kv)
 	}
 	cmd.Env = append(cmd.Env, "GIT_TERMINAL_PROMPT=0")
 	if g.global != "" {
 		cmd.Env = append(cmd.Env, "GIT_CONFIG_GLOBAL="+g.global)
+	}
+	if g.ssh != "" {
+		cmd.Env = append(cmd.Env, "GIT_SSH_COMMAND="+g.ssh)
 	}
 	return cmd
 }
