@@ -53,7 +53,9 @@ func TestGitSyncFlagsAndVariables(t *testing.T) {
 		{name: "-v", args: []string{"-v", "4"}, check: func(t *testing.T, c config) { assert.Equal(t, 4, c.verbose) }},
 		{name: "GITSYNC_VERBOSE", env: []string{"GITSYNC_VERBOSE=5"}, check: func(t *testing.T, c config) { assert.Equal(t, 5, c.verbose) }},
 		{name: "--github-base-url is taken and said", args: []string{"--github-base-url", "https://ghe/api/v3/"},
-			check: func(t *testing.T, c config) { assert.Contains(t, c.notes, "--github-base-url is used by GitHub App auth only, which this program does not take: not used") }},
+			check: func(t *testing.T, c config) {
+				assert.Contains(t, c.notes, "--github-base-url is used by GitHub App auth only, which this program does not take: not used")
+			}},
 		{name: "GITSYNC_GITHUB_BASE_URL", env: []string{"GITSYNC_GITHUB_BASE_URL=https://ghe/api/v3/"},
 			check: func(t *testing.T, c config) { assert.Equal(t, "https://ghe/api/v3/", c.githubBaseURL) }},
 		{name: "GIT_COOKIE_FILE=false is taken", env: []string{"GIT_COOKIE_FILE=false"}, check: func(t *testing.T, c config) { assert.False(t, c.cookieFile) }},

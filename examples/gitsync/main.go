@@ -63,39 +63,39 @@ func main() {
 
 // config is git-sync's flags that this program honours.
 type config struct {
-	repo, ref, root, link, path                    string
-	period, initPeriod, syncTimeout                time.Duration
-	staleWorktreeTimeout                           time.Duration
-	depth, maxFailures, initMaxFailures, verbose   int
-	depthSet, initMaxFailuresSet                   bool
-	oneTime, addUser, groupWrite                   bool
-	httpMetrics, httpPprof                         bool
-	exechookCommand, prePublishCommand             string
-	exechookTimeout, exechookBackoff               time.Duration
-	prePublishTimeout, prePublishBackoff           time.Duration
-	webhookURL, webhookMethod                      string
-	webhookStatus                                  int
-	webhookTimeout, webhookBackoff                 time.Duration
-	username, passwordFile, knownHosts             string
-	sshKeyFiles                                    []string // repeatable, tried in turn (ssh -i each)
-	sshKnownHosts                                  bool     // check host keys against knownHosts
-	cookieFile                                     bool     // refused when set: see check
-	githubBaseURL                                  string   // taken: GitHub App auth only, which is refused
-	version, manual, help                          bool     // print and exit
-	password                                       string   // GITSYNC_PASSWORD: never a flag, as git-sync
-	httpBind, cacheDir, errorFile, syncOnSignal    string
-	commitFile, hookBind, touchFile                string
-	hookSecretFile, hookGitHubSecretFile           string
-	hookGitLabTokenFile, hookGiteaSecretFile       string
-	hookGogsSecretFile, hookBitbucketSecretFile    string
-	gitBin, gitGC, submodules, sparseFile, filter  string
-	gitConfigs                                     []string // key=value, from --git-config and --git-config-add
-	signal                                         os.Signal
-	also                                           []watcher.Target
-	credentials                                    []credential
-	askpassURL                                     string
-	v3                                             v3
-	notes                                          []string // said at start
+	repo, ref, root, link, path                   string
+	period, initPeriod, syncTimeout               time.Duration
+	staleWorktreeTimeout                          time.Duration
+	depth, maxFailures, initMaxFailures, verbose  int
+	depthSet, initMaxFailuresSet                  bool
+	oneTime, addUser, groupWrite                  bool
+	httpMetrics, httpPprof                        bool
+	exechookCommand, prePublishCommand            string
+	exechookTimeout, exechookBackoff              time.Duration
+	prePublishTimeout, prePublishBackoff          time.Duration
+	webhookURL, webhookMethod                     string
+	webhookStatus                                 int
+	webhookTimeout, webhookBackoff                time.Duration
+	username, passwordFile, knownHosts            string
+	sshKeyFiles                                   []string // repeatable, tried in turn (ssh -i each)
+	sshKnownHosts                                 bool     // check host keys against knownHosts
+	cookieFile                                    bool     // refused when set: see check
+	githubBaseURL                                 string   // taken: GitHub App auth only, which is refused
+	version, manual, help                         bool     // print and exit
+	password                                      string   // GITSYNC_PASSWORD: never a flag, as git-sync
+	httpBind, cacheDir, errorFile, syncOnSignal   string
+	commitFile, hookBind, touchFile               string
+	hookSecretFile, hookGitHubSecretFile          string
+	hookGitLabTokenFile, hookGiteaSecretFile      string
+	hookGogsSecretFile, hookBitbucketSecretFile   string
+	gitBin, gitGC, submodules, sparseFile, filter string
+	gitConfigs                                    []string // key=value, from --git-config and --git-config-add
+	signal                                        os.Signal
+	also                                          []watcher.Target
+	credentials                                   []credential
+	askpassURL                                    string
+	v3                                            v3
+	notes                                         []string // said at start
 }
 
 // gitConfigFlag is --git-config-add: one key:value each time, parsed as

@@ -61,10 +61,16 @@ func TestMountedFilesAreFollowedToAFileOnly(t *testing.T) {
 				_, err := credential{URL: "https://h", Username: "u", PasswordFile: bad}.resolved()
 				return err
 			},
-			"--password-file":        func() error { _, err := config{passwordFile: bad}.auth(); return err },
-			"--ssh-key-file":         func() error { _, err := config{repo: "git@h:r", sshKeyFiles: []string{bad}, knownHosts: password, sshKnownHosts: true}.auth(); return err },
-			"--ssh-known-hosts-file": func() error { _, err := config{repo: "git@h:r", sshKeyFiles: []string{password}, knownHosts: bad, sshKnownHosts: true}.auth(); return err },
-			"--hook-secret-file":     func() error { _, err := config{hookSecretFile: bad}.hookConfig(); return err },
+			"--password-file": func() error { _, err := config{passwordFile: bad}.auth(); return err },
+			"--ssh-key-file": func() error {
+				_, err := config{repo: "git@h:r", sshKeyFiles: []string{bad}, knownHosts: password, sshKnownHosts: true}.auth()
+				return err
+			},
+			"--ssh-known-hosts-file": func() error {
+				_, err := config{repo: "git@h:r", sshKeyFiles: []string{password}, knownHosts: bad, sshKnownHosts: true}.auth()
+				return err
+			},
+			"--hook-secret-file": func() error { _, err := config{hookSecretFile: bad}.hookConfig(); return err },
 		} {
 			t.Run(name+" "+filepath.Base(bad), func(t *testing.T) {
 				var err error
