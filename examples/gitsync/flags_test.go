@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -138,4 +139,23 @@ func TestSSHKeysOfferedInTurn(t *testing.T) {
 	code = run(context.Background(), []string{"--repo", sshSrv.URL(repo.Name()), "--root", t.TempDir(), "--one-time",
 		"--ssh-key-file", known, "--ssh-known-hosts-file", other, "--ssh-known-hosts=false"}, noEnv, &unchecked)
 	assert.Equal(t, 0, code, unchecked.String())
+}
+
+// --add-user adds a passwd record for the uid when it has none, as
+// git-sync's, and leaves one that has a record alone.
+func TestAddUser(t *testing.T) {
+	passwd := filepath.Join(t.TempDir(), "passwd")
+	require.NoError(t, os.WriteFile(passwd, []byte("root:x:0:0::/root:/bin/sh\n"), 0o644))
+	t.Setenv("HOME", "/home/x")
+	require.NoError(t, addUser(passwd))
+	data, err := os.ReadFile(passwd)
+	require.NoError(t, err)
+	if os.Getuid() == 0 {
+		assert.Equal(t, "root:x:0:0::/root:/bin/sh\n", string(data), "root has its record")
+		require.NoError(t, os.WriteFile(passwd, []byte("other:x:1:1::/:/bin/sh\n"), 0o644))
+		require.NoError(t, addUser(passwd))
+		data, err = os.ReadFile(passwd)
+		require.NoError(t, err)
+	}
+	assert.Contains(t, string(data), fmt.Sprintf("git-sync:x:%d:%d::/home/x:/sbin/nologin\n", os.Getuid(), os.Getgid()))
 }

@@ -16,8 +16,8 @@
 //	go run ./examples/gitsync --repo https://github.com/stefanprodan/podinfo --root /tmp/git --link podinfo --period 30s
 //
 // Flags, and GITSYNC_ or GIT_SYNC_ variables, this program does not take
-// fail at start, by name (--cookie-file and the GitHub App flags, among
-// git-sync's).
+// fail at start, by name (the GitHub App flags, among git-sync's; a
+// --cookie-file set is refused by name too).
 package main
 
 import (
