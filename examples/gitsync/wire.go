@@ -35,8 +35,15 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	umask := syscall.Umask(0)
 	if c.groupWrite {
-		syscall.Umask(0o002) // git-sync's --group-write, process-wide as there
+		umask = 0o002 // git-sync's --group-write, process-wide as there
+	}
+	syscall.Umask(umask)
+	// Root, as git-sync makes it: 0775 less the umask, before the mirrors'
+	// directory in it (0700) would make it so.
+	if err := os.MkdirAll(c.root, 0o775); err != nil {
+		return fmt.Errorf("making --root: %w", err)
 	}
 	for _, n := range c.notes {
 		log.Info(n)
@@ -49,7 +56,8 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	s := &session{c: c, log: log, cancel: cancel, synced: map[string]bool{}, source: &repoSource{done: make(chan struct{}), log: log}}
+	s := &session{c: c, log: log, cancel: cancel, synced: map[string]bool{}, source: &repoSource{done: make(chan struct{}), log: log},
+		sharing: newSharing(c.root, umask)}
 	if s.gs, err = newGitSyncMetrics(reg, c.link, c.repo); err != nil {
 		return err
 	}
@@ -110,6 +118,8 @@ type session struct {
 	hooks  struct{ pre, exec, web *hookRunner }
 	wt     *worktrees
 	w      *watcher.Watcher
+	// sharing makes the mirrors usable to the volume's consumers.
+	sharing sharing
 
 	mu          sync.Mutex
 	failures    int
@@ -170,7 +180,7 @@ func (s *session) worktrees(git *mirrorDirs) *worktrees {
 	return &worktrees{
 		root: c.root, link: c.link, origin: c.repo, path: c.path, git: gitRunner{bin: c.gitBin, ssh: c.sshCommand(os.Getenv("GIT_SSH_COMMAND"))}, mirrors: git,
 		depth: c.depth, filter: c.filter, sparseFile: c.sparseFile, submodules: c.submodules, gc: c.gitGC, commitFile: c.commitFile,
-		stale: c.staleWorktreeTimeout, period: c.period, log: s.log,
+		stale: c.staleWorktreeTimeout, period: c.period, log: s.log, cacheDir: c.cacheDir, sharing: s.sharing,
 		prePublish: func(hash string) {
 			if s.hooks.pre != nil {
 				s.hooks.pre.send(hash)

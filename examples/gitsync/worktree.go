@@ -66,6 +66,10 @@ type worktrees struct {
 	credentials func(*gitutil.Auth) ([]credential, error)
 	synced      func(hash string, took time.Duration)
 	log         logr.Logger
+	// cacheDir holds the mirrors, which sharing makes readable to the
+	// volume's consumers before each sync publishes.
+	cacheDir string
+	sharing  sharing
 
 	mu        sync.Mutex
 	current   string        // the hash the link was last published at
@@ -251,6 +255,11 @@ func (w *worktrees) initRepo(ctx context.Context) error {
 			return err
 		}
 		w.hasOrigin = true
+	}
+	if w.cacheDir != "" {
+		if err := w.sharing.share(w.cacheDir, w.mirrors.all()); err != nil {
+			return fmt.Errorf("sharing the mirrors with the volume's consumers: %w", err)
+		}
 	}
 	var alt bytes.Buffer
 	for _, d := range w.mirrors.all() {
