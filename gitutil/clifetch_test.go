@@ -156,3 +156,43 @@ func TestGitsLeftoversDoNotHoldTheFetch(t *testing.T) {
 	assert.Eventually(t, func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH }, 20*time.Second, 10*time.Millisecond,
 		"git's leftover child is gone")
 }
+
+// With CLIFetches every fetch is the git CLI's — the first, the later ones,
+// a commit's by hash — and a CLI that fails fails the fetch: go-git never
+// stands in for the git a program's user gave it.
+func TestCLIFetchesAreTheCLIsOnly(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
+
+	failing := filepath.Join(t.TempDir(), "git")
+	require.NoError(t, os.WriteFile(failing, []byte("#!/bin/sh\necho refused by policy >&2\nexit 1\n"), 0o755))
+	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: failing, CLIFetches: true,
+		OnFallback: func(error) { t.Error("go-git stood in") }})
+	require.NoError(t, err)
+	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+	require.ErrorContains(t, err, "refused by policy")
+	assert.False(t, m.HasCommit(mustHash(c1)), "nothing was fetched")
+	_, err = m.FetchCommit(ctxT(t), nil, mustHash(c1))
+	require.ErrorContains(t, err, "refused by policy")
+
+	for _, depth := range []int{0, 1} {
+		gitBin, statuses := recordingGit(t)
+		m, err = OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: gitBin, CLIFetches: true, ShallowDepth: depth})
+		require.NoError(t, err)
+		head := repo.Git(t, "rev-parse", "HEAD")
+		res, err := m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+		require.NoError(t, err)
+		assert.Equal(t, head, res.Refs["refs/heads/main"].String())
+		c2 := repo.Commit(t, fmt.Sprint("2-", depth), gittest.File("f", "2"))
+		res, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
+		require.NoError(t, err)
+		assert.Equal(t, c2, res.Refs["refs/heads/main"].String())
+		side := repo.Commit(t, fmt.Sprint("3-", depth), gittest.File("f", "3"))
+		repo.Reset(t, c2) // side is no ref's now
+		_, err = m.FetchCommit(ctxT(t), nil, mustHash(side))
+		require.NoError(t, err)
+		assert.True(t, m.HasCommit(mustHash(side)))
+		assert.Equal(t, "0\n0\n0\n", statuses(), "depth %d: three fetches, each the CLI's", depth)
+	}
+}

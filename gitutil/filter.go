@@ -42,9 +42,9 @@ func ValidFilter(spec string) error {
 	return fmt.Errorf("filter %q: not a filter spec (blob:none, blob:limit=<n>[kmg])", spec)
 }
 
-// fetchGitPartial is every fetch of refs into a mirror with a Filter: the
-// git CLI's (see cliFetch), ShallowDepth deep when the mirror is empty or
-// shallow. A server that ignores filters sends every file, as to git. It
+// fetchGitPartial is every fetch of refs into a mirror with a Filter (or
+// CLIFetches): the git CLI's (see cliFetch), ShallowDepth deep when the
+// mirror is empty or shallow. A server that ignores filters sends every file, as to git. It
 // reports whether a ref moved. Callers hold m.mu.
 func (m *Mirror) fetchGitPartial(ctx context.Context, topts transportOptions, refs []string) (bool, error) {
 	_, specs, err := cliRefSpecs(refs)
@@ -58,7 +58,8 @@ func (m *Mirror) fetchGitPartial(ctx context.Context, topts transportOptions, re
 	return m.moved(refs, before), nil
 }
 
-// shallowArgs are the depth of a fetch into a mirror with a Filter:
+// shallowArgs are the depth of a fetch into a mirror with a Filter (or
+// CLIFetches):
 // ShallowDepth when the mirror is empty or shallow. Callers hold m.mu.
 func (m *Mirror) shallowArgs() []string {
 	if m.opts.ShallowDepth > 0 && (m.isEmpty() || m.shallow()) {

@@ -124,6 +124,15 @@ type MirrorOptions struct {
 	// fetched as a Partial mirror's is (protocol version 2 over HTTP(S)),
 	// or is [ErrNotFetched].
 	Filter string
+	// CLIFetches, with a GitCLI, makes every fetch the CLI's git fetch
+	// (ShallowDepth deep into a mirror that is empty or shallow), a
+	// commit's by hash ([Mirror.FetchCommit]) included, and a CLI that
+	// fails fails the fetch: go-git never stands in for it (OnFallback is
+	// not called). For a program whose users give it their git, which
+	// must decide (a wrapper that enforces a policy, or hands credentials
+	// to git), as git-sync's --git. Listing refs ([ListRefs]) stays
+	// go-git's.
+	CLIFetches bool
 	// MaxKept bounds the file systems of [Mirror.FS] handed on ([Detach])
 	// that the mirror keeps readable once a garbage collection found them
 	// still referenced (0: [DefaultMaxKept]; negative: no bound). Past it,
@@ -452,7 +461,7 @@ func (m *Mirror) fetch(ctx context.Context, topts transportOptions, refs []strin
 	if len(refs) == 0 {
 		return false, nil
 	}
-	if m.opts.Filter != "" {
+	if m.opts.Filter != "" || (m.opts.CLIFetches && m.opts.GitCLI != "") {
 		return m.fetchGitPartial(ctx, topts, refs)
 	}
 	if listed != nil && m.partialCapable() {
@@ -627,13 +636,14 @@ func (m *Mirror) FetchCommit(ctx context.Context, auth *Auth, c Hash) (FetchResu
 	}
 	defer cancel()
 	defer m.lockToWrite()()
-	if m.opts.Filter != "" {
+	cliOnly := m.opts.CLIFetches && m.opts.GitCLI != ""
+	if m.opts.Filter != "" || cliOnly {
 		// go-git cannot filter: the CLI asks (in version 2), filtered.
 		err = m.cliFetch(ctx, topts.orig, m.shallowArgs(), "+"+commit.String()+":"+name)
 	} else {
 		_, err = m.goGitFetch(ctx, topts, []config.RefSpec{config.RefSpec(commit.String() + ":" + name)}, 0)
 	}
-	if _, cerr := m.repo.CommitObject(commit); cerr != nil && m.opts.GitCLI != "" && m.opts.Filter == "" && ctx.Err() == nil {
+	if _, cerr := m.repo.CommitObject(commit); cerr != nil && m.opts.GitCLI != "" && m.opts.Filter == "" && !cliOnly && ctx.Err() == nil {
 		err = m.cliFetch(ctx, topts.orig, nil, commit.String()+":"+name)
 	}
 	if err != nil {

@@ -129,6 +129,10 @@ type GoGit struct {
 	// and trees, then its files), so it is off by default. It needs GitCLI
 	// and FirstFetchDepth 0; see [gitutil.MirrorOptions.Partial].
 	Partial bool
+	// CLIFetches makes every fetch GitCLI's, and a GitCLI that fails fails
+	// the fetch: go-git never stands in (a program whose users give it
+	// their git, which decides). See [gitutil.MirrorOptions.CLIFetches].
+	CLIFetches bool
 }
 
 // DefaultGit is the watcher's git when none is given: GoGit with "git"
@@ -153,6 +157,7 @@ func (GoGit) ListRefs(ctx context.Context, url string, auth *gitutil.Auth, prefi
 // the rest g's settings.
 func (g GoGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (Mirror, error) {
 	opts.GitCLI, opts.FirstFetchDepth, opts.RepackPacks, opts.Partial = g.GitCLI, max(g.FirstFetchDepth, 0), g.RepackPacks, g.Partial
+	opts.CLIFetches = g.CLIFetches
 	m, err := gitutil.OpenMirror(dir, url, opts)
 	if err != nil {
 		return nil, err
