@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -130,14 +129,19 @@ const (
 // that serves it best, or nothing; "store" and "erase" are read and
 // ignored (nothing is kept). It returns the exit code.
 func credentialHelper(args []string, in io.Reader, out io.Writer, data string) int {
-	req := map[string]string{}
-	sc := bufio.NewScanner(io.LimitReader(in, 64<<10))
-	for sc.Scan() && sc.Text() != "" {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			req[k] = v
-		}
+	req, _ := readCredentialRequest(in)
+	if len(args) != 1 || args[0] != "get" {
+		return 0
 	}
-	if len(args) != 1 || args[0] != "get" || data == "" {
+	if socket := os.Getenv(credentialSocketEnv); data == "" && socket != "" {
+		// --askpass-url's, asked of the program.
+		if err := askCredentialSocket(context.Background(), socket, req, out); err != nil {
+			fmt.Fprintln(os.Stderr, "gitsync credential helper:", err)
+			return 1
+		}
+		return 0
+	}
+	if data == "" {
 		return 0
 	}
 	var creds []credential

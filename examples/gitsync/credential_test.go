@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -133,13 +134,6 @@ func TestAskpassURL(t *testing.T) {
 	assert.Contains(t, out.String(), "503", "a failed call is said")
 	assert.NotContains(t, out.String(), "askpass-s3cret")
 
-	// A file:// repository takes no password (git sends none): asked, as
-	// git-sync asks, said, and not sent.
-	out.Reset()
-	require.Equal(t, 0, run(context.Background(), []string{"--repo", "file://" + repo.BareDir(), "--root", t.TempDir(), "--one-time",
-		"--askpass-url", askpass.URL}, noEnv, &out), out.String())
-	assert.Contains(t, out.String(), "sent over http(s) only")
-
 	mu.Lock()
 	calls, down, password = 0, 0, "wrong"
 	mu.Unlock()
@@ -189,4 +183,57 @@ func TestAskpassCredentialsReachSubmodules(t *testing.T) {
 	assert.Equal(t, "private", string(data))
 	assert.NotContains(t, out.String(), "askpass-sub-s3cret")
 	assertNotOnDisk(t, root, "askpass-sub-s3cret")
+}
+
+// --askpass-url's credentials reach git for a repository of any scheme, as
+// git-sync hands them (git credential approve): a --git that asks git's
+// credential helpers for them (git-sync's own test tool,
+// _test_tools/git_askpass.sh, does so for a file:// repository) gets them,
+// and one that refuses the wrong ones fails the sync.
+func TestAskpassCredentialsReachTheGitGiven(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	repo.Commit(t, "0", gittest.File("version", "0"))
+	realGit, err := exec.LookPath("git")
+	require.NoError(t, err)
+	askpassGit := filepath.Join(t.TempDir(), "git")
+	script := `#!/bin/sh
+case "$1" in clone|ls-remote|fetch)
+	repo=$(echo "$@" | grep -o "file://[^ ]*")
+	out=$(echo "url=$repo" | "$REAL_GIT" credential fill) || exit 1
+	[ "$out" = "$(printf 'protocol=file\nhost=\npath=%s\nusername=my-username\npassword=my-password' "${repo#file:///}")" ] || { echo "invalid test username/password pair" >&2; exit 1; }
+esac
+exec "$REAL_GIT" "$@"
+`
+	require.NoError(t, os.WriteFile(askpassGit, []byte(script), 0o755))
+	t.Setenv("REAL_GIT", realGit)
+	var mu sync.Mutex
+	password := "my-password"
+	askpass := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, "username=my-username\npassword=%s\n", password)
+	}))
+	defer askpass.Close()
+
+	root := t.TempDir()
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"--repo", "file://" + repo.BareDir(), "--root", root, "--link", "link", "--one-time",
+		"--git", askpassGit, "--askpass-url", askpass.URL}, noEnv, &out)
+	require.Equal(t, 0, code, out.String())
+	data, err := os.ReadFile(filepath.Join(root, "link", "version"))
+	require.NoError(t, err)
+	assert.Equal(t, "0", string(data))
+	assert.NotContains(t, out.String(), "my-password")
+	assertNotOnDisk(t, root, "my-password")
+
+	mu.Lock()
+	password = "wrong"
+	mu.Unlock()
+	out.Reset()
+	root = t.TempDir()
+	code = run(context.Background(), []string{"--repo", "file://" + repo.BareDir(), "--root", root, "--link", "link", "--one-time",
+		"--git", askpassGit, "--askpass-url", askpass.URL}, noEnv, &out)
+	assert.Equal(t, 1, code, "the --git given refused: the sync fails, as git-sync's: %s", out.String())
+	assert.NoFileExists(t, filepath.Join(root, "link", "version"))
 }

@@ -453,9 +453,6 @@ func (c *config) check() error {
 		c.hookGiteaSecretFile == "" && c.hookGogsSecretFile == "" && c.hookBitbucketSecretFile == "" {
 		return errors.New("--hook-bind needs a --hook-*-secret-file (or --hook-gitlab-token-file): unsigned webhooks are refused")
 	}
-	if u, err := url.Parse(c.repo); c.askpassURL != "" && err == nil && u.Scheme != "http" && u.Scheme != "https" {
-		c.notes = append(c.notes, "--askpass-url is asked before each sync, but its credentials are sent over http(s) only, as git sends them: not to "+u.Scheme+":// repositories")
-	}
 	if c.syncOnSignal != "" {
 		var err error
 		if c.signal, err = parseSignal(c.syncOnSignal); err != nil {
@@ -639,11 +636,6 @@ func (c config) askpass(ctx context.Context) (*gitutil.Auth, error) {
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("--askpass-url answered %s", resp.Status) // not its body: it may hold a secret
-	}
-	if u, err := url.Parse(c.repo); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		// Asked, as git-sync asks, but git sends a password over
-		// HTTP(S) only: a git:// or file:// repository takes none.
-		return nil, nil
 	}
 	a := &gitutil.Auth{ID: "gitsync", AllowInsecureHTTP: true}
 	for _, line := range strings.Split(string(body), "\n") {

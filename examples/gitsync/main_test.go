@@ -460,14 +460,15 @@ func TestHealthBeforeAndAfterTheFirstSync(t *testing.T) {
 	assert.Equal(t, 0, p.stop(), p.stderr.String())
 }
 
-// A --git whose fetches fail is said, every time: go-git fetches instead,
-// so the sync does not fail, and the user's git is not silently passed
-// over.
-func TestFailingGitIsSaid(t *testing.T) {
+// A --git that fails fails the sync, as git-sync's: go-git never stands
+// in for the git the user gave (a policy wrapper that refuses a fetch),
+// at the first fetch or a later one, at any depth; git's own words are
+// said.
+func TestAFailingGitFailsTheSync(t *testing.T) {
 	gitBin, err := exec.LookPath("git")
 	require.NoError(t, err)
 	failing := filepath.Join(t.TempDir(), "git")
-	require.NoError(t, os.WriteFile(failing, []byte("#!/bin/sh\ncase \"$1\" in fetch|clone|index-pack) echo refused >&2; exit 1;; esac\nexec "+gitBin+" \"$@\"\n"), 0o755))
+	require.NoError(t, os.WriteFile(failing, []byte("#!/bin/sh\ncase \"$1\" in fetch|clone|index-pack) echo refused by policy >&2; exit 1;; esac\nexec "+gitBin+" \"$@\"\n"), 0o755))
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/app")
 	repo.Commit(t, "0", gittest.File("version", "0"))
@@ -475,11 +476,9 @@ func TestFailingGitIsSaid(t *testing.T) {
 		root := t.TempDir()
 		var stderr bytes.Buffer
 		code := run(context.Background(), []string{"--repo", repo.URL(), "--root", root, "--link", "app", "--depth", depth, "--git", failing, "--one-time"}, noEnv, &stderr)
-		require.Equal(t, 0, code, stderr.String())
-		data, err := os.ReadFile(filepath.Join(root, "app", "version"))
-		require.NoError(t, err)
-		assert.Equal(t, "0", string(data))
-		assert.Contains(t, stderr.String(), "--git failed; go-git fetched instead", "depth %s", depth)
-		assert.Contains(t, stderr.String(), "refused", "git's own words")
+		assert.Equal(t, 1, code, "depth %s: %s", depth, stderr.String())
+		assert.NoFileExists(t, filepath.Join(root, "app", "version"))
+		assert.NotContains(t, stderr.String(), "go-git fetched instead", "depth %s", depth)
+		assert.Contains(t, stderr.String(), "refused by policy", "git's own words")
 	}
 }

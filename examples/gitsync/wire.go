@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"net/http/pprof"
 	"os"
 	"os/signal"
@@ -60,6 +61,13 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 		sharing: newSharing(c.root, umask)}
 	if s.gs, err = newGitSyncMetrics(reg, c.link, c.repo); err != nil {
 		return err
+	}
+	if c.askpassURL != "" {
+		if s.creds, err = listenCredentials(log); err != nil {
+			return fmt.Errorf("--askpass-url: the credential socket: %w", err)
+		}
+		defer s.creds.close()
+		defer setenv(credentialSocketEnv, s.creds.path())()
 	}
 	var hooks sync.WaitGroup
 	defer hooks.Wait()
@@ -120,6 +128,8 @@ type session struct {
 	w      *watcher.Watcher
 	// sharing makes the mirrors usable to the volume's consumers.
 	sharing sharing
+	// creds serves --askpass-url's credentials to git (nil without it).
+	creds *credentialSocket
 
 	mu          sync.Mutex
 	failures    int
@@ -141,14 +151,16 @@ func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watche
 	if revision == "HEAD" {
 		revision = ""
 	}
-	git := &mirrorDirs{Git: watcher.GoGit{GitCLI: c.gitBin}, origin: c.repo, depth: c.depth, filter: c.filter, log: s.log}
+	// --git makes every fetch, and a --git that fails fails the sync, as
+	// git-sync's: go-git never stands in for the git the user gave.
+	git := &mirrorDirs{Git: watcher.GoGit{GitCLI: c.gitBin, CLIFetches: true}, origin: c.repo, depth: c.depth, filter: c.filter, log: s.log}
 	s.wt = s.worktrees(git)
 	s.wt.shared = c.alsoOfTheRepository()
 	s.source.target = watcher.Target{ID: c.link, URL: c.repo, Revision: revision, Path: c.path, Auth: auth}
 	s.source.init, s.source.period = c.initPeriod, c.period
 	switch {
 	case c.askpassURL != "":
-		s.source.auth, s.source.authFirst, s.source.authed = c.askpass, true, s.askpassed
+		s.source.auth, s.source.authFirst, s.source.authed = s.askpassAuth, true, s.askpassed
 	case c.passwordFile != "":
 		s.source.auth = func(context.Context) (*gitutil.Auth, error) { return c.auth() }
 		s.source.authFile = c.passwordFile
@@ -282,6 +294,25 @@ func (s *session) mainSynced(hash string, took time.Duration) {
 			s.log.Error(err, "touch-file not touched", "path", s.c.touchFile)
 		}
 	}
+}
+
+// askpassAuth asks --askpass-url, hands what it answered to git for the
+// repository, whatever its scheme (the credential socket: a --git that
+// asks git's credential helpers gets it, as from git-sync's git
+// credential approve), and makes it the target's credentials over
+// http(s), the one transport git itself sends a password over.
+func (s *session) askpassAuth(ctx context.Context) (*gitutil.Auth, error) {
+	a, err := s.c.askpass(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if s.creds != nil {
+		s.creds.set(credential{URL: s.c.repo, Username: a.Username, Password: a.Password})
+	}
+	if u, err := url.Parse(s.c.repo); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, nil // go-git's transports of other schemes take none
+	}
+	return a, nil
 }
 
 // askpassed counts an --askpass-url call as git-sync does: a failed one is
