@@ -726,7 +726,8 @@ func touch(path string) error {
 func serve(addr string, reg *prometheus.Registry, w *watcher.Watcher, synced func() bool, withMetrics, withPprof bool) (*http.Server, error) {
 	mux := http.NewServeMux()
 	if withMetrics {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		// promhttp_metric_handler_* too, as git-sync's promhttp.Handler.
+		mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	}
 	if withPprof {
 		pprofRoutes(mux)

@@ -396,6 +396,11 @@ func TestGitSyncMetrics(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	assert.Contains(t, string(body), "\nmodwatch_polls_total{", "the library's own, beside")
+	// The process's, as git-sync's default registry has them.
+	for _, family := range []string{"go_goroutines", "go_memstats_alloc_bytes", "go_gc_duration_seconds", "process_resident_memory_bytes",
+		"process_open_fds", "promhttp_metric_handler_requests_total", "promhttp_metric_handler_requests_in_flight"} {
+		assert.Contains(t, string(body), "\n# TYPE "+family+" ", family)
+	}
 	assert.Equal(t, 0, p.stop(), stderr.String())
 }
 

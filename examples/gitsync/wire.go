@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/filewatch"
@@ -56,7 +57,15 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The process's go_* and process_* metrics, as git-sync's default
+	// registry has them, beside git-sync's and the library's.
 	reg := prometheus.NewRegistry()
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return err
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return err
+	}
 	s := &session{c: c, log: log, cancel: cancel, synced: map[string]bool{}, source: &repoSource{done: make(chan struct{}), log: log},
 		sharing: newSharing(c.root, umask)}
 	if s.gs, err = newGitSyncMetrics(reg, c.link, c.repo); err != nil {
