@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -42,7 +41,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
@@ -82,6 +80,7 @@ type config struct {
 	cookieFile                                    bool     // refused when set: see check
 	githubBaseURL                                 string   // taken: GitHub App auth only, which is refused
 	version, manual, help                         bool     // print and exit
+	logFormat                                     string   // json, as git-sync\'s, or text
 	password                                      string   // GITSYNC_PASSWORD: never a flag, as git-sync
 	httpBind, cacheDir, errorFile, syncOnSignal   string
 	commitFile, hookBind, touchFile               string
@@ -260,6 +259,7 @@ func (c *config) flags(stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.httpPprof, "http-pprof", false, "enable the pprof debug endpoints on the HTTP endpoint (/debug/pprof/)")
 	fs.IntVar(&c.verbose, "verbose", 0, "logs at this V level and lower will be printed")
 	fs.IntVar(&c.verbose, "v", 0, "logs at this V level and lower will be printed (as --verbose)")
+	fs.StringVar(&c.logFormat, "log-format", "json", "modwatch: the logs' format: json (lines as git-sync writes them) or text (key=value)")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.BoolVar(&c.manual, "man", false, "print the full manual and exit")
 	for _, name := range []string{"help", "h", "?"} {
@@ -417,6 +417,8 @@ func (c *config) check() error {
 		return fmt.Errorf("--submodules must be one of recursive, shallow, off: %q", c.submodules)
 	case !slices.Contains([]string{"auto", "always", "aggressive", "off"}, c.gitGC):
 		return fmt.Errorf("--git-gc must be one of auto, always, aggressive, off: %q", c.gitGC)
+	case c.logFormat != "json" && c.logFormat != "text":
+		return fmt.Errorf("--log-format must be json or text: %q", c.logFormat)
 	case c.depth < 0:
 		return errors.New("--depth must not be negative")
 	case c.askpassURL != "" && (c.password != "" || c.passwordFile != ""):
@@ -686,7 +688,7 @@ func runIO(ctx context.Context, args []string, environ []string, stdout, stderr 
 		printInfo(stdout, c)
 		return 0
 	}
-	log := logr.FromSlogHandler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.Level(-c.verbose)}))
+	log := newLogger(c.logFormat, c.verbose, stderr)
 	if err := syncRepo(ctx, c, log); err != nil {
 		log.Error(err, "gitsync failed")
 		return 1
