@@ -142,4 +142,12 @@ func TestConsumerOfAnotherUIDRunsGit(t *testing.T) {
 	assert.Empty(t, out, "the worktree is clean")
 	cancel()
 	assert.Equal(t, 0, <-done, stderr.String())
+
+	// The volume mounted elsewhere (moved, here): git still works in the
+	// link, whose worktree, and root's objects, are named relatively.
+	moved := filepath.Join(filepath.Dir(filepath.Dir(root)), "elsewhere")
+	require.NoError(t, os.Rename(filepath.Dir(root), moved))
+	out, err = asConsumer(t, filepath.Join(moved, "git", "app"), "log", "--format=%H", "-1")
+	require.NoError(t, err, out)
+	assert.Equal(t, c1, out)
 }

@@ -262,14 +262,29 @@ func (w *worktrees) initRepo(ctx context.Context) error {
 		}
 	}
 	var alt bytes.Buffer
+	objects := filepath.Join(w.root, ".git", "objects")
 	for _, d := range w.mirrors.all() {
-		fmt.Fprintln(&alt, filepath.Join(d, "objects"))
+		fmt.Fprintln(&alt, alternate(objects, filepath.Join(d, "objects")))
 	}
-	file := filepath.Join(w.root, ".git", "objects", "info", "alternates")
+	file := filepath.Join(objects, "info", "alternates")
 	if old, err := readOwn(file); err == nil && bytes.Equal(old, alt.Bytes()) {
 		return nil
 	}
 	return writeAtomic(file, alt.Bytes())
+}
+
+// alternate is the line of root's alternates (in objects) that names a
+// mirror's objects: relative when the mirror is under root's volume (git
+// reads it relative to objects), so that the volume may be mounted
+// elsewhere, as git-sync's root may; absolute otherwise (a --cache-dir
+// outside it).
+func alternate(objects, mirror string) string {
+	root := filepath.Dir(filepath.Dir(objects))
+	if rel, err := filepath.Rel(root, mirror); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return mirror
+	}
+	rel, _ := filepath.Rel(objects, mirror)
+	return rel
 }
 
 // promisor makes root a partial clone of origin with --filter, as git's
