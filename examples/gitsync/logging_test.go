@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -49,4 +51,27 @@ func TestLogLines(t *testing.T) {
 	out.Reset()
 	assert.Equal(t, 2, run(context.Background(), []string{"--repo", "r", "--root", "/r", "--log-format=xml"}, noEnv, &out))
 	assert.Contains(t, out.String(), "--log-format must be json or text")
+}
+
+// --error-file holds the sync's error as git-sync writes it: its logger's
+// error payload, {"Msg", "Err", "Args": {"failCount"}}; a ref the remote
+// lacks is said in git's words.
+func TestErrorFile(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	repo.Commit(t, "0", gittest.File("f", "0"))
+	root := t.TempDir()
+	var out bytes.Buffer
+	assert.Equal(t, 1, run(context.Background(), []string{"--repo", repo.URL(), "--root", root, "--one-time", "--ref", "nope",
+		"--error-file", "error.json"}, noEnv, &out))
+	data, err := os.ReadFile(filepath.Join(root, "error.json"))
+	require.NoError(t, err, out.String())
+	var payload struct {
+		Msg, Err string
+		Args     map[string]any
+	}
+	require.NoError(t, json.Unmarshal(data, &payload), string(data))
+	assert.Equal(t, "error syncing repo, will retry", payload.Msg)
+	assert.Contains(t, payload.Err, "couldn't find remote ref nope")
+	assert.Equal(t, float64(1), payload.Args["failCount"], string(data))
 }

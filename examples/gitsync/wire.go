@@ -437,8 +437,9 @@ func (s *session) errorFile() string {
 }
 
 // writeError writes the sync error to --error-file, as git-sync: a JSON
-// object with the message and the error. A ref the remote lacks is said
-// in git's words too, which tools written for git-sync look for.
+// object with the message, the error and the failure count. A ref the
+// remote lacks is said in git's words too, which tools written for
+// git-sync look for.
 func (s *session) writeError(err error) {
 	f := s.errorFile()
 	if f == "" || err == nil {
@@ -448,7 +449,11 @@ func (s *session) writeError(err error) {
 	if errors.Is(err, gitutil.ErrRefNotFound) {
 		msg = fmt.Sprintf("couldn't find remote ref %s: %s", s.c.ref, msg)
 	}
-	data, _ := json.Marshal(map[string]string{"msg": "error syncing repo, will retry", "err": msg})
+	// git-sync's shape: its logger's error payload (Msg, Err, Args).
+	data, _ := json.Marshal(struct {
+		Msg, Err string
+		Args     map[string]any
+	}{"error syncing repo, will retry", msg, map[string]any{"failCount": s.failures}})
 	if werr := writeAtomic(f, append(data, '\n')); werr != nil {
 		s.log.Error(werr, "error-file not written", "path", f)
 	}
