@@ -61,6 +61,10 @@ func TestGitSyncFlagsAndVariables(t *testing.T) {
 			check: func(t *testing.T, c config) { assert.Equal(t, "https://ghe/api/v3/", c.githubBaseURL) }},
 		{name: "GIT_COOKIE_FILE=false is taken", env: []string{"GIT_COOKIE_FILE=false"}, check: func(t *testing.T, c config) { assert.False(t, c.cookieFile) }},
 		{name: "GIT_COOKIE_FILE=true is refused by name", env: []string{"GIT_COOKIE_FILE=true"}, err: "--cookie-file (GITSYNC_COOKIE_FILE, GIT_COOKIE_FILE) is not supported"},
+		{name: "--http-metrics needs --http-bind, as git-sync's", args: []string{"--http-metrics"}, err: "--http-bind must be specified"},
+		{name: "--username needs a password, as git-sync's", args: []string{"--username", "u"}, err: "$GITSYNC_PASSWORD or --password-file must be specified"},
+		{name: "a password needs --username, as git-sync's", args: []string{"--password-file", "/pw"}, err: "may only be specified when --username"},
+		{name: "--period of at least 10ms, as git-sync's", args: []string{"--period", "5ms"}, err: "at least 10ms"},
 		{name: "SSH settings of an https repository are said", args: []string{"--ssh-key-file", "/k"},
 			check: func(t *testing.T, c config) {
 				assert.Contains(t, c.notes, "--repo is not an SSH repository: the SSH settings serve its SSH submodules only")

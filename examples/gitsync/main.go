@@ -409,10 +409,16 @@ func (c *config) check() error {
 		return errors.New("--repo (or GITSYNC_REPO) is required")
 	case c.root == "":
 		return errors.New("--root (or GITSYNC_ROOT) is required")
-	case c.period <= 0 || c.initPeriod < 0:
-		return errors.New("--period must be positive (and --init-period not negative)")
-	case c.syncTimeout <= 0:
-		return errors.New("--sync-timeout must be positive")
+	case c.period < 10*time.Millisecond || c.initPeriod < 0 || (c.initPeriod > 0 && c.initPeriod < 10*time.Millisecond):
+		return errors.New("--period (and --init-period, when set) must be at least 10ms")
+	case c.syncTimeout < 10*time.Millisecond:
+		return errors.New("--sync-timeout must be at least 10ms")
+	case c.httpBind == "" && (c.httpMetrics || c.httpPprof):
+		return errors.New("--http-bind must be specified when --http-metrics or --http-pprof is set")
+	case c.username != "" && c.password == "" && c.passwordFile == "":
+		return errors.New("$GITSYNC_PASSWORD or --password-file must be specified when --username is specified")
+	case c.username == "" && (c.password != "" || c.passwordFile != ""):
+		return errors.New("$GITSYNC_PASSWORD and --password-file may only be specified when --username is specified")
 	case !slices.Contains([]string{"recursive", "shallow", "off"}, c.submodules):
 		return fmt.Errorf("--submodules must be one of recursive, shallow, off: %q", c.submodules)
 	case !slices.Contains([]string{"auto", "always", "aggressive", "off"}, c.gitGC):

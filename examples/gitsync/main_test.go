@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 var noEnv []string
 
 func TestFlagsAndEnvironment(t *testing.T) {
-	env := []string{"GITSYNC_REPO=https://git.example.com/g/app.git", "GITSYNC_ROOT=/git", "GITSYNC_PERIOD=30s", "GITSYNC_ONE_TIME=true", "GITSYNC_PASSWORD=pw", "HOME=/root"}
+	env := []string{"GITSYNC_REPO=https://git.example.com/g/app.git", "GITSYNC_ROOT=/git", "GITSYNC_PERIOD=30s", "GITSYNC_ONE_TIME=true", "GITSYNC_USERNAME=u", "GITSYNC_PASSWORD=pw", "HOME=/root"}
 	c, err := parse([]string{"--period", "5s", "--link", "/git/current"}, env, &bytes.Buffer{})
 	require.NoError(t, err)
 	assert.Equal(t, "pw", c.password, "GITSYNC_PASSWORD, a variable only, as git-sync's")
@@ -117,7 +117,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a.b=1", "c.d=x,y", "e.f=g h"}, c.gitConfigs)
 	assert.Equal(t, "off", c.gitGC)
-	c, err = parse(args, []string{"GITSYNC_PASSWORD=pw", "GITSYNC_PASSWORD_FILE=/f"}, &bytes.Buffer{})
+	c, err = parse(args, []string{"GITSYNC_USERNAME=u", "GITSYNC_PASSWORD=pw", "GITSYNC_PASSWORD_FILE=/f"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	_, err = c.auth()
 	assert.ErrorContains(t, err, "exclusive")

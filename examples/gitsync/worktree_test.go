@@ -259,7 +259,7 @@ func TestPasswordFileReadAgainAndURLCredentials(t *testing.T) {
 	require.Equal(t, 0, run(context.Background(), []string{"--repo", withCreds, "--root", t.TempDir(), "--one-time"}, noEnv, &out), out.String())
 	assert.NotContains(t, out.String(), "second-pw")
 	out.Reset()
-	assert.Equal(t, 2, run(context.Background(), []string{"--repo", withCreds, "--root", t.TempDir(), "--one-time", "--username", "u"}, noEnv, &out))
+	assert.Equal(t, 2, run(context.Background(), []string{"--repo", withCreds, "--root", t.TempDir(), "--one-time", "--username", "u", "--password-file", pwFile}, noEnv, &out))
 	assert.Contains(t, out.String(), "exclusive")
 }
 
