@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -162,4 +163,30 @@ func TestAddUser(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Contains(t, string(data), fmt.Sprintf("git-sync:x:%d:%d::/home/x:/sbin/nologin\n", os.Getuid(), os.Getgid()))
+}
+
+// A rotated SSH key (the Secret's file rewritten in place) is used from
+// the next period on, as ssh reads it at each of git-sync's fetches.
+func TestSSHKeyRotated(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/app")
+	repo.Commit(t, "0", gittest.File("f", "0"))
+	secrets := t.TempDir()
+	unknown, _ := sshKeyFile(t, secrets, "unknown")
+	known, pub := sshKeyFile(t, secrets, "known")
+	sshSrv := srv.StartSSH(t, pub)
+	kh := filepath.Join(secrets, "known_hosts")
+	require.NoError(t, os.WriteFile(kh, sshSrv.KnownHosts(), 0o600))
+	root := t.TempDir()
+	p := start(t, "--repo", sshSrv.URL(repo.Name()), "--root", root, "--link", "app", "--period", "100ms", "--max-failures", "-1",
+		"--ssh-key-file", unknown, "--ssh-known-hosts-file", kh)
+	require.Eventually(t, func() bool { return p.metric(`git_sync_count_total{status="error"}`) >= 1 }, 30*time.Second, 20*time.Millisecond, "%s", &p.stderr)
+	key, err := os.ReadFile(known)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(unknown, key, 0o600))
+	require.Eventually(t, func() bool {
+		data, err := os.ReadFile(filepath.Join(root, "app", "f"))
+		return err == nil && string(data) == "0"
+	}, 30*time.Second, 20*time.Millisecond, "%s", &p.stderr)
+	assert.Equal(t, 0, p.stop(), p.stderr.String())
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -173,6 +175,11 @@ func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watche
 	case c.passwordFile != "":
 		s.source.auth = func(context.Context) (*gitutil.Auth, error) { return c.auth() }
 		s.source.authFile = c.passwordFile
+	case isSSH(c.repo):
+		// The key files and known hosts are read again every period, as
+		// ssh reads them at each of git-sync's fetches: a rotated
+		// Secret is used from the next period on.
+		s.source.auth = func(context.Context) (*gitutil.Auth, error) { return c.auth() }
 	}
 	lo, hi := min(c.initPeriod, c.period), max(c.initPeriod, c.period)
 	// One user's sidecar, as git-sync: local repositories and credentials
@@ -496,7 +503,7 @@ func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) err
 			}
 			return
 		}
-		if old := p.target.Auth; !given || (old == nil) != (a == nil) || (a != nil && (old.Username != a.Username || old.Password != a.Password)) {
+		if old := p.target.Auth; !given || !sameAuth(old, a) {
 			p.target.Auth = a
 			give()
 		}
@@ -531,6 +538,16 @@ func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) err
 			}
 		}
 	}
+}
+
+// sameAuth reports whether a and b hold the same credentials.
+func sameAuth(a, b *gitutil.Auth) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Username == b.Username && a.Password == b.Password && bytes.Equal(a.SSHPrivateKey, b.SSHPrivateKey) &&
+		slices.EqualFunc(a.SSHPrivateKeys, b.SSHPrivateKeys, bytes.Equal) && bytes.Equal(a.KnownHosts, b.KnownHosts) &&
+		a.InsecureIgnoreHostKey == b.InsecureIgnoreHostKey
 }
 
 // follow says on changed when authFile changes, until stop, which waits
