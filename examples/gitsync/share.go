@@ -14,7 +14,7 @@ import (
 // git-sync's docs) reads them through root's objects/info/alternates.
 type sharing struct {
 	// bits are the read and search bits a umask leaves of 0555: what
-	// git-sync's files would have ("" shares nothing: a umask of 077).
+	// git-sync's files would have (its umask is 022, or 002).
 	bits fs.FileMode
 	// gid is root's group when root is set-group-ID (a volume's fsGroup):
 	// what is shared is given it, as what is made under root is; -1

@@ -48,8 +48,9 @@ func asConsumer(t *testing.T, dir string, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), err
 }
 
-// The root the command makes is 0775 less the umask, as git-sync's:
-// 0755 under the usual 022, 0775 with --group-write (umask 002).
+// The root the command makes is 0775 less git-sync's umask: 022 (the
+// process's own is not kept, as git-sync sets it), or 002 with
+// --group-write.
 func TestRootMode(t *testing.T) {
 	old := syscall.Umask(0o022)
 	defer syscall.Umask(old)
@@ -58,14 +59,17 @@ func TestRootMode(t *testing.T) {
 	repo.Commit(t, "0", gittest.File("f", "0"))
 	for _, tc := range []struct {
 		name  string
+		umask int
 		flags []string
 		want  fs.FileMode
 	}{
-		{"umask 022", nil, 0o755},
-		{"--group-write", []string{"--group-write"}, 0o775},
+		{"umask 022", 0o022, nil, 0o755},
+		{"umask 077", 0o077, nil, 0o755},
+		{"umask 077, --group-write", 0o077, []string{"--group-write"}, 0o775},
+		{"--group-write", 0o022, []string{"--group-write"}, 0o775},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			syscall.Umask(0o022)
+			syscall.Umask(tc.umask)
 			root := filepath.Join(t.TempDir(), "made", "root")
 			var out syncBuffer
 			code := run(context.Background(), append([]string{"--repo", repo.URL(), "--root", root, "--one-time"}, tc.flags...), noEnv, &out)

@@ -39,9 +39,11 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	umask := syscall.Umask(0)
+	// git-sync's umask, process-wide as there: 022, or 002 with
+	// --group-write, whatever the process was given.
+	umask := 0o022
 	if c.groupWrite {
-		umask = 0o002 // git-sync's --group-write, process-wide as there
+		umask = 0o002
 	}
 	syscall.Umask(umask)
 	// Root, as git-sync makes it: 0775 less the umask, before the mirrors'
