@@ -31,7 +31,8 @@ type remote struct {
 
 	// Its steps only (one at a time).
 	timer    *time.Timer
-	gen      int // the timer's generation
+	gen      int           // the timer's generation
+	armedIv  time.Duration // the interval the timer was set for
 	failures int
 	waiting  *listed   // a poll waiting for a fetch slot
 	touched  time.Time // when its mirror was last marked used
@@ -181,7 +182,9 @@ func (r *remote) currentAuth() *gitutil.Auth {
 
 // setTargets replaces the target set and the credentials (a rotated
 // secret of the same identity is used from the next poll on); new or
-// changed targets are polled at once.
+// changed targets are polled at once. A target whose interval only
+// changed is not: a shorter interval for the remote polls it at once, a
+// longer one moves its next poll later (see step).
 func (r *remote) setTargets(auth *gitutil.Auth, ts map[targetKey]*bound) {
 	if r.retarget(auth, ts) {
 		r.poke()
@@ -193,19 +196,26 @@ func (r *remote) retarget(auth *gitutil.Auth, ts map[targetKey]*bound) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.auth = auth
+	before := r.intervalLocked()
 	next := make(map[targetKey]*polled, len(ts))
-	poll := false
+	poll, retimed := false, false
 	for key, b := range ts {
-		if old, ok := r.targets[key]; ok && sameTargets(old.b, b) {
+		old, ok := r.targets[key]
+		switch {
+		case ok && sameTargets(old.b, b):
 			next[key] = old
-			continue
+		case ok && sameButInterval(old.b, b):
+			p := *old // a poll may be reading old
+			p.b = b
+			next[key], retimed = &p, true
+		default:
+			next[key] = &polled{b: b}
+			poll = true
 		}
-		next[key] = &polled{b: b}
-		poll = true
 	}
 	r.targets = next
 	r.index()
-	return poll
+	return poll || (retimed && r.intervalLocked() < before)
 }
 
 // index makes sorted and prefixes of targets, under r.mu.
@@ -221,6 +231,11 @@ func (r *remote) index() {
 func (r *remote) interval() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.intervalLocked()
+}
+
+// intervalLocked is interval, under r.mu.
+func (r *remote) intervalLocked() time.Duration {
 	d := r.env.opts.interval
 	for _, p := range r.targets {
 		if iv := p.b.t.Interval; iv > 0 && iv < d {
@@ -260,6 +275,16 @@ func (r *remote) step(context.Context) bool {
 	if !poked && (r.timer == nil || due != r.gen) {
 		return false // a stale timer's firing
 	}
+	if iv := r.interval(); !poked && iv > r.armedIv {
+		// A longer interval was given since the timer was set: the poll
+		// is that much later.
+		wait := iv - r.armedIv
+		r.armedIv = iv
+		if r.arm(wait) {
+			r.env.polls.schedule(r)
+		}
+		return false
+	}
 	r.stopTimer()
 	l, err := r.list(ctx)
 	switch {
@@ -292,6 +317,7 @@ func (r *remote) step(context.Context) bool {
 // schedules another step. It reports whether the remote has stopped.
 func (r *remote) afterPoll(ctx context.Context, err error) bool {
 	iv := r.interval()
+	r.armedIv = iv
 	wait := backoff.Jitter(iv, r.env.opts.jitter)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -463,3 +463,46 @@ func (g slowOpen) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watch
 	<-g.gate
 	return g.Git.OpenMirror(dir, url, opts)
 }
+
+// A target given again with a longer interval (git-sync's --init-period,
+// then --period) is next polled that interval after its last poll, not at
+// once, nor when the timer set for the shorter one fires; one given a
+// shorter interval is polled at once.
+func TestIntervalChange(t *testing.T) {
+	git := watchertest.NewGit()
+	repo := git.Remote("https://git.example/g/r.git")
+	repo.Commit(t, map[string]string{"f": "1"})
+	url := repo.URL()
+	cacheDir := t.TempDir()
+
+	synctest.Test(t, func(t *testing.T) {
+		obs := watchertest.NewObserver()
+		src := watchertest.NewSource(watcher.Target{ID: "t", URL: url, Interval: time.Second})
+		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithGit(git), watcher.WithObserver(obs),
+			watcher.WithInterval(time.Hour), watcher.WithMinInterval(time.Second), watcher.WithJitter(0))
+		require.NoError(t, w.Route(src, watchertest.NewSink("rec")))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		polls := func() int { return obs.Count(watchertest.Is(watcher.EventPolled, "")) }
+
+		synctest.Wait()
+		require.Equal(t, 1, polls(), "the first poll is at once")
+		time.Sleep(500 * time.Millisecond)
+		src.Set(watcher.Target{ID: "t", URL: url, Interval: 10 * time.Minute})
+		synctest.Wait()
+		assert.Equal(t, 1, polls(), "a longer interval polls nothing at once")
+		time.Sleep(10*time.Minute - 500*time.Millisecond - time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, 1, polls(), "nor before the longer interval is over")
+		time.Sleep(2 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, 2, polls(), "then it polls")
+
+		src.Set(watcher.Target{ID: "t", URL: url, Interval: time.Second})
+		synctest.Wait()
+		assert.Equal(t, 3, polls(), "a shorter interval polls at once")
+		cancel()
+		require.NoError(t, <-done)
+	})
+}

@@ -1034,3 +1034,11 @@ func (w *Watcher) resyncAll() {
 func sameTargets(a, b *bound) bool {
 	return reflect.DeepEqual(a.t, b.t) && reflect.DeepEqual(a.sinks, b.sinks)
 }
+
+// sameButInterval reports whether two bound targets differ in their
+// interval only.
+func sameButInterval(a, b *bound) bool {
+	t := b.t
+	t.Interval = a.t.Interval
+	return reflect.DeepEqual(a.t, t) && reflect.DeepEqual(a.sinks, b.sinks)
+}
