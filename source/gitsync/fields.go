@@ -145,7 +145,78 @@ func (f ForeignFields) Strip(s Status) (map[string]any, error) {
 	if f.set != nil {
 		stripMap(u, f.set)
 	}
+	f.clearTaken(u)
 	return u, nil
+}
+
+// clearTaken sets to its zero value, in u, each field of a record u
+// holds (of commitStatus, of a condition) that a [Config.TakeOver]
+// manager owns and the source has not (an error of commitStatus, when it
+// synced): the forced write takes it, and the record is the source's, not
+// the source's fields beside the other's (null is refused by the schema;
+// the source's next write, which leaves the field out, removes it).
+func (f ForeignFields) clearTaken(u map[string]any) {
+	if f.taken == nil {
+		return
+	}
+	f.taken.Leaves().Iterate(func(p fieldpath.Path) {
+		last := p[len(p)-1].FieldName
+		if len(p) < 2 || last == nil || (f.set != nil && f.set.Has(p)) {
+			return
+		}
+		zero, known := zeroFields[*last]
+		if parent, ok := lookup(u, p[:len(p)-1]); ok && known {
+			if _, there := parent[*last]; !there {
+				parent[*last] = zero
+			}
+		}
+	})
+}
+
+// zeroFields are the fields of the records of a [Status] that are left
+// out when empty, with their zero values.
+var zeroFields = map[string]any{"error": "", "observedGeneration": int64(0)}
+
+// lookup returns the map at p in m, the items of a list named by their
+// key fields.
+func lookup(m map[string]any, p fieldpath.Path) (map[string]any, bool) {
+	var v any = m
+	for _, pe := range p {
+		switch x := v.(type) {
+		case map[string]any:
+			if pe.FieldName == nil {
+				return nil, false
+			}
+			v = x[*pe.FieldName]
+		case []any:
+			if pe.Key == nil {
+				return nil, false
+			}
+			i := slices.IndexFunc(x, func(item any) bool {
+				im, ok := item.(map[string]any)
+				return ok && hasKey(im, pe)
+			})
+			if i < 0 {
+				return nil, false
+			}
+			v = x[i]
+		default:
+			return nil, false
+		}
+	}
+	out, ok := v.(map[string]any)
+	return out, ok
+}
+
+// hasKey says whether item has the key fields of pe.
+func hasKey(item map[string]any, pe fieldpath.PathElement) bool {
+	for _, f := range *pe.Key {
+		v, ok := item[f.Name]
+		if !ok || !value.Equals(value.NewValueInterface(v), f.Value) {
+			return false
+		}
+	}
+	return true
 }
 
 // keep returns s without the foreign fields, as a Status: a field of
