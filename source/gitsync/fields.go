@@ -46,9 +46,9 @@ var statusElement = fieldpath.FieldNameElement("status")
 // foreignFields reads from obj's managedFields the status fields that a
 // manager other than manager's apply of the status subresource owns, and
 // apart those of the managers takeOver names (any operation). An entry it
-// cannot read is left out and said in err: the source, which never forces
-// but over takeOver's, then learns its fields from the conflict they
-// cause.
+// cannot read is left out and said in err: the source, which then forces
+// nothing (takeOver's fields are not taken while one is there), learns its
+// fields from the conflict they cause.
 func foreignFields(obj metav1.Object, manager string, takeOver []string) (ForeignFields, error) {
 	set, taken := fieldpath.NewSet(), fieldpath.NewSet()
 	var errs []error
@@ -66,6 +66,9 @@ func foreignFields(obj metav1.Object, manager string, takeOver []string) (Foreig
 		} else {
 			set = set.Union(owned.WithPrefix(statusElement))
 		}
+	}
+	if len(errs) > 0 {
+		taken = nil // a forced write would take the unread entries' fields
 	}
 	return ForeignFields{set: wholeRecords(set), taken: taken, read: obj.GetResourceVersion()}, errors.Join(errs...)
 }
