@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/sink/apply"
@@ -100,3 +104,88 @@ func fieldsOf(owned map[string]any) []string {
 
 // isMap says whether the field k names is a map of Numaplane's schema.
 func isMap(k string) bool { return k == "f:commitStatus" || strings.HasPrefix(k, "k:") }
+
+// setPhase sets the phase by an update of the status subresource as
+// manager, once (no retry: it runs outside the test's goroutine).
+func setPhase(ctx context.Context, ns, name, manager, phase string) error {
+	client := env.Dynamic.Resource(gitsync.GVR).Namespace(ns)
+	u, err := client.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if err := unstructured.SetNestedField(u.Object, phase, "status", "phase"); err != nil {
+		return err
+	}
+	_, err = client.UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: manager})
+	return err
+}
+
+// A reconciler (not named) takes the phase right after the source read
+// the GitSync and before its forced write: the write, on the version
+// read, is refused, not forced over the reconciler's phase; tried again
+// on the version after, it takes the old self's fields and leaves the
+// reconciler its phase.
+func TestAttackTakeOverRacingAWriter(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", gittest.File("apps/web/a.yaml", cm("a", "1")))
+	var raced atomic.Bool
+	var refused atomic.Int32
+	apply := gitsync.ApplyStatus{Client: env.Dynamic, FieldManager: gitsync.DefaultFieldManager}
+	race := gitsync.StatusWriterFunc(func(ctx context.Context, ns, name string, s gitsync.Status, f gitsync.ForeignFields) error {
+		if _, force := f.TakeOver(s); force && raced.CompareAndSwap(false, true) {
+			if err := setPhase(ctx, ns, name, reconciler, gitsync.PhaseFailed); err != nil {
+				return err
+			}
+		}
+		err := apply.WriteStatus(ctx, ns, name, s, f)
+		if apierrors.IsConflict(err) {
+			refused.Add(1)
+		}
+		return err
+	})
+	h := startStopped(t, repo.URL(), takeOver(oldSelf), func(c *gitsync.Config) { c.StatusWriter = race })
+	updateStatusAs(h, oldSelf, "web", map[string]any{
+		"phase": gitsync.PhasePending, "message": "the old self's",
+		"commitStatus": map[string]any{"hash": "0000", "synced": false, "syncTime": "2026-01-01T00:00:00Z", "error": "the old self's"},
+	})
+	h.start()
+	st := h.waitStatus("web", "commit c1 synced", func(s gitsync.Status) bool {
+		return s.CommitStatus != nil && s.CommitStatus.Hash == c1 && s.CommitStatus.Synced
+	})
+	assert.True(t, raced.Load())
+	assert.Positive(t, refused.Load(), "the forced write on the version read was refused")
+	assert.Equal(t, gitsync.PhaseFailed, st.Phase, "the reconciler's phase")
+	assert.Contains(t, ownedBy(h, "web", reconciler), "f:phase")
+	assert.Empty(t, fieldsOf(ownedBy(h, "web", oldSelf)))
+	assert.Empty(t, st.CommitStatus.Error)
+}
+
+// A client that names no field manager and whose user agent has no
+// program name ("/x") is named "unknown" by the apiserver, not "":
+// TakeOver holding "" (an empty -take-over-status) takes none of its
+// fields.
+func TestAttackTakeOverTheEmptyName(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", gittest.File("apps/web/a.yaml", cm("a", "1")))
+	h := startStopped(t, repo.URL(), takeOver(""))
+	cfg := rest.CopyConfig(env.Config)
+	cfg.UserAgent = "/anonymous"
+	anon, err := dynamic.NewForConfig(cfg)
+	require.NoError(t, err)
+	client := anon.Resource(gitsync.GVR).Namespace(h.ns)
+	u, err := client.Get(context.Background(), "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NoError(t, unstructured.SetNestedField(u.Object, gitsync.PhaseFailed, "status", "phase"))
+	_, err = client.UpdateStatus(context.Background(), u, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Nil(t, ownedBy(h, "web", ""))
+	require.Contains(t, ownedBy(h, "web", "unknown"), "f:phase")
+	h.start()
+	st := h.waitStatus("web", "commit c1 synced", func(s gitsync.Status) bool {
+		return s.CommitStatus != nil && s.CommitStatus.Hash == c1 && s.CommitStatus.Synced
+	})
+	assert.Equal(t, gitsync.PhaseFailed, st.Phase)
+	assert.Contains(t, ownedBy(h, "web", "unknown"), "f:phase")
+}
