@@ -103,8 +103,15 @@ func (f ForeignFields) TakeOver(s Status) (resourceVersion string, force bool) {
 	if err != nil {
 		return "", false
 	}
+	// What is sent, but its maps (commitStatus, a condition): a map the
+	// other manager still owns as such (".") after its fields were taken
+	// is no conflict, and would force every later write.
 	sent := fieldpath.NewSet()
-	walkPaths(nil, u, func(p fieldpath.Path) { sent.Insert(p) })
+	walkPaths(nil, u, func(p fieldpath.Path, v any) {
+		if _, isMap := v.(map[string]any); !isMap {
+			sent.Insert(p)
+		}
+	})
 	if f.taken.Intersection(sent).Empty() {
 		return "", false
 	}
@@ -416,7 +423,7 @@ func (f ForeignFields) with(err error, s Status) (more ForeignFields, ok bool) {
 		return f, false
 	}
 	var paths []fieldpath.Path
-	walkPaths(nil, u, func(p fieldpath.Path) { paths = append(paths, p) })
+	walkPaths(nil, u, func(p fieldpath.Path, _ any) { paths = append(paths, p) })
 	set := fieldpath.NewSet()
 	for _, c := range st.Status().Details.Causes {
 		if c.Type != metav1.CauseTypeFieldManagerConflict {
@@ -445,14 +452,14 @@ func (f ForeignFields) union(g ForeignFields) ForeignFields {
 	return f
 }
 
-// walkPaths calls fn with the path of each field in v; the items of a
+// walkPaths calls fn with the path and value of each field in v; the items of a
 // list are named by their type (conditions), else by their index.
-func walkPaths(prefix fieldpath.Path, v any, fn func(fieldpath.Path)) {
+func walkPaths(prefix fieldpath.Path, v any, fn func(fieldpath.Path, any)) {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, x := range v {
 			p := append(prefix.Copy(), fieldpath.FieldNameElement(k))
-			fn(p)
+			fn(p, x)
 			walkPaths(p, x, fn)
 		}
 	case []any:
@@ -464,7 +471,7 @@ func walkPaths(prefix fieldpath.Path, v any, fn func(fieldpath.Path)) {
 				}
 			}
 			p := append(prefix.Copy(), pe)
-			fn(p)
+			fn(p, x)
 			walkPaths(p, x, fn)
 		}
 	}

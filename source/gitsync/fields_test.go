@@ -332,3 +332,23 @@ func TestTakeOverForcesOnlyOverItsManagersFields(t *testing.T) {
 	rv, force = more.TakeOver(Status{Phase: PhaseRunning})
 	assert.False(t, force, "what a conflict or an earlier write left foreign is not taken: %s", rv)
 }
+
+// A TakeOver manager that still owns the maps (commitStatus, a condition
+// of a map list) as such once its fields were taken forces nothing: a
+// map owned as a whole is no conflict.
+func TestTakeOverDoesNotForceForTheMapsLeft(t *testing.T) {
+	u := &unstructured.Unstructured{}
+	u.SetManagedFields([]metav1.ManagedFieldsEntry{entry(t, "manager", metav1.ManagedFieldsOperationUpdate,
+		`{"f:status":{"f:commitStatus":{".":{}},"f:conditions":{`+syncedKey+`:{".":{}}}}}`)})
+	f, err := foreignFields(u, DefaultFieldManager, []string{"manager"})
+	require.NoError(t, err)
+	_, force := f.TakeOver(mine())
+	assert.False(t, force)
+
+	u.SetManagedFields([]metav1.ManagedFieldsEntry{entry(t, "manager", metav1.ManagedFieldsOperationUpdate,
+		`{"f:status":{"f:commitStatus":{".":{},"f:hash":{}}}}`)})
+	f, err = foreignFields(u, DefaultFieldManager, []string{"manager"})
+	require.NoError(t, err)
+	_, force = f.TakeOver(mine())
+	assert.True(t, force, "a field of it still is")
+}
