@@ -19,11 +19,11 @@ import (
 // name, by updates).
 const previousSelf = "manager"
 
-// A program that moved onto the library names its previous self in
-// Config.TakeOver: the status its previous self wrote (commitStatus,
-// phase, message, by an update) is the source's from the next write on,
-// taken by a forced apply; the reconciler's condition stays its own.
-func TestThePreviousSelfsStatusIsTakenOver(t *testing.T) {
+// previousSelfWrote starts a harness whose GitSync "web" the source
+// synced, stops it, and has the previous self write the status as it
+// did before the move: its last sync, by an update.
+func previousSelfWrote(t *testing.T) (*harness, *gittest.Repo) {
+	t.Helper()
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "platform/apps")
 	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
@@ -31,11 +31,17 @@ func TestThePreviousSelfsStatusIsTakenOver(t *testing.T) {
 	h.create("web", spec(repo.URL(), "", h.ns))
 	h.waitStatus("web", "synced", syncedAt(c1))
 	h.stop()
-
-	// Before the move: the previous self's last sync, and the reconciler's condition.
-	old := strings.Repeat("0", 40)
 	updateStatusAs(h, previousSelf, "web", map[string]any{"phase": gitsync.PhasePending, "message": "synced by the previous self",
-		"commitStatus": map[string]any{"hash": old, "synced": true, "syncTime": "2026-01-01T00:00:00Z"}})
+		"commitStatus": map[string]any{"hash": strings.Repeat("0", 40), "synced": true, "syncTime": "2026-01-01T00:00:00Z"}})
+	return h, repo
+}
+
+// A program that moved onto the library names its previous self in
+// Config.TakeOver: the status its previous self wrote (commitStatus,
+// phase, message, by an update) is the source's from the next write on,
+// taken by a forced apply; the reconciler's condition stays its own.
+func TestThePreviousSelfsStatusIsTakenOver(t *testing.T) {
+	h, repo := previousSelfWrote(t)
 	updateStatusAs(h, otherManager, "web", map[string]any{"conditions": []any{successful()}})
 	require.Contains(t, statusManagers(h, "web")[previousSelf], "f:commitStatus")
 
@@ -55,15 +61,7 @@ func TestThePreviousSelfsStatusIsTakenOver(t *testing.T) {
 // and its forced write is not taken with the previous self's: the forced
 // write is on the version read, refused, and written again without it.
 func TestATakeOverTakesNothingWrittenSinceItsRead(t *testing.T) {
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "platform/apps")
-	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
-	h := newHarness(t, "staging-1", apply.Config{}, nil)
-	h.create("web", spec(repo.URL(), "", h.ns))
-	h.waitStatus("web", "synced", syncedAt(c1))
-	h.stop()
-	updateStatusAs(h, previousSelf, "web", map[string]any{"phase": gitsync.PhasePending, "message": "synced by the previous self",
-		"commitStatus": map[string]any{"hash": strings.Repeat("0", 40), "synced": true, "syncTime": "2026-01-01T00:00:00Z"}})
+	h, repo := previousSelfWrote(t)
 
 	// The first write that forces finds the message taken just before it.
 	var once sync.Once
