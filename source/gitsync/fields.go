@@ -96,8 +96,8 @@ func managedSet(e metav1.ManagedFieldsEntry) (*fieldpath.Set, error) {
 // precondition (the version the fields were read from, so that a field
 // another manager took since is not taken with them).
 func (f ForeignFields) TakeOver(s Status) (resourceVersion string, force bool) {
-	if f.taken == nil || f.taken.Empty() {
-		return "", false
+	if f.taken == nil || f.taken.Empty() || f.read == "" {
+		return "", false // no version to force on: the fields stay theirs
 	}
 	u, err := f.Strip(s)
 	if err != nil {
@@ -170,8 +170,11 @@ func (f ForeignFields) clearTaken(u map[string]any) {
 		return
 	}
 	f.taken.Leaves().Iterate(func(p fieldpath.Path) {
+		if len(p) < 2 {
+			return
+		}
 		last := p[len(p)-1].FieldName
-		if len(p) < 2 || last == nil || (f.set != nil && f.set.Has(p)) {
+		if last == nil || (f.set != nil && f.set.Has(p)) {
 			return
 		}
 		zero, known := zeroFields[*last]
@@ -452,8 +455,9 @@ func (f ForeignFields) union(g ForeignFields) ForeignFields {
 	return f
 }
 
-// walkPaths calls fn with the path and value of each field in v; the items of a
-// list are named by their type (conditions), else by their index.
+// walkPaths calls fn with the path and value of each field in v; the
+// items of a list are named by their type (conditions), else by their
+// index.
 func walkPaths(prefix fieldpath.Path, v any, fn func(fieldpath.Path, any)) {
 	switch v := v.(type) {
 	case map[string]any:

@@ -338,6 +338,7 @@ func TestTakeOverForcesOnlyOverItsManagersFields(t *testing.T) {
 // map owned as a whole is no conflict.
 func TestTakeOverDoesNotForceForTheMapsLeft(t *testing.T) {
 	u := &unstructured.Unstructured{}
+	u.SetResourceVersion("1")
 	u.SetManagedFields([]metav1.ManagedFieldsEntry{entry(t, "manager", metav1.ManagedFieldsOperationUpdate,
 		`{"f:status":{"f:commitStatus":{".":{}},"f:conditions":{`+syncedKey+`:{".":{}}}}}`)})
 	f, err := foreignFields(u, DefaultFieldManager, []string{"manager"})
@@ -351,4 +352,20 @@ func TestTakeOverDoesNotForceForTheMapsLeft(t *testing.T) {
 	require.NoError(t, err)
 	_, force = f.TakeOver(mine())
 	assert.True(t, force, "a field of it still is")
+}
+
+// Without the version its fields were read from, nothing is forced.
+func TestTakeOverWithoutAVersionForcesNothing(t *testing.T) {
+	u := &unstructured.Unstructured{}
+	u.SetManagedFields([]metav1.ManagedFieldsEntry{entry(t, "manager", metav1.ManagedFieldsOperationUpdate, `{"f:status":{"f:phase":{}}}`)})
+	f, err := foreignFields(u, DefaultFieldManager, []string{"manager"})
+	require.NoError(t, err)
+	_, force := f.TakeOver(mine())
+	assert.False(t, force)
+	u.SetResourceVersion("7")
+	f, err = foreignFields(u, DefaultFieldManager, []string{"manager"})
+	require.NoError(t, err)
+	rv, force := f.TakeOver(mine())
+	assert.True(t, force)
+	assert.Equal(t, "7", rv)
 }

@@ -505,9 +505,10 @@ func copyStatus(s Status) Status {
 // takes no field over: a server-side apply as [Config.FieldManager],
 // without Force, unless [ForeignFields.TakeOver] says to force, on the
 // resourceVersion it gives (fields of [Config.TakeOver]'s managers; a
-// writer that never forces leaves those to them). It returns the apiserver's error as it is (wrapped with
-// %w at most): on an apply conflict, the source leaves the fields it names
-// out too and calls WriteStatus once more.
+// writer that never forces leaves those to them). It returns the
+// apiserver's error as it is (wrapped with %w at most): on an apply
+// conflict, the source leaves the fields it names out too and calls
+// WriteStatus once more.
 type StatusWriter interface {
 	WriteStatus(ctx context.Context, namespace, name string, s Status, foreign ForeignFields) error
 }
