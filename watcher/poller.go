@@ -275,14 +275,7 @@ func (r *remote) step(context.Context) bool {
 	if !poked && (r.timer == nil || due != r.gen) {
 		return false // a stale timer's firing
 	}
-	if iv := r.interval(); !poked && iv > r.armedIv {
-		// A longer interval was given since the timer was set: the poll
-		// is that much later.
-		wait := iv - r.armedIv
-		r.armedIv = iv
-		if r.arm(wait) {
-			r.env.polls.schedule(r)
-		}
+	if !poked && r.postpone() {
 		return false
 	}
 	r.stopTimer()
@@ -310,6 +303,21 @@ func (r *remote) step(context.Context) bool {
 		return false
 	}
 	return r.afterPoll(ctx, err)
+}
+
+// postpone sets the timer later when a longer interval was given since it
+// was set: the poll is that much later (true), not now.
+func (r *remote) postpone() bool {
+	iv := r.interval()
+	if iv <= r.armedIv {
+		return false
+	}
+	wait := iv - r.armedIv
+	r.armedIv = iv
+	if r.arm(wait) {
+		r.env.polls.schedule(r)
+	}
+	return true
 }
 
 // afterPoll ends a poll: it counts a failure, and sets the timer for the
