@@ -41,7 +41,7 @@ func ownedBy(h *harness, name, manager string) map[string]any {
 			continue
 		}
 		var owned map[string]any
-		require.NoError(h.t, json.Unmarshal(f.FieldsV1.Raw, &owned))
+		require.NoError(h.t, json.Unmarshal(f.FieldsV1.GetRawBytes(), &owned))
 		st, _, _ := unstructured.NestedMap(owned, "f:status")
 		for k, v := range st {
 			out[k] = v
