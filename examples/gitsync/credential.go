@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/safefile"
 )
 
@@ -153,8 +153,20 @@ func credentialHelper(args []string, in io.Reader, out io.Writer, data string) i
 	if !ok {
 		return 0
 	}
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "username=%s\npassword=%s\n", c.Username, c.Password)
-	_, _ = out.Write(b.Bytes())
+	if err := writeCredential(out, c); err != nil {
+		fmt.Fprintln(os.Stderr, "gitsync credential helper:", err)
+		return 1
+	}
 	return 0
+}
+
+// writeCredential writes c as git's credential helpers answer. A username
+// or password with a newline or a NUL is refused, as git refuses it: in
+// the answer it would be lines of its own (another username, a quit).
+func writeCredential(out io.Writer, c credential) error {
+	if strings.ContainsAny(c.Username+c.Password, "\r\n\x00") {
+		return fmt.Errorf("the credential for %s holds a newline or a NUL", gitutil.RedactURL(c.URL))
+	}
+	_, err := fmt.Fprintf(out, "username=%s\npassword=%s\n", c.Username, c.Password)
+	return err
 }

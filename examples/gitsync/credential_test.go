@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -236,4 +238,29 @@ exec "$REAL_GIT" "$@"
 		"--git", askpassGit, "--askpass-url", askpass.URL}, noEnv, &out)
 	assert.Equal(t, 1, code, "the --git given refused: the sync fails, as git-sync's: %s", out.String())
 	assert.NoFileExists(t, filepath.Join(root, "link", "version"))
+}
+
+// A credential whose username or password holds a newline or a NUL is
+// not handed to git, by the helper or by the socket: it would be lines of
+// its own in git's answer (another username, a quit), and git refuses it.
+func TestACredentialWithANewlineIsNotHandedToGit(t *testing.T) {
+	for _, c := range []credential{
+		{URL: "https://h", Username: "u", Password: "pw\nusername=evil"},
+		{URL: "https://h", Username: "u\nquit=1", Password: "pw"},
+		{URL: "https://h", Username: "u", Password: "pw\x00x"},
+	} {
+		data, err := json.Marshal([]credential{c})
+		require.NoError(t, err)
+		var out bytes.Buffer
+		assert.Equal(t, 1, credentialHelper([]string{"get"}, strings.NewReader("protocol=https\nhost=h\n\n"), &out, string(data)))
+		assert.Empty(t, out.String())
+
+		s, err := listenCredentials(testr.New(t))
+		require.NoError(t, err)
+		s.set(c)
+		out.Reset()
+		require.NoError(t, askCredentialSocket(context.Background(), s.path(), map[string]string{"protocol": "https", "host": "h"}, &out))
+		s.close()
+		assert.Empty(t, out.String(), "the socket answers nothing")
+	}
 }

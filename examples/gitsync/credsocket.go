@@ -97,8 +97,7 @@ func (s *credentialSocket) answer(conn net.Conn) error {
 	if c == nil || c.matches(req["protocol"], req["host"], req["path"]) == 0 {
 		return nil
 	}
-	_, err = fmt.Fprintf(conn, "username=%s\npassword=%s\n", c.Username, c.Password)
-	return err
+	return writeCredential(conn, *c)
 }
 
 // readCredentialRequest reads git's key=value lines up to an empty one
