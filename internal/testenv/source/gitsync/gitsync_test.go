@@ -387,3 +387,17 @@ func (h *harness) pollOnce(url string) {
 		return e.Type == watcher.EventPolled && !e.Time.Add(-e.Duration).Before(t0)
 	})
 }
+
+// syncedWeb starts a harness whose GitSync "web" follows a repository's
+// root, and waits for the source to say it synced the repository's first
+// commit, c1.
+func syncedWeb(t *testing.T) (h *harness, repo *gittest.Repo, c1 string) {
+	t.Helper()
+	srv := gittest.NewServer(t)
+	repo = srv.NewRepo(t, "platform/apps")
+	c1 = repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
+	h = newHarness(t, "staging-1", apply.Config{}, nil)
+	h.create("web", spec(repo.URL(), "", h.ns))
+	h.waitStatus("web", "synced", syncedAt(c1))
+	return h, repo, c1
+}

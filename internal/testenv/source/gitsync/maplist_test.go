@@ -19,7 +19,6 @@ import (
 
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/internal/testenv"
-	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/source/gitsync"
 )
 
@@ -160,12 +159,7 @@ func TestConditionsOfAMapListAreSharedByType(t *testing.T) {
 	for _, by := range []string{"apply", "update"} {
 		t.Run(by, func(t *testing.T) {
 			useMapListCRD(t)
-			srv := gittest.NewServer(t)
-			repo := srv.NewRepo(t, "platform/apps")
-			c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
-			h := newHarness(t, "staging-1", apply.Config{}, nil)
-			h.create("web", spec(repo.URL(), "", h.ns))
-			h.waitStatus("web", "synced", syncedAt(c1))
+			h, repo, _ := syncedWeb(t)
 			writes[by](h)
 
 			syncedBy := func(commit string) func(gitsync.Status) bool {

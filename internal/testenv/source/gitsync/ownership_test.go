@@ -148,12 +148,7 @@ func TestAGitSyncTheProgramRefusesAppliesNothing(t *testing.T) {
 // commit is not applied and the status says so; enabled again, the latest
 // commit is applied.
 func TestAutomatedSyncDisabled(t *testing.T) {
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "platform/apps")
-	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
-	h := newHarness(t, "staging-1", apply.Config{}, nil)
-	h.create("web", spec(repo.URL(), "", h.ns))
-	h.waitStatus("web", "synced", syncedAt(c1))
+	h, repo, c1 := syncedWeb(t)
 
 	h.src.SetSettings(gitsync.Settings{ClusterName: "staging-1", Suspend: true})
 	c2 := repo.Commit(t, "2", gittest.File("a.yaml", cm("a", "2")))

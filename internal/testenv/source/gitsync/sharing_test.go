@@ -192,12 +192,7 @@ func anotherManagersConditionsSurvive(t *testing.T, fields gitsync.StatusFields,
 func TestAnotherManagersPhaseOrMessageSurvives(t *testing.T) {
 	for field, value := range map[string]string{"phase": gitsync.PhasePending, "message": "reconciled by numaplane"} {
 		t.Run(field, func(t *testing.T) {
-			srv := gittest.NewServer(t)
-			repo := srv.NewRepo(t, "platform/apps")
-			c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
-			h := newHarness(t, "staging-1", apply.Config{}, nil)
-			h.create("web", spec(repo.URL(), "", h.ns))
-			h.waitStatus("web", "synced", syncedAt(c1))
+			h, repo, _ := syncedWeb(t)
 			updateStatus(h, "web", map[string]any{field: value})
 			theirs := func(s gitsync.Status) string { return map[string]string{"phase": s.Phase, "message": s.Message}[field] }
 

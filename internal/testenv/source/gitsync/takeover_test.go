@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/internal/gittest"
-	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/source/gitsync"
 )
 
@@ -24,12 +23,7 @@ const previousSelf = "manager"
 // did before the move: its last sync, by an update.
 func previousSelfWrote(t *testing.T) (*harness, *gittest.Repo) {
 	t.Helper()
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "platform/apps")
-	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
-	h := newHarness(t, "staging-1", apply.Config{}, nil)
-	h.create("web", spec(repo.URL(), "", h.ns))
-	h.waitStatus("web", "synced", syncedAt(c1))
+	h, repo, _ := syncedWeb(t)
 	h.stop()
 	updateStatusAs(h, previousSelf, "web", map[string]any{"phase": gitsync.PhasePending, "message": "synced by the previous self",
 		"commitStatus": map[string]any{"hash": strings.Repeat("0", 40), "synced": true, "syncTime": "2026-01-01T00:00:00Z"}})
