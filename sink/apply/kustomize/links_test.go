@@ -14,7 +14,7 @@ import (
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
@@ -29,7 +29,7 @@ type renderSink struct {
 }
 
 func (s *renderSink) DeliverReport(ctx context.Context, c watcher.Change) (any, error) {
-	objs, reads, err := kustomize.New().RenderRepo(ctx, c.Root, c.Target.Path, spec.Render{})
+	objs, reads, err := kustomize.New().RenderRepo(ctx, c.Root, c.Target.Path, payload.Render{})
 	if err != nil {
 		return nil, err
 	}
