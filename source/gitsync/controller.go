@@ -367,7 +367,7 @@ func (c *Controller) WatcherOptions(cacheDir string, store watcher.Store) ([]wat
 		store = files
 	}
 	return []watcher.Option{watcher.WithCacheDir(filepath.Join(root, "mirrors")), watcher.WithStore(store),
-		watcher.WithCredentials(c.Credentials), watcher.WithObserver(c.Source.Observer()), watcher.WithResyncFunc(c.ResyncInterval)}, nil
+		watcher.WithCredentials(c.Credentials), watcher.WithObserver(c.Source.Observer()), watcher.WithResync(c.ResyncInterval)}, nil
 }
 
 // ResyncInterval is the time to the next resync as the configuration says

@@ -20,8 +20,8 @@ func Example() {
 	shard, _ := cluster.NewLeaseShard(kube, cluster.LeaseShardConfig{Namespace: ns, Identity: pod, ReleaseOnCancel: true})
 	store, _ := cluster.NewConfigMapStore(kube, ns, "")
 	// Metrics on the Manager's registry, its probes, and a run on every
-	// replica (false: no leader election).
-	w, _ := cluster.NewWatcher(mgr, false, watcher.WithShard(shard), watcher.WithStore(store))
+	// replica (no LeaderElection).
+	w, _ := cluster.NewWatcher(mgr, cluster.Options{}, watcher.WithShard(shard), watcher.WithStore(store))
 	_ = w.Route(static.New(targets...), sink)
 	_ = mgr.Start(ctrl.SetupSignalHandler())
 }

@@ -68,7 +68,7 @@ func TestChartReadThroughLinksIsDeliveredWhenTheirTargetsChange(t *testing.T) {
 		rs: payload.Render{Helm: &payload.Helm{ReleaseName: "web", ValueFiles: []string{"prod.yaml"}}}}
 	obs := watchertest.NewObserver()
 	w := watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithInterval(time.Hour), watcher.WithObserver(obs),
-		watcher.WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond))
+		watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond}))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "web", URL: repo.URL(), Path: "charts/web"}), sink))
 	watchertest.Run(t, w.Run)
 	sink.WaitCommit(t, "web", c1)

@@ -22,7 +22,7 @@ func run(t *testing.T, target watcher.Target, sink watcher.Sink) (*watcher.Watch
 	w := watcher.New(
 		watcher.WithCacheDir(t.TempDir()),
 		watcher.WithInterval(time.Hour),
-		watcher.WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond),
+		watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond}),
 		watcher.WithObserver(obs),
 	)
 	require.NoError(t, w.Route(watchertest.NewSource(target), sink))

@@ -95,7 +95,7 @@ func start(t testing.TB, cfg fluxreceiver.Config) *fixture {
 	f.sink, err = fluxreceiver.New(env.Dynamic, cfg)
 	require.NoError(t, err)
 	f.w = watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithInterval(time.Hour),
-		watcher.WithRetryBackoff(10*time.Millisecond, 200*time.Millisecond), watcher.WithObserver(f.obs))
+		watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 200 * time.Millisecond}), watcher.WithObserver(f.obs))
 	src := flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: f.ns})
 	require.NoError(t, f.w.Route(src, f.sink))
 	watchertest.Run(t, f.w.Run)
