@@ -126,7 +126,7 @@ func startReplicaWith(t testing.TB, ns, id string, targets []watcher.Target, l *
 	})
 	require.NoError(t, err)
 	if store == nil {
-		store, err = cluster.NewConfigMapStore(env.Kube, ns, "")
+		store, err = cluster.NewConfigMapStore(env.Kube, cluster.ConfigMapStoreConfig{Namespace: ns})
 		require.NoError(t, err)
 	}
 	w := watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithShard(shard), watcher.WithStore(store),
