@@ -115,9 +115,10 @@ func NewWatcher(mgr manager.Manager, o Options, opts ...watcher.Option) (*watche
 }
 
 // AddToManager adds w to mgr, run as o says, with its health and readiness
-// checks named "modwatch". For metrics, give the watcher watcher/metrics registered on
-// controller-runtime's registry (sigs.k8s.io/controller-runtime/pkg/metrics.Registry),
-// or make it with [NewWatcher].
+// checks named "modwatch". For metrics, give the watcher watcher/metrics
+// registered on controller-runtime's registry
+// (sigs.k8s.io/controller-runtime/pkg/metrics.Registry), or make it with
+// [NewWatcher].
 func AddToManager(mgr manager.Manager, w *watcher.Watcher, o Options) (*Runnable, error) {
 	r := NewRunnable(w, o)
 	r.log = mgr.GetLogger().WithName("modwatch")
