@@ -68,7 +68,7 @@ func TestWithGit(t *testing.T) {
 	commit := repo.Commit(t, map[string]string{"a.yaml": "a: 1\n"})
 	git := &faultyGit{GoGit: watcher.DefaultGit()}
 	obs := watchertest.NewObserver()
-	w := watchertest.NewWatcher(t, watcher.WithGit(git), watcher.WithObserver(obs), watcher.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
+	w := watchertest.NewWatcher(t, watcher.WithGit(git), watcher.WithObserver(obs), watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}))
 	sink := watchertest.NewSink("rec")
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "a", URL: repo.URL()}), sink))
 	watchertest.Run(t, w.Run)

@@ -103,7 +103,7 @@ func TestTruncatedPackOrIndexIsRebuilt(t *testing.T) {
 			var w *watcher.Watcher
 			run := func(sink *watchertest.Sink, obs *watchertest.Observer) (stop func()) {
 				w = watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithStore(store), watcher.WithInterval(time.Hour),
-					watcher.WithGit(watcher.GoGit{GitCLI: tc.cli}), watcher.WithObserver(obs), watcher.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
+					watcher.WithGit(watcher.GoGit{GitCLI: tc.cli}), watcher.WithObserver(obs), watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}))
 				sink.SetHook(readAll)
 				require.NoError(t, w.Route(watchertest.NewSource(target), sink))
 				return watchertest.Run(t, w.Run)

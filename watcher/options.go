@@ -26,9 +26,9 @@ type options struct {
 	deliverLimit     int
 	creds            gitutil.CredentialResolver
 	store            Store
-	resync           time.Duration
 	resyncFunc       func() time.Duration
 	setBy            map[string][]string // the options that set each single part, in order: more than one is refused
+	invalid          []string            // what options said that cannot be used, each naming its option
 	noLoggerOut      io.Writer
 	observers        []Observer
 	retryMin         time.Duration
@@ -89,7 +89,8 @@ func (o *options) setOnce(part, name string) {
 	o.setBy[part] = append(o.setBy[part], name)
 }
 
-// validate refuses options that contradict each other, naming them.
+// validate refuses options that contradict each other, or that cannot be
+// used, naming them.
 func (o *options) validate() error {
 	var twice []string
 	for part, by := range o.setBy {
@@ -97,9 +98,14 @@ func (o *options) validate() error {
 			twice = append(twice, fmt.Sprintf("the %s is set %d times (%s)", part, len(by), strings.Join(by, ", ")))
 		}
 	}
+	var msgs []string
 	if len(twice) > 0 {
 		slices.Sort(twice)
-		return fmt.Errorf("%w: %s: set each once", ErrInvalidOptions, strings.Join(twice, "; "))
+		msgs = append(msgs, strings.Join(twice, "; ")+": set each once")
+	}
+	msgs = append(msgs, o.invalid...)
+	if len(msgs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidOptions, strings.Join(msgs, "; "))
 	}
 	return nil
 }
@@ -188,28 +194,29 @@ func WithStore(s Store) Option {
 	return func(o *options) { o.store = s; o.setOnce("store", fmt.Sprintf("WithStore(%T)", s)) }
 }
 
-// WithResync delivers every target's current commit again at this interval
-// (Reason [ReasonResync]), so that sinks can correct drift; 0 (the default)
-// turns it off. The resync is set once: a second WithResync or
-// WithResyncFunc makes Run fail with [ErrInvalidOptions], naming both,
-// rather than one silently winning.
-func WithResync(d time.Duration) Option {
+// WithResync delivers every target's current commit again (Reason
+// [ReasonResync]), so that sinks can correct drift, as an informer's resync
+// period does. The watcher asks period at the start and after each resync
+// for the time to the next, so that an interval followed live (a
+// configuration reloaded) takes effect at the next resync: 0 or less means
+// none for now, and period is asked again a minute later. Use
+// [ResyncEvery] for a fixed period. The default, and a nil period, is no
+// resync. The resync is set once: a second WithResync makes Run fail with
+// [ErrInvalidOptions], naming both, rather than one silently winning.
+func WithResync(period func() time.Duration) Option {
 	return func(o *options) {
-		o.resync, o.resyncFunc = max(d, 0), nil
-		o.setOnce("resync", fmt.Sprintf("WithResync(%s)", d))
+		o.resyncFunc = period
+		o.setOnce("resync", "WithResync")
 	}
 }
 
-// WithResyncFunc is WithResync for an interval that may change while the
-// watcher runs (a configuration followed live): f is asked at the start and
-// after each resync for the time to the next; 0 or less means none, and f
-// is asked again a minute later. It is the watcher's one resync setting,
-// as WithResync is.
-func WithResyncFunc(f func() time.Duration) Option {
-	return func(o *options) {
-		o.resync, o.resyncFunc = 0, f
-		o.setOnce("resync", "WithResyncFunc")
+// ResyncEvery is the period of [WithResync] that is always d; nil (no
+// resync) when d is 0 or less.
+func ResyncEvery(d time.Duration) func() time.Duration {
+	if d <= 0 {
+		return nil
 	}
+	return func() time.Duration { return d }
 }
 
 // WithObserver adds observers that hear every outcome. A nil Observer is
@@ -224,17 +231,50 @@ func WithObserver(obs ...Observer) Option {
 	}
 }
 
-// WithRetryBackoff sets the bounds of the exponential backoff between
-// failed deliveries and failed polls of a remote (default 1s to 5m; a failed
-// poll never waits less than the poll interval).
-func WithRetryBackoff(minDelay, maxDelay time.Duration) Option {
+// Backoff bounds an exponential backoff, with jitter: the first wait is
+// about Min, each next one doubles, up to Max. A zero field keeps its
+// default.
+type Backoff struct {
+	// Min is the first wait (default 1s).
+	Min time.Duration
+	// Max is the longest wait (default 5m).
+	Max time.Duration
+}
+
+// Default fills the fields left at zero with the defaults.
+func (b *Backoff) Default() {
+	if b.Min == 0 {
+		b.Min = time.Second
+	}
+	if b.Max == 0 {
+		b.Max = 5 * time.Minute
+	}
+}
+
+// Validate says what is wrong with b once defaulted: a negative bound, or a
+// Max under Min.
+func (b Backoff) Validate() error {
+	switch {
+	case b.Min < 0 || b.Max < 0:
+		return fmt.Errorf("backoff: negative bound (Min %s, Max %s)", b.Min, b.Max)
+	case b.Max < b.Min:
+		return fmt.Errorf("backoff: Max %s is under Min %s", b.Max, b.Min)
+	}
+	return nil
+}
+
+// WithRetryBackoff sets the backoff between failed deliveries and failed
+// polls of a remote (default [Backoff]'s, 1s to 5m; a failed poll never
+// waits less than the poll interval). A Backoff that does not validate,
+// once defaulted, makes Run fail with [ErrInvalidOptions].
+func WithRetryBackoff(b Backoff) Option {
 	return func(o *options) {
-		if minDelay > 0 {
-			o.retryMin = minDelay
+		b.Default()
+		if err := b.Validate(); err != nil {
+			o.invalid = append(o.invalid, fmt.Sprintf("WithRetryBackoff: %v", err))
+			return
 		}
-		if maxDelay >= o.retryMin {
-			o.retryMax = maxDelay
-		}
+		o.retryMin, o.retryMax = b.Min, b.Max
 	}
 }
 

@@ -21,8 +21,8 @@ func TestWhatOneOptionSetsIsSetOnce(t *testing.T) {
 		opts []Option
 		want string
 	}{
-		{"twice WithResync", []Option{WithResync(time.Minute), WithResync(time.Hour)}, "resync is set 2 times (WithResync(1m0s), WithResync(1h0m0s))"},
-		{"a func then a duration", []Option{WithResyncFunc(resync), WithResync(time.Hour)}, "(WithResyncFunc, WithResync(1h0m0s))"},
+		{"twice WithResync", []Option{WithResync(ResyncEvery(time.Minute)), WithResync(ResyncEvery(time.Hour))}, "resync is set 2 times (WithResync, WithResync)"},
+		{"a func then a fixed period", []Option{WithResync(resync), WithResync(ResyncEvery(time.Hour))}, "resync is set 2 times (WithResync, WithResync)"},
 		{"two stores", []Option{WithStore(NewMemoryStore()), WithStore(NewMemoryStore())}, "store is set 2 times"},
 		{"two credential resolvers", []Option{WithCredentials(nil), WithCredentials(nil)}, "credentials is set 2 times"},
 		{"two cache directories", []Option{WithCacheDir("/a")}, `cache directory is set 2 times (WithCacheDir("/a"), WithCacheDir(`},
@@ -39,7 +39,7 @@ func TestWhatOneOptionSetsIsSetOnce(t *testing.T) {
 		})
 	}
 	o := defaultOptions()
-	for _, opt := range []Option{WithResyncFunc(resync), WithStore(NewMemoryStore()), WithCacheDir("/a"), WithInterval(time.Minute), WithInterval(time.Hour)} {
+	for _, opt := range []Option{WithResync(resync), WithStore(NewMemoryStore()), WithCacheDir("/a"), WithInterval(time.Minute), WithInterval(time.Hour)} {
 		opt(&o)
 	}
 	assert.NoError(t, o.validate(), "each once; a duration given twice is the last, as options go")
@@ -79,4 +79,51 @@ func TestANilObserverIsLeftOut(t *testing.T) {
 	require.Len(t, o.observers, 1)
 	o.observers[0].Observe(Event{Type: EventDelivered})
 	assert.Len(t, heard, 1)
+}
+
+// A Backoff is defaulted field by field, then validated: a negative bound,
+// or a Max under Min, makes Run fail, naming the option.
+func TestBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   Backoff
+		want Backoff
+		err  string
+	}{
+		{name: "zero: the defaults", want: Backoff{Min: time.Second, Max: 5 * time.Minute}},
+		{name: "min only", in: Backoff{Min: time.Minute}, want: Backoff{Min: time.Minute, Max: 5 * time.Minute}},
+		{name: "both", in: Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}, want: Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}},
+		{name: "equal", in: Backoff{Min: time.Hour, Max: time.Hour}, want: Backoff{Min: time.Hour, Max: time.Hour}},
+		{name: "max under the default min", in: Backoff{Max: time.Millisecond}, err: "Max 1ms is under Min 1s"},
+		{name: "max under min", in: Backoff{Min: time.Hour, Max: time.Minute}, err: "Max 1m0s is under Min 1h0m0s"},
+		{name: "negative", in: Backoff{Min: -time.Second}, err: "negative bound"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := tc.in
+			b.Default()
+			o := defaultOptions()
+			WithRetryBackoff(tc.in)(&o)
+			if tc.err != "" {
+				assert.ErrorContains(t, b.Validate(), tc.err)
+				err := o.validate()
+				require.ErrorIs(t, err, ErrInvalidOptions)
+				assert.ErrorContains(t, err, "WithRetryBackoff: backoff: "+tc.err)
+				return
+			}
+			require.NoError(t, b.Validate())
+			assert.Equal(t, tc.want, b)
+			require.NoError(t, o.validate())
+			assert.Equal(t, []time.Duration{tc.want.Min, tc.want.Max}, []time.Duration{o.retryMin, o.retryMax})
+		})
+	}
+}
+
+// ResyncEvery is a fixed period; none for 0 or less, as no WithResync.
+func TestResyncEvery(t *testing.T) {
+	assert.Nil(t, ResyncEvery(0))
+	assert.Nil(t, ResyncEvery(-time.Second))
+	f := ResyncEvery(time.Minute)
+	require.NotNil(t, f)
+	assert.Equal(t, time.Minute, f())
+	assert.Equal(t, time.Minute, f())
 }

@@ -127,7 +127,7 @@ func TestHandOffCancelsDeliveriesInFlight(t *testing.T) {
 	}))
 	shardA, shardB := newHandShard("red"), newHandShard()
 	obsA, obsB := watchertest.NewObserver(), watchertest.NewObserver()
-	a := newWatcher(t, obsA, watcher.WithShard(shardA), watcher.WithResync(200*time.Millisecond))
+	a := newWatcher(t, obsA, watcher.WithShard(shardA), watcher.WithResync(watcher.ResyncEvery(200*time.Millisecond)))
 	b := newWatcher(t, obsB, watcher.WithShard(shardB))
 	sinkB := watchertest.NewSink("slow")
 	require.NoError(t, a.Route(watchertest.NewSource(target), slow))

@@ -352,7 +352,7 @@ func (f sourceFunc) Run(ctx context.Context, update func([]watcher.Target)) erro
 	return f(ctx, update)
 }
 
-// WithResyncFunc's interval is asked at the start and after each resync:
+// WithResync's period is asked at the start and after each resync:
 // off (0) it is asked again a minute later, and a resync happens only when
 // it says so, on fake time.
 func TestResyncFuncIsAskedAgain(t *testing.T) {
@@ -374,7 +374,7 @@ func TestResyncFuncIsAskedAgain(t *testing.T) {
 			return nil
 		})
 		w := watcher.New(watcher.WithCacheDir(cacheDir), watcher.WithInterval(time.Hour), watcher.WithGit(git),
-			watcher.WithResyncFunc(func() time.Duration {
+			watcher.WithResync(func() time.Duration {
 				asked <- time.Now()
 				return time.Duration(interval.Load())
 			}))

@@ -79,7 +79,7 @@ func TestResyncOfATargetTakenOverUnfetched(t *testing.T) {
 	store := watcher.NewMemoryStore()
 	prev := deliveredElsewhere(t, srv, store)
 	// The hanging fetch is given up after a while, and the slot freed.
-	_, _, sink, _ := takeOverBlocked(t, srv, store, prev, 2*time.Second, watcher.WithResync(500*time.Millisecond))
+	_, _, sink, _ := takeOverBlocked(t, srv, store, prev, 2*time.Second, watcher.WithResync(watcher.ResyncEvery(500*time.Millisecond)))
 
 	for _, repo := range prev.repos {
 		got := sink.WaitDelivery(t, func(c watcher.Change) bool { return c.Target.ID == repo.Name() && c.Reason == watcher.ReasonResync })

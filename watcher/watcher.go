@@ -457,7 +457,7 @@ func sameAdmitted(t, given Target) bool {
 }
 
 func (w *Watcher) reconcileLoop(ctx context.Context) error {
-	resync := resyncer{every: w.opts.resync, ask: w.opts.resyncFunc}
+	resync := resyncer{ask: w.opts.resyncFunc}
 	resync.next()
 	var retry *time.Timer
 	pruned := false // what Inventory sinks hold for targets no source wants
@@ -504,10 +504,9 @@ func (w *Watcher) reconcileLoop(ctx context.Context) error {
 	}
 }
 
-// resyncer times the resyncs: every (WithResync), or what ask says at
-// each (WithResyncFunc; none now: ask again a minute later).
+// resyncer times the resyncs: what ask (WithResync) says at each; none
+// now: ask again a minute later; no ask: none.
 type resyncer struct {
-	every time.Duration
 	ask   func() time.Duration
 	timer *time.Timer
 	c     <-chan time.Time // nil: no resync
@@ -516,7 +515,7 @@ type resyncer struct {
 
 // next arms the timer to the next resync.
 func (r *resyncer) next() {
-	d := r.every
+	var d time.Duration
 	if r.ask != nil {
 		d = r.ask()
 	}

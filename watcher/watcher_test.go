@@ -51,7 +51,7 @@ func newWatcherIn(t *testing.T, obs *watchertest.Observer, dir string, opts ...w
 	base := []watcher.Option{
 		watcher.WithCacheDir(dir),
 		watcher.WithInterval(time.Hour),
-		watcher.WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond),
+		watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond}),
 		watcher.WithObserver(obs),
 	}
 	return watcher.New(append(base, opts...)...)
@@ -292,7 +292,7 @@ func TestCheckpointDoesNotMoveOnFailure(t *testing.T) {
 	obs := watchertest.NewObserver()
 	store := watcher.NewMemoryStore()
 	sink := watchertest.NewSink("rec")
-	w := newWatcher(t, obs, watcher.WithStore(store), watcher.WithRetryBackoff(time.Hour, time.Hour))
+	w := newWatcher(t, obs, watcher.WithStore(store), watcher.WithRetryBackoff(watcher.Backoff{Min: time.Hour, Max: time.Hour}))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), sink))
 	start(t, w)
 	sink.WaitCommit(t, "t", c1)
@@ -491,7 +491,7 @@ func TestResyncRedelivers(t *testing.T) {
 	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
 	obs := watchertest.NewObserver()
 	sink := watchertest.NewSink("rec")
-	w := newWatcher(t, obs, watcher.WithResync(50*time.Millisecond))
+	w := newWatcher(t, obs, watcher.WithResync(watcher.ResyncEvery(50*time.Millisecond)))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), sink))
 	start(t, w)
 	got := sink.WaitDelivery(t, func(c watcher.Change) bool { return c.Reason == watcher.ReasonResync })

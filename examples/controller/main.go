@@ -118,7 +118,7 @@ func run(ctx context.Context, kube *rest.Config, o options) error {
 		return err
 	}
 	// The watcher's metrics, probes and runs come with the Manager.
-	w, err := cluster.NewWatcher(mgr, o.mgr.LeaderElection, append(opts, watcher.WithShard(shard), watcher.WithObserver(o.observers...))...)
+	w, err := cluster.NewWatcher(mgr, cluster.Options{LeaderElection: o.mgr.LeaderElection}, append(opts, watcher.WithShard(shard), watcher.WithObserver(o.observers...))...)
 	if err == nil {
 		err = errors.Join(w.Route(c.Source, applier), mgr.Add(c))
 	}

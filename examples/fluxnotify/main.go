@@ -120,7 +120,7 @@ func run(ctx context.Context, o options) error {
 		observers = append(observers, o.observer)
 	}
 	// The watcher's metrics, probes and runs come with the Manager.
-	w, err := cluster.NewWatcher(mgr, o.leaderElect, watcher.WithCacheDir(o.cacheDir), watcher.WithInterval(o.interval), watcher.WithObserver(observers...))
+	w, err := cluster.NewWatcher(mgr, cluster.Options{LeaderElection: o.leaderElect}, watcher.WithCacheDir(o.cacheDir), watcher.WithInterval(o.interval), watcher.WithObserver(observers...))
 	if err != nil {
 		return err
 	}

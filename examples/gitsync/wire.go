@@ -189,7 +189,7 @@ func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watche
 	// tenants refuses both).
 	w := watcher.New(watcher.WithCacheDir(c.cacheDir), watcher.WithLocalRepositories(), watcher.WithGit(git),
 		watcher.WithInterval(c.period), watcher.WithMinInterval(min(lo, watcher.DefaultMinInterval)),
-		watcher.WithRetryBackoff(lo, hi), watcher.WithJitter(0),
+		watcher.WithRetryBackoff(watcher.Backoff{Min: lo, Max: hi}), watcher.WithJitter(0),
 		watcher.WithTimeouts(watcher.Timeouts{List: min(c.syncTimeout, 30*time.Second), Fetch: c.syncTimeout, Deliver: c.syncTimeout}),
 		watcher.WithObserver(watcher.ObserverFunc(s.observe), m, watcher.ObserverFunc(s.gs.observe)))
 	s.w = w

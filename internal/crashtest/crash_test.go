@@ -53,7 +53,7 @@ func child(url string) error {
 	}
 	w := watcher.New(watcher.WithCacheDir(os.Getenv(envCache)), watcher.WithStore(store),
 		watcher.WithMinInterval(time.Millisecond), watcher.WithInterval(20*time.Millisecond), watcher.WithJitter(0),
-		watcher.WithGit(watcher.GoGit{GitCLI: "git", RepackPacks: 2}), watcher.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
+		watcher.WithGit(watcher.GoGit{GitCLI: "git", RepackPacks: 2}), watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}))
 	if err := w.Route(watchertest.NewSource(watcher.Target{ID: "app", URL: url}), dir.New(os.Getenv(envRoot))); err != nil {
 		return err
 	}

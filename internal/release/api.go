@@ -36,13 +36,20 @@ func (c APIChange) String() string {
 // Ident is what a CHANGELOG entry names for c: the package's name and the
 // top-level identifier changed ("apply.Config" for "Config.Prune:
 // removed", "gitutil.Mirror" for "(*Mirror).Close: removed"), or the
-// import path of a package added or removed.
+// import path of a package added or removed. A method promoted from a type
+// of another package that c's package embeds is named by that type
+// ("spec.GitSync" for "github.com/x/spec.GitSync.Render: changed").
 func (c APIChange) Ident() string {
 	if c.Message == "package removed" || c.Message == "package added" {
 		return c.Package
 	}
 	s, _, _ := strings.Cut(c.Message, ":")
 	s = strings.TrimLeft(s, "(*")
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		pkg, rest, _ := strings.Cut(s[i+1:], ".")
+		typ, _, _ := strings.Cut(rest, ".")
+		return pkg + "." + typ
+	}
 	if i := strings.IndexAny(s, ".)[,"); i >= 0 {
 		s = s[:i]
 	}

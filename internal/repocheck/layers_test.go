@@ -10,8 +10,8 @@ import (
 
 // TestNoSidewaysImports keeps the layering: a target's way from a source to
 // a sink is one-directional, so no source imports a sink and no sink a
-// source (what both need lives below them: watcher, watcher/spec,
-// gitutil). Tests and examples may use both.
+// source (what both need lives below them: watcher, watcher/payload,
+// watcher/credential, watcher/signature, gitutil). Tests and examples may use both.
 func TestNoSidewaysImports(t *testing.T) {
 	const root = "github.com/modwatch/modwatch/"
 	cmd := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, root+"source/...", root+"sink/...")

@@ -26,7 +26,9 @@ import (
 	_ "github.com/modwatch/modwatch/source/webhook"
 	_ "github.com/modwatch/modwatch/watcher"
 	_ "github.com/modwatch/modwatch/watcher/metrics"
-	_ "github.com/modwatch/modwatch/watcher/spec"
+	_ "github.com/modwatch/modwatch/watcher/credential"
+	_ "github.com/modwatch/modwatch/watcher/payload"
+	_ "github.com/modwatch/modwatch/watcher/signature"
 	_ "github.com/modwatch/modwatch/watcher/watchertest"
 )
 

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // waitInterval is how often cluster definitions are polled until ready.
@@ -31,7 +31,7 @@ const waitInterval = 500 * time.Millisecond
 // know yet comes from a CustomResourceDefinition among objs. An object
 // outside Config.Include fails the delivery, or under IncludeSkip is left
 // out of those returned, Skipped in res.
-func (s *Sink) prepare(objs []*unstructured.Unstructured, rs spec.Render, tr tracking, res *Result) ([]*unstructured.Unstructured, error) {
+func (s *Sink) prepare(objs []*unstructured.Unstructured, rs payload.Render, tr tracking, res *Result) ([]*unstructured.Unstructured, error) {
 	crdScopes := map[schema.GroupKind]bool{}
 	for _, o := range objs {
 		if ssautils.IsCRD(o) {
@@ -75,7 +75,7 @@ func (s *Sink) prepare(objs []*unstructured.Unstructured, rs spec.Render, tr tra
 }
 
 // place gives o its namespace, as prepare says.
-func (s *Sink) place(o *unstructured.Unstructured, rs spec.Render, crdScopes map[schema.GroupKind]bool) error {
+func (s *Sink) place(o *unstructured.Unstructured, rs payload.Render, crdScopes map[schema.GroupKind]bool) error {
 	namespaced, err := s.client.IsObjectNamespaced(o)
 	if err != nil {
 		scoped, ok := crdScopes[o.GroupVersionKind().GroupKind()]

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // ConflictPolicy says what to do when another field manager owns a field
@@ -124,7 +124,7 @@ type Config struct {
 	// value alone, as a program moving to the library marked it (Numaplane
 	// marks a GitSync's objects with its name), which this target's
 	// manifests render, in the target's destination namespace
-	// (spec.Render.Namespace). Values may be shared (two GitSyncs of one
+	// (payload.Render.Namespace). Values may be shared (two GitSyncs of one
 	// name): a cluster-scoped object, or one in another namespace, tells
 	// nothing of which one applied it, and is refused as below (in a
 	// destination that two targets of one value share, the first to render
@@ -166,12 +166,12 @@ type Config struct {
 	// Namespaces) to be ready before the objects that need them are
 	// applied. Default 1m.
 	WaitTimeout time.Duration
-	// Renderers are the renderers a target's spec.Render.Renderer selects,
+	// Renderers are the renderers a target's payload.Render.Renderer selects,
 	// by that name: for instance {kustomize.Name: kustomize.New(),
 	// helm.Name: helm.New()}. "raw" ([Raw]) is always there; an entry
 	// named "raw" takes its place.
 	Renderers map[string]Renderer
-	// SpecFunc says how a target's spec.Render is found. Default
+	// SpecFunc says how a target's payload.Render is found. Default
 	// [PayloadSpec].
 	SpecFunc SpecFunc
 }
@@ -263,20 +263,20 @@ func (c Config) cascade() bool {
 }
 
 // SpecFunc finds how a target is rendered.
-type SpecFunc func(t watcher.Target) (spec.Render, error)
+type SpecFunc func(t watcher.Target) (payload.Render, error)
 
 // PayloadSpec is the default SpecFunc: the target's Payload when it is a
-// spec.Render or *spec.Render (source/gitsync and source/configmap give
-// one), the default Render when Payload is nil or a nil *spec.Render. Any other Payload is an
+// payload.Render or *payload.Render (source/gitsync and source/configmap give
+// one), the default Render when Payload is nil or a nil *payload.Render. Any other Payload is an
 // error naming its type: a source with its own payload passes
 // [Config.SpecFunc].
-func PayloadSpec(t watcher.Target) (spec.Render, error) {
-	if p, isPtr := t.Payload.(*spec.Render); t.Payload == nil || isPtr && p == nil {
-		return spec.Render{}, nil
+func PayloadSpec(t watcher.Target) (payload.Render, error) {
+	if p, isPtr := t.Payload.(*payload.Render); t.Payload == nil || isPtr && p == nil {
+		return payload.Render{}, nil
 	}
-	r, ok := spec.Of[spec.Render](t)
+	r, ok := payload.Of[payload.Render](t)
 	if !ok {
-		return spec.Render{}, fmt.Errorf("%w: target %s: payload %T is not a spec.Render (set apply.Config.SpecFunc)", ErrInvalidConfig, t.ID, t.Payload)
+		return payload.Render{}, fmt.Errorf("%w: target %s: payload %T is not a payload.Render (set apply.Config.SpecFunc)", ErrInvalidConfig, t.ID, t.Payload)
 	}
 	return r, nil
 }

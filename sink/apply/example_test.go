@@ -5,7 +5,7 @@ import (
 
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 func ExampleDecode() {
@@ -36,20 +36,20 @@ metadata:
 	// true
 }
 
-// A source says how a target is rendered with a spec.Render in its
+// A source says how a target is rendered with a payload.Render in its
 // Payload; anything else is refused, naming its type.
 func ExamplePayloadSpec() {
-	for _, payload := range []any{
+	for _, p := range []any{
 		nil,
-		spec.Render{Renderer: spec.RendererKustomize, Namespace: "apps"},
+		payload.Render{Renderer: payload.RendererKustomize, Namespace: "apps"},
 		map[string]any{"renderer": "helm"},
 	} {
-		r, err := apply.PayloadSpec(watcher.Target{ID: "app", Payload: payload})
+		r, err := apply.PayloadSpec(watcher.Target{ID: "app", Payload: p})
 		r.Default()
 		fmt.Printf("%s %s %v\n", r.Renderer, r.Namespace, err)
 	}
 	// Output:
 	// raw default <nil>
 	// kustomize apps <nil>
-	// raw default apply: invalid config: target app: payload map[string]interface {} is not a spec.Render (set apply.Config.SpecFunc)
+	// raw default apply: invalid config: target app: payload map[string]interface {} is not a payload.Render (set apply.Config.SpecFunc)
 }

@@ -16,7 +16,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // Renderer turns a target's tree into the objects to apply.
@@ -25,7 +25,7 @@ type Renderer interface {
 	// for concurrent use) and returns the objects, without touching the
 	// network or the local disk. An error means nothing is applied; it is
 	// not retried until the next commit or resync.
-	Render(ctx context.Context, fsys fs.FS, r spec.Render) ([]*unstructured.Unstructured, error)
+	Render(ctx context.Context, fsys fs.FS, r payload.Render) ([]*unstructured.Unstructured, error)
 }
 
 // RepoRenderer is a Renderer that can read the whole repository: root is
@@ -38,14 +38,14 @@ type Renderer interface {
 // patterns: those narrow what FS shows, and the render reads that).
 type RepoRenderer interface {
 	Renderer
-	RenderRepo(ctx context.Context, root fs.FS, dir string, r spec.Render) (objs []*unstructured.Unstructured, reads []string, err error)
+	RenderRepo(ctx context.Context, root fs.FS, dir string, r payload.Render) (objs []*unstructured.Unstructured, reads []string, err error)
 }
 
 // RendererFunc adapts a function to [Renderer].
-type RendererFunc func(ctx context.Context, fsys fs.FS, r spec.Render) ([]*unstructured.Unstructured, error)
+type RendererFunc func(ctx context.Context, fsys fs.FS, r payload.Render) ([]*unstructured.Unstructured, error)
 
 // Render calls f.
-func (f RendererFunc) Render(ctx context.Context, fsys fs.FS, r spec.Render) ([]*unstructured.Unstructured, error) {
+func (f RendererFunc) Render(ctx context.Context, fsys fs.FS, r payload.Render) ([]*unstructured.Unstructured, error) {
 	return f(ctx, fsys, r)
 }
 
@@ -77,7 +77,7 @@ func (e *ManifestError) Unwrap() error { return e.Err }
 // and other files are ignored.
 var Raw Renderer = RendererFunc(renderRaw)
 
-func renderRaw(ctx context.Context, fsys fs.FS, _ spec.Render) ([]*unstructured.Unstructured, error) {
+func renderRaw(ctx context.Context, fsys fs.FS, _ payload.Render) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

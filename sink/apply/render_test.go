@@ -12,7 +12,7 @@ import (
 
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 func TestDecode(t *testing.T) {
@@ -93,7 +93,7 @@ func TestRawWalksManifestsOnly(t *testing.T) {
 		".github/ci.yaml":  file("on: push"),
 		"a/.hidden.yaml":   file("kind: ["),
 		"charts/README.md": file("# readme"),
-	}, spec.Render{})
+	}, payload.Render{})
 	require.NoError(t, err)
 	var names []string
 	for _, o := range objs {
@@ -101,7 +101,7 @@ func TestRawWalksManifestsOnly(t *testing.T) {
 	}
 	assert.Equal(t, []string{"x", "y", "b"}, names, "lexical order, manifests only, dot-files skipped")
 
-	_, err = apply.Raw.Render(context.Background(), fstest.MapFS{"big.yaml": {Data: make([]byte, apply.MaxManifestSize+1)}}, spec.Render{})
+	_, err = apply.Raw.Render(context.Background(), fstest.MapFS{"big.yaml": {Data: make([]byte, apply.MaxManifestSize+1)}}, payload.Render{})
 	assert.ErrorContains(t, err, "big.yaml")
 }
 
@@ -135,13 +135,13 @@ func TestPayloadSpec(t *testing.T) {
 	tests := []struct {
 		name    string
 		payload any
-		want    spec.Render
+		want    payload.Render
 		err     string
 	}{
-		{name: "nil", payload: nil, want: spec.Render{}},
-		{name: "render", payload: spec.Render{Renderer: "helm"}, want: spec.Render{Renderer: "helm"}},
-		{name: "pointer", payload: &spec.Render{Namespace: "a"}, want: spec.Render{Namespace: "a"}},
-		{name: "nil pointer", payload: (*spec.Render)(nil), want: spec.Render{}},
+		{name: "nil", payload: nil, want: payload.Render{}},
+		{name: "render", payload: payload.Render{Renderer: "helm"}, want: payload.Render{Renderer: "helm"}},
+		{name: "pointer", payload: &payload.Render{Namespace: "a"}, want: payload.Render{Namespace: "a"}},
+		{name: "nil pointer", payload: (*payload.Render)(nil), want: payload.Render{}},
 		{name: "same json shape", payload: sourcePayload{Renderer: "helm"}, err: "apply_test.sourcePayload"},
 		{name: "map", payload: map[string]any{"renderer": "helm"}, err: "map[string]interface {}"},
 		{name: "string", payload: "helm", err: "string"},
@@ -151,7 +151,7 @@ func TestPayloadSpec(t *testing.T) {
 			got, err := apply.PayloadSpec(watcher.Target{ID: "t", Payload: tt.payload})
 			if tt.err != "" {
 				assert.ErrorIs(t, err, apply.ErrInvalidConfig)
-				assert.ErrorContains(t, err, "payload "+tt.err+" is not a spec.Render")
+				assert.ErrorContains(t, err, "payload "+tt.err+" is not a payload.Render")
 				return
 			}
 			require.NoError(t, err)

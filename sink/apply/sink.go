@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // Sink renders and applies targets. It is safe for concurrent use by one
@@ -51,7 +51,7 @@ func New(kube *rest.Config, cfg Config) (*Sink, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, renderers: map[string]Renderer{spec.RendererRaw: Raw}, spec: cfg.SpecFunc}
+	s := &Sink{cfg: cfg, renderers: map[string]Renderer{payload.RendererRaw: Raw}, spec: cfg.SpecFunc}
 	maps.Copy(s.renderers, cfg.Renderers)
 	if kube == nil {
 		return nil, fmt.Errorf("%w: no rest.Config", ErrInvalidConfig)
@@ -142,7 +142,7 @@ func (s *Sink) render(ctx context.Context, c watcher.Change, res *Result) ([]*un
 		return nil, watcher.Permanent(fmt.Errorf("apply: target %s: %w", c.Target.ID, err))
 	}
 	// The Helm section is copied: the Payload is the source's.
-	h := spec.Helm{}
+	h := payload.Helm{}
 	if rs.Helm != nil {
 		h = *rs.Helm
 	}
@@ -177,7 +177,7 @@ func (s *Sink) render(ctx context.Context, c watcher.Change, res *Result) ([]*un
 }
 
 // destination is the namespace t's objects without one go to (its
-// spec.Render's, defaulted); "" when its spec cannot be found.
+// payload.Render's, defaulted); "" when its spec cannot be found.
 func (s *Sink) destination(t watcher.Target) string {
 	rs, err := s.spec(t)
 	if err != nil {

@@ -119,7 +119,7 @@ func TestWithWatcherAndGitServer(t *testing.T) {
 	s := dir.New(root)
 	obs := watchertest.NewObserver()
 	w := watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithInterval(time.Hour), watcher.WithObserver(obs),
-		watcher.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
+		watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}))
 	tgt := watcher.Target{ID: "app", URL: repo.URL(), Path: "deploy"}
 	require.NoError(t, w.Route(watchertest.NewSource(tgt), s))
 	watchertest.Run(t, w.Run)

@@ -19,7 +19,7 @@
 // notifies again if it is still stale after Config.ConfirmTimeout: Flux can
 // reconcile before a new commit is visible to it (fluxcd/flux2#479).
 //
-// The target's Payload names the GitRepository: a spec.GitRepository, as
+// The target's Payload names the GitRepository: a payload.GitRepository, as
 // source/flux gives it.
 //
 // RBAC: get, list, watch, create, patch and delete Receivers and Secrets

@@ -25,7 +25,8 @@ import (
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
+	"github.com/modwatch/modwatch/watcher/signature"
 )
 
 // Mode is how Flux is told.
@@ -123,7 +124,7 @@ func (c Config) Validate() error {
 }
 
 // gvr is the resource of repo's served version.
-func gvr(repo spec.GitRepository) schema.GroupVersionResource {
+func gvr(repo payload.GitRepository) schema.GroupVersionResource {
 	gv, _ := schema.ParseGroupVersion(repo.APIVersion)
 	return gv.WithResource("gitrepositories")
 }
@@ -140,7 +141,7 @@ type Sink struct {
 
 // managed is what the sink keeps in place for one GitRepository.
 type managed struct {
-	repo  spec.GitRepository
+	repo  payload.GitRepository
 	token string
 }
 
@@ -164,10 +165,10 @@ func New(dyn dynamic.Interface, cfg Config) (*Sink, error) {
 // Name returns "fluxreceiver".
 func (s *Sink) Name() string { return "fluxreceiver" }
 
-func repoOf(t watcher.Target) (spec.GitRepository, error) {
-	g, ok := spec.Of[spec.GitRepository](t)
+func repoOf(t watcher.Target) (payload.GitRepository, error) {
+	g, ok := payload.Of[payload.GitRepository](t)
 	if !ok {
-		return g, watcher.Permanent(fmt.Errorf("fluxreceiver: target %s: payload %T is not a spec.GitRepository", t.ID, t.Payload))
+		return g, watcher.Permanent(fmt.Errorf("fluxreceiver: target %s: payload %T is not a payload.GitRepository", t.ID, t.Payload))
 	}
 	if err := g.Validate(); err != nil {
 		return g, watcher.Permanent(fmt.Errorf("fluxreceiver: target %s: %w", t.ID, err))
@@ -229,7 +230,7 @@ func (s *Sink) post(ctx context.Context, path, token string, c watcher.Change) e
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Signature", spec.HMACSignature(token, body))
+	req.Header.Set("X-Signature", signature.HMAC(token, body))
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("fluxreceiver: notify %s: %w", s.cfg.ReceiverURL, err)
@@ -250,7 +251,7 @@ func WebhookPath(token, name, namespace string) string {
 }
 
 // annotate asks Flux to reconcile the GitRepository now.
-func (s *Sink) annotate(ctx context.Context, repo spec.GitRepository) error {
+func (s *Sink) annotate(ctx context.Context, repo payload.GitRepository) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 		"annotations": map[string]string{AnnotationRequestedAt: time.Now().UTC().Format(time.RFC3339Nano)},
 	}})
@@ -262,7 +263,7 @@ func (s *Sink) annotate(ctx context.Context, repo spec.GitRepository) error {
 }
 
 // current reports whether the GitRepository's artifact is at commit now.
-func (s *Sink) current(ctx context.Context, repo spec.GitRepository, commit string) bool {
+func (s *Sink) current(ctx context.Context, repo payload.GitRepository, commit string) bool {
 	u, err := s.dyn.Resource(gvr(repo)).Namespace(repo.Namespace).Get(ctx, repo.Name, metav1.GetOptions{})
 	if err != nil {
 		return false
@@ -274,7 +275,7 @@ func (s *Sink) current(ctx context.Context, repo spec.GitRepository, commit stri
 var errStale = errors.New("status.artifact.revision did not reach the commit")
 
 // confirm waits until the GitRepository's artifact revision names commit.
-func (s *Sink) confirm(ctx context.Context, repo spec.GitRepository, commit string) error {
+func (s *Sink) confirm(ctx context.Context, repo payload.GitRepository, commit string) error {
 	at := func(u *unstructured.Unstructured) bool {
 		rev, _, _ := unstructured.NestedString(u.Object, "status", "artifact", "revision")
 		return revisionIs(rev, commit)

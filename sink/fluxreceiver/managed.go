@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // objectName names the Receiver and the Secret of a GitRepository.
@@ -32,7 +32,7 @@ func objectName(repo string) string {
 // ensure puts the GitRepository's Secret and Receiver in place (the first
 // time; then Run keeps them there) and waits for the Receiver's webhook
 // path.
-func (s *Sink) ensure(ctx context.Context, repo spec.GitRepository) (*managed, string, error) {
+func (s *Sink) ensure(ctx context.Context, repo payload.GitRepository) (*managed, string, error) {
 	s.mu.Lock()
 	m := s.managed[repo.Key()]
 	s.mu.Unlock()
@@ -66,7 +66,7 @@ func (s *Sink) ensure(ctx context.Context, repo spec.GitRepository) (*managed, s
 
 // existingToken keeps the token of a Secret of ours that already exists
 // (a restart), or makes a new one.
-func (s *Sink) existingToken(ctx context.Context, repo spec.GitRepository) (string, error) {
+func (s *Sink) existingToken(ctx context.Context, repo payload.GitRepository) (string, error) {
 	sec, err := s.dyn.Resource(SecretGVR).Namespace(repo.Namespace).Get(ctx, objectName(repo.Name), metav1.GetOptions{})
 	if err == nil && sec.GetLabels()[LabelManagedBy] == s.cfg.FieldManager {
 		enc, _, _ := unstructured.NestedString(sec.Object, "data", "token")

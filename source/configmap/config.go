@@ -16,7 +16,8 @@ import (
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/credential"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // Config is the agent's configuration file, in Numaplane's agent format.
@@ -67,10 +68,10 @@ type Reference struct {
 // at TargetRevision (a branch, tag or commit; "" is the remote's HEAD),
 // reached with RepoCredential when it is set.
 type FileRef struct {
-	RepoURL        string               `json:"repoUrl"`
-	TargetRevision string               `json:"targetRevision,omitempty"`
-	Path           string               `json:"path"`
-	RepoCredential *spec.RepoCredential `json:"repoCredential,omitempty"`
+	RepoURL        string           `json:"repoUrl"`
+	TargetRevision string           `json:"targetRevision,omitempty"`
+	Path           string           `json:"path"`
+	RepoCredential *credential.Repo `json:"repoCredential,omitempty"`
 }
 
 // GitDefinition is a repository path to apply: a GitSync's spec, a name,
@@ -80,11 +81,11 @@ type GitDefinition struct {
 	// Name names the definition in a GitDefinitions list (the target ID is
 	// built from it); a lone GitDefinition is named "control".
 	Name string `json:"name,omitempty"`
-	spec.GitSync
+	payload.GitSync
 	// RepoCredential reaches the repository; its url, when empty, is the
 	// definition's repoUrl. The program resolves it (see
 	// [LoadOptions.Credentials]).
-	RepoCredential *spec.RepoCredential `json:"repoCredential,omitempty"`
+	RepoCredential *credential.Repo `json:"repoCredential,omitempty"`
 }
 
 // ErrInvalid is returned (wrapped) for a configuration that cannot be
@@ -112,7 +113,7 @@ type LoadOptions struct {
 	// Loaded.Credentials, before Values reads a reference's files (which
 	// may need them); its error is the configuration's. Without it, a
 	// configuration that names credentials is an error.
-	Credentials func([]spec.RepoCredential) error
+	Credentials func([]credential.Repo) error
 }
 
 // Loaded is what a configuration says: its targets, and the credentials
@@ -121,7 +122,7 @@ type LoadOptions struct {
 type Loaded struct {
 	Config      Config
 	Targets     []watcher.Target
-	Credentials []spec.RepoCredential
+	Credentials []credential.Repo
 }
 
 // Parse reads a configuration (YAML or JSON), fills its placeholders and
@@ -256,9 +257,9 @@ func (r Reference) validate() error {
 
 // credentials returns the credentials the definitions and reference files
 // name, each url defaulted to its repository's and checked.
-func (c Config) credentials() ([]spec.RepoCredential, error) {
-	var out []spec.RepoCredential
-	add := func(rc *spec.RepoCredential, repoURL, at string) error {
+func (c Config) credentials() ([]credential.Repo, error) {
+	var out []credential.Repo
+	add := func(rc *credential.Repo, repoURL, at string) error {
 		if rc == nil {
 			return nil
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/modwatch/modwatch/source/configmap"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // numaplane is the agent configuration as Numaplane's agents have it.
@@ -45,9 +45,9 @@ func TestParseNumaplaneConfig(t *testing.T) {
 	assert.Equal(t, "clusters/staging-1", got.Path)
 	assert.Equal(t, "main", got.Revision)
 	assert.Equal(t, time.Minute, got.Interval)
-	assert.Equal(t, spec.Render{
+	assert.Equal(t, payload.Render{
 		Renderer: "helm", Cluster: "staging-1",
-		Helm: &spec.Helm{Parameters: []spec.HelmParameter{
+		Helm: &payload.Helm{Parameters: []payload.HelmParameter{
 			{Name: "clusterName", Value: "staging-1"},
 			{Name: "host", Value: "watcher.staging-1.example.com"},
 		}},
@@ -62,9 +62,9 @@ func TestParseList(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, targets, 2)
 	assert.Equal(t, "agent/infra", targets[0].ID)
-	assert.Equal(t, spec.Render{Renderer: "kustomize", Namespace: "infra"}, targets[0].Payload)
+	assert.Equal(t, payload.Render{Renderer: "kustomize", Namespace: "infra"}, targets[0].Payload)
 	assert.Equal(t, "agent/apps", targets[1].ID)
-	assert.Equal(t, spec.Render{Renderer: "raw"}, targets[1].Payload)
+	assert.Equal(t, payload.Render{Renderer: "raw"}, targets[1].Payload)
 	assert.Zero(t, targets[1].Interval)
 }
 
@@ -110,7 +110,7 @@ func TestPlaceholderValuesCannotChangeStructure(t *testing.T) {
 `), "configmap")
 	require.NoError(t, err)
 	assert.Equal(t, "main", targets[0].Revision)
-	assert.True(t, strings.Contains(targets[0].Payload.(spec.Render).Helm.Parameters[0].Value, "attacker"))
+	assert.True(t, strings.Contains(targets[0].Payload.(payload.Render).Helm.Parameters[0].Value, "attacker"))
 }
 
 func FuzzParse(f *testing.F) {

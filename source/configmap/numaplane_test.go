@@ -11,7 +11,7 @@ import (
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/internal/upstream"
 	"github.com/modwatch/modwatch/source/configmap"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 const (
@@ -36,9 +36,9 @@ func TestNumaplanesEmbeddedAgentForm(t *testing.T) {
 	assert.Equal(t, "https://git.example.com/fixture/control.git", targets[0].URL)
 	assert.Equal(t, "control", targets[0].Path)
 	assert.Equal(t, "release", targets[0].Revision)
-	r := targets[0].Payload.(spec.Render)
+	r := targets[0].Payload.(payload.Render)
 	assert.Equal(t, "fixture-east-1", r.Cluster)
-	assert.Equal(t, []spec.HelmParameter{{Name: "clusterName", Value: "fixture-east-1"},
+	assert.Equal(t, []payload.HelmParameter{{Name: "clusterName", Value: "fixture-east-1"},
 		{Name: "controllerHostName", Value: "ctl.east-1.fixture.example.com"}}, r.Helm.Parameters)
 }
 
@@ -61,7 +61,7 @@ func TestNumaplanesReferenceAgentForm(t *testing.T) {
 	assert.Equal(t, configmap.FileRef{RepoURL: "https://git.example.com/fixture/values.git", TargetRevision: "stable", Path: "clusters/base.json"}, asked.Files[0])
 	assert.Equal(t, "clusters/east.json", asked.Files[1].Path)
 	require.Len(t, l.Targets, 1)
-	assert.Equal(t, "ctl.example.com", l.Targets[0].Payload.(spec.Render).Helm.Parameters[1].Value)
+	assert.Equal(t, "ctl.example.com", l.Targets[0].Payload.(payload.Render).Helm.Parameters[1].Value)
 }
 
 // Numaplane's own agent samples, where they are, load as their fixtures do:
@@ -76,7 +76,7 @@ func TestNumaplanesOwnAgentSamples(t *testing.T) {
 		targets, err := configmap.Parse(data, "configmap")
 		require.NoError(t, err)
 		require.Len(t, targets, 1)
-		r := targets[0].Payload.(spec.Render)
+		r := targets[0].Payload.(payload.Render)
 		require.Len(t, r.Helm.Parameters, 2)
 		for _, p := range r.Helm.Parameters {
 			assert.NotContains(t, p.Value, "{{", p.Name)

@@ -24,7 +24,7 @@ import (
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/gitutil/githubapp"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // Group is Flux's source API group.
@@ -335,7 +335,7 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 	}
 	t := &watcher.Target{
 		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision, Suspend: suspended,
-		Payload: spec.GitRepository{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID())},
+		Payload: payload.GitRepository{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID())},
 	}
 	provider, _, _ := unstructured.NestedString(u.Object, "spec", "provider")
 	name, _, _ := unstructured.NestedString(u.Object, "spec", "secretRef", "name")

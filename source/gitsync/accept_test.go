@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/modwatch/modwatch/source/gitsync"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 func TestValidDestination(t *testing.T) {
@@ -32,7 +32,7 @@ func TestValidDestination(t *testing.T) {
 		"a-":                     "is not a namespace name",
 		strings.Repeat("a-", 40): "is not a namespace name",
 	} {
-		var gs spec.GitSync
+		var gs payload.GitSync
 		gs.Destination.Namespace = ns
 		err := gitsync.ValidDestination(&metav1.ObjectMeta{Name: "g"}, gs)
 		if want == "" {

@@ -24,7 +24,7 @@ import (
 	"github.com/modwatch/modwatch/internal/filewatch"
 	"github.com/modwatch/modwatch/internal/safefile"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/credential"
 )
 
 // ControllerConfig is Numaplane's controller configuration file: the keys
@@ -109,16 +109,16 @@ func ParseIncludedResources(s string) (GroupKinds, error) {
 	return out, nil
 }
 
-// The credential types are watcher/spec's, Numaplane's JSON form, shared
-// with the agent's configuration (source/configmap).
+// The credential types are watcher/credential's, Numaplane's JSON form,
+// shared with the agent's configuration (source/configmap).
 type (
-	RepoCredential = spec.RepoCredential
-	HTTPCredential = spec.HTTPCredential
-	SSHCredential  = spec.SSHCredential
-	TLS            = spec.TLS
-	SecretSource   = spec.SecretSource
-	SecretKeyRef   = spec.SecretKeyRef
-	FileKeyRef     = spec.FileKeyRef
+	RepoCredential = credential.Repo
+	HTTPCredential = credential.HTTP
+	SSHCredential  = credential.SSH
+	TLS            = credential.TLS
+	SecretSource   = credential.SecretSource
+	SecretKeyRef   = credential.SecretKeyRef
+	FileKeyRef     = credential.FileKeyRef
 )
 
 // ErrInvalidConfig is returned (wrapped) for a controller configuration
@@ -367,7 +367,7 @@ func (c *Controller) WatcherOptions(cacheDir string, store watcher.Store) ([]wat
 		store = files
 	}
 	return []watcher.Option{watcher.WithCacheDir(filepath.Join(root, "mirrors")), watcher.WithStore(store),
-		watcher.WithCredentials(c.Credentials), watcher.WithObserver(c.Source.Observer()), watcher.WithResyncFunc(c.ResyncInterval)}, nil
+		watcher.WithCredentials(c.Credentials), watcher.WithObserver(c.Source.Observer()), watcher.WithResync(c.ResyncInterval)}, nil
 }
 
 // ResyncInterval is the time to the next resync as the configuration says

@@ -21,7 +21,7 @@ import (
 
 	"github.com/modwatch/modwatch/internal/backoff"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // GVR is the GitSync resource.
@@ -79,7 +79,7 @@ type Config struct {
 	// StatusAll its status says Failed with the error; with StatusCommit
 	// the source writes nothing for it (the program's reconciler does).
 	// Default: every valid GitSync is.
-	Accept func(obj metav1.Object, gs spec.GitSync) error
+	Accept func(obj metav1.Object, gs payload.GitSync) error
 }
 
 // Settings are the part of a Config that a controller configuration file
@@ -284,8 +284,8 @@ func (s *Source) targets(objs []any) []watcher.Target {
 			s.enqueue(key, invalid(gen, err))
 			s.log.Info("invalid GitSync", "gitsync", key, "error", err.Error())
 			out = append(out, watcher.NotWatched(id, err))
-		case cfg.ClusterName != "" && t.Payload.(spec.Render).Cluster != cfg.ClusterName:
-			why := fmt.Sprintf("destination cluster %q is not this cluster (%q)", t.Payload.(spec.Render).Cluster, cfg.ClusterName)
+		case cfg.ClusterName != "" && t.Payload.(payload.Render).Cluster != cfg.ClusterName:
+			why := fmt.Sprintf("destination cluster %q is not this cluster (%q)", t.Payload.(payload.Render).Cluster, cfg.ClusterName)
 			s.enqueue(key, notApplicable(gen, why))
 			out = append(out, watcher.NotWatched(id, errors.New(why)))
 		default:
@@ -305,24 +305,24 @@ func (s *Source) targets(objs []any) []watcher.Target {
 }
 
 // target reads one GitSync: its target, and its spec.
-func target(u *unstructured.Unstructured, interval time.Duration) (watcher.Target, spec.GitSync, error) {
-	var gs spec.GitSync
+func target(u *unstructured.Unstructured, interval time.Duration) (watcher.Target, payload.GitSync, error) {
+	var gs payload.GitSync
 	raw, _ := u.Object["spec"].(map[string]any)
 	data, err := json.Marshal(raw)
 	if err == nil {
 		err = json.Unmarshal(data, &gs)
 	}
 	if err != nil {
-		return watcher.Target{}, gs, fmt.Errorf("%w: %w", spec.ErrInvalid, err)
+		return watcher.Target{}, gs, fmt.Errorf("%w: %w", payload.ErrInvalid, err)
 	}
 	if gs.TargetRevision == "" {
-		return watcher.Target{}, gs, fmt.Errorf("%w: targetRevision is empty", spec.ErrInvalid)
+		return watcher.Target{}, gs, fmt.Errorf("%w: targetRevision is empty", payload.ErrInvalid)
 	}
 	t, err := gs.Target(TargetID(u.GetNamespace(), u.GetName()), interval)
 	if err != nil {
 		return watcher.Target{}, gs, err
 	}
-	r := t.Payload.(spec.Render)
+	r := t.Payload.(payload.Render)
 	r.Generation = u.GetGeneration()
 	t.Payload = r
 	return t, gs, nil

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // The phases of a GitSync.
@@ -177,7 +177,7 @@ func eventMutation(e watcher.Event) (m mutation, ok bool) {
 	if e.Target == nil {
 		return nil, false
 	}
-	r, _ := spec.Of[spec.Render](*e.Target)
+	r, _ := payload.Of[payload.Render](*e.Target)
 	gen := r.Generation
 	switch e.Type {
 	case watcher.EventDelivered:

@@ -13,7 +13,7 @@ import (
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/safefile"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // Source is a fixed set of targets.
@@ -55,7 +55,7 @@ func (s *Source) Run(ctx context.Context, update func([]watcher.Target)) error {
 //	    ignoreFile: .sourceignore # optional: ignore files read from the tree
 //	    recurseSubmodules: true # optional: submodules in the delivered tree
 //	    interval: 5m            # optional
-//	    render:                 # optional: the Payload is this spec.Render
+//	    render:                 # optional: the Payload is this payload.Render
 //	      renderer: kustomize
 //	      namespace: apps
 //	    payload: {any: value}   # optional, instead of render: passed to sinks as map[string]any
@@ -75,9 +75,9 @@ type FileTarget struct {
 	// RecurseSubmodules puts the submodules in the delivered tree.
 	RecurseSubmodules bool `json:"recurseSubmodules,omitempty"`
 
-	Interval string         `json:"interval,omitempty"`
-	Render   *spec.Render   `json:"render,omitempty"`
-	Payload  map[string]any `json:"payload,omitempty"`
+	Interval string          `json:"interval,omitempty"`
+	Render   *payload.Render `json:"render,omitempty"`
+	Payload  map[string]any  `json:"payload,omitempty"`
 }
 
 // ErrInvalidFile is returned (wrapped) for a target file that cannot be

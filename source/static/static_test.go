@@ -15,7 +15,7 @@ import (
 
 	"github.com/modwatch/modwatch/source/static"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -49,7 +49,7 @@ targets:
 	assert.Equal(t, watcher.Target{ID: "ctl", URL: "git@example.com:platform/control.git",
 		Paths: []string{"clusters/prod", "base"}, Ignore: []string{"*.md", "!keep.md"}, IgnoreFile: ".sourceignore", RecurseSubmodules: true}, ts[1])
 	assert.Nil(t, ts[1].Payload)
-	assert.Equal(t, spec.Render{Renderer: "helm", Namespace: "shop", Helm: &spec.Helm{ValueFiles: []string{"prod.yaml"}}}, ts[2].Payload)
+	assert.Equal(t, payload.Render{Renderer: "helm", Namespace: "shop", Helm: &payload.Helm{ValueFiles: []string{"prod.yaml"}}}, ts[2].Payload)
 	for _, tgt := range ts {
 		require.NoError(t, tgt.Validate())
 	}
@@ -69,7 +69,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"duplicate id", "targets: [{id: a, url: 'https://h/r'}, {id: a, url: 'https://h/s'}]", "targets[1].id"},
 		{"unknown field", "targets: [{id: a, url: 'https://h/r', revison: main}]", "revison"},
 		{"render and payload", "targets: [{id: a, url: 'https://h/r', render: {}, payload: {}}]", "targets[0].payload: render and payload are both set"},
-		{"nameless helm parameter", "targets: [{id: a, url: 'https://h/r', render: {helm: {parameters: [{value: x}]}}}]", "targets[0].render: spec: invalid: helm.parameters[0]: name is empty"},
+		{"nameless helm parameter", "targets: [{id: a, url: 'https://h/r', render: {helm: {parameters: [{value: x}]}}}]", "targets[0].render: payload: invalid: helm.parameters[0]: name is empty"},
 		{"unknown render field", "targets: [{id: a, url: 'https://h/r', render: {renderr: helm}}]", "renderr"},
 		{"not yaml", "targets: [", "invalid target file"},
 		{"wrong type", "targets: {id: a}", "invalid target file"},

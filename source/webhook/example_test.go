@@ -54,6 +54,7 @@ func ExampleNewSubscriber() {
 	hooks, _ := webhook.New(webhook.Config{GitHubSecret: secret}, w) // checks X-Hub-Signature-256
 	http.Handle("/hooks", hooks)
 
-	sub := webhook.NewSubscriber(webhook.NewSSE(hubURL, webhook.WithToken(token)), w)
+	stream, _ := webhook.NewSSE(webhook.SSEConfig{URL: hubURL, Token: token})
+	sub, _ := webhook.NewSubscriber(stream, w, webhook.SubscriberConfig{})
 	go sub.Run(ctx) // one subscription for all watched repositories
 }

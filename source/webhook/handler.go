@@ -17,7 +17,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/modwatch/modwatch/gitutil"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/signature"
 )
 
 // Triggerer is what a hint is given to; *watcher.Watcher is one.
@@ -238,10 +238,12 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, status int, pro
 }
 
 // Sign returns the X-Signature header value of a generic webhook:
-// "sha256=" and the hex HMAC-SHA256 of body keyed by secret (the form
-// GitHub's X-Hub-Signature-256 and Flux's generic-hmac receivers use). It
-// is spec.HMACSignature, named where a sender of hints looks for it.
-func Sign(secret string, body []byte) string { return spec.HMACSignature(secret, body) }
+// "sha256=" and the hex HMAC-SHA256 of body keyed by secret. It is the form
+// of GitHub's X-Hub-Signature-256, of the X-Signature that Flux's
+// generic-hmac Receiver checks (sink/fluxreceiver sends it) and of what
+// [Config.GenericSecret] verifies. It is [signature.HMAC], named where a
+// sender of hints looks for it.
+func Sign(secret string, body []byte) string { return signature.HMAC(secret, body) }
 
 // verifyHMAC checks a hex HMAC-SHA256 of body, with an optional prefix
 // ("sha256=").

@@ -50,8 +50,8 @@ func startAgent(t *testing.T, hubURL, token string, targets ...watcher.Target) *
 	a := &agent{sink: watchertest.NewSink("rec"), obs: watchertest.NewObserver()}
 	a.w = watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithInterval(time.Hour), watcher.WithObserver(a.obs))
 	require.NoError(t, a.w.Route(watchertest.NewSource(targets...), a.sink))
-	sub := webhook.NewSubscriber(webhook.NewSSE(hubURL, webhook.WithToken(token)), a.w,
-		webhook.WithDebounce(10*time.Millisecond), webhook.WithStreamBackoff(10*time.Millisecond, 100*time.Millisecond))
+	sub := newSubscriber(t, newSSE(t, webhook.SSEConfig{URL: hubURL, Token: token}), a.w,
+		webhook.SubscriberConfig{Debounce: 10 * time.Millisecond, RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
 	go func() { done <- a.w.Run(ctx) }()
@@ -144,23 +144,24 @@ func TestHubRefusals(t *testing.T) {
 	noop := func(string) {}
 	ctx := context.Background()
 
-	err = webhook.NewSSE(srv.URL, webhook.WithToken("bad")).Subscribe(ctx, []string{"https://h/r"}, noop)
+	err = newSSE(t, webhook.SSEConfig{URL: srv.URL, Token: "bad"}).Subscribe(ctx, []string{"https://h/r"}, noop)
 	require.ErrorContains(t, err, "401")
-	err = webhook.NewSSE(srv.URL).Subscribe(ctx, []string{"https://h/r"}, noop)
+	err = newSSE(t, webhook.SSEConfig{URL: srv.URL}).Subscribe(ctx, []string{"https://h/r"}, noop)
 	require.ErrorContains(t, err, "401")
-	err = webhook.NewSSE(srv.URL, webhook.WithToken("good")).Subscribe(ctx, []string{"https://h/a", "https://h/b", "https://h/c"}, noop)
+	err = newSSE(t, webhook.SSEConfig{URL: srv.URL, Token: "good"}).Subscribe(ctx, []string{"https://h/a", "https://h/b", "https://h/c"}, noop)
 	require.ErrorContains(t, err, "400")
-	err = webhook.NewSSE(srv.URL, webhook.WithToken("good")).Subscribe(ctx, []string{"ftp://h/a"}, noop)
+	err = newSSE(t, webhook.SSEConfig{URL: srv.URL, Token: "good"}).Subscribe(ctx, []string{"ftp://h/a"}, noop)
 	require.ErrorContains(t, err, "400")
 
 	// One subscriber at most: a second is refused while the first is open.
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
+	stream := newSSE(t, webhook.SSEConfig{URL: srv.URL, Token: "good"})
 	go func() {
-		done <- webhook.NewSSE(srv.URL, webhook.WithToken("good")).Subscribe(sctx, []string{"https://h/a"}, noop)
+		done <- stream.Subscribe(sctx, []string{"https://h/a"}, noop)
 	}()
 	waitSubscribers(t, hub, 1)
-	err = webhook.NewSSE(srv.URL, webhook.WithToken("good")).Subscribe(ctx, []string{"https://h/b"}, noop)
+	err = newSSE(t, webhook.SSEConfig{URL: srv.URL, Token: "good"}).Subscribe(ctx, []string{"https://h/b"}, noop)
 	require.ErrorContains(t, err, "503")
 	// The subscriber hears only what it asked for.
 	assert.False(t, hub.Trigger("https://h/b"))
@@ -202,8 +203,9 @@ func TestHubStalledSubscriber(t *testing.T) {
 	heard := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	stream := newSSE(t, webhook.SSEConfig{URL: srv.URL, Token: "t"})
 	go func() {
-		done <- webhook.NewSSE(srv.URL, webhook.WithToken("t")).Subscribe(ctx, repos[:1], func(string) {
+		done <- stream.Subscribe(ctx, repos[:1], func(string) {
 			select {
 			case heard <- struct{}{}:
 			default:
@@ -285,7 +287,7 @@ func TestHubKeepAliveAndMaxAge(t *testing.T) {
 	srv := httptest.NewServer(hub)
 	defer srv.Close()
 	defer hub.Close()
-	err = webhook.NewSSE(srv.URL, webhook.WithToken("t"), webhook.WithIdleTimeout(100*time.Millisecond)).
+	err = newSSE(t, webhook.SSEConfig{URL: srv.URL, Token: "t", IdleTimeout: 100 * time.Millisecond}).
 		Subscribe(context.Background(), []string{"https://h/a"}, func(string) {})
 	require.NoError(t, err, "a clean end, not an idle timeout")
 	waitSubscribers(t, hub, 0)

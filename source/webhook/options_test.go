@@ -67,7 +67,7 @@ func (l *lines) has(s string) bool {
 // A hub with a token validator and no static tokens admits whom the
 // validator approves; the logger of the server's base context hears the
 // subscription end (a handler logs to its request's context). A
-// subscriber over TLS needs WithHTTPClient.
+// subscriber over TLS needs SSEConfig.HTTPClient.
 func TestHubTokenValidatorLoggerAndClient(t *testing.T) {
 	var log lines
 	hub, err := webhook.NewHub(webhook.HubConfig{Webhook: webhook.Config{GitHubSecret: "s"},
@@ -81,15 +81,16 @@ func TestHubTokenValidatorLoggerAndClient(t *testing.T) {
 	noop := func(string) {}
 	ctx := context.Background()
 
-	err = webhook.NewSSE(srv.URL, webhook.WithToken("vault-issued")).Subscribe(ctx, []string{"https://h/a"}, noop)
+	err = newSSE(t, webhook.SSEConfig{URL: srv.URL, Token: "vault-issued"}).Subscribe(ctx, []string{"https://h/a"}, noop)
 	assert.ErrorContains(t, err, "certificate", "the default client does not trust the hub's CA")
-	err = webhook.NewSSE(srv.URL, webhook.WithToken("guessed"), webhook.WithHTTPClient(srv.Client())).Subscribe(ctx, []string{"https://h/a"}, noop)
+	err = newSSE(t, webhook.SSEConfig{URL: srv.URL, Token: "guessed", HTTPClient: srv.Client()}).Subscribe(ctx, []string{"https://h/a"}, noop)
 	assert.ErrorContains(t, err, "401", "the validator refuses")
 
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
+	stream := newSSE(t, webhook.SSEConfig{URL: srv.URL, Token: "vault-issued", HTTPClient: srv.Client()})
 	go func() {
-		done <- webhook.NewSSE(srv.URL, webhook.WithToken("vault-issued"), webhook.WithHTTPClient(srv.Client())).Subscribe(sctx, []string{"https://h/a"}, noop)
+		done <- stream.Subscribe(sctx, []string{"https://h/a"}, noop)
 	}()
 	waitSubscribers(t, hub, 1)
 	cancel()
@@ -116,7 +117,7 @@ func TestSubscriberLogger(t *testing.T) {
 			}
 		}
 	}, funcr.Options{})
-	sub := webhook.NewSubscriber(refusingStream{}, newFakeWatched("https://h/r"))
+	sub := newSubscriber(t, refusingStream{}, newFakeWatched("https://h/r"), webhook.SubscriberConfig{})
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
 	done := make(chan error, 1)
 	go func() { done <- sub.Run(ctx) }()
@@ -172,4 +173,77 @@ func TestRefusalsAreLoggedOnce(t *testing.T) {
 	assert.Equal(t, 1, count(`"reason"="signature does not match"`), log.all)
 	assert.Equal(t, 1, count(`"reason"="not a webhook of a known provider"`), log.all)
 	assert.Equal(t, 3, count("refused webhook"))
+}
+
+// newSSE is webhook.NewSSE of a configuration that validates.
+func newSSE(t *testing.T, cfg webhook.SSEConfig) *webhook.SSE {
+	t.Helper()
+	s, err := webhook.NewSSE(cfg)
+	require.NoError(t, err)
+	return s
+}
+
+// newSubscriber is webhook.NewSubscriber of a configuration that validates.
+func newSubscriber(t *testing.T, stream webhook.Stream, w webhook.Watched, cfg webhook.SubscriberConfig) *webhook.Subscriber {
+	t.Helper()
+	s, err := webhook.NewSubscriber(stream, w, cfg)
+	require.NoError(t, err)
+	return s
+}
+
+// An SSE needs an http or https endpoint; a Subscriber's retry bounds are
+// checked once defaulted. Each refusal is the constructor's.
+func TestStreamConfigsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  webhook.SSEConfig
+		err  string
+	}{
+		{name: "https", cfg: webhook.SSEConfig{URL: "https://hub.example.com/subscribe"}},
+		{name: "http, token, timeout", cfg: webhook.SSEConfig{URL: "http://127.0.0.1:8080/", Token: "t", IdleTimeout: time.Second}},
+		{name: "no URL", err: "is not an http or https URL"},
+		{name: "other scheme", cfg: webhook.SSEConfig{URL: "ftp://hub.example.com/"}, err: "is not an http or https URL"},
+		{name: "no host", cfg: webhook.SSEConfig{URL: "https:///subscribe"}, err: "is not an http or https URL"},
+		{name: "negative idle timeout", cfg: webhook.SSEConfig{URL: "https://h/", IdleTimeout: -time.Second}, err: "idleTimeout cannot be negative"},
+	} {
+		t.Run("SSE/"+tc.name, func(t *testing.T) {
+			s, err := webhook.NewSSE(tc.cfg)
+			if tc.err != "" {
+				assert.ErrorContains(t, err, tc.err)
+				assert.Nil(t, s)
+				return
+			}
+			require.NoError(t, err)
+			assert.NotNil(t, s)
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  webhook.SubscriberConfig
+		err  string
+	}{
+		{name: "zero: the defaults"},
+		{name: "no debounce", cfg: webhook.SubscriberConfig{Debounce: -1}},
+		{name: "bounds", cfg: webhook.SubscriberConfig{RetryMin: time.Millisecond, RetryMax: time.Second}},
+		{name: "max under the default min", cfg: webhook.SubscriberConfig{RetryMax: time.Millisecond}, err: "retryMax 1ms is under retryMin 1s"},
+		{name: "negative", cfg: webhook.SubscriberConfig{RetryMin: -time.Second}, err: "cannot be negative"},
+	} {
+		t.Run("Subscriber/"+tc.name, func(t *testing.T) {
+			s, err := webhook.NewSubscriber(refusingStream{}, newFakeWatched("https://h/r"), tc.cfg)
+			if tc.err != "" {
+				assert.ErrorContains(t, err, tc.err)
+				assert.Nil(t, s)
+				return
+			}
+			require.NoError(t, err)
+			assert.NotNil(t, s)
+		})
+	}
+	var c webhook.SubscriberConfig
+	c.Debounce = -time.Second
+	c.Default()
+	assert.Equal(t, webhook.SubscriberConfig{RetryMin: time.Second, RetryMax: 2 * time.Minute}, c, "a negative debounce is none")
+	c = webhook.SubscriberConfig{}
+	c.Default()
+	assert.Equal(t, webhook.SubscriberConfig{Debounce: time.Second, RetryMin: time.Second, RetryMax: 2 * time.Minute}, c)
 }

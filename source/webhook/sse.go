@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -35,36 +36,53 @@ type SSE struct {
 
 var _ Stream = (*SSE)(nil)
 
-// SSEOption configures an SSE stream.
-type SSEOption func(*SSE)
+// SSEConfig configures an SSE stream.
+type SSEConfig struct {
+	// URL is the subscription endpoint (a [Hub]'s), http or https.
+	URL string `json:"url"`
+	// Token, when set, is sent as "Authorization: Bearer <token>".
+	Token string `json:"token,omitempty"`
+	// IdleTimeout is how long the stream may be silent, keep-alives
+	// included, before it is considered dead (default 90s).
+	IdleTimeout time.Duration `json:"idleTimeout,omitempty"`
+	// HTTPClient is the client (default: one whose transport bounds the
+	// connection and the wait for response headers to 30s; the stream
+	// itself has no overall timeout).
+	HTTPClient *http.Client `json:"-"`
+}
 
-// WithToken sends "Authorization: Bearer <token>".
-func WithToken(token string) SSEOption { return func(s *SSE) { s.token = token } }
-
-// WithHTTPClient sets the client (default: one whose transport bounds the
-// connection and the wait for response headers to 30s; the stream itself
-// has no overall timeout).
-func WithHTTPClient(c *http.Client) SSEOption { return func(s *SSE) { s.client = c } }
-
-// WithIdleTimeout sets how long the stream may be silent, keep-alives
-// included, before it is considered dead (default 90s).
-func WithIdleTimeout(d time.Duration) SSEOption {
-	return func(s *SSE) {
-		if d > 0 {
-			s.idleTimeout = d
-		}
+// Default fills in what is left at zero.
+func (c *SSEConfig) Default() {
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 90 * time.Second
+	}
+	if c.HTTPClient == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.ResponseHeaderTimeout = 30 * time.Second
+		c.HTTPClient = &http.Client{Transport: tr}
 	}
 }
 
-// NewSSE returns a stream from the subscription endpoint url.
-func NewSSE(url string, opts ...SSEOption) *SSE {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.ResponseHeaderTimeout = 30 * time.Second
-	s := &SSE{url: url, client: &http.Client{Transport: tr}, idleTimeout: 90 * time.Second}
-	for _, o := range opts {
-		o(s)
+// Validate checks the configuration: an http or https URL with a host, and
+// no negative timeout.
+func (c SSEConfig) Validate() error {
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("webhook: SSE url %q is not an http or https URL", gitutil.RedactURL(c.URL))
 	}
-	return s
+	if c.IdleTimeout < 0 {
+		return errors.New("webhook: SSE idleTimeout cannot be negative")
+	}
+	return nil
+}
+
+// NewSSE returns a stream from the subscription endpoint cfg.URL.
+func NewSSE(cfg SSEConfig) (*SSE, error) {
+	cfg.Default()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &SSE{url: cfg.URL, client: cfg.HTTPClient, token: cfg.Token, idleTimeout: cfg.IdleTimeout}, nil
 }
 
 // maxEventBytes bounds one event's data.

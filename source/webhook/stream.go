@@ -2,6 +2,8 @@ package webhook
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -49,32 +51,54 @@ type Subscriber struct {
 	log      logr.Logger
 }
 
-// SubscriberOption configures a Subscriber.
-type SubscriberOption func(*Subscriber)
-
-// WithDebounce sets how long the set of repositories must stay unchanged
-// before the subscription is restarted (default 1s).
-func WithDebounce(d time.Duration) SubscriberOption {
-	return func(s *Subscriber) { s.debounce = max(d, 0) }
+// SubscriberConfig configures a Subscriber. A zero field keeps its
+// default.
+type SubscriberConfig struct {
+	// Debounce is how long the set of repositories must stay unchanged
+	// before the subscription is restarted (default 1s; negative: none).
+	Debounce time.Duration `json:"debounce,omitempty"`
+	// RetryMin and RetryMax bound the exponential backoff, with jitter,
+	// before reconnecting after a failure (default 1s and 2m).
+	RetryMin time.Duration `json:"retryMin,omitempty"`
+	RetryMax time.Duration `json:"retryMax,omitempty"`
 }
 
-// WithStreamBackoff bounds the wait before reconnecting after a failure
-// (default 1s to 2m).
-func WithStreamBackoff(minDelay, maxDelay time.Duration) SubscriberOption {
-	return func(s *Subscriber) {
-		if minDelay > 0 && maxDelay >= minDelay {
-			s.retryMin, s.retryMax = minDelay, maxDelay
-		}
+// Default fills in what is left at zero; a negative Debounce means none.
+func (c *SubscriberConfig) Default() {
+	switch {
+	case c.Debounce == 0:
+		c.Debounce = time.Second
+	case c.Debounce < 0:
+		c.Debounce = 0
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = time.Second
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = 2 * time.Minute
 	}
 }
 
-// NewSubscriber returns a Subscriber of stream for w's repositories.
-func NewSubscriber(stream Stream, w Watched, opts ...SubscriberOption) *Subscriber {
-	s := &Subscriber{stream: stream, w: w, debounce: time.Second, retryMin: time.Second, retryMax: 2 * time.Minute, log: logr.Discard()} // Run takes the logger from its ctx
-	for _, o := range opts {
-		o(s)
+// Validate checks the configuration once defaulted: no negative retry
+// bound, and RetryMax not under RetryMin.
+func (c SubscriberConfig) Validate() error {
+	switch {
+	case c.RetryMin < 0 || c.RetryMax < 0:
+		return errors.New("webhook: subscriber retryMin and retryMax cannot be negative")
+	case c.RetryMax < c.RetryMin:
+		return fmt.Errorf("webhook: subscriber retryMax %s is under retryMin %s", c.RetryMax, c.RetryMin)
 	}
-	return s
+	return nil
+}
+
+// NewSubscriber returns a Subscriber of stream for w's repositories. Run
+// takes the logger from its ctx.
+func NewSubscriber(stream Stream, w Watched, cfg SubscriberConfig) (*Subscriber, error) {
+	cfg.Default()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Subscriber{stream: stream, w: w, debounce: cfg.Debounce, retryMin: cfg.RetryMin, retryMax: cfg.RetryMax, log: logr.Discard()}, nil
 }
 
 // Run subscribes until ctx ends, then returns nil. The subscription's

@@ -81,7 +81,7 @@ func TestSubscriberLifecycle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWatched("https://h/a")
 		stream := &fakeStream{calls: make(chan *subscription)}
-		sub := webhook.NewSubscriber(stream, w, webhook.WithDebounce(time.Second), webhook.WithStreamBackoff(time.Second, time.Minute))
+		sub := newSubscriber(t, stream, w, webhook.SubscriberConfig{Debounce: time.Second, RetryMin: time.Second, RetryMax: time.Minute})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- sub.Run(ctx) }()
@@ -222,8 +222,8 @@ func TestSSEStreamEndToEnd(t *testing.T) {
 	hub := &sseServer{token: "t0ken", fail: 1, subscribed: make(chan struct{}, 4)}
 	hubSrv := httptest.NewServer(hub)
 	defer hubSrv.Close()
-	sub := webhook.NewSubscriber(webhook.NewSSE(hubSrv.URL, webhook.WithToken("t0ken")), w,
-		webhook.WithStreamBackoff(10*time.Millisecond, 50*time.Millisecond), webhook.WithDebounce(10*time.Millisecond))
+	sub := newSubscriber(t, newSSE(t, webhook.SSEConfig{URL: hubSrv.URL, Token: "t0ken"}), w,
+		webhook.SubscriberConfig{RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, Debounce: 10 * time.Millisecond})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
@@ -253,13 +253,13 @@ func TestSSEErrors(t *testing.T) {
 	hub := &sseServer{token: "right"}
 	hubSrv := httptest.NewServer(hub)
 	defer hubSrv.Close()
-	err := webhook.NewSSE(hubSrv.URL, webhook.WithToken("wrong")).Subscribe(context.Background(), []string{"https://h/r"}, func(string) {})
+	err := newSSE(t, webhook.SSEConfig{URL: hubSrv.URL, Token: "wrong"}).Subscribe(context.Background(), []string{"https://h/r"}, func(string) {})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "401")
 
 	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "hello") }))
 	defer plain.Close()
-	err = webhook.NewSSE(plain.URL).Subscribe(context.Background(), nil, func(string) {})
+	err = newSSE(t, webhook.SSEConfig{URL: plain.URL}).Subscribe(context.Background(), nil, func(string) {})
 	require.ErrorContains(t, err, "text/event-stream")
 
 	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -269,6 +269,6 @@ func TestSSEErrors(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	defer silent.Close()
-	err = webhook.NewSSE(silent.URL, webhook.WithIdleTimeout(50*time.Millisecond)).Subscribe(context.Background(), nil, func(string) {})
+	err = newSSE(t, webhook.SSEConfig{URL: silent.URL, IdleTimeout: 50 * time.Millisecond}).Subscribe(context.Background(), nil, func(string) {})
 	require.ErrorContains(t, err, "silent")
 }

@@ -18,10 +18,10 @@ func Example() {
 	kube := kubernetes.NewForConfigOrDie(mgr.GetConfig())
 	ns, pod := os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")
 	shard, _ := cluster.NewLeaseShard(kube, cluster.LeaseShardConfig{Namespace: ns, Identity: pod, ReleaseOnCancel: true})
-	store, _ := cluster.NewConfigMapStore(kube, ns, "")
+	store, _ := cluster.NewConfigMapStore(kube, cluster.ConfigMapStoreConfig{Namespace: ns})
 	// Metrics on the Manager's registry, its probes, and a run on every
-	// replica (false: no leader election).
-	w, _ := cluster.NewWatcher(mgr, false, watcher.WithShard(shard), watcher.WithStore(store))
+	// replica (no LeaderElection).
+	w, _ := cluster.NewWatcher(mgr, cluster.Options{}, watcher.WithShard(shard), watcher.WithStore(store))
 	_ = w.Route(static.New(targets...), sink)
 	_ = mgr.Start(ctrl.SetupSignalHandler())
 }

@@ -33,11 +33,20 @@ var (
 	_ manager.LeaderElectionRunnable = (*Runnable)(nil)
 )
 
-// NewRunnable wraps w. With leaderElection the Manager runs it on the
-// elected leader only (one replica polls everything); without, on every
-// replica, which suits a watcher given a [LeaseShard].
-func NewRunnable(w *watcher.Watcher, leaderElection bool) *Runnable {
-	return &Runnable{w: w, leader: leaderElection}
+// Options say how a Manager runs a watcher, as controller-runtime's
+// manager.Options say how it runs its own. The zero value runs it on every
+// replica.
+type Options struct {
+	// LeaderElection runs the watcher on the elected leader only (one
+	// replica polls everything): the Runnable's NeedLeaderElection says
+	// so. Default false: on every replica, which suits a watcher given a
+	// [LeaseShard].
+	LeaderElection bool
+}
+
+// NewRunnable wraps w, to run as o says.
+func NewRunnable(w *watcher.Watcher, o Options) *Runnable {
+	return &Runnable{w: w, leader: o.LeaderElection}
 }
 
 // Start runs the watcher until ctx ends, with ctx's logger or, when it has
@@ -56,7 +65,8 @@ func (r *Runnable) Start(ctx context.Context) error {
 	return err
 }
 
-// NeedLeaderElection implements manager.LeaderElectionRunnable.
+// NeedLeaderElection implements manager.LeaderElectionRunnable: it is
+// [Options.LeaderElection].
 func (r *Runnable) NeedLeaderElection() bool { return r.leader }
 
 // Healthz fails once the watcher stopped with an error (a source failed):
@@ -88,9 +98,8 @@ func (r *Runnable) Readyz(*http.Request) error {
 // NewWatcher makes a watcher with opts that runs in mgr, in one line: its
 // metrics (watcher/metrics) on controller-runtime's registry, which the
 // Manager serves, its health and readiness checks, and a Runnable that runs
-// it with the Manager, on the elected leader only with leaderElection. Route
-// it before mgr.Start.
-func NewWatcher(mgr manager.Manager, leaderElection bool, opts ...watcher.Option) (*watcher.Watcher, error) {
+// it with the Manager as o says. Route it before mgr.Start.
+func NewWatcher(mgr manager.Manager, o Options, opts ...watcher.Option) (*watcher.Watcher, error) {
 	m, err := metrics.New(ctrlmetrics.Registry)
 	if err != nil {
 		return nil, err
@@ -99,18 +108,19 @@ func NewWatcher(mgr manager.Manager, leaderElection bool, opts ...watcher.Option
 	if err := m.CollectStats(w); err != nil {
 		return nil, err
 	}
-	if _, err := AddToManager(mgr, w, leaderElection); err != nil {
+	if _, err := AddToManager(mgr, w, o); err != nil {
 		return nil, err
 	}
 	return w, nil
 }
 
-// AddToManager adds w to mgr, with its health and readiness checks named
-// "modwatch". For metrics, give the watcher watcher/metrics registered on
-// controller-runtime's registry (sigs.k8s.io/controller-runtime/pkg/metrics.Registry),
-// or make it with [NewWatcher].
-func AddToManager(mgr manager.Manager, w *watcher.Watcher, leaderElection bool) (*Runnable, error) {
-	r := NewRunnable(w, leaderElection)
+// AddToManager adds w to mgr, run as o says, with its health and readiness
+// checks named "modwatch". For metrics, give the watcher watcher/metrics
+// registered on controller-runtime's registry
+// (sigs.k8s.io/controller-runtime/pkg/metrics.Registry), or make it with
+// [NewWatcher].
+func AddToManager(mgr manager.Manager, w *watcher.Watcher, o Options) (*Runnable, error) {
+	r := NewRunnable(w, o)
 	r.log = mgr.GetLogger().WithName("modwatch")
 	if err := mgr.Add(r); err != nil {
 		return nil, err

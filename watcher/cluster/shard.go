@@ -511,14 +511,14 @@ func deref(p *string) string {
 // Sharded returns what a replica that shares the repositories with the
 // others needs: a LeaseShard with cfg (for watcher.WithShard), and the
 // store of the checkpoints the replicas share, in ConfigMaps of
-// cfg.Namespace named after prefix (see [NewConfigMapStore]), for where
+// cfg.Namespace named after prefix (see [ConfigMapStoreConfig]), for where
 // the program puts its store.
 func Sharded(client kubernetes.Interface, cfg LeaseShardConfig, prefix string) (*LeaseShard, *ConfigMapStore, error) {
 	shard, err := NewLeaseShard(client, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := NewConfigMapStore(client, cfg.Namespace, prefix)
+	store, err := NewConfigMapStore(client, ConfigMapStoreConfig{Namespace: cfg.Namespace, Prefix: prefix})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -68,19 +68,40 @@ type ConfigMapStore struct {
 
 var _ watcher.BatchStore = (*ConfigMapStore)(nil)
 
-// NewConfigMapStore returns a store in namespace; prefix names its
-// ConfigMaps ("modwatch-checkpoints" by default).
-func NewConfigMapStore(client kubernetes.Interface, namespace, prefix string) (*ConfigMapStore, error) {
-	if prefix == "" {
-		prefix = "modwatch-checkpoints"
+// ConfigMapStoreConfig says where a ConfigMapStore keeps the checkpoints.
+type ConfigMapStoreConfig struct {
+	// Namespace holds the ConfigMaps.
+	Namespace string
+	// Prefix names the ConfigMaps ("<prefix>-00" and on) and labels them
+	// (default "modwatch-checkpoints").
+	Prefix string
+}
+
+// Default fills in the prefix left empty.
+func (c *ConfigMapStoreConfig) Default() {
+	if c.Prefix == "" {
+		c.Prefix = "modwatch-checkpoints"
 	}
-	if errs := validation.IsDNS1123Subdomain(prefix + "-00"); len(errs) > 0 {
-		return nil, fmt.Errorf("cluster: checkpoint prefix %q: %v", prefix, errs)
+}
+
+// Validate checks that the prefix makes ConfigMap names and a label value.
+func (c ConfigMapStoreConfig) Validate() error {
+	if errs := validation.IsDNS1123Subdomain(c.Prefix + "-00"); len(errs) > 0 {
+		return fmt.Errorf("cluster: checkpoint prefix %q: %v", c.Prefix, errs)
 	}
-	if errs := validation.IsValidLabelValue(prefix); len(errs) > 0 {
-		return nil, fmt.Errorf("cluster: checkpoint prefix %q: %v", prefix, errs)
+	if errs := validation.IsValidLabelValue(c.Prefix); len(errs) > 0 {
+		return fmt.Errorf("cluster: checkpoint prefix %q: %v", c.Prefix, errs)
 	}
-	return &ConfigMapStore{client: client, namespace: namespace, prefix: prefix}, nil
+	return nil
+}
+
+// NewConfigMapStore returns a store where cfg says.
+func NewConfigMapStore(client kubernetes.Interface, cfg ConfigMapStoreConfig) (*ConfigMapStore, error) {
+	cfg.Default()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &ConfigMapStore{client: client, namespace: cfg.Namespace, prefix: cfg.Prefix}, nil
 }
 
 // entry is one checkpoint as stored, with its key (data keys are digests).

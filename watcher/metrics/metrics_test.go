@@ -31,7 +31,7 @@ func TestMetricsOfARealWatcher(t *testing.T) {
 	require.NoError(t, err)
 	obs := watchertest.NewObserver()
 	w := watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithInterval(time.Hour),
-		watcher.WithRetryBackoff(time.Millisecond, 10*time.Millisecond), watcher.WithObserver(m, obs))
+		watcher.WithRetryBackoff(watcher.Backoff{Min: time.Millisecond, Max: 10 * time.Millisecond}), watcher.WithObserver(m, obs))
 	require.NoError(t, m.CollectStats(w))
 	sink := watchertest.NewSink("rec")
 	fails := 1

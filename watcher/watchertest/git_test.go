@@ -109,7 +109,7 @@ func TestWatcherOnGit(t *testing.T) {
 	remote := git.Remote("https://git.example/team/app.git")
 	first := remote.Commit(t, map[string]string{"deploy/app.yaml": "replicas: 1\n"})
 	obs := watchertest.NewObserver()
-	w := watchertest.NewWatcher(t, watcher.WithGit(git), watcher.WithObserver(obs), watcher.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
+	w := watchertest.NewWatcher(t, watcher.WithGit(git), watcher.WithObserver(obs), watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}))
 	sink := watchertest.NewSink("rec")
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "app", URL: remote.URL(), Path: "deploy"}), sink))
 	watchertest.Run(t, w.Run)

@@ -55,9 +55,13 @@ func run(subscribers, pushes int, debounce time.Duration) error {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = subscribers
 	client := &http.Client{Transport: tr}
+	stream, err := webhook.NewSSE(webhook.SSEConfig{URL: srv.URL, Token: token, HTTPClient: client})
+	if err != nil {
+		return err
+	}
 	for range subscribers {
 		wg.Go(func() {
-			_ = webhook.NewSSE(srv.URL, webhook.WithToken(token), webhook.WithHTTPClient(client)).Subscribe(ctx, []string{repo}, func(string) {
+			_ = stream.Subscribe(ctx, []string{repo}, func(string) {
 				arrived <- time.Duration(time.Now().UnixNano() - start.Load())
 			})
 		})

@@ -6,8 +6,8 @@
 //
 // The chart is the target's Path. Value files (paths inside the chart) are
 // merged in order over the chart's values.yaml, then parameters are set
-// like `--set`. The release name is spec.Render.Helm.ReleaseName, the
-// release namespace spec.Render.Namespace. Dependencies come from the
+// like `--set`. The release name is payload.Render.Helm.ReleaseName, the
+// release namespace payload.Render.Namespace. Dependencies come from the
 // chart's vendored charts/ folder and, when the apply sink renders from the
 // repository (RenderRepo), from the chart directories Chart.yaml names with
 // file:// inside the repository (a commit that changes one is applied

@@ -8,7 +8,7 @@ import (
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
 	"github.com/modwatch/modwatch/source/static"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // The README's wiring of the apply sink with both renderers. (Compiled,
@@ -28,6 +28,6 @@ func wire(w *watcher.Watcher, restConfig *rest.Config) error {
 		return err
 	}
 	target := watcher.Target{ID: "apps", URL: "https://github.com/acme/apps.git", Path: "deploy",
-		Payload: spec.Render{Renderer: kustomize.Name, Namespace: "apps"}} // how to render it, where it goes
+		Payload: payload.Render{Renderer: kustomize.Name, Namespace: "apps"}} // how to render it, where it goes
 	return w.Route(static.New(target), applier) // observers get an *apply.Result per delivery
 }

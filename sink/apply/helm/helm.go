@@ -21,11 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/modwatch/modwatch/sink/apply"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
-// Name is the value of spec.Render.Renderer that selects this renderer.
-const Name = spec.RendererHelm
+// Name is the value of payload.Render.Renderer that selects this renderer.
+const Name = payload.RendererHelm
 
 // MaxChartSize caps the bytes of the chart read.
 const MaxChartSize = 64 << 20
@@ -71,7 +71,7 @@ func New(opts ...Option) Renderer {
 
 // Render templates the chart at fsys's root; its dependencies must be
 // vendored in charts/ (see RenderRepo for file:// ones).
-func (r Renderer) Render(ctx context.Context, fsys fs.FS, rs spec.Render) ([]*unstructured.Unstructured, error) {
+func (r Renderer) Render(ctx context.Context, fsys fs.FS, rs payload.Render) ([]*unstructured.Unstructured, error) {
 	objs, _, err := r.render(ctx, fsys, ".", rs, false)
 	return objs, err
 }
@@ -81,11 +81,11 @@ func (r Renderer) Render(ctx context.Context, fsys fs.FS, rs spec.Render) ([]*un
 // with a file:// repository inside the repository (read, and reported as
 // read). A dependency that needs a chart repository is an error: nothing
 // is downloaded.
-func (r Renderer) RenderRepo(ctx context.Context, root fs.FS, dir string, rs spec.Render) ([]*unstructured.Unstructured, []string, error) {
+func (r Renderer) RenderRepo(ctx context.Context, root fs.FS, dir string, rs payload.Render) ([]*unstructured.Unstructured, []string, error) {
 	return r.render(ctx, root, dir, rs, true)
 }
 
-func (r Renderer) render(ctx context.Context, root fs.FS, dir string, rs spec.Render, repoWide bool) ([]*unstructured.Unstructured, []string, error) {
+func (r Renderer) render(ctx context.Context, root fs.FS, dir string, rs payload.Render, repoWide bool) ([]*unstructured.Unstructured, []string, error) {
 	switch r.crds {
 	case CRDsCreateReplace, CRDsCreate, CRDsSkip:
 	default:
@@ -101,7 +101,7 @@ func (r Renderer) render(ctx context.Context, root fs.FS, dir string, rs spec.Re
 	if err != nil {
 		return nil, nil, err
 	}
-	h := spec.Helm{}
+	h := payload.Helm{}
 	if rs.Helm != nil {
 		h = *rs.Helm
 	}
@@ -293,7 +293,7 @@ func ignoredUnder(rules *ignore.Rules, name string, fsys fs.FS) bool {
 }
 
 // values merges the value files in order, then sets the parameters.
-func values(fsys fs.FS, h spec.Helm) (map[string]any, error) {
+func values(fsys fs.FS, h payload.Helm) (map[string]any, error) {
 	vals := map[string]any{}
 	for _, name := range h.ValueFiles {
 		clean := path.Clean(strings.TrimPrefix(name, "./"))

@@ -11,7 +11,7 @@ import (
 
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 func f(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
@@ -51,10 +51,10 @@ func byName(objs []*unstructured.Unstructured) map[string]*unstructured.Unstruct
 }
 
 func TestRenderChart(t *testing.T) {
-	rs := spec.Render{Namespace: "apps", Helm: &spec.Helm{
+	rs := payload.Render{Namespace: "apps", Helm: &payload.Helm{
 		ReleaseName: "shop",
 		ValueFiles:  []string{"prod.yaml"},
-		Parameters: []spec.HelmParameter{
+		Parameters: []payload.HelmParameter{
 			{Name: "greeting", Value: `hi, there\`},
 			{Name: "cache.size", Value: "large"},
 		},
@@ -78,7 +78,7 @@ func TestRenderErrors(t *testing.T) {
 	tests := []struct {
 		name   string
 		mutate func(fstest.MapFS)
-		spec   spec.Helm
+		spec   payload.Helm
 		err    string
 	}{
 		{name: "missing dependency", mutate: func(c fstest.MapFS) {
@@ -98,9 +98,9 @@ func TestRenderErrors(t *testing.T) {
 		{name: "no chart", mutate: func(c fstest.MapFS) { delete(c, "Chart.yaml") }, err: "Chart.yaml"},
 		{name: "bad template", mutate: func(c fstest.MapFS) { c["templates/bad.yaml"] = f("{{ .Values.nope.deeper }}") }, err: "bad.yaml"},
 		{name: "template renders bad yaml", mutate: func(c fstest.MapFS) { c["templates/bad.yaml"] = f("kind: [\n") }, err: "bad.yaml"},
-		{name: "missing value file", spec: spec.Helm{ValueFiles: []string{"nope.yaml"}}, err: `value file "nope.yaml"`},
-		{name: "value file outside", spec: spec.Helm{ValueFiles: []string{"../../etc/passwd"}}, err: "not inside the chart"},
-		{name: "bad parameter name", spec: spec.Helm{Parameters: []spec.HelmParameter{{Name: "a=b"}}}, err: "parameter name"},
+		{name: "missing value file", spec: payload.Helm{ValueFiles: []string{"nope.yaml"}}, err: `value file "nope.yaml"`},
+		{name: "value file outside", spec: payload.Helm{ValueFiles: []string{"../../etc/passwd"}}, err: "not inside the chart"},
+		{name: "bad parameter name", spec: payload.Helm{Parameters: []payload.HelmParameter{{Name: "a=b"}}}, err: "parameter name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,7 +110,7 @@ func TestRenderErrors(t *testing.T) {
 			}
 			h := tt.spec
 			h.ReleaseName = "shop"
-			_, err := helm.New().Render(context.Background(), c, spec.Render{Namespace: "apps", Helm: &h})
+			_, err := helm.New().Render(context.Background(), c, payload.Render{Namespace: "apps", Helm: &h})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.err)
 		})
@@ -127,7 +127,7 @@ func TestFileDependenciesInTheRepository(t *testing.T) {
 		"libs/common/templates/cm.yaml":   f("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: common-{{ .Release.Name }}\n"),
 		"libs/other/templates/never.yaml": f("not read"),
 	}
-	objs, reads, err := helm.New().RenderRepo(context.Background(), repo, "charts/web", spec.Render{Helm: &spec.Helm{ReleaseName: "shop"}})
+	objs, reads, err := helm.New().RenderRepo(context.Background(), repo, "charts/web", payload.Render{Helm: &payload.Helm{ReleaseName: "shop"}})
 	require.NoError(t, err)
 	got := byName(objs)
 	assert.NotNil(t, got["ConfigMap/web"])
@@ -135,10 +135,10 @@ func TestFileDependenciesInTheRepository(t *testing.T) {
 	assert.Equal(t, []string{"libs/common"}, reads)
 
 	repo["charts/web/Chart.yaml"] = f("apiVersion: v2\nname: web\nversion: 0.1.0\ndependencies:\n- name: common\n  version: 0.1.0\n  repository: file://../../../etc\n")
-	_, _, err = helm.New().RenderRepo(context.Background(), repo, "charts/web", spec.Render{})
+	_, _, err = helm.New().RenderRepo(context.Background(), repo, "charts/web", payload.Render{})
 	assert.ErrorContains(t, err, "outside the repository")
 	repo["charts/web/Chart.yaml"] = f("apiVersion: v2\nname: web\nversion: 0.1.0\ndependencies:\n- name: common\n  version: 0.1.0\n  repository: file://../nowhere\n")
-	_, _, err = helm.New().RenderRepo(context.Background(), repo, "charts/web", spec.Render{})
+	_, _, err = helm.New().RenderRepo(context.Background(), repo, "charts/web", payload.Render{})
 	assert.ErrorContains(t, err, "not in the repository")
 }
 
@@ -149,20 +149,20 @@ func TestCRDPolicies(t *testing.T) {
 	crd := func(objs []*unstructured.Unstructured) *unstructured.Unstructured {
 		return byName(objs)["CustomResourceDefinition/widgets.example.com"]
 	}
-	objs, err := helm.New().Render(context.Background(), Chart(), spec.Render{Helm: &spec.Helm{ReleaseName: "shop"}})
+	objs, err := helm.New().Render(context.Background(), Chart(), payload.Render{Helm: &payload.Helm{ReleaseName: "shop"}})
 	require.NoError(t, err)
 	require.NotNil(t, crd(objs))
 	assert.NotContains(t, crd(objs).GetAnnotations(), apply.AnnotationCreateOnly)
 
-	objs, err = helm.New(helm.WithCRDs(helm.CRDsCreate)).Render(context.Background(), Chart(), spec.Render{Helm: &spec.Helm{ReleaseName: "shop"}})
+	objs, err = helm.New(helm.WithCRDs(helm.CRDsCreate)).Render(context.Background(), Chart(), payload.Render{Helm: &payload.Helm{ReleaseName: "shop"}})
 	require.NoError(t, err)
 	assert.Equal(t, "true", crd(objs).GetAnnotations()[apply.AnnotationCreateOnly])
 
-	objs, err = helm.New(helm.WithCRDs(helm.CRDsSkip)).Render(context.Background(), Chart(), spec.Render{Helm: &spec.Helm{ReleaseName: "shop"}})
+	objs, err = helm.New(helm.WithCRDs(helm.CRDsSkip)).Render(context.Background(), Chart(), payload.Render{Helm: &payload.Helm{ReleaseName: "shop"}})
 	require.NoError(t, err)
 	assert.Nil(t, crd(objs))
 	assert.Len(t, objs, 2)
 
-	_, err = helm.New(helm.WithCRDs("Sometimes")).Render(context.Background(), Chart(), spec.Render{})
+	_, err = helm.New(helm.WithCRDs("Sometimes")).Render(context.Background(), Chart(), payload.Render{})
 	assert.ErrorContains(t, err, `CRD policy "Sometimes"`)
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
@@ -23,7 +23,7 @@ import (
 // says it read; it keeps the data of each ConfigMap rendered, by commit.
 type renderSink struct {
 	*watchertest.Sink
-	rs     spec.Render
+	rs     payload.Render
 	mu     sync.Mutex
 	values map[string]map[string]string // commit/name → data
 }
@@ -65,10 +65,10 @@ func TestChartReadThroughLinksIsDeliveredWhenTheirTargetsChange(t *testing.T) {
 		gittest.File("shared/extra.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\ndata:\n  v: \"1\"\n"),
 		gittest.File("docs/x", "1"))
 	sink := &renderSink{Sink: watchertest.NewSink("helm"), values: map[string]map[string]string{},
-		rs: spec.Render{Helm: &spec.Helm{ReleaseName: "web", ValueFiles: []string{"prod.yaml"}}}}
+		rs: payload.Render{Helm: &payload.Helm{ReleaseName: "web", ValueFiles: []string{"prod.yaml"}}}}
 	obs := watchertest.NewObserver()
 	w := watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithInterval(time.Hour), watcher.WithObserver(obs),
-		watcher.WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond))
+		watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond}))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "web", URL: repo.URL(), Path: "charts/web"}), sink))
 	watchertest.Run(t, w.Run)
 	sink.WaitCommit(t, "web", c1)

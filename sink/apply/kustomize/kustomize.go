@@ -17,11 +17,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/sink/apply"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
-// Name is the value of spec.Render.Renderer that selects this renderer.
-const Name = spec.RendererKustomize
+// Name is the value of payload.Render.Renderer that selects this renderer.
+const Name = payload.RendererKustomize
 
 // MaxTreeSize caps the bytes of the tree copied for kustomize: the
 // target's path and what its kustomizations reference elsewhere in the
@@ -41,7 +41,7 @@ func New() Renderer { return Renderer{} }
 
 // Render runs `kustomize build` over fsys alone: a reference outside it is
 // an error (see RenderRepo, which the apply sink calls instead).
-func (Renderer) Render(ctx context.Context, fsys fs.FS, _ spec.Render) ([]*unstructured.Unstructured, error) {
+func (Renderer) Render(ctx context.Context, fsys fs.FS, _ payload.Render) ([]*unstructured.Unstructured, error) {
 	objs, _, err := render(ctx, fsys, ".", false)
 	return objs, err
 }
@@ -51,7 +51,7 @@ func (Renderer) Render(ctx context.Context, fsys fs.FS, _ spec.Render) ([]*unstr
 // in the repository ("../../base"), never outside it, on the host or on
 // the network. It returns what it read outside dir, for the watcher to
 // deliver the target again when a commit changes it.
-func (Renderer) RenderRepo(ctx context.Context, root fs.FS, dir string, _ spec.Render) ([]*unstructured.Unstructured, []string, error) {
+func (Renderer) RenderRepo(ctx context.Context, root fs.FS, dir string, _ payload.Render) ([]*unstructured.Unstructured, []string, error) {
 	return render(ctx, root, dir, true)
 }
 

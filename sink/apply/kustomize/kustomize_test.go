@@ -11,7 +11,7 @@ import (
 
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, gittest.LeakOptions...) }
@@ -39,7 +39,7 @@ func TestOverlayOverBase(t *testing.T) {
 		"replicas.yaml":           f("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 3}\n"),
 		"README.md":               f("ignored"),
 	}
-	objs, err := kustomize.New().Render(context.Background(), tree, spec.Render{})
+	objs, err := kustomize.New().Render(context.Background(), tree, payload.Render{})
 	require.NoError(t, err)
 	names := map[string]string{}
 	for _, o := range objs {
@@ -72,7 +72,7 @@ func TestRefusesWhatIsNotInTheTree(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := kustomize.New().Render(context.Background(), fstest.MapFS{"kustomization.yaml": f(tt.kustomization)}, spec.Render{})
+			_, err := kustomize.New().Render(context.Background(), fstest.MapFS{"kustomization.yaml": f(tt.kustomization)}, payload.Render{})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.err)
 		})
@@ -80,7 +80,7 @@ func TestRefusesWhatIsNotInTheTree(t *testing.T) {
 }
 
 func TestNoKustomization(t *testing.T) {
-	_, err := kustomize.New().Render(context.Background(), fstest.MapFS{"a.yaml": f(deployment)}, spec.Render{})
+	_, err := kustomize.New().Render(context.Background(), fstest.MapFS{"a.yaml": f(deployment)}, payload.Render{})
 	assert.ErrorContains(t, err, "kustomization")
 }
 
@@ -96,7 +96,7 @@ func TestOverlayWithABaseElsewhereInTheRepository(t *testing.T) {
 		"overlays/prod/replicas.yaml":          f("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 3\n"),
 		"docs/README.md":                       f("x"),
 	}
-	objs, reads, err := kustomize.New().RenderRepo(context.Background(), repo, "overlays/prod", spec.Render{})
+	objs, reads, err := kustomize.New().RenderRepo(context.Background(), repo, "overlays/prod", payload.Render{})
 	require.NoError(t, err)
 	require.Len(t, objs, 1)
 	assert.Equal(t, "prod-web", objs[0].GetName())
@@ -111,7 +111,7 @@ func TestOverlayWithABaseElsewhereInTheRepository(t *testing.T) {
 		"remote":                 "resources: ['github.com/org/repo//deploy?ref=v1']\n",
 	} {
 		bad := fstest.MapFS{"overlays/prod/kustomization.yaml": f(k)}
-		_, _, err := kustomize.New().RenderRepo(context.Background(), bad, "overlays/prod", spec.Render{})
+		_, _, err := kustomize.New().RenderRepo(context.Background(), bad, "overlays/prod", payload.Render{})
 		require.Error(t, err, name)
 		assert.Regexp(t, "outside the repository|not in the repository|is remote", err.Error(), name)
 	}

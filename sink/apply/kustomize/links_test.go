@@ -14,7 +14,7 @@ import (
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
@@ -29,7 +29,7 @@ type renderSink struct {
 }
 
 func (s *renderSink) DeliverReport(ctx context.Context, c watcher.Change) (any, error) {
-	objs, reads, err := kustomize.New().RenderRepo(ctx, c.Root, c.Target.Path, spec.Render{})
+	objs, reads, err := kustomize.New().RenderRepo(ctx, c.Root, c.Target.Path, payload.Render{})
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func TestRenderThroughLinksIsDeliveredWhenTheirTargetsChange(t *testing.T) {
 	sink := &renderSink{Sink: watchertest.NewSink("kustomize"), values: map[string]string{}}
 	obs := watchertest.NewObserver()
 	w := watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithInterval(time.Hour), watcher.WithObserver(obs),
-		watcher.WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond))
+		watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond}))
 	x := watcher.Target{ID: "x", URL: repo.URL(), Path: "apps/x"}
 	y := watcher.Target{ID: "y", URL: repo.URL(), Path: "apps/y"}
 	require.NoError(t, w.Route(watchertest.NewSource(x, y), sink))

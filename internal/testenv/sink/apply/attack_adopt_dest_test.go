@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/sink/apply"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // Numaplane applied a ClusterRole for its GitSync team-b/web: labeled
@@ -30,7 +30,7 @@ func TestAttackAdoptByValueClusterScopedOfAnotherGitSyncOfTheSameName(t *testing
 		_ = env.Dynamic.Resource(clusterRoles).Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	s := newSink(t, apply.Config{InventoryNamespace: ns, TrackingLabel: attackLabel, TrackingValue: byName, AdoptByValue: true})
-	c := change("gitsync/team-a/web", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"cr.yaml": file(clusterRole(name))})
+	c := change("gitsync/team-a/web", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"cr.yaml": file(clusterRole(name))})
 
 	_, err := s.Apply(ctxT(t), c)
 	assert.ErrorIs(t, err, apply.ErrConflict, "a cluster-scoped object marked by a shared value alone is not adopted")
@@ -54,7 +54,7 @@ func TestAttackAdoptByValueInAnotherGitSyncsDestination(t *testing.T) {
 	require.NoError(t, err)
 	s := newSink(t, apply.Config{InventoryNamespace: inv, TrackingLabel: attackLabel, TrackingValue: byName, AdoptByValue: true})
 	hostile := fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  namespace: %s\ndata:\n  value: evil\n", destB)
-	c := change("gitsync/team-a/web", "c1", spec.Render{Namespace: destA}, fstest.MapFS{"x.yaml": file(hostile)})
+	c := change("gitsync/team-a/web", "c1", payload.Render{Namespace: destA}, fstest.MapFS{"x.yaml": file(hostile)})
 
 	_, err = s.Apply(ctxT(t), c)
 	assert.ErrorIs(t, err, apply.ErrConflict)

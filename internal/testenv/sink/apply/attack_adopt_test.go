@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/sink/apply"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // A target applied under the default value (the digest: before the
@@ -19,13 +19,13 @@ import (
 func TestAttackAdoptByValueOfADigestNamedGitSync(t *testing.T) {
 	ns := env.Namespace(t)
 	before := newSink(t, apply.Config{InventoryNamespace: ns, TrackingLabel: attackLabel})
-	victim := change("gitsync/team-b/db", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"x.yaml": file(configMap("x", "b"))})
+	victim := change("gitsync/team-b/db", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"x.yaml": file(configMap("x", "b"))})
 	applyOK(t, before, victim)
 	digest := get(t, configMaps, ns, "x").GetLabels()[attackLabel]
 	require.Len(t, digest, 20)
 
 	s := newSink(t, apply.Config{InventoryNamespace: ns, TrackingLabel: attackLabel, TrackingValue: byName, AdoptByValue: true})
-	evil := change("gitsync/team-evil/"+digest, "c1", spec.Render{Namespace: ns}, fstest.MapFS{"x.yaml": file(configMap("x", "evil"))})
+	evil := change("gitsync/team-evil/"+digest, "c1", payload.Render{Namespace: ns}, fstest.MapFS{"x.yaml": file(configMap("x", "evil"))})
 	_, err := s.Apply(ctxT(t), evil)
 	assert.ErrorIs(t, err, apply.ErrConflict)
 	assert.Equal(t, "b", cmValue(t, ns, "x"), "the victim's object is not taken over")

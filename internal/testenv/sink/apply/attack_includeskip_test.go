@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/modwatch/modwatch/sink/apply"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // includeToggle is an Include of every kind, ConfigMaps while on.
@@ -52,7 +52,7 @@ func TestAttackIncludeSkipNamespaceHoldingALeftAloneObject(t *testing.T) {
 			inc.on.Store(true)
 			s := newSink(t, apply.Config{InventoryNamespace: ns, Include: inc.include, IncludeMode: apply.IncludeSkip,
 				CascadeDelete: true, EmptyRenderConfirm: -1})
-			c := change("apps", "c1", spec.Render{Namespace: ns}, nsAndConfigMap(n))
+			c := change("apps", "c1", payload.Render{Namespace: ns}, nsAndConfigMap(n))
 			applyOK(t, s, c)
 			inc.on.Store(false) // ConfigMaps are left alone from now on
 
@@ -79,8 +79,8 @@ func TestAttackNamespacePruneSparesAnotherInstallsTargetOfTheSameID(t *testing.T
 	p := newSink(t, apply.Config{InventoryNamespace: ns, Instance: "p", EmptyRenderConfirm: -1})
 	q := newSink(t, apply.Config{InventoryNamespace: ns, Instance: "q"})
 	files := nsAndConfigMap(n)
-	cp := change("apps", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"ns.yaml": files["ns.yaml"]})
-	cq := change("apps", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"x.yaml": files["x.yaml"]})
+	cp := change("apps", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"ns.yaml": files["ns.yaml"]})
+	cq := change("apps", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"x.yaml": files["x.yaml"]})
 	applyOK(t, p, cp)
 	applyOK(t, q, cq)
 

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/modwatch/modwatch/sink/apply"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // A's inventory records x; x is deleted (by a user, or while A's kind
@@ -20,7 +20,7 @@ import (
 func TestAttackRecordedObjectRecreatedByAnotherTargetIsNotTakenOver(t *testing.T) {
 	ns := env.Namespace(t)
 	s := newSink(t, apply.Config{InventoryNamespace: ns, TrackingLabel: attackLabel, TrackingValue: byName})
-	rs := spec.Render{Namespace: ns}
+	rs := payload.Render{Namespace: ns}
 	a := change("gitsync/team-a/web", "c1", rs, fstest.MapFS{"x.yaml": file(configMap("x", "a"))})
 	b := change("gitsync/team-b/web", "c1", rs, fstest.MapFS{"x.yaml": file(configMap("x", "b"))})
 

@@ -18,7 +18,7 @@ import (
 
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // Attacks on ownership: each says the scenario, and what must hold.
@@ -62,7 +62,7 @@ func clusterRoleLabeled(t *testing.T, name, value string) *unstructured.Unstruct
 func TestAttackManifestForgesOwnership(t *testing.T) {
 	ns := env.Namespace(t)
 	s := newSink(t, apply.Config{InventoryNamespace: ns, TrackingLabel: attackLabel, TrackingValue: byName})
-	rs := spec.Render{Namespace: ns}
+	rs := payload.Render{Namespace: ns}
 	applyOK(t, s, change("gitsync/team-a/web", "c1", rs, fstest.MapFS{"x.yaml": file(configMap("x", "a"))}))
 	aOwner := ownerAnnotation(t, configMaps, ns, "x")
 	forged := func(name string) string {
@@ -93,7 +93,7 @@ func TestAttackTrackingValueChangesBetweenDeliveries(t *testing.T) {
 			}
 			return "one"
 		}})
-	rs := spec.Render{Namespace: ns}
+	rs := payload.Render{Namespace: ns}
 	a := change("a", "c1", rs, fstest.MapFS{"x.yaml": file(configMap("x", "a"))})
 	applyOK(t, s, a)
 	value.Store("two")

@@ -14,7 +14,7 @@ import (
 
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // requestCounter counts the apiserver requests by what they do.
@@ -103,7 +103,7 @@ func BenchmarkApply500(b *testing.B) {
 			b.StopTimer()
 			ns := benchNamespace(b)
 			b.StartTimer()
-			res := mustApply(b, s, change("bench/"+ns, "c1", spec.Render{Namespace: ns}, tree(n, "0")))
+			res := mustApply(b, s, change("bench/"+ns, "c1", payload.Render{Namespace: ns}, tree(n, "0")))
 			if res.Count(apply.Created) != n {
 				b.Fatal(res)
 			}
@@ -113,12 +113,12 @@ func BenchmarkApply500(b *testing.B) {
 	oneChanged := func(b *testing.B, cfg apply.Config) {
 		s, counter := countingSink(b, cfg)
 		ns := benchNamespace(b)
-		mustApply(b, s, change("bench/"+ns, "c0", spec.Render{Namespace: ns}, tree(n, "0")))
+		mustApply(b, s, change("bench/"+ns, "c0", payload.Render{Namespace: ns}, tree(n, "0")))
 		counter.reset()
 		i := 0
 		for b.Loop() {
 			i++
-			c := change("bench/"+ns, fmt.Sprint("c", i), spec.Render{Namespace: ns}, tree(n, fmt.Sprint(i)))
+			c := change("bench/"+ns, fmt.Sprint("c", i), payload.Render{Namespace: ns}, tree(n, fmt.Sprint(i)))
 			c.Reason = watcher.ReasonNewCommit
 			res := mustApply(b, s, c)
 			if res.Count(apply.Configured) != 1 {
@@ -132,10 +132,10 @@ func BenchmarkApply500(b *testing.B) {
 	b.Run("resync-no-drift", func(b *testing.B) {
 		s, counter := countingSink(b, apply.Config{})
 		ns := benchNamespace(b)
-		mustApply(b, s, change("bench/"+ns, "c0", spec.Render{Namespace: ns}, tree(n, "0")))
+		mustApply(b, s, change("bench/"+ns, "c0", payload.Render{Namespace: ns}, tree(n, "0")))
 		counter.reset()
 		for b.Loop() {
-			c := change("bench/"+ns, "c0", spec.Render{Namespace: ns}, tree(n, "0"))
+			c := change("bench/"+ns, "c0", payload.Render{Namespace: ns}, tree(n, "0"))
 			c.Reason = watcher.ReasonResync
 			if res := mustApply(b, s, c); res.Count(apply.Unchanged) != n {
 				b.Fatal(res)

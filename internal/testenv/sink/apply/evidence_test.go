@@ -14,7 +14,7 @@ import (
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
@@ -37,8 +37,8 @@ func TestTwoInstancesNeverTouchEachOthersTargets(t *testing.T) {
 	ns := env.Namespace(t)
 	one := newSink(t, apply.Config{FieldManager: "ctl", InventoryNamespace: ns, Instance: "team-one", CascadeDelete: true})
 	two := newSink(t, apply.Config{FieldManager: "ctl", InventoryNamespace: ns, Instance: "team-two", CascadeDelete: true})
-	applyOK(t, one, change("gitsync/one/web", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("one-a", "1"))}))
-	applyOK(t, two, change("gitsync/two/web", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("two-a", "1"))}))
+	applyOK(t, one, change("gitsync/one/web", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("one-a", "1"))}))
+	applyOK(t, two, change("gitsync/two/web", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("two-a", "1"))}))
 
 	ids, err := one.Targets(ctxT(t))
 	require.NoError(t, err)
@@ -72,7 +72,7 @@ func TestTwoInstancesNeverTouchEachOthersTargets(t *testing.T) {
 func TestAManifestCannotTouchTheSinksRecords(t *testing.T) {
 	ns := env.Namespace(t)
 	s := newSink(t, apply.Config{InventoryNamespace: ns})
-	applyOK(t, s, change("victim", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("victim-a", "1"))}))
+	applyOK(t, s, change("victim", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("victim-a", "1"))}))
 	held := inventories(t, ns)
 	require.Len(t, held, 1)
 	var victimInventory string
@@ -85,7 +85,7 @@ func TestAManifestCannotTouchTheSinksRecords(t *testing.T) {
 		"the inventories' namespace": "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + ns + "\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := s.Apply(ctxT(t), change("attacker", "c1", spec.Render{Namespace: ns},
+			_, err := s.Apply(ctxT(t), change("attacker", "c1", payload.Render{Namespace: ns},
 				fstest.MapFS{"x.yaml": file(manifest), "y.yaml": file(configMap("attacker-y", "1"))}))
 			require.ErrorIs(t, err, apply.ErrConflict)
 			assert.ErrorContains(t, err, "target attacker")
@@ -103,18 +103,18 @@ func TestAManifestCannotTouchTheSinksRecords(t *testing.T) {
 func TestAnEmptyRenderIsHeldBeforeItPrunesEverything(t *testing.T) {
 	ns := env.Namespace(t)
 	s := newSink(t, apply.Config{InventoryNamespace: ns, EmptyRenderConfirm: 2 * time.Second})
-	applyOK(t, s, change("t", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1")), "b.yaml": file(configMap("b", "1"))}))
+	applyOK(t, s, change("t", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1")), "b.yaml": file(configMap("b", "1"))}))
 	start := time.Now()
-	_, err := s.Apply(ctxT(t), change("t", "c2", spec.Render{Namespace: ns}, fstest.MapFS{}))
+	_, err := s.Apply(ctxT(t), change("t", "c2", payload.Render{Namespace: ns}, fstest.MapFS{}))
 	require.ErrorContains(t, err, "pruning all 2 of its objects is held")
 	assert.NotNil(t, get(t, configMaps, ns, "a"))
 
 	// Rendering something again ends the hold; empty again, it starts anew.
-	applyOK(t, s, change("t", "c3", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "3")), "b.yaml": file(configMap("b", "1"))}))
-	_, err = s.Apply(ctxT(t), change("t", "c4", spec.Render{Namespace: ns}, fstest.MapFS{}))
+	applyOK(t, s, change("t", "c3", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "3")), "b.yaml": file(configMap("b", "1"))}))
+	_, err = s.Apply(ctxT(t), change("t", "c4", payload.Render{Namespace: ns}, fstest.MapFS{}))
 	require.ErrorContains(t, err, "held")
 	require.Eventually(t, func() bool {
-		_, err := s.Apply(ctxT(t), change("t", "c4", spec.Render{Namespace: ns}, fstest.MapFS{}))
+		_, err := s.Apply(ctxT(t), change("t", "c4", payload.Render{Namespace: ns}, fstest.MapFS{}))
 		return err == nil
 	}, 10*time.Second, 200*time.Millisecond)
 	assert.GreaterOrEqual(t, time.Since(start), 2*time.Second)
@@ -134,7 +134,7 @@ func TestTwoTargetsCannotBothClaimANewObject(t *testing.T) {
 		errs := make(chan error, 2)
 		for _, id := range []string{"a" + name, "b" + name} {
 			go func() {
-				_, err := s.Apply(ctxT(t), change(id, "c1", spec.Render{Namespace: ns}, files))
+				_, err := s.Apply(ctxT(t), change(id, "c1", payload.Render{Namespace: ns}, files))
 				errs <- err
 			}()
 		}
@@ -157,10 +157,10 @@ func TestTwoTargetsCannotBothClaimANewObject(t *testing.T) {
 func TestAnInventoryFromBeforeInstancesIsTakenOver(t *testing.T) {
 	ns := env.Namespace(t)
 	before := newSink(t, apply.Config{FieldManager: "ctl", InventoryNamespace: ns, CascadeDelete: true})
-	applyOK(t, before, change("gs/web", "c1", spec.Render{Namespace: ns},
+	applyOK(t, before, change("gs/web", "c1", payload.Render{Namespace: ns},
 		fstest.MapFS{"a.yaml": file(configMap("a", "1")), "b.yaml": file(configMap("b", "1"))}))
 	after := newSink(t, apply.Config{FieldManager: "ctl", InventoryNamespace: ns, Instance: "team-one", CascadeDelete: true, EmptyRenderConfirm: -1})
-	res := applyOK(t, after, change("gs/web", "c2", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "2"))}))
+	res := applyOK(t, after, change("gs/web", "c2", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "2"))}))
 	assert.Equal(t, apply.Deleted, actions(res)["ConfigMap/"+ns+"/b"], "what it applied before is pruned")
 	assert.Equal(t, "2", cmValue(t, ns, "a"))
 	held := inventories(t, ns)
@@ -180,8 +180,8 @@ func TestAnObjectOfAnUnknownOwnerIsRefused(t *testing.T) {
 	ns, inv1, inv2 := env.Namespace(t), env.Namespace(t), env.Namespace(t)
 	one := newSink(t, apply.Config{InventoryNamespace: inv1, Instance: "one"})
 	two := newSink(t, apply.Config{InventoryNamespace: inv2, Instance: "two", CascadeDelete: true})
-	applyOK(t, one, change("a", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"x.yaml": file(configMap("x", "1"))}))
-	_, err := two.Apply(ctxT(t), change("b", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"x.yaml": file(configMap("x", "2"))}))
+	applyOK(t, one, change("a", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"x.yaml": file(configMap("x", "1"))}))
+	_, err := two.Apply(ctxT(t), change("b", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"x.yaml": file(configMap("x", "2"))}))
 	require.ErrorIs(t, err, apply.ErrConflict)
 	assert.Equal(t, "1", cmValue(t, ns, "x"))
 }
@@ -195,10 +195,10 @@ func TestANamespaceHoldingAnotherTargetsObjectsIsNotPruned(t *testing.T) {
 	shared, alone := "shared-"+inv, "alone-"+inv
 	namespace := func(name string) string { return "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + name + "\n" }
 	s := newSink(t, apply.Config{InventoryNamespace: inv, EmptyRenderConfirm: -1})
-	applyOK(t, s, change("a", "c1", spec.Render{}, fstest.MapFS{"ns.yaml": file(namespace(shared)), "ns2.yaml": file(namespace(alone))}))
-	applyOK(t, s, change("b", "c1", spec.Render{Namespace: shared}, fstest.MapFS{"x.yaml": file(configMap("x", "1"))}))
+	applyOK(t, s, change("a", "c1", payload.Render{}, fstest.MapFS{"ns.yaml": file(namespace(shared)), "ns2.yaml": file(namespace(alone))}))
+	applyOK(t, s, change("b", "c1", payload.Render{Namespace: shared}, fstest.MapFS{"x.yaml": file(configMap("x", "1"))}))
 
-	res := applyOK(t, s, change("a", "c2", spec.Render{}, fstest.MapFS{}))
+	res := applyOK(t, s, change("a", "c2", payload.Render{}, fstest.MapFS{}))
 	assert.Equal(t, apply.Skipped, actions(res)["Namespace/"+shared], "b's object is in it")
 	assert.Equal(t, apply.Deleted, actions(res)["Namespace/"+alone])
 	ns, err := env.Kube.CoreV1().Namespaces().Get(context.Background(), shared, metav1.GetOptions{})
@@ -221,7 +221,7 @@ func TestASweepOverTheBudgetIsHeldUntilConfirmed(t *testing.T) {
 	sink := newSink(t, apply.Config{InventoryNamespace: ns, CascadeDelete: true})
 	var targets []watcher.Target
 	for _, id := range []string{"a", "b", "c"} {
-		targets = append(targets, watcher.Target{ID: id, URL: repo.URL(), Path: id, Payload: spec.Render{Namespace: ns}})
+		targets = append(targets, watcher.Target{ID: id, URL: repo.URL(), Path: id, Payload: payload.Render{Namespace: ns}})
 	}
 	start := func(set ...watcher.Target) (*watcher.Watcher, *watchertest.Observer, func()) {
 		obs := watchertest.NewObserver()

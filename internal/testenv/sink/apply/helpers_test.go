@@ -18,7 +18,7 @@ import (
 	"github.com/modwatch/modwatch/internal/testenv"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 var env *testenv.Env
@@ -45,7 +45,7 @@ func newSink(t *testing.T, cfg apply.Config) *apply.Sink {
 
 // change is what the watcher would hand the sink: target id at commit,
 // with the tree files.
-func change(id, commit string, rs spec.Render, files fstest.MapFS) watcher.Change {
+func change(id, commit string, rs payload.Render, files fstest.MapFS) watcher.Change {
 	return watcher.Change{
 		Target: watcher.Target{ID: id, URL: "https://git.example.com/r.git", Payload: rs},
 		To:     commit, Reason: watcher.ReasonInitial, FS: fs.FS(files),

@@ -12,7 +12,7 @@ import (
 
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 var services = schema.GroupVersionResource{Version: "v1", Resource: "services"}
@@ -44,7 +44,7 @@ func TestIncludeSkipAppliesOnlyTheIncludedKinds(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			s := newSink(t, apply.Config{InventoryNamespace: ns, ForceNamespace: true, Mode: mode,
 				Include: onlyConfigMaps, IncludeMode: apply.IncludeSkip})
-			res := applyOK(t, s, change("skip/"+ns, "c1", spec.Render{Namespace: ns}, files))
+			res := applyOK(t, s, change("skip/"+ns, "c1", payload.Render{Namespace: ns}, files))
 			e, ok := res.Find("Service/" + ns + "/web")
 			require.True(t, ok, res.String())
 			assert.Equal(t, apply.Skipped, e.Action)
@@ -73,7 +73,7 @@ func TestIncludeSkipLeavesWhatTheListNoLongerIncludes(t *testing.T) {
 		Include: include, IncludeMode: apply.IncludeSkip})
 	id := "narrow/" + ns
 	deliver := func(commit string, files fstest.MapFS) *apply.Result {
-		return applyOK(t, s, change(id, commit, spec.Render{Namespace: ns}, files))
+		return applyOK(t, s, change(id, commit, payload.Render{Namespace: ns}, files))
 	}
 	onlyA := fstest.MapFS{"a.yaml": file(configMap("a", "1"))}
 	deliver("c1", fstest.MapFS{"a.yaml": file(configMap("a", "1")), "svc.yaml": file(service("web", "80"))})
@@ -108,9 +108,9 @@ func TestIncludeSkipARenderOfOnlyExcludedKindsIsNotHeld(t *testing.T) {
 	include := func(gk schema.GroupKind) bool { return !narrowed.Load() || onlyConfigMaps(gk) }
 	s := newSink(t, apply.Config{InventoryNamespace: ns, Include: include, IncludeMode: apply.IncludeSkip})
 	files := fstest.MapFS{"svc.yaml": file(service("web", "80"))}
-	applyOK(t, s, change("held/"+ns, "c1", spec.Render{Namespace: ns}, files))
+	applyOK(t, s, change("held/"+ns, "c1", payload.Render{Namespace: ns}, files))
 	narrowed.Store(true)
-	res := applyOK(t, s, change("held/"+ns, "c2", spec.Render{Namespace: ns}, files))
+	res := applyOK(t, s, change("held/"+ns, "c2", payload.Render{Namespace: ns}, files))
 	assert.Len(t, res.SkippedFor(apply.SkipNotIncluded), 1, res.String())
 	assert.NotNil(t, get(t, services, ns, "web"))
 }

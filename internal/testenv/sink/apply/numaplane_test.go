@@ -11,7 +11,7 @@ import (
 
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // Numaplane's way of applying: every namespaced object into the
@@ -27,7 +27,7 @@ func TestApplyAsNumaplaneDoes(t *testing.T) {
 		"a.yaml": file(configMap("a", "1")),
 		"b.yaml": file(fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n  namespace: %s\n", other)),
 	}
-	applyOK(t, s, change("np/"+ns, "c1", spec.Render{Namespace: ns}, files))
+	applyOK(t, s, change("np/"+ns, "c1", payload.Render{Namespace: ns}, files))
 	b := get(t, configMaps, ns, "b")
 	require.NotNil(t, b, "the manifest's namespace gives way to the destination")
 	assert.Nil(t, get(t, configMaps, other, "b"))
@@ -48,7 +48,7 @@ func TestApplyAsNumaplaneDoes(t *testing.T) {
 func TestMissingInventoryNamespaceAppliesNothing(t *testing.T) {
 	ns := env.Namespace(t)
 	s := newSink(t, apply.Config{InventoryNamespace: "no-such-namespace-" + ns[len(ns)-6:]})
-	_, err := s.Apply(ctxT(t), change("inv/"+ns, "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))}))
+	_, err := s.Apply(ctxT(t), change("inv/"+ns, "c1", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))}))
 	require.Error(t, err)
 	assert.ErrorContains(t, err, "does not exist")
 	assert.Nil(t, get(t, configMaps, ns, "a"), "nothing applied")
@@ -63,13 +63,13 @@ func TestCreateOnlyObjects(t *testing.T) {
 	once := func(v string) string {
 		return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: once\n  annotations: {" + apply.AnnotationCreateOnly + ": \"true\"}\ndata:\n  value: \"" + v + "\"\n"
 	}
-	res := applyOK(t, s, change("once/"+ns, "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(once("1"))}))
+	res := applyOK(t, s, change("once/"+ns, "c1", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(once("1"))}))
 	assert.Equal(t, apply.Created, res.Entries[0].Action)
 	live := get(t, configMaps, ns, "once")
 	require.NotNil(t, live)
 	assert.NotContains(t, live.GetAnnotations(), apply.AnnotationCreateOnly)
 
-	res = applyOK(t, s, change("once/"+ns, "c2", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(once("2"))}))
+	res = applyOK(t, s, change("once/"+ns, "c2", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(once("2"))}))
 	assert.Equal(t, apply.Unchanged, res.Entries[0].Action)
 	assert.Equal(t, "1", cmValue(t, ns, "once"), "never changed after it was created")
 }
@@ -80,8 +80,8 @@ func TestIncludedKindsOnly(t *testing.T) {
 	ns := env.Namespace(t)
 	onlyConfigMaps := func(gk schema.GroupKind) bool { return gk == schema.GroupKind{Kind: "ConfigMap"} }
 	s := newSink(t, apply.Config{InventoryNamespace: ns, Include: onlyConfigMaps})
-	applyOK(t, s, change("inc/"+ns, "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))}))
-	_, err := s.Apply(ctxT(t), change("inc/"+ns, "c2", spec.Render{Namespace: ns}, fstest.MapFS{
+	applyOK(t, s, change("inc/"+ns, "c1", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))}))
+	_, err := s.Apply(ctxT(t), change("inc/"+ns, "c2", payload.Render{Namespace: ns}, fstest.MapFS{
 		"a.yaml": file(configMap("a", "2")), "role.yaml": file(clusterRole("excluded-" + ns))}))
 	require.Error(t, err)
 	assert.True(t, watcher.IsPermanent(err))

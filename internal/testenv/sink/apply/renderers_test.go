@@ -9,7 +9,7 @@ import (
 
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 func TestKustomizeTreeApplied(t *testing.T) {
@@ -21,7 +21,7 @@ func TestKustomizeTreeApplied(t *testing.T) {
 		"cm.yaml":            file(configMap("settings", "1")),
 		"role.yaml":          file(clusterRole("kustomized-" + ns)),
 	}
-	res := applyOK(t, s, change("kustomize/"+ns, "c1", spec.Render{Renderer: kustomize.Name, Namespace: ns}, k))
+	res := applyOK(t, s, change("kustomize/"+ns, "c1", payload.Render{Renderer: kustomize.Name, Namespace: ns}, k))
 	assert.Equal(t, map[string]apply.Action{
 		"ConfigMap/" + ns + "/k-settings":                          apply.Created,
 		"ClusterRole.rbac.authorization.k8s.io/k-kustomized-" + ns: apply.Created,
@@ -30,6 +30,6 @@ func TestKustomizeTreeApplied(t *testing.T) {
 	require.NotNil(t, cm)
 	assert.Equal(t, "web", cm.GetLabels()["tier"])
 
-	_, err := s.Apply(ctxT(t), change("nope/"+ns, "c1", spec.Render{Renderer: "jsonnet"}, k))
+	_, err := s.Apply(ctxT(t), change("nope/"+ns, "c1", payload.Render{Renderer: "jsonnet"}, k))
 	assert.ErrorIs(t, err, apply.ErrInvalidConfig, "an unregistered renderer is a configuration error")
 }

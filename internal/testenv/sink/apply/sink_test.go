@@ -15,14 +15,14 @@ import (
 
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 func TestNamespaceOnlyOnNamespacedKinds(t *testing.T) {
 	ns, other := env.Namespace(t), env.Namespace(t)
 	role := "reader-" + ns
 	s := newSink(t, apply.Config{})
-	res := applyOK(t, s, change("ns/"+ns, "c1", spec.Render{Namespace: ns}, fstest.MapFS{
+	res := applyOK(t, s, change("ns/"+ns, "c1", payload.Render{Namespace: ns}, fstest.MapFS{
 		"a.yaml":    file(configMap("a", "1")),
 		"b.yaml":    file(fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n  namespace: %s\n", other)),
 		"role.yaml": file(clusterRole(role)),
@@ -66,7 +66,7 @@ spec:
 `, group)
 	cr := fmt.Sprintf("apiVersion: %s/v1\nkind: Widget\nmetadata:\n  name: w\nspec:\n  size: 3\n", group)
 	s := newSink(t, apply.Config{})
-	res := applyOK(t, s, change("crd/"+ns, "c1", spec.Render{Namespace: ns}, fstest.MapFS{
+	res := applyOK(t, s, change("crd/"+ns, "c1", payload.Render{Namespace: ns}, fstest.MapFS{
 		"crd.yaml":    file(crd),
 		"widget.yaml": file(cr),
 	}))
@@ -98,11 +98,11 @@ func TestDriftIsCorrectedAndNoDriftWritesNothing(t *testing.T) {
 	// is checked with the objects'.
 	s := newSink(t, apply.Config{InventoryNamespace: ns})
 	files := fstest.MapFS{"a.yaml": file(configMap("a", "1")), "b.yaml": file(configMap("b", "1"))}
-	applyOK(t, s, change("drift/"+ns, "c1", spec.Render{Namespace: ns}, files))
+	applyOK(t, s, change("drift/"+ns, "c1", payload.Render{Namespace: ns}, files))
 	before := resourceVersions(t, ns)
 	require.Len(t, before, 3, "a, b and the inventory")
 
-	resync := change("drift/"+ns, "c1", spec.Render{Namespace: ns}, files)
+	resync := change("drift/"+ns, "c1", payload.Render{Namespace: ns}, files)
 	resync.Reason, resync.From = watcher.ReasonResync, "c1"
 	res := applyOK(t, s, resync)
 	assert.Equal(t, 2, res.Count(apply.Unchanged), res.String())
@@ -141,7 +141,7 @@ func TestConflicts(t *testing.T) {
 	files := fstest.MapFS{"a.yaml": file(configMap("a", "ours"))}
 
 	report := newSink(t, apply.Config{Conflicts: apply.ConflictReport, FieldManager: "modwatch-report"})
-	res, err := report.Apply(ctxT(t), change("conflict/"+ns, "c1", spec.Render{Namespace: ns}, files))
+	res, err := report.Apply(ctxT(t), change("conflict/"+ns, "c1", payload.Render{Namespace: ns}, files))
 	require.Error(t, err)
 	e, ok := res.Find("ConfigMap/" + ns + "/a")
 	require.True(t, ok)
@@ -150,7 +150,7 @@ func TestConflicts(t *testing.T) {
 	assert.Equal(t, "theirs", cmValue(t, ns, "a"), "a reported conflict changes nothing")
 
 	force := newSink(t, apply.Config{})
-	res = applyOK(t, force, change("conflict/"+ns, "c1", spec.Render{Namespace: ns}, files))
+	res = applyOK(t, force, change("conflict/"+ns, "c1", payload.Render{Namespace: ns}, files))
 	assert.Equal(t, apply.Configured, actions(res)["ConfigMap/"+ns+"/a"])
 	assert.Equal(t, "ours", cmValue(t, ns, "a"), "force takes the field over")
 }
@@ -159,7 +159,7 @@ func TestDryRunAndDiffWriteNothing(t *testing.T) {
 	ns := env.Namespace(t)
 	id := "plan/" + ns
 	s := newSink(t, apply.Config{InventoryNamespace: ns})
-	applyOK(t, s, change(id, "c1", spec.Render{Namespace: ns}, fstest.MapFS{
+	applyOK(t, s, change(id, "c1", payload.Render{Namespace: ns}, fstest.MapFS{
 		"a.yaml": file(configMap("a", "1")), "gone.yaml": file(configMap("gone", "1")),
 	}))
 	before := resourceVersions(t, ns)
@@ -168,7 +168,7 @@ func TestDryRunAndDiffWriteNothing(t *testing.T) {
 	for _, mode := range []apply.Mode{apply.ModeDryRun, apply.ModeDiff} {
 		t.Run(string(mode), func(t *testing.T) {
 			plan := newSink(t, apply.Config{InventoryNamespace: ns, Mode: mode})
-			res := applyOK(t, plan, change(id, "c2", spec.Render{Namespace: ns}, next))
+			res := applyOK(t, plan, change(id, "c2", payload.Render{Namespace: ns}, next))
 			assert.Equal(t, map[string]apply.Action{
 				"ConfigMap/" + ns + "/a":    apply.Configured,
 				"ConfigMap/" + ns + "/new":  apply.Created,
@@ -196,7 +196,7 @@ func TestRemove(t *testing.T) {
 	files := fstest.MapFS{"a.yaml": file(configMap("a", "1")), "role.yaml": file(clusterRole("remove-" + ns))}
 
 	keep := newSink(t, apply.Config{InventoryNamespace: ns})
-	applyOK(t, keep, change("keep/"+ns, "c1", spec.Render{Namespace: ns}, files))
+	applyOK(t, keep, change("keep/"+ns, "c1", payload.Render{Namespace: ns}, files))
 	require.Len(t, resourceVersions(t, ns), 2)
 	require.NoError(t, keep.Remove(ctxT(t), watcher.Target{ID: "keep/" + ns}))
 	assert.Equal(t, []string{"a"}, keys(resourceVersions(t, ns)), "without cascade the objects stay and the inventory goes")
@@ -205,11 +205,11 @@ func TestRemove(t *testing.T) {
 	// What a removal without cascade left keeps its owner's label: another
 	// target may not take it silently.
 	cascade := newSink(t, apply.Config{InventoryNamespace: ns, CascadeDelete: true})
-	_, err := cascade.Apply(ctxT(t), change("cascade/"+ns, "c1", spec.Render{Namespace: ns}, files))
+	_, err := cascade.Apply(ctxT(t), change("cascade/"+ns, "c1", payload.Render{Namespace: ns}, files))
 	require.ErrorIs(t, err, apply.ErrConflict)
 	assert.ErrorContains(t, err, "an owner this sink has no inventory of")
 	files = fstest.MapFS{"a.yaml": file(configMap("a2", "1")), "role.yaml": file(clusterRole("remove2-" + ns))}
-	applyOK(t, cascade, change("cascade/"+ns, "c1", spec.Render{Namespace: ns}, files))
+	applyOK(t, cascade, change("cascade/"+ns, "c1", payload.Render{Namespace: ns}, files))
 	require.NoError(t, cascade.Remove(ctxT(t), watcher.Target{ID: "cascade/" + ns}))
 	assert.Equal(t, []string{"a"}, keys(resourceVersions(t, ns)), "cascade deletes its objects and its inventory")
 	assert.Nil(t, get(t, clusterRoles, "", "remove2-"+ns))
@@ -218,17 +218,17 @@ func TestRemove(t *testing.T) {
 func TestAnObjectAnotherTargetAppliedIsRefused(t *testing.T) {
 	ns := env.Namespace(t)
 	s := newSink(t, apply.Config{})
-	applyOK(t, s, change("first/"+ns, "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))}))
+	applyOK(t, s, change("first/"+ns, "c1", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))}))
 	// A second target renders the same object: a conflict naming both,
 	// and nothing of its delivery applied.
-	_, err := s.Apply(ctxT(t), change("second/"+ns, "c1", spec.Render{Namespace: ns},
+	_, err := s.Apply(ctxT(t), change("second/"+ns, "c1", payload.Render{Namespace: ns},
 		fstest.MapFS{"a.yaml": file(configMap("a", "2")), "b.yaml": file(configMap("b", "2"))}))
 	require.ErrorIs(t, err, apply.ErrConflict)
 	assert.ErrorContains(t, err, "target second/"+ns+": ConfigMap/"+ns+"/a is applied by target first/"+ns+" (its inventory")
 	assert.Equal(t, "1", cmValue(t, ns, "a"))
 	assert.Nil(t, get(t, configMaps, ns, "b"), "nothing of the refused delivery applied")
 	// The first target's later removal still prunes what is its own.
-	res := applyOK(t, s, change("first/"+ns, "c2", spec.Render{Namespace: ns}, fstest.MapFS{"c.yaml": file(configMap("c", "1"))}))
+	res := applyOK(t, s, change("first/"+ns, "c2", payload.Render{Namespace: ns}, fstest.MapFS{"c.yaml": file(configMap("c", "1"))}))
 	assert.Equal(t, apply.Deleted, actions(res)["ConfigMap/"+ns+"/a"])
 }
 
@@ -246,7 +246,7 @@ func TestNewCommitChecksOnlyChangedObjects(t *testing.T) {
 			ns := env.Namespace(t)
 			s := newSink(t, apply.Config{AlwaysCheckDrift: always})
 			id := "changed/" + ns
-			applyOK(t, s, change(id, "c1", spec.Render{Namespace: ns}, fstest.MapFS{
+			applyOK(t, s, change(id, "c1", payload.Render{Namespace: ns}, fstest.MapFS{
 				"a.yaml": file(configMap("a", "1")), "b.yaml": file(configMap("b", "1")),
 			}))
 			cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "b", metav1.GetOptions{})
@@ -255,7 +255,7 @@ func TestNewCommitChecksOnlyChangedObjects(t *testing.T) {
 			_, err = env.Kube.CoreV1().ConfigMaps(ns).Update(context.Background(), cm, metav1.UpdateOptions{})
 			require.NoError(t, err)
 
-			next := change(id, "c2", spec.Render{Namespace: ns}, fstest.MapFS{
+			next := change(id, "c2", payload.Render{Namespace: ns}, fstest.MapFS{
 				"a.yaml": file(configMap("a", "2")), "b.yaml": file(configMap("b", "1")),
 			})
 			next.Reason, next.From = watcher.ReasonNewCommit, "c1"
@@ -282,8 +282,8 @@ func TestPruneCanBeTurnedOff(t *testing.T) {
 	ns := env.Namespace(t)
 	s := newSink(t, apply.Config{DisablePrune: true, InventoryNamespace: ns})
 	id := "noprune/" + ns
-	applyOK(t, s, change(id, "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1")), "b.yaml": file(configMap("b", "1"))}))
-	next := change(id, "c2", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))})
+	applyOK(t, s, change(id, "c1", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1")), "b.yaml": file(configMap("b", "1"))}))
+	next := change(id, "c2", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))})
 	next.Reason = watcher.ReasonNewCommit
 	res := applyOK(t, s, next)
 	assert.Equal(t, map[string]apply.Action{"ConfigMap/" + ns + "/a": apply.Unchanged}, actions(res), "nothing is pruned")
@@ -291,7 +291,7 @@ func TestPruneCanBeTurnedOff(t *testing.T) {
 
 	// It is forgotten: turning prune back on does not delete it.
 	pruning := newSink(t, apply.Config{InventoryNamespace: ns, EmptyRenderConfirm: -1})
-	last := change(id, "c3", spec.Render{Namespace: ns}, fstest.MapFS{})
+	last := change(id, "c3", payload.Render{Namespace: ns}, fstest.MapFS{})
 	last.Reason = watcher.ReasonNewCommit
 	res = applyOK(t, pruning, last)
 	assert.Equal(t, map[string]apply.Action{"ConfigMap/" + ns + "/a": apply.Deleted}, actions(res))
@@ -303,10 +303,10 @@ func TestPruneCanBeTurnedOff(t *testing.T) {
 func TestSpecFunc(t *testing.T) {
 	ns := env.Namespace(t)
 	type tenant struct{ Namespace string }
-	s := newSink(t, apply.Config{SpecFunc: func(tg watcher.Target) (spec.Render, error) {
-		return spec.Render{Namespace: tg.Payload.(tenant).Namespace}, nil
+	s := newSink(t, apply.Config{SpecFunc: func(tg watcher.Target) (payload.Render, error) {
+		return payload.Render{Namespace: tg.Payload.(tenant).Namespace}, nil
 	}})
-	c := change("tenant/"+ns, "c1", spec.Render{}, fstest.MapFS{"a.yaml": file(configMap("from-payload", "1"))})
+	c := change("tenant/"+ns, "c1", payload.Render{}, fstest.MapFS{"a.yaml": file(configMap("from-payload", "1"))})
 	c.Target.Payload = tenant{Namespace: ns}
 	applyOK(t, s, c)
 	assert.Equal(t, "1", cmValue(t, ns, "from-payload"), "in the namespace the payload names")

@@ -14,7 +14,7 @@ import (
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // numaplaneSink applies as Numaplane does, its tracking label's value the
@@ -49,17 +49,17 @@ func TestSharedTrackingValueLeavesTheOthersObjects(t *testing.T) {
 	a, b := gitsync.TargetID(nsA, "web"), gitsync.TargetID(nsB, "web")
 	role := "shared-" + nsA
 	withRole := fstest.MapFS{"a.yaml": file(configMap("a", "1")), "role.yaml": file(clusterRole(role))}
-	applyOK(t, s, change(a, "c1", spec.Render{Namespace: nsA}, withRole))
-	applyOK(t, s, change(b, "c1", spec.Render{Namespace: nsB}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))}))
+	applyOK(t, s, change(a, "c1", payload.Render{Namespace: nsA}, withRole))
+	applyOK(t, s, change(b, "c1", payload.Render{Namespace: nsB}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))}))
 	assert.Equal(t, "web", trackingValue(t, get(t, configMaps, nsA, "a")))
 	assert.Equal(t, "web", trackingValue(t, get(t, configMaps, nsB, "a")), "kubectl get -l tracking-id=web finds both")
 
 	// A person deletes the ClusterRole; B then creates it, as its own.
 	require.NoError(t, env.Dynamic.Resource(clusterRoles).Delete(context.Background(), role, metav1.DeleteOptions{}))
-	applyOK(t, s, change(b, "c2", spec.Render{Namespace: nsB}, withRole))
+	applyOK(t, s, change(b, "c2", payload.Render{Namespace: nsB}, withRole))
 	t.Cleanup(func() { deleteClusterRole(t, role) })
 
-	res := applyOK(t, s, change(a, "c2", spec.Render{Namespace: nsA}, fstest.MapFS{"a.yaml": file(configMap("a", "2"))}))
+	res := applyOK(t, s, change(a, "c2", payload.Render{Namespace: nsA}, fstest.MapFS{"a.yaml": file(configMap("a", "2"))}))
 	assert.Equal(t, apply.Skipped, actions(res)["ClusterRole.rbac.authorization.k8s.io/"+role], "A's prune leaves B's")
 	assert.NotNil(t, get(t, clusterRoles, "", role))
 
@@ -82,12 +82,12 @@ func TestSharedTrackingValueGuard(t *testing.T) {
 	a, b := gitsync.TargetID(nsA, "web"), gitsync.TargetID(nsB, "web")
 	role := "shared-" + nsA
 	t.Cleanup(func() { deleteClusterRole(t, role) })
-	applyOK(t, s, change(a, "c1", spec.Render{Namespace: nsA}, fstest.MapFS{"role.yaml": file(clusterRole(role))}))
+	applyOK(t, s, change(a, "c1", payload.Render{Namespace: nsA}, fstest.MapFS{"role.yaml": file(clusterRole(role))}))
 
 	refused := func(t *testing.T, s *apply.Sink, id, ns string, files fstest.MapFS) {
 		t.Helper()
 		files["own.yaml"] = file(configMap("own", "1"))
-		_, err := s.Apply(ctxT(t), change(id, "c1", spec.Render{Namespace: ns}, files))
+		_, err := s.Apply(ctxT(t), change(id, "c1", payload.Render{Namespace: ns}, files))
 		require.ErrorIs(t, err, apply.ErrConflict)
 		assert.ErrorContains(t, err, "target "+id)
 		assert.Nil(t, get(t, configMaps, ns, "own"), "nothing applied")
@@ -109,7 +109,7 @@ func TestSharedTrackingValueGuard(t *testing.T) {
 	t.Run("another install's", func(t *testing.T) {
 		other := newSink(t, apply.Config{InventoryNamespace: env.Namespace(t), Instance: "two", ForceNamespace: true,
 			TrackingLabel: gitsync.TrackingLabel, TrackingValue: gitsync.TrackingValue})
-		applyOK(t, other, change(b, "c1", spec.Render{Namespace: nsB}, fstest.MapFS{"installs.yaml": file(configMap("installs", "1"))}))
+		applyOK(t, other, change(b, "c1", payload.Render{Namespace: nsB}, fstest.MapFS{"installs.yaml": file(configMap("installs", "1"))}))
 		refused(t, s, b, nsB, fstest.MapFS{"installs.yaml": file(configMap("installs", "2"))})
 		assert.Equal(t, "1", cmValue(t, nsB, "installs"), "left as it was")
 	})
@@ -122,13 +122,13 @@ func TestTrackingValueChanges(t *testing.T) {
 	ns := env.Namespace(t)
 	id := gitsync.TargetID(ns, "web")
 	before := newSink(t, apply.Config{InventoryNamespace: ns, ForceNamespace: true, TrackingLabel: gitsync.TrackingLabel})
-	applyOK(t, before, change(id, "c1", spec.Render{Namespace: ns}, fstest.MapFS{
+	applyOK(t, before, change(id, "c1", payload.Render{Namespace: ns}, fstest.MapFS{
 		"a.yaml": file(configMap("a", "1")), "b.yaml": file(configMap("b", "1")), "c.yaml": file(configMap("c", "1"))}))
 	digest := trackingValue(t, get(t, configMaps, ns, "a"))
 	require.NotEqual(t, "web", digest)
 
 	after := numaplaneSink(t, ns)
-	res := applyOK(t, after, change(id, "c2", spec.Render{Namespace: ns}, fstest.MapFS{
+	res := applyOK(t, after, change(id, "c2", payload.Render{Namespace: ns}, fstest.MapFS{
 		"a.yaml": file(configMap("a", "1")), "c.yaml": file(configMap("c", "1"))}))
 	assert.Equal(t, apply.Deleted, actions(res)["ConfigMap/"+ns+"/b"], "applied under the digest, pruned under the name")
 	assert.Nil(t, get(t, configMaps, ns, "b"))
@@ -152,7 +152,7 @@ func TestTrackingValueMustBeALabelValue(t *testing.T) {
 	ns := env.Namespace(t)
 	for _, v := range []string{"", "not a label value!", "-web"} {
 		s := newSink(t, apply.Config{InventoryNamespace: ns, TrackingValue: func(watcher.Target) string { return v }})
-		_, err := s.Apply(ctxT(t), change("bad", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))}))
+		_, err := s.Apply(ctxT(t), change("bad", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("a", "1"))}))
 		require.Error(t, err)
 		assert.True(t, watcher.IsPermanent(err), v)
 		assert.ErrorIs(t, err, apply.ErrInvalidConfig)
@@ -167,17 +167,17 @@ func TestTrackingValueMustBeALabelValue(t *testing.T) {
 func TestATrackingValueCannotPoseAsAnotherTarget(t *testing.T) {
 	ns := env.Namespace(t)
 	plain := newSink(t, apply.Config{InventoryNamespace: ns, CascadeDelete: true})
-	applyOK(t, plain, change("victim", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"v.yaml": file(configMap("v", "1"))}))
+	applyOK(t, plain, change("victim", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"v.yaml": file(configMap("v", "1"))}))
 	victims := get(t, configMaps, ns, "v").GetLabels()[apply.LabelTarget]
 	poser := newSink(t, apply.Config{InventoryNamespace: ns, CascadeDelete: true,
 		TrackingValue: func(watcher.Target) string { return victims }})
-	applyOK(t, poser, change("poser", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"p.yaml": file(configMap("p", "1"))}))
+	applyOK(t, poser, change("poser", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"p.yaml": file(configMap("p", "1"))}))
 	assert.Equal(t, victims, get(t, configMaps, ns, "p").GetLabels()[apply.LabelTarget], "the same value")
 
-	_, err := poser.Apply(ctxT(t), change("poser", "c2", spec.Render{Namespace: ns}, fstest.MapFS{
+	_, err := poser.Apply(ctxT(t), change("poser", "c2", payload.Render{Namespace: ns}, fstest.MapFS{
 		"p.yaml": file(configMap("p", "1")), "v.yaml": file(configMap("v", "poser"))}))
 	require.ErrorIs(t, err, apply.ErrConflict, "the victim's object is refused to the poser")
-	_, err = plain.Apply(ctxT(t), change("victim", "c2", spec.Render{Namespace: ns}, fstest.MapFS{
+	_, err = plain.Apply(ctxT(t), change("victim", "c2", payload.Render{Namespace: ns}, fstest.MapFS{
 		"v.yaml": file(configMap("v", "1")), "p.yaml": file(configMap("p", "victim"))}))
 	require.ErrorIs(t, err, apply.ErrConflict, "and the poser's to the victim")
 
@@ -192,16 +192,16 @@ func TestATrackingValueCannotPoseAsAnotherTarget(t *testing.T) {
 func TestAManifestCannotNameItsOwner(t *testing.T) {
 	ns := env.Namespace(t)
 	s := newSink(t, apply.Config{InventoryNamespace: ns, CascadeDelete: true})
-	applyOK(t, s, change("victim", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"v.yaml": file(configMap("v", "1"))}))
+	applyOK(t, s, change("victim", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"v.yaml": file(configMap("v", "1"))}))
 	victims := get(t, configMaps, ns, "v").GetLabels()[apply.LabelTarget]
 	posing := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: p\n  annotations: {" + apply.AnnotationOwner + ": " + victims + "}\n"
-	applyOK(t, s, change("poser", "c1", spec.Render{Namespace: ns}, fstest.MapFS{"p.yaml": file(posing)}))
+	applyOK(t, s, change("poser", "c1", payload.Render{Namespace: ns}, fstest.MapFS{"p.yaml": file(posing)}))
 	assert.NotContains(t, get(t, configMaps, ns, "p").GetAnnotations(), apply.AnnotationOwner)
 	named := newSink(t, apply.Config{InventoryNamespace: ns, TrackingValue: func(watcher.Target) string { return "web" }})
-	applyOK(t, named, change("poser", "c2", spec.Render{Namespace: ns}, fstest.MapFS{"p.yaml": file(posing)}))
+	applyOK(t, named, change("poser", "c2", payload.Render{Namespace: ns}, fstest.MapFS{"p.yaml": file(posing)}))
 	assert.NotEqual(t, victims, get(t, configMaps, ns, "p").GetAnnotations()[apply.AnnotationOwner])
 
-	_, err := s.Apply(ctxT(t), change("victim", "c2", spec.Render{Namespace: ns}, fstest.MapFS{
+	_, err := s.Apply(ctxT(t), change("victim", "c2", payload.Render{Namespace: ns}, fstest.MapFS{
 		"v.yaml": file(configMap("v", "1")), "p.yaml": file(configMap("p", "victim"))}))
 	require.ErrorIs(t, err, apply.ErrConflict, "the poser's object stays the poser's")
 }
@@ -227,19 +227,19 @@ func TestAdoptByValueTakesOverWhatTheValueAloneMarked(t *testing.T) {
 	before("web-config", "web")
 	before("web-old", "web")
 	id := gitsync.TargetID(ns, "web")
-	applyOK(t, s, change(id, "c1", spec.Render{Namespace: ns}, fstest.MapFS{
+	applyOK(t, s, change(id, "c1", payload.Render{Namespace: ns}, fstest.MapFS{
 		"a.yaml": file(configMap("web-config", "1")), "b.yaml": file(configMap("web-old", "1"))}))
 	assert.Equal(t, "1", cmValue(t, ns, "web-config"), "taken over")
 	assert.NotEmpty(t, get(t, configMaps, ns, "web-config").GetAnnotations()[apply.AnnotationOwner], "owned now")
-	res := applyOK(t, s, change(id, "c2", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("web-config", "2"))}))
+	res := applyOK(t, s, change(id, "c2", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("web-config", "2"))}))
 	assert.Equal(t, apply.Deleted, actions(res)["ConfigMap/"+ns+"/web-old"], "pruned as its own")
 
 	before("api-config", "api")
-	_, err := s.Apply(ctxT(t), change(id, "c3", spec.Render{Namespace: ns}, fstest.MapFS{
+	_, err := s.Apply(ctxT(t), change(id, "c3", payload.Render{Namespace: ns}, fstest.MapFS{
 		"a.yaml": file(configMap("web-config", "3")), "c.yaml": file(configMap("api-config", "1"))}))
 	require.ErrorIs(t, err, apply.ErrConflict, "another value: another's")
 	other := gitsync.TargetID(env.Namespace(t), "web")
-	_, err = s.Apply(ctxT(t), change(other, "c1", spec.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("web-config", "9"))}))
+	_, err = s.Apply(ctxT(t), change(other, "c1", payload.Render{Namespace: ns}, fstest.MapFS{"a.yaml": file(configMap("web-config", "9"))}))
 	require.ErrorIs(t, err, apply.ErrConflict, "another target's under the same value: refused")
 	assert.Equal(t, "2", cmValue(t, ns, "web-config"))
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
@@ -22,7 +22,7 @@ func run(t *testing.T, target watcher.Target, sink watcher.Sink) (*watcher.Watch
 	w := watcher.New(
 		watcher.WithCacheDir(t.TempDir()),
 		watcher.WithInterval(time.Hour),
-		watcher.WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond),
+		watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond}),
 		watcher.WithObserver(obs),
 	)
 	require.NoError(t, w.Route(watchertest.NewSource(target), sink))
@@ -51,7 +51,7 @@ func TestRawTreeEditPruneAndRestart(t *testing.T) {
 		gittest.File("deploy/.github/ci.yaml", "on: push"),
 		gittest.File("other/x.yaml", configMap("x", "1")),
 	)
-	target := watcher.Target{ID: "apps/" + ns, URL: repo.URL(), Revision: "main", Path: "deploy", Payload: spec.Render{Namespace: ns}}
+	target := watcher.Target{ID: "apps/" + ns, URL: repo.URL(), Revision: "main", Path: "deploy", Payload: payload.Render{Namespace: ns}}
 	w, obs, stop := run(t, target, newSink(t, apply.Config{InventoryNamespace: ns}))
 
 	res := delivered(t, obs, c1)
@@ -100,7 +100,7 @@ func TestInvalidYAMLAppliesNothingUntilTheNextGoodCommit(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "platform/bad")
 	c1 := repo.Commit(t, "init", gittest.File("a.yaml", configMap("a", "1")))
-	target := watcher.Target{ID: "bad/" + ns, URL: repo.URL(), Payload: spec.Render{Namespace: ns}}
+	target := watcher.Target{ID: "bad/" + ns, URL: repo.URL(), Payload: payload.Render{Namespace: ns}}
 	w, obs, _ := run(t, target, newSink(t, apply.Config{}))
 	delivered(t, obs, c1)
 

@@ -23,9 +23,9 @@ import (
 	"github.com/modwatch/modwatch/internal/testenv/fluxtest"
 	"github.com/modwatch/modwatch/sink/fluxreceiver"
 	"github.com/modwatch/modwatch/source/flux"
-	"github.com/modwatch/modwatch/source/webhook"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
+	"github.com/modwatch/modwatch/watcher/signature"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
@@ -95,7 +95,7 @@ func start(t testing.TB, cfg fluxreceiver.Config) *fixture {
 	f.sink, err = fluxreceiver.New(env.Dynamic, cfg)
 	require.NoError(t, err)
 	f.w = watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithInterval(time.Hour),
-		watcher.WithRetryBackoff(10*time.Millisecond, 200*time.Millisecond), watcher.WithObserver(f.obs))
+		watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 200 * time.Millisecond}), watcher.WithObserver(f.obs))
 	src := flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: f.ns})
 	require.NoError(t, f.w.Route(src, f.sink))
 	watchertest.Run(t, f.w.Run)
@@ -204,9 +204,9 @@ func TestTheTestReceiverChecksSignatures(t *testing.T) {
 		return resp.StatusCode
 	}
 	assert.Equal(t, http.StatusBadRequest, post(path, ""), "no signature")
-	assert.Equal(t, http.StatusUnauthorized, post(path, webhook.Sign("wrong-token", body)), "a wrong token")
-	assert.Equal(t, http.StatusNotFound, post(fluxreceiver.WebhookPath("wrong-token", "r", ns), webhook.Sign("wrong-token", body)), "a wrong token's path")
-	assert.Equal(t, http.StatusOK, post(path, webhook.Sign(token, body)), "our signature")
+	assert.Equal(t, http.StatusUnauthorized, post(path, signature.HMAC("wrong-token", body)), "a wrong token")
+	assert.Equal(t, http.StatusNotFound, post(fluxreceiver.WebhookPath("wrong-token", "r", ns), signature.HMAC("wrong-token", body)), "a wrong token's path")
+	assert.Equal(t, http.StatusOK, post(path, signature.HMAC(token, body)), "our signature")
 }
 
 func TestConfirmationNotifiesAgainWhileStale(t *testing.T) {
@@ -233,7 +233,7 @@ func TestConfirmationNotifiesAgainWhileStale(t *testing.T) {
 	u, err := env.Dynamic.Resource(gitRepos).Namespace(f.ns).Get(context.Background(), "apps", metav1.GetOptions{})
 	require.NoError(t, err)
 	again := watcher.Change{To: c2, Reason: watcher.ReasonInitial, Target: watcher.Target{ID: "flux/" + f.ns + "/apps", URL: f.repo.URL(),
-		Payload: spec.GitRepository{APIVersion: "source.toolkit.fluxcd.io/v1", Namespace: f.ns, Name: "apps", UID: string(u.GetUID())}}}
+		Payload: payload.GitRepository{APIVersion: "source.toolkit.fluxcd.io/v1", Namespace: f.ns, Name: "apps", UID: string(u.GetUID())}}}
 	require.NoError(t, f.sink.Deliver(context.Background(), again))
 	assert.Equal(t, int64(3), f.rcv.Accepted(), "an artifact already at the commit needs no notification")
 }

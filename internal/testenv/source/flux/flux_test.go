@@ -28,7 +28,7 @@ import (
 	"github.com/modwatch/modwatch/internal/testenv"
 	"github.com/modwatch/modwatch/source/flux"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
@@ -137,8 +137,8 @@ func TestGitRepositoriesBecomeTargets(t *testing.T) {
 	assert.Equal(t, "pw", apps.Auth.Password)
 	assert.Equal(t, "PEM", string(apps.Auth.CABundle))
 	assert.Equal(t, "secret:"+ns+"/creds", apps.Auth.ID, "a rotated Secret keeps its mirror")
-	p := apps.Payload.(spec.GitRepository)
-	assert.Equal(t, spec.GitRepository{APIVersion: "source.toolkit.fluxcd.io/v1", Namespace: ns, Name: "apps", UID: p.UID}, p)
+	p := apps.Payload.(payload.GitRepository)
+	assert.Equal(t, payload.GitRepository{APIVersion: "source.toolkit.fluxcd.io/v1", Namespace: ns, Name: "apps", UID: p.UID}, p)
 	assert.NotEmpty(t, p.UID)
 	head := got["flux/"+ns+"/head"]
 	assert.Equal(t, "", head.Revision, "no ref: the remote's HEAD")

@@ -16,7 +16,7 @@ import (
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
-	watchspec "github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
@@ -38,7 +38,7 @@ func TestAGitSyncStillThereIsNeverRemoved(t *testing.T) {
 	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
 	refuse := make(chan bool, 1)
 	refuse <- false
-	accept := func(metav1.Object, watchspec.GitSync) error {
+	accept := func(metav1.Object, payload.GitSync) error {
 		r := <-refuse
 		refuse <- r
 		if r {

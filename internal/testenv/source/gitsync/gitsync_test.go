@@ -98,7 +98,7 @@ func (h *harness) start() {
 	require.NoError(t, err)
 	wopts := []watcher.Option{
 		watcher.WithCacheDir(h.cacheDir), watcher.WithInterval(time.Hour),
-		watcher.WithRetryBackoff(10*time.Millisecond, 200*time.Millisecond),
+		watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 200 * time.Millisecond}),
 		watcher.WithObserver(h.obs, h.src.Observer()),
 	}
 	if h.creds != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
-	watchspec "github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // On Numaplane's own CRD (commitStatus requires hash, syncTime and synced;
@@ -116,7 +116,7 @@ func TestAGitSyncTheProgramRefusesAppliesNothing(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "platform/apps")
 	c1 := repo.Commit(t, "init", gittest.File("a.yaml", cm("a", "1")))
-	needsNamespace := func(_ metav1.Object, gs watchspec.GitSync) error {
+	needsNamespace := func(_ metav1.Object, gs payload.GitSync) error {
 		if gs.Destination.Namespace == "" {
 			return errors.New("spec.destination.namespace is required")
 		}

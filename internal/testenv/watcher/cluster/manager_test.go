@@ -42,10 +42,10 @@ func TestAddToManager(t *testing.T) {
 	w := watcher.New(watcher.WithCacheDir(t.TempDir()))
 	sink := watchertest.NewSink("rec")
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "a", URL: repo.URL()}), sink))
-	r, err := cluster.AddToManager(mgr, w, false)
+	r, err := cluster.AddToManager(mgr, w, cluster.Options{})
 	require.NoError(t, err)
 	assert.False(t, r.NeedLeaderElection())
-	assert.True(t, cluster.NewRunnable(w, true).NeedLeaderElection())
+	assert.True(t, cluster.NewRunnable(w, cluster.Options{LeaderElection: true}).NeedLeaderElection())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -63,7 +63,7 @@ func TestRunnableChecks(t *testing.T) {
 	require.NoError(t, failing.Route(watcher.SourceFunc(func(context.Context, func([]watcher.Target)) error {
 		return errors.New("the source broke")
 	}), watchertest.NewSink("rec")))
-	r := cluster.NewRunnable(failing, false)
+	r := cluster.NewRunnable(failing, cluster.Options{})
 	require.NoError(t, r.Healthz(nil))
 	err := r.Start(context.Background())
 	require.Error(t, err)
@@ -74,7 +74,7 @@ func TestRunnableChecks(t *testing.T) {
 		<-ctx.Done()
 		return nil
 	}), watchertest.NewSink("rec")))
-	r = cluster.NewRunnable(silent, true)
+	r = cluster.NewRunnable(silent, cluster.Options{LeaderElection: true})
 	require.NoError(t, r.Readyz(nil), "a replica waiting for the leadership is ready")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

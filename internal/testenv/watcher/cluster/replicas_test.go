@@ -126,12 +126,12 @@ func startReplicaWith(t testing.TB, ns, id string, targets []watcher.Target, l *
 	})
 	require.NoError(t, err)
 	if store == nil {
-		store, err = cluster.NewConfigMapStore(env.Kube, ns, "")
+		store, err = cluster.NewConfigMapStore(env.Kube, cluster.ConfigMapStoreConfig{Namespace: ns})
 		require.NoError(t, err)
 	}
 	w := watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithShard(shard), watcher.WithStore(store),
 		watcher.WithInterval(interval), watcher.WithMinInterval(interval), watcher.WithJitter(0),
-		watcher.WithObserver(l.observer(id)), watcher.WithRetryBackoff(50*time.Millisecond, time.Second))
+		watcher.WithObserver(l.observer(id)), watcher.WithRetryBackoff(watcher.Backoff{Min: 50 * time.Millisecond, Max: time.Second}))
 	require.NoError(t, w.Route(watchertest.NewSource(targets...), watchertest.NewSink("apply")))
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{id: id, shard: shard, cancel: cancel, done: make(chan error, 1)}

@@ -46,7 +46,7 @@ func wiredStore(t testing.TB, ns string) (*cluster.ConfigMapStore, *wire) {
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { w.next = rt; return w }
 	client, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
-	s, err := cluster.NewConfigMapStore(client, ns, "")
+	s, err := cluster.NewConfigMapStore(client, cluster.ConfigMapStoreConfig{Namespace: ns})
 	require.NoError(t, err)
 	return s, w
 }

@@ -25,9 +25,9 @@ import (
 func TestConfigMapStore(t *testing.T) {
 	ns := env.Namespace(t)
 	ctx := context.Background()
-	a, err := cluster.NewConfigMapStore(env.Kube, ns, "")
+	a, err := cluster.NewConfigMapStore(env.Kube, cluster.ConfigMapStoreConfig{Namespace: ns})
 	require.NoError(t, err)
-	b, err := cluster.NewConfigMapStore(env.Kube, ns, "")
+	b, err := cluster.NewConfigMapStore(env.Kube, cluster.ConfigMapStoreConfig{Namespace: ns})
 	require.NoError(t, err)
 
 	_, ok, err := a.Get(ctx, "t\x00sink")
@@ -78,7 +78,7 @@ func TestConfigMapStore(t *testing.T) {
 	_, _, err = b.Get(ctx, "t\x00sink")
 	assert.ErrorIs(t, err, watcher.ErrCheckpointUnreadable)
 
-	_, err = cluster.NewConfigMapStore(env.Kube, ns, "Not_A_Name")
+	_, err = cluster.NewConfigMapStore(env.Kube, cluster.ConfigMapStoreConfig{Namespace: ns, Prefix: "Not_A_Name"})
 	assert.Error(t, err)
 }
 
@@ -102,7 +102,7 @@ func TestConfigMapStoreReadsTheLayoutOfRelease010(t *testing.T) {
 	old := watcher.Checkpoint{Commit: "c-old", Tree: "t-old", Target: "fp", Time: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
 	name, field := writeLegacy(t, ns, key, old)
 
-	s, err := cluster.NewConfigMapStore(env.Kube, ns, "")
+	s, err := cluster.NewConfigMapStore(env.Kube, cluster.ConfigMapStoreConfig{Namespace: ns})
 	require.NoError(t, err)
 	got, ok, err := s.Get(ctx, key)
 	require.NoError(t, err)
@@ -151,7 +151,7 @@ func TestConfigMapStoreReadsTheLayoutOfRelease010(t *testing.T) {
 func TestConfigMapStoreGetManyAnswersAsGet(t *testing.T) {
 	ns := env.Namespace(t)
 	ctx := context.Background()
-	s, err := cluster.NewConfigMapStore(env.Kube, ns, "")
+	s, err := cluster.NewConfigMapStore(env.Kube, cluster.ConfigMapStoreConfig{Namespace: ns})
 	require.NoError(t, err)
 	var keys []string
 	for i := range 600 {

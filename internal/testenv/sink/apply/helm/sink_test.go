@@ -14,7 +14,7 @@ import (
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
 	"github.com/modwatch/modwatch/watcher"
-	"github.com/modwatch/modwatch/watcher/spec"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 var env *testenv.Env
@@ -39,8 +39,8 @@ data:
   value: {{ .Values.greeting | quote }}
 `)},
 	}
-	render := spec.Render{Renderer: helm.Name, Namespace: ns, Helm: &spec.Helm{
-		Parameters: []spec.HelmParameter{{Name: "greeting", Value: "hi"}},
+	render := payload.Render{Renderer: helm.Name, Namespace: ns, Helm: &payload.Helm{
+		Parameters: []payload.HelmParameter{{Name: "greeting", Value: "hi"}},
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -1,25 +1,25 @@
-package spec
+package credential
 
 import (
 	"errors"
 	"fmt"
 )
 
-// RepoCredential is how to reach the repositories under URL, in
-// Numaplane's form (its controller configuration's repoCredentials, its
-// agent's gitDefinition.repoCredential): the same JSON, so that a program
-// holding Numaplane's configuration decodes it into this type directly.
-// URL is a prefix of normalised repository URLs (https, ssh and scp-like
-// forms all match).
-type RepoCredential struct {
-	URL            string          `json:"url"`
-	HTTPCredential *HTTPCredential `json:"httpCredential,omitempty"`
-	SSHCredential  *SSHCredential  `json:"sshCredential,omitempty"`
-	TLS            *TLS            `json:"tls,omitempty"`
+// Repo is how to reach the repositories under URL, in Numaplane's form
+// (its controller configuration's repoCredentials, its agent's
+// gitDefinition.repoCredential): the same JSON, so that a program holding
+// Numaplane's configuration decodes it into this type directly. URL is a
+// prefix of normalised repository URLs (https, ssh and scp-like forms all
+// match).
+type Repo struct {
+	URL            string `json:"url"`
+	HTTPCredential *HTTP  `json:"httpCredential,omitempty"`
+	SSHCredential  *SSH   `json:"sshCredential,omitempty"`
+	TLS            *TLS   `json:"tls,omitempty"`
 }
 
-// HTTPCredential is a user and password (or token) for HTTPS.
-type HTTPCredential struct {
+// HTTP is a user and password (or token) for HTTPS.
+type HTTP struct {
 	Username string        `json:"username,omitempty"`
 	Password *SecretSource `json:"password,omitempty"`
 	// AllowInsecureHTTP (added to Numaplane's) lets them travel over plain
@@ -29,10 +29,9 @@ type HTTPCredential struct {
 	AllowInsecureHTTP bool `json:"allowInsecureHTTP,omitempty"`
 }
 
-// SSHCredential is an SSH key, and (added to Numaplane's) the known_hosts
-// that SSH checks the server against, or the explicit opt-out of that
-// check.
-type SSHCredential struct {
+// SSH is an SSH key, and (added to Numaplane's) the known_hosts that SSH
+// checks the server against, or the explicit opt-out of that check.
+type SSH struct {
 	SSHKey     *SecretSource `json:"SSHKey,omitempty"`
 	KnownHosts *SecretSource `json:"knownHosts,omitempty"`
 	// InsecureIgnoreHostKey accepts any host key: SSH then cannot tell the
@@ -69,7 +68,7 @@ type FileKeyRef struct {
 
 // Sources returns the secret sources of rc by their field path
 // ("httpCredential.password").
-func (rc RepoCredential) Sources() map[string]*SecretSource {
+func (rc Repo) Sources() map[string]*SecretSource {
 	m := map[string]*SecretSource{}
 	if h := rc.HTTPCredential; h != nil && h.Password != nil {
 		m["httpCredential.password"] = h.Password
@@ -90,7 +89,7 @@ func (rc RepoCredential) Sources() map[string]*SecretSource {
 
 // Validate checks rc without reading a secret; the error names the field
 // (below the prefix at, such as "repoCredentials[1]").
-func (rc RepoCredential) Validate(at string) error {
+func (rc Repo) Validate(at string) error {
 	if rc.HTTPCredential == nil && rc.SSHCredential == nil && rc.TLS == nil {
 		return fmt.Errorf("%s: no httpCredential, sshCredential or tls", at)
 	}

@@ -1,20 +1,4 @@
-// Package spec holds the payloads that the bundled sources and sinks agree
-// on, as Go types: a source puts one in a target's Payload and a sink reads
-// it back with a type assertion. It imports nothing from Kubernetes, so a
-// file reader (source/configmap) and a cluster writer (sink/apply) can share
-// it without either pulling the other's dependencies. The watcher itself
-// never reads a Payload.
-//
-//   - [Render] says how a target's tree becomes Kubernetes objects and
-//     where they go; sink/apply reads it.
-//   - [GitSync] is Numaplane's GitSync spec (the CRD's and the agent's
-//     configuration's form); [GitSync.Target] turns one into a target whose
-//     Payload is a Render.
-//   - [GitRepository] names the Flux object a target stands for;
-//     source/flux gives it and sink/fluxreceiver reads it.
-//   - [HMACSignature] is the generic webhook signature that
-//     source/webhook checks and sink/fluxreceiver sends.
-package spec
+package payload
 
 import (
 	"errors"
@@ -36,7 +20,7 @@ const (
 const DefaultNamespace = "default"
 
 // ErrInvalid is returned (wrapped) for a spec that cannot be used.
-var ErrInvalid = errors.New("spec: invalid")
+var ErrInvalid = errors.New("payload: invalid")
 
 // Render is how a target is rendered and where it goes.
 type Render struct {
