@@ -9,6 +9,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/gitutil"
 )
 
 // What one option sets is set once: a second (a program's, after the one
@@ -79,4 +81,24 @@ func TestANilObserverIsLeftOut(t *testing.T) {
 	require.Len(t, o.observers, 1)
 	o.observers[0].Observe(Event{Type: EventDelivered})
 	assert.Len(t, heard, 1)
+}
+
+// Two watchers in one process share nothing of what their listings
+// learned: each holds a Lister of its own, by default and with a GoGit
+// given without one; a GoGit given with one keeps it.
+func TestEachWatcherListsWithItsOwnLister(t *testing.T) {
+	lister := func(opts ...Option) *gitutil.Lister {
+		o := defaultOptions()
+		for _, opt := range opts {
+			opt(&o)
+		}
+		g, ok := o.git.(GoGit)
+		require.True(t, ok)
+		require.NotNil(t, g.Lister)
+		return g.Lister
+	}
+	assert.NotSame(t, lister(), lister(), "the default git")
+	assert.NotSame(t, lister(WithGit(GoGit{})), lister(WithGit(GoGit{})), "a GoGit without a Lister")
+	shared := gitutil.NewLister()
+	assert.Same(t, shared, lister(WithGit(GoGit{Lister: shared})), "a GoGit's own Lister")
 }

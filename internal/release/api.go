@@ -35,7 +35,7 @@ func (c APIChange) String() string {
 
 // Ident is what a CHANGELOG entry names for c: the package's name and the
 // top-level identifier changed ("apply.Config" for "Config.Prune:
-// removed", "gitutil.Mirror" for "(*Mirror).Close: removed"), or the
+// removed", "mirror.Mirror" for "(*Mirror).Close: removed"), or the
 // import path of a package added or removed.
 func (c APIChange) Ident() string {
 	if c.Message == "package removed" || c.Message == "package added" {

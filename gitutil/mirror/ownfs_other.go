@@ -1,0 +1,5 @@
+//go:build !unix
+
+package mirror
+
+const nonBlock = 0
