@@ -28,6 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/internal/packcheck"
 	"github.com/modwatch/modwatch/gitutil/internal/packidx"
 	"github.com/modwatch/modwatch/internal/gittest"
 )
@@ -214,7 +215,7 @@ func TestFlippedBytesInAPackHeal(t *testing.T) {
 			require.NoError(t, err)
 
 			flipBlob(t, dir, content, tc.at)
-			require.NoError(t, checkPacks(dir, true), "the index check alone does not see it")
+			require.NoError(t, packcheck.Packs(dir, true), "the index check alone does not see it")
 			fsys, err := m.FS(c, at(""))
 			require.NoError(t, err)
 			_, err = fs.ReadFile(fsys, "big.txt")

@@ -20,6 +20,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/internal/packview"
 )
 
 // ErrSymlinkEscape is returned (wrapped in a *fs.PathError) when a symlink
@@ -27,10 +28,6 @@ import (
 var ErrSymlinkEscape = errors.New("mirror: symlink points outside the tree")
 
 const maxSymlinkHops = 40
-
-// streamThreshold is the size above which a blob of [Mirror.FS] is streamed
-// from its pack rather than read into memory (and the object cache).
-const streamThreshold = 1 << 20
 
 // FS returns a read-only file system of what the selection keeps at commit
 // (its Path is the root; what its Paths and ignore patterns leave out
@@ -115,7 +112,7 @@ func (m *Mirror) newTreeFS(commit plumbing.Hash, sel Selection, s *selector) (f 
 	}
 	// The packs of now, with their indexes shared with the views before:
 	// a fetch or repack later does not change what it reads.
-	st, err := newPackView(m.dir, &m.indexes, m.replaced, &m.treesRead, newObjectLRU(8*cache.MiByte), false)
+	st, err := packview.New(m.dir, &m.indexes, m.replaced, &m.treesRead, packview.NewObjectLRU(8*cache.MiByte), false)
 	if err != nil {
 		return nil, nil, nil, m.markCorrupt(err) // m.mu is held: gen is the store's
 	}
@@ -132,7 +129,7 @@ type treeFS struct {
 	m       *Mirror
 	gen     uint64
 	mu      sync.Mutex // go-git's object storage is not safe for concurrent use
-	st      *packView
+	st      *packview.View
 	root    *object.Tree
 	modTime time.Time
 	reader  uint64 // its number in the mirror's readers (see addReader)
@@ -464,7 +461,7 @@ func (f *treeFS) verifyBlob(h plumbing.Hash, size int64) error {
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		return err
 	}
-	if f.sound == nil || len(f.sound) >= maxChecked {
+	if f.sound == nil || len(f.sound) >= packview.MaxChecked {
 		f.sound = map[plumbing.Hash]struct{}{}
 	}
 	f.sound[h] = struct{}{}
@@ -485,7 +482,7 @@ func (f *treeFS) openLocked(h plumbing.Hash, size int64) (io.ReadCloser, error) 
 		}
 	}
 	if size >= 0 && b.Size != size {
-		return nil, &readError{object: h, err: fmt.Errorf("%w: %d bytes, its header says %d", errMismatch, b.Size, size)}
+		return nil, &packview.ReadError{Object: h, Err: fmt.Errorf("%w: %d bytes, its header says %d", packview.ErrMismatch, b.Size, size)}
 	}
 	return b.Reader()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/internal/packcheck"
 	"github.com/modwatch/modwatch/internal/gittest"
 )
 
@@ -105,13 +106,13 @@ func TestDamagedPacksFoundAtOpen(t *testing.T) {
 			require.NoError(t, err)
 			_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 			require.NoError(t, err)
-			require.NoError(t, checkPacks(dir, true))
-			require.NoError(t, checkPacks(dir, false))
+			require.NoError(t, packcheck.Packs(dir, true))
+			require.NoError(t, packcheck.Packs(dir, false))
 			idx, err := filepath.Glob(filepath.Join(dir, "objects", "pack", "*.idx"))
 			require.NoError(t, err)
 			require.Len(t, idx, 1)
 			damage(t, idx[0])
-			require.Error(t, checkPacks(dir, false), "the quick check sees it")
+			require.Error(t, packcheck.Packs(dir, false), "the quick check sees it")
 
 			m, err = Open(dir, repo.URL(), Options{})
 			require.NoError(t, err)
@@ -119,7 +120,7 @@ func TestDamagedPacksFoundAtOpen(t *testing.T) {
 			require.NoError(t, err)
 			require.ErrorContains(t, res.Rebuilt, "damaged object store")
 			assert.Equal(t, c, res.Refs["refs/heads/main"].String())
-			require.NoError(t, checkPacks(dir, true))
+			require.NoError(t, packcheck.Packs(dir, true))
 		})
 	}
 }
@@ -249,7 +250,7 @@ func TestRepackKeepsFileSystemsWhole(t *testing.T) {
 			}
 			assert.Zero(t, kept(), "dropped once the reader was collected")
 			assert.LessOrEqual(t, len(packNames(dir)), 3)
-			require.NoError(t, checkPacks(dir, true))
+			require.NoError(t, packcheck.Packs(dir, true))
 
 			fresh, err := m.FS(last, at(""))
 			require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modwatch/modwatch/gitutil/internal/packcheck"
 	"github.com/modwatch/modwatch/internal/gittest"
 )
 
@@ -92,7 +93,7 @@ func TestHostilePackFilesAreDamageFoundAtOpen(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, idx, 1)
 			damage(t, idx[0])
-			soon(t, dir, func() { err = checkPacks(dir, true) })
+			soon(t, dir, func() { err = packcheck.Packs(dir, true) })
 			require.ErrorContains(t, err, "refused", "damage, said as such")
 
 			soon(t, dir, func() {
@@ -105,7 +106,7 @@ func TestHostilePackFilesAreDamageFoundAtOpen(t *testing.T) {
 			require.NoError(t, err)
 			require.ErrorContains(t, res.Rebuilt, "damaged object store")
 			assert.Equal(t, c, res.Refs["refs/heads/main"].String())
-			require.NoError(t, checkPacks(dir, true))
+			require.NoError(t, packcheck.Packs(dir, true))
 		})
 	}
 }

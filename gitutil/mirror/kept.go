@@ -139,8 +139,7 @@ func letGoAll(released []*treeFS) {
 // that it keeps none open, nor their indexes mapped; the caller holds
 // f.mu.
 func (f *treeFS) letGo() {
-	_ = f.st.Close()
-	f.st.packs = nil
+	f.st.Release()
 	f.trees, f.entries = nil, 0
 }
 

@@ -303,7 +303,7 @@ func TestFailedPackSaveLeavesNothing(t *testing.T) {
 			m, err := Open(dir, repo.URL(), Options{})
 			require.NoError(t, err)
 			st := m.repo.Storer.(*mirrorStore)
-			w, err := newPackWriter(renameFails{st.objects.fs, createFails}, st.objects)
+			w, err := newPackWriter(renameFails{st.objects.FS(), createFails}, st.objects)
 			require.NoError(t, err)
 			_, err = w.Write(pack)
 			require.NoError(t, err)

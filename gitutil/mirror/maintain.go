@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-git/go-git/v5"
 
+	"github.com/modwatch/modwatch/gitutil/internal/packview"
 	"github.com/modwatch/modwatch/internal/safefile"
 )
 
@@ -179,7 +180,7 @@ func (m *Mirror) dropReplaced() {
 			continue
 		}
 		removePack(packDir, p)
-		m.indexes.forget(p)
+		m.indexes.Forget(p)
 		delete(m.replaced, p)
 		dropped = true
 	}
@@ -256,14 +257,14 @@ func dropLeftReplaced(dir string) {
 // addReader records the packs f reads, under a number of its own the
 // first time, and sets the cleanup that closes them and forgets the record
 // once f is collected. Callers hold m.mu.
-func (m *Mirror) addReader(f *treeFS, v *packView) {
+func (m *Mirror) addReader(f *treeFS, v *packview.View) {
 	m.readersMu.Lock()
 	defer m.readersMu.Unlock()
 	if f.released.Load() {
 		return // it reads nothing more, and holds nothing
 	}
-	if !v.named(m.lastPacks) {
-		m.lastPacks = v.packNames()
+	if !v.Named(m.lastPacks) {
+		m.lastPacks = v.PackNames()
 	}
 	if f.reader == 0 {
 		m.nextReader++
@@ -283,7 +284,7 @@ func (m *Mirror) addReader(f *treeFS, v *packView) {
 // the file system itself, which must be unreachable for it to run.
 type handedOut struct {
 	m      *Mirror
-	st     *packView
+	st     *packview.View
 	reader uint64
 }
 

@@ -20,6 +20,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/internal/packcheck"
+	"github.com/modwatch/modwatch/gitutil/internal/packview"
 	"github.com/modwatch/modwatch/internal/safefile"
 )
 
@@ -230,7 +232,7 @@ type Mirror struct {
 	overBudgetSel map[string]error
 	// indexes holds the pack indexes the mirror's store and its file
 	// systems share (see packidx.Index).
-	indexes indexCache
+	indexes packview.IndexCache
 	// gen counts rebuilds; a file system handed out reads only while it is
 	// the generation it was made in.
 	gen atomic.Uint64
@@ -313,7 +315,7 @@ func Open(dir, repoURL string, opts Options) (*Mirror, error) {
 	if rebuilt == nil {
 		clearTemporary(dir)
 		dropLeftReplaced(dir)
-		if perr := checkPacks(dir, true); perr != nil {
+		if perr := packcheck.Packs(dir, true); perr != nil {
 			rebuilt = fmt.Errorf("damaged object store: %w", perr)
 		}
 	}
@@ -377,7 +379,7 @@ func (m *Mirror) reinit() error {
 	if err := os.MkdirAll(m.dir, 0o755); err != nil {
 		return fmt.Errorf("mirror: create mirror %s: %w", m.dir, err)
 	}
-	m.indexes.forget("")
+	m.indexes.Forget("")
 	st, err := m.newMirrorStore()
 	if err != nil {
 		return fmt.Errorf("mirror: init mirror %s: %w", m.dir, err)
@@ -439,7 +441,7 @@ func (m *Mirror) fetchRefs(ctx context.Context, auth *gitutil.Auth, refs []strin
 	if err == nil && fetched {
 		// What the fetch did not read may have been damaged meanwhile:
 		// found now, it costs one fetch, not a failed delivery.
-		err = checkPacks(m.dir, false)
+		err = packcheck.Packs(m.dir, false)
 	}
 	if err == nil && fetched {
 		// A failed repack leaves the mirror as the fetch made it: whole.

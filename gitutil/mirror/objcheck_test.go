@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/internal/packview"
 	"github.com/modwatch/modwatch/internal/gittest"
 )
 
@@ -147,10 +148,10 @@ func delta(srcSize, size, offset, length int) []byte {
 // objectOf reads object h of the mirror in dir, whole.
 func objectOf(t *testing.T, dir string, h plumbing.Hash) (plumbing.ObjectType, []byte) {
 	t.Helper()
-	v, err := newPackView(dir, &indexCache{}, nil, new(atomic.Int64), newObjectLRU(0), false)
+	v, err := packview.New(dir, &packview.IndexCache{}, nil, new(atomic.Int64), packview.NewObjectLRU(0), false)
 	require.NoError(t, err)
 	defer v.Close()
-	o, err := v.object(h)
+	o, err := v.Object(h)
 	require.NoError(t, err)
 	r, err := o.Reader()
 	require.NoError(t, err)
@@ -275,7 +276,7 @@ func TestObjectsHandedOutAreCheckedAgainstTheirNames(t *testing.T) {
 			}
 		}, false},
 		{"a delta chain past the bound", content, func(cm *craftedMirror) []packEntry {
-			return chain(cm, maxDeltaChain+1)
+			return chain(cm, packview.MaxDeltaChain+1)
 		}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -363,7 +364,7 @@ func TestRotInAVerifiedPackIsFound(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, packs, 1)
 	f := plumbing.NewHash(repo.Git(t, "rev-parse", "HEAD:f"))
-	idxs, err := (&indexCache{}).indexes(dir, []plumbing.Hash{plumbing.NewHash(filepath.Base(packs[0])[5:45])})
+	idxs, err := (&packview.IndexCache{}).Indexes(dir, []plumbing.Hash{plumbing.NewHash(filepath.Base(packs[0])[5:45])})
 	require.NoError(t, err)
 	off, err := idxs[0].FindOffset(f)
 	require.NoError(t, err)

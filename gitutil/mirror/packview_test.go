@@ -28,10 +28,8 @@ func TestFileSystemsShareDecodedIndexes(t *testing.T) {
 	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
 	require.NoError(t, err)
 	cached := func() map[plumbing.Hash]any {
-		m.indexes.mu.Lock()
-		defer m.indexes.mu.Unlock()
 		out := map[plumbing.Hash]any{}
-		for h, idx := range m.indexes.packs {
+		for h, idx := range m.indexes.Cached() {
 			out[h] = idx
 		}
 		return out

@@ -497,7 +497,7 @@ func (f *treeFS) fetched(h plumbing.Hash, err error) error {
 	if lerr := m.lazyObject(h, err); lerr != nil {
 		return lerr
 	}
-	if _, rerr := f.st.refresh(); rerr != nil {
+	if _, rerr := f.st.Refresh(); rerr != nil {
 		return rerr
 	}
 	m.addReader(f, f.st)

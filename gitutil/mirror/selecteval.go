@@ -9,6 +9,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/modwatch/modwatch/gitutil/internal/packview"
 )
 
 // A selection's ignore patterns are evaluated outside the mirror's lock,
@@ -20,7 +22,7 @@ import (
 // packs it holds on disk while it reads them, and its budget.
 type selEval struct {
 	m      *Mirror
-	st     *packView
+	st     *packview.View
 	b      *budget
 	gen    uint64
 	reader uint64
@@ -56,7 +58,7 @@ func (m *Mirror) startSelection(ctx context.Context, commit plumbing.Hash, s *se
 // newSelEval opens an evaluation's view of the store as it is now, and
 // holds its packs. Callers hold m.mu.
 func (m *Mirror) newSelEval(ctx context.Context) (*selEval, error) {
-	st, err := newPackView(m.dir, &m.indexes, m.replaced, &m.treesRead, newObjectLRU(cache.MiByte), false)
+	st, err := packview.New(m.dir, &m.indexes, m.replaced, &m.treesRead, packview.NewObjectLRU(cache.MiByte), false)
 	if err != nil {
 		return nil, m.markCorrupt(err)
 	}
@@ -90,11 +92,11 @@ func (e *selEval) end() {
 
 // holdPacks records that v reads its packs, so that a repack meanwhile
 // keeps them, and returns the record's number. Callers hold m.mu.
-func (m *Mirror) holdPacks(v *packView) uint64 {
+func (m *Mirror) holdPacks(v *packview.View) uint64 {
 	m.readersMu.Lock()
 	defer m.readersMu.Unlock()
 	m.nextReader++
-	m.readers[m.nextReader] = v.packNames()
+	m.readers[m.nextReader] = v.PackNames()
 	return m.nextReader
 }
 

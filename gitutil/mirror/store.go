@@ -1,6 +1,8 @@
 package mirror
 
 import (
+	"time"
+
 	"errors"
 	"io"
 	"maps"
@@ -10,7 +12,14 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
+
+	"github.com/modwatch/modwatch/gitutil/internal/packview"
 )
+
+// mirrorCacheIdle is how long a mirror's object cache keeps what it holds
+// once nothing reads it: longer than a poll's work and the deliveries that
+// follow it, shorter than the interval between polls.
+const mirrorCacheIdle = 30 * time.Second
 
 // mirrorStore is a mirror's store: go-git's for refs, configuration and
 // what go-git's own repack iterates over, but its objects are read
@@ -21,7 +30,7 @@ import (
 // [Mirror.TreesRead]).
 type mirrorStore struct {
 	*filesystem.Storage
-	objects *packView
+	objects *packview.View
 	// missing is called, by a reader that holds the mirror's lock, for an
 	// object the store lacks: it fetches it into a partial mirror (nil:
 	// read again), or returns the error to report.
@@ -33,12 +42,12 @@ type mirrorStore struct {
 // only: what a trim dropped is not the mirror's any more). Callers hold
 // m.mu or own m.
 func (m *Mirror) newMirrorStore() (*mirrorStore, error) {
-	objects := newIdleCache(newObjectLRU(cache.DefaultMaxSize), mirrorCacheIdle)
-	v, err := newPackView(m.dir, &m.indexes, maps.Clone(m.replaced), &m.treesRead, objects, true)
+	objects := packview.NewIdleCache(packview.NewObjectLRU(cache.DefaultMaxSize), mirrorCacheIdle)
+	v, err := packview.New(m.dir, &m.indexes, maps.Clone(m.replaced), &m.treesRead, objects, true)
 	if err != nil {
 		return nil, err
 	}
-	return &mirrorStore{Storage: filesystem.NewStorageWithOptions(v.fs, objects, filesystem.Options{}), objects: v, missing: m.lazyObject}, nil
+	return &mirrorStore{Storage: filesystem.NewStorageWithOptions(v.FS(), objects, filesystem.Options{}), objects: v, missing: m.lazyObject}, nil
 }
 
 // EncodedObject reads an object, counting trees; one a partial mirror
@@ -66,12 +75,12 @@ func (s *mirrorStore) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 // lookup of an object it holds finds it. A pack that fails leaves nothing
 // (see packFS).
 func (s *mirrorStore) PackfileWriter() (io.WriteCloser, error) {
-	return newPackWriter(s.objects.fs, s.objects)
+	return newPackWriter(s.objects.FS(), s.objects)
 }
 
 // newPackWriter writes a pack into the mirror whose directory is fsys, and
 // tells v of it.
-func newPackWriter(fsys billy.Filesystem, v *packView) (io.WriteCloser, error) {
+func newPackWriter(fsys billy.Filesystem, v *packview.View) (io.WriteCloser, error) {
 	fs := &packFS{Filesystem: fsys}
 	w, err := dotgit.New(fs).NewObjectPack()
 	if err != nil {
@@ -85,12 +94,12 @@ func newPackWriter(fsys billy.Filesystem, v *packView) (io.WriteCloser, error) {
 // a pack that failed left.
 type packWriter struct {
 	io.WriteCloser
-	v  *packView
+	v  *packview.View
 	fs *packFS
 }
 
 func (w packWriter) Close() error {
-	defer w.v.written() // even a failed pack may have been saved
+	defer w.v.Written() // even a failed pack may have been saved
 	err := w.WriteCloser.Close()
 	if err != nil {
 		w.fs.undo()

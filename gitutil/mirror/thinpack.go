@@ -83,10 +83,10 @@ func (m *Mirror) storeThinPack(r io.Reader) (err error) {
 func (m *Mirror) thinBases(st *mirrorStore, bases []plumbing.Hash) ([]plumbing.EncodedObject, error) {
 	var extra []plumbing.EncodedObject
 	for _, h := range bases {
-		o, err := st.objects.object(h) // fetch work: not a tree read of a check
+		o, err := st.objects.Object(h) // fetch work: not a tree read of a check
 		if err != nil && m.partial {
 			if err = m.lazyObject(h, err); err == nil {
-				o, err = st.objects.object(h)
+				o, err = st.objects.Object(h)
 			}
 		}
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/internal/packcheck"
 	"github.com/modwatch/modwatch/internal/gittest"
 )
 
@@ -59,7 +60,7 @@ func TestFetchListedTakesThinPacks(t *testing.T) {
 	fsck.Dir = m.dir
 	out, err := fsck.CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	require.NoError(t, checkPacks(m.dir, true))
+	require.NoError(t, packcheck.Packs(m.dir, true))
 	fsys, err := m.FS(mustHash(two), at(""))
 	require.NoError(t, err)
 	defer fsys.(io.Closer).Close()

@@ -293,7 +293,7 @@ func (m *Mirror) applyTrim(ctx context.Context, drop []plumbing.ReferenceName, a
 	packDir := filepath.Join(m.dir, "objects", "pack")
 	for p := range m.replaced {
 		removePack(packDir, p)
-		m.indexes.forget(p)
+		m.indexes.Forget(p)
 		delete(m.replaced, p)
 	}
 	m.recordReplaced()

@@ -1,4 +1,4 @@
-package mirror
+package packview
 
 import (
 	"container/list"
@@ -8,13 +8,13 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/cache"
 )
 
-// objectLRU is an object cache of at most max bytes of objects, the least
+// ObjectLRU is an object cache of at most max bytes of objects, the least
 // recently used evicted first: go-git's cache.ObjectLRU without its map
 // made for 1,000 entries at the first Put (about 55 KB, for a mirror or a
 // file system that may read three objects). A watcher of 1,000 mirrors
 // delivering 10,000 targets allocated 590 MB of those maps, one per file
 // system handed out and one per mirror held (fleet, heap profile).
-type objectLRU struct {
+type ObjectLRU struct {
 	max cache.FileSize
 
 	mu   sync.Mutex
@@ -23,14 +23,15 @@ type objectLRU struct {
 	m    map[plumbing.Hash]*list.Element
 }
 
-var _ cache.Object = (*objectLRU)(nil)
+var _ cache.Object = (*ObjectLRU)(nil)
 
-func newObjectLRU(max cache.FileSize) *objectLRU { return &objectLRU{max: max} }
+// NewObjectLRU is an empty ObjectLRU of at most max bytes.
+func NewObjectLRU(max cache.FileSize) *ObjectLRU { return &ObjectLRU{max: max} }
 
 // Put implements cache.Object: obj becomes the most recently used, and the
 // least recently used leave until the cache is within its size. An object
 // larger than the whole cache is not kept.
-func (c *objectLRU) Put(obj plumbing.EncodedObject) {
+func (c *ObjectLRU) Put(obj plumbing.EncodedObject) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	size := cache.FileSize(obj.Size())
@@ -61,7 +62,7 @@ func (c *objectLRU) Put(obj plumbing.EncodedObject) {
 }
 
 // Get implements cache.Object.
-func (c *objectLRU) Get(h plumbing.Hash) (plumbing.EncodedObject, bool) {
+func (c *ObjectLRU) Get(h plumbing.Hash) (plumbing.EncodedObject, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[h]
@@ -73,7 +74,7 @@ func (c *objectLRU) Get(h plumbing.Hash) (plumbing.EncodedObject, bool) {
 }
 
 // Clear implements cache.Object: everything goes, and the memory with it.
-func (c *objectLRU) Clear() {
+func (c *ObjectLRU) Clear() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.m, c.size = nil, 0

@@ -1,10 +1,11 @@
-package mirror
+package packcheck
 
 import (
 	"crypto/sha1"
 	"encoding/binary"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -15,19 +16,19 @@ import (
 	"github.com/modwatch/modwatch/internal/gittest"
 )
 
-// mirrorIndex makes a mirror of a repository of n files, in one pack, and
+// repoIndex makes a repository of n files, packed in one pack, and
 // returns the path of its index.
-func mirrorIndex(t *testing.T, n int) string {
+func repoIndex(t *testing.T, n int) string {
 	t.Helper()
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
 	files := gittest.Numbered(n, func(i int) string { return fmt.Sprintf("d/%03d", i) })
 	repo.Commit(t, "one", files...)
-	m, err := Open(t.TempDir(), repo.URL(), Options{})
-	require.NoError(t, err)
-	_, err = m.Fetch(ctxT(t), nil, []string{"refs/heads/main"})
-	require.NoError(t, err)
-	idxs, err := filepath.Glob(filepath.Join(m.dir, "objects", "pack", "*.idx"))
+	cmd := exec.Command("git", "repack", "-a", "-d", "-q")
+	cmd.Env = append(os.Environ(), "GIT_DIR="+repo.BareDir())
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	idxs, err := filepath.Glob(filepath.Join(repo.BareDir(), "objects", "pack", "*.idx"))
 	require.NoError(t, err)
 	require.Len(t, idxs, 1)
 	return idxs[0]
@@ -36,7 +37,7 @@ func mirrorIndex(t *testing.T, n int) string {
 // The full check of an index reads it through in constant memory and
 // finds what go-git's decoder finds, and a checksum that does not match.
 func TestVerifyIndexFindsDamage(t *testing.T) {
-	good, err := os.ReadFile(mirrorIndex(t, 40))
+	good, err := os.ReadFile(repoIndex(t, 40))
 	require.NoError(t, err)
 	count := int(binary.BigEndian.Uint32(good[8+255*4:]))
 	require.Greater(t, count, 40)
@@ -69,7 +70,7 @@ func TestVerifyIndexFindsDamage(t *testing.T) {
 			f, err := os.Open(p)
 			require.NoError(t, err)
 			defer f.Close()
-			n, _, err := verifyIndex(f)
+			n, _, err := VerifyIndex(f)
 			if c.name == "whole" {
 				require.NoError(t, err)
 				assert.EqualValues(t, count, n)

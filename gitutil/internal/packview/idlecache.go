@@ -1,4 +1,4 @@
-package mirror
+package packview
 
 import (
 	"sync/atomic"
@@ -8,29 +8,28 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/cache"
 )
 
-// mirrorCacheIdle is how long a mirror's object cache keeps what it holds
-// once nothing reads it: longer than a poll's work and the deliveries that
-// follow it, shorter than the interval between polls.
-const mirrorCacheIdle = 30 * time.Second
-
-// idleCache is an object cache that empties itself once nothing has used
+// IdleCache is an object cache that empties itself once nothing has used
 // it for idle. A mirror's cache serves the reads of one poll and of the
 // deliveries after it; between polls a mirror holds none of it, so that a
 // process with thousands of mirrors pays for the ones at work (go-git's
 // default cache is up to 96 MiB per mirror, and never emptied). It waits
 // on a runtime timer, not a goroutine.
-type idleCache struct {
+type IdleCache struct {
 	cache.Object
 	idle  time.Duration
 	last  atomic.Int64 // when it was last used, in Unix nanoseconds
 	armed atomic.Bool  // a check is scheduled
 }
 
-func newIdleCache(c cache.Object, idle time.Duration) *idleCache {
-	return &idleCache{Object: c, idle: idle}
+// Idle is how long c keeps what it holds once nothing uses it.
+func (c *IdleCache) Idle() time.Duration { return c.idle }
+
+// NewIdleCache is c emptied once nothing used it for idle.
+func NewIdleCache(c cache.Object, idle time.Duration) *IdleCache {
+	return &IdleCache{Object: c, idle: idle}
 }
 
-func (c *idleCache) used() {
+func (c *IdleCache) used() {
 	c.last.Store(time.Now().UnixNano())
 	if c.armed.CompareAndSwap(false, true) {
 		time.AfterFunc(c.idle, c.check)
@@ -39,7 +38,7 @@ func (c *idleCache) used() {
 
 // check empties the cache if it has been idle long enough, and otherwise
 // looks again when it will have been.
-func (c *idleCache) check() {
+func (c *IdleCache) check() {
 	last := c.last.Load()
 	if rest := c.idle - time.Since(time.Unix(0, last)); rest > 0 {
 		time.AfterFunc(rest, c.check)
@@ -53,13 +52,13 @@ func (c *idleCache) check() {
 }
 
 // Put implements cache.Object.
-func (c *idleCache) Put(o plumbing.EncodedObject) {
+func (c *IdleCache) Put(o plumbing.EncodedObject) {
 	c.used()
 	c.Object.Put(o)
 }
 
 // Get implements cache.Object.
-func (c *idleCache) Get(k plumbing.Hash) (plumbing.EncodedObject, bool) {
+func (c *IdleCache) Get(k plumbing.Hash) (plumbing.EncodedObject, bool) {
 	c.used()
 	return c.Object.Get(k)
 }

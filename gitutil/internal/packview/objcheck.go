@@ -1,4 +1,4 @@
-package mirror
+package packview
 
 import (
 	"compress/zlib"
@@ -22,50 +22,51 @@ import (
 // object (a buggy packer, a fault before the write): its checksum proves
 // the bytes are those written, never that they are right.
 
-// maxDeltaChain bounds the delta chains read. git pack-objects clamps
+// MaxDeltaChain bounds the delta chains read. git pack-objects clamps
 // --depth to 4095 since 2.19; older packs, made with larger depths, are
 // read up to this bound. A chain past it, or one that loops, is damage:
 // go-git resolves chains by recursion, and one that loops exhausts the
 // stack, which no recover catches.
-const maxDeltaChain = 10000
+const MaxDeltaChain = 10000
 
-// maxChecked bounds the entries of a pack remembered as checked.
-const maxChecked = 1 << 16
+// MaxChecked bounds the entries of a pack remembered as checked.
+const MaxChecked = 1 << 16
 
-// errMismatch is an object whose content is not what its name is the
+// ErrMismatch is an object whose content is not what its name is the
 // hash of (or whose size is not its header's).
-var errMismatch = errors.New("content does not hash to the object's name")
+var ErrMismatch = errors.New("content does not hash to the object's name")
 
 // errChain is a delta chain too long, circular, or leaving its pack.
 var errChain = errors.New("malformed delta chain")
 
-// readError is a failed read of object in pack: what the store's
-// verification reads again (see Mirror.verifyAfter).
-type readError struct {
-	pack   plumbing.Hash
-	object plumbing.Hash
-	err    error
+// ReadError is a failed read of Object in Pack: what a mirror's
+// verification of its store reads again.
+type ReadError struct {
+	Pack   plumbing.Hash // zero for a loose object
+	Object plumbing.Hash
+	Err    error
 }
 
-func (e *readError) Error() string {
-	if e.pack.IsZero() {
-		return fmt.Sprintf("object %s: %v", e.object, e.err)
+func (e *ReadError) Error() string {
+	if e.Pack.IsZero() {
+		return fmt.Sprintf("object %s: %v", e.Object, e.Err)
 	}
-	return fmt.Sprintf("object %s in pack %s: %v", e.object, e.pack, e.err)
+	return fmt.Sprintf("object %s in pack %s: %v", e.Object, e.Pack, e.Err)
 }
 
-func (e *readError) Unwrap() error { return e.err }
+// Unwrap returns the read's error.
+func (e *ReadError) Unwrap() error { return e.Err }
 
 // checkChain walks the delta chain of the entry at off in pack i, reading
-// headers from f, and fails when it is longer than maxDeltaChain, loops,
+// headers from f, and fails when it is longer than MaxDeltaChain, loops,
 // or names a base outside the pack's entries; every delta's data, and
 // the whole object at its end, must inflate to the size they say (the
 // first entry, when it is whole, is read by its reader, bounded). Entries
 // checked before are not walked again.
-func (v *packView) checkChain(i int, f io.ReaderAt, off int64) error {
+func (v *View) checkChain(i int, f io.ReaderAt, off int64) error {
 	p := &v.packs[i]
 	var walked []int64 // entries inflated
-	for links := 0; links <= maxDeltaChain; links++ {
+	for links := 0; links <= MaxDeltaChain; links++ {
 		if p.checked.has(off) {
 			break
 		}
@@ -75,7 +76,7 @@ func (v *packView) checkChain(i int, f io.ReaderAt, off int64) error {
 		}
 		isDelta := h.Type == plumbing.OFSDeltaObject || h.Type == plumbing.REFDeltaObject
 		if links == 0 && !isDelta {
-			return nil // read whole by packView.object, or streamed, bounded
+			return nil // read whole by View.object, or streamed, bounded
 		}
 		if !isDelta && h.Length > maxDeltaBase {
 			return fmt.Errorf("%w: a delta on an object of %d bytes, over %d", errChain, h.Length, maxDeltaBase)
@@ -101,8 +102,8 @@ func (v *packView) checkChain(i int, f io.ReaderAt, off int64) error {
 			return nil
 		}
 	}
-	if len(walked) > maxDeltaChain {
-		return fmt.Errorf("%w: longer than %d links, or circular, from offset %d", errChain, maxDeltaChain, walked[0])
+	if len(walked) > MaxDeltaChain {
+		return fmt.Errorf("%w: longer than %d links, or circular, from offset %d", errChain, MaxDeltaChain, walked[0])
 	}
 	v.markChecked(p, walked)
 	return nil
@@ -111,7 +112,7 @@ func (v *packView) checkChain(i int, f io.ReaderAt, off int64) error {
 // readWhole reads the whole object at off in pack i (its header h, its
 // data at data) into memory, inflating no more than it says, and checks
 // it against its name h.
-func (v *packView) readWhole(i int, f io.ReaderAt, name plumbing.Hash, h packfile.ObjectHeader, data int64) (plumbing.EncodedObject, error) {
+func (v *View) readWhole(i int, f io.ReaderAt, name plumbing.Hash, h packfile.ObjectHeader, data int64) (plumbing.EncodedObject, error) {
 	if o, ok := v.cache.Get(name); ok {
 		if _, ok := v.sound[name]; ok {
 			return o, nil
@@ -122,7 +123,7 @@ func (v *packView) readWhole(i int, f io.ReaderAt, name plumbing.Hash, h packfil
 	// and the cache counts what it holds.
 	content := sliceWriter(make([]byte, 0, h.Length))
 	if err := inflatesTo(f, data, h.Length, &content); err != nil {
-		return nil, &readError{pack: v.packs[i].hash, object: name, err: err}
+		return nil, &ReadError{Pack: v.packs[i].hash, Object: name, Err: err}
 	}
 	mo := &plumbing.MemoryObject{}
 	mo.SetType(h.Type)
@@ -136,11 +137,11 @@ func (v *packView) readWhole(i int, f io.ReaderAt, name plumbing.Hash, h packfil
 	return o, err
 }
 
-func (v *packView) markChecked(p *viewPack, offs []int64) { p.checked.add(offs) }
+func (v *View) markChecked(p *viewPack, offs []int64) { p.checked.add(offs) }
 
 // entrySet is the entries of a pack whose chains checkChain walked and
 // found sound, shared by every view of the pack (a pack never changes:
-// its name is its checksum), bounded by maxChecked.
+// its name is its checksum), bounded by MaxChecked.
 type entrySet struct {
 	mu sync.Mutex
 	m  map[int64]struct{}
@@ -156,7 +157,7 @@ func (s *entrySet) has(off int64) bool {
 func (s *entrySet) add(offs []int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m == nil || len(s.m)+len(offs) > maxChecked {
+	if s.m == nil || len(s.m)+len(offs) > MaxChecked {
 		s.m = make(map[int64]struct{}, len(offs))
 	}
 	for _, o := range offs {
@@ -229,11 +230,11 @@ func inflatesTo(f io.ReaderAt, off, size int64, w io.Writer) error {
 	n, err := io.CopyN(w, zr, size+1)
 	switch {
 	case n > size:
-		return fmt.Errorf("%w: the entry at offset %d inflates past the %d bytes it says", errMismatch, off, size)
+		return fmt.Errorf("%w: the entry at offset %d inflates past the %d bytes it says", ErrMismatch, off, size)
 	case !errors.Is(err, io.EOF):
 		return fmt.Errorf("entry data at offset %d: %w", off, err)
 	case n < size:
-		return fmt.Errorf("%w: the entry at offset %d inflates to %d bytes, not the %d it says", errMismatch, off, n, size)
+		return fmt.Errorf("%w: the entry at offset %d inflates to %d bytes, not the %d it says", ErrMismatch, off, n, size)
 	}
 	return nil
 }
@@ -275,7 +276,7 @@ type checkedObject struct {
 func (o *checkedObject) Reader() (io.ReadCloser, error) {
 	r, err := o.EncodedObject.Reader()
 	if err != nil {
-		return nil, &readError{pack: o.pack, object: o.Hash(), err: err}
+		return nil, &ReadError{Pack: o.pack, Object: o.Hash(), Err: err}
 	}
 	return &hashingReader{r: r, o: o, left: o.Size(), sum: objectHasher(o.Type(), o.Size())}, nil
 }
@@ -310,7 +311,7 @@ func (r *hashingReader) Read(p []byte) (int, error) {
 	if r.left == 0 {
 		// The content was checked: more of it is a mismatch too.
 		if n, _ := r.r.Read(p[:min(len(p), 1)]); n > 0 {
-			return 0, r.fail(fmt.Errorf("%w: longer than its size", errMismatch))
+			return 0, r.fail(fmt.Errorf("%w: longer than its size", ErrMismatch))
 		}
 		return 0, io.EOF
 	}
@@ -319,9 +320,9 @@ func (r *hashingReader) Read(p []byte) (int, error) {
 	r.left -= int64(n)
 	switch {
 	case r.left == 0 && plumbing.Hash(r.sum.Sum(nil)) != r.o.Hash():
-		return 0, r.fail(errMismatch)
+		return 0, r.fail(ErrMismatch)
 	case r.left > 0 && errors.Is(err, io.EOF):
-		return n, r.fail(fmt.Errorf("%w: %d bytes short of its size", errMismatch, r.left))
+		return n, r.fail(fmt.Errorf("%w: %d bytes short of its size", ErrMismatch, r.left))
 	case err != nil && !errors.Is(err, io.EOF):
 		return n, r.fail(err)
 	}
@@ -329,7 +330,7 @@ func (r *hashingReader) Read(p []byte) (int, error) {
 }
 
 func (r *hashingReader) fail(err error) error {
-	r.err = &readError{pack: r.o.pack, object: r.o.Hash(), err: err}
+	r.err = &ReadError{Pack: r.o.pack, Object: r.o.Hash(), Err: err}
 	return r.err
 }
 

@@ -1,4 +1,4 @@
-package mirror
+package packview
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ func blob(t testing.TB, s string) plumbing.EncodedObject {
 // object larger than the cache is not kept; a Put of what it holds is a
 // use; Clear empties it.
 func TestObjectLRU(t *testing.T) {
-	c := newObjectLRU(30)
+	c := NewObjectLRU(30)
 	a, b, d := blob(t, strings.Repeat("a", 10)), blob(t, strings.Repeat("b", 10)), blob(t, strings.Repeat("d", 10))
 	c.Put(a)
 	c.Put(b)
@@ -61,7 +61,7 @@ func BenchmarkObjectLRUFirstPuts(b *testing.B) {
 		objs[i] = blob(b, fmt.Sprint(i))
 	}
 	for name, newCache := range map[string]func() cache.Object{
-		"gitutil": func() cache.Object { return newObjectLRU(8 << 20) },
+		"gitutil": func() cache.Object { return NewObjectLRU(8 << 20) },
 		"go-git":  func() cache.Object { return cache.NewObjectLRU(8 << 20) },
 	} {
 		b.Run(name, func(b *testing.B) {

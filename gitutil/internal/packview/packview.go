@@ -1,10 +1,11 @@
-package mirror
+package packview
 
 import (
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,12 +24,12 @@ import (
 	"github.com/modwatch/modwatch/gitutil/internal/packidx"
 )
 
-// indexCache holds the indexes of a mirror's packs (see [packidx.Index]) for
-// the mirror's store and the views of [Mirror.FS]. A pack never changes
+// IndexCache holds the indexes of a repository's packs ([packidx.Index]) for
+// a mirror's store and the views of its file systems. A pack never changes
 // (its name is its checksum), so its index opened once serves every
 // reader: opening a file system of a large repository costs a directory
-// listing. Packs leave it when they are deleted (see forget).
-type indexCache struct {
+// listing. Packs leave it when they are deleted (see Forget).
+type IndexCache struct {
 	mu     sync.Mutex
 	packs  map[plumbing.Hash]*packidx.Index
 	checks map[plumbing.Hash]*entrySet // the entries of each found sound (see checkChain)
@@ -36,7 +37,7 @@ type indexCache struct {
 
 // checked returns the set of pack h's entries found sound, shared by
 // every view.
-func (c *indexCache) checked(h plumbing.Hash) *entrySet {
+func (c *IndexCache) checked(h plumbing.Hash) *entrySet {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.checks[h]
@@ -50,9 +51,9 @@ func (c *indexCache) checked(h plumbing.Hash) *entrySet {
 	return s
 }
 
-// indexes returns the indexes of the packs of the mirror in dir, opening
+// Indexes returns the indexes of the packs of the repository in dir, opening
 // those not cached.
-func (c *indexCache) indexes(dir string, packs []plumbing.Hash) ([]*packidx.Index, error) {
+func (c *IndexCache) Indexes(dir string, packs []plumbing.Hash) ([]*packidx.Index, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]*packidx.Index, len(packs))
@@ -73,9 +74,16 @@ func (c *indexCache) indexes(dir string, packs []plumbing.Hash) ([]*packidx.Inde
 	return out, nil
 }
 
-// forget drops the pack named name ("pack-<checksum>"), or every pack when
+// Cached returns the indexes the cache holds, by pack.
+func (c *IndexCache) Cached() map[plumbing.Hash]*packidx.Index {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.packs)
+}
+
+// Forget drops the pack named name ("pack-<checksum>"), or every pack when
 // name is "". Readers that hold its index keep it.
-func (c *indexCache) forget(name string) {
+func (c *IndexCache) Forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if name == "" {
@@ -87,20 +95,25 @@ func (c *indexCache) forget(name string) {
 	delete(c.checks, h)
 }
 
+// StreamThreshold is the size above which an object is streamed from its
+// pack rather than read into memory (and the object cache): a blob of a
+// mirror's file system, say.
+const StreamThreshold = 1 << 20
+
 // maxOpenPacks bounds the pack files a view keeps open.
 const maxOpenPacks = 4
 
-// packView is a read-only object store over a mirror's packs (and its
-// loose objects), with indexes from the mirror's [indexCache]. A fixed
+// View is a read-only object store over a mirror's packs (and its
+// loose objects), with indexes from the mirror's [IndexCache]. A fixed
 // view (a file system's) reads the packs there were when it was made; a
 // live one (the mirror's own) looks for new packs when an object is not
-// found after it was told of a pack written (see written). It is not
+// found after it was told of a pack written (see Written). It is not
 // safe for concurrent use.
-type packView struct {
+type View struct {
 	root    string
 	dir     *dotgit.DotGit
 	fs      billy.Filesystem
-	ic      *indexCache
+	ic      *IndexCache
 	cache   cache.Object
 	trees   *atomic.Int64
 	live    bool
@@ -119,13 +132,13 @@ type viewPack struct {
 	checked *entrySet          // entries whose delta chains were walked (checkChain)
 }
 
-// newPackView opens a view of the packs in dir as they are now, but for
+// New opens a view of the packs in dir as they are now, but for
 // those left out; the caller holds the mirror's lock, so that no fetch or
 // repack changes them meanwhile.
-func newPackView(dir string, ic *indexCache, leftOut map[string]bool, trees *atomic.Int64, objects cache.Object, live bool) (*packView, error) {
+func New(dir string, ic *IndexCache, leftOut map[string]bool, trees *atomic.Int64, objects cache.Object, live bool) (*View, error) {
 	fs := newOwnFS(dir)
-	v := &packView{root: dir, dir: dotgit.New(fs), fs: fs, ic: ic, cache: objects, trees: trees, live: live, leftOut: leftOut}
-	if _, err := v.refresh(); err != nil {
+	v := &View{root: dir, dir: dotgit.New(fs), fs: fs, ic: ic, cache: objects, trees: trees, live: live, leftOut: leftOut}
+	if _, err := v.Refresh(); err != nil {
 		return nil, err
 	}
 	if !live {
@@ -134,9 +147,9 @@ func newPackView(dir string, ic *indexCache, leftOut map[string]bool, trees *ato
 	return v, nil
 }
 
-// refresh adds the packs on disk the view does not have yet, and reports
+// Refresh adds the packs on disk the view does not have yet, and reports
 // whether there were any.
-func (v *packView) refresh() (bool, error) {
+func (v *View) Refresh() (bool, error) {
 	all, err := v.dir.ObjectPacks()
 	if err != nil {
 		return false, err
@@ -150,7 +163,7 @@ func (v *packView) refresh() (bool, error) {
 	if len(added) == 0 {
 		return false, nil
 	}
-	idxs, err := v.ic.indexes(v.root, added)
+	idxs, err := v.ic.Indexes(v.root, added)
 	if err != nil {
 		return false, err
 	}
@@ -160,8 +173,8 @@ func (v *packView) refresh() (bool, error) {
 	return true, nil
 }
 
-// packNames names the view's packs ("pack-<checksum>").
-func (v *packView) packNames() []string {
+// PackNames names the view's packs ("pack-<checksum>").
+func (v *View) PackNames() []string {
 	out := make([]string, len(v.packs))
 	var name packName
 	for i, p := range v.packs {
@@ -170,8 +183,8 @@ func (v *packView) packNames() []string {
 	return out
 }
 
-// named reports whether names are v's packNames, without making them.
-func (v *packView) named(names []string) bool {
+// Named reports whether names are v's PackNames, without making them.
+func (v *View) Named(names []string) bool {
 	if len(names) != len(v.packs) {
 		return false
 	}
@@ -194,22 +207,22 @@ func (n *packName) of(h plumbing.Hash) []byte {
 	return n[:]
 }
 
-// written tells a live view that a pack was written into the mirror.
-func (v *packView) written() { v.stale = true }
+// Written tells a live view that a pack was written into the mirror.
+func (v *View) Written() { v.stale = true }
 
 var errReadOnly = errors.New("mirror: the view of a mirror is read-only")
 
 // locate finds the pack that holds h and its offset there; -1 when no
 // pack does (it may be loose), after a live view that was told of new
 // packs looked for them.
-func (v *packView) locate(h plumbing.Hash) (int, int64, error) {
+func (v *View) locate(h plumbing.Hash) (int, int64, error) {
 	if i, off, err := v.find(h); err != nil || i >= 0 || !v.live || !v.stale {
 		return i, off, err
 	}
 	// Listed once per pack written, not at every miss: a first fetch
 	// asks about every ref a remote advertises, most of them absent.
 	v.stale = false
-	added, err := v.refresh()
+	added, err := v.Refresh()
 	if err != nil || !added {
 		return -1, 0, err
 	}
@@ -219,14 +232,14 @@ func (v *packView) locate(h plumbing.Hash) (int, int64, error) {
 // find returns the pack that holds h and its offset there, or -1; an
 // index that cannot be read (a fault under its mapping) is an error, not
 // a miss.
-func (v *packView) find(h plumbing.Hash) (int, int64, error) {
+func (v *View) find(h plumbing.Hash) (int, int64, error) {
 	for i := range v.packs {
 		off, err := v.packs[i].idx.FindOffset(h)
 		if err == nil {
 			return i, off, nil
 		}
 		if !errors.Is(err, plumbing.ErrObjectNotFound) {
-			return -1, 0, &readError{pack: v.packs[i].hash, object: h, err: fmt.Errorf("index: %w", err)}
+			return -1, 0, &ReadError{Pack: v.packs[i].hash, Object: h, Err: fmt.Errorf("index: %w", err)}
 		}
 	}
 	return -1, 0, nil
@@ -237,7 +250,7 @@ func (v *packView) find(h plumbing.Hash) (int, int64, error) {
 // oldest past the bound); the mirror's own view, open for as long as the
 // watcher runs, closes each after use, so that a watcher of many remotes
 // holds no descriptor between polls.
-func (v *packView) pack(i int) (*packfile.Packfile, io.ReaderAt, func(), error) {
+func (v *View) pack(i int) (*packfile.Packfile, io.ReaderAt, func(), error) {
 	p := &v.packs[i]
 	if p.pf != nil {
 		return p.pf, p.file, func() {}, nil
@@ -246,7 +259,7 @@ func (v *packView) pack(i int) (*packfile.Packfile, io.ReaderAt, func(), error) 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	pf := packfile.NewPackfileWithCache(p.idx, v.fs, f, v.cache, streamThreshold)
+	pf := packfile.NewPackfileWithCache(p.idx, v.fs, f, v.cache, StreamThreshold)
 	if v.live {
 		return pf, f, func() { _ = pf.Close() }, nil
 	}
@@ -262,8 +275,8 @@ func (v *packView) pack(i int) (*packfile.Packfile, io.ReaderAt, func(), error) 
 }
 
 // EncodedObject reads object h, counting trees.
-func (v *packView) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
-	o, err := v.object(h)
+func (v *View) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	o, err := v.Object(h)
 	if err != nil {
 		return nil, err
 	}
@@ -276,9 +289,9 @@ func (v *packView) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbi
 	return o, nil
 }
 
-// object reads h: from a pack, its delta chain walked first and what
+// Object reads h: from a pack, its delta chain walked first and what
 // go-git makes of it checked against h (see objcheck.go).
-func (v *packView) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
+func (v *View) Object(h plumbing.Hash) (plumbing.EncodedObject, error) {
 	i, off, err := v.locate(h)
 	if err != nil {
 		return nil, err
@@ -293,26 +306,26 @@ func (v *packView) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
 	defer done()
 	eh, data, err := readEntryHeader(f, off)
 	if err != nil {
-		return nil, &readError{pack: v.packs[i].hash, object: h, err: err}
+		return nil, &ReadError{Pack: v.packs[i].hash, Object: h, Err: err}
 	}
-	if eh.Type >= plumbing.CommitObject && eh.Type <= plumbing.TagObject && eh.Length <= streamThreshold {
+	if eh.Type >= plumbing.CommitObject && eh.Type <= plumbing.TagObject && eh.Length <= StreamThreshold {
 		return v.readWhole(i, f, h, eh, data)
 	}
 	if err := v.checkChain(i, f, off); err != nil {
-		return nil, &readError{pack: v.packs[i].hash, object: h, err: err}
+		return nil, &ReadError{Pack: v.packs[i].hash, Object: h, Err: err}
 	}
 	// By hash: by offset, go-git first looks the hash up by offset,
 	// which makes the index build its offset order for any read.
 	o, err := pf.Get(h)
 	if err != nil {
-		return nil, &readError{pack: v.packs[i].hash, object: h, err: err}
+		return nil, &ReadError{Pack: v.packs[i].hash, Object: h, Err: err}
 	}
 	return v.checked(i, h, o)
 }
 
 // checked returns o, read from pack i as h, once it is h: an object read
 // whole is hashed now (once per view), a streamed one as it is read.
-func (v *packView) checked(i int, h plumbing.Hash, o plumbing.EncodedObject) (plumbing.EncodedObject, error) {
+func (v *View) checked(i int, h plumbing.Hash, o plumbing.EncodedObject) (plumbing.EncodedObject, error) {
 	mo, ok := o.(*plumbing.MemoryObject)
 	if !ok {
 		return &checkedObject{EncodedObject: o, pack: v.packs[i].hash}, nil
@@ -323,9 +336,9 @@ func (v *packView) checked(i int, h plumbing.Hash, o plumbing.EncodedObject) (pl
 	r, _ := mo.Reader()
 	sum := objectHasher(mo.Type(), mo.Size())
 	if n, _ := io.Copy(sum, r); n != mo.Size() || plumbing.Hash(sum.Sum(nil)) != h {
-		return nil, &readError{pack: v.packs[i].hash, object: h, err: errMismatch}
+		return nil, &ReadError{Pack: v.packs[i].hash, Object: h, Err: ErrMismatch}
 	}
-	if v.sound == nil || len(v.sound) >= maxChecked {
+	if v.sound == nil || len(v.sound) >= MaxChecked {
 		v.sound = map[plumbing.Hash]struct{}{}
 	}
 	v.sound[h] = struct{}{}
@@ -333,7 +346,7 @@ func (v *packView) checked(i int, h plumbing.Hash, o plumbing.EncodedObject) (pl
 }
 
 // openLoose opens loose object h and reads its header; done closes it.
-func (v *packView) openLoose(h plumbing.Hash) (r *objfile.Reader, typ plumbing.ObjectType, size int64, done func(), err error) {
+func (v *View) openLoose(h plumbing.Hash) (r *objfile.Reader, typ plumbing.ObjectType, size int64, done func(), err error) {
 	f, err := v.dir.Object(h)
 	if os.IsNotExist(err) {
 		return nil, 0, 0, nil, plumbing.ErrObjectNotFound
@@ -354,7 +367,7 @@ func (v *packView) openLoose(h plumbing.Hash) (r *objfile.Reader, typ plumbing.O
 }
 
 // loose reads a loose object (git writes them for small fetches).
-func (v *packView) loose(h plumbing.Hash) (plumbing.EncodedObject, error) {
+func (v *View) loose(h plumbing.Hash) (plumbing.EncodedObject, error) {
 	if o, ok := v.cache.Get(h); ok {
 		return o, nil
 	}
@@ -363,7 +376,7 @@ func (v *packView) loose(h plumbing.Hash) (plumbing.EncodedObject, error) {
 		return nil, err
 	}
 	defer done()
-	if size > streamThreshold {
+	if size > StreamThreshold {
 		return &checkedObject{EncodedObject: dotgit.NewEncodedObject(v.dir, h, typ, size)}, nil
 	}
 	mo := &plumbing.MemoryObject{}
@@ -373,14 +386,14 @@ func (v *packView) loose(h plumbing.Hash) (plumbing.EncodedObject, error) {
 		return nil, err
 	}
 	if mo.Size() != size || mo.Hash() != h {
-		return nil, &readError{object: h, err: fmt.Errorf("loose: %w", errMismatch)}
+		return nil, &ReadError{Object: h, Err: fmt.Errorf("loose: %w", ErrMismatch)}
 	}
 	v.cache.Put(mo)
 	return mo, nil
 }
 
 // EncodedObjectSize returns the size of object h without reading it whole.
-func (v *packView) EncodedObjectSize(h plumbing.Hash) (int64, error) {
+func (v *View) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 	i, off, err := v.locate(h)
 	if err != nil {
 		return 0, err
@@ -392,11 +405,11 @@ func (v *packView) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 		}
 		defer done()
 		if err := v.checkChain(i, f, off); err != nil {
-			return 0, &readError{pack: v.packs[i].hash, object: h, err: err}
+			return 0, &ReadError{Pack: v.packs[i].hash, Object: h, Err: err}
 		}
 		size, err := pf.GetSizeByOffset(off)
 		if err != nil {
-			return 0, &readError{pack: v.packs[i].hash, object: h, err: err}
+			return 0, &ReadError{Pack: v.packs[i].hash, Object: h, Err: err}
 		}
 		return size, nil
 	}
@@ -409,7 +422,7 @@ func (v *packView) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 }
 
 // HasEncodedObject reports whether the view holds h.
-func (v *packView) HasEncodedObject(h plumbing.Hash) error {
+func (v *View) HasEncodedObject(h plumbing.Hash) error {
 	if i, _, err := v.locate(h); err != nil || i >= 0 {
 		return err
 	}
@@ -424,23 +437,38 @@ func (v *packView) HasEncodedObject(h plumbing.Hash) error {
 }
 
 // NewEncodedObject is part of storer.EncodedObjectStorer.
-func (v *packView) NewEncodedObject() plumbing.EncodedObject { return &plumbing.MemoryObject{} }
+func (v *View) NewEncodedObject() plumbing.EncodedObject { return &plumbing.MemoryObject{} }
 
 // SetEncodedObject fails: the view is read-only.
-func (v *packView) SetEncodedObject(plumbing.EncodedObject) (plumbing.Hash, error) {
+func (v *View) SetEncodedObject(plumbing.EncodedObject) (plumbing.Hash, error) {
 	return plumbing.ZeroHash, errReadOnly
 }
 
 // IterEncodedObjects fails: nothing reads a mirror's view object by object.
-func (v *packView) IterEncodedObjects(plumbing.ObjectType) (storer.EncodedObjectIter, error) {
+func (v *View) IterEncodedObjects(plumbing.ObjectType) (storer.EncodedObjectIter, error) {
 	return nil, errReadOnly
 }
 
 // AddAlternate fails: a mirror has no alternates.
-func (v *packView) AddAlternate(string) error { return errReadOnly }
+func (v *View) AddAlternate(string) error { return errReadOnly }
+
+// Release closes the open packs and forgets them: the view, of a file
+// system released, keeps none open nor their indexes mapped, and reads
+// nothing more.
+func (v *View) Release() {
+	_ = v.Close()
+	v.packs = nil
+}
+
+// Cache is the object cache the view reads through.
+func (v *View) Cache() cache.Object { return v.cache }
+
+// FS is the file system of the view's repository directory, which opens
+// the store's own files only (no symlink, no named pipe).
+func (v *View) FS() billy.Filesystem { return v.fs }
 
 // Close closes the open packs.
-func (v *packView) Close() error {
+func (v *View) Close() error {
 	var errs []error
 	for _, i := range v.open {
 		errs = append(errs, v.packs[i].pf.Close())
@@ -450,4 +478,4 @@ func (v *packView) Close() error {
 	return errors.Join(errs...)
 }
 
-var _ storer.EncodedObjectStorer = (*packView)(nil)
+var _ storer.EncodedObjectStorer = (*View)(nil)

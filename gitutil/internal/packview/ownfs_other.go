@@ -1,5 +1,5 @@
 //go:build !unix
 
-package mirror
+package packview
 
 const nonBlock = 0
