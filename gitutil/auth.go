@@ -134,10 +134,11 @@ func (a *Auth) hasSecret() bool {
 }
 
 // hasSSHKey reports whether a holds an SSH private key.
-func (a *Auth) hasSSHKey() bool { return len(a.sshKeys()) > 0 }
+func (a *Auth) hasSSHKey() bool { return len(a.SSHKeys()) > 0 }
 
-// sshKeys are a's SSH private keys, in the order they are offered.
-func (a *Auth) sshKeys() [][]byte {
+// SSHKeys are a's SSH private keys, in the order they are offered:
+// SSHPrivateKey, then SSHPrivateKeys, the empty ones left out.
+func (a *Auth) SSHKeys() [][]byte {
 	var keys [][]byte
 	for _, k := range append([][]byte{a.SSHPrivateKey}, a.SSHPrivateKeys...) {
 		if len(k) > 0 {
@@ -183,43 +184,47 @@ func (a *Auth) Identity() string {
 	return prefix + hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// transportOptions is what go-git needs to reach one URL with a.
-type transportOptions struct {
-	orig            *Auth // what they were made from, checked
-	auth            transport.AuthMethod
-	caBundle        []byte
-	insecureSkipTLS bool
-	proxy           transport.ProxyOptions
+// Transport is how go-git reaches one remote with an [Auth], as
+// [Auth.Transport] checked and built it: for implementations over go-git
+// (gitutil/mirror); others read the Auth.
+type Transport struct {
+	// Auth is the Auth it was made from (a zero Auth for nil).
+	Auth *Auth
+	// Method is go-git's authentication; nil for none.
+	Method transport.AuthMethod
+	// CABundle, InsecureSkipTLS and Proxy are go-git's connection
+	// settings: the Auth's, the proxy checked.
+	CABundle        []byte
+	InsecureSkipTLS bool
+	Proxy           transport.ProxyOptions
 }
 
-// noAuth is the Auth of a nil *Auth, never written.
-var noAuth Auth
-
-// forEndpoint checks a against the URL's scheme and builds go-git's auth.
-func (a *Auth) forEndpoint(e Endpoint) (transportOptions, error) {
+// Transport checks a against the URL's scheme and builds go-git's
+// authentication and connection settings for it.
+func (a *Auth) Transport(e Endpoint) (Transport, error) {
 	if a == nil {
-		a = &noAuth // read only: no Auth to allocate on every poll
+		a = &Auth{}
 	}
-	opts := transportOptions{orig: a, caBundle: a.CABundle, insecureSkipTLS: a.InsecureSkipTLSVerify}
+	t := Transport{Auth: a, CABundle: a.CABundle, InsecureSkipTLS: a.InsecureSkipTLSVerify}
 	proxy, err := a.Proxy.options()
 	if err != nil {
-		return opts, err
+		return t, err
 	}
 	if a.Proxy != nil && e.Scheme != "http" && e.Scheme != "https" {
-		return opts, fmt.Errorf("%w: a proxy is used for http and https URLs only, not %s", ErrInvalidAuth, e.Scheme)
+		return t, fmt.Errorf("%w: a proxy is used for http and https URLs only, not %s", ErrInvalidAuth, e.Scheme)
 	}
-	opts.proxy = proxy
+	t.Proxy = proxy
 	switch e.Scheme {
 	case "http", "https":
-		opts.auth, err = a.httpAuth(e.Scheme)
+		t.Method, err = a.httpAuth(e.Scheme)
 	case "ssh":
-		opts.auth, err = a.sshAuth(e)
+		t.Method, err = a.sshAuth(e)
 	case "git", "file":
 		if a.hasSecret() {
 			err = fmt.Errorf("%w: %s URLs take no credentials", ErrInvalidAuth, e.Scheme)
 		}
 	}
-	return opts, err
+	return t, err
 }
 
 // httpAuth is go-git's auth for an HTTP(S) URL: a bearer token, or basic
@@ -259,7 +264,7 @@ func (a *Auth) sshAuth(e Endpoint) (transport.AuthMethod, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys := a.sshKeys()
+	keys := a.SSHKeys()
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("%w: an ssh URL needs an SSH private key", ErrInvalidAuth)
 	}

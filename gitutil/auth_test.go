@@ -13,8 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
-
-	"github.com/modwatch/modwatch/internal/gittest"
 )
 
 func TestStaticCredentialsLongestPrefixWins(t *testing.T) {
@@ -78,7 +76,7 @@ func TestAuthForEndpoint(t *testing.T) {
 		{"bad key", &Auth{SSHPrivateKey: []byte("-----BEGIN OPENSSH PRIVATE KEY-----\nc2VjcmV0LWtleS1tYXRlcmlhbA==\n-----END OPENSSH PRIVATE KEY-----\n"), InsecureIgnoreHostKey: true}, sshURL, ErrInvalidAuth},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tc.auth.forEndpoint(tc.ep)
+			_, err := tc.auth.Transport(tc.ep)
 			if tc.wantErr == nil {
 				require.NoError(t, err)
 				return
@@ -151,52 +149,10 @@ func TestKnownHosts(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidAuth)
 }
 
-func TestBasicAuthAgainstServer(t *testing.T) {
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "g/private")
-	c := repo.Commit(t, "one", gittest.File("a", "a"))
-	srv.SetBasicAuth("deploy", "right")
-	creds, err := NewStaticCredentials(map[string]*Auth{srv.URL() + "/g": {Username: "deploy", Password: "right", AllowInsecureHTTP: true}})
-	require.NoError(t, err)
-	auth, err := creds.Resolve(context.Background(), repo.URL())
-	require.NoError(t, err)
-	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{})
-	require.NoError(t, err)
-	res, err := m.Fetch(ctxT(t), auth, []string{"refs/heads/main"})
-	require.NoError(t, err)
-	assert.Equal(t, c, res.Refs["refs/heads/main"].String())
-	repo.Commit(t, "two", gittest.File("a", "b"))
-	_, err = m.Fetch(ctxT(t), &Auth{Username: "deploy", Password: "wrong-pw", AllowInsecureHTTP: true}, []string{"refs/heads/main"})
-	require.Error(t, err)
-	assert.NotContains(t, err.Error(), "wrong-pw")
-}
-
 func newKeyPEM(t *testing.T) []byte {
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
 	block, err := ssh.MarshalPrivateKey(priv, "")
 	require.NoError(t, err)
 	return pem.EncodeToMemory(block)
-}
-
-func TestCABundle(t *testing.T) {
-	srv := gittest.NewTLSServer(t)
-	repo := srv.NewRepo(t, "g/r")
-	c := repo.Commit(t, "one", gittest.File("a", "a"))
-	_, err := ListRefs(ctxT(t), repo.URL(), nil, nil)
-	require.Error(t, err, "an unknown CA is refused")
-	refs, err := ListRefs(ctxT(t), repo.URL(), &Auth{CABundle: srv.CACert()}, nil)
-	require.NoError(t, err)
-	got, _ := refs.Commit("refs/heads/main")
-	assert.Equal(t, c, got.String())
-	_, err = ListRefs(ctxT(t), repo.URL(), &Auth{InsecureSkipTLSVerify: true}, nil)
-	require.NoError(t, err)
-
-	// The git CLI gets the bundle too.
-	gitBin, statuses := recordingGit(t)
-	m, err := OpenMirror(t.TempDir(), repo.URL(), MirrorOptions{GitCLI: gitBin})
-	require.NoError(t, err)
-	_, err = m.Fetch(ctxT(t), &Auth{CABundle: srv.CACert()}, []string{"refs/heads/main"})
-	require.NoError(t, err)
-	assert.Equal(t, "0\n", statuses())
 }

@@ -3,18 +3,11 @@ package gitutil
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
-	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
-
-	"github.com/go-git/go-git/v5/plumbing/transport"
 
 	"github.com/modwatch/modwatch/gitutil/internal/protov2"
 )
@@ -40,13 +33,6 @@ func (r Revision) RefPrefixes() []string {
 // maxListing bounds what a version 2 listing may send.
 const maxListing = 64 << 20
 
-// errNoV2 says the server answered in protocol version 0 or 1.
-var errNoV2 = protov2.ErrNoV2
-
-// noV2 remembers the servers (by scheme and host) that did not speak
-// version 2, so that they are asked in version 0 from then on.
-var noV2 sync.Map
-
 // listV2 lists the refs under prefixes with protocol version 2's ls-refs
 // over smart HTTP: the capability advertisement, then one command.
 //
@@ -55,32 +41,29 @@ var noV2 sync.Map
 // that repository or another on the same server, are one request, as cheap
 // as a version 0 advertisement of a small repository. A command that fails
 // where the server was not asked about this repository yet asks it.
-func listV2(ctx context.Context, at repoAddress, topts transportOptions, a *Auth, prefixes []string) (RefList, error) {
-	client, err := v2Client(topts)
+func (l *Lister) listV2(ctx context.Context, at repoAddress, t Transport, prefixes []string) (RefList, error) {
+	a := t.Auth
+	client, err := l.client(t)
 	if err != nil {
 		return RefList{}, err
 	}
 	base := strings.TrimSuffix(at.url, "/")
-	var repo *v2Repo
-	v, knownRepo := v2Repos.Load(base)
-	_, knownServer := v2Servers.Load(at.server)
-	switch {
-	case knownRepo:
-		repo = v.(*v2Repo)
-	case knownServer:
+	repo, knownRepo := l.repos.Get(base)
+	_, knownServer := l.v2Servers.Get(at.server)
+	if !knownRepo && knownServer {
 		if repo, err = newV2Repo(base, at); err != nil {
 			return RefList{}, err
 		}
 	}
 	if repo != nil {
-		refs, err := lsRefs(ctx, client, repo, a, prefixes)
+		refs, err := l.lsRefs(ctx, client, repo, a, prefixes)
 		if err == nil || ctx.Err() != nil {
 			if err == nil && !knownRepo {
-				v2Repos.Store(base, repo)
+				l.repos.Add(base, repo)
 			}
 			return refs, err
 		}
-		v2Repos.Delete(base) // ask for its capabilities again
+		l.repos.Remove(base) // ask for its capabilities again
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/info/refs?service=git-upload-pack", nil)
 	if err != nil {
@@ -96,23 +79,18 @@ func listV2(ctx context.Context, at repoAddress, topts transportOptions, a *Auth
 		return RefList{}, err
 	}
 	if _, ok := caps["ls-refs"]; !ok {
-		return RefList{}, errNoV2
+		return RefList{}, protov2.ErrNoV2
 	}
 	if repo, err = newV2Repo(base, at); err != nil {
 		return RefList{}, err
 	}
-	refs, err := lsRefs(ctx, client, repo, a, prefixes)
+	refs, err := l.lsRefs(ctx, client, repo, a, prefixes)
 	if err == nil {
-		v2Repos.Store(base, repo)
-		v2Servers.Store(at.server, true)
+		l.repos.Add(base, repo)
+		l.v2Servers.Add(at.server, struct{}{})
 	}
 	return refs, err
 }
-
-// v2Repos are the repositories (by URL) whose server said it speaks
-// version 2 with ls-refs (each a *v2Repo), and v2Servers those servers (by
-// scheme and host).
-var v2Repos, v2Servers sync.Map
 
 // v2Repo is a repository listed in version 2: its address and its
 // ls-refs request, made once, which each listing copies with its own
@@ -138,16 +116,16 @@ type repoAddress struct {
 	server string // scheme and host: what version 2 is known of
 }
 
-// addressOf parses repoURL (parseBare), or takes what a listing of the
+// addressOf parses repoURL (ParseBareURL), or takes what a listing of the
 // same repository in version 2 parsed of it: the same URL but for a
 // trailing slash, which only the fallback's listing reads, from url.
-func addressOf(repoURL string) (repoAddress, error) {
-	if v, ok := v2Repos.Load(strings.TrimSuffix(repoURL, "/")); ok {
-		at := v.(*v2Repo).at
+func (l *Lister) addressOf(repoURL string) (repoAddress, error) {
+	if repo, ok := l.repos.Get(strings.TrimSuffix(repoURL, "/")); ok {
+		at := repo.at
 		at.url = repoURL
 		return at, nil
 	}
-	e, err := parseBare(repoURL)
+	e, err := ParseBareURL(repoURL)
 	if err != nil {
 		return repoAddress{}, err
 	}
@@ -159,13 +137,13 @@ func addressOf(repoURL string) (repoAddress, error) {
 // It goes to the transport itself: the client adds nothing a listing
 // needs (it follows no redirect, keeps no cookie and has no timeout of its
 // own) and would copy the request's URL and headers on every poll.
-func lsRefs(ctx context.Context, client *http.Client, repo *v2Repo, a *Auth, prefixes []string) (RefList, error) {
+func (l *Lister) lsRefs(ctx context.Context, client *http.Client, repo *v2Repo, a *Auth, prefixes []string) (RefList, error) {
 	body, err := protov2.LsRefsRequest(prefixes)
 	if err != nil {
 		return RefList{}, err
 	}
 	req := repo.post.WithContext(ctx)
-	req.Header = v2PostHeader(a)
+	req.Header = l.postHeader(a)
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	req.ContentLength = int64(len(body))
@@ -185,26 +163,29 @@ func lsRefs(ctx context.Context, client *http.Client, repo *v2Repo, a *Auth, pre
 	return RefList{Refs: refs.Refs, Peeled: refs.Peeled, Head: refs.Head}, nil
 }
 
-// v2Headers are an ls-refs request's headers without credentials. They are
-// shared by every such request, and so never written to. The listing is
-// asked for uncompressed: it is a few lines, and the transport would
-// otherwise add its own Accept-Encoding to every request.
-var v2Headers = http.Header{
-	"Git-Protocol":    {v2Protocol},
-	"User-Agent":      {userAgent},
-	"Content-Type":    {"application/x-git-upload-pack-request"},
-	"Accept":          {"application/x-git-upload-pack-result"},
-	"Accept-Encoding": {"identity"},
+// lsRefsHeader returns the headers of an ls-refs request without
+// credentials, which a Lister shares by every such request, and so never
+// writes to. The listing is asked for uncompressed: it is a few lines, and
+// the transport would otherwise add its own Accept-Encoding to every
+// request.
+func lsRefsHeader() http.Header {
+	return http.Header{
+		"Git-Protocol":    {v2Protocol},
+		"User-Agent":      {userAgent},
+		"Content-Type":    {"application/x-git-upload-pack-request"},
+		"Accept":          {"application/x-git-upload-pack-result"},
+		"Accept-Encoding": {"identity"},
+	}
 }
 
-// v2PostHeader returns the headers of an ls-refs request with a's
-// credentials: the shared v2Headers when it has none, else a copy of them
+// postHeader returns the headers of an ls-refs request with a's
+// credentials: the shared l.header when it has none, else a copy of it
 // with its own.
-func v2PostHeader(a *Auth) http.Header {
+func (l *Lister) postHeader(a *Auth) http.Header {
 	if !a.hasSecret() {
-		return v2Headers
+		return l.header
 	}
-	h := maps.Clone(v2Headers) // setAuthHeader adds a key; it writes no value slice
+	h := maps.Clone(l.header) // setAuthHeader adds a key; it writes no value slice
 	setAuthHeader(&http.Request{Header: h}, a)
 	return h
 }
@@ -232,7 +213,7 @@ func setAuthHeader(req *http.Request, a *Auth) {
 	case a.Username != "" || a.Password != "":
 		user := a.Username
 		if user == "" {
-			user = "git" // as for go-git's transport (see forEndpoint)
+			user = "git" // as for go-git's transport (see Auth.Transport)
 		}
 		req.SetBasicAuth(user, a.Password)
 	}
@@ -261,55 +242,4 @@ func truncate(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
-}
-
-// maxIdlePerServer is how many idle connections to one server the
-// listings keep for the next poll.
-const maxIdlePerServer = 32
-
-// v2Clients are the HTTP clients of version 2 listings, one per TLS
-// setting, so that polls reuse their connections.
-var v2Clients sync.Map
-
-func v2Client(topts transportOptions) (*http.Client, error) {
-	px := topts.proxy
-	key := "" // the default settings: no key to compute on every poll
-	if len(topts.caBundle) > 0 || topts.insecureSkipTLS || px != (transport.ProxyOptions{}) {
-		key = fmt.Sprintf("%x/%t/%x", sha256.Sum256(topts.caBundle), topts.insecureSkipTLS,
-			sha256.Sum256(fmt.Appendf(nil, "%d:%s%d:%s%d:%s", len(px.URL), px.URL, len(px.Username), px.Username, len(px.Password), px.Password)))
-	}
-	if c, ok := v2Clients.Load(key); ok {
-		return c.(*http.Client), nil
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	// A watcher lists up to 16 remotes at once (and fetches 4), most of
-	// them on one forge: net/http keeps 2 idle connections per host, so
-	// each cycle would open a connection for most listings, and leave it
-	// in TIME_WAIT, whose number grows with the remotes.
-	tr.MaxIdleConnsPerHost = maxIdlePerServer
-	if px.URL != "" {
-		u, err := px.FullURL()
-		if err != nil {
-			return nil, fmt.Errorf("%w: proxy URL", ErrInvalidAuth)
-		}
-		tr.Proxy = http.ProxyURL(u)
-	}
-	if len(topts.caBundle) > 0 || topts.insecureSkipTLS {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: topts.insecureSkipTLS} //nolint:gosec // opted in by the caller
-		if len(topts.caBundle) > 0 {
-			pool, err := x509.SystemCertPool()
-			if err != nil {
-				pool = x509.NewCertPool()
-			}
-			if !pool.AppendCertsFromPEM(topts.caBundle) {
-				return nil, fmt.Errorf("%w: CA bundle holds no certificate", ErrInvalidAuth)
-			}
-			cfg.RootCAs = pool
-		}
-		tr.TLSClientConfig = cfg
-	}
-	// Redirects are not followed: credentials must not travel elsewhere.
-	c := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	actual, _ := v2Clients.LoadOrStore(key, c)
-	return actual.(*http.Client), nil
 }

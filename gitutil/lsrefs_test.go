@@ -1,12 +1,14 @@
 package gitutil
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/stretchr/testify/assert"
@@ -35,6 +37,7 @@ func manyRefs(t *testing.T, repo *gittest.Repo, n int, commit string) {
 // (and the branch it names), a branch, the tags of a semver range. The
 // listing of 5,000 pull-request refs is not sent.
 func TestListRefsWithPrefixesSpeaksV2(t *testing.T) {
+	l := NewLister()
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
 	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
@@ -42,7 +45,7 @@ func TestListRefsWithPrefixesSpeaksV2(t *testing.T) {
 	manyRefs(t, repo, 5000, c1)
 
 	before := repo.Counts().ListBytes.Load()
-	all, err := ListRefs(ctxT(t), repo.URL(), nil, nil)
+	all, err := l.ListRefs(ctxT(t), repo.URL(), nil, nil)
 	require.NoError(t, err)
 	v0Bytes := repo.Counts().ListBytes.Load() - before
 	assert.Greater(t, len(all.Refs), 5000)
@@ -59,7 +62,7 @@ func TestListRefsWithPrefixesSpeaksV2(t *testing.T) {
 		rev, err := ParseRevision(tc.revision)
 		require.NoError(t, err)
 		before := repo.Counts().ListBytes.Load()
-		got, err := ListRefs(ctxT(t), repo.URL(), nil, rev.RefPrefixes())
+		got, err := l.ListRefs(ctxT(t), repo.URL(), nil, rev.RefPrefixes())
 		require.NoError(t, err)
 		v2Bytes := repo.Counts().ListBytes.Load() - before
 		for _, name := range tc.want {
@@ -73,11 +76,11 @@ func TestListRefsWithPrefixesSpeaksV2(t *testing.T) {
 		t.Logf("%q: %d bytes (all refs: %d)", tc.revision, v2Bytes, v0Bytes)
 	}
 	caps := repo.Counts().Capabilities.Load()
-	head, err := ListRefs(ctxT(t), repo.URL(), nil, []string{"HEAD"})
+	head, err := l.ListRefs(ctxT(t), repo.URL(), nil, []string{"HEAD"})
 	require.NoError(t, err)
 	assert.Equal(t, "refs/heads/main", head.Head)
 	assert.Equal(t, caps, repo.Counts().Capabilities.Load(), "the capabilities are asked for once: a listing is one request")
-	tags, err := ListRefs(ctxT(t), repo.URL(), nil, []string{"refs/tags/"})
+	tags, err := l.ListRefs(ctxT(t), repo.URL(), nil, []string{"refs/tags/"})
 	require.NoError(t, err)
 	assert.Equal(t, c1, tags.Peeled["refs/tags/v1.2.0"].String(), "annotated tags are peeled")
 }
@@ -86,19 +89,20 @@ func TestListRefsWithPrefixesSpeaksV2(t *testing.T) {
 // in version 0 from then on: the first call's probe costs one more
 // advertisement, later calls one each.
 func TestListRefsFallsBackToV0(t *testing.T) {
+	l := NewLister()
 	srv := gittest.NewServer(t)
 	srv.SetV0Only(true)
 	repo := srv.NewRepo(t, "g/r")
 	c1 := repo.Commit(t, "1", gittest.File("f", "1"))
 	for i, want := range []int64{2, 1, 1} {
 		lists := repo.Counts().Lists.Load()
-		got, err := ListRefs(ctxT(t), repo.URL(), nil, []string{"HEAD"})
+		got, err := l.ListRefs(ctxT(t), repo.URL(), nil, []string{"HEAD"})
 		require.NoError(t, err)
 		assert.Equal(t, c1, got.Refs["refs/heads/main"].String())
 		assert.Equal(t, "refs/heads/main", got.Head)
 		assert.Equal(t, lists+want, repo.Counts().Lists.Load(), "call %d", i+1)
 	}
-	_, remembered := noV2.Load("http://" + strings.TrimPrefix(srv.URL(), "http://"))
+	_, remembered := l.noV2.Get("http://" + strings.TrimPrefix(srv.URL(), "http://"))
 	assert.True(t, remembered)
 }
 
@@ -107,19 +111,20 @@ func TestListRefsFallsBackToV0(t *testing.T) {
 // forge is one request, not two. A repository it does not have is still
 // a clear error.
 func TestListRefsAsksAServersCapabilitiesOnce(t *testing.T) {
+	l := NewLister()
 	srv := gittest.NewServer(t)
 	one, two := srv.NewRepo(t, "g/one"), srv.NewRepo(t, "g/two")
 	one.Commit(t, "one", gittest.File("a", "1"))
 	c := two.Commit(t, "two", gittest.File("a", "2"))
-	_, err := ListRefs(ctxT(t), one.URL(), nil, []string{"HEAD"})
+	_, err := l.ListRefs(ctxT(t), one.URL(), nil, []string{"HEAD"})
 	require.NoError(t, err)
 	require.Positive(t, one.Counts().Capabilities.Load())
-	refs, err := ListRefs(ctxT(t), two.URL(), nil, []string{"HEAD"})
+	refs, err := l.ListRefs(ctxT(t), two.URL(), nil, []string{"HEAD"})
 	require.NoError(t, err)
 	assert.Equal(t, c, refs.Refs["refs/heads/main"].String())
 	assert.Zero(t, two.Counts().Capabilities.Load(), "the server's capabilities were known")
 	assert.EqualValues(t, 1, two.Counts().Lists.Load(), "one request")
-	_, err = ListRefs(ctxT(t), srv.URL()+"/g/none.git", nil, []string{"HEAD"})
+	_, err = l.ListRefs(ctxT(t), srv.URL()+"/g/none.git", nil, []string{"HEAD"})
 	require.ErrorIs(t, err, transport.ErrRepositoryNotFound)
 }
 
@@ -128,6 +133,7 @@ func TestListRefsAsksAServersCapabilitiesOnce(t *testing.T) {
 // forge opens none (with net/http's 2 idle connections per host, most
 // listings of every cycle opened one and left it in TIME_WAIT).
 func TestListingsReuseTheirConnections(t *testing.T) {
+	l := NewLister()
 	srv := gittest.NewServer(t)
 	const side = 16
 	var urls []string
@@ -140,7 +146,7 @@ func TestListingsReuseTheirConnections(t *testing.T) {
 		var g errgroup.Group
 		for _, u := range urls {
 			g.Go(func() error {
-				_, err := ListRefs(ctxT(t), u, nil, []string{"HEAD"})
+				_, err := l.ListRefs(ctxT(t), u, nil, []string{"HEAD"})
 				return err
 			})
 		}
@@ -159,19 +165,20 @@ func TestListingsReuseTheirConnections(t *testing.T) {
 // proxy settings only: one made for a CA bundle, skipped verification or
 // a proxy (and its credentials) never serves a listing without them.
 func TestListingClientsAreSharedBySettingsOnly(t *testing.T) {
+	l := NewLister()
 	proxy := transport.ProxyOptions{URL: "http://proxy.example:3128"}
-	settings := []transportOptions{
+	settings := []Transport{
 		{},
-		{caBundle: gittest.NewTLSServer(t).CACert()},
-		{insecureSkipTLS: true},
-		{proxy: proxy},
-		{proxy: transport.ProxyOptions{URL: proxy.URL, Username: "u", Password: "p"}},
+		{CABundle: gittest.NewTLSServer(t).CACert()},
+		{InsecureSkipTLS: true},
+		{Proxy: proxy},
+		{Proxy: transport.ProxyOptions{URL: proxy.URL, Username: "u", Password: "p"}},
 	}
 	seen := map[*http.Client]int{}
 	for i, s := range settings {
-		c, err := v2Client(s)
+		c, err := l.client(s)
 		require.NoError(t, err)
-		again, err := v2Client(s)
+		again, err := l.client(s)
 		require.NoError(t, err)
 		assert.Same(t, c, again, "settings %d: one client", i)
 		if j, ok := seen[c]; ok {
@@ -185,6 +192,7 @@ func TestListingClientsAreSharedBySettingsOnly(t *testing.T) {
 // repository's parsed request: a listing with credentials never lends
 // them to a later one without, of another repository or the same.
 func TestAListingsCredentialsAreNotLentToTheNext(t *testing.T) {
+	l := NewLister()
 	srv := gittest.NewServer(t)
 	one, two := srv.NewRepo(t, "g/one"), srv.NewRepo(t, "g/two")
 	one.Commit(t, "one", gittest.File("a", "1"))
@@ -195,17 +203,23 @@ func TestAListingsCredentialsAreNotLentToTheNext(t *testing.T) {
 		if bearer {
 			auth = &Auth{BearerToken: "p", AllowInsecureHTTP: true} // refused by this server
 		}
-		_, err := ListRefs(ctxT(t), one.URL(), auth, []string{"HEAD"})
+		_, err := l.ListRefs(ctxT(t), one.URL(), auth, []string{"HEAD"})
 		if bearer {
 			require.Error(t, err)
 		} else {
 			require.NoError(t, err)
 		}
 		for _, u := range []string{two.URL(), one.URL()} {
-			_, err = ListRefs(ctxT(t), u, nil, []string{"HEAD"})
+			_, err = l.ListRefs(ctxT(t), u, nil, []string{"HEAD"})
 			require.ErrorIs(t, err, transport.ErrAuthenticationRequired, "%s without credentials", u)
 		}
 	}
-	assert.Equal(t, []string{"application/x-git-upload-pack-request"}, v2Headers["Content-Type"])
-	assert.Len(t, v2Headers, 5, "the shared headers are never written")
+	assert.Equal(t, []string{"application/x-git-upload-pack-request"}, l.header["Content-Type"])
+	assert.Len(t, l.header, 5, "the shared headers are never written")
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage/memory"
+
+	"github.com/modwatch/modwatch/gitutil/internal/protov2"
 )
 
 // defaultListTimeout bounds a ref listing whose ctx carries no deadline.
@@ -39,6 +41,16 @@ func (l RefList) Commit(name string) (Hash, bool) {
 	return h, ok
 }
 
+// ListRefs lists the refs of the remote at repoURL, as [Lister.ListRefs]
+// does, with a Lister of its own that it closes: it keeps nothing, and
+// asks a server for its protocol version on every call. A program that
+// lists refs again and again holds a [Lister].
+func ListRefs(ctx context.Context, repoURL string, auth *Auth, prefixes []string) (RefList, error) {
+	l := NewLister()
+	defer l.CloseIdleConnections()
+	return l.ListRefs(ctx, repoURL, auth, prefixes)
+}
+
 // ListRefs lists the refs of the remote at repoURL (the equivalent of git
 // ls-remote), with annotated tags peeled. It honours ctx and applies
 // [defaultListTimeout] when ctx has no deadline. repoURL carries no
@@ -51,13 +63,13 @@ func (l RefList) Commit(name string) (Hash, bool) {
 // pull request advertises tens of thousands). Other servers and transports
 // list every ref, as with none; the result may hold refs outside the
 // prefixes either way.
-func ListRefs(ctx context.Context, repoURL string, auth *Auth, prefixes []string) (RefList, error) {
-	at, err := addressOf(repoURL)
+func (l *Lister) ListRefs(ctx context.Context, repoURL string, auth *Auth, prefixes []string) (RefList, error) {
+	at, err := l.addressOf(repoURL)
 	if err != nil {
 		return RefList{}, err
 	}
 	e := at.ep
-	topts, err := auth.forEndpoint(e)
+	t, err := auth.Transport(e)
 	if err != nil {
 		return RefList{}, fmt.Errorf("list refs of %s: %w", RedactURL(repoURL), err)
 	}
@@ -66,17 +78,17 @@ func ListRefs(ctx context.Context, repoURL string, auth *Auth, prefixes []string
 		ctx, cancel = context.WithTimeout(ctx, defaultListTimeout)
 		defer cancel()
 	}
-	if _, old := noV2.Load(at.server); len(prefixes) > 0 && (e.Scheme == "http" || e.Scheme == "https") && !old {
-		if refs, done, err := listV2OrFallBack(ctx, at, topts, auth, prefixes); done {
+	if _, old := l.noV2.Get(at.server); len(prefixes) > 0 && (e.Scheme == "http" || e.Scheme == "https") && !old {
+		if refs, done, err := l.listV2OrFallBack(ctx, at, t, prefixes); done {
 			return refs, err
 		}
 	}
 	remote := git.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{repoURL}})
 	refs, err := remote.ListContext(ctx, &git.ListOptions{
-		Auth:            topts.auth,
-		CABundle:        topts.caBundle,
-		InsecureSkipTLS: topts.insecureSkipTLS,
-		ProxyOptions:    topts.proxy,
+		Auth:            t.Method,
+		CABundle:        t.CABundle,
+		InsecureSkipTLS: t.InsecureSkipTLS,
+		ProxyOptions:    t.Proxy,
 		PeelingOption:   git.AppendPeeled,
 	})
 	if err != nil {
@@ -89,15 +101,15 @@ func ListRefs(ctx context.Context, repoURL string, auth *Auth, prefixes []string
 // done is false when the server answered in a way go-git's version 0
 // listing should handle (no version 2, which is remembered for the server,
 // or an HTTP answer other than 401, 403 and 404).
-func listV2OrFallBack(ctx context.Context, at repoAddress, topts transportOptions, auth *Auth, prefixes []string) (refs RefList, done bool, err error) {
+func (l *Lister) listV2OrFallBack(ctx context.Context, at repoAddress, t Transport, prefixes []string) (refs RefList, done bool, err error) {
 	repoURL := at.url
-	refs, err = listV2(ctx, at, topts, auth, prefixes)
+	refs, err = l.listV2(ctx, at, t, prefixes)
 	var status *httpStatusError
 	switch {
 	case err == nil:
 		return refs, true, nil
-	case errors.Is(err, errNoV2):
-		noV2.Store(at.server, true) // asked in version 0 from now on
+	case errors.Is(err, protov2.ErrNoV2):
+		l.noV2.Add(at.server, struct{}{}) // asked in version 0 from now on
 		return RefList{}, false, nil
 	case errors.As(err, &status) && status.code == http.StatusUnauthorized:
 		return RefList{}, true, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrAuthenticationRequired}

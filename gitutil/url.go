@@ -264,11 +264,11 @@ func StripCredentials(raw string) string {
 	return RedactURL(raw)
 }
 
-// parseBare is ParseURL for the URLs that reach the network and the disk:
-// they carry no credentials, which come as an [Auth] (see
-// [splitCredentials]), so that no secret is stored in a mirror's
+// ParseBareURL is [ParseURL] for the URLs that reach the network and the
+// disk: they carry no credentials, which come as an [Auth] (see
+// [MergeURLCredentials]), so that no secret is stored in a mirror's
 // configuration, passed on a command line or printed.
-func parseBare(raw string) (Endpoint, error) {
+func ParseBareURL(raw string) (Endpoint, error) {
 	_, auth, err := splitCredentials(raw)
 	if err != nil {
 		return Endpoint{}, err

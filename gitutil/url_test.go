@@ -107,17 +107,6 @@ func TestSplitCredentials(t *testing.T) {
 	assert.NotContains(t, err.Error(), "s3cret")
 }
 
-// The network and the disk never see a URL with credentials: they come as
-// an Auth.
-func TestURLsWithCredentialsRefusedAtTheEdge(t *testing.T) {
-	_, err := ListRefs(t.Context(), "https://user:s3cret@example.com/r", nil, nil)
-	require.ErrorIs(t, err, ErrInvalidURL)
-	assert.NotContains(t, err.Error(), "s3cret")
-	_, err = OpenMirror(t.TempDir(), "https://s3cret@example.com/r", MirrorOptions{})
-	require.ErrorIs(t, err, ErrInvalidURL)
-	assert.NotContains(t, err.Error(), "s3cret")
-}
-
 func FuzzNormalizeURL(f *testing.F) {
 	for _, s := range []string{
 		"https://example.com/g/r.git", "git@example.com:g/r", "ssh://git@h:22/r", "file:///x",

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/backoff"
 )
 
@@ -524,7 +525,7 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision, h *
 	fsys, err := want.mirror.FS(want.commit, t.Selection())
 	// The whole repository, opened only if the sink reads it.
 	c.Root = &lazyFS{open: func() (fs.FS, error) {
-		root, err := want.mirror.FS(want.commit, gitutil.Selection{})
+		root, err := want.mirror.FS(want.commit, mirror.Selection{})
 		if err == nil {
 			h.opened(root)
 			links.trace(root)
@@ -532,7 +533,7 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision, h *
 		return root, err
 	}}
 	if err != nil {
-		if errors.Is(err, gitutil.ErrCommitNotFound) || errors.Is(err, gitutil.ErrCorrupt) {
+		if errors.Is(err, mirror.ErrCommitNotFound) || errors.Is(err, mirror.ErrCorrupt) {
 			d.env.trigger(t.URL) // the mirror lost it (rebuilt): have it fetched again now
 		}
 		return c, err

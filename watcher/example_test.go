@@ -58,9 +58,9 @@ func ExampleTarget_Validate() {
 	}
 	// Output:
 	// ok: <nil>
-	// escape: watcher: invalid target escape: path: gitutil: invalid path: "../../etc" contains ".."
+	// escape: watcher: invalid target escape: path: mirror: invalid path: "../../etc" contains ".."
 	// transport: watcher: invalid target transport: url: gitutil: invalid repository URL: "ext::git-remote-evil": "transport::" remotes are refused
 	// option: watcher: invalid target option: revision: revision "--upload-pack=touch": gitutil: invalid revision: a name or path segment starting with "-"
-	// paths: watcher: invalid target paths: paths: gitutil: invalid path: "../secrets" contains ".."
-	// ignore: watcher: invalid target ignore: ignore: gitutil: invalid selection: ignore pattern "a\x00b" holds a NUL byte or a newline
+	// paths: watcher: invalid target paths: paths: mirror: invalid path: "../secrets" contains ".."
+	// ignore: watcher: invalid target ignore: ignore: mirror: invalid selection: ignore pattern "a\x00b" holds a NUL byte or a newline
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
@@ -35,12 +36,12 @@ func (g *faultyGit) ListRefs(ctx context.Context, url string, auth *gitutil.Auth
 	return g.GoGit.ListRefs(ctx, url, auth, prefixes)
 }
 
-func (g *faultyGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
+func (g *faultyGit) OpenMirror(dir, url string, opts mirror.Options) (watcher.Mirror, error) {
 	return wrapMirror(g.GoGit, dir, url, opts, func(m watcher.Mirror) watcher.Mirror { return faultyMirror{m, g} })
 }
 
 // wrapMirror opens the default git's mirror and gives it in wrap's.
-func wrapMirror(git watcher.GoGit, dir, url string, opts gitutil.MirrorOptions, wrap func(watcher.Mirror) watcher.Mirror) (watcher.Mirror, error) {
+func wrapMirror(git watcher.GoGit, dir, url string, opts mirror.Options, wrap func(watcher.Mirror) watcher.Mirror) (watcher.Mirror, error) {
 	m, err := git.OpenMirror(dir, url, opts)
 	if err != nil {
 		return nil, err
@@ -53,7 +54,7 @@ type faultyMirror struct {
 	g *faultyGit
 }
 
-func (m faultyMirror) FS(commit gitutil.Hash, sel gitutil.Selection) (fs.FS, error) {
+func (m faultyMirror) FS(commit gitutil.Hash, sel mirror.Selection) (fs.FS, error) {
 	if m.g.trees.Add(1) == 1 {
 		return nil, errInjected
 	}
@@ -162,7 +163,7 @@ func TestVerifiedCommitsOnly(t *testing.T) {
 		bad := repo.Commit(t, map[string]string{"app.yaml": "v: " + name + "\n"})
 		w.Trigger(repo.URL())
 		e := obs.WaitFor(t, name, func(e watcher.Event) bool {
-			return e.Type == watcher.EventTargetFailed && errors.Is(e.Err, gitutil.ErrUnverified) && strings.Contains(e.Err.Error(), bad)
+			return e.Type == watcher.EventTargetFailed && errors.Is(e.Err, mirror.ErrUnverified) && strings.Contains(e.Err.Error(), bad)
 		})
 		assert.Equal(t, "app", e.Target.ID)
 		assert.Equal(t, bad, e.Commit, "the event names the commit refused")
@@ -201,7 +202,7 @@ func TestVerifiedSSHSignedCommits(t *testing.T) {
 	bad := repo.Commit(t, map[string]string{"app.yaml": "v: mallory\n"})
 	w.Trigger(repo.URL())
 	e := obs.WaitFor(t, "signed by another SSH key", func(e watcher.Event) bool {
-		return e.Type == watcher.EventTargetFailed && errors.Is(e.Err, gitutil.ErrUnverified) && strings.Contains(e.Err.Error(), bad)
+		return e.Type == watcher.EventTargetFailed && errors.Is(e.Err, mirror.ErrUnverified) && strings.Contains(e.Err.Error(), bad)
 	})
 	assert.Contains(t, e.Err.Error(), "not a trusted key")
 	repo.SignWithSSH(release)
@@ -238,7 +239,7 @@ func TestVerifiedTags(t *testing.T) {
 	sink.WaitCommit(t, "tag", commit)
 	for _, id := range []string{"tag-and-head", "unsigned-tag", "branch"} {
 		e := obs.WaitFor(t, id+" refused", watchertest.Is(watcher.EventTargetFailed, id))
-		assert.ErrorIs(t, e.Err, gitutil.ErrUnverified, id)
+		assert.ErrorIs(t, e.Err, mirror.ErrUnverified, id)
 	}
 	for _, c := range sink.Delivered() {
 		assert.Equal(t, "tag", c.Target.ID, "only the signed tag's target is delivered")
@@ -254,7 +255,7 @@ type countingGit struct {
 	has atomic.Int32
 }
 
-func (g *countingGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
+func (g *countingGit) OpenMirror(dir, url string, opts mirror.Options) (watcher.Mirror, error) {
 	return wrapMirror(g.GoGit, dir, url, opts, func(m watcher.Mirror) watcher.Mirror { return countingMirror{m, g} })
 }
 

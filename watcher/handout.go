@@ -4,11 +4,11 @@ import (
 	"io/fs"
 	"sync"
 
-	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 )
 
 // handout follows the trees of one delivery's Change. Once the sink's call
-// returned, each is handed on (gitutil.Detach): the watcher reads it no
+// returned, each is handed on (mirror.Detach): the watcher reads it no
 // more, and whatever the sink kept of it counts among its mirror's kept
 // trees, the oldest released past the bound ([WithKeptTrees]). Change.Root
 // is opened at its first read, maybe after the call: it is handed on as
@@ -28,7 +28,7 @@ func (h *handout) opened(root fs.FS) {
 	}
 	h.mu.Unlock()
 	if over {
-		gitutil.Detach(root)
+		mirror.Detach(root)
 	}
 }
 
@@ -40,14 +40,14 @@ func (h *handout) handOn(fsys fs.FS) {
 	root := h.root
 	h.root = nil
 	h.mu.Unlock()
-	gitutil.Detach(fsys)
-	gitutil.Detach(root)
+	mirror.Detach(fsys)
+	mirror.Detach(root)
 }
 
 // keeper is a Mirror that says what the trees it handed out hold
 // (gitutil's).
 type keeper interface {
-	Kept() gitutil.KeptStats
+	Kept() mirror.KeptStats
 }
 
 // addKept adds what m's trees hold, when it says.

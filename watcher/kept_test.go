@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/metrics"
@@ -33,7 +33,7 @@ func packsOnDisk(t *testing.T, cacheDir string) int {
 }
 
 // collect runs garbage collections enough for the trees handed to sinks
-// before to count as kept, when still referenced (see gitutil.Detach).
+// before to count as kept, when still referenced (see mirror.Detach).
 func collect() {
 	runtime.GC()
 	runtime.GC()
@@ -97,7 +97,7 @@ func TestObserverKeepingEventsKeepsNoPack(t *testing.T) {
 // A sink that keeps every Change (watchertest's does) keeps trees past
 // Deliver, legitimately: they are counted (Stats, the metrics' gauges),
 // and past WithKeptTrees the oldest are released, so that their reads
-// fail with gitutil.ErrReleased rather than keep every replaced pack on
+// fail with mirror.ErrReleased rather than keep every replaced pack on
 // disk. The tree of the delivery under way reads, and the newest kept
 // still do.
 func TestSinkKeepingTreesIsCountedAndBounded(t *testing.T) {
@@ -150,9 +150,9 @@ func TestSinkKeepingTreesIsCountedAndBounded(t *testing.T) {
 	kept := sink.Delivered()
 	require.Len(t, kept, 17)
 	_, err = fs.ReadFile(kept[0].FS, "f")
-	require.ErrorIs(t, err, gitutil.ErrReleased, "the oldest kept is released")
+	require.ErrorIs(t, err, mirror.ErrReleased, "the oldest kept is released")
 	_, err = fs.ReadFile(kept[0].Root, "app/f")
-	require.ErrorIs(t, err, gitutil.ErrReleased, "its Root too, opened during Deliver")
+	require.ErrorIs(t, err, mirror.ErrReleased, "its Root too, opened during Deliver")
 	data, err := readFile(kept[15], "f")
 	require.NoError(t, err, "the newest kept read")
 	assert.Equal(t, "16", string(data))
@@ -211,7 +211,7 @@ func TestTreeOfADeliveryUnderWayIsNeverReleased(t *testing.T) {
 		sink.WaitCommit(t, "b", c)
 	}
 	_, err := readFile(first, "f")
-	require.ErrorIs(t, err, gitutil.ErrReleased, "b's oldest kept tree is released")
+	require.ErrorIs(t, err, mirror.ErrReleased, "b's oldest kept tree is released")
 
 	close(goOn)
 	sink.WaitCommit(t, "a", c1)
@@ -286,7 +286,7 @@ func TestTreesKeptInReportsAndErrorsAreBounded(t *testing.T) {
 	require.NotNil(t, report)
 	require.NotNil(t, failure)
 	_, err := fs.ReadFile(report, "f")
-	require.ErrorIs(t, err, gitutil.ErrReleased, "the tree of the oldest report is released")
+	require.ErrorIs(t, err, mirror.ErrReleased, "the tree of the oldest report is released")
 	_, err = fs.ReadFile(failure, "f")
-	require.ErrorIs(t, err, gitutil.ErrReleased, "the tree of the oldest error is released")
+	require.ErrorIs(t, err, mirror.ErrReleased, "the tree of the oldest error is released")
 }

@@ -338,8 +338,13 @@ func WithMirrorGrace(d time.Duration) Option {
 // WithGit sets the watcher's git (default [DefaultGit]): how refs are
 // listed and mirrors opened, with its settings (a [GoGit]'s git CLI, first
 // fetch depth, repack threshold). A nil git keeps the default.
+// A GoGit without a Lister gets one of the watcher's own.
 func WithGit(g Git) Option {
 	return func(o *options) {
+		if gg, ok := g.(GoGit); ok && gg.Lister == nil {
+			gg.Lister = gitutil.NewLister() // the watcher's own
+			g = gg
+		}
 		if g != nil {
 			o.git = g
 		}
@@ -356,13 +361,13 @@ func WithLocalRepositories() Option { return func(o *options) { o.localRepos = t
 
 // WithKeptTrees bounds the trees that sinks keep after Deliver returned
 // (Change.FS and Change.Root), per mirror (default
-// [gitutil.DefaultMaxKept], 64; negative: no bound). A tree a sink keeps
+// [mirror.DefaultMaxKept], 64; negative: no bound). A tree a sink keeps
 // stays readable through fetches and repacks, and keeps on disk the packs
 // a repack replaced that it reads; the bound is what makes that disk
 // finite. Once a garbage collection found more than n of a mirror's trees
 // handed to sinks still referenced, the oldest are released, at the next
 // delivery or fetch: a read of one fails with an error wrapping
-// [gitutil.ErrReleased], and the packs only they read go at the next
+// [mirror.ErrReleased], and the packs only they read go at the next
 // fetch. A sink that keeps a tree for longer (to serve it) keeps a copy
 // (sink/dir), or asks for n above the trees it keeps at once. A tree of a
 // delivery under way never counts; one that a sink's Deliver left behind

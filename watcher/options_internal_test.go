@@ -9,6 +9,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/gitutil"
 )
 
 // What one option sets is set once: a second (a program's, after the one
@@ -126,4 +128,24 @@ func TestResyncEvery(t *testing.T) {
 	require.NotNil(t, f)
 	assert.Equal(t, time.Minute, f())
 	assert.Equal(t, time.Minute, f())
+}
+
+// Two watchers in one process share nothing of what their listings
+// learned: each holds a Lister of its own, by default and with a GoGit
+// given without one; a GoGit given with one keeps it.
+func TestEachWatcherListsWithItsOwnLister(t *testing.T) {
+	lister := func(opts ...Option) *gitutil.Lister {
+		o := defaultOptions()
+		for _, opt := range opts {
+			opt(&o)
+		}
+		g, ok := o.git.(GoGit)
+		require.True(t, ok)
+		require.NotNil(t, g.Lister)
+		return g.Lister
+	}
+	assert.NotSame(t, lister(), lister(), "the default git")
+	assert.NotSame(t, lister(WithGit(GoGit{})), lister(WithGit(GoGit{})), "a GoGit without a Lister")
+	shared := gitutil.NewLister()
+	assert.Same(t, shared, lister(WithGit(GoGit{Lister: shared})), "a GoGit's own Lister")
 }

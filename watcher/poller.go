@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/backoff"
 )
 
@@ -855,7 +856,7 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[targe
 func (r *remote) verify(j job, v Verify) error {
 	if v.tag() {
 		if !strings.HasPrefix(j.res.Ref, "refs/tags/") {
-			return fmt.Errorf("%w: verify mode %s needs a revision that resolves through a tag", gitutil.ErrUnverified, v.Mode)
+			return fmt.Errorf("%w: verify mode %s needs a revision that resolves through a tag", mirror.ErrUnverified, v.Mode)
 		}
 		// The mirror's tag, checked to lead to the commit delivered.
 		if _, err := r.mirror.VerifyTag(j.res.Ref, j.res.Commit, v.KeyRing); err != nil {
@@ -872,7 +873,7 @@ func (r *remote) verify(j job, v Verify) error {
 
 // fetch brings the wanted refs and commits into the mirror, in the fetch
 // slot the caller took (see fetchGate.tryOrPark), which it gives back.
-func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]gitutil.Hash, commits []gitutil.Hash) (gitutil.FetchResult, error) {
+func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]gitutil.Hash, commits []gitutil.Hash) (mirror.FetchResult, error) {
 	w := r.env
 	var release sync.Once
 	defer release.Do(w.fetches.release)
@@ -982,7 +983,7 @@ func (r *remote) failJob(ctx context.Context, j job, err error) {
 	}
 	t := j.p.b.t
 	ev := Event{Type: EventTargetFailed, Target: &t, Remote: r.redacted, Ref: j.res.Ref, Err: err}
-	if !errors.Is(err, gitutil.ErrNotCommit) {
+	if !errors.Is(err, mirror.ErrNotCommit) {
 		ev.Commit = j.res.Commit.String()
 	}
 	r.env.targetFailed(ev)

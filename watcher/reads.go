@@ -12,7 +12,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 )
 
 // maxReads bounds the paths outside its own that a target's delivery is
@@ -58,7 +58,7 @@ func readsOf(report any, linked []string, path string) []string {
 // watched already) and not a directory above it (too wide to be a
 // dependency).
 func outside(r, path string) (string, bool) {
-	c, err := gitutil.CleanPath(r)
+	c, err := mirror.CleanPath(r)
 	if err != nil || c == "" || c == path || strings.HasPrefix(c, path+"/") {
 		return "", false
 	}
@@ -85,7 +85,7 @@ func underAny(r string, dirs []string) bool {
 
 // linkReads collects, for one delivery, what the file systems it is handed
 // read through symbolic links outside the target's path (see
-// gitutil.LinkTracer): the names a sink asks for do not show it (a
+// mirror.LinkTracer): the names a sink asks for do not show it (a
 // kustomization's "base" that is a link to "../../shared/base"), so no
 // report of the sink's can say it. Paths under one it has are not kept; it
 // keeps at most maxReads.
@@ -100,7 +100,7 @@ type linkReads struct {
 // to l; nothing is collected for a target whose path is the repository's
 // root (everything is inside it).
 func (l *linkReads) trace(fsys fs.FS) {
-	if t, ok := fsys.(gitutil.LinkTracer); ok && l.path != "" {
+	if t, ok := fsys.(mirror.LinkTracer); ok && l.path != "" {
 		t.TraceLinks(l.add)
 	}
 }
@@ -149,9 +149,9 @@ func readsTree(ctx context.Context, want *desired, reads []string) (string, erro
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00", want.tree)
 	for _, r := range reads {
-		th, err := want.mirror.TreeHash(ctx, want.commit, gitutil.Selection{Path: r})
+		th, err := want.mirror.TreeHash(ctx, want.commit, mirror.Selection{Path: r})
 		switch {
-		case errors.Is(err, gitutil.ErrPathNotFound):
+		case errors.Is(err, mirror.ErrPathNotFound):
 			fmt.Fprintf(h, "%s\x00-\x00", r)
 		case err != nil:
 			return "", err

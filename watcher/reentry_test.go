@@ -10,7 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 
-	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
@@ -120,7 +120,7 @@ type keptGit struct {
 	w *atomic.Pointer[watcher.Watcher]
 }
 
-func (g keptGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
+func (g keptGit) OpenMirror(dir, url string, opts mirror.Options) (watcher.Mirror, error) {
 	m, err := g.Git.OpenMirror(dir, url, opts)
 	return keptMirror{Mirror: m, w: g.w}, err
 }
@@ -130,9 +130,9 @@ type keptMirror struct {
 	w *atomic.Pointer[watcher.Watcher]
 }
 
-func (m keptMirror) Kept() gitutil.KeptStats {
+func (m keptMirror) Kept() mirror.KeptStats {
 	m.w.Load().Remotes()
-	return gitutil.KeptStats{Trees: 1}
+	return mirror.KeptStats{Trees: 1}
 }
 
 // A mirror of the program's (WithGit) is asked what it keeps by Stats; one
@@ -162,7 +162,7 @@ type loggingGit struct {
 	opened atomic.Int32
 }
 
-func (g *loggingGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
+func (g *loggingGit) OpenMirror(dir, url string, opts mirror.Options) (watcher.Mirror, error) {
 	g.w.Load().Stats()
 	g.opened.Add(1)
 	return g.Git.OpenMirror(dir, url, opts)

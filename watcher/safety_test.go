@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
@@ -119,7 +120,7 @@ func TestTagOnATreeFailsItsTargetOnly(t *testing.T) {
 	start(t, w)
 	sink.WaitCommit(t, "team-a", c1)
 	e := obs.WaitFor(t, "team-b failing", watchertest.Is(watcher.EventTargetFailed, "team-b"))
-	require.ErrorIs(t, e.Err, gitutil.ErrNotCommit)
+	require.ErrorIs(t, e.Err, mirror.ErrNotCommit)
 	assert.Contains(t, e.Err.Error(), "refs/tags/v9 names a tree ("+tree+")")
 	assert.Equal(t, "refs/tags/v9", e.Ref)
 	assert.Empty(t, e.Commit, "a tree is not a commit")

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 )
 
 // maxSubmoduleDepth bounds how deep submodules of submodules are followed;
@@ -71,7 +72,7 @@ func (s *submodules) open(ctx context.Context, url string, auth *gitutil.Auth) (
 	}
 	s.mu.Unlock()
 	if !ok {
-		m, err := s.v.opts.git.OpenMirror(sm.dir, url, gitutil.MirrorOptions{TempDir: s.tmp, MaxKept: s.v.opts.keptTrees})
+		m, err := s.v.opts.git.OpenMirror(sm.dir, url, mirror.Options{TempDir: s.tmp, MaxKept: s.v.opts.keptTrees})
 		s.mu.Lock()
 		sm.mirror, sm.err = m, err
 		if err != nil {
@@ -204,7 +205,7 @@ func (v *env) submoduleAuth(ctx context.Context, t Target, url string) (*gitutil
 // mountSubmodules puts into fsys (what sel keeps of commit in m, a mirror
 // of url) the trees of its submodules at the commits it pins, and theirs
 // in turn. The file systems it opened are closed on error.
-func (v *env) mountSubmodules(ctx context.Context, t Target, m MirrorReader, url string, commit gitutil.Hash, sel gitutil.Selection, fsys fs.FS, depth int, count *int) (_ fs.FS, err error) {
+func (v *env) mountSubmodules(ctx context.Context, t Target, m MirrorReader, url string, commit gitutil.Hash, sel mirror.Selection, fsys fs.FS, depth int, count *int) (_ fs.FS, err error) {
 	subs, err := m.Submodules(ctx, commit, sel)
 	if err != nil || len(subs) == 0 {
 		return fsys, err
@@ -226,7 +227,7 @@ func (v *env) mountSubmodules(ctx context.Context, t Target, m MirrorReader, url
 		if *count++; *count > maxSubmodules {
 			return nil, fmt.Errorf("watcher: more than %d submodules", maxSubmodules)
 		}
-		subURL, err := gitutil.ResolveSubmoduleURL(url, sm.URL)
+		subURL, err := mirror.ResolveSubmoduleURL(url, sm.URL)
 		if err != nil {
 			return nil, fmt.Errorf("watcher: submodule %s: %w", sm.Path, err)
 		}
@@ -241,15 +242,15 @@ func (v *env) mountSubmodules(ctx context.Context, t Target, m MirrorReader, url
 		if err != nil {
 			return nil, err
 		}
-		subFS, err := sub.FS(sm.Commit, gitutil.Selection{})
+		subFS, err := sub.FS(sm.Commit, mirror.Selection{})
 		if err != nil {
 			return nil, err
 		}
 		mounts[sm.Path] = subFS
-		if mounts[sm.Path], err = v.mountSubmodules(ctx, t, sub, subURL, sm.Commit, gitutil.Selection{}, subFS, depth+1, count); err != nil {
+		if mounts[sm.Path], err = v.mountSubmodules(ctx, t, sub, subURL, sm.Commit, mirror.Selection{}, subFS, depth+1, count); err != nil {
 			mounts[sm.Path] = subFS // closed by the deferred loop
 			return nil, err
 		}
 	}
-	return gitutil.Mount(fsys, mounts), nil
+	return mirror.Mount(fsys, mounts), nil
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
@@ -459,7 +459,7 @@ type slowOpen struct {
 	gate chan struct{}
 }
 
-func (g slowOpen) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
+func (g slowOpen) OpenMirror(dir, url string, opts mirror.Options) (watcher.Mirror, error) {
 	<-g.gate
 	return g.Git.OpenMirror(dir, url, opts)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 )
 
 // Target is one thing to watch: a path in a repository at a revision.
@@ -72,7 +73,7 @@ type Target struct {
 	// Verify, when set, makes the watcher deliver only what it verifies
 	// the OpenPGP or SSH signature of (Flux's verify): an unsigned commit
 	// or tag, or one signed by another key, fails the target with
-	// gitutil.ErrUnverified and the last delivery stays.
+	// mirror.ErrUnverified and the last delivery stays.
 	Verify *Verify
 }
 
@@ -96,7 +97,7 @@ type Verify struct {
 	Mode VerifyMode
 	// KeyRing holds the trusted public keys: OpenPGP keys, armored, and
 	// SSH keys as authorized_keys lines (git signs with either); several
-	// may follow each other. See [gitutil.ParseKeyRing].
+	// may follow each other. See [mirror.ParseKeyRing].
 	KeyRing string
 }
 
@@ -118,7 +119,7 @@ func (t Target) Validate() error {
 	if _, err := gitutil.ParseRevision(t.Revision); err != nil {
 		return fmt.Errorf("%w %s: revision: %w", ErrInvalidTarget, t.ID, err)
 	}
-	if _, err := gitutil.CleanPath(t.Path); err != nil {
+	if _, err := mirror.CleanPath(t.Path); err != nil {
 		return fmt.Errorf("%w %s: path: %w", ErrInvalidTarget, t.ID, err)
 	}
 	if err := t.Selection().Validate(); err != nil {
@@ -133,7 +134,7 @@ func (t Target) Validate() error {
 		default:
 			return fmt.Errorf("%w %s: verify: mode %q is not HEAD, Tag or TagAndHEAD", ErrInvalidTarget, t.ID, t.Verify.Mode)
 		}
-		if _, err := gitutil.ParseKeyRing(t.Verify.KeyRing); err != nil {
+		if _, err := mirror.ParseKeyRing(t.Verify.KeyRing); err != nil {
 			return fmt.Errorf("%w %s: verify: %w", ErrInvalidTarget, t.ID, err)
 		}
 	}
@@ -141,14 +142,14 @@ func (t Target) Validate() error {
 }
 
 // Selection is what the target watches of its repository's tree.
-func (t Target) Selection() gitutil.Selection {
-	return gitutil.Selection{Path: t.Path, Paths: t.Paths, Ignore: t.Ignore, IgnoreFile: t.IgnoreFile}
+func (t Target) Selection() mirror.Selection {
+	return mirror.Selection{Path: t.Path, Paths: t.Paths, Ignore: t.Ignore, IgnoreFile: t.IgnoreFile}
 }
 
 // fingerprint digests what, besides the commit, decides what a sink does
 // with a target; a different fingerprint means the target changed.
 func (t Target) fingerprint() string {
-	p, _ := gitutil.CleanPath(t.Path)
+	p, _ := mirror.CleanPath(t.Path)
 	key, err := gitutil.NormalizeURL(t.URL)
 	if err != nil {
 		key = t.URL
@@ -212,11 +213,11 @@ type Change struct {
 	// too, through fetches and repacks (the packs it reads stay on disk
 	// until it is garbage collected), within a bound: once more trees
 	// handed to sinks are kept than [WithKeptTrees] allows, the oldest is
-	// released and its reads fail with gitutil.ErrReleased (its packs go).
+	// released and its reads fail with mirror.ErrReleased (its packs go).
 	// When it is an io.Closer, the watcher closes it after Deliver: that
 	// lets go of the files it holds open, and a later read opens them
 	// again. A mirror rebuilt since (it was found damaged) makes a later
-	// read fail with gitutil.ErrRebuilt. An event's Change has none.
+	// read fail with mirror.ErrRebuilt. An event's Change has none.
 	FS fs.FS
 	// Root is the whole repository at To, read-only, as FS is and for as
 	// long: for a sink that reads outside Target.Path (a kustomize overlay

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/backoff"
 )
 
@@ -438,9 +439,9 @@ func (w *Watcher) admit(given Target) (Target, error) {
 	if ep, _ := gitutil.ParseURL(t.URL); ep.Scheme == "file" && !w.opts.localRepos {
 		return t, fmt.Errorf("%w %s: url: local repositories are refused (see WithLocalRepositories)", ErrInvalidTarget, t.ID)
 	}
-	t.Path, _ = gitutil.CleanPath(t.Path)
+	t.Path, _ = mirror.CleanPath(t.Path)
 	for i, p := range t.Paths {
-		if clean, _ := gitutil.CleanPath(p); clean != p {
+		if clean, _ := mirror.CleanPath(p); clean != p {
 			if &t.Paths[0] == &given.Paths[0] {
 				t.Paths = slices.Clone(t.Paths) // the source's slice stays as it gave it
 			}
@@ -989,7 +990,7 @@ func mirrorDirName(key string) string {
 func (w *Watcher) openRemote(key string, spec *remoteSpec) (*remote, error) {
 	dir := filepath.Join(w.opts.cacheDir, mirrorDirName(key))
 	var r *remote // set before anyone reads the mirror
-	m, err := w.opts.git.OpenMirror(dir, spec.url, gitutil.MirrorOptions{
+	m, err := w.opts.git.OpenMirror(dir, spec.url, mirror.Options{
 		TempDir: w.cache.tmp,
 		MaxKept: w.opts.keptTrees,
 		// A damaged store found by any read is rebuilt by a poll now.

@@ -46,6 +46,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/source/webhook"
 	"github.com/modwatch/modwatch/watcher"
 )
@@ -436,7 +437,7 @@ func (c *config) check() error {
 		return err
 	}
 	if c.filter != "" {
-		if err := gitutil.ValidFilter(c.filter); err != nil {
+		if err := mirror.ValidFilter(c.filter); err != nil {
 			return fmt.Errorf("--filter: %w", err)
 		}
 		if c.alsoOfTheRepository() {

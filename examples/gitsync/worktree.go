@@ -24,6 +24,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/safefile"
 	"github.com/modwatch/modwatch/watcher"
 )
@@ -879,7 +880,7 @@ type mirrorDirs struct {
 // git: root's checkouts fetch the files they read from origin, the
 // sparse ones only, so the watcher fetches none ahead of them (its own
 // reads of the worktree's target are of commits and trees).
-type gitReadMirror struct{ *gitutil.Mirror }
+type gitReadMirror struct{ *mirror.Mirror }
 
 // FetchPaths implements watcher.PathFetcher: nothing to fetch.
 func (gitReadMirror) FetchPaths(context.Context, *gitutil.Auth, gitutil.Hash, []string) error {
@@ -892,7 +893,7 @@ type urlMirror struct {
 }
 
 // OpenMirror implements watcher.Git.
-func (m *mirrorDirs) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
+func (m *mirrorDirs) OpenMirror(dir, url string, opts mirror.Options) (watcher.Mirror, error) {
 	key, kerr := gitutil.NormalizeURL(url)
 	opts.OnFallback = func(cli error) {
 		m.log.Error(cli, "--git failed; go-git fetched instead", "repo", gitutil.RedactURL(url))
@@ -901,12 +902,12 @@ func (m *mirrorDirs) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (wa
 	if origin, err := gitutil.NormalizeURL(m.origin); err == nil && kerr == nil && key == origin {
 		opts.ShallowDepth, opts.Filter, isOrigin = m.depth, m.filter, true
 	}
-	mirror, err := m.Git.OpenMirror(dir, url, opts)
+	opened, err := m.Git.OpenMirror(dir, url, opts)
 	if err != nil {
 		return nil, err
 	}
-	if gm, ok := mirror.(*gitutil.Mirror); ok && isOrigin && m.filter != "" {
-		mirror = gitReadMirror{gm}
+	if gm, ok := opened.(*mirror.Mirror); ok && isOrigin && m.filter != "" {
+		opened = gitReadMirror{gm}
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -921,9 +922,9 @@ func (m *mirrorDirs) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (wa
 		if m.mirrors == nil {
 			m.mirrors = map[string]urlMirror{}
 		}
-		m.mirrors[abs] = urlMirror{key, mirror}
+		m.mirrors[abs] = urlMirror{key, opened}
 	}
-	return mirror, nil
+	return opened, nil
 }
 
 // of is the mirrors opened of url.

@@ -35,7 +35,7 @@ func (c APIChange) String() string {
 
 // Ident is what a CHANGELOG entry names for c: the package's name and the
 // top-level identifier changed ("apply.Config" for "Config.Prune:
-// removed", "gitutil.Mirror" for "(*Mirror).Close: removed"), or the
+// removed", "mirror.Mirror" for "(*Mirror).Close: removed"), or the
 // import path of a package added or removed. A method promoted from a type
 // of another package that c's package embeds is named by that type
 // ("spec.GitSync" for "github.com/x/spec.GitSync.Render: changed").

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/watcher"
 )
 
@@ -165,7 +165,7 @@ func (s *Sink) deliver(ctx context.Context, c watcher.Change) (Published, error)
 	}
 	if err != nil {
 		err = fmt.Errorf("dir: write %s at %s: %w", c.Target.ID, short(c.To), err)
-		if errors.Is(err, gitutil.ErrSymlinkEscape) {
+		if errors.Is(err, mirror.ErrSymlinkEscape) {
 			// The commit itself is wrong: wait for the next one.
 			return Published{}, watcher.Permanent(err)
 		}
@@ -374,7 +374,7 @@ func randBytes(n int) []byte {
 // are recreated as they are, then judged as the operating system will
 // follow them in the finished tree: one that lands outside dir, or that
 // dangles with a target whose text leaves dir, fails the whole tree with
-// [gitutil.ErrSymlinkEscape]. This holds for any fs.FS, not only the
+// [mirror.ErrSymlinkEscape]. This holds for any fs.FS, not only the
 // watcher's, which refuses such links itself.
 func writeTree(ctx context.Context, fsys fs.FS, dir string) error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -444,8 +444,8 @@ func (w *treeWriter) visit(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if !gitutil.LinkInside(path.Dir(p), target) {
-			return &fs.PathError{Op: "symlink", Path: p, Err: gitutil.ErrSymlinkEscape}
+		if !mirror.LinkInside(path.Dir(p), target) {
+			return &fs.PathError{Op: "symlink", Path: p, Err: mirror.ErrSymlinkEscape}
 		}
 		w.links = append(w.links, name)
 		return w.root.Symlink(filepath.FromSlash(target), name)
@@ -485,7 +485,7 @@ func (w *treeWriter) checkLinks() error {
 		// inside is a link that dangles inside, which its text check
 		// in visit allowed.
 		if _, err := w.root.Stat(l); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return &fs.PathError{Op: "symlink", Path: filepath.ToSlash(l), Err: fmt.Errorf("%w: %v", gitutil.ErrSymlinkEscape, err)}
+			return &fs.PathError{Op: "symlink", Path: filepath.ToSlash(l), Err: fmt.Errorf("%w: %v", mirror.ErrSymlinkEscape, err)}
 		}
 	}
 	return nil

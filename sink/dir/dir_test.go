@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/sink/dir"
 	"github.com/modwatch/modwatch/watcher"
@@ -152,7 +152,7 @@ func TestPublishRefusesLinksThatLandOutside(t *testing.T) {
 			s := dir.New(root)
 			files["app.yaml"] = &fstest.MapFile{Data: []byte("app")}
 			err := s.Deliver(context.Background(), change("app", "c1", files))
-			require.ErrorIs(t, err, gitutil.ErrSymlinkEscape)
+			require.ErrorIs(t, err, mirror.ErrSymlinkEscape)
 			assert.True(t, watcher.IsPermanent(err))
 			assert.NoFileExists(t, filepath.Join(root, "app"), "nothing published")
 			trees, err := os.ReadDir(filepath.Join(root, ".trees"))

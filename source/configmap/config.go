@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/credential"
 	"github.com/modwatch/modwatch/watcher/payload"
@@ -248,7 +249,7 @@ func (r Reference) validate() error {
 		if _, err := gitutil.ParseRevision(f.TargetRevision); err != nil {
 			return fmt.Errorf("%w: %s.targetRevision: %w", ErrInvalid, at, err)
 		}
-		if p, err := gitutil.CleanPath(f.Path); err != nil || p == "" {
+		if p, err := mirror.CleanPath(f.Path); err != nil || p == "" {
 			return fmt.Errorf("%w: %s.path %q is not a file of the repository", ErrInvalid, at, f.Path)
 		}
 	}

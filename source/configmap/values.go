@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 )
 
 // maxValuesFile bounds a reference file read.
@@ -28,7 +29,7 @@ const maxValuesFile = 1 << 20
 // cannot be read or parsed is an error naming it. Each listing and fetch
 // is bounded by timeout.
 func GitValues(dir string, resolve gitutil.CredentialResolver, timeout time.Duration) Values {
-	g := &gitReader{dir: dir, resolve: resolve, timeout: timeout, mirrors: map[string]*gitutil.Mirror{}}
+	g := &gitReader{dir: dir, resolve: resolve, timeout: timeout, mirrors: map[string]*mirror.Mirror{}}
 	return func(ctx context.Context, ref Reference, cluster string) (map[string]string, error) {
 		out := map[string]string{}
 		for i, f := range ref.Files {
@@ -51,7 +52,7 @@ type gitReader struct {
 	timeout time.Duration
 
 	mu      sync.Mutex
-	mirrors map[string]*gitutil.Mirror
+	mirrors map[string]*mirror.Mirror
 }
 
 // values reads the cluster's entry of the file f.
@@ -76,7 +77,7 @@ func (g *gitReader) values(ctx context.Context, f FileRef, cluster string) (map[
 
 // commit brings the commit revision names now into the mirror of url and
 // auth, and returns both.
-func (g *gitReader) commit(ctx context.Context, url string, auth *gitutil.Auth, revision string) (*gitutil.Mirror, gitutil.Hash, error) {
+func (g *gitReader) commit(ctx context.Context, url string, auth *gitutil.Auth, revision string) (*mirror.Mirror, gitutil.Hash, error) {
 	rev, err := gitutil.ParseRevision(revision)
 	if err != nil {
 		return nil, gitutil.ZeroHash, err
@@ -94,7 +95,7 @@ func (g *gitReader) commit(ctx context.Context, url string, auth *gitutil.Auth, 
 	g.mu.Lock()
 	m := g.mirrors[name]
 	if m == nil {
-		if m, err = gitutil.OpenMirror(filepath.Join(g.dir, name), url, gitutil.MirrorOptions{}); err == nil {
+		if m, err = mirror.Open(filepath.Join(g.dir, name), url, mirror.Options{}); err == nil {
 			g.mirrors[name] = m
 		}
 	}
@@ -118,15 +119,15 @@ func (g *gitReader) commit(ctx context.Context, url string, auth *gitutil.Auth, 
 
 // readValues reads the file at p of the commit: a map of cluster names to
 // key/value pairs, of which it returns the cluster's.
-func readValues(m *gitutil.Mirror, commit gitutil.Hash, p, cluster string) (map[string]string, error) {
-	fsys, err := m.FS(commit, gitutil.Selection{})
+func readValues(m *mirror.Mirror, commit gitutil.Hash, p, cluster string) (map[string]string, error) {
+	fsys, err := m.FS(commit, mirror.Selection{})
 	if err != nil {
 		return nil, err
 	}
 	if c, ok := fsys.(io.Closer); ok {
 		defer c.Close()
 	}
-	if p, err = gitutil.CleanPath(p); err != nil {
+	if p, err = mirror.CleanPath(p); err != nil {
 		return nil, err
 	}
 	file, err := fsys.Open(p)

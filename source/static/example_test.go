@@ -15,5 +15,5 @@ targets:
 `))
 	fmt.Println(err)
 	// Output:
-	// static: invalid target file: targets[0].path: gitutil: invalid path: "../secrets" contains ".."
+	// static: invalid target file: targets[0].path: mirror: invalid path: "../secrets" contains ".."
 }

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/safefile"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/payload"
@@ -156,7 +157,7 @@ func Parse(data []byte) ([]watcher.Target, error) {
 		if _, err := gitutil.ParseRevision(ft.Revision); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", field("revision"), err))
 		}
-		if _, err := gitutil.CleanPath(ft.Path); err != nil {
+		if _, err := mirror.CleanPath(ft.Path); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", field("path"), err))
 		} else if err := t.Selection().Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", field("paths/ignore"), err))

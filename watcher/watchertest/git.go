@@ -19,6 +19,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/watcher"
 )
 
@@ -35,7 +36,7 @@ import (
 //	w := watchertest.NewWatcher(t, watcher.WithGit(git))
 //
 // It holds commits and branches, lightweight tags and a HEAD; it has no
-// signatures (VerifyCommit and VerifyTag return gitutil.ErrUnverified),
+// signatures (VerifyCommit and VerifyTag return mirror.ErrUnverified),
 // no submodules, and does not check credentials.
 type Git struct {
 	mu      sync.Mutex
@@ -109,7 +110,7 @@ func (g *Git) ListRefs(ctx context.Context, url string, _ *gitutil.Auth, prefixe
 // OpenMirror implements watcher.Git. A mirror lives as long as its
 // directory: one removed (the watcher collects a mirror no target uses)
 // opens empty again.
-func (g *Git) OpenMirror(dir, url string, _ gitutil.MirrorOptions) (watcher.Mirror, error) {
+func (g *Git) OpenMirror(dir, url string, _ mirror.Options) (watcher.Mirror, error) {
 	r, err := g.remote(url)
 	if err != nil {
 		return nil, err
@@ -249,12 +250,12 @@ type memMirror struct {
 	progress atomic.Int64
 }
 
-func (m *memMirror) FetchListed(ctx context.Context, _ *gitutil.Auth, listed map[string]gitutil.Hash) (gitutil.FetchResult, error) {
-	res := gitutil.FetchResult{Refs: map[string]gitutil.Hash{}}
+func (m *memMirror) FetchListed(ctx context.Context, _ *gitutil.Auth, listed map[string]gitutil.Hash) (mirror.FetchResult, error) {
+	res := mirror.FetchResult{Refs: map[string]gitutil.Hash{}}
 	for name, h := range listed {
 		fetched, err := m.fetch(ctx, h)
 		if err != nil {
-			return gitutil.FetchResult{}, fmt.Errorf("fetch %s: %w", name, err)
+			return mirror.FetchResult{}, fmt.Errorf("fetch %s: %w", name, err)
 		}
 		res.Fetched = res.Fetched || fetched
 		res.Refs[name] = h
@@ -262,12 +263,12 @@ func (m *memMirror) FetchListed(ctx context.Context, _ *gitutil.Auth, listed map
 	return res, nil
 }
 
-func (m *memMirror) FetchCommit(ctx context.Context, _ *gitutil.Auth, commit gitutil.Hash) (gitutil.FetchResult, error) {
+func (m *memMirror) FetchCommit(ctx context.Context, _ *gitutil.Auth, commit gitutil.Hash) (mirror.FetchResult, error) {
 	fetched, err := m.fetch(ctx, commit)
 	if err != nil {
-		return gitutil.FetchResult{}, err
+		return mirror.FetchResult{}, err
 	}
-	return gitutil.FetchResult{Fetched: fetched, Refs: map[string]gitutil.Hash{"refs/modwatch/commits/" + commit.String(): commit}}, nil
+	return mirror.FetchResult{Fetched: fetched, Refs: map[string]gitutil.Hash{"refs/modwatch/commits/" + commit.String(): commit}}, nil
 }
 
 // fetch copies commit and its history from the remote.
@@ -293,7 +294,7 @@ func (m *memMirror) fetch(ctx context.Context, commit gitutil.Hash) (bool, error
 		}
 		c, ok := r.commits[h]
 		if !ok {
-			return false, &gitutil.RemoteError{Op: "fetch", URL: r.url, Err: fmt.Errorf("%w: the remote has no %s", gitutil.ErrCommitNotFound, h)}
+			return false, &gitutil.RemoteError{Op: "fetch", URL: r.url, Err: fmt.Errorf("%w: the remote has no %s", mirror.ErrCommitNotFound, h)}
 		}
 		m.commits[h] = c
 		m.progress.Add(1)
@@ -310,7 +311,7 @@ func (m *memMirror) commit(h gitutil.Hash) (*memCommit, error) {
 	defer m.mu.Unlock()
 	c, ok := m.commits[h]
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", gitutil.ErrCommitNotFound, h)
+		return nil, fmt.Errorf("%w: %s", mirror.ErrCommitNotFound, h)
 	}
 	return c, nil
 }
@@ -320,7 +321,7 @@ func (m *memMirror) HasCommit(h gitutil.Hash) bool {
 	return err == nil
 }
 
-func (m *memMirror) selected(ctx context.Context, h gitutil.Hash, sel gitutil.Selection) (map[string]string, error) {
+func (m *memMirror) selected(ctx context.Context, h gitutil.Hash, sel mirror.Selection) (map[string]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -331,7 +332,7 @@ func (m *memMirror) selected(ctx context.Context, h gitutil.Hash, sel gitutil.Se
 	return selectFiles(c.files, sel)
 }
 
-func (m *memMirror) TreeHash(ctx context.Context, commit gitutil.Hash, sel gitutil.Selection) (gitutil.Hash, error) {
+func (m *memMirror) TreeHash(ctx context.Context, commit gitutil.Hash, sel mirror.Selection) (gitutil.Hash, error) {
 	files, err := m.selected(ctx, commit, sel)
 	if err != nil {
 		return gitutil.ZeroHash, err
@@ -358,7 +359,7 @@ func (m *memMirror) IsAncestor(ctx context.Context, ancestor, commit gitutil.Has
 	return false, nil
 }
 
-func (m *memMirror) ChangedPaths(ctx context.Context, from, to gitutil.Hash, sel gitutil.Selection) ([]string, error) {
+func (m *memMirror) ChangedPaths(ctx context.Context, from, to gitutil.Hash, sel mirror.Selection) ([]string, error) {
 	before, err := m.selected(ctx, from, sel)
 	if err != nil {
 		return nil, err
@@ -382,7 +383,7 @@ func (m *memMirror) ChangedPaths(ctx context.Context, from, to gitutil.Hash, sel
 	return paths, nil
 }
 
-func (m *memMirror) FS(commit gitutil.Hash, sel gitutil.Selection) (fs.FS, error) {
+func (m *memMirror) FS(commit gitutil.Hash, sel mirror.Selection) (fs.FS, error) {
 	files, err := m.selected(context.Background(), commit, sel)
 	if err != nil {
 		return nil, err
@@ -394,7 +395,7 @@ func (m *memMirror) FS(commit gitutil.Hash, sel gitutil.Selection) (fs.FS, error
 	return out, nil
 }
 
-func (m *memMirror) Submodules(ctx context.Context, commit gitutil.Hash, sel gitutil.Selection) ([]gitutil.Submodule, error) {
+func (m *memMirror) Submodules(ctx context.Context, commit gitutil.Hash, sel mirror.Selection) ([]mirror.Submodule, error) {
 	_, err := m.selected(ctx, commit, sel)
 	return nil, err
 }
@@ -403,19 +404,19 @@ func (m *memMirror) VerifyCommit(commit gitutil.Hash, _ string) (string, error) 
 	if _, err := m.commit(commit); err != nil {
 		return "", err
 	}
-	return "", fmt.Errorf("%w: %s: watchertest.Git commits are unsigned", gitutil.ErrUnverified, commit)
+	return "", fmt.Errorf("%w: %s: watchertest.Git commits are unsigned", mirror.ErrUnverified, commit)
 }
 
 func (m *memMirror) VerifyTag(ref string, commit gitutil.Hash, _ string) (string, error) {
 	if _, err := m.commit(commit); err != nil {
 		return "", err
 	}
-	return "", fmt.Errorf("%w: %s: watchertest.Git tags are lightweight", gitutil.ErrUnverified, ref)
+	return "", fmt.Errorf("%w: %s: watchertest.Git tags are lightweight", mirror.ErrUnverified, ref)
 }
 
 // selectFiles is what sel keeps of a commit's files, by path relative to
-// sel.Path, as gitutil.Mirror selects from a tree.
-func selectFiles(files map[string]string, sel gitutil.Selection) (map[string]string, error) {
+// sel.Path, as mirror.Mirror selects from a tree.
+func selectFiles(files map[string]string, sel mirror.Selection) (map[string]string, error) {
 	if err := sel.Validate(); err != nil {
 		return nil, err
 	}
@@ -427,7 +428,7 @@ func selectFiles(files map[string]string, sel gitutil.Selection) (map[string]str
 		}
 	}
 	if root != "" && len(out) == 0 {
-		return nil, fmt.Errorf("%w: %q", gitutil.ErrPathNotFound, sel.Path)
+		return nil, fmt.Errorf("%w: %q", mirror.ErrPathNotFound, sel.Path)
 	}
 	if len(sel.Paths) > 0 {
 		if err := narrow(out, sel.Paths); err != nil {
@@ -464,7 +465,7 @@ func narrow(files map[string]string, paths []string) error {
 		}
 	}
 	if i := slices.Index(found, false); i >= 0 {
-		return fmt.Errorf("%w: %q", gitutil.ErrPathNotFound, paths[i])
+		return fmt.Errorf("%w: %q", mirror.ErrPathNotFound, paths[i])
 	}
 	return nil
 }
@@ -472,7 +473,7 @@ func narrow(files map[string]string, paths []string) error {
 // ignore drops what sel's patterns and ignore files hide, in .gitignore
 // syntax: Ignore as a file at the root, then each ignore file's patterns
 // for its directory.
-func ignore(files map[string]string, sel gitutil.Selection) {
+func ignore(files map[string]string, sel mirror.Selection) {
 	var patterns []gitignore.Pattern
 	add := func(text string, domain []string) {
 		for _, line := range strings.Split(text, "\n") {

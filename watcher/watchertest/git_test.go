@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
@@ -38,7 +39,7 @@ func TestGitAnswersAsTheRealMirror(t *testing.T) {
 	ctx := t.Context()
 	refs, err := watcher.GoGit{}.ListRefs(ctx, repo.URL(), nil, nil)
 	require.NoError(t, err)
-	realMirror, err := watcher.GoGit{}.OpenMirror(t.TempDir(), repo.URL(), gitutil.MirrorOptions{})
+	realMirror, err := watcher.GoGit{}.OpenMirror(t.TempDir(), repo.URL(), mirror.Options{})
 	require.NoError(t, err)
 	_, err = realMirror.FetchListed(ctx, nil, refs.Refs)
 	require.NoError(t, err)
@@ -46,7 +47,7 @@ func TestGitAnswersAsTheRealMirror(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, refs.Head, memRefs.Head)
 	assert.Equal(t, []string{"refs/heads/main"}, keys(memRefs.Refs))
-	memMirror, err := git.OpenMirror(t.TempDir(), remote.URL(), gitutil.MirrorOptions{})
+	memMirror, err := git.OpenMirror(t.TempDir(), remote.URL(), mirror.Options{})
 	require.NoError(t, err)
 	assert.False(t, memMirror.HasCommit(mem[0]), "nothing before a fetch")
 	res, err := memMirror.FetchListed(ctx, nil, memRefs.Refs)
@@ -54,7 +55,7 @@ func TestGitAnswersAsTheRealMirror(t *testing.T) {
 	assert.True(t, res.Fetched)
 	assert.Equal(t, mem[len(mem)-1], res.Refs["refs/heads/main"])
 
-	for name, sel := range map[string]gitutil.Selection{
+	for name, sel := range map[string]mirror.Selection{
 		"whole":       {},
 		"path":        {Path: "a"},
 		"ignore file": {Path: "a", IgnoreFile: ".sourceignore"},
@@ -89,12 +90,12 @@ func TestGitAnswersAsTheRealMirror(t *testing.T) {
 		anc, err = m.mirror.IsAncestor(ctx, m.commits[4], m.commits[0])
 		require.NoError(t, err)
 		assert.False(t, anc)
-		_, err = m.mirror.FS(m.commits[0], gitutil.Selection{Path: "missing"})
-		assert.ErrorIs(t, err, gitutil.ErrPathNotFound)
-		_, err = m.mirror.FS(m.commits[0], gitutil.Selection{Path: "a", Paths: []string{"missing"}})
-		assert.ErrorIs(t, err, gitutil.ErrPathNotFound)
-		_, err = m.mirror.TreeHash(ctx, hash(t, "0123456789012345678901234567890123456789"), gitutil.Selection{})
-		assert.ErrorIs(t, err, gitutil.ErrCommitNotFound)
+		_, err = m.mirror.FS(m.commits[0], mirror.Selection{Path: "missing"})
+		assert.ErrorIs(t, err, mirror.ErrPathNotFound)
+		_, err = m.mirror.FS(m.commits[0], mirror.Selection{Path: "a", Paths: []string{"missing"}})
+		assert.ErrorIs(t, err, mirror.ErrPathNotFound)
+		_, err = m.mirror.TreeHash(ctx, hash(t, "0123456789012345678901234567890123456789"), mirror.Selection{})
+		assert.ErrorIs(t, err, mirror.ErrCommitNotFound)
 		_, err = m.mirror.VerifyCommit(m.commits[0], "")
 		assert.Error(t, err, "unsigned")
 	}
@@ -145,7 +146,7 @@ func TestGitRefusesUnknownRemotes(t *testing.T) {
 	git := watchertest.NewGit()
 	_, err := git.ListRefs(context.Background(), "https://git.example/none.git", nil, nil)
 	assert.Error(t, err)
-	_, err = git.OpenMirror(t.TempDir(), "https://git.example/none.git", gitutil.MirrorOptions{})
+	_, err = git.OpenMirror(t.TempDir(), "https://git.example/none.git", mirror.Options{})
 	assert.Error(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -170,7 +171,7 @@ func keys[V any](m map[string]V) []string {
 }
 
 // files reads every file the selection keeps: path → content.
-func files(m watcher.Mirror, commit gitutil.Hash, sel gitutil.Selection) (map[string]string, error) {
+func files(m watcher.Mirror, commit gitutil.Hash, sel mirror.Selection) (map[string]string, error) {
 	fsys, err := m.FS(commit, sel)
 	if err != nil {
 		return nil, err
@@ -187,7 +188,7 @@ func files(m watcher.Mirror, commit gitutil.Hash, sel gitutil.Selection) (map[st
 	return out, err
 }
 
-func treeHash(t *testing.T, m watcher.Mirror, commit gitutil.Hash, sel gitutil.Selection) gitutil.Hash {
+func treeHash(t *testing.T, m watcher.Mirror, commit gitutil.Hash, sel mirror.Selection) gitutil.Hash {
 	t.Helper()
 	h, err := m.TreeHash(t.Context(), commit, sel)
 	require.NoError(t, err)

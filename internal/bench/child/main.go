@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/bench/harness"
 	"github.com/modwatch/modwatch/source/static"
 	"github.com/modwatch/modwatch/watcher"
@@ -52,7 +53,7 @@ func run(mode, url, dir string) error {
 	defer cancel()
 	switch mode {
 	case "fetch":
-		m, err := gitutil.OpenMirror(dir, url, gitutil.MirrorOptions{})
+		m, err := mirror.Open(dir, url, mirror.Options{})
 		if err != nil {
 			return err
 		}

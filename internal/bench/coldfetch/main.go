@@ -1,5 +1,5 @@
 // Command coldfetch measures the first fetch of a large repository into an
-// empty mirror, go-git (through gitutil.Mirror) against the git CLI, full
+// empty mirror, go-git (through mirror.Mirror) against the git CLI, full
 // and shallow, and the incremental fetch of one new commit after it. Each
 // fetch runs in its own process so that its peak memory (max RSS) is its
 // own. It prints a markdown table; every figure is also given as a ratio to
@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/bench/harness"
 	"github.com/modwatch/modwatch/internal/gittest"
 )
@@ -62,11 +63,11 @@ func main() {
 }
 
 func fetchChild(url, dir string, depth int, cli bool) error {
-	opts := gitutil.MirrorOptions{FirstFetchDepth: depth}
+	opts := mirror.Options{FirstFetchDepth: depth}
 	if cli {
 		opts.GitCLI = "git"
 	}
-	m, err := gitutil.OpenMirror(dir, url, opts)
+	m, err := mirror.Open(dir, url, opts)
 	if err != nil {
 		return err
 	}
@@ -77,7 +78,7 @@ func fetchChild(url, dir string, depth int, cli bool) error {
 // partialChild fetches into a partial mirror what a watcher of one path
 // does: the branch's commits and trees, then the path's files.
 func partialChild(url, dir, path string) error {
-	m, err := gitutil.OpenMirror(dir, url, gitutil.MirrorOptions{GitCLI: "git", Partial: true})
+	m, err := mirror.Open(dir, url, mirror.Options{GitCLI: "git", Partial: true})
 	if err != nil {
 		return err
 	}

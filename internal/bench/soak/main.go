@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/bench/harness"
 	"github.com/modwatch/modwatch/internal/bench/quantile"
 	"github.com/modwatch/modwatch/internal/gittest"
@@ -92,7 +93,7 @@ func run(c config) (err error) {
 	logf("generated %d commits", c.commits)
 	mirrorDir := filepath.Join(env.TempDir(), "mirror")
 	git, _ := exec.LookPath("git")
-	m, err := gitutil.OpenMirror(mirrorDir, repo.URL(), gitutil.MirrorOptions{GitCLI: git})
+	m, err := mirror.Open(mirrorDir, repo.URL(), mirror.Options{GitCLI: git})
 	if err != nil {
 		return err
 	}
@@ -111,7 +112,7 @@ func run(c config) (err error) {
 		if got := res.Refs["refs/heads/main"].String(); got != commit {
 			return 0, fmt.Errorf("fetched %s, pushed %s", got, commit)
 		}
-		fsys, err := m.FS(res.Refs["refs/heads/main"], gitutil.Selection{Path: "app"})
+		fsys, err := m.FS(res.Refs["refs/heads/main"], mirror.Selection{Path: "app"})
 		if err != nil {
 			return 0, err
 		}

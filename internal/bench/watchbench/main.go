@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/bench/harness"
 	"github.com/modwatch/modwatch/internal/bench/quantile"
 	"github.com/modwatch/modwatch/internal/gittest"
@@ -527,16 +528,16 @@ func startCounted(dir string, t watcher.Target, sink watcher.Sink) (*countedWatc
 type countingGit struct {
 	watcher.GoGit
 	mu      sync.Mutex
-	mirrors []*gitutil.Mirror
+	mirrors []*mirror.Mirror
 }
 
-func (g *countingGit) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
+func (g *countingGit) OpenMirror(dir, url string, opts mirror.Options) (watcher.Mirror, error) {
 	m, err := g.GoGit.OpenMirror(dir, url, opts)
 	if err != nil {
 		return nil, err
 	}
 	g.mu.Lock()
-	g.mirrors = append(g.mirrors, m.(*gitutil.Mirror))
+	g.mirrors = append(g.mirrors, m.(*mirror.Mirror))
 	g.mu.Unlock()
 	return m, nil
 }

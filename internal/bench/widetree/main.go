@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/bench/harness"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/sink/dir"
@@ -49,7 +50,7 @@ func main() {
 
 // publish is the measured process: open the mirror, publish the commit's
 // tree with sink/dir.
-func publish(mirror, commit, root string) error {
+func publish(mirrorDir, commit, root string) error {
 	if p := os.Getenv("WIDETREE_PROFILE"); p != "" {
 		f, err := os.Create(p + "." + commit[:8])
 		if err != nil {
@@ -61,7 +62,7 @@ func publish(mirror, commit, root string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	m, err := gitutil.OpenMirror(mirror, "https://example.invalid/r.git", gitutil.MirrorOptions{})
+	m, err := mirror.Open(mirrorDir, "https://example.invalid/r.git", mirror.Options{})
 	if err != nil {
 		return err
 	}
@@ -69,7 +70,7 @@ func publish(mirror, commit, root string) error {
 	if err != nil {
 		return err
 	}
-	fsys, err := m.FS(h, gitutil.Selection{})
+	fsys, err := m.FS(h, mirror.Selection{})
 	if err != nil {
 		return err
 	}
@@ -103,8 +104,8 @@ func run(files, runs int, out string) (err error) {
 			return err
 		}
 		commit := strings.TrimSpace(string(head))
-		mirror := filepath.Join(env.TempDir(), "mirror")
-		m, err := gitutil.OpenMirror(mirror, repo.URL(), gitutil.MirrorOptions{GitCLI: "git"})
+		mirrorDir := filepath.Join(env.TempDir(), "mirror")
+		m, err := mirror.Open(mirrorDir, repo.URL(), mirror.Options{GitCLI: "git"})
 		if err != nil {
 			return err
 		}
@@ -118,7 +119,7 @@ func run(files, runs int, out string) (err error) {
 		measureOurs := func() (harness.Result, error) {
 			return harness.Measure(1, func() []string {
 				_ = exec.Command("sync").Run()
-				return []string{self, "-child", mirror, "-commit", commit, "-root", env.TempDir()}
+				return []string{self, "-child", mirrorDir, "-commit", commit, "-root", env.TempDir()}
 			})
 		}
 		// Into the same place sink/dir writes (root/.trees/<tree>).
@@ -129,7 +130,7 @@ func run(files, runs int, out string) (err error) {
 				if err := os.MkdirAll(into, 0o755); err != nil {
 					panic(err)
 				}
-				return []string{"sh", "-c", `git --git-dir="$1" archive "$2" | tar -x -C "$3"`, "sh", mirror, commit, into}
+				return []string{"sh", "-c", `git --git-dir="$1" archive "$2" | tar -x -C "$3"`, "sh", mirrorDir, commit, into}
 			})
 		}
 		var oursRuns, theirsRuns []harness.Result

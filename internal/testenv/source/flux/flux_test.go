@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/internal/testenv"
 	"github.com/modwatch/modwatch/source/flux"
@@ -305,7 +305,7 @@ func TestVerify(t *testing.T) {
 	v := got["flux/"+ns+"/signed"].Verify
 	require.NotNil(t, v)
 	assert.Equal(t, watcher.VerifyHEAD, v.Mode)
-	ring, err := gitutil.ParseKeyRing(v.KeyRing)
+	ring, err := mirror.ParseKeyRing(v.KeyRing)
 	require.NoError(t, err)
 	assert.Len(t, ring.OpenPGP, 2, "every key of the Secret")
 	assert.Len(t, ring.SSH, 1, "its SSH keys too")

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package packview
+
+const nonBlock = 0

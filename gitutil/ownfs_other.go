@@ -1,5 +1,0 @@
-//go:build !unix
-
-package gitutil
-
-const nonBlock = 0
