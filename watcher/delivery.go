@@ -23,12 +23,11 @@ type desired struct {
 	target *Target
 	ref    string
 	commit gitutil.Hash
-	// hex is commit in hex when its poller gave it (see hexes): one string
-	// for the targets of a poll at the same commit, which their
-	// checkpoints keep.
-	hex    string
 	tree   gitutil.Hash
-	mirror MirrorReader
+	// fingerprint is the target's (see Target.fingerprint), made once for
+	// all its sinks.
+	fingerprint string
+	mirror      MirrorReader
 	remote string    // redacted URL
 	seen   time.Time // when the poller first saw commit for the target
 	// live is the poller's context: once it is done (the remote went to
@@ -38,28 +37,6 @@ type desired struct {
 	// unfetched is set when the mirror may lack commit (tree is unknown):
 	// the deliverer only answers whether its checkpoint holds it.
 	unfetched *unfetched
-}
-
-// commitHex is want's commit in hex.
-func (want *desired) commitHex() string {
-	if want.hex != "" {
-		return want.hex
-	}
-	return want.commit.String()
-}
-
-// hexes gives a commit's hex, the same string for the same commit as the
-// one before: a poll's targets mostly move to the same commit.
-type hexes struct {
-	last gitutil.Hash
-	hex  string
-}
-
-func (x *hexes) of(h gitutil.Hash) string {
-	if x.hex == "" || h != x.last {
-		x.last, x.hex = h, h.String()
-	}
-	return x.hex
 }
 
 // errHandedOff ends a delivery whose poller stopped: the target is another
@@ -357,7 +334,7 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	if want.live != nil && want.live.Err() != nil {
 		return errHandedOff
 	}
-	commit, fp := want.commitHex(), t.fingerprint()
+	commit, fp := want.commit, want.fingerprint
 	ev := Event{Target: &t, Sink: d.sink.name, Remote: want.remote, Ref: want.ref, Commit: commit, Attempt: attempt, Seen: want.seen}
 	cp, have, err := d.checkpoint(ctx, want.live, t.ID)
 	if err != nil {
@@ -436,7 +413,7 @@ func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Chang
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
 	}
-	if err := d.put(ctx, want.live, Checkpoint{Commit: commit, Tree: tree, Target: ev.Target.fingerprint(), Reads: reads, Time: time.Now()}); err != nil {
+	if err := d.put(ctx, want.live, Checkpoint{Commit: commit, Tree: tree, Target: want.fingerprint, Reads: reads, Time: time.Now()}); err != nil {
 		// Delivered but not recorded: deliver again rather than lose it.
 		return d.fail(ctx, ev, &c, err)
 	}
@@ -510,8 +487,8 @@ func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
 // collects what its file systems read through symbolic links.
 func (d *deliverer) change(ctx context.Context, want *desired, dec decision, h *handout, links *linkReads) (Change, error) {
 	t := *want.target
-	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commitHex(), Reason: dec.reason}
-	if from, err := gitutil.ParseHash(dec.from); dec.reason == ReasonNewCommit && err == nil {
+	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commit, Reason: dec.reason}
+	if from := dec.from; dec.reason == ReasonNewCommit && !from.IsZero() {
 		// Unknown ancestry (a shallow mirror) counts as a new commit; a
 		// missing From (a rebuilt mirror) leaves Paths unknown.
 		if anc, err := want.mirror.IsAncestor(ctx, from, want.commit); err == nil && !anc {

@@ -491,10 +491,9 @@ func (r *remote) askFirst(ctx context.Context, l *listed) *ask {
 	a.mu.Lock()
 	a.patience = time.AfterFunc(askPatience, a.expire)
 	a.mu.Unlock()
-	var hx hexes
 	for _, j := range first {
 		d := &desired{
-			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, hex: hx.of(j.res.Commit),
+			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, fingerprint: j.p.b.t.fingerprint(r.urlKey),
 			mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
 			unfetched: &unfetched{ask: a, p: j.p},
 		}
@@ -799,7 +798,6 @@ func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []jo
 
 // offerAll hands each job whose commit moved to its target's deliverers.
 func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[targetKey]error) {
-	var hx hexes
 	for _, j := range jobs {
 		if err, failed := fetchFailed[j.p.b.key]; failed {
 			r.failJob(ctx, j, err)
@@ -818,7 +816,7 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[targe
 			}
 			r.env.targetPolled(j.p.b.t, r.redacted)
 			t := j.p.b.t
-			r.env.emit(Event{Type: EventSuspended, Target: &t, Remote: r.redacted, Ref: j.res.Ref, Commit: j.res.Commit.String()})
+			r.env.emit(Event{Type: EventSuspended, Target: &t, Remote: r.redacted, Ref: j.res.Ref, Commit: j.res.Commit})
 			r.mu.Lock()
 			j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
 			r.mu.Unlock()
@@ -839,7 +837,7 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[targe
 		}
 		r.env.targetPolled(j.p.b.t, r.redacted)
 		d := &desired{ // one for all the target's sinks
-			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, hex: hx.of(j.res.Commit), tree: tree,
+			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree, fingerprint: j.p.b.t.fingerprint(r.urlKey),
 			mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
 		}
 		for _, s := range j.p.b.sinks {
@@ -983,7 +981,7 @@ func (r *remote) failJob(ctx context.Context, j job, err error) {
 	t := j.p.b.t
 	ev := Event{Type: EventTargetFailed, Target: &t, Remote: r.redacted, Ref: j.res.Ref, Err: err}
 	if !errors.Is(err, gitutil.ErrNotCommit) {
-		ev.Commit = j.res.Commit.String()
+		ev.Commit = j.res.Commit
 	}
 	r.env.targetFailed(ev)
 }

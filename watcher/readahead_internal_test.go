@@ -22,7 +22,7 @@ func (s *blockingBatch) GetMany(_ context.Context, keys []string) ([]Lookup, err
 	<-s.release
 	out := make([]Lookup, len(keys))
 	for i := range out {
-		out[i] = Lookup{Checkpoint: Checkpoint{Commit: "c-batch"}, OK: true}
+		out[i] = Lookup{Checkpoint: Checkpoint{Commit: hashOf("c-batch")}, OK: true}
 	}
 	return out, nil
 }

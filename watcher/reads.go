@@ -3,7 +3,6 @@ package watcher
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -142,9 +141,9 @@ func (l *linkReads) list() []string {
 // readsTree digests the tree of the target's path with the trees (or
 // blobs) of reads at the commit wanted; a read path that is gone counts
 // as such. Without reads it is the path's tree.
-func readsTree(ctx context.Context, want *desired, reads []string) (string, error) {
+func readsTree(ctx context.Context, want *desired, reads []string) (gitutil.Hash, error) {
 	if len(reads) == 0 {
-		return want.tree.String(), nil
+		return want.tree, nil
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00", want.tree)
@@ -154,10 +153,10 @@ func readsTree(ctx context.Context, want *desired, reads []string) (string, erro
 		case errors.Is(err, gitutil.ErrPathNotFound):
 			fmt.Fprintf(h, "%s\x00-\x00", r)
 		case err != nil:
-			return "", err
+			return gitutil.Hash{}, err
 		default:
 			fmt.Fprintf(h, "%s\x00%s\x00", r, th)
 		}
 	}
-	return "r" + hex.EncodeToString(h.Sum(nil)[:20]), nil
+	return gitutil.Hash(h.Sum(nil)[:20]), nil
 }

@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/gitutil"
 )
 
 func TestStores(t *testing.T) {
@@ -27,16 +30,16 @@ func TestStores(t *testing.T) {
 			_, ok, err := s.Get(ctx, "t/sink")
 			require.NoError(t, err)
 			assert.False(t, ok)
-			cp := Checkpoint{Commit: "c1", Tree: "t1", Target: "f", Time: time.Unix(1700000000, 0).UTC()}
+			cp := Checkpoint{Commit: hashOf("c1"), Tree: hashOf("t1"), Target: "f", Time: time.Unix(1700000000, 0).UTC()}
 			require.NoError(t, s.Put(ctx, "t/sink", cp))
-			require.NoError(t, s.Put(ctx, "other/sink", Checkpoint{Commit: "x"}))
+			require.NoError(t, s.Put(ctx, "other/sink", Checkpoint{Commit: hashOf("x")}))
 			first, _, err := s.Get(ctx, "other/sink")
 			require.NoError(t, err)
-			require.NoError(t, s.Put(ctx, "other/sink", Checkpoint{Commit: "y"}))
+			require.NoError(t, s.Put(ctx, "other/sink", Checkpoint{Commit: hashOf("y")}))
 			again, _, err := s.Get(ctx, "other/sink")
 			require.NoError(t, err)
-			assert.Equal(t, "y", again.Commit, "a Put replaces the checkpoint")
-			assert.Equal(t, "x", first.Commit, "what Get returned before is the caller's")
+			assert.Equal(t, hashOf("y"), again.Commit, "a Put replaces the checkpoint")
+			assert.Equal(t, hashOf("x"), first.Commit, "what Get returned before is the caller's")
 			got, ok, err := s.Get(ctx, "t/sink")
 			require.NoError(t, err)
 			require.True(t, ok)
@@ -56,7 +59,7 @@ func TestFileStoreSurvivesACrashMidWrite(t *testing.T) {
 	s, err := NewFileStore(dir)
 	require.NoError(t, err)
 	ctx := context.Background()
-	require.NoError(t, s.Put(ctx, "k", Checkpoint{Commit: "good"}))
+	require.NoError(t, s.Put(ctx, "k", Checkpoint{Commit: hashOf("good")}))
 
 	// A crash between writing the temporary file and renaming it leaves the
 	// temporary file behind and the checkpoint as it was.
@@ -66,7 +69,7 @@ func TestFileStoreSurvivesACrashMidWrite(t *testing.T) {
 	got, ok, err := s.Get(ctx, "k")
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.Equal(t, "good", got.Commit)
+	assert.Equal(t, hashOf("good"), got.Commit)
 	assert.NoFileExists(t, filepath.Join(dir, ".tmp-123"), "a killed writer's temporary file is removed at start")
 
 	// A torn file (a file system without atomic rename) is an error that
@@ -89,11 +92,11 @@ func TestFileStoreDirectoryInARecordsPlace(t *testing.T) {
 	_, ok, err := s.Get(ctx, "k")
 	require.ErrorIs(t, err, ErrCheckpointUnreadable)
 	assert.False(t, ok)
-	require.NoError(t, s.Put(ctx, "k", Checkpoint{Commit: "c"}))
+	require.NoError(t, s.Put(ctx, "k", Checkpoint{Commit: hashOf("c")}))
 	got, ok, err := s.Get(ctx, "k")
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.Equal(t, "c", got.Commit)
+	assert.Equal(t, hashOf("c"), got.Commit)
 }
 
 // A Put never changes the file a reader already opened: it writes a new
@@ -104,20 +107,20 @@ func TestFileStorePutReplacesTheFileWhole(t *testing.T) {
 	s, err := NewFileStore(dir)
 	require.NoError(t, err)
 	ctx := context.Background()
-	require.NoError(t, s.Put(ctx, "k", Checkpoint{Commit: "old"}))
+	require.NoError(t, s.Put(ctx, "k", Checkpoint{Commit: hashOf("old")}))
 	reader, err := os.Open(s.path("k"))
 	require.NoError(t, err)
 	defer reader.Close()
 
-	require.NoError(t, s.Put(ctx, "k", Checkpoint{Commit: "new", Tree: strings.Repeat("t", 100)}))
+	require.NoError(t, s.Put(ctx, "k", Checkpoint{Commit: hashOf("new"), Reads: []string{strings.Repeat("t", 100)}}))
 	data, err := io.ReadAll(reader)
 	require.NoError(t, err)
 	var rec fileRecord
 	require.NoError(t, json.Unmarshal(data, &rec), "the file a reader holds was changed in place: %q", data)
-	assert.Equal(t, "old", rec.Checkpoint.Commit)
+	assert.Equal(t, hashOf("old"), rec.Checkpoint.Commit)
 	got, _, err := s.Get(ctx, "k")
 	require.NoError(t, err)
-	assert.Equal(t, "new", got.Commit)
+	assert.Equal(t, hashOf("new"), got.Commit)
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	assert.Len(t, entries, 1, "no temporary file is left")
@@ -140,7 +143,7 @@ func BenchmarkMemoryStoreHeld(b *testing.B) {
 			for i := range n {
 				keys[i] = fmt.Sprintf("route\x00team-%d/app-%d\x00sink", i/10, i)
 				sum := sha256.Sum256([]byte(keys[i]))
-				cps[i] = Checkpoint{Commit: hex.EncodeToString(sum[:20]), Tree: hex.EncodeToString(sum[12:]), Target: hex.EncodeToString(sum[:12]), Time: time.Unix(int64(i), 0)}
+				cps[i] = Checkpoint{Commit: gitutil.Hash(sum[:20]), Tree: gitutil.Hash(sum[12:]), Target: hex.EncodeToString(sum[:12]), Time: time.Unix(int64(i), 0)}
 			}
 			ctx := context.Background()
 			var held uint64
@@ -159,3 +162,7 @@ func BenchmarkMemoryStoreHeld(b *testing.B) {
 		})
 	}
 }
+
+// hashOf is a hash named by name, for checkpoints whose commits need only
+// be told apart.
+func hashOf(name string) gitutil.Hash { return gitutil.Hash(sha1.Sum([]byte(name))) }

@@ -64,6 +64,7 @@ type route struct {
 	source  Source
 	sinks   []namedSink
 	targets []Target          // the source's last valid set; guarded by Watcher.mu
+	urlKeys map[string]string // the Endpoint.Key of each of its targets' URLs; guarded by Watcher.mu
 	invalid map[string]string // target ID → why it is invalid; guarded by Watcher.mu
 	synced  bool              // the source has given a set; guarded by Watcher.mu
 	noSet   error             // why the source cannot give its set now (NoSet); guarded by Watcher.mu
@@ -381,9 +382,10 @@ func (w *Watcher) update(r *route, ts []Target) {
 	copied := false
 	ids := make(map[string]bool, len(ts))
 	invalid := map[string]string{}
+	urlKeys := map[string]string{}
 	var events []Event
 	for i, given := range ts {
-		t, err := w.admit(given)
+		t, ep, err := w.admit(given)
 		if err == nil && ids[t.ID] {
 			err = fmt.Errorf("%w %s: duplicate id in one source's set", ErrInvalidTarget, t.ID)
 		}
@@ -396,13 +398,16 @@ func (w *Watcher) update(r *route, ts []Target) {
 			continue
 		}
 		ids[t.ID] = true
+		if _, ok := urlKeys[t.URL]; !ok {
+			urlKeys[t.URL] = ep.Key()
+		}
 		if copied {
 			valid = append(valid, t)
 		}
 	}
 	w.mu.Lock()
 	before := r.invalid
-	r.targets, r.invalid, r.synced, r.noSet = valid, invalid, true, nil
+	r.targets, r.urlKeys, r.invalid, r.synced, r.noSet = valid, urlKeys, invalid, true, nil
 	w.mu.Unlock()
 	for _, e := range events {
 		if before[e.Target.ID] != e.Err.Error() {
@@ -418,25 +423,28 @@ func (w *Watcher) update(r *route, ts []Target) {
 
 // admit checks a target from a source and puts it in the form the watcher
 // keeps: its URL without credentials (those become its Auth) and its path
-// cleaned. The target returned never carries a secret in its URL, even
-// with an error.
-func (w *Watcher) admit(given Target) (Target, error) {
+// cleaned. It returns the URL parsed, once. The target returned never
+// carries a secret in its URL, even with an error.
+func (w *Watcher) admit(given Target) (Target, gitutil.Endpoint, error) {
 	t := given
 	if nw, ok := t.Payload.(notWatched); ok {
-		return t, fmt.Errorf("%w %s: %w", ErrInvalidTarget, t.ID, nw.err)
+		return t, gitutil.Endpoint{}, fmt.Errorf("%w %s: %w", ErrInvalidTarget, t.ID, nw.err)
 	}
-	raw := t.URL
-	t.URL = gitutil.StripCredentials(raw)
-	if err := t.Validate(); err != nil {
-		return t, err
+	bare, auth, mergeErr := gitutil.MergeURLCredentials(t.URL, t.Auth)
+	if mergeErr != nil {
+		bare = gitutil.StripCredentials(t.URL)
 	}
-	bare, auth, err := gitutil.MergeURLCredentials(raw, t.Auth)
+	t.URL = bare
+	ep, err := t.validate()
 	if err != nil {
-		return t, fmt.Errorf("%w %s: url: %w", ErrInvalidTarget, t.ID, err)
+		return t, ep, err
 	}
-	t.URL, t.Auth = bare, auth
-	if ep, _ := gitutil.ParseURL(t.URL); ep.Scheme == "file" && !w.opts.localRepos {
-		return t, fmt.Errorf("%w %s: url: local repositories are refused (see WithLocalRepositories)", ErrInvalidTarget, t.ID)
+	if mergeErr != nil {
+		return t, ep, fmt.Errorf("%w %s: url: %w", ErrInvalidTarget, t.ID, mergeErr)
+	}
+	t.Auth = auth
+	if ep.Scheme == "file" && !w.opts.localRepos {
+		return t, ep, fmt.Errorf("%w %s: url: local repositories are refused (see WithLocalRepositories)", ErrInvalidTarget, t.ID)
 	}
 	t.Path, _ = gitutil.CleanPath(t.Path)
 	for i, p := range t.Paths {
@@ -447,7 +455,7 @@ func (w *Watcher) admit(given Target) (Target, error) {
 			t.Paths[i] = clean
 		}
 	}
-	return t, nil
+	return t, ep, nil
 }
 
 // sameAdmitted reports whether admit left t as the source gave it.
@@ -785,12 +793,13 @@ func (w *Watcher) remoteSpecs(ctx context.Context) *specPass {
 	resolved := map[string]found{} // one resolver call per URL per pass
 	type routeSet struct {
 		r       *route
-		targets []Target // the source's: read, never changed (update replaces it)
+		targets []Target          // the source's: read, never changed (update replaces it)
+		urlKeys map[string]string // the same
 	}
 	w.mu.Lock()
 	sets := make([]routeSet, len(w.routes))
 	for i, r := range w.routes {
-		sets[i] = routeSet{r, r.targets}
+		sets[i] = routeSet{r, r.targets, r.urlKeys}
 	}
 	w.mu.Unlock()
 	for _, set := range sets {
@@ -802,8 +811,7 @@ func (w *Watcher) remoteSpecs(ctx context.Context) *specPass {
 				f = found{}
 				f.auth, f.err = w.credentials(ctx, *t)
 				if f.err == nil {
-					ep, _ := gitutil.ParseURL(t.URL)
-					f.urlKey = ep.Key()
+					f.urlKey = set.urlKeys[t.URL]
 					f.key = f.urlKey + "#" + f.auth.Identity()
 				}
 				if t.Auth == nil {
