@@ -28,8 +28,8 @@ type desired struct {
 	// all its sinks.
 	fingerprint string
 	mirror      MirrorReader
-	remote string    // redacted URL
-	seen   time.Time // when the poller first saw commit for the target
+	remote      string    // redacted URL
+	seen        time.Time // when the poller first saw commit for the target
 	// live is the poller's context: once it is done (the remote went to
 	// another replica, or another remote took the target), what it offered
 	// is not delivered, and a delivery of it in flight is cancelled.

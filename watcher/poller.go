@@ -614,8 +614,8 @@ func (r *remote) reportPoll(start time.Time, err error) {
 	}
 }
 
-// fetchPaths brings the files of the jobs about to be offered (a commit
-// that moved, not suspended) into a mirror that may lack them, one call per
+// fetchPaths brings the files of the jobs about to be offered (see
+// decideOffer) into a mirror that may lack them, one call per
 // commit for all its targets' paths, within the fetch limit. It returns
 // failed with the jobs it could not serve added.
 func (r *remote) fetchPaths(ctx context.Context, pf PathFetcher, auth *gitutil.Auth, jobs []job, failed map[targetKey]error) map[targetKey]error {
@@ -623,13 +623,8 @@ func (r *remote) fetchPaths(ctx context.Context, pf PathFetcher, auth *gitutil.A
 	paths := map[gitutil.Hash][]string{}
 	keys := map[gitutil.Hash][]targetKey{}
 	for _, j := range jobs {
-		if _, bad := failed[j.p.b.key]; bad || j.p.b.t.Suspend {
-			continue
-		}
-		r.mu.Lock()
-		unchanged := j.p.offered == j.res.Commit
-		r.mu.Unlock()
-		if unchanged {
+		_, bad := failed[j.p.b.key]
+		if decideOffer(r.offerFacts(j, bad)).action != offerCommit {
 			continue
 		}
 		c := j.res.Commit
@@ -796,57 +791,75 @@ func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []jo
 	return failed, err
 }
 
-// offerAll hands each job whose commit moved to its target's deliverers.
+// offerAll does with each job what decideOffer says: it reports a failed
+// fetch, holds a suspended target, or hands a commit that moved to the
+// target's deliverers.
 func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[targetKey]error) {
 	for _, j := range jobs {
-		if err, failed := fetchFailed[j.p.b.key]; failed {
-			r.failJob(ctx, j, err)
-			continue
-		}
-		r.mu.Lock()
-		unchanged := j.p.offered == j.res.Commit
-		r.mu.Unlock()
-		if unchanged {
+		fetchErr, failed := fetchFailed[j.p.b.key]
+		dec := decideOffer(r.offerFacts(j, failed))
+		switch dec.action {
+		case offerFailed:
+			r.failJob(ctx, j, fetchErr)
+		case offerKept:
 			r.env.targetPolled(j.p.b.t, r.redacted)
-			continue
+		case offerHeld:
+			r.hold(j)
+		case offerCommit:
+			r.offer(ctx, j, dec.verify)
 		}
-		if j.p.b.t.Suspend {
-			for _, s := range j.p.b.sinks {
-				s.hold()
-			}
-			r.env.targetPolled(j.p.b.t, r.redacted)
-			t := j.p.b.t
-			r.env.emit(Event{Type: EventSuspended, Target: &t, Remote: r.redacted, Ref: j.res.Ref, Commit: j.res.Commit})
-			r.mu.Lock()
-			j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
-			r.mu.Unlock()
-			continue
-		}
-		if v := j.p.b.t.Verify; v != nil {
-			// Not offered: the next poll verifies it again, and the last
-			// delivery stays.
-			if err := r.verify(j, *v); err != nil {
-				r.failJob(ctx, j, err)
-				continue
-			}
-		}
-		tree, err := r.mirror.TreeHash(ctx, j.res.Commit, j.p.b.t.Selection())
-		if err != nil {
-			r.failJob(ctx, j, err)
-			continue
-		}
-		r.env.targetPolled(j.p.b.t, r.redacted)
-		d := &desired{ // one for all the target's sinks
-			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree, fingerprint: j.p.b.t.fingerprint(r.urlKey),
-			mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
-		}
-		for _, s := range j.p.b.sinks {
-			s.offer(d)
-		}
-		r.mu.Lock()
-		j.p.offered, j.p.ref, j.p.mustFetch = j.res.Commit, j.res.Ref, false
-		r.mu.Unlock()
 	}
+}
+
+// offerFacts are the facts of j for decideOffer.
+func (r *remote) offerFacts(j job, fetchFailed bool) offerFacts {
+	r.mu.Lock()
+	offered := j.p.offered == j.res.Commit
+	r.mu.Unlock()
+	t := &j.p.b.t
+	return offerFacts{fetchFailed: fetchFailed, offered: offered, suspended: t.Suspend, verify: t.Verify != nil}
+}
+
+// hold tells the deliverers of j's suspended target to drop what they
+// were to deliver, and reports the commit it is held at.
+func (r *remote) hold(j job) {
+	for _, s := range j.p.b.sinks {
+		s.hold()
+	}
+	r.env.targetPolled(j.p.b.t, r.redacted)
+	t := j.p.b.t
+	r.env.emit(Event{Type: EventSuspended, Target: &t, Remote: r.redacted, Ref: j.res.Ref, Commit: j.res.Commit})
+	r.mu.Lock()
+	j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
+	r.mu.Unlock()
+}
+
+// offer verifies j's commit when asked, hashes its tree and hands it to
+// the target's deliverers. A commit that fails either is not offered:
+// the last delivery stays, and the next poll tries again.
+func (r *remote) offer(ctx context.Context, j job, verify bool) {
+	if verify {
+		if err := r.verify(j, *j.p.b.t.Verify); err != nil {
+			r.failJob(ctx, j, err)
+			return
+		}
+	}
+	tree, err := r.mirror.TreeHash(ctx, j.res.Commit, j.p.b.t.Selection())
+	if err != nil {
+		r.failJob(ctx, j, err)
+		return
+	}
+	r.env.targetPolled(j.p.b.t, r.redacted)
+	d := &desired{ // one for all the target's sinks
+		target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree, fingerprint: j.p.b.t.fingerprint(r.urlKey),
+		mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
+	}
+	for _, s := range j.p.b.sinks {
+		s.offer(d)
+	}
+	r.mu.Lock()
+	j.p.offered, j.p.ref, j.p.mustFetch = j.res.Commit, j.res.Ref, false
+	r.mu.Unlock()
 }
 
 // verify checks the signatures the target's Verify asks for.
@@ -911,11 +924,11 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 	return res, err
 }
 
-var errFetchTimeout = errors.New("fetch timed out")
+var errFetchTimeout = errors.New("watcher: fetch timed out")
 
 // ErrFetchStalled is returned (wrapped) for a fetch that made no progress
 // for Timeouts.StallAbort.
-var ErrFetchStalled = errors.New("fetch stalled: no progress")
+var ErrFetchStalled = errors.New("watcher: fetch stalled: no progress")
 
 // watchProgress watches the mirror's progress while a fetch runs: after
 // stallYield without any, it calls yield once (the fetch gives up its

@@ -166,3 +166,57 @@ func BenchmarkMemoryStoreHeld(b *testing.B) {
 // hashOf is a hash named by name, for checkpoints whose commits need only
 // be told apart.
 func hashOf(name string) gitutil.Hash { return gitutil.Hash(sha1.Sum([]byte(name))) }
+
+// A checkpoint file as the store writes it keeps its form: hashes in hex,
+// a tree that digests reads prefixed with "r", none as "". A file of that
+// form reads back as the Checkpoint it holds, and a Put of it writes the
+// same bytes.
+func TestFileStoreCheckpointForm(t *testing.T) {
+	const commit, tree = "0123456789abcdef0123456789abcdef01234567", "89abcdef0123456789abcdef0123456789abcdef"
+	when := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		file string
+		want Checkpoint
+	}{
+		{"plain", `{"key":"k","checkpoint":{"commit":"` + commit + `","tree":"` + tree + `","target":"fp","time":"2026-01-02T03:04:05Z"}}`,
+			Checkpoint{Commit: hash(t, commit), Tree: hash(t, tree), Target: "fp", Time: when}},
+		{"with reads", `{"key":"k","checkpoint":{"commit":"` + commit + `","tree":"r` + tree + `","reads":["base"],"target":"fp","time":"2026-01-02T03:04:05Z","suspended":true}}`,
+			Checkpoint{Commit: hash(t, commit), Tree: hash(t, tree), Reads: []string{"base"}, Target: "fp", Time: when, Suspended: true}},
+		{"without a tree", `{"key":"k","checkpoint":{"commit":"` + commit + `","tree":"","target":"fp","time":"2026-01-02T03:04:05Z"}}`,
+			Checkpoint{Commit: hash(t, commit), Target: "fp", Time: when}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := NewFileStore(t.TempDir())
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(s.path("k"), []byte(tc.file), 0o644))
+			got, ok, err := s.Get(t.Context(), "k")
+			require.NoError(t, err)
+			require.True(t, ok)
+			assert.Equal(t, tc.want, got)
+			require.NoError(t, os.Remove(s.path("k")))
+			require.NoError(t, s.Put(t.Context(), "k", got))
+			written, err := os.ReadFile(s.path("k"))
+			require.NoError(t, err)
+			assert.Equal(t, tc.file, string(written))
+		})
+	}
+}
+
+// A stored hash that is not one makes the record unreadable: the
+// watcher delivers the target again and rewrites it.
+func TestFileStoreCheckpointWithABadHash(t *testing.T) {
+	s, err := NewFileStore(t.TempDir())
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(s.path("k"), []byte(`{"key":"k","checkpoint":{"commit":"c1","tree":"","target":"fp","time":"2026-01-02T03:04:05Z"}}`), 0o644))
+	_, ok, err := s.Get(t.Context(), "k")
+	require.ErrorIs(t, err, ErrCheckpointUnreadable)
+	assert.False(t, ok)
+}
+
+func hash(t *testing.T, s string) gitutil.Hash {
+	t.Helper()
+	h, err := gitutil.ParseHash(s)
+	require.NoError(t, err)
+	return h
+}
