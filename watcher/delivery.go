@@ -14,6 +14,7 @@ import (
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/backoff"
+	"github.com/modwatch/modwatch/watcher/internal/lazyfs"
 )
 
 // desired is what a poller wants a sink to have.
@@ -500,14 +501,14 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision, h *
 	}
 	fsys, err := want.mirror.FS(want.commit, t.Selection())
 	// The whole repository, opened only if the sink reads it.
-	c.Root = &lazyFS{open: func() (fs.FS, error) {
+	c.Root = lazyfs.New(func() (fs.FS, error) {
 		root, err := want.mirror.FS(want.commit, gitutil.Selection{})
 		if err == nil {
 			h.opened(root)
 			links.trace(root)
 		}
 		return root, err
-	}}
+	})
 	if err != nil {
 		if errors.Is(err, gitutil.ErrCommitNotFound) || errors.Is(err, gitutil.ErrCorrupt) {
 			d.env.trigger(t.URL) // the mirror lost it (rebuilt): have it fetched again now

@@ -771,7 +771,7 @@ func (r *remote) resolve(ctx context.Context, jobs []job, targets []*polled, ref
 // whose commit is still missing after a failed fetch, with the error.
 func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []job, m missing) (map[targetKey]error, error) {
 	if m.refs == nil {
-		m.refs = map[string]gitutil.Hash{} // a Mirror is given a map, as it always was
+		m.refs = map[string]gitutil.Hash{} // a Mirror is given a map, never nil
 	}
 	fetched, err := r.fetch(ctx, auth, m.refs, m.commits)
 	failed := map[targetKey]error{}
