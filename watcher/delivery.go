@@ -15,6 +15,7 @@ import (
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/backoff"
 	"github.com/modwatch/modwatch/watcher/internal/lazyfs"
+	"github.com/modwatch/modwatch/watcher/internal/pool"
 )
 
 // desired is what a poller wants a sink to have.
@@ -51,7 +52,7 @@ var errUnfetched = errors.New("watcher: the commit is to be fetched")
 // deliverer serializes the deliveries of one target to one sink. It holds at
 // most one pending desire: a newer one replaces it (latest wins). It has no
 // goroutine of its own: what it is told schedules a step of it on the
-// watcher's pool (see pool), and its steps run one at a time.
+// watcher's pool (see pool.Pool), and its steps run one at a time.
 type deliverer struct {
 	env  *env
 	name sinkKey // its key among the watcher's (env.ended is told it ended)
@@ -74,8 +75,8 @@ type deliverer struct {
 	known    Checkpoint
 	knownFor context.Context
 
-	pool  *pool // the watcher's deliveries
-	sched slot
+	pool  *pool.Pool // the watcher's deliveries
+	sched pool.Slot
 
 	mu         sync.Mutex
 	target     *Target // the target as last seen, for Remove; never written to
@@ -106,7 +107,7 @@ func newDeliverer(v *env, name sinkKey, t *Target, s namedSink, prev *deliverer)
 // signal schedules a step.
 func (d *deliverer) signal() {
 	if d.pool != nil {
-		d.pool.schedule(d)
+		d.pool.Schedule(d)
 	}
 }
 
@@ -194,11 +195,12 @@ func (d *deliverer) hasEnded() bool {
 	return d.ended
 }
 
-func (d *deliverer) slot() *slot { return &d.sched }
+// Slot, Step and Finish make a deliverer a pool.Task.
+func (d *deliverer) Slot() *pool.Slot { return &d.sched }
 
-// finish ends the deliverer (its retry stopped): the one of its key
+// Finish ends the deliverer (its retry stopped): the one of its key
 // waiting for it may start.
-func (d *deliverer) finish() {
+func (d *deliverer) Finish() {
 	d.st.stopTimer(d)
 	d.mu.Lock()
 	d.ended = true
@@ -213,10 +215,10 @@ func (d *deliverer) finish() {
 	}
 }
 
-// step does what the deliverer has to do now: a delivery of the latest it
+// Step does what the deliverer has to do now: a delivery of the latest it
 // was offered (or a resync, or a retry that is due), or an attempt at its
 // removal. It reports whether the deliverer has ended.
-func (d *deliverer) step(ctx context.Context) bool {
+func (d *deliverer) Step(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return false // the pool's close ends it
 	}

@@ -135,7 +135,7 @@ func TestSubmodulesAreReported(t *testing.T) {
 	c := sink.WaitCommit(t, "t", hash(commit))
 	assert.Equal(t, []string{"vendor/lib"}, c.Submodules)
 	e := obs.WaitFor(t, "the report", watchertest.Is(watcher.EventSubmodulesLeftOut, "t"))
-	assert.Equal(t, commit, e.Commit)
+	assert.Equal(t, hash(commit), e.Commit)
 	assert.Equal(t, []string{"vendor/lib"}, e.Change.Submodules)
 }
 

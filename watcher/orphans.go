@@ -113,7 +113,7 @@ func (w *Watcher) removeOrphan(ctx context.Context, x inventorySink, id string) 
 	w.removing[dkey] = d
 	w.mu.Unlock()
 	d.remove()
-	w.env.deliveries.start(d)
+	w.env.deliveries.Start(d)
 }
 
 // wasSuspended reports whether the checkpoint of id's delivery to the sink

@@ -11,12 +11,14 @@ import (
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/backoff"
+	"github.com/modwatch/modwatch/watcher/internal/fetchgate"
+	"github.com/modwatch/modwatch/watcher/internal/pool"
 )
 
 // remote polls one repository (URL and credentials) for all the targets on
 // it: one ref listing per cycle, a fetch only of what moved. It has no
 // goroutine of its own: a poke or its timer schedules a poll on the
-// watcher's pool of polls (see pool).
+// watcher's pool of polls (see pool.Pool).
 type remote struct {
 	env      *env
 	key      string // normalised URL and credential identity
@@ -27,7 +29,7 @@ type remote struct {
 	mirror   Mirror
 	ctx      context.Context // ends when the remote stops; set by start
 	cancel   context.CancelFunc
-	sched    slot
+	sched    pool.Slot
 
 	// Its steps only (one at a time).
 	timer    *time.Timer
@@ -37,10 +39,9 @@ type remote struct {
 	waiting  *listed   // a poll waiting for a fetch slot
 	touched  time.Time // when its mirror was last marked used
 
-	// Guarded by env.fetches.mu.
-	parked  bool // in the fetch gate's line
-	granted bool // a fetch slot was handed to it
-	asking  bool // its deliverers were asked whether it needs the fetch, and have not all answered
+	// Its place in the fetch gate: it asks for a slot, and is passed over
+	// while its deliverers are asked whether it needs the fetch (see ask).
+	gate fetchgate.Place
 
 	mu      sync.Mutex
 	auth    *gitutil.Auth // the same identity, maybe a rotated secret
@@ -83,7 +84,7 @@ func newRemote(v *env, key, dir string, spec *remoteSpec, m Mirror) *remote {
 func (r *remote) start(ctx context.Context) {
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.env.claim(r)
-	r.env.polls.start(r)
+	r.env.polls.Start(r)
 }
 
 // poke asks for a poll now; pokes during a poll coalesce into one more.
@@ -92,7 +93,7 @@ func (r *remote) poke() {
 	r.poked = true
 	r.mu.Unlock()
 	if r.ctx != nil {
-		r.env.polls.schedule(r)
+		r.env.polls.Schedule(r)
 	}
 }
 
@@ -101,11 +102,15 @@ func (r *remote) poke() {
 func (r *remote) stop() {
 	if r.cancel != nil {
 		r.cancel()
-		r.env.polls.schedule(r) // its step sees it and ends it
+		r.env.polls.Schedule(r) // its step sees it and ends it
 	}
 }
 
-func (r *remote) slot() *slot { return &r.sched }
+// Slot, Step and Finish make a remote a pool.Task, its steps its polls.
+func (r *remote) Slot() *pool.Slot { return &r.sched }
+
+// Place makes a remote a fetchgate.Waiter.
+func (r *remote) Place() *fetchgate.Place { return &r.gate }
 
 // arm sets the timer for the next generation's poll, in wait, and
 // reports whether a poll was asked for meanwhile. The timer is one a
@@ -149,10 +154,10 @@ func (r *remote) fire() {
 	}
 	r.due = r.armed
 	r.mu.Unlock()
-	r.env.polls.schedule(r)
+	r.env.polls.Schedule(r)
 }
 
-func (r *remote) finish() {
+func (r *remote) Finish() {
 	r.env.touchMirror(r.dir) // its last use
 	if r.timer != nil {
 		r.timer.Stop()
@@ -163,7 +168,7 @@ func (r *remote) finish() {
 	if l := r.waiting; l != nil && l.ask != nil {
 		l.ask.end()
 	}
-	r.env.fetches.leave(r)
+	r.env.fetches.Leave(r)
 }
 
 func (r *remote) has(key targetKey) bool {
@@ -245,12 +250,12 @@ func (r *remote) intervalLocked() time.Duration {
 	return max(d, r.env.opts.minInterval)
 }
 
-// step polls when a poll is due (asked for, or its timer fired), then sets
+// Step polls when a poll is due (asked for, or its timer fired), then sets
 // the timer for the next: the interval, with jitter, or a backoff after a
-// failure. A poll that must wait for a fetch slot parks (see fetchGate)
+// failure. A poll that must wait for a fetch slot parks (see fetchgate.Gate)
 // and goes on in the step its slot schedules. It reports whether the
 // remote has stopped.
-func (r *remote) step(context.Context) bool {
+func (r *remote) Step(context.Context) bool {
 	ctx := r.ctx
 	if ctx.Err() != nil {
 		return true
@@ -258,11 +263,11 @@ func (r *remote) step(context.Context) bool {
 	if l := r.waiting; l != nil {
 		if l.ask != nil && l.ask.settle() {
 			// Every deliverer asked has its commit: no fetch.
-			r.env.fetches.leave(r)
+			r.env.fetches.Leave(r)
 			r.waiting = nil
 			return r.afterPoll(ctx, r.offerSettled(l))
 		}
-		if !r.env.fetches.tryOrPark(r) {
+		if !r.env.fetches.TryOrPark(r) {
 			return false // still in line (a poke, a timer or an answer woke it)
 		}
 		r.waiting = nil
@@ -292,7 +297,7 @@ func (r *remote) step(context.Context) bool {
 		if askNow {
 			l.ask = r.askFirst(ctx, l)
 		}
-		if r.env.fetches.tryOrPark(r) { // none taken while the asking lasts
+		if r.env.fetches.TryOrPark(r) { // none taken while the asking lasts
 			err = r.fetchAndOffer(ctx, l)
 			break
 		}
@@ -315,7 +320,7 @@ func (r *remote) postpone() bool {
 	wait := iv - r.armedIv
 	r.armedIv = iv
 	if r.arm(wait) {
-		r.env.polls.schedule(r)
+		r.env.polls.Schedule(r)
 	}
 	return true
 }
@@ -347,7 +352,7 @@ func (r *remote) afterPoll(ctx context.Context, err error) bool {
 	}
 	poked := r.arm(wait)
 	if poked {
-		r.env.polls.schedule(r)
+		r.env.polls.Schedule(r)
 	}
 	return false
 }
@@ -487,7 +492,7 @@ func (r *remote) askFirst(ctx context.Context, l *listed) *ask {
 		j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
 	}
 	r.mu.Unlock()
-	r.env.fetches.setAsking(r, true)
+	r.env.fetches.SetAsking(r, true)
 	a.mu.Lock()
 	a.patience = time.AfterFunc(askPatience, a.expire)
 	a.mu.Unlock()
@@ -511,7 +516,7 @@ const askPatience = 5 * time.Second
 
 // ask collects the answers of the deliverers offered a commit unfetched
 // by one poll (see askFirst). While they are outstanding, the remote
-// takes no fetch slot (see fetchGate): the first "no" or its patience
+// takes no fetch slot (see fetchgate.Gate): the first "no" or its patience
 // ending lets it take one.
 type ask struct {
 	r *remote
@@ -554,10 +559,10 @@ func (u *unfetched) answer(has bool) {
 	wake := a.settled == a.asked
 	a.mu.Unlock()
 	if first {
-		a.r.env.fetches.setAsking(a.r, false) // to fetch
+		a.r.env.fetches.SetAsking(a.r, false) // to fetch
 	}
 	if wake || first {
-		a.r.env.polls.schedule(a.r)
+		a.r.env.polls.Schedule(a.r)
 	}
 }
 
@@ -571,8 +576,8 @@ func (a *ask) expire() {
 	}
 	a.needed = true
 	a.mu.Unlock()
-	a.r.env.fetches.setAsking(a.r, false)
-	a.r.env.polls.schedule(a.r)
+	a.r.env.fetches.SetAsking(a.r, false)
+	a.r.env.polls.Schedule(a.r)
 }
 
 // settle ends the asking when every deliverer asked has its commit.
@@ -593,7 +598,7 @@ func (a *ask) end() {
 	a.done = true
 	a.patience.Stop()
 	a.mu.Unlock()
-	a.r.env.fetches.setAsking(a.r, false)
+	a.r.env.fetches.SetAsking(a.r, false)
 }
 
 // refetch has the next poll fetch p's commit and offer it again, whole.
@@ -654,10 +659,10 @@ func (r *remote) fetchPaths(ctx context.Context, pf PathFetcher, auth *gitutil.A
 // withFetchSlot runs fn in one of the watcher's fetch slots, bounded by
 // its fetch timeout.
 func (r *remote) withFetchSlot(ctx context.Context, fn func(context.Context) error) error {
-	if err := r.env.fetches.acquire(ctx); err != nil {
+	if err := r.env.fetches.Acquire(ctx); err != nil {
 		return err
 	}
-	defer r.env.fetches.release()
+	defer r.env.fetches.Release()
 	fctx, cancel := context.WithTimeoutCause(ctx, r.env.opts.fetchTimeout, errFetchTimeout)
 	defer cancel()
 	return fn(fctx)
@@ -882,11 +887,11 @@ func (r *remote) verify(j job, v Verify) error {
 }
 
 // fetch brings the wanted refs and commits into the mirror, in the fetch
-// slot the caller took (see fetchGate.tryOrPark), which it gives back.
+// slot the caller took (see fetchgate.Gate.TryOrPark), which it gives back.
 func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]gitutil.Hash, commits []gitutil.Hash) (gitutil.FetchResult, error) {
 	w := r.env
 	var release sync.Once
-	defer release.Do(w.fetches.release)
+	defer release.Do(w.fetches.Release)
 
 	start := time.Now()
 	fctx, cancel := context.WithTimeoutCause(ctx, w.opts.fetchTimeout, errFetchTimeout)
@@ -894,7 +899,7 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 	fctx, stall := context.WithCancelCause(fctx)
 	defer stall(nil)
 	stopWatch := r.watchProgress(fctx, func() {
-		release.Do(w.fetches.release)
+		release.Do(w.fetches.Release)
 		w.log.Info("fetch stalled: its slot is given to others", "remote", r.redacted, "idle", w.opts.stallYield)
 	}, func() { stall(ErrFetchStalled) })
 	defer stopWatch()

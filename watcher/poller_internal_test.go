@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 
+	"github.com/modwatch/modwatch/watcher/internal/pool"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -61,7 +63,7 @@ func TestALateFiringOfAStoppedTimerIsStale(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := &remote{env: newEnv(options{})}
-	r.env.polls = newPool(ctx, 1) // the remote is not in it: scheduling does nothing
+	r.env.polls = pool.New(ctx, 1) // the remote is not in it: scheduling does nothing
 	release, began, ended := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	r.gen, r.armed = 1, 1
 	var fired atomic.Bool

@@ -80,7 +80,7 @@ func readAheadServesWhatNoWriteChanged(t *testing.T) {
 	}
 	close(store.release)
 	<-done
-	assert.Equal(t, "c-batch", (<-waited).Checkpoint.Commit, "a read waits for the batch of its key")
+	assert.Equal(t, hashOf("c-batch"), (<-waited).Checkpoint.Commit, "a read waits for the batch of its key")
 
 	assert.NoError(t, v.write("after/s", func() error { return nil }))
 	for _, k := range []string{"before/s", "during/s", "after/s"} {

@@ -39,7 +39,7 @@ func TestTakeoverOfDeliveredTargetsNeedsNoClone(t *testing.T) {
 	srv.Stall(blocker.Name(), -1) // the slot is free again
 	w.Trigger(repo.URL())
 	got := sink.WaitCommit(t, repo.Name(), hash(c2))
-	assert.Equal(t, prev.commits[repo.Name()], got.From)
+	assert.Equal(t, hash(prev.commits[repo.Name()]), got.From)
 	assert.Equal(t, watcher.ReasonNewCommit, got.Reason)
 	f, err := readFile(got, "f")
 	require.NoError(t, err)
@@ -69,7 +69,7 @@ func TestAReplicaAsksBeforeItClonesWithSlotsFree(t *testing.T) {
 	c2 := repo.Commit(t, "2", gittest.File("app/f", "changed"))
 	w.Trigger(repo.URL())
 	got := sink.WaitCommit(t, repo.Name(), hash(c2))
-	assert.Equal(t, prev.commits[repo.Name()], got.From)
+	assert.Equal(t, hash(prev.commits[repo.Name()]), got.From)
 }
 
 // A resync of a target taken over unfetched (see above) fetches its commit
@@ -83,7 +83,7 @@ func TestResyncOfATargetTakenOverUnfetched(t *testing.T) {
 
 	for _, repo := range prev.repos {
 		got := sink.WaitDelivery(t, func(c watcher.Change) bool { return c.Target.ID == repo.Name() && c.Reason == watcher.ReasonResync })
-		assert.Equal(t, prev.commits[repo.Name()], got.To)
+		assert.Equal(t, hash(prev.commits[repo.Name()]), got.To)
 		f, err := readFile(got, "f")
 		require.NoError(t, err)
 		assert.Equal(t, repo.Name(), f)

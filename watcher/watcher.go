@@ -22,6 +22,8 @@ import (
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/backoff"
+	"github.com/modwatch/modwatch/watcher/internal/fetchgate"
+	"github.com/modwatch/modwatch/watcher/internal/pool"
 )
 
 // Errors of the Watcher's own API, for errors.Is.
@@ -179,13 +181,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.env.log = loggerOf(ctx, w.opts.noLoggerOut).WithName("watcher")
 	g, gctx := errgroup.WithContext(ctx)
 	w.group = g
-	w.env.deliveries = newPool(gctx, w.opts.deliverLimit)
-	w.env.polls = newPool(gctx, w.opts.listLimit+w.opts.fetchLimit)
-	w.env.fetches = newFetchGate(w.opts.fetchLimit, w.env.polls)
+	w.env.deliveries = pool.New(gctx, w.opts.deliverLimit)
+	w.env.polls = pool.New(gctx, w.opts.listLimit+w.opts.fetchLimit)
+	w.env.fetches = fetchgate.New(w.opts.fetchLimit, w.env.polls)
 	w.mu.Unlock()
 	// After the group, whose goroutines schedule; polls first, which offer.
-	defer w.env.deliveries.close()
-	defer w.env.polls.close()
+	defer w.env.deliveries.Close()
+	defer w.env.polls.Close()
 
 	for _, r := range routes {
 		goPart(gctx, g, fmt.Sprintf("source of route %d", r.idx), func(ctx context.Context) error {
@@ -641,7 +643,7 @@ func (w *Watcher) bindOwned(owned []*bound) (wanted, fresh map[sinkKey]bool) {
 				}
 				d = newDeliverer(w.env, dkey, &b.t, s, prev)
 				w.deliverers[dkey] = d
-				w.env.deliveries.start(d)
+				w.env.deliveries.Start(d)
 				if fresh == nil {
 					fresh = map[sinkKey]bool{}
 				}

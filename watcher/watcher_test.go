@@ -94,7 +94,7 @@ func TestOneListingPerRemotePerCycle(t *testing.T) {
 	require.NoError(t, w.Route(watchertest.NewSource(targets[n/2:]...), sink))
 	start(t, w)
 	for _, c := range sink.WaitDelivered(t, n) {
-		assert.Equal(t, c1, c.To)
+		assert.Equal(t, hash(c1), c.To)
 		assert.Equal(t, watcher.ReasonInitial, c.Reason)
 	}
 	obs.WaitCount(t, "the delivery events", n, watchertest.Is(watcher.EventDelivered, ""))
@@ -120,7 +120,7 @@ func TestOneListingPerRemotePerCycle(t *testing.T) {
 	pollNow(t, w, obs, repo.URL())
 	got := sink.WaitCommit(t, "app-3", hash(c2))
 	assert.Equal(t, watcher.ReasonNewCommit, got.Reason)
-	assert.Equal(t, c1, got.From)
+	assert.Equal(t, hash(c1), got.From)
 	assert.Equal(t, []string{"cm.yaml"}, got.Paths)
 	assert.Equal(t, fetches+1, repo.Counts().Fetches.Load())
 	assert.Equal(t, lists+4, repo.Counts().Lists.Load(), "the fetch reuses the poll's listing: no second ref advertisement")
@@ -156,7 +156,7 @@ func TestCommitOutsidePathIsNotDelivered(t *testing.T) {
 	c3 := repo.Commit(t, "app", gittest.File("deploy/app.yaml", "b"))
 	pollNow(t, w, obs, repo.URL())
 	got := sink.WaitCommit(t, "t", hash(c3))
-	assert.Equal(t, c2, got.From, "the checkpoint recorded c2")
+	assert.Equal(t, hash(c2), got.From, "the checkpoint recorded c2")
 	assert.Equal(t, []string{"app.yaml"}, got.Paths)
 }
 
@@ -197,7 +197,7 @@ func TestPathsAndIgnorePatterns(t *testing.T) {
 	c3 := repo.Commit(t, "kept and hidden", gittest.File("infra/db.yaml", "d2"), gittest.File("apps/notes.md", "o"))
 	pollNow(t, w, obs, repo.URL())
 	last := sink.WaitCommit(t, "t", hash(c3))
-	assert.Equal(t, c2, last.From)
+	assert.Equal(t, hash(c2), last.From)
 	assert.Equal(t, []string{"infra/db.yaml"}, last.Paths)
 }
 
@@ -232,11 +232,11 @@ func TestLatestWins(t *testing.T) {
 	}
 	close(release)
 	got := sink.WaitCommit(t, "t", hash(last))
-	assert.Equal(t, c1, got.From)
+	assert.Equal(t, hash(c1), got.From)
 	ds := sink.Delivered()
 	require.Len(t, ds, 2, "the sink sees the first and the last commit only")
-	assert.Equal(t, c1, ds[0].To)
-	assert.Equal(t, last, ds[1].To)
+	assert.Equal(t, hash(c1), ds[0].To)
+	assert.Equal(t, hash(last), ds[1].To)
 }
 
 func TestFailingSinkIsRetriedAndCheckpointWaits(t *testing.T) {
@@ -272,7 +272,7 @@ func TestFailingSinkIsRetriedAndCheckpointWaits(t *testing.T) {
 	cp, ok, err := store.Get(context.Background(), "t/flaky")
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.Equal(t, c1, cp.Commit)
+	assert.Equal(t, hash(c1), cp.Commit)
 	assert.Len(t, sink.Attempts(), 4)
 	var attempts []int
 	for _, e := range obs.Events() {
@@ -302,7 +302,7 @@ func TestCheckpointDoesNotMoveOnFailure(t *testing.T) {
 	obs.WaitFor(t, "a failure", watchertest.Is(watcher.EventDeliveryFailed, "t"))
 	cp, _, err := store.Get(context.Background(), "t/rec")
 	require.NoError(t, err)
-	assert.Equal(t, c1, cp.Commit, "the checkpoint stays at the last success")
+	assert.Equal(t, hash(c1), cp.Commit, "the checkpoint stays at the last success")
 
 	// A permanent error is reported once and not retried.
 	sink.SetHook(func(context.Context, watcher.Change) error { return watcher.Permanent(errors.New("bad manifest")) })
@@ -349,7 +349,7 @@ func TestRestartWithFileStoreDoesNotRedeliver(t *testing.T) {
 	stop = run(t, sink3, watchertest.NewObserver())
 	got := sink3.WaitCommit(t, "t", hash(c2))
 	stop()
-	assert.Equal(t, c1, got.From)
+	assert.Equal(t, hash(c1), got.From)
 	assert.Equal(t, watcher.ReasonNewCommit, got.Reason)
 }
 
@@ -371,7 +371,7 @@ func TestForcePushIsReported(t *testing.T) {
 	pollNow(t, w, obs, repo.URL())
 	got := sink.WaitCommit(t, "t", hash(rewritten))
 	assert.Equal(t, watcher.ReasonForcePush, got.Reason)
-	assert.Equal(t, c1, got.From)
+	assert.Equal(t, hash(c1), got.From)
 	e := obs.WaitFor(t, "the delivery event", func(e watcher.Event) bool {
 		return e.Type == watcher.EventDelivered && e.Commit == hash(rewritten)
 	})
@@ -406,7 +406,7 @@ func TestRemovedTargetCallsRemove(t *testing.T) {
 	src.Set(watcher.Target{ID: "a", URL: repo.URL(), Path: "b"})
 	got := sink.WaitDelivery(t, func(c watcher.Change) bool { return c.Reason == watcher.ReasonTargetChanged })
 	assert.Equal(t, "a", got.Target.ID)
-	assert.Equal(t, c1, got.To)
+	assert.Equal(t, hash(c1), got.To)
 	assert.Empty(t, sink.Removed()[1:], "a changed target is not removed")
 }
 
@@ -494,8 +494,8 @@ func TestResyncRedelivers(t *testing.T) {
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), sink))
 	start(t, w)
 	got := sink.WaitDelivery(t, func(c watcher.Change) bool { return c.Reason == watcher.ReasonResync })
-	assert.Equal(t, c1, got.To)
-	assert.Equal(t, c1, got.From)
+	assert.Equal(t, hash(c1), got.To)
+	assert.Equal(t, hash(c1), got.From)
 }
 
 func TestRouteAndRunErrors(t *testing.T) {

@@ -57,7 +57,7 @@ func TestConfigMapStore(t *testing.T) {
 		got, ok, err := b.Get(ctx, fmt.Sprint("k", i))
 		require.NoError(t, err)
 		require.True(t, ok, i)
-		assert.Equal(t, fmt.Sprint(i), got.Commit)
+		assert.Equal(t, named(fmt.Sprint(i)), got.Commit)
 	}
 	require.NoError(t, a.Delete(ctx, "k3"))
 	require.NoError(t, a.Delete(ctx, "k3"), "deleting a missing key is not an error")
@@ -208,7 +208,7 @@ func TestConfigMapStoreGetManyAnswersAsGet(t *testing.T) {
 	got, err = s.GetMany(ctx, keys)
 	require.NoError(t, err)
 	assert.True(t, got[11].OK, "labelled again by the Put")
-	assert.Equal(t, "c-again", got[11].Checkpoint.Commit)
+	assert.Equal(t, named("c-again"), got[11].Checkpoint.Commit)
 }
 
 // writeLegacy writes cp for key in a new ConfigMap where release 0.1.0
