@@ -18,8 +18,8 @@ import (
 	"github.com/modwatch/modwatch/watcher/internal/pool"
 )
 
-// desired is what a poller wants a sink to have.
-type desired struct {
+// commitOffer is what a poller wants a sink to have.
+type commitOffer struct {
 	// target is shared with the bound target it was offered for (and with
 	// the deliverers that keep it): never written to.
 	target *Target
@@ -36,13 +36,13 @@ type desired struct {
 	// another replica, or another remote took the target), what it offered
 	// is not delivered, and a delivery of it in flight is cancelled.
 	live context.Context
-	// unfetched is set when the mirror may lack commit (tree is unknown):
+	// question is set when the mirror may lack commit (tree is unknown):
 	// the deliverer only answers whether its checkpoint holds it.
-	unfetched *unfetched
+	question *question
 }
 
 // errHandedOff ends a delivery whose poller stopped: the target is another
-// poller's now (see desired.live).
+// poller's now (see commitOffer.live).
 var errHandedOff = errors.New("watcher: the target's remote is polled elsewhere now")
 
 // errUnfetched ends a delivery of a commit offered unfetched that the sink
@@ -61,9 +61,9 @@ type deliverer struct {
 	prev *deliverer // a deliverer of the same key still removing; its steps only
 
 	// Its steps only (one at a time). The booleans sit together, after
-	// st's, so that padding does not take the deliverer to a larger size
+	// state's, so that padding does not take the deliverer to a larger size
 	// class: there is one for each target and sink.
-	st         deliveryState
+	state      deliveryState
 	unreadable bool // an unreadable checkpoint was reported
 	knownHave  bool // known holds a checkpoint
 	// known is the checkpoint as this deliverer last read or wrote it, for
@@ -80,7 +80,7 @@ type deliverer struct {
 
 	mu         sync.Mutex
 	target     *Target // the target as last seen, for Remove; never written to
-	pending    *desired
+	pending    *commitOffer
 	resync     bool
 	removed    bool
 	resumed    bool // no longer suspended: its checkpoint's mark goes
@@ -113,7 +113,7 @@ func (d *deliverer) signal() {
 
 // offer makes want the next thing to deliver, replacing any pending one.
 // want is shared by the target's sinks and never written to.
-func (d *deliverer) offer(want *desired) {
+func (d *deliverer) offer(want *commitOffer) {
 	d.mu.Lock()
 	d.pending, d.target, d.held = want, want.target, false
 	d.mu.Unlock()
@@ -201,7 +201,7 @@ func (d *deliverer) Slot() *pool.Slot { return &d.sched }
 // Finish ends the deliverer (its retry stopped): the one of its key
 // waiting for it may start.
 func (d *deliverer) Finish() {
-	d.st.stopTimer(d)
+	d.state.stopTimer(d)
 	d.mu.Lock()
 	d.ended = true
 	next := d.successors
@@ -228,7 +228,7 @@ func (d *deliverer) Step(ctx context.Context) bool {
 		}
 		d.prev = nil
 	}
-	st := &d.st
+	st := &d.state
 	d.mu.Lock()
 	next, rs, rm, retired, held, target, due := d.pending, d.resync, d.removed, d.retired, d.held, d.target, d.due
 	resumed := d.resumed
@@ -273,7 +273,7 @@ func (d *deliverer) Step(ctx context.Context) bool {
 // desire taken, a resync asked for, the failures of this delivery (or
 // removal) and the timer of its retry.
 type deliveryState struct {
-	want     *desired
+	want     *commitOffer
 	attempt  int
 	timer    *time.Timer
 	gen      int // the timer's generation
@@ -332,7 +332,7 @@ func (st *deliveryState) after(ctx context.Context, d *deliverer, err error) {
 }
 
 // deliver hands want to the sink unless its checkpoint says it has it.
-func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, attempt int) error {
+func (d *deliverer) deliver(ctx context.Context, want *commitOffer, resync bool, attempt int) error {
 	t := *want.target
 	if want.live != nil && want.live.Err() != nil {
 		return errHandedOff
@@ -343,9 +343,9 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	if err != nil {
 		return d.fail(ctx, ev, nil, err)
 	}
-	if u := want.unfetched; u != nil {
+	if q := want.question; q != nil {
 		has := holds(cp, have, commit, fp, resync)
-		u.answer(has)
+		q.answer(has)
 		if !has {
 			return errUnfetched
 		}
@@ -385,7 +385,7 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 // links' reads), and reports the delivery. c's file systems are closed
 // after, unless the sink was abandoned (it may read on), and handed on
 // (see handout) either way.
-func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Change, h *handout, links *linkReads) error {
+func (d *deliverer) invoke(ctx context.Context, want *commitOffer, ev Event, c Change, h *handout, links *linkReads) error {
 	t, commit := *want.target, ev.Commit
 	abandoned := false
 	defer func() {
@@ -488,7 +488,7 @@ func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
 // does not descend from the last is a force-push), the paths changed
 // since, and the tree; h follows Change.Root's once opened, and links
 // collects what its file systems read through symbolic links.
-func (d *deliverer) change(ctx context.Context, want *desired, dec decision, h *handout, links *linkReads) (Change, error) {
+func (d *deliverer) change(ctx context.Context, want *commitOffer, dec decision, h *handout, links *linkReads) (Change, error) {
 	t := *want.target
 	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commit, Reason: dec.reason}
 	if from := dec.from; dec.reason == ReasonNewCommit && !from.IsZero() {
@@ -667,7 +667,7 @@ func (d *deliverer) removeStep(ctx context.Context, t Target) bool {
 	ev := Event{Type: EventRemoved, Target: &t, Sink: d.sink.name, Remote: gitutil.RedactURL(t.URL)}
 	call := d.removal(t, &ev)
 	if call != nil {
-		d.st.attempt++
+		d.state.attempt++
 		_, err := w.callSink(ctx, func(ctx context.Context) (_ any, err error) {
 			defer func() {
 				if p := recover(); p != nil {
@@ -676,14 +676,14 @@ func (d *deliverer) removeStep(ctx context.Context, t Target) bool {
 			}()
 			return nil, call(ctx)
 		})
-		ev.Attempt = d.st.attempt
+		ev.Attempt = d.state.attempt
 		if err != nil {
 			if ctx.Err() != nil {
 				return false
 			}
 			ev.Err = err
 			w.emit(ev)
-			d.st.retryIn(d, backoff.Delay(d.st.attempt, w.opts.retryMin, w.opts.retryMax), false)
+			d.state.retryIn(d, backoff.Delay(d.state.attempt, w.opts.retryMin, w.opts.retryMax), false)
 			return false
 		}
 	}

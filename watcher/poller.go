@@ -36,7 +36,7 @@ type remote struct {
 	gen      int           // the timer's generation
 	armedIv  time.Duration // the interval the timer was set for
 	failures int
-	waiting  *listed   // a poll waiting for a fetch slot
+	waiting  *listing  // a poll waiting for a fetch slot
 	touched  time.Time // when its mirror was last marked used
 
 	// Its place in the fetch gate: it asks for a slot, and is passed over
@@ -45,11 +45,11 @@ type remote struct {
 
 	mu      sync.Mutex
 	auth    *gitutil.Auth // the same identity, maybe a rotated secret
-	targets map[targetKey]*polled
+	targets map[targetKey]*pollState
 	// sorted are targets by key, and prefixes the ref prefixes they need
 	// listed; made when the targets change, not by every poll, which
 	// reads them as they are (a new slice replaces one, never a write).
-	sorted   []*polled
+	sorted   []*pollState
 	prefixes []string
 	poked    bool // a poll is asked for now
 	due      int  // the timer of this generation fired
@@ -57,9 +57,9 @@ type remote struct {
 	stale    int  // firings that began before the timer was stopped, and are to be ignored
 }
 
-// polled is a target's state in its poller.
-type polled struct {
-	b       *bound
+// pollState is a target's state in its poller.
+type pollState struct {
+	bound   *boundTarget
 	offered gitutil.Hash // commit last handed to the deliverers
 	ref     string       // ref it last resolved to
 	// mustFetch: a deliverer needs the tree of a commit offered before it
@@ -70,17 +70,17 @@ type polled struct {
 func newRemote(v *env, key, dir string, spec *remoteSpec, m Mirror) *remote {
 	r := &remote{
 		env: v, key: key, dir: dir, urlKey: spec.urlKey, url: spec.url, redacted: gitutil.RedactURL(spec.url),
-		auth: spec.auth, mirror: m, targets: map[targetKey]*polled{}, poked: true, // the first poll is at once
+		auth: spec.auth, mirror: m, targets: map[targetKey]*pollState{}, poked: true, // the first poll is at once
 	}
 	for k, b := range spec.targets {
-		r.targets[k] = &polled{b: b}
+		r.targets[k] = &pollState{bound: b}
 	}
 	r.index()
 	return r
 }
 
 // start starts polling, on ctx (a poll's desires are delivered while it
-// lasts: see desired.live).
+// lasts: see commitOffer.live).
 func (r *remote) start(ctx context.Context) {
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.env.claim(r)
@@ -190,31 +190,31 @@ func (r *remote) currentAuth() *gitutil.Auth {
 // changed targets are polled at once. A target whose interval only
 // changed is not: a shorter interval for the remote polls it at once, a
 // longer one moves its next poll later (see step).
-func (r *remote) setTargets(auth *gitutil.Auth, ts map[targetKey]*bound) {
+func (r *remote) setTargets(auth *gitutil.Auth, ts map[targetKey]*boundTarget) {
 	if r.retarget(auth, ts) {
 		r.poke()
 	}
 }
 
 // retarget is setTargets under r.mu; true when a target is new or changed.
-func (r *remote) retarget(auth *gitutil.Auth, ts map[targetKey]*bound) bool {
+func (r *remote) retarget(auth *gitutil.Auth, ts map[targetKey]*boundTarget) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.auth = auth
 	before := r.intervalLocked()
-	next := make(map[targetKey]*polled, len(ts))
+	next := make(map[targetKey]*pollState, len(ts))
 	poll, retimed := false, false
 	for key, b := range ts {
 		old, ok := r.targets[key]
 		switch {
-		case ok && sameTargets(old.b, b):
+		case ok && sameTargets(old.bound, b):
 			next[key] = old
-		case ok && sameButInterval(old.b, b):
+		case ok && sameButInterval(old.bound, b):
 			p := *old // a poll may be reading old
-			p.b = b
+			p.bound = b
 			next[key], retimed = &p, true
 		default:
-			next[key] = &polled{b: b}
+			next[key] = &pollState{bound: b}
 			poll = true
 		}
 	}
@@ -225,11 +225,11 @@ func (r *remote) retarget(auth *gitutil.Auth, ts map[targetKey]*bound) bool {
 
 // index makes sorted and prefixes of targets, under r.mu.
 func (r *remote) index() {
-	r.sorted = make([]*polled, 0, len(r.targets))
+	r.sorted = make([]*pollState, 0, len(r.targets))
 	for _, p := range r.targets {
 		r.sorted = append(r.sorted, p)
 	}
-	slices.SortFunc(r.sorted, func(a, b *polled) int { return a.b.key.compare(b.b.key) })
+	slices.SortFunc(r.sorted, func(a, b *pollState) int { return a.bound.key.compare(b.bound.key) })
 	r.prefixes = refPrefixes(r.sorted)
 }
 
@@ -243,7 +243,7 @@ func (r *remote) interval() time.Duration {
 func (r *remote) intervalLocked() time.Duration {
 	d := r.env.opts.interval
 	for _, p := range r.targets {
-		if iv := p.b.t.Interval; iv > 0 && iv < d {
+		if iv := p.bound.target.Interval; iv > 0 && iv < d {
 			d = iv
 		}
 	}
@@ -287,7 +287,7 @@ func (r *remote) Step(context.Context) bool {
 	l, err := r.list(ctx)
 	switch {
 	case err != nil:
-	case !l.missing.any():
+	case !l.wants.any():
 		err = r.fetchAndOffer(ctx, l)
 	default:
 		// With a shard, another replica may have polled the remote and
@@ -357,15 +357,15 @@ func (r *remote) afterPoll(ctx context.Context, err error) bool {
 	return false
 }
 
-// listed is what a poll's listing found: the targets' commits and what
+// listing is what a poll's listing found: the targets' commits and what
 // the mirror lacks of them.
-type listed struct {
-	start   time.Time
-	auth    *gitutil.Auth
-	jobs    []job
-	buf     *[]job // where jobs came from (see jobLists)
-	missing missing
-	ask     *ask // what the deliverers were asked while it waits
+type listing struct {
+	start time.Time
+	auth  *gitutil.Auth
+	jobs  []job
+	buf   *[]job // where jobs came from (see jobLists)
+	wants fetchWants
+	ask   *ask // what the deliverers were asked while it waits
 }
 
 // jobLists hold the job slices of ended polls, for the next polls to
@@ -385,7 +385,7 @@ func takeJobs(n int) *[]job {
 
 // release puts the poll's job slice back for another poll; the poll reads
 // its jobs no more.
-func (l *listed) release() {
+func (l *listing) release() {
 	if l.buf == nil {
 		return
 	}
@@ -397,8 +397,8 @@ func (l *listed) release() {
 
 // list begins a poll: it lists refs once and resolves every target. A
 // failed listing ends the poll.
-func (r *remote) list(ctx context.Context) (*listed, error) {
-	l := &listed{start: time.Now()}
+func (r *remote) list(ctx context.Context) (*listing, error) {
+	l := &listing{start: time.Now()}
 	if l.start.Sub(r.touched) >= r.env.opts.mirrorGrace/touchesPerGrace {
 		r.env.touchMirror(r.dir)
 		r.touched = l.start
@@ -414,14 +414,14 @@ func (r *remote) list(ctx context.Context) (*listed, error) {
 		return nil, err
 	}
 	l.buf = takeJobs(len(targets))
-	l.jobs, l.missing = r.resolve(ctx, *l.buf, targets, refs)
+	l.jobs, l.wants = r.resolve(ctx, *l.buf, targets, refs)
 	return l, nil
 }
 
 // fetchAndOffer ends a poll: it fetches what the mirror lacks, in the
 // fetch slot the caller holds when something is missing, and offers each
 // target whose commit moved to its deliverers.
-func (r *remote) fetchAndOffer(ctx context.Context, l *listed) (err error) {
+func (r *remote) fetchAndOffer(ctx context.Context, l *listing) (err error) {
 	defer func() {
 		l.release()
 		r.reportPoll(l.start, err)
@@ -434,14 +434,14 @@ func (r *remote) fetchAndOffer(ctx context.Context, l *listed) (err error) {
 		r.mu.Lock()
 		for _, j := range l.jobs {
 			if j.missing {
-				j.p.offered = gitutil.Hash{}
+				j.poll.offered = gitutil.Hash{}
 			}
 		}
 		r.mu.Unlock()
 	}
 	var fetchFailed map[targetKey]error
-	if l.missing.any() {
-		fetchFailed, err = r.fetchMissing(ctx, l.auth, l.jobs, l.missing)
+	if l.wants.any() {
+		fetchFailed, err = r.fetchMissing(ctx, l.auth, l.jobs, l.wants)
 	}
 	if pf, ok := r.mirror.(PathFetcher); ok && pf.Partial() {
 		fetchFailed = r.fetchPaths(ctx, pf, l.auth, l.jobs, fetchFailed)
@@ -453,7 +453,7 @@ func (r *remote) fetchAndOffer(ctx context.Context, l *listed) (err error) {
 // offerSettled ends a poll that needs no fetch after all: every target
 // whose commit the mirror lacks was offered it unfetched, and its
 // deliverers have it (see ask). The others are offered as after a fetch.
-func (r *remote) offerSettled(l *listed) error {
+func (r *remote) offerSettled(l *listing) error {
 	r.reportPoll(l.start, nil)
 	r.offerAll(r.ctx, l.jobs, nil)
 	l.release()
@@ -468,28 +468,28 @@ func (r *remote) offerSettled(l *listed) error {
 // the poll needs no fetch (see step): a replica that takes over remotes
 // whose targets are delivered polls them without cloning them. nil: not
 // asked (some target needs the fetch anyway).
-func (r *remote) askFirst(ctx context.Context, l *listed) *ask {
+func (r *remote) askFirst(ctx context.Context, l *listing) *ask {
 	var first []job
-	a := &ask{r: r}
+	a := &ask{remote: r}
 	r.mu.Lock()
 	for _, j := range l.jobs {
 		if !j.missing {
 			continue
 		}
-		t := j.p.b.t
-		if !j.p.offered.IsZero() || j.p.mustFetch || t.Verify != nil || t.Suspend {
+		t := j.poll.bound.target
+		if !j.poll.offered.IsZero() || j.poll.mustFetch || t.Verify != nil || t.Suspend {
 			r.mu.Unlock()
 			return nil
 		}
 		first = append(first, j)
-		a.asked += len(j.p.b.sinks)
+		a.asked += len(j.poll.bound.sinks)
 	}
 	if a.asked == 0 {
 		r.mu.Unlock()
 		return nil
 	}
 	for _, j := range first {
-		j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
+		j.poll.offered, j.poll.ref = j.res.Commit, j.res.Ref
 	}
 	r.mu.Unlock()
 	r.env.fetches.SetAsking(r, true)
@@ -497,12 +497,12 @@ func (r *remote) askFirst(ctx context.Context, l *listed) *ask {
 	a.patience = time.AfterFunc(askPatience, a.expire)
 	a.mu.Unlock()
 	for _, j := range first {
-		d := &desired{
-			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, fingerprint: j.p.b.t.fingerprint(r.urlKey),
+		d := &commitOffer{
+			target: &j.poll.bound.target, ref: j.res.Ref, commit: j.res.Commit, fingerprint: j.poll.bound.target.fingerprint(r.urlKey),
 			mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
-			unfetched: &unfetched{ask: a, p: j.p},
+			question: &question{ask: a, poll: j.poll},
 		}
-		for _, s := range j.p.b.sinks {
+		for _, s := range j.poll.bound.sinks {
 			s.offer(d)
 		}
 	}
@@ -519,7 +519,7 @@ const askPatience = 5 * time.Second
 // takes no fetch slot (see fetchgate.Gate): the first "no" or its patience
 // ending lets it take one.
 type ask struct {
-	r *remote
+	remote *remote
 
 	mu       sync.Mutex
 	asked    int // deliverers
@@ -529,23 +529,24 @@ type ask struct {
 	patience *time.Timer
 }
 
-// unfetched is what a deliverer offered a commit unfetched answers to.
-type unfetched struct {
-	ask *ask
-	p   *polled
+// question is what a deliverer offered a commit unfetched answers: does
+// its checkpoint hold it?
+type question struct {
+	ask  *ask
+	poll *pollState
 }
 
 // answer takes a deliverer's answer: whether its checkpoint holds the
 // commit. The last "yes" wakes the waiting poll; a "no" after the poll
 // ended (a resync of what was never fetched) has the commit fetched and
 // offered again.
-func (u *unfetched) answer(has bool) {
-	a := u.ask
+func (q *question) answer(has bool) {
+	a := q.ask
 	a.mu.Lock()
 	if a.done {
 		a.mu.Unlock()
 		if !has {
-			a.r.refetch(u.p)
+			a.remote.refetch(q.poll)
 		}
 		return
 	}
@@ -559,10 +560,10 @@ func (u *unfetched) answer(has bool) {
 	wake := a.settled == a.asked
 	a.mu.Unlock()
 	if first {
-		a.r.env.fetches.SetAsking(a.r, false) // to fetch
+		a.remote.env.fetches.SetAsking(a.remote, false) // to fetch
 	}
 	if wake || first {
-		a.r.env.polls.Schedule(a.r)
+		a.remote.env.polls.Schedule(a.remote)
 	}
 }
 
@@ -576,8 +577,8 @@ func (a *ask) expire() {
 	}
 	a.needed = true
 	a.mu.Unlock()
-	a.r.env.fetches.SetAsking(a.r, false)
-	a.r.env.polls.Schedule(a.r)
+	a.remote.env.fetches.SetAsking(a.remote, false)
+	a.remote.env.polls.Schedule(a.remote)
 }
 
 // settle ends the asking when every deliverer asked has its commit.
@@ -598,11 +599,11 @@ func (a *ask) end() {
 	a.done = true
 	a.patience.Stop()
 	a.mu.Unlock()
-	a.r.env.fetches.SetAsking(a.r, false)
+	a.remote.env.fetches.SetAsking(a.remote, false)
 }
 
 // refetch has the next poll fetch p's commit and offer it again, whole.
-func (r *remote) refetch(p *polled) {
+func (r *remote) refetch(p *pollState) {
 	r.mu.Lock()
 	p.offered, p.mustFetch = gitutil.Hash{}, true
 	r.mu.Unlock()
@@ -628,7 +629,7 @@ func (r *remote) fetchPaths(ctx context.Context, pf PathFetcher, auth *gitutil.A
 	paths := map[gitutil.Hash][]string{}
 	keys := map[gitutil.Hash][]targetKey{}
 	for _, j := range jobs {
-		_, bad := failed[j.p.b.key]
+		_, bad := failed[j.poll.bound.key]
 		if decideOffer(r.offerFacts(j, bad)).action != offerCommit {
 			continue
 		}
@@ -636,12 +637,12 @@ func (r *remote) fetchPaths(ctx context.Context, pf PathFetcher, auth *gitutil.A
 		if _, ok := paths[c]; !ok {
 			commits = append(commits, c)
 		}
-		for _, p := range j.p.b.t.Selection().Roots() {
+		for _, p := range j.poll.bound.target.Selection().Roots() {
 			if !slices.Contains(paths[c], p) {
 				paths[c] = append(paths[c], p)
 			}
 		}
-		keys[c] = append(keys[c], j.p.b.key)
+		keys[c] = append(keys[c], j.poll.bound.key)
 	}
 	for _, c := range commits {
 		if err := r.withFetchSlot(ctx, func(fctx context.Context) error { return pf.FetchPaths(fctx, auth, c, paths[c]) }); err != nil {
@@ -670,7 +671,7 @@ func (r *remote) withFetchSlot(ctx context.Context, fn func(context.Context) err
 
 // snapshot returns the credentials, the targets of this cycle in a stable
 // order (read only), and the ref prefixes they need listed.
-func (r *remote) snapshot() (*gitutil.Auth, []*polled, []string) {
+func (r *remote) snapshot() (*gitutil.Auth, []*pollState, []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.auth, r.sorted, r.prefixes
@@ -678,11 +679,11 @@ func (r *remote) snapshot() (*gitutil.Auth, []*polled, []string) {
 
 // refPrefixes returns the ref prefixes the targets' revisions need listed,
 // once each; none when every revision is a commit.
-func refPrefixes(targets []*polled) []string {
+func refPrefixes(targets []*pollState) []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, p := range targets {
-		for _, pre := range p.b.rev.RefPrefixes() {
+		for _, pre := range p.bound.rev.RefPrefixes() {
 			if !seen[pre] {
 				seen[pre] = true
 				out = append(out, pre)
@@ -714,44 +715,44 @@ func (r *remote) listRefs(ctx context.Context, auth *gitutil.Auth, prefixes []st
 
 // job is a target of this cycle and the commit it resolved to.
 type job struct {
-	p       *polled
+	poll    *pollState
 	res     gitutil.Resolved
 	missing bool // the mirror lacks the commit
 }
 
-// missing is what the mirror lacks of this cycle's commits: refs to fetch
+// fetchWants is what the mirror lacks of this cycle's commits: refs to fetch
 // (with the object the listing saw each at), and commits no ref names.
-type missing struct {
+type fetchWants struct {
 	refs    map[string]gitutil.Hash
 	commits []gitutil.Hash
 }
 
-func (m missing) any() bool { return len(m.refs) > 0 || len(m.commits) > 0 }
+func (m fetchWants) any() bool { return len(m.refs) > 0 || len(m.commits) > 0 }
 
 // resolve finds each target's commit in refs, and what the mirror lacks of
 // them, appending a job to jobs for each. A target that does not resolve
 // is reported and left out. The mirror is asked once for a run of targets
 // at one commit (a remote's targets are mostly on one branch), not once a
 // target: each time, it looks the commit up in the mirror's pack indexes.
-func (r *remote) resolve(ctx context.Context, jobs []job, targets []*polled, refs gitutil.RefList) ([]job, missing) {
-	var m missing
+func (r *remote) resolve(ctx context.Context, jobs []job, targets []*pollState, refs gitutil.RefList) ([]job, fetchWants) {
+	var m fetchWants
 	var asked gitutil.Hash
 	has, looked := false, false
 	for _, p := range targets {
-		res, err := gitutil.Resolve(p.b.rev, refs)
+		res, err := gitutil.Resolve(p.bound.rev, refs)
 		if err != nil {
 			r.mu.Lock()
 			lastRef := p.ref
 			r.mu.Unlock()
 			if lastRef != "" && errors.Is(err, gitutil.ErrRefNotFound) {
-				t := p.b.t
+				t := p.bound.target
 				r.env.targetFailed(Event{Type: EventRefVanished, Target: &t, Remote: r.redacted, Ref: lastRef, Err: err})
 			} else {
 				r.fail(ctx, p, err)
 			}
 			continue
 		}
-		j := job{p: p, res: res}
+		j := job{poll: p, res: res}
 		if !looked || res.Commit != asked {
 			asked, has, looked = res.Commit, r.mirror.HasCommit(res.Commit), true
 		}
@@ -774,7 +775,7 @@ func (r *remote) resolve(ctx context.Context, jobs []job, targets []*polled, ref
 // fetchMissing fetches what the mirror lacks, moves each job to where its
 // ref is now (it may have moved since the listing), and returns the jobs
 // whose commit is still missing after a failed fetch, with the error.
-func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []job, m missing) (map[targetKey]error, error) {
+func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []job, m fetchWants) (map[targetKey]error, error) {
 	if m.refs == nil {
 		m.refs = map[string]gitutil.Hash{} // a Mirror is given a map, never nil
 	}
@@ -786,11 +787,11 @@ func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []jo
 			j.res.Commit = h
 		}
 		if rerr, ok := fetched.RefErrors[j.res.Ref]; ok && j.res.Ref != "" {
-			failed[j.p.b.key] = rerr // a tag on a tree: this target's, not the remote's
+			failed[j.poll.bound.key] = rerr // a tag on a tree: this target's, not the remote's
 			continue
 		}
 		if err != nil && !r.mirror.HasCommit(j.res.Commit) {
-			failed[j.p.b.key] = err
+			failed[j.poll.bound.key] = err
 		}
 	}
 	return failed, err
@@ -801,13 +802,13 @@ func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []jo
 // target's deliverers.
 func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[targetKey]error) {
 	for _, j := range jobs {
-		fetchErr, failed := fetchFailed[j.p.b.key]
+		fetchErr, failed := fetchFailed[j.poll.bound.key]
 		dec := decideOffer(r.offerFacts(j, failed))
 		switch dec.action {
 		case offerFailed:
 			r.failJob(ctx, j, fetchErr)
 		case offerKept:
-			r.env.targetPolled(j.p.b.t, r.redacted)
+			r.env.targetPolled(j.poll.bound.target, r.redacted)
 		case offerHeld:
 			r.hold(j)
 		case offerCommit:
@@ -819,23 +820,23 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[targe
 // offerFacts are the facts of j for decideOffer.
 func (r *remote) offerFacts(j job, fetchFailed bool) offerFacts {
 	r.mu.Lock()
-	offered := j.p.offered == j.res.Commit
+	offered := j.poll.offered == j.res.Commit
 	r.mu.Unlock()
-	t := &j.p.b.t
+	t := &j.poll.bound.target
 	return offerFacts{fetchFailed: fetchFailed, offered: offered, suspended: t.Suspend, verify: t.Verify != nil}
 }
 
 // hold tells the deliverers of j's suspended target to drop what they
 // were to deliver, and reports the commit it is held at.
 func (r *remote) hold(j job) {
-	for _, s := range j.p.b.sinks {
+	for _, s := range j.poll.bound.sinks {
 		s.hold()
 	}
-	r.env.targetPolled(j.p.b.t, r.redacted)
-	t := j.p.b.t
+	r.env.targetPolled(j.poll.bound.target, r.redacted)
+	t := j.poll.bound.target
 	r.env.emit(Event{Type: EventSuspended, Target: &t, Remote: r.redacted, Ref: j.res.Ref, Commit: j.res.Commit})
 	r.mu.Lock()
-	j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
+	j.poll.offered, j.poll.ref = j.res.Commit, j.res.Ref
 	r.mu.Unlock()
 }
 
@@ -844,26 +845,26 @@ func (r *remote) hold(j job) {
 // the last delivery stays, and the next poll tries again.
 func (r *remote) offer(ctx context.Context, j job, verify bool) {
 	if verify {
-		if err := r.verify(j, *j.p.b.t.Verify); err != nil {
+		if err := r.verify(j, *j.poll.bound.target.Verify); err != nil {
 			r.failJob(ctx, j, err)
 			return
 		}
 	}
-	tree, err := r.mirror.TreeHash(ctx, j.res.Commit, j.p.b.t.Selection())
+	tree, err := r.mirror.TreeHash(ctx, j.res.Commit, j.poll.bound.target.Selection())
 	if err != nil {
 		r.failJob(ctx, j, err)
 		return
 	}
-	r.env.targetPolled(j.p.b.t, r.redacted)
-	d := &desired{ // one for all the target's sinks
-		target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, tree: tree, fingerprint: j.p.b.t.fingerprint(r.urlKey),
+	r.env.targetPolled(j.poll.bound.target, r.redacted)
+	d := &commitOffer{ // one for all the target's sinks
+		target: &j.poll.bound.target, ref: j.res.Ref, commit: j.res.Commit, tree: tree, fingerprint: j.poll.bound.target.fingerprint(r.urlKey),
 		mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
 	}
-	for _, s := range j.p.b.sinks {
+	for _, s := range j.poll.bound.sinks {
 		s.offer(d)
 	}
 	r.mu.Lock()
-	j.p.offered, j.p.ref, j.p.mustFetch = j.res.Commit, j.res.Ref, false
+	j.poll.offered, j.poll.ref, j.poll.mustFetch = j.res.Commit, j.res.Ref, false
 	r.mu.Unlock()
 }
 
@@ -982,11 +983,11 @@ func (r *remote) watchProgress(ctx context.Context, yield, abort func()) (stop f
 // fail reports that a target could not be brought to a commit this cycle,
 // unless the remote is stopping (the failure is then ours, not the
 // target's).
-func (r *remote) fail(ctx context.Context, p *polled, err error) {
+func (r *remote) fail(ctx context.Context, p *pollState, err error) {
 	if ctx.Err() != nil {
 		return
 	}
-	t := p.b.t
+	t := p.bound.target
 	r.env.targetFailed(Event{Type: EventTargetFailed, Target: &t, Remote: r.redacted, Err: err})
 }
 
@@ -996,7 +997,7 @@ func (r *remote) failJob(ctx context.Context, j job, err error) {
 	if ctx.Err() != nil {
 		return
 	}
-	t := j.p.b.t
+	t := j.poll.bound.target
 	ev := Event{Type: EventTargetFailed, Target: &t, Remote: r.redacted, Ref: j.res.Ref, Err: err}
 	if !errors.Is(err, gitutil.ErrNotCommit) {
 		ev.Commit = j.res.Commit

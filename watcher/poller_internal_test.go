@@ -22,7 +22,7 @@ import (
 func TestAPollsJobsGoBackHoldingNoTarget(t *testing.T) {
 	buf := takeJobs(3)
 	require.GreaterOrEqual(t, cap(*buf), 3)
-	l := &listed{buf: buf, jobs: append(*buf, job{p: &polled{}, missing: true}, job{p: &polled{}})}
+	l := &listing{buf: buf, jobs: append(*buf, job{poll: &pollState{}, missing: true}, job{poll: &pollState{}})}
 	l.release()
 	assert.Nil(t, l.jobs)
 	assert.Nil(t, l.buf)
@@ -102,6 +102,6 @@ func TestALateFiringOfAStoppedTimerIsStale(t *testing.T) {
 // where a struct was, costs a larger class for each of 100,000 targets.
 func TestWhatATargetKeepsStaysInItsSizeClass(t *testing.T) {
 	assert.LessOrEqual(t, unsafe.Sizeof(deliverer{}), uintptr(352), "a deliverer, one per target and sink")
-	assert.LessOrEqual(t, unsafe.Sizeof(bound{}), uintptr(288), "a bound target")
-	assert.LessOrEqual(t, unsafe.Sizeof(desired{}), uintptr(176), "the last commit offered to a target")
+	assert.LessOrEqual(t, unsafe.Sizeof(boundTarget{}), uintptr(288), "a bound target")
+	assert.LessOrEqual(t, unsafe.Sizeof(commitOffer{}), uintptr(176), "the last commit offered to a target")
 }

@@ -133,7 +133,7 @@ func (v *env) drop(key string, spec *remoteSpec) {
 // forget drops what is left of the entries of r, which stops (kept nil),
 // or of its targets that kept no longer holds: a target that leaves and
 // comes back may have been delivered elsewhere meanwhile.
-func (v *env) forget(r *remote, kept map[targetKey]*bound) {
+func (v *env) forget(r *remote, kept map[targetKey]*boundTarget) {
 	a := &v.ahead
 	a.mu.Lock()
 	none := len(a.entries) == 0
@@ -161,7 +161,7 @@ func (r *remote) checkpointKeys(chosen func(target targetKey) bool) []string {
 		if chosen != nil && !chosen(k) {
 			continue
 		}
-		for _, d := range p.b.sinks {
+		for _, d := range p.bound.sinks {
 			keys = append(keys, d.key)
 		}
 	}

@@ -141,7 +141,7 @@ func (l *linkReads) list() []string {
 // readsTree digests the tree of the target's path with the trees (or
 // blobs) of reads at the commit wanted; a read path that is gone counts
 // as such. Without reads it is the path's tree.
-func readsTree(ctx context.Context, want *desired, reads []string) (gitutil.Hash, error) {
+func readsTree(ctx context.Context, want *commitOffer, reads []string) (gitutil.Hash, error) {
 	if len(reads) == 0 {
 		return want.tree, nil
 	}

@@ -548,13 +548,13 @@ func (r *resyncer) stop() {
 	}
 }
 
-// bound is a target of a route, with the deliverers of the route's sinks.
-type bound struct {
-	key   targetKey
-	t     Target
-	rev   gitutil.Revision
-	sinks []*deliverer
-	route *route // until its deliverers are bound
+// boundTarget is a target of a route, with the deliverers of the route's sinks.
+type boundTarget struct {
+	key    targetKey
+	target Target
+	rev    gitutil.Revision
+	sinks  []*deliverer
+	route  *route // until its deliverers are bound
 	// one holds the deliverer of a route of one sink, the usual, which
 	// sinks then slices: no array of its own for each target.
 	one [1]*deliverer
@@ -564,7 +564,7 @@ type remoteSpec struct {
 	url     string
 	urlKey  string
 	auth    *gitutil.Auth
-	targets map[targetKey]*bound
+	targets map[targetKey]*boundTarget
 }
 
 // reconcile brings pollers and deliverers in line with the routes' target
@@ -581,8 +581,8 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 	failed := w.applyRemotes(ctx, p.specs)
 	watched := make(map[string]bool, len(p.owned))
 	for _, b := range p.owned {
-		if !p.others[b.t.ID] {
-			watched[b.t.ID] = true // the failures of the others are theirs to report
+		if !p.others[b.target.ID] {
+			watched[b.target.ID] = true // the failures of the others are theirs to report
 		}
 	}
 	w.health.keep(watched)
@@ -626,7 +626,7 @@ func (k sinkKey) target() targetKey { return targetKey{k.id, k.route} }
 // bindOwned gives each target this replica polls its deliverers, starting
 // those that are new (fresh: not in the deletion budget's base), and
 // returns the keys of all; the caller holds w.mu.
-func (w *Watcher) bindOwned(owned []*bound) (wanted, fresh map[sinkKey]bool) {
+func (w *Watcher) bindOwned(owned []*boundTarget) (wanted, fresh map[sinkKey]bool) {
 	wanted = map[sinkKey]bool{}
 	for _, b := range owned {
 		if len(b.route.sinks) == 1 {
@@ -641,7 +641,7 @@ func (w *Watcher) bindOwned(owned []*bound) (wanted, fresh map[sinkKey]bool) {
 				if prev != nil {
 					prev.unremove() // named again before its removal succeeded
 				}
-				d = newDeliverer(w.env, dkey, &b.t, s, prev)
+				d = newDeliverer(w.env, dkey, &b.target, s, prev)
 				w.deliverers[dkey] = d
 				w.env.deliveries.Start(d)
 				if fresh == nil {
@@ -649,7 +649,7 @@ func (w *Watcher) bindOwned(owned []*bound) (wanted, fresh map[sinkKey]bool) {
 				}
 				fresh[dkey] = true
 			} else {
-				d.seen(&b.t) // suspended or resumed since: it decides what is done if it goes
+				d.seen(&b.target) // suspended or resumed since: it decides what is done if it goes
 			}
 			b.sinks = append(b.sinks, d)
 		}
@@ -665,7 +665,7 @@ func (w *Watcher) bindOwned(owned []*bound) (wanted, fresh map[sinkKey]bool) {
 // are invalid now, to retire: they end without a word to the sink (the
 // target is not gone), so that a target costs a replica that does not poll
 // it nothing but its place in the route.
-func (w *Watcher) bindDeliverers(owned []*bound) []Event {
+func (w *Watcher) bindDeliverers(owned []*boundTarget) []Event {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	wanted, fresh := w.bindOwned(owned)
@@ -773,7 +773,7 @@ func (w *Watcher) routeReady(idx int32) bool {
 type specPass struct {
 	w       *Watcher
 	specs   map[string]*remoteSpec
-	owned   []*bound
+	owned   []*boundTarget
 	others  map[string]bool
 	owns    map[string]bool // the shard's answer per remote key
 	credsOK bool
@@ -782,7 +782,7 @@ type specPass struct {
 // remoteSpecs groups the targets of the routes by remote: URL and
 // credential identity, so that a target never reads through a mirror
 // fetched with another's credentials. The shard is asked before a target's
-// bound state is made: a target another replica polls costs this one no
+// boundTarget is made: a target another replica polls costs this one no
 // allocation that outlives the pass. A target whose credentials cannot be
 // had now stays on the remote it was on (see stay); credsOK is false then.
 func (w *Watcher) remoteSpecs(ctx context.Context) *specPass {
@@ -846,18 +846,18 @@ func (p *specPass) ownsKey(key string) bool {
 	return o
 }
 
-// bind makes the bound state of a target this replica polls.
-func (p *specPass) bind(r *route, t *Target) *bound {
-	b := &bound{key: keyOf(r.idx, t.ID), t: *t, route: r}
+// bind makes the boundTarget of a target this replica polls.
+func (p *specPass) bind(r *route, t *Target) *boundTarget {
+	b := &boundTarget{key: keyOf(r.idx, t.ID), target: *t, route: r}
 	b.rev, _ = gitutil.ParseRevision(t.Revision) // validated in update
 	p.owned = append(p.owned, b)
 	return b
 }
 
-func (p *specPass) add(key, url, urlKey string, auth *gitutil.Auth, b *bound) {
+func (p *specPass) add(key, url, urlKey string, auth *gitutil.Auth, b *boundTarget) {
 	spec := p.specs[key]
 	if spec == nil {
-		spec = &remoteSpec{url: url, urlKey: urlKey, auth: auth, targets: map[targetKey]*bound{}}
+		spec = &remoteSpec{url: url, urlKey: urlKey, auth: auth, targets: map[targetKey]*boundTarget{}}
 		p.specs[key] = spec
 	}
 	spec.targets[b.key] = b
@@ -881,7 +881,7 @@ func (p *specPass) stay(r *route, t *Target) {
 		}
 	}
 	p.w.mu.Unlock()
-	var b *bound
+	var b *boundTarget
 	theirs := false
 	for _, o := range on {
 		if !p.ownsKey(o.key) {
@@ -969,7 +969,7 @@ func (w *Watcher) startRemotes(ctx context.Context, fresh []string, specs map[st
 			if err != nil {
 				w.env.drop(key, spec)
 				for _, b := range spec.targets {
-					t := b.t
+					t := b.target
 					failed = append(failed, Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
 				}
 				return nil
@@ -1041,14 +1041,14 @@ func (w *Watcher) resyncAll() {
 
 // sameTargets reports whether two bound targets watch the same thing
 // through the same deliverers.
-func sameTargets(a, b *bound) bool {
-	return reflect.DeepEqual(a.t, b.t) && reflect.DeepEqual(a.sinks, b.sinks)
+func sameTargets(a, b *boundTarget) bool {
+	return reflect.DeepEqual(a.target, b.target) && reflect.DeepEqual(a.sinks, b.sinks)
 }
 
 // sameButInterval reports whether two bound targets differ in their
 // interval only.
-func sameButInterval(a, b *bound) bool {
-	t := b.t
-	t.Interval = a.t.Interval
-	return reflect.DeepEqual(a.t, t) && reflect.DeepEqual(a.sinks, b.sinks)
+func sameButInterval(a, b *boundTarget) bool {
+	t := b.target
+	t.Interval = a.target.Interval
+	return reflect.DeepEqual(a.target, t) && reflect.DeepEqual(a.sinks, b.sinks)
 }
