@@ -65,9 +65,9 @@ func (w *Watcher) poke() {
 	}
 }
 
-// allowRemoval decides, under w.mu, whether the decision named key to
-// remove ids (sorted) of all targets goes ahead: within the budget, or
-// held and made again (ids the same, or fewer of them) after the
+// allowRemoval decides whether a decision to remove goes ahead. The
+// caller holds w.mu. The decision, named key, removes ids (sorted) of all
+// targets; it goes ahead within the budget, or held and made again (ids the same, or fewer of them) after the
 // confirmation delay or a confirmation, while its source has a set
 // (ready). The budget counts the removals carried out under key within
 // the delay too: one target at a time is no way around it. A decision over

@@ -6,9 +6,9 @@ import (
 	"sync"
 )
 
-// readAhead holds the checkpoints a BatchStore read together for the
-// targets of remotes that started together (see startRemotes), each for
-// the first read of its key by a poll of its remote while it is polled
+// readAhead holds checkpoints read in batches. A BatchStore reads them
+// together for the targets of remotes that started together (see
+// startRemotes), each for the first read of its key by a poll of its remote while it is polled
 // here. An entry is made before the batch is read, so a write of its key
 // by this watcher from then on drops it, and none is made for a key being
 // written then: what is served is what the store held after the remote

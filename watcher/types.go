@@ -306,9 +306,9 @@ type Inventory interface {
 	Targets(ctx context.Context) ([]string, error)
 }
 
-// Dependent is a report of a delivery (see [Reporter]) that read files of
-// the repository outside the target's Path, through Change.Root: Reads
-// lists them, relative to the repository's root (files or directories).
+// Dependent is a report of a delivery that read outside its Path. The
+// delivery (see [Reporter]) read files of the repository outside the
+// target's Path, through Change.Root: Reads lists them, relative to the repository's root (files or directories).
 // The watcher remembers them with the checkpoint, and delivers the target
 // again when a later commit changes any of them, as when its Path
 // changes; a commit that changes neither is not delivered. What a
