@@ -47,7 +47,7 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 		done = w.sweep(ctx, x, key, wanted) && done
 	}
 	w.mu.Lock()
-	w.forgetHeld(seen, "the sweep at start")
+	w.removals.Forget(seen, "the sweep at start")
 	w.mu.Unlock()
 	return done
 }

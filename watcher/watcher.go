@@ -22,6 +22,7 @@ import (
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/backoff"
+	"github.com/modwatch/modwatch/watcher/internal/budget"
 	"github.com/modwatch/modwatch/watcher/internal/fetchgate"
 	"github.com/modwatch/modwatch/watcher/internal/pool"
 )
@@ -48,17 +49,15 @@ type Watcher struct {
 	routes     []*route
 	started    bool
 	group      *errgroup.Group
-	remotes    map[string]*remote      // by remote key
-	byURL      map[string][]*remote    // w.remotes by URL key, for hints
-	remotesGen chan struct{}           // closed and replaced when remotes change
-	deliverers map[sinkKey]*deliverer  // by route, target and sink
-	removing   map[sinkKey]*deliverer  // deliverers told to remove or to retire, until done
-	opening    map[string]bool         // the mirror directories applyRemotes opens outside mu
-	cache      *cacheDir               // while running
-	unowned    int                     // targets another replica polls (WithShard)
-	held       map[string]*heldRemoval // removals the deletion budget holds, by decision
-	removedAt  map[string][]time.Time  // removals carried out, by decision, within the budget's delay
-	confirmed  time.Time               // ConfirmRemovals: what was held before is carried out
+	remotes    map[string]*remote     // by remote key
+	byURL      map[string][]*remote   // w.remotes by URL key, for hints
+	remotesGen chan struct{}          // closed and replaced when remotes change
+	deliverers map[sinkKey]*deliverer // by route, target and sink
+	removing   map[sinkKey]*deliverer // deliverers told to remove or to retire, until done
+	opening    map[string]bool        // the mirror directories applyRemotes opens outside mu
+	cache      *cacheDir              // while running
+	unowned    int                    // targets another replica polls (WithShard)
+	removals   *budget.Budget         // the deletion budget: the removals it holds
 }
 
 type route struct {
@@ -90,8 +89,7 @@ func New(opts ...Option) *Watcher {
 		remotesGen: make(chan struct{}),
 		deliverers: map[sinkKey]*deliverer{},
 		removing:   map[sinkKey]*deliverer{},
-		held:       map[string]*heldRemoval{},
-		removedAt:  map[string][]time.Time{},
+		removals:   budget.New(o.removals.share, o.removals.confirm),
 		opening:    map[string]bool{},
 	}
 	w.trigger, w.ended = w.Trigger, w.removed
@@ -355,7 +353,7 @@ func (w *Watcher) Stats() Stats {
 		}
 	}
 	st.Failing = w.health.count()
-	st.RemovalsHeld = w.heldCount()
+	st.RemovalsHeld = w.removals.Held()
 	mirrors := make([]Mirror, 0, len(w.remotes))
 	for _, r := range w.remotes {
 		mirrors = append(mirrors, r.mirror)
@@ -751,7 +749,7 @@ func (w *Watcher) removeGone(gone map[int32][]sinkKey, fresh map[sinkKey]bool) [
 			d.remove()
 		}
 	}
-	w.forgetHeld(seen, "route ")
+	w.removals.Forget(seen, "route ")
 	return events
 }
 
