@@ -16,6 +16,7 @@ import (
 	"github.com/modwatch/modwatch/internal/backoff"
 	"github.com/modwatch/modwatch/watcher/internal/lazyfs"
 	"github.com/modwatch/modwatch/watcher/internal/pool"
+	"github.com/modwatch/modwatch/watcher/internal/reads"
 )
 
 // commitOffer is what a poller wants a sink to have.
@@ -366,7 +367,7 @@ func (d *deliverer) deliver(ctx context.Context, want *commitOffer, resync bool,
 	case record:
 		return d.record(ctx, want.live, ev, cp)
 	}
-	h, links := &handout{}, &linkReads{path: t.Path}
+	h, links := &handout{}, reads.NewLinks(t.Path)
 	c, err := d.change(ctx, want, dec, h, links)
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
@@ -385,7 +386,7 @@ func (d *deliverer) deliver(ctx context.Context, want *commitOffer, resync bool,
 // links' reads), and reports the delivery. c's file systems are closed
 // after, unless the sink was abandoned (it may read on), and handed on
 // (see handout) either way.
-func (d *deliverer) invoke(ctx context.Context, want *commitOffer, ev Event, c Change, h *handout, links *linkReads) error {
+func (d *deliverer) invoke(ctx context.Context, want *commitOffer, ev Event, c Change, h *handout, links *reads.Links) error {
 	t, commit := *want.target, ev.Commit
 	abandoned := false
 	defer func() {
@@ -411,12 +412,12 @@ func (d *deliverer) invoke(ctx context.Context, want *commitOffer, ev Event, c C
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
 	}
-	reads := readsOf(ev.Result, links.list(), t.Path)
-	tree, err := readsTree(ctx, want, reads)
+	read := reads.Of(reportedReads(ev.Result), links.List(), t.Path)
+	tree, err := readsTree(ctx, want, read)
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
 	}
-	if err := d.put(ctx, want.live, Checkpoint{Commit: commit, Tree: tree, Target: want.fingerprint, Reads: reads, Time: time.Now()}); err != nil {
+	if err := d.put(ctx, want.live, Checkpoint{Commit: commit, Tree: tree, Target: want.fingerprint, Reads: read, Time: time.Now()}); err != nil {
 		// Delivered but not recorded: deliver again rather than lose it.
 		return d.fail(ctx, ev, &c, err)
 	}
@@ -488,7 +489,7 @@ func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
 // does not descend from the last is a force-push), the paths changed
 // since, and the tree; h follows Change.Root's once opened, and links
 // collects what its file systems read through symbolic links.
-func (d *deliverer) change(ctx context.Context, want *commitOffer, dec decision, h *handout, links *linkReads) (Change, error) {
+func (d *deliverer) change(ctx context.Context, want *commitOffer, dec decision, h *handout, links *reads.Links) (Change, error) {
 	t := *want.target
 	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commit, Reason: dec.reason}
 	if from := dec.from; dec.reason == ReasonNewCommit && !from.IsZero() {
@@ -507,7 +508,7 @@ func (d *deliverer) change(ctx context.Context, want *commitOffer, dec decision,
 		root, err := want.mirror.FS(want.commit, gitutil.Selection{})
 		if err == nil {
 			h.opened(root)
-			links.trace(root)
+			links.Trace(root)
 		}
 		return root, err
 	})
@@ -517,7 +518,7 @@ func (d *deliverer) change(ctx context.Context, want *commitOffer, dec decision,
 		}
 		return c, err
 	}
-	links.trace(fsys)
+	links.Trace(fsys)
 	if t.RecurseSubmodules {
 		count := 0
 		mounted, err := d.env.mountSubmodules(ctx, t, want.mirror, t.URL, want.commit, t.Selection(), fsys, 0, &count)

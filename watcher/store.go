@@ -223,7 +223,7 @@ func (s *FileStore) path(key string) string {
 	return filepath.Join(s.dir, hex.EncodeToString(sum[:16])+".json")
 }
 
-// maxCheckpointFile bounds a record read back: one holds at most maxReads
+// maxCheckpointFile bounds a record read back: one holds at most reads.Max
 // paths (of 4 KiB each, JSON-escaped, that is under 7 MiB) besides its
 // hashes. A larger file is not one the store wrote.
 const maxCheckpointFile = 8 << 20
