@@ -13,6 +13,7 @@ import (
 	"github.com/modwatch/modwatch/internal/backoff"
 	"github.com/modwatch/modwatch/watcher/internal/fetchgate"
 	"github.com/modwatch/modwatch/watcher/internal/pool"
+	"github.com/modwatch/modwatch/watcher/internal/stall"
 )
 
 // remote polls one repository (URL and credentials) for all the targets on
@@ -897,12 +898,12 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 	start := time.Now()
 	fctx, cancel := context.WithTimeoutCause(ctx, w.opts.fetchTimeout, errFetchTimeout)
 	defer cancel()
-	fctx, stall := context.WithCancelCause(fctx)
-	defer stall(nil)
-	stopWatch := r.watchProgress(fctx, func() {
+	fctx, abort := context.WithCancelCause(fctx)
+	defer abort(nil)
+	stopWatch := stall.Watch(fctx, r.mirror.Progress, w.opts.stallYield, w.opts.stallAbort, func() {
 		release.Do(w.fetches.Release)
 		w.log.Info("fetch stalled: its slot is given to others", "remote", r.redacted, "idle", w.opts.stallYield)
-	}, func() { stall(ErrFetchStalled) })
+	}, func() { abort(ErrFetchStalled) })
 	defer stopWatch()
 	res, err := r.mirror.FetchListed(fctx, auth, refs)
 	if res.Rebuilt != nil {
@@ -935,50 +936,6 @@ var errFetchTimeout = errors.New("watcher: fetch timed out")
 // ErrFetchStalled is returned (wrapped) for a fetch that made no progress
 // for Timeouts.StallAbort.
 var ErrFetchStalled = errors.New("watcher: fetch stalled: no progress")
-
-// watchProgress watches the mirror's progress while a fetch runs: after
-// stallYield without any, it calls yield once (the fetch gives up its
-// slot); after stallAbort, abort. The returned func stops it and waits.
-func (r *remote) watchProgress(ctx context.Context, yield, abort func()) (stop func()) {
-	w := r.env
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		tick := min(w.opts.stallYield, w.opts.stallAbort) / 4
-		last, since, yielded := r.mirror.Progress(), time.Now(), false
-		for {
-			t := time.NewTimer(tick)
-			select {
-			case <-done:
-				t.Stop()
-				return
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			now := time.Now()
-			if p := r.mirror.Progress(); p != last {
-				last, since = p, now
-				continue
-			}
-			idle := now.Sub(since)
-			if !yielded && idle >= w.opts.stallYield {
-				yielded = true
-				yield()
-			}
-			if idle >= w.opts.stallAbort {
-				abort()
-				return
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-exited
-	}
-}
 
 // fail reports that a target could not be brought to a commit this cycle,
 // unless the remote is stopping (the failure is then ours, not the
