@@ -23,6 +23,7 @@ import (
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/backoff"
 	"github.com/modwatch/modwatch/watcher/internal/budget"
+	"github.com/modwatch/modwatch/watcher/internal/cachedir"
 	"github.com/modwatch/modwatch/watcher/internal/fetchgate"
 	"github.com/modwatch/modwatch/watcher/internal/pool"
 )
@@ -36,6 +37,9 @@ var (
 	// ErrInvalidOptions is returned by Run for options that contradict
 	// each other (the resync set twice); the error names them.
 	ErrInvalidOptions = errors.New("watcher: invalid options")
+	// ErrCacheDirInUse is returned by Run when another watcher, in this
+	// process or another, holds the cache directory.
+	ErrCacheDirInUse = cachedir.ErrInUse
 )
 
 // Watcher polls the remotes of all its routes' targets and delivers changes
@@ -55,7 +59,7 @@ type Watcher struct {
 	deliverers map[sinkKey]*deliverer // by route, target and sink
 	removing   map[sinkKey]*deliverer // deliverers told to remove or to retire, until done
 	opening    map[string]bool        // the mirror directories applyRemotes opens outside mu
-	cache      *cacheDir              // while running
+	cache      *cachedir.Dir          // while running
 	unowned    int                    // targets another replica polls (WithShard)
 	removals   *budget.Budget         // the deletion budget: the removals it holds
 }
@@ -166,14 +170,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.mu.Unlock()
 		return ErrNoRoutes
 	}
-	cache, err := openCacheDir(w.opts.cacheDir)
+	cache, err := cachedir.Open(w.opts.cacheDir, ".clone", gcSuffix)
 	if err != nil {
 		w.mu.Unlock()
 		return err
 	}
-	defer cache.close()
+	defer cache.Close()
 	w.cache = cache
-	w.env.subs = &submodules{v: w.env, dir: w.opts.cacheDir, tmp: cache.tmp}
+	w.env.subs = &submodules{v: w.env, dir: w.opts.cacheDir, tmp: cache.Tmp}
 	// The logger comes with ctx, as in controller-runtime; sources, sinks
 	// and observers' Run get it the same way, through ctx.
 	w.env.log = loggerOf(ctx, w.opts.noLoggerOut).WithName("watcher")
@@ -999,7 +1003,7 @@ func (w *Watcher) openRemote(key string, spec *remoteSpec) (*remote, error) {
 	dir := filepath.Join(w.opts.cacheDir, mirrorDirName(key))
 	var r *remote // set before anyone reads the mirror
 	m, err := w.opts.git.OpenMirror(dir, spec.url, gitutil.MirrorOptions{
-		TempDir: w.cache.tmp,
+		TempDir: w.cache.Tmp,
 		MaxKept: w.opts.keptTrees,
 		// A damaged store found by any read is rebuilt by a poll now.
 		OnDamage: func(error) { r.poke() },
