@@ -7,6 +7,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/modwatch/modwatch/watcher/internal/fetchgate"
+	"github.com/modwatch/modwatch/watcher/internal/health"
 	"github.com/modwatch/modwatch/watcher/internal/pool"
 )
 
@@ -20,7 +21,7 @@ type env struct {
 	fetches   *fetchgate.Gate // set by Run, with polls
 	retrying  atomic.Int64    // deliveries waiting to be retried
 	abandoned atomic.Int64    // sink calls that ignored their ctx, still running
-	health    health
+	health    health.Health
 	// deliveries runs the deliverers' steps (at most the delivery limit at
 	// once), polls the remotes' polls (at most the listing and fetch limits
 	// together: a poll that fetches still lets others list, and one that
@@ -46,7 +47,6 @@ func newEnv(o options) *env {
 		opts:    o,
 		log:     logr.Discard(), // Run takes it from its context
 		listSem: make(chan struct{}, o.listLimit),
-		health:  health{failing: map[string]string{}},
 	}
 }
 

@@ -356,7 +356,7 @@ func (w *Watcher) Stats() Stats {
 			st.NoSet++
 		}
 	}
-	st.Failing = w.health.count()
+	st.Failing = w.health.Count()
 	st.RemovalsHeld = w.removals.Held()
 	mirrors := make([]Mirror, 0, len(w.remotes))
 	for _, r := range w.remotes {
@@ -587,7 +587,7 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 			watched[b.target.ID] = true // the failures of the others are theirs to report
 		}
 	}
-	w.health.keep(watched)
+	w.health.Keep(watched)
 	for _, e := range failed {
 		w.targetFailed(e)
 	}
