@@ -14,6 +14,7 @@ import (
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/backoff"
+	"github.com/modwatch/modwatch/watcher/internal/handout"
 	"github.com/modwatch/modwatch/watcher/internal/lazyfs"
 	"github.com/modwatch/modwatch/watcher/internal/pool"
 	"github.com/modwatch/modwatch/watcher/internal/reads"
@@ -367,7 +368,7 @@ func (d *deliverer) deliver(ctx context.Context, want *commitOffer, resync bool,
 	case record:
 		return d.record(ctx, want.live, ev, cp)
 	}
-	h, links := &handout{}, reads.NewLinks(t.Path)
+	h, links := &handout.Trees{}, reads.NewLinks(t.Path)
 	c, err := d.change(ctx, want, dec, h, links)
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
@@ -385,15 +386,15 @@ func (d *deliverer) deliver(ctx context.Context, want *commitOffer, resync bool,
 // checkpoint, with what the sink read outside the path (its report's and
 // links' reads), and reports the delivery. c's file systems are closed
 // after, unless the sink was abandoned (it may read on), and handed on
-// (see handout) either way.
-func (d *deliverer) invoke(ctx context.Context, want *commitOffer, ev Event, c Change, h *handout, links *reads.Links) error {
+// (see handout.Trees) either way.
+func (d *deliverer) invoke(ctx context.Context, want *commitOffer, ev Event, c Change, h *handout.Trees, links *reads.Links) error {
 	t, commit := *want.target, ev.Commit
 	abandoned := false
 	defer func() {
 		if !abandoned {
 			closeAll(c.FS, c.Root)
 		}
-		h.handOn(c.FS)
+		h.HandOn(c.FS)
 	}()
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -489,7 +490,7 @@ func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
 // does not descend from the last is a force-push), the paths changed
 // since, and the tree; h follows Change.Root's once opened, and links
 // collects what its file systems read through symbolic links.
-func (d *deliverer) change(ctx context.Context, want *commitOffer, dec decision, h *handout, links *reads.Links) (Change, error) {
+func (d *deliverer) change(ctx context.Context, want *commitOffer, dec decision, h *handout.Trees, links *reads.Links) (Change, error) {
 	t := *want.target
 	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commit, Reason: dec.reason}
 	if from := dec.from; dec.reason == ReasonNewCommit && !from.IsZero() {
@@ -507,7 +508,7 @@ func (d *deliverer) change(ctx context.Context, want *commitOffer, dec decision,
 	c.Root = lazyfs.New(func() (fs.FS, error) {
 		root, err := want.mirror.FS(want.commit, gitutil.Selection{})
 		if err == nil {
-			h.opened(root)
+			h.Opened(root)
 			links.Trace(root)
 		}
 		return root, err
