@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/gitutil"
 )
 
 // A chain whose step failed remembers how far the change went, for its
@@ -18,7 +20,7 @@ func TestChainKeepsNoTreeOfAFailedChange(t *testing.T) {
 	first := SinkFunc(func(context.Context, Change) error { firsts++; return nil })
 	failing := SinkFunc(func(context.Context, Change) error { return errors.New("down") })
 	c := Chain("c", first, failing)
-	ch := Change{Target: Target{ID: "t"}, To: "b", From: "a", Reason: ReasonNewCommit, FS: fstest.MapFS{}, Root: fstest.MapFS{}}
+	ch := Change{Target: Target{ID: "t"}, To: gitutil.Hash{0xb}, From: gitutil.Hash{0xa}, Reason: ReasonNewCommit, FS: fstest.MapFS{}, Root: fstest.MapFS{}}
 	_, err := c.DeliverReport(context.Background(), ch)
 	require.Error(t, err)
 

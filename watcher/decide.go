@@ -1,5 +1,7 @@
 package watcher
 
+import "github.com/modwatch/modwatch/gitutil"
+
 // action is what a deliverer does with the commit a poll wants its sink to
 // have.
 type action int
@@ -30,7 +32,7 @@ type decision struct {
 	action action
 	// reason and from are the Change's, when action is deliver.
 	reason Reason
-	from   string
+	from   gitutil.Hash
 }
 
 // decide says what to do with commit, whose tree at the target's path is
@@ -39,7 +41,7 @@ type decision struct {
 // checkpoint has. A delivery of a commit other than the checkpoint's, for
 // an unchanged target, is ReasonNewCommit: the caller, who can read the
 // history, makes it ReasonForcePush when cp.Commit is not an ancestor.
-func decide(cp Checkpoint, have bool, commit, tree, fp string, resync bool) decision {
+func decide(cp Checkpoint, have bool, commit, tree gitutil.Hash, fp string, resync bool) decision {
 	switch {
 	case !have:
 		return decision{action: deliver, reason: ReasonInitial}
@@ -58,6 +60,6 @@ func decide(cp Checkpoint, have bool, commit, tree, fp string, resync bool) deci
 
 // holds reports whether the sink has commit for the target as it is now,
 // with no resync asked for: whatever the tree, there is nothing to do.
-func holds(cp Checkpoint, have bool, commit, fp string, resync bool) bool {
+func holds(cp Checkpoint, have bool, commit gitutil.Hash, fp string, resync bool) bool {
 	return have && cp.Target == fp && cp.Commit == commit && !resync
 }

@@ -37,12 +37,13 @@ func as[T any](s Sink) (T, bool) {
 // it is a [Reporter].
 type NextFunc func(ctx context.Context, c Change) (report any, err error)
 
-// Decorate returns a sink whose deliveries go through around, which calls
-// next to reach s (or does not: a filter, a dry run). The sink keeps what s
-// does: its name, Remove and Run (see [Wrapper]), and its report.
+// Decorate wraps s in around. Each delivery goes through around, which
+// calls next to reach s (or does not: a filter, a dry run). The sink
+// keeps what s does: its name, Remove and Run (see [Wrapper]), and its
+// report.
 //
 //	logged := watcher.Decorate(applier, func(ctx context.Context, c watcher.Change, next watcher.NextFunc) (any, error) {
-//		log.Info("applying", "target", c.Target.ID, "commit", c.To)
+//		log.Info("applying", "target", c.Target.ID, "commit", c.To.String())
 //		return next(ctx, c)
 //	})
 //

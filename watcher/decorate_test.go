@@ -20,7 +20,7 @@ type everything struct {
 }
 
 func (e *everything) DeliverReport(ctx context.Context, c watcher.Change) (any, error) {
-	return "report of " + c.To, e.Deliver(ctx, c)
+	return "report of " + c.To.String(), e.Deliver(ctx, c)
 }
 
 func (e *everything) Run(ctx context.Context) error {
@@ -37,7 +37,7 @@ func TestDecorateKeepsWhatTheSinkDoes(t *testing.T) {
 	inner := &everything{Sink: watchertest.NewSink("apply"), ran: make(chan struct{})}
 	var around []string
 	logged := watcher.Decorate(inner, func(ctx context.Context, c watcher.Change, next watcher.NextFunc) (any, error) {
-		around = append(around, "before "+c.To)
+		around = append(around, "before "+c.To.String())
 		return next(ctx, c)
 	})
 	obs := watchertest.NewObserver()
@@ -49,8 +49,8 @@ func TestDecorateKeepsWhatTheSinkDoes(t *testing.T) {
 	<-inner.ran
 	e := obs.WaitFor(t, "the delivery", watchertest.Is(watcher.EventDelivered, "a"))
 	assert.Equal(t, "apply", e.Sink, "the wrapped sink's name, so its checkpoints")
-	assert.Equal(t, "report of "+commit, e.Result)
-	assert.Equal(t, []string{"before " + commit}, around)
+	assert.Equal(t, "report of "+commit.String(), e.Result)
+	assert.Equal(t, []string{"before " + commit.String()}, around)
 	src.Set()
 	inner.WaitRemoved(t, "a")
 }

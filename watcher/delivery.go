@@ -15,56 +15,37 @@ import (
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/backoff"
+	"github.com/modwatch/modwatch/watcher/internal/handout"
+	"github.com/modwatch/modwatch/watcher/internal/lazyfs"
+	"github.com/modwatch/modwatch/watcher/internal/pool"
+	"github.com/modwatch/modwatch/watcher/internal/reads"
 )
 
-// desired is what a poller wants a sink to have.
-type desired struct {
+// commitOffer is what a poller wants a sink to have.
+type commitOffer struct {
 	// target is shared with the bound target it was offered for (and with
 	// the deliverers that keep it): never written to.
 	target *Target
 	ref    string
 	commit gitutil.Hash
-	// hex is commit in hex when its poller gave it (see hexes): one string
-	// for the targets of a poll at the same commit, which their
-	// checkpoints keep.
-	hex    string
 	tree   gitutil.Hash
-	mirror MirrorReader
-	remote string    // redacted URL
-	seen   time.Time // when the poller first saw commit for the target
+	// fingerprint is the target's (see Target.fingerprint), made once for
+	// all its sinks.
+	fingerprint string
+	mirror      MirrorReader
+	remote      string    // redacted URL
+	seen        time.Time // when the poller first saw commit for the target
 	// live is the poller's context: once it is done (the remote went to
 	// another replica, or another remote took the target), what it offered
 	// is not delivered, and a delivery of it in flight is cancelled.
 	live context.Context
-	// unfetched is set when the mirror may lack commit (tree is unknown):
+	// question is set when the mirror may lack commit (tree is unknown):
 	// the deliverer only answers whether its checkpoint holds it.
-	unfetched *unfetched
-}
-
-// commitHex is want's commit in hex.
-func (want *desired) commitHex() string {
-	if want.hex != "" {
-		return want.hex
-	}
-	return want.commit.String()
-}
-
-// hexes gives a commit's hex, the same string for the same commit as the
-// one before: a poll's targets mostly move to the same commit.
-type hexes struct {
-	last gitutil.Hash
-	hex  string
-}
-
-func (x *hexes) of(h gitutil.Hash) string {
-	if x.hex == "" || h != x.last {
-		x.last, x.hex = h, h.String()
-	}
-	return x.hex
+	question *question
 }
 
 // errHandedOff ends a delivery whose poller stopped: the target is another
-// poller's now (see desired.live).
+// poller's now (see commitOffer.live).
 var errHandedOff = errors.New("watcher: the target's remote is polled elsewhere now")
 
 // errUnfetched ends a delivery of a commit offered unfetched that the sink
@@ -74,7 +55,7 @@ var errUnfetched = errors.New("watcher: the commit is to be fetched")
 // deliverer serializes the deliveries of one target to one sink. It holds at
 // most one pending desire: a newer one replaces it (latest wins). It has no
 // goroutine of its own: what it is told schedules a step of it on the
-// watcher's pool (see pool), and its steps run one at a time.
+// watcher's pool (see pool.Pool), and its steps run one at a time.
 type deliverer struct {
 	env  *env
 	name sinkKey // its key among the watcher's (env.ended is told it ended)
@@ -83,9 +64,9 @@ type deliverer struct {
 	prev *deliverer // a deliverer of the same key still removing; its steps only
 
 	// Its steps only (one at a time). The booleans sit together, after
-	// st's, so that padding does not take the deliverer to a larger size
+	// state's, so that padding does not take the deliverer to a larger size
 	// class: there is one for each target and sink.
-	st         deliveryState
+	state      deliveryState
 	unreadable bool // an unreadable checkpoint was reported
 	knownHave  bool // known holds a checkpoint
 	// known is the checkpoint as this deliverer last read or wrote it, for
@@ -97,12 +78,12 @@ type deliverer struct {
 	known    Checkpoint
 	knownFor context.Context
 
-	pool  *pool // the watcher's deliveries
-	sched slot
+	pool  *pool.Pool // the watcher's deliveries
+	sched pool.Slot
 
 	mu         sync.Mutex
 	target     *Target // the target as last seen, for Remove; never written to
-	pending    *desired
+	pending    *commitOffer
 	resync     bool
 	removed    bool
 	resumed    bool // no longer suspended: its checkpoint's mark goes
@@ -129,13 +110,13 @@ func newDeliverer(v *env, name sinkKey, t *Target, s namedSink, prev *deliverer)
 // signal schedules a step.
 func (d *deliverer) signal() {
 	if d.pool != nil {
-		d.pool.schedule(d)
+		d.pool.Schedule(d)
 	}
 }
 
 // offer makes want the next thing to deliver, replacing any pending one.
 // want is shared by the target's sinks and never written to.
-func (d *deliverer) offer(want *desired) {
+func (d *deliverer) offer(want *commitOffer) {
 	d.mu.Lock()
 	d.pending, d.target, d.held = want, want.target, false
 	d.mu.Unlock()
@@ -217,12 +198,13 @@ func (d *deliverer) hasEnded() bool {
 	return d.ended
 }
 
-func (d *deliverer) slot() *slot { return &d.sched }
+// Slot, Step and Finish make a deliverer a pool.Task.
+func (d *deliverer) Slot() *pool.Slot { return &d.sched }
 
-// finish ends the deliverer (its retry stopped): the one of its key
+// Finish ends the deliverer (its retry stopped): the one of its key
 // waiting for it may start.
-func (d *deliverer) finish() {
-	d.st.stopTimer(d)
+func (d *deliverer) Finish() {
+	d.state.stopTimer(d)
 	d.mu.Lock()
 	d.ended = true
 	next := d.successors
@@ -236,10 +218,10 @@ func (d *deliverer) finish() {
 	}
 }
 
-// step does what the deliverer has to do now: a delivery of the latest it
+// Step does what the deliverer has to do now: a delivery of the latest it
 // was offered (or a resync, or a retry that is due), or an attempt at its
 // removal. It reports whether the deliverer has ended.
-func (d *deliverer) step(ctx context.Context) bool {
+func (d *deliverer) Step(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return false // the pool's close ends it
 	}
@@ -249,7 +231,7 @@ func (d *deliverer) step(ctx context.Context) bool {
 		}
 		d.prev = nil
 	}
-	st := &d.st
+	st := &d.state
 	d.mu.Lock()
 	next, rs, rm, retired, held, target, due := d.pending, d.resync, d.removed, d.retired, d.held, d.target, d.due
 	resumed := d.resumed
@@ -294,7 +276,7 @@ func (d *deliverer) step(ctx context.Context) bool {
 // desire taken, a resync asked for, the failures of this delivery (or
 // removal) and the timer of its retry.
 type deliveryState struct {
-	want     *desired
+	want     *commitOffer
 	attempt  int
 	timer    *time.Timer
 	gen      int // the timer's generation
@@ -353,20 +335,20 @@ func (st *deliveryState) after(ctx context.Context, d *deliverer, err error) {
 }
 
 // deliver hands want to the sink unless its checkpoint says it has it.
-func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, attempt int) error {
+func (d *deliverer) deliver(ctx context.Context, want *commitOffer, resync bool, attempt int) error {
 	t := *want.target
 	if want.live != nil && want.live.Err() != nil {
 		return errHandedOff
 	}
-	commit, fp := want.commitHex(), t.fingerprint()
+	commit, fp := want.commit, want.fingerprint
 	ev := Event{Target: &t, Sink: d.sink.name, Remote: want.remote, Ref: want.ref, Commit: commit, Attempt: attempt, Seen: want.seen}
 	cp, have, err := d.checkpoint(ctx, want.live, t.ID)
 	if err != nil {
 		return d.fail(ctx, ev, nil, err)
 	}
-	if u := want.unfetched; u != nil {
+	if q := want.question; q != nil {
 		has := holds(cp, have, commit, fp, resync)
-		u.answer(has)
+		q.answer(has)
 		if !has {
 			return errUnfetched
 		}
@@ -387,7 +369,7 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 	case record:
 		return d.record(ctx, want.live, ev, cp)
 	}
-	h, links := &handout{}, &linkReads{path: t.Path}
+	h, links := &handout.Trees{}, reads.NewLinks(t.Path)
 	c, err := d.change(ctx, want, dec, h, links)
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
@@ -405,15 +387,15 @@ func (d *deliverer) deliver(ctx context.Context, want *desired, resync bool, att
 // checkpoint, with what the sink read outside the path (its report's and
 // links' reads), and reports the delivery. c's file systems are closed
 // after, unless the sink was abandoned (it may read on), and handed on
-// (see handout) either way.
-func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Change, h *handout, links *linkReads) error {
+// (see handout.Trees) either way.
+func (d *deliverer) invoke(ctx context.Context, want *commitOffer, ev Event, c Change, h *handout.Trees, links *reads.Links) error {
 	t, commit := *want.target, ev.Commit
 	abandoned := false
 	defer func() {
 		if !abandoned {
 			closeAll(c.FS, c.Root)
 		}
-		h.handOn(c.FS)
+		h.HandOn(c.FS)
 	}()
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -432,12 +414,12 @@ func (d *deliverer) invoke(ctx context.Context, want *desired, ev Event, c Chang
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
 	}
-	reads := readsOf(ev.Result, links.list(), t.Path)
-	tree, err := readsTree(ctx, want, reads)
+	read := reads.Of(reportedReads(ev.Result), links.List(), t.Path)
+	tree, err := readsTree(ctx, want, read)
 	if err != nil {
 		return d.fail(ctx, ev, &c, err)
 	}
-	if err := d.put(ctx, want.live, Checkpoint{Commit: commit, Tree: tree, Target: ev.Target.fingerprint(), Reads: reads, Time: time.Now()}); err != nil {
+	if err := d.put(ctx, want.live, Checkpoint{Commit: commit, Tree: tree, Target: want.fingerprint, Reads: read, Time: time.Now()}); err != nil {
 		// Delivered but not recorded: deliver again rather than lose it.
 		return d.fail(ctx, ev, &c, err)
 	}
@@ -509,10 +491,10 @@ func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
 // does not descend from the last is a force-push), the paths changed
 // since, and the tree; h follows Change.Root's once opened, and links
 // collects what its file systems read through symbolic links.
-func (d *deliverer) change(ctx context.Context, want *desired, dec decision, h *handout, links *linkReads) (Change, error) {
+func (d *deliverer) change(ctx context.Context, want *commitOffer, dec decision, h *handout.Trees, links *reads.Links) (Change, error) {
 	t := *want.target
-	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commitHex(), Reason: dec.reason}
-	if from, err := gitutil.ParseHash(dec.from); dec.reason == ReasonNewCommit && err == nil {
+	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commit, Reason: dec.reason}
+	if from := dec.from; dec.reason == ReasonNewCommit && !from.IsZero() {
 		// Unknown ancestry (a shallow mirror) counts as a new commit; a
 		// missing From (a rebuilt mirror) leaves Paths unknown.
 		if anc, err := want.mirror.IsAncestor(ctx, from, want.commit); err == nil && !anc {
@@ -524,21 +506,21 @@ func (d *deliverer) change(ctx context.Context, want *desired, dec decision, h *
 	}
 	fsys, err := want.mirror.FS(want.commit, t.Selection())
 	// The whole repository, opened only if the sink reads it.
-	c.Root = &lazyFS{open: func() (fs.FS, error) {
+	c.Root = lazyfs.New(func() (fs.FS, error) {
 		root, err := want.mirror.FS(want.commit, mirror.Selection{})
 		if err == nil {
-			h.opened(root)
-			links.trace(root)
+			h.Opened(root)
+			links.Trace(root)
 		}
 		return root, err
-	}}
+	})
 	if err != nil {
 		if errors.Is(err, mirror.ErrCommitNotFound) || errors.Is(err, mirror.ErrCorrupt) {
 			d.env.trigger(t.URL) // the mirror lost it (rebuilt): have it fetched again now
 		}
 		return c, err
 	}
-	links.trace(fsys)
+	links.Trace(fsys)
 	if t.RecurseSubmodules {
 		count := 0
 		mounted, err := d.env.mountSubmodules(ctx, t, want.mirror, t.URL, want.commit, t.Selection(), fsys, 0, &count)
@@ -688,7 +670,7 @@ func (d *deliverer) removeStep(ctx context.Context, t Target) bool {
 	ev := Event{Type: EventRemoved, Target: &t, Sink: d.sink.name, Remote: gitutil.RedactURL(t.URL)}
 	call := d.removal(t, &ev)
 	if call != nil {
-		d.st.attempt++
+		d.state.attempt++
 		_, err := w.callSink(ctx, func(ctx context.Context) (_ any, err error) {
 			defer func() {
 				if p := recover(); p != nil {
@@ -697,14 +679,14 @@ func (d *deliverer) removeStep(ctx context.Context, t Target) bool {
 			}()
 			return nil, call(ctx)
 		})
-		ev.Attempt = d.st.attempt
+		ev.Attempt = d.state.attempt
 		if err != nil {
 			if ctx.Err() != nil {
 				return false
 			}
 			ev.Err = err
 			w.emit(ev)
-			d.st.retryIn(d, backoff.Delay(d.st.attempt, w.opts.retryMin, w.opts.retryMax), false)
+			d.state.retryIn(d, backoff.Delay(d.state.attempt, w.opts.retryMin, w.opts.retryMax), false)
 			return false
 		}
 	}

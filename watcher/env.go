@@ -5,6 +5,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/modwatch/modwatch/watcher/internal/fetchgate"
+	"github.com/modwatch/modwatch/watcher/internal/health"
+	"github.com/modwatch/modwatch/watcher/internal/pool"
 )
 
 // env is what a watcher's remotes and deliverers share of it: its
@@ -14,16 +18,16 @@ type env struct {
 	opts      options
 	log       logr.Logger
 	listSem   chan struct{}
-	fetches   *fetchGate   // set by Run, with polls
-	retrying  atomic.Int64 // deliveries waiting to be retried
-	abandoned atomic.Int64 // sink calls that ignored their ctx, still running
-	health    health
+	fetches   *fetchgate.Gate // set by Run, with polls
+	retrying  atomic.Int64    // deliveries waiting to be retried
+	abandoned atomic.Int64    // sink calls that ignored their ctx, still running
+	health    health.Health
 	// deliveries runs the deliverers' steps (at most the delivery limit at
 	// once), polls the remotes' polls (at most the listing and fetch limits
 	// together: a poll that fetches still lets others list, and one that
-	// waits for a fetch slot holds no worker: see fetchGate); set by Run
+	// waits for a fetch slot holds no worker: see fetchgate.Gate); set by Run
 	// before any starts.
-	deliveries, polls *pool
+	deliveries, polls *pool.Pool
 	// trigger is Watcher.Trigger: a deliverer whose commit the mirror lost
 	// asks for a poll with it.
 	trigger func(repoURL string) bool
@@ -43,7 +47,6 @@ func newEnv(o options) *env {
 		opts:    o,
 		log:     logr.Discard(), // Run takes it from its context
 		listSem: make(chan struct{}, o.listLimit),
-		health:  health{failing: map[string]string{}},
 	}
 }
 

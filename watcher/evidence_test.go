@@ -25,8 +25,8 @@ func deliverBoth(t *testing.T, sink *inventorySink, c string, a, b watcher.Targe
 	w := newWatcher(t, watchertest.NewObserver())
 	require.NoError(t, w.Route(watchertest.NewSource(a, b), sink))
 	stop := watchertest.Run(t, w.Run)
-	sink.WaitCommit(t, a.ID, c)
-	sink.WaitCommit(t, b.ID, c)
+	sink.WaitCommit(t, a.ID, hash(c))
+	sink.WaitCommit(t, b.ID, hash(c))
 	stop()
 }
 
@@ -58,8 +58,8 @@ func TestASourceWithoutItsSetAtStartRemovesNothing(t *testing.T) {
 
 	c2 := repo.Commit(t, "2", gittest.File("a/f", "2"), gittest.File("b/f", "2"))
 	src.Set(a, b)
-	sink.WaitCommit(t, "a", c2)
-	sink.WaitCommit(t, "b", c2)
+	sink.WaitCommit(t, "a", hash(c2))
+	sink.WaitCommit(t, "b", hash(c2))
 	pollNow(t, w, obs, repo.URL())
 	assert.Empty(t, sink.Removed())
 	assert.Equal(t, 0, w.Stats().NoSet)
@@ -78,13 +78,13 @@ func TestASourceThatLosesItsSetKeepsTheLast(t *testing.T) {
 	src := watchertest.NewSource(a)
 	require.NoError(t, w.Route(src, sink))
 	watchertest.Run(t, w.Run)
-	sink.WaitCommit(t, "a", c1)
+	sink.WaitCommit(t, "a", hash(c1))
 
 	src.NoSet(errors.New("informer: forbidden"))
 	obs.WaitFor(t, "no set", func(e watcher.Event) bool { return e.Type == watcher.EventNoSet })
 	c2 := repo.Commit(t, "2", gittest.File("a/f", "2"))
 	pollNow(t, w, obs, repo.URL())
-	sink.WaitCommit(t, "a", c2)
+	sink.WaitCommit(t, "a", hash(c2))
 	assert.Empty(t, sink.Removed())
 	st := w.Stats()
 	assert.Equal(t, 1, st.Targets)
@@ -106,7 +106,7 @@ func TestATargetStillNamedButInvalidIsKept(t *testing.T) {
 	src := watchertest.NewSource(a, b)
 	require.NoError(t, w.Route(src, sink))
 	stop := watchertest.Run(t, w.Run)
-	sink.WaitCommit(t, "b", c1)
+	sink.WaitCommit(t, "b", hash(c1))
 
 	bad := b
 	bad.Path = "../b"
@@ -149,7 +149,7 @@ func TestATargetNamedButNotWatchedIsKept(t *testing.T) {
 	src := watchertest.NewSource(a, b)
 	require.NoError(t, w.Route(src, sink))
 	watchertest.Run(t, w.Run)
-	sink.WaitCommit(t, "b", c1)
+	sink.WaitCommit(t, "b", hash(c1))
 
 	refused := errors.New("secret team/creds: forbidden")
 	src.Set(a, watcher.NotWatched("b", refused))
@@ -157,12 +157,12 @@ func TestATargetNamedButNotWatchedIsKept(t *testing.T) {
 	require.ErrorIs(t, e.Err, refused)
 	c2 := repo.Commit(t, "2", gittest.File("a/f", "2"), gittest.File("b/f", "2"))
 	pollNow(t, w, obs, repo.URL())
-	sink.WaitCommit(t, "a", c2)
+	sink.WaitCommit(t, "a", hash(c2))
 	assert.Empty(t, sink.Removed())
 	assert.Equal(t, 1, w.Stats().Invalid)
 
 	src.Set(a, b)
-	sink.WaitCommit(t, "b", c2)
+	sink.WaitCommit(t, "b", hash(c2))
 	assert.Empty(t, sink.Removed())
 }
 
@@ -213,7 +213,7 @@ func TestAHeldRemovalIsForgottenOrConfirmed(t *testing.T) {
 	c2 := repo.Commit(t, "2", gittest.File("a/f", "2"), gittest.File("b/f", "2"), gittest.File("c/f", "2"), gittest.File("d/f", "2"))
 	pollNow(t, w, obs, repo.URL())
 	for _, tg := range ts {
-		sink.WaitCommit(t, tg.ID, c2)
+		sink.WaitCommit(t, tg.ID, hash(c2))
 	}
 	assert.Empty(t, sink.Removed())
 	assert.Equal(t, 0, w.Stats().RemovalsHeld, "forgotten")
@@ -280,7 +280,7 @@ func TestASuspendedTargetLeavingItsSetIsForgottenNotRemoved(t *testing.T) {
 	require.NoError(t, w.Route(src, sink))
 	watchertest.Run(t, w.Run)
 	for _, tg := range ts {
-		sink.WaitCommit(t, tg.ID, c1)
+		sink.WaitCommit(t, tg.ID, hash(c1))
 	}
 	paused := ts[0]
 	paused.Suspend = true
@@ -320,7 +320,7 @@ func budgetWatcher(t *testing.T, confirm time.Duration) (*watcher.Watcher, *watc
 	require.NoError(t, w.Route(src, sink))
 	watchertest.Run(t, w.Run)
 	for _, tg := range ts {
-		sink.WaitCommit(t, tg.ID, c1)
+		sink.WaitCommit(t, tg.ID, hash(c1))
 	}
 	return w, obs, src, sink, ts, repo
 }
@@ -461,7 +461,7 @@ func TestATargetSuspendedWhileDownIsForgottenAtStart(t *testing.T) {
 	}
 	_, stop := run(ts...)
 	for _, tg := range ts {
-		sink.WaitCommit(t, tg.ID, c1)
+		sink.WaitCommit(t, tg.ID, hash(c1))
 	}
 	stop()
 	pausedA, pausedB := ts[0], ts[1]

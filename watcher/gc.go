@@ -23,7 +23,7 @@ const touchesPerGrace = 8
 // touchMirror records that a mirror is in use, as its directory's
 // modification time, which survives restarts. A remote does so when it
 // ends, and when it polls if it has not for touchesPerGrace of the grace:
-// a system call on every poll was 8% of a no-change poll's CPU.
+// a system call on every poll is 8% of a no-change poll's CPU.
 func (v *env) touchMirror(dir string) {
 	now := time.Now()
 	_ = os.Chtimes(dir, now, now)

@@ -106,12 +106,12 @@ func TestFirstFetchDepth(t *testing.T) {
 			w := newWatcher(t, obs, tc.opts...)
 			require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), sink))
 			start(t, w)
-			sink.WaitCommit(t, "t", old)
+			sink.WaitCommit(t, "t", hash(old))
 
 			repo.Reset(t, base)
 			rewritten := repo.Commit(t, "rewritten", gittest.File("a", "3"))
 			w.Trigger(repo.URL())
-			c := sink.WaitCommit(t, "t", rewritten)
+			c := sink.WaitCommit(t, "t", hash(rewritten))
 			assert.Equal(t, tc.reason, c.Reason)
 			if tc.reason == watcher.ReasonForcePush {
 				assert.Equal(t, []string{"a"}, c.Paths)
@@ -133,10 +133,10 @@ func TestSubmodulesAreReported(t *testing.T) {
 	w := newWatcher(t, obs)
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Path: "deploy"}), sink))
 	start(t, w)
-	c := sink.WaitCommit(t, "t", commit)
+	c := sink.WaitCommit(t, "t", hash(commit))
 	assert.Equal(t, []string{"vendor/lib"}, c.Submodules)
 	e := obs.WaitFor(t, "the report", watchertest.Is(watcher.EventSubmodulesLeftOut, "t"))
-	assert.Equal(t, commit, e.Commit)
+	assert.Equal(t, hash(commit), e.Commit)
 	assert.Equal(t, []string{"vendor/lib"}, e.Change.Submodules)
 }
 
@@ -163,7 +163,7 @@ func TestVerifiedCommitsOnly(t *testing.T) {
 		bad := repo.Commit(t, map[string]string{"app.yaml": "v: " + name + "\n"})
 		w.Trigger(repo.URL())
 		e := obs.WaitFor(t, name, func(e watcher.Event) bool {
-			return e.Type == watcher.EventTargetFailed && errors.Is(e.Err, mirror.ErrUnverified) && strings.Contains(e.Err.Error(), bad)
+			return e.Type == watcher.EventTargetFailed && errors.Is(e.Err, mirror.ErrUnverified) && strings.Contains(e.Err.Error(), bad.String())
 		})
 		assert.Equal(t, "app", e.Target.ID)
 		assert.Equal(t, bad, e.Commit, "the event names the commit refused")
@@ -202,7 +202,7 @@ func TestVerifiedSSHSignedCommits(t *testing.T) {
 	bad := repo.Commit(t, map[string]string{"app.yaml": "v: mallory\n"})
 	w.Trigger(repo.URL())
 	e := obs.WaitFor(t, "signed by another SSH key", func(e watcher.Event) bool {
-		return e.Type == watcher.EventTargetFailed && errors.Is(e.Err, mirror.ErrUnverified) && strings.Contains(e.Err.Error(), bad)
+		return e.Type == watcher.EventTargetFailed && errors.Is(e.Err, mirror.ErrUnverified) && strings.Contains(e.Err.Error(), bad.String())
 	})
 	assert.Contains(t, e.Err.Error(), "not a trusted key")
 	repo.SignWithSSH(release)

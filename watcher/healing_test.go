@@ -41,7 +41,7 @@ func TestTornCheckpointIsDeliveredAgain(t *testing.T) {
 	}
 	sink1 := watchertest.NewSink("rec")
 	stop := run(t, sink1, nil)
-	sink1.WaitCommit(t, "t", c1)
+	sink1.WaitCommit(t, "t", hash(c1))
 	stop()
 
 	files, err := filepath.Glob(filepath.Join(storeDir, "*.json"))
@@ -53,7 +53,7 @@ func TestTornCheckpointIsDeliveredAgain(t *testing.T) {
 
 	sink2, log := watchertest.NewSink("rec"), &logLines{}
 	stop = run(t, sink2, log)
-	got := sink2.WaitCommit(t, "t", c1)
+	got := sink2.WaitCommit(t, "t", hash(c1))
 	stop()
 	assert.Equal(t, watcher.ReasonInitial, got.Reason)
 	assert.Equal(t, 1, log.count("checkpoint unreadable"), "reported once")
@@ -63,7 +63,7 @@ func TestTornCheckpointIsDeliveredAgain(t *testing.T) {
 		Checkpoint watcher.Checkpoint `json:"checkpoint"`
 	}
 	require.NoError(t, json.Unmarshal(rewritten, &rec), "the record is whole again: %q", rewritten)
-	assert.Equal(t, c1, rec.Checkpoint.Commit)
+	assert.Equal(t, hash(c1), rec.Checkpoint.Commit)
 }
 
 // A mirror whose pack or index was cut short between runs is rebuilt on the
@@ -110,7 +110,7 @@ func TestTruncatedPackOrIndexIsRebuilt(t *testing.T) {
 			}
 			sink, obs := watchertest.NewSink("rec"), watchertest.NewObserver()
 			stop := run(sink, obs)
-			sink.WaitCommit(t, "t", c1)
+			sink.WaitCommit(t, "t", hash(c1))
 			if !tc.live {
 				stop()
 			}
@@ -134,8 +134,8 @@ func TestTruncatedPackOrIndexIsRebuilt(t *testing.T) {
 				stop = run(sink, obs)
 			}
 			defer stop()
-			got := sink.WaitCommit(t, "t", c2)
-			assert.Equal(t, c1, got.From)
+			got := sink.WaitCommit(t, "t", hash(c2))
+			assert.Equal(t, hash(c1), got.From)
 			obs.WaitFor(t, "the rebuild", watchertest.Is(watcher.EventMirrorRebuilt, ""))
 		})
 	}
@@ -169,7 +169,7 @@ func TestStalledFetchesDoNotBlockOthers(t *testing.T) {
 		require.Eventually(t, func() bool { return repo.Counts().Fetches.Load() > 0 }, 30*time.Second, 10*time.Millisecond, "%s fetching", repo.Name())
 	}
 	src.Set(append(targets, watcher.Target{ID: "healthy", URL: healthy.URL()})...)
-	sink.WaitCommit(t, "healthy", c1)
+	sink.WaitCommit(t, "healthy", hash(c1))
 	assert.Equal(t, 1, obs.Count(watchertest.Is(watcher.EventFetched, "")), "only the healthy fetch ended: the stalled ones still hang")
 }
 
@@ -191,7 +191,7 @@ func TestPollsWaitingForAFetchSlotLetOthersList(t *testing.T) {
 		watcher.WithTimeouts(watcher.Timeouts{StallYield: time.Hour, StallAbort: time.Hour}))
 	require.NoError(t, w.Route(src, sink))
 	start(t, w)
-	sink.WaitCommit(t, "warm", cw)
+	sink.WaitCommit(t, "warm", hash(cw))
 
 	var cold []*gittest.Repo
 	commits := map[string]string{}
@@ -229,7 +229,7 @@ func TestPollsWaitingForAFetchSlotLetOthersList(t *testing.T) {
 		srv.Stall(repo.Name(), -1)
 	}
 	for _, repo := range cold {
-		sink.WaitCommit(t, repo.Name(), commits[repo.Name()])
+		sink.WaitCommit(t, repo.Name(), hash(commits[repo.Name()]))
 	}
 }
 
@@ -259,12 +259,12 @@ func TestKeptFSReadsAfterRepacks(t *testing.T) {
 	w := newWatcher(t, obs, watcher.WithGit(watcher.GoGit{GitCLI: "git", RepackPacks: 2}))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Path: "app"}), sink))
 	start(t, w)
-	kept := sink.WaitCommit(t, "t", c1).FS
+	kept := sink.WaitCommit(t, "t", hash(c1)).FS
 
 	for i := 2; i <= 6; i++ {
 		c := repo.Commit(t, fmt.Sprint(i), gittest.File("app/f", fmt.Sprint("v", i)))
 		pollNow(t, w, obs, repo.URL())
-		sink.WaitCommit(t, "t", c)
+		sink.WaitCommit(t, "t", hash(c))
 	}
 	data, err := fs.ReadFile(kept, "f")
 	require.NoError(t, err, "the kept file system reads after the repacks")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
@@ -38,4 +39,13 @@ func mirrorDirs(t *testing.T, cacheDir string) []string {
 func memoryRemote() (*watchertest.Git, *watchertest.Remote) {
 	git := watchertest.NewGit()
 	return git, git.Remote("https://git.example/g/r.git")
+}
+
+// hash is the commit a test repository named in hex.
+func hash(commit string) gitutil.Hash {
+	h, err := gitutil.ParseHash(commit)
+	if err != nil {
+		panic(err)
+	}
+	return h
 }

@@ -44,7 +44,7 @@ func TestHostileCheckpointIsDeliveredAgain(t *testing.T) {
 			}
 			sink1 := watchertest.NewSink("rec")
 			stop := run(t, sink1, &logLines{})
-			sink1.WaitCommit(t, "t", c1)
+			sink1.WaitCommit(t, "t", hash(c1))
 			stop()
 
 			files, err := filepath.Glob(filepath.Join(storeDir, "*.json"))
@@ -62,7 +62,7 @@ func TestHostileCheckpointIsDeliveredAgain(t *testing.T) {
 					_ = w.Close()
 				}
 			})
-			got := sink2.WaitCommit(t, "t", c1)
+			got := sink2.WaitCommit(t, "t", hash(c1))
 			stop()
 			assert.Equal(t, watcher.ReasonInitial, got.Reason)
 			assert.Equal(t, 1, log.count("checkpoint unreadable"), "reported once:\n%s", log)

@@ -46,7 +46,7 @@ func commitAndDeliver(t *testing.T, w *watcher.Watcher, obs *watchertest.Observe
 	c := repo.Commit(t, v, gittest.File("app/f", v))
 	pollNow(t, w, obs, repo.URL())
 	obs.WaitFor(t, "the delivery of "+v, func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Commit == c
+		return e.Type == watcher.EventDelivered && e.Commit == hash(c)
 	})
 	return c
 }
@@ -65,13 +65,13 @@ func TestObserverKeepingEventsKeepsNoPack(t *testing.T) {
 	read := map[string]string{} // what the sink read during each Deliver
 	sink := watcher.Named("rec", watcher.SinkFunc(func(_ context.Context, c watcher.Change) error {
 		data, err := fs.ReadFile(c.FS, "f")
-		read[c.To] = string(data)
+		read[c.To.String()] = string(data)
 		return err
 	}))
 	w := newWatcherIn(t, obs, cache, watcher.WithGit(watcher.GoGit{RepackPacks: 2}))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Path: "app"}), sink))
 	start(t, w)
-	obs.WaitFor(t, "the first delivery", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == c1 })
+	obs.WaitFor(t, "the first delivery", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == hash(c1) })
 	for i := 2; i <= 15; i++ {
 		commitAndDeliver(t, w, obs, repo, fmt.Sprint(i))
 	}
@@ -119,7 +119,7 @@ func TestSinkKeepingTreesIsCountedAndBounded(t *testing.T) {
 	}
 	var last during // of the delivery under way, read after its event
 	sink.SetHook(func(_ context.Context, c watcher.Change) error {
-		if c.To == c1 {
+		if c.To == hash(c1) {
 			_, err := fs.ReadFile(c.Root, "app/f") // opened during Deliver, kept with FS
 			return err
 		}
@@ -130,7 +130,7 @@ func TestSinkKeepingTreesIsCountedAndBounded(t *testing.T) {
 	})
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Path: "app"}), sink))
 	start(t, w)
-	sink.WaitCommit(t, "t", c1)
+	sink.WaitCommit(t, "t", hash(c1))
 	for i := 2; i <= 16; i++ {
 		commitAndDeliver(t, w, obs, repo, fmt.Sprint(i))
 	}
@@ -201,20 +201,20 @@ func TestTreeOfADeliveryUnderWayIsNeverReleased(t *testing.T) {
 	require.NoError(t, w.Route(src, sink))
 	start(t, w)
 	<-inA
-	first := sink.WaitCommit(t, "b", c1)
+	first := sink.WaitCommit(t, "b", hash(c1))
 	for i := 2; i <= 6; i++ {
 		if i == 6 {
 			collect() // what b's sink kept until now counts as kept
 		}
 		c := repo.Commit(t, fmt.Sprint(i), gittest.File("b/f", fmt.Sprint("b", i)))
 		pollNow(t, w, obs, repo.URL())
-		sink.WaitCommit(t, "b", c)
+		sink.WaitCommit(t, "b", hash(c))
 	}
 	_, err := readFile(first, "f")
 	require.ErrorIs(t, err, mirror.ErrReleased, "b's oldest kept tree is released")
 
 	close(goOn)
-	sink.WaitCommit(t, "a", c1)
+	sink.WaitCommit(t, "a", hash(c1))
 	require.NoError(t, afterErr, "a's tree, its delivery under way, is not")
 	assert.Equal(t, "a1", after)
 }
@@ -257,7 +257,7 @@ func TestTreesKeptInReportsAndErrorsAreBounded(t *testing.T) {
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Path: "app"}), &treeKeeper{}))
 	outcome := func(c string) func(watcher.Event) bool {
 		return func(e watcher.Event) bool {
-			return (e.Type == watcher.EventDelivered || e.Type == watcher.EventDeliveryFailed) && e.Commit == c
+			return (e.Type == watcher.EventDelivered || e.Type == watcher.EventDeliveryFailed) && e.Commit == hash(c)
 		}
 	}
 	c1 := repo.Commit(t, "1", gittest.File("app/f", "1"))

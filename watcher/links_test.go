@@ -88,10 +88,10 @@ func TestWhatADeliveryReadsThroughLinksIsWatched(t *testing.T) {
 	w := newWatcher(t, obs, watcher.WithStore(store))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "x", URL: repo.URL(), Path: "apps/x"}), sink))
 	start(t, w)
-	sink.WaitCommit(t, "x", c1)
+	sink.WaitCommit(t, "x", hash(c1))
 	delivered := func(c string) {
 		t.Helper()
-		obs.WaitFor(t, "delivered "+c, func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == c })
+		obs.WaitFor(t, "delivered "+c, func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == hash(c) })
 	}
 	delivered(c1)
 	assert.Equal(t, []string{"common/values.yaml", "links/one", "links/two", "shared/base", "shared/chained", "shared/other", "third"},
@@ -116,7 +116,7 @@ func TestWhatADeliveryReadsThroughLinksIsWatched(t *testing.T) {
 	} {
 		c := repo.Commit(t, step.what, step.changes...)
 		pollNow(t, w, obs, repo.URL())
-		got := sink.WaitCommit(t, "x", c)
+		got := sink.WaitCommit(t, "x", hash(c))
 		assert.Equal(t, watcher.ReasonNewCommit, got.Reason, step.what)
 		delivered(c)
 	}
@@ -133,7 +133,7 @@ func TestWhatADeliveryReadsThroughLinksIsWatched(t *testing.T) {
 	} {
 		c := repo.Commit(t, step.what, step.changes...)
 		pollNow(t, w, obs, repo.URL())
-		obs.WaitFor(t, step.what+": up to date", func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit == c })
+		obs.WaitFor(t, step.what+": up to date", func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit == hash(c) })
 	}
 	assert.Len(t, sink.Delivered(), n, "a commit that changes nothing read is not delivered")
 }

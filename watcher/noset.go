@@ -34,8 +34,8 @@ func (t Target) Unwatched() error {
 // noSetKey is the key of a source's reporter in the ctx its Run is given.
 type noSetKey struct{}
 
-// NoSet is what a [Source] calls, with the ctx its Run was given, when it
-// cannot give its set now: its file is missing, unreadable or invalid, its
+// NoSet says that a [Source] cannot give its set now. The source calls
+// it with the ctx its Run was given, with why: its file is missing, unreadable or invalid, its
 // informer cannot list (or is forbidden to), a lookup it needs failed. Not
 // being able to read the desired set is never an empty set: the watcher
 // keeps the set the source gave last (none before its first, and then

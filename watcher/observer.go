@@ -3,6 +3,8 @@ package watcher
 import (
 	"fmt"
 	"time"
+
+	"github.com/modwatch/modwatch/gitutil"
 )
 
 // EventType is what an Event reports.
@@ -73,8 +75,10 @@ type Event struct {
 	Target *Target
 	// Sink is the sink's name, for delivery events.
 	Sink string
-	// Ref and Commit are what the target resolved to, when known.
-	Ref, Commit string
+	// Ref and Commit are what the target resolved to, when known (Commit
+	// is zero otherwise).
+	Ref    string
+	Commit gitutil.Hash
 	// Change is the change handed to the sink, for delivery events, as a
 	// record: its FS and Root are nil. An event is a value an observer may
 	// keep (as a client-go event handler keeps an object, not a handle on
@@ -109,7 +113,7 @@ func (e Event) String() string {
 	if e.Remote != "" {
 		s += " remote=" + e.Remote
 	}
-	if e.Commit != "" {
+	if !e.Commit.IsZero() {
 		s += " commit=" + short(e.Commit)
 	}
 	if e.Change != nil {
@@ -121,12 +125,8 @@ func (e Event) String() string {
 	return s
 }
 
-func short(commit string) string {
-	if len(commit) > 12 {
-		return commit[:12]
-	}
-	return commit
-}
+// short is commit's text abbreviated, for logs.
+func short(commit gitutil.Hash) string { return commit.String()[:12] }
 
 // Observer hears each outcome: this is how status write-back, metrics and
 // events are built without sinks knowing about each other.

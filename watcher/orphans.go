@@ -47,7 +47,7 @@ func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 		done = w.sweep(ctx, x, key, wanted) && done
 	}
 	w.mu.Lock()
-	w.forgetHeld(seen, "the sweep at start")
+	w.removals.Forget(seen, "the sweep at start")
 	w.mu.Unlock()
 	return done
 }
@@ -113,7 +113,7 @@ func (w *Watcher) removeOrphan(ctx context.Context, x inventorySink, id string) 
 	w.removing[dkey] = d
 	w.mu.Unlock()
 	d.remove()
-	w.env.deliveries.start(d)
+	w.env.deliveries.Start(d)
 }
 
 // wasSuspended reports whether the checkpoint of id's delivery to the sink

@@ -44,7 +44,7 @@ func TestPartialMirrorDeliversPathsOfAMonorepo(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		read[c.Target.ID+"@"+c.To] = string(own) + "+" + string(base)
+		read[c.Target.ID+"@"+c.To.String()] = string(own) + "+" + string(base)
 		return nil
 	}))
 	obs := watchertest.NewObserver()

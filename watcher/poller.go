@@ -12,12 +12,15 @@ import (
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/backoff"
+	"github.com/modwatch/modwatch/watcher/internal/fetchgate"
+	"github.com/modwatch/modwatch/watcher/internal/pool"
+	"github.com/modwatch/modwatch/watcher/internal/stall"
 )
 
 // remote polls one repository (URL and credentials) for all the targets on
 // it: one ref listing per cycle, a fetch only of what moved. It has no
 // goroutine of its own: a poke or its timer schedules a poll on the
-// watcher's pool of polls (see pool).
+// watcher's pool of polls (see pool.Pool).
 type remote struct {
 	env      *env
 	key      string // normalised URL and credential identity
@@ -28,28 +31,27 @@ type remote struct {
 	mirror   Mirror
 	ctx      context.Context // ends when the remote stops; set by start
 	cancel   context.CancelFunc
-	sched    slot
+	sched    pool.Slot
 
 	// Its steps only (one at a time).
 	timer    *time.Timer
 	gen      int           // the timer's generation
 	armedIv  time.Duration // the interval the timer was set for
 	failures int
-	waiting  *listed   // a poll waiting for a fetch slot
+	waiting  *listing  // a poll waiting for a fetch slot
 	touched  time.Time // when its mirror was last marked used
 
-	// Guarded by env.fetches.mu.
-	parked  bool // in the fetch gate's line
-	granted bool // a fetch slot was handed to it
-	asking  bool // its deliverers were asked whether it needs the fetch, and have not all answered
+	// Its place in the fetch gate: it asks for a slot, and is passed over
+	// while its deliverers are asked whether it needs the fetch (see ask).
+	gate fetchgate.Place
 
 	mu      sync.Mutex
 	auth    *gitutil.Auth // the same identity, maybe a rotated secret
-	targets map[targetKey]*polled
+	targets map[targetKey]*pollState
 	// sorted are targets by key, and prefixes the ref prefixes they need
 	// listed; made when the targets change, not by every poll, which
 	// reads them as they are (a new slice replaces one, never a write).
-	sorted   []*polled
+	sorted   []*pollState
 	prefixes []string
 	poked    bool // a poll is asked for now
 	due      int  // the timer of this generation fired
@@ -57,9 +59,9 @@ type remote struct {
 	stale    int  // firings that began before the timer was stopped, and are to be ignored
 }
 
-// polled is a target's state in its poller.
-type polled struct {
-	b       *bound
+// pollState is a target's state in its poller.
+type pollState struct {
+	bound   *boundTarget
 	offered gitutil.Hash // commit last handed to the deliverers
 	ref     string       // ref it last resolved to
 	// mustFetch: a deliverer needs the tree of a commit offered before it
@@ -70,21 +72,21 @@ type polled struct {
 func newRemote(v *env, key, dir string, spec *remoteSpec, m Mirror) *remote {
 	r := &remote{
 		env: v, key: key, dir: dir, urlKey: spec.urlKey, url: spec.url, redacted: gitutil.RedactURL(spec.url),
-		auth: spec.auth, mirror: m, targets: map[targetKey]*polled{}, poked: true, // the first poll is at once
+		auth: spec.auth, mirror: m, targets: map[targetKey]*pollState{}, poked: true, // the first poll is at once
 	}
 	for k, b := range spec.targets {
-		r.targets[k] = &polled{b: b}
+		r.targets[k] = &pollState{bound: b}
 	}
 	r.index()
 	return r
 }
 
 // start starts polling, on ctx (a poll's desires are delivered while it
-// lasts: see desired.live).
+// lasts: see commitOffer.live).
 func (r *remote) start(ctx context.Context) {
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.env.claim(r)
-	r.env.polls.start(r)
+	r.env.polls.Start(r)
 }
 
 // poke asks for a poll now; pokes during a poll coalesce into one more.
@@ -93,7 +95,7 @@ func (r *remote) poke() {
 	r.poked = true
 	r.mu.Unlock()
 	if r.ctx != nil {
-		r.env.polls.schedule(r)
+		r.env.polls.Schedule(r)
 	}
 }
 
@@ -102,11 +104,15 @@ func (r *remote) poke() {
 func (r *remote) stop() {
 	if r.cancel != nil {
 		r.cancel()
-		r.env.polls.schedule(r) // its step sees it and ends it
+		r.env.polls.Schedule(r) // its step sees it and ends it
 	}
 }
 
-func (r *remote) slot() *slot { return &r.sched }
+// Slot, Step and Finish make a remote a pool.Task, its steps its polls.
+func (r *remote) Slot() *pool.Slot { return &r.sched }
+
+// Place makes a remote a fetchgate.Waiter.
+func (r *remote) Place() *fetchgate.Place { return &r.gate }
 
 // arm sets the timer for the next generation's poll, in wait, and
 // reports whether a poll was asked for meanwhile. The timer is one a
@@ -150,10 +156,10 @@ func (r *remote) fire() {
 	}
 	r.due = r.armed
 	r.mu.Unlock()
-	r.env.polls.schedule(r)
+	r.env.polls.Schedule(r)
 }
 
-func (r *remote) finish() {
+func (r *remote) Finish() {
 	r.env.touchMirror(r.dir) // its last use
 	if r.timer != nil {
 		r.timer.Stop()
@@ -164,7 +170,7 @@ func (r *remote) finish() {
 	if l := r.waiting; l != nil && l.ask != nil {
 		l.ask.end()
 	}
-	r.env.fetches.leave(r)
+	r.env.fetches.Leave(r)
 }
 
 func (r *remote) has(key targetKey) bool {
@@ -186,31 +192,31 @@ func (r *remote) currentAuth() *gitutil.Auth {
 // changed targets are polled at once. A target whose interval only
 // changed is not: a shorter interval for the remote polls it at once, a
 // longer one moves its next poll later (see step).
-func (r *remote) setTargets(auth *gitutil.Auth, ts map[targetKey]*bound) {
+func (r *remote) setTargets(auth *gitutil.Auth, ts map[targetKey]*boundTarget) {
 	if r.retarget(auth, ts) {
 		r.poke()
 	}
 }
 
 // retarget is setTargets under r.mu; true when a target is new or changed.
-func (r *remote) retarget(auth *gitutil.Auth, ts map[targetKey]*bound) bool {
+func (r *remote) retarget(auth *gitutil.Auth, ts map[targetKey]*boundTarget) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.auth = auth
 	before := r.intervalLocked()
-	next := make(map[targetKey]*polled, len(ts))
+	next := make(map[targetKey]*pollState, len(ts))
 	poll, retimed := false, false
 	for key, b := range ts {
 		old, ok := r.targets[key]
 		switch {
-		case ok && sameTargets(old.b, b):
+		case ok && sameTargets(old.bound, b):
 			next[key] = old
-		case ok && sameButInterval(old.b, b):
+		case ok && sameButInterval(old.bound, b):
 			p := *old // a poll may be reading old
-			p.b = b
+			p.bound = b
 			next[key], retimed = &p, true
 		default:
-			next[key] = &polled{b: b}
+			next[key] = &pollState{bound: b}
 			poll = true
 		}
 	}
@@ -221,11 +227,11 @@ func (r *remote) retarget(auth *gitutil.Auth, ts map[targetKey]*bound) bool {
 
 // index makes sorted and prefixes of targets, under r.mu.
 func (r *remote) index() {
-	r.sorted = make([]*polled, 0, len(r.targets))
+	r.sorted = make([]*pollState, 0, len(r.targets))
 	for _, p := range r.targets {
 		r.sorted = append(r.sorted, p)
 	}
-	slices.SortFunc(r.sorted, func(a, b *polled) int { return a.b.key.compare(b.b.key) })
+	slices.SortFunc(r.sorted, func(a, b *pollState) int { return a.bound.key.compare(b.bound.key) })
 	r.prefixes = refPrefixes(r.sorted)
 }
 
@@ -239,19 +245,19 @@ func (r *remote) interval() time.Duration {
 func (r *remote) intervalLocked() time.Duration {
 	d := r.env.opts.interval
 	for _, p := range r.targets {
-		if iv := p.b.t.Interval; iv > 0 && iv < d {
+		if iv := p.bound.target.Interval; iv > 0 && iv < d {
 			d = iv
 		}
 	}
 	return max(d, r.env.opts.minInterval)
 }
 
-// step polls when a poll is due (asked for, or its timer fired), then sets
+// Step polls when a poll is due (asked for, or its timer fired), then sets
 // the timer for the next: the interval, with jitter, or a backoff after a
-// failure. A poll that must wait for a fetch slot parks (see fetchGate)
+// failure. A poll that must wait for a fetch slot parks (see fetchgate.Gate)
 // and goes on in the step its slot schedules. It reports whether the
 // remote has stopped.
-func (r *remote) step(context.Context) bool {
+func (r *remote) Step(context.Context) bool {
 	ctx := r.ctx
 	if ctx.Err() != nil {
 		return true
@@ -259,11 +265,11 @@ func (r *remote) step(context.Context) bool {
 	if l := r.waiting; l != nil {
 		if l.ask != nil && l.ask.settle() {
 			// Every deliverer asked has its commit: no fetch.
-			r.env.fetches.leave(r)
+			r.env.fetches.Leave(r)
 			r.waiting = nil
 			return r.afterPoll(ctx, r.offerSettled(l))
 		}
-		if !r.env.fetches.tryOrPark(r) {
+		if !r.env.fetches.TryOrPark(r) {
 			return false // still in line (a poke, a timer or an answer woke it)
 		}
 		r.waiting = nil
@@ -283,7 +289,7 @@ func (r *remote) step(context.Context) bool {
 	l, err := r.list(ctx)
 	switch {
 	case err != nil:
-	case !l.missing.any():
+	case !l.wants.any():
 		err = r.fetchAndOffer(ctx, l)
 	default:
 		// With a shard, another replica may have polled the remote and
@@ -293,7 +299,7 @@ func (r *remote) step(context.Context) bool {
 		if askNow {
 			l.ask = r.askFirst(ctx, l)
 		}
-		if r.env.fetches.tryOrPark(r) { // none taken while the asking lasts
+		if r.env.fetches.TryOrPark(r) { // none taken while the asking lasts
 			err = r.fetchAndOffer(ctx, l)
 			break
 		}
@@ -316,7 +322,7 @@ func (r *remote) postpone() bool {
 	wait := iv - r.armedIv
 	r.armedIv = iv
 	if r.arm(wait) {
-		r.env.polls.schedule(r)
+		r.env.polls.Schedule(r)
 	}
 	return true
 }
@@ -348,20 +354,20 @@ func (r *remote) afterPoll(ctx context.Context, err error) bool {
 	}
 	poked := r.arm(wait)
 	if poked {
-		r.env.polls.schedule(r)
+		r.env.polls.Schedule(r)
 	}
 	return false
 }
 
-// listed is what a poll's listing found: the targets' commits and what
+// listing is what a poll's listing found: the targets' commits and what
 // the mirror lacks of them.
-type listed struct {
-	start   time.Time
-	auth    *gitutil.Auth
-	jobs    []job
-	buf     *[]job // where jobs came from (see jobLists)
-	missing missing
-	ask     *ask // what the deliverers were asked while it waits
+type listing struct {
+	start time.Time
+	auth  *gitutil.Auth
+	jobs  []job
+	buf   *[]job // where jobs came from (see jobLists)
+	wants fetchWants
+	ask   *ask // what the deliverers were asked while it waits
 }
 
 // jobLists hold the job slices of ended polls, for the next polls to
@@ -381,7 +387,7 @@ func takeJobs(n int) *[]job {
 
 // release puts the poll's job slice back for another poll; the poll reads
 // its jobs no more.
-func (l *listed) release() {
+func (l *listing) release() {
 	if l.buf == nil {
 		return
 	}
@@ -393,8 +399,8 @@ func (l *listed) release() {
 
 // list begins a poll: it lists refs once and resolves every target. A
 // failed listing ends the poll.
-func (r *remote) list(ctx context.Context) (*listed, error) {
-	l := &listed{start: time.Now()}
+func (r *remote) list(ctx context.Context) (*listing, error) {
+	l := &listing{start: time.Now()}
 	if l.start.Sub(r.touched) >= r.env.opts.mirrorGrace/touchesPerGrace {
 		r.env.touchMirror(r.dir)
 		r.touched = l.start
@@ -410,14 +416,14 @@ func (r *remote) list(ctx context.Context) (*listed, error) {
 		return nil, err
 	}
 	l.buf = takeJobs(len(targets))
-	l.jobs, l.missing = r.resolve(ctx, *l.buf, targets, refs)
+	l.jobs, l.wants = r.resolve(ctx, *l.buf, targets, refs)
 	return l, nil
 }
 
 // fetchAndOffer ends a poll: it fetches what the mirror lacks, in the
 // fetch slot the caller holds when something is missing, and offers each
 // target whose commit moved to its deliverers.
-func (r *remote) fetchAndOffer(ctx context.Context, l *listed) (err error) {
+func (r *remote) fetchAndOffer(ctx context.Context, l *listing) (err error) {
 	defer func() {
 		l.release()
 		r.reportPoll(l.start, err)
@@ -430,14 +436,14 @@ func (r *remote) fetchAndOffer(ctx context.Context, l *listed) (err error) {
 		r.mu.Lock()
 		for _, j := range l.jobs {
 			if j.missing {
-				j.p.offered = gitutil.Hash{}
+				j.poll.offered = gitutil.Hash{}
 			}
 		}
 		r.mu.Unlock()
 	}
 	var fetchFailed map[targetKey]error
-	if l.missing.any() {
-		fetchFailed, err = r.fetchMissing(ctx, l.auth, l.jobs, l.missing)
+	if l.wants.any() {
+		fetchFailed, err = r.fetchMissing(ctx, l.auth, l.jobs, l.wants)
 	}
 	if pf, ok := r.mirror.(PathFetcher); ok && pf.Partial() {
 		fetchFailed = r.fetchPaths(ctx, pf, l.auth, l.jobs, fetchFailed)
@@ -449,7 +455,7 @@ func (r *remote) fetchAndOffer(ctx context.Context, l *listed) (err error) {
 // offerSettled ends a poll that needs no fetch after all: every target
 // whose commit the mirror lacks was offered it unfetched, and its
 // deliverers have it (see ask). The others are offered as after a fetch.
-func (r *remote) offerSettled(l *listed) error {
+func (r *remote) offerSettled(l *listing) error {
 	r.reportPoll(l.start, nil)
 	r.offerAll(r.ctx, l.jobs, nil)
 	l.release()
@@ -464,42 +470,41 @@ func (r *remote) offerSettled(l *listed) error {
 // the poll needs no fetch (see step): a replica that takes over remotes
 // whose targets are delivered polls them without cloning them. nil: not
 // asked (some target needs the fetch anyway).
-func (r *remote) askFirst(ctx context.Context, l *listed) *ask {
+func (r *remote) askFirst(ctx context.Context, l *listing) *ask {
 	var first []job
-	a := &ask{r: r}
+	a := &ask{remote: r}
 	r.mu.Lock()
 	for _, j := range l.jobs {
 		if !j.missing {
 			continue
 		}
-		t := j.p.b.t
-		if !j.p.offered.IsZero() || j.p.mustFetch || t.Verify != nil || t.Suspend {
+		t := j.poll.bound.target
+		if !j.poll.offered.IsZero() || j.poll.mustFetch || t.Verify != nil || t.Suspend {
 			r.mu.Unlock()
 			return nil
 		}
 		first = append(first, j)
-		a.asked += len(j.p.b.sinks)
+		a.asked += len(j.poll.bound.sinks)
 	}
 	if a.asked == 0 {
 		r.mu.Unlock()
 		return nil
 	}
 	for _, j := range first {
-		j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
+		j.poll.offered, j.poll.ref = j.res.Commit, j.res.Ref
 	}
 	r.mu.Unlock()
-	r.env.fetches.setAsking(r, true)
+	r.env.fetches.SetAsking(r, true)
 	a.mu.Lock()
 	a.patience = time.AfterFunc(askPatience, a.expire)
 	a.mu.Unlock()
-	var hx hexes
 	for _, j := range first {
-		d := &desired{
-			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, hex: hx.of(j.res.Commit),
+		d := &commitOffer{
+			target: &j.poll.bound.target, ref: j.res.Ref, commit: j.res.Commit, fingerprint: j.poll.bound.target.fingerprint(r.urlKey),
 			mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
-			unfetched: &unfetched{ask: a, p: j.p},
+			question: &question{ask: a, poll: j.poll},
 		}
-		for _, s := range j.p.b.sinks {
+		for _, s := range j.poll.bound.sinks {
 			s.offer(d)
 		}
 	}
@@ -513,10 +518,10 @@ const askPatience = 5 * time.Second
 
 // ask collects the answers of the deliverers offered a commit unfetched
 // by one poll (see askFirst). While they are outstanding, the remote
-// takes no fetch slot (see fetchGate): the first "no" or its patience
+// takes no fetch slot (see fetchgate.Gate): the first "no" or its patience
 // ending lets it take one.
 type ask struct {
-	r *remote
+	remote *remote
 
 	mu       sync.Mutex
 	asked    int // deliverers
@@ -526,23 +531,24 @@ type ask struct {
 	patience *time.Timer
 }
 
-// unfetched is what a deliverer offered a commit unfetched answers to.
-type unfetched struct {
-	ask *ask
-	p   *polled
+// question is what a deliverer offered a commit unfetched answers: does
+// its checkpoint hold it?
+type question struct {
+	ask  *ask
+	poll *pollState
 }
 
 // answer takes a deliverer's answer: whether its checkpoint holds the
 // commit. The last "yes" wakes the waiting poll; a "no" after the poll
 // ended (a resync of what was never fetched) has the commit fetched and
 // offered again.
-func (u *unfetched) answer(has bool) {
-	a := u.ask
+func (q *question) answer(has bool) {
+	a := q.ask
 	a.mu.Lock()
 	if a.done {
 		a.mu.Unlock()
 		if !has {
-			a.r.refetch(u.p)
+			a.remote.refetch(q.poll)
 		}
 		return
 	}
@@ -556,10 +562,10 @@ func (u *unfetched) answer(has bool) {
 	wake := a.settled == a.asked
 	a.mu.Unlock()
 	if first {
-		a.r.env.fetches.setAsking(a.r, false) // to fetch
+		a.remote.env.fetches.SetAsking(a.remote, false) // to fetch
 	}
 	if wake || first {
-		a.r.env.polls.schedule(a.r)
+		a.remote.env.polls.Schedule(a.remote)
 	}
 }
 
@@ -573,8 +579,8 @@ func (a *ask) expire() {
 	}
 	a.needed = true
 	a.mu.Unlock()
-	a.r.env.fetches.setAsking(a.r, false)
-	a.r.env.polls.schedule(a.r)
+	a.remote.env.fetches.SetAsking(a.remote, false)
+	a.remote.env.polls.Schedule(a.remote)
 }
 
 // settle ends the asking when every deliverer asked has its commit.
@@ -595,11 +601,11 @@ func (a *ask) end() {
 	a.done = true
 	a.patience.Stop()
 	a.mu.Unlock()
-	a.r.env.fetches.setAsking(a.r, false)
+	a.remote.env.fetches.SetAsking(a.remote, false)
 }
 
 // refetch has the next poll fetch p's commit and offer it again, whole.
-func (r *remote) refetch(p *polled) {
+func (r *remote) refetch(p *pollState) {
 	r.mu.Lock()
 	p.offered, p.mustFetch = gitutil.Hash{}, true
 	r.mu.Unlock()
@@ -616,8 +622,8 @@ func (r *remote) reportPoll(start time.Time, err error) {
 	}
 }
 
-// fetchPaths brings the files of the jobs about to be offered (a commit
-// that moved, not suspended) into a mirror that may lack them, one call per
+// fetchPaths brings the files of the jobs about to be offered (see
+// decideOffer) into a mirror that may lack them, one call per
 // commit for all its targets' paths, within the fetch limit. It returns
 // failed with the jobs it could not serve added.
 func (r *remote) fetchPaths(ctx context.Context, pf PathFetcher, auth *gitutil.Auth, jobs []job, failed map[targetKey]error) map[targetKey]error {
@@ -625,25 +631,20 @@ func (r *remote) fetchPaths(ctx context.Context, pf PathFetcher, auth *gitutil.A
 	paths := map[gitutil.Hash][]string{}
 	keys := map[gitutil.Hash][]targetKey{}
 	for _, j := range jobs {
-		if _, bad := failed[j.p.b.key]; bad || j.p.b.t.Suspend {
-			continue
-		}
-		r.mu.Lock()
-		unchanged := j.p.offered == j.res.Commit
-		r.mu.Unlock()
-		if unchanged {
+		_, bad := failed[j.poll.bound.key]
+		if decideOffer(r.offerFacts(j, bad)).action != offerCommit {
 			continue
 		}
 		c := j.res.Commit
 		if _, ok := paths[c]; !ok {
 			commits = append(commits, c)
 		}
-		for _, p := range j.p.b.t.Selection().Roots() {
+		for _, p := range j.poll.bound.target.Selection().Roots() {
 			if !slices.Contains(paths[c], p) {
 				paths[c] = append(paths[c], p)
 			}
 		}
-		keys[c] = append(keys[c], j.p.b.key)
+		keys[c] = append(keys[c], j.poll.bound.key)
 	}
 	for _, c := range commits {
 		if err := r.withFetchSlot(ctx, func(fctx context.Context) error { return pf.FetchPaths(fctx, auth, c, paths[c]) }); err != nil {
@@ -661,10 +662,10 @@ func (r *remote) fetchPaths(ctx context.Context, pf PathFetcher, auth *gitutil.A
 // withFetchSlot runs fn in one of the watcher's fetch slots, bounded by
 // its fetch timeout.
 func (r *remote) withFetchSlot(ctx context.Context, fn func(context.Context) error) error {
-	if err := r.env.fetches.acquire(ctx); err != nil {
+	if err := r.env.fetches.Acquire(ctx); err != nil {
 		return err
 	}
-	defer r.env.fetches.release()
+	defer r.env.fetches.Release()
 	fctx, cancel := context.WithTimeoutCause(ctx, r.env.opts.fetchTimeout, errFetchTimeout)
 	defer cancel()
 	return fn(fctx)
@@ -672,7 +673,7 @@ func (r *remote) withFetchSlot(ctx context.Context, fn func(context.Context) err
 
 // snapshot returns the credentials, the targets of this cycle in a stable
 // order (read only), and the ref prefixes they need listed.
-func (r *remote) snapshot() (*gitutil.Auth, []*polled, []string) {
+func (r *remote) snapshot() (*gitutil.Auth, []*pollState, []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.auth, r.sorted, r.prefixes
@@ -680,11 +681,11 @@ func (r *remote) snapshot() (*gitutil.Auth, []*polled, []string) {
 
 // refPrefixes returns the ref prefixes the targets' revisions need listed,
 // once each; none when every revision is a commit.
-func refPrefixes(targets []*polled) []string {
+func refPrefixes(targets []*pollState) []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, p := range targets {
-		for _, pre := range p.b.rev.RefPrefixes() {
+		for _, pre := range p.bound.rev.RefPrefixes() {
 			if !seen[pre] {
 				seen[pre] = true
 				out = append(out, pre)
@@ -716,44 +717,44 @@ func (r *remote) listRefs(ctx context.Context, auth *gitutil.Auth, prefixes []st
 
 // job is a target of this cycle and the commit it resolved to.
 type job struct {
-	p       *polled
+	poll    *pollState
 	res     gitutil.Resolved
 	missing bool // the mirror lacks the commit
 }
 
-// missing is what the mirror lacks of this cycle's commits: refs to fetch
+// fetchWants is what the mirror lacks of this cycle's commits: refs to fetch
 // (with the object the listing saw each at), and commits no ref names.
-type missing struct {
+type fetchWants struct {
 	refs    map[string]gitutil.Hash
 	commits []gitutil.Hash
 }
 
-func (m missing) any() bool { return len(m.refs) > 0 || len(m.commits) > 0 }
+func (m fetchWants) any() bool { return len(m.refs) > 0 || len(m.commits) > 0 }
 
 // resolve finds each target's commit in refs, and what the mirror lacks of
 // them, appending a job to jobs for each. A target that does not resolve
 // is reported and left out. The mirror is asked once for a run of targets
 // at one commit (a remote's targets are mostly on one branch), not once a
 // target: each time, it looks the commit up in the mirror's pack indexes.
-func (r *remote) resolve(ctx context.Context, jobs []job, targets []*polled, refs gitutil.RefList) ([]job, missing) {
-	var m missing
+func (r *remote) resolve(ctx context.Context, jobs []job, targets []*pollState, refs gitutil.RefList) ([]job, fetchWants) {
+	var m fetchWants
 	var asked gitutil.Hash
 	has, looked := false, false
 	for _, p := range targets {
-		res, err := gitutil.Resolve(p.b.rev, refs)
+		res, err := gitutil.Resolve(p.bound.rev, refs)
 		if err != nil {
 			r.mu.Lock()
 			lastRef := p.ref
 			r.mu.Unlock()
 			if lastRef != "" && errors.Is(err, gitutil.ErrRefNotFound) {
-				t := p.b.t
+				t := p.bound.target
 				r.env.targetFailed(Event{Type: EventRefVanished, Target: &t, Remote: r.redacted, Ref: lastRef, Err: err})
 			} else {
 				r.fail(ctx, p, err)
 			}
 			continue
 		}
-		j := job{p: p, res: res}
+		j := job{poll: p, res: res}
 		if !looked || res.Commit != asked {
 			asked, has, looked = res.Commit, r.mirror.HasCommit(res.Commit), true
 		}
@@ -776,9 +777,9 @@ func (r *remote) resolve(ctx context.Context, jobs []job, targets []*polled, ref
 // fetchMissing fetches what the mirror lacks, moves each job to where its
 // ref is now (it may have moved since the listing), and returns the jobs
 // whose commit is still missing after a failed fetch, with the error.
-func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []job, m missing) (map[targetKey]error, error) {
+func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []job, m fetchWants) (map[targetKey]error, error) {
 	if m.refs == nil {
-		m.refs = map[string]gitutil.Hash{} // a Mirror is given a map, as it always was
+		m.refs = map[string]gitutil.Hash{} // a Mirror is given a map, never nil
 	}
 	fetched, err := r.fetch(ctx, auth, m.refs, m.commits)
 	failed := map[targetKey]error{}
@@ -788,68 +789,85 @@ func (r *remote) fetchMissing(ctx context.Context, auth *gitutil.Auth, jobs []jo
 			j.res.Commit = h
 		}
 		if rerr, ok := fetched.RefErrors[j.res.Ref]; ok && j.res.Ref != "" {
-			failed[j.p.b.key] = rerr // a tag on a tree: this target's, not the remote's
+			failed[j.poll.bound.key] = rerr // a tag on a tree: this target's, not the remote's
 			continue
 		}
 		if err != nil && !r.mirror.HasCommit(j.res.Commit) {
-			failed[j.p.b.key] = err
+			failed[j.poll.bound.key] = err
 		}
 	}
 	return failed, err
 }
 
-// offerAll hands each job whose commit moved to its target's deliverers.
+// offerAll does with each job what decideOffer says: it reports a failed
+// fetch, holds a suspended target, or hands a commit that moved to the
+// target's deliverers.
 func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[targetKey]error) {
-	var hx hexes
 	for _, j := range jobs {
-		if err, failed := fetchFailed[j.p.b.key]; failed {
-			r.failJob(ctx, j, err)
-			continue
+		fetchErr, failed := fetchFailed[j.poll.bound.key]
+		dec := decideOffer(r.offerFacts(j, failed))
+		switch dec.action {
+		case offerFailed:
+			r.failJob(ctx, j, fetchErr)
+		case offerKept:
+			r.env.targetPolled(j.poll.bound.target, r.redacted)
+		case offerHeld:
+			r.hold(j)
+		case offerCommit:
+			r.offer(ctx, j, dec.verify)
 		}
-		r.mu.Lock()
-		unchanged := j.p.offered == j.res.Commit
-		r.mu.Unlock()
-		if unchanged {
-			r.env.targetPolled(j.p.b.t, r.redacted)
-			continue
-		}
-		if j.p.b.t.Suspend {
-			for _, s := range j.p.b.sinks {
-				s.hold()
-			}
-			r.env.targetPolled(j.p.b.t, r.redacted)
-			t := j.p.b.t
-			r.env.emit(Event{Type: EventSuspended, Target: &t, Remote: r.redacted, Ref: j.res.Ref, Commit: j.res.Commit.String()})
-			r.mu.Lock()
-			j.p.offered, j.p.ref = j.res.Commit, j.res.Ref
-			r.mu.Unlock()
-			continue
-		}
-		if v := j.p.b.t.Verify; v != nil {
-			// Not offered: the next poll verifies it again, and the last
-			// delivery stays.
-			if err := r.verify(j, *v); err != nil {
-				r.failJob(ctx, j, err)
-				continue
-			}
-		}
-		tree, err := r.mirror.TreeHash(ctx, j.res.Commit, j.p.b.t.Selection())
-		if err != nil {
-			r.failJob(ctx, j, err)
-			continue
-		}
-		r.env.targetPolled(j.p.b.t, r.redacted)
-		d := &desired{ // one for all the target's sinks
-			target: &j.p.b.t, ref: j.res.Ref, commit: j.res.Commit, hex: hx.of(j.res.Commit), tree: tree,
-			mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
-		}
-		for _, s := range j.p.b.sinks {
-			s.offer(d)
-		}
-		r.mu.Lock()
-		j.p.offered, j.p.ref, j.p.mustFetch = j.res.Commit, j.res.Ref, false
-		r.mu.Unlock()
 	}
+}
+
+// offerFacts are the facts of j for decideOffer.
+func (r *remote) offerFacts(j job, fetchFailed bool) offerFacts {
+	r.mu.Lock()
+	offered := j.poll.offered == j.res.Commit
+	r.mu.Unlock()
+	t := &j.poll.bound.target
+	return offerFacts{fetchFailed: fetchFailed, offered: offered, suspended: t.Suspend, verify: t.Verify != nil}
+}
+
+// hold tells the deliverers of j's suspended target to drop what they
+// were to deliver, and reports the commit it is held at.
+func (r *remote) hold(j job) {
+	for _, s := range j.poll.bound.sinks {
+		s.hold()
+	}
+	r.env.targetPolled(j.poll.bound.target, r.redacted)
+	t := j.poll.bound.target
+	r.env.emit(Event{Type: EventSuspended, Target: &t, Remote: r.redacted, Ref: j.res.Ref, Commit: j.res.Commit})
+	r.mu.Lock()
+	j.poll.offered, j.poll.ref = j.res.Commit, j.res.Ref
+	r.mu.Unlock()
+}
+
+// offer verifies j's commit when asked, hashes its tree and hands it to
+// the target's deliverers. A commit that fails either is not offered:
+// the last delivery stays, and the next poll tries again.
+func (r *remote) offer(ctx context.Context, j job, verify bool) {
+	if verify {
+		if err := r.verify(j, *j.poll.bound.target.Verify); err != nil {
+			r.failJob(ctx, j, err)
+			return
+		}
+	}
+	tree, err := r.mirror.TreeHash(ctx, j.res.Commit, j.poll.bound.target.Selection())
+	if err != nil {
+		r.failJob(ctx, j, err)
+		return
+	}
+	r.env.targetPolled(j.poll.bound.target, r.redacted)
+	d := &commitOffer{ // one for all the target's sinks
+		target: &j.poll.bound.target, ref: j.res.Ref, commit: j.res.Commit, tree: tree, fingerprint: j.poll.bound.target.fingerprint(r.urlKey),
+		mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
+	}
+	for _, s := range j.poll.bound.sinks {
+		s.offer(d)
+	}
+	r.mu.Lock()
+	j.poll.offered, j.poll.ref, j.poll.mustFetch = j.res.Commit, j.res.Ref, false
+	r.mu.Unlock()
 }
 
 // verify checks the signatures the target's Verify asks for.
@@ -872,21 +890,21 @@ func (r *remote) verify(j job, v Verify) error {
 }
 
 // fetch brings the wanted refs and commits into the mirror, in the fetch
-// slot the caller took (see fetchGate.tryOrPark), which it gives back.
+// slot the caller took (see fetchgate.Gate.TryOrPark), which it gives back.
 func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]gitutil.Hash, commits []gitutil.Hash) (mirror.FetchResult, error) {
 	w := r.env
 	var release sync.Once
-	defer release.Do(w.fetches.release)
+	defer release.Do(w.fetches.Release)
 
 	start := time.Now()
 	fctx, cancel := context.WithTimeoutCause(ctx, w.opts.fetchTimeout, errFetchTimeout)
 	defer cancel()
-	fctx, stall := context.WithCancelCause(fctx)
-	defer stall(nil)
-	stopWatch := r.watchProgress(fctx, func() {
-		release.Do(w.fetches.release)
+	fctx, abort := context.WithCancelCause(fctx)
+	defer abort(nil)
+	stopWatch := stall.Watch(fctx, r.mirror.Progress, w.opts.stallYield, w.opts.stallAbort, func() {
+		release.Do(w.fetches.Release)
 		w.log.Info("fetch stalled: its slot is given to others", "remote", r.redacted, "idle", w.opts.stallYield)
-	}, func() { stall(ErrFetchStalled) })
+	}, func() { abort(ErrFetchStalled) })
 	defer stopWatch()
 	res, err := r.mirror.FetchListed(fctx, auth, refs)
 	if res.Rebuilt != nil {
@@ -914,64 +932,20 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 	return res, err
 }
 
-var errFetchTimeout = errors.New("fetch timed out")
+var errFetchTimeout = errors.New("watcher: fetch timed out")
 
 // ErrFetchStalled is returned (wrapped) for a fetch that made no progress
 // for Timeouts.StallAbort.
-var ErrFetchStalled = errors.New("fetch stalled: no progress")
-
-// watchProgress watches the mirror's progress while a fetch runs: after
-// stallYield without any, it calls yield once (the fetch gives up its
-// slot); after stallAbort, abort. The returned func stops it and waits.
-func (r *remote) watchProgress(ctx context.Context, yield, abort func()) (stop func()) {
-	w := r.env
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		tick := min(w.opts.stallYield, w.opts.stallAbort) / 4
-		last, since, yielded := r.mirror.Progress(), time.Now(), false
-		for {
-			t := time.NewTimer(tick)
-			select {
-			case <-done:
-				t.Stop()
-				return
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			now := time.Now()
-			if p := r.mirror.Progress(); p != last {
-				last, since = p, now
-				continue
-			}
-			idle := now.Sub(since)
-			if !yielded && idle >= w.opts.stallYield {
-				yielded = true
-				yield()
-			}
-			if idle >= w.opts.stallAbort {
-				abort()
-				return
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-exited
-	}
-}
+var ErrFetchStalled = errors.New("watcher: fetch stalled: no progress")
 
 // fail reports that a target could not be brought to a commit this cycle,
 // unless the remote is stopping (the failure is then ours, not the
 // target's).
-func (r *remote) fail(ctx context.Context, p *polled, err error) {
+func (r *remote) fail(ctx context.Context, p *pollState, err error) {
 	if ctx.Err() != nil {
 		return
 	}
-	t := p.b.t
+	t := p.bound.target
 	r.env.targetFailed(Event{Type: EventTargetFailed, Target: &t, Remote: r.redacted, Err: err})
 }
 
@@ -981,10 +955,10 @@ func (r *remote) failJob(ctx context.Context, j job, err error) {
 	if ctx.Err() != nil {
 		return
 	}
-	t := j.p.b.t
+	t := j.poll.bound.target
 	ev := Event{Type: EventTargetFailed, Target: &t, Remote: r.redacted, Ref: j.res.Ref, Err: err}
 	if !errors.Is(err, mirror.ErrNotCommit) {
-		ev.Commit = j.res.Commit.String()
+		ev.Commit = j.res.Commit
 	}
 	r.env.targetFailed(ev)
 }

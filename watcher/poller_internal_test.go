@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 
+	"github.com/modwatch/modwatch/watcher/internal/pool"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -20,7 +22,7 @@ import (
 func TestAPollsJobsGoBackHoldingNoTarget(t *testing.T) {
 	buf := takeJobs(3)
 	require.GreaterOrEqual(t, cap(*buf), 3)
-	l := &listed{buf: buf, jobs: append(*buf, job{p: &polled{}, missing: true}, job{p: &polled{}})}
+	l := &listing{buf: buf, jobs: append(*buf, job{poll: &pollState{}, missing: true}, job{poll: &pollState{}})}
 	l.release()
 	assert.Nil(t, l.jobs)
 	assert.Nil(t, l.buf)
@@ -61,7 +63,7 @@ func TestALateFiringOfAStoppedTimerIsStale(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := &remote{env: newEnv(options{})}
-	r.env.polls = newPool(ctx, 1) // the remote is not in it: scheduling does nothing
+	r.env.polls = pool.New(ctx, 1) // the remote is not in it: scheduling does nothing
 	release, began, ended := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	r.gen, r.armed = 1, 1
 	var fired atomic.Bool
@@ -100,6 +102,6 @@ func TestALateFiringOfAStoppedTimerIsStale(t *testing.T) {
 // where a struct was, costs a larger class for each of 100,000 targets.
 func TestWhatATargetKeepsStaysInItsSizeClass(t *testing.T) {
 	assert.LessOrEqual(t, unsafe.Sizeof(deliverer{}), uintptr(352), "a deliverer, one per target and sink")
-	assert.LessOrEqual(t, unsafe.Sizeof(bound{}), uintptr(288), "a bound target")
-	assert.LessOrEqual(t, unsafe.Sizeof(desired{}), uintptr(176), "the last commit offered to a target")
+	assert.LessOrEqual(t, unsafe.Sizeof(boundTarget{}), uintptr(288), "a bound target")
+	assert.LessOrEqual(t, unsafe.Sizeof(commitOffer{}), uintptr(176), "the last commit offered to a target")
 }

@@ -6,9 +6,9 @@ import (
 	"sync"
 )
 
-// readAhead holds the checkpoints a BatchStore read together for the
-// targets of remotes that started together (see startRemotes), each for
-// the first read of its key by a poll of its remote while it is polled
+// readAhead holds checkpoints read in batches. A BatchStore reads them
+// together for the targets of remotes that started together (see
+// startRemotes), each for the first read of its key by a poll of its remote while it is polled
 // here. An entry is made before the batch is read, so a write of its key
 // by this watcher from then on drops it, and none is made for a key being
 // written then: what is served is what the store held after the remote
@@ -133,7 +133,7 @@ func (v *env) drop(key string, spec *remoteSpec) {
 // forget drops what is left of the entries of r, which stops (kept nil),
 // or of its targets that kept no longer holds: a target that leaves and
 // comes back may have been delivered elsewhere meanwhile.
-func (v *env) forget(r *remote, kept map[targetKey]*bound) {
+func (v *env) forget(r *remote, kept map[targetKey]*boundTarget) {
 	a := &v.ahead
 	a.mu.Lock()
 	none := len(a.entries) == 0
@@ -161,7 +161,7 @@ func (r *remote) checkpointKeys(chosen func(target targetKey) bool) []string {
 		if chosen != nil && !chosen(k) {
 			continue
 		}
-		for _, d := range p.b.sinks {
+		for _, d := range p.bound.sinks {
 			keys = append(keys, d.key)
 		}
 	}

@@ -22,7 +22,7 @@ func (s *blockingBatch) GetMany(_ context.Context, keys []string) ([]Lookup, err
 	<-s.release
 	out := make([]Lookup, len(keys))
 	for i := range out {
-		out[i] = Lookup{Checkpoint: Checkpoint{Commit: "c-batch"}, OK: true}
+		out[i] = Lookup{Checkpoint: Checkpoint{Commit: hashOf("c-batch")}, OK: true}
 	}
 	return out, nil
 }
@@ -40,12 +40,12 @@ func readAheadServesWhatNoWriteChanged(t *testing.T) {
 	store := &blockingBatch{Store: NewMemoryStore(), started: make(chan struct{}), release: make(chan struct{})}
 	v := &env{opts: options{store: store, listTimeout: time.Minute}, log: logr.Discard()}
 	keys := []string{"before/s", "during/s", "after/s", "kept/s", "other/s"}
-	b := &bound{}
+	b := &boundTarget{}
 	for _, k := range keys {
 		b.sinks = append(b.sinks, &deliverer{key: k})
 	}
-	b2 := &bound{sinks: []*deliverer{{key: "left/s"}}}
-	specs := map[string]*remoteSpec{"r1": {targets: map[targetKey]*bound{{id: "t"}: b, {id: "t2"}: b2}}}
+	b2 := &boundTarget{sinks: []*deliverer{{key: "left/s"}}}
+	specs := map[string]*remoteSpec{"r1": {targets: map[targetKey]*boundTarget{{id: "t"}: b, {id: "t2"}: b2}}}
 
 	writing, wrote, written := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
@@ -58,7 +58,7 @@ func readAheadServesWhatNoWriteChanged(t *testing.T) {
 	<-written
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r := &remote{key: "r1", targets: map[targetKey]*polled{{id: "t"}: {b: b}, {id: "t2"}: {b: b2}}, ctx: ctx}
+	r := &remote{key: "r1", targets: map[targetKey]*pollState{{id: "t"}: {bound: b}, {id: "t2"}: {bound: b2}}, ctx: ctx}
 	v.claim(r) // the remote starts while the batch is read
 	waited := make(chan Lookup, 1)
 	go func() {
@@ -80,7 +80,7 @@ func readAheadServesWhatNoWriteChanged(t *testing.T) {
 	}
 	close(store.release)
 	<-done
-	assert.Equal(t, "c-batch", (<-waited).Checkpoint.Commit, "a read waits for the batch of its key")
+	assert.Equal(t, hashOf("c-batch"), (<-waited).Checkpoint.Commit, "a read waits for the batch of its key")
 
 	assert.NoError(t, v.write("after/s", func() error { return nil }))
 	for _, k := range []string{"before/s", "during/s", "after/s"} {
@@ -92,7 +92,7 @@ func readAheadServesWhatNoWriteChanged(t *testing.T) {
 	_, ok = v.take(ctx, "kept/s", ctx)
 	assert.False(t, ok, "served once")
 
-	v.forget(r, map[targetKey]*bound{{id: "t2"}: b2}) // t leaves the remote: it may come back delivered elsewhere
+	v.forget(r, map[targetKey]*boundTarget{{id: "t2"}: b2}) // t leaves the remote: it may come back delivered elsewhere
 	_, ok = v.take(ctx, "other/s", ctx)
 	assert.False(t, ok, "a target that left is read alone")
 	assert.Contains(t, v.ahead.entries, "left/s", "a target that stays keeps its entry")
@@ -108,8 +108,8 @@ func TestReadAheadOfARemoteThatDidNotStartIsDropped(t *testing.T) {
 	store := &blockingBatch{Store: NewMemoryStore(), started: make(chan struct{}), release: make(chan struct{})}
 	close(store.release)
 	v := &env{opts: options{store: store, listTimeout: time.Minute}, log: logr.Discard()}
-	b := &bound{sinks: []*deliverer{{key: "a/s"}, {key: "b/s"}}}
-	specs := map[string]*remoteSpec{"r1": {targets: map[targetKey]*bound{{id: "t"}: b}}}
+	b := &boundTarget{sinks: []*deliverer{{key: "a/s"}, {key: "b/s"}}}
+	specs := map[string]*remoteSpec{"r1": {targets: map[targetKey]*boundTarget{{id: "t"}: b}}}
 	read := v.startBatch([]string{"r1"}, specs)
 	v.drop("r1", specs["r1"])
 	read(context.Background())
@@ -121,11 +121,11 @@ func TestReadAheadWaitEndsWithThePoller(t *testing.T) {
 	store := &blockingBatch{Store: NewMemoryStore(), started: make(chan struct{}), release: make(chan struct{})}
 	defer close(store.release)
 	v := &env{opts: options{store: store, listTimeout: time.Minute}, log: logr.Discard()}
-	b := &bound{sinks: []*deliverer{{key: "a/s"}, {key: "b/s"}}}
-	specs := map[string]*remoteSpec{"r1": {targets: map[targetKey]*bound{{id: "t"}: b}}}
+	b := &boundTarget{sinks: []*deliverer{{key: "a/s"}, {key: "b/s"}}}
+	specs := map[string]*remoteSpec{"r1": {targets: map[targetKey]*boundTarget{{id: "t"}: b}}}
 	v.startBatch([]string{"r1"}, specs) // never read
 	live, stop := context.WithCancel(context.Background())
-	v.claim(&remote{key: "r1", targets: map[targetKey]*polled{{id: "t"}: {b: b}}, ctx: live})
+	v.claim(&remote{key: "r1", targets: map[targetKey]*pollState{{id: "t"}: {bound: b}}, ctx: live})
 	stop()
 	_, ok := v.take(context.Background(), "a/s", live)
 	assert.False(t, ok)

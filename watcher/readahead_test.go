@@ -65,7 +65,7 @@ func TestRemotesStartingTogetherReadTheirCheckpointsTogether(t *testing.T) {
 	require.NoError(t, w.Route(watchertest.NewSource(targets...), first))
 	stop := watchertest.Run(t, w.Run)
 	for i, tg := range targets {
-		first.WaitCommit(t, tg.ID, heads[i/3])
+		first.WaitCommit(t, tg.ID, hash(heads[i/3]))
 	}
 	stop()
 
@@ -88,7 +88,7 @@ func TestRemotesStartingTogetherReadTheirCheckpointsTogether(t *testing.T) {
 	c2 := repos[2].Commit(t, "c2", gittest.File("f", "2"))
 	pollNow(t, w, obs, repos[2].URL())
 	for j := range 3 {
-		sink.WaitCommit(t, fmt.Sprintf("t-2-%d", j), c2)
+		sink.WaitCommit(t, fmt.Sprintf("t-2-%d", j), hash(c2))
 	}
 	assert.Zero(t, store.gets.Load(), "a checkpoint read together is known after")
 }

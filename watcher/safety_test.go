@@ -47,7 +47,7 @@ func TestTenantsNeverShareAMirror(t *testing.T) {
 			require.NoError(t, w.Route(watchertest.NewSource(targets...), sink))
 			start(t, w)
 
-			sink.WaitCommit(t, "A", c1)
+			sink.WaitCommit(t, "A", hash(c1))
 			e := obs.WaitFor(t, "B's own failure", watchertest.Is(watcher.EventTargetFailed, "B"))
 			assert.ErrorContains(t, e.Err, "authentication required")
 			assert.Equal(t, repo.URL(), e.Target.URL)
@@ -84,7 +84,7 @@ func TestRotatedCredentialKeepsItsMirror(t *testing.T) {
 	src := watchertest.NewSource(target)
 	require.NoError(t, w.Route(src, sink))
 	start(t, w)
-	sink.WaitCommit(t, "t", c1)
+	sink.WaitCommit(t, "t", hash(c1))
 	fetches := repo.Counts().Fetches.Load()
 
 	srv.SetBasicAuth("deploy", "pw-2")
@@ -94,7 +94,7 @@ func TestRotatedCredentialKeepsItsMirror(t *testing.T) {
 	src.Set(target) // the credential's source changed: a new set
 	c2 := repo.Commit(t, "2", gittest.File("f", "2"))
 	pollNow(t, w, obs, repo.URL())
-	sink.WaitCommit(t, "t", c2)
+	sink.WaitCommit(t, "t", hash(c2))
 
 	assert.Len(t, mirrorDirs(t, cacheDir), 1, "the same mirror")
 	assert.Zero(t, obs.Count(watchertest.Is(watcher.EventMirrorRebuilt, "")))
@@ -118,7 +118,7 @@ func TestTagOnATreeFailsItsTargetOnly(t *testing.T) {
 	bad := watcher.Target{ID: "team-b", URL: repo.URL(), Revision: "v9"}
 	require.NoError(t, w.Route(watchertest.NewSource(good, bad), sink))
 	start(t, w)
-	sink.WaitCommit(t, "team-a", c1)
+	sink.WaitCommit(t, "team-a", hash(c1))
 	e := obs.WaitFor(t, "team-b failing", watchertest.Is(watcher.EventTargetFailed, "team-b"))
 	require.ErrorIs(t, e.Err, mirror.ErrNotCommit)
 	assert.Contains(t, e.Err.Error(), "refs/tags/v9 names a tree ("+tree+")")
@@ -128,7 +128,7 @@ func TestTagOnATreeFailsItsTargetOnly(t *testing.T) {
 	for i := range 3 {
 		c := repo.Commit(t, fmt.Sprint(i), gittest.File("f", fmt.Sprint(i)))
 		pollNow(t, w, obs, repo.URL())
-		sink.WaitCommit(t, "team-a", c)
+		sink.WaitCommit(t, "team-a", hash(c))
 	}
 	assert.Zero(t, obs.Count(watchertest.Is(watcher.EventMirrorRebuilt, "")), "the shared mirror is kept")
 	assert.GreaterOrEqual(t, obs.Count(watchertest.Is(watcher.EventTargetFailed, "team-b")), 4, "failing at every poll")
@@ -156,7 +156,7 @@ func TestLocalRepositoriesAreRefusedUnlessAllowed(t *testing.T) {
 	w2 := newWatcher(t, obs2, watcher.WithLocalRepositories(), watcher.WithGit(watcher.GoGit{}))
 	require.NoError(t, w2.Route(watchertest.NewSource(local), sink2))
 	start(t, w2)
-	sink2.WaitCommit(t, "local", c1)
+	sink2.WaitCommit(t, "local", hash(c1))
 }
 
 func TestInvalidURLsNeverRun(t *testing.T) {
@@ -195,7 +195,7 @@ func TestOneWatcherPerCacheDirectory(t *testing.T) {
 	w := newWatcherIn(t, obs, cacheDir)
 	require.NoError(t, w.Route(watchertest.NewSource(target), sink))
 	stop := watchertest.Run(t, w.Run)
-	sink.WaitCommit(t, "t", c1)
+	sink.WaitCommit(t, "t", hash(c1))
 
 	second := newWatcherIn(t, watchertest.NewObserver(), cacheDir)
 	require.NoError(t, second.Route(watchertest.NewSource(target), watchertest.NewSink("rec")))
@@ -208,7 +208,7 @@ func TestOneWatcherPerCacheDirectory(t *testing.T) {
 	sink3 := watchertest.NewSink("rec")
 	require.NoError(t, third.Route(watchertest.NewSource(target), sink3))
 	start(t, third)
-	sink3.WaitCommit(t, "t", c1)
+	sink3.WaitCommit(t, "t", hash(c1))
 }
 
 // An observer may call the watcher back (Stats, Trigger, Remotes) on any
@@ -297,7 +297,7 @@ func TestFailuresAreLoggedOncePerChange(t *testing.T) {
 
 	repo.Git(t, "push", "-q", "origin", "HEAD:refs/heads/missing")
 	pollNow(t, w, obs, repo.URL())
-	sink.WaitCommit(t, "t", c1)
+	sink.WaitCommit(t, "t", hash(c1))
 	assert.Equal(t, 1, logs.count(`"msg"="target recovered"`), logs.String())
 	assert.Zero(t, w.Stats().Failing)
 }
@@ -320,7 +320,7 @@ func TestCrashLeftoversAreClearedAtStart(t *testing.T) {
 	w := newWatcherIn(t, obs, cacheDir)
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL()}), sink))
 	start(t, w)
-	sink.WaitCommit(t, "t", c1)
+	sink.WaitCommit(t, "t", hash(c1))
 	assert.NoDirExists(t, keyDir)
 	assert.NoDirExists(t, clone)
 	fi, err := os.Stat(cacheDir)

@@ -69,7 +69,7 @@ func TestNoSecretLeavesMemory(t *testing.T) {
 	require.NoError(t, w.Route(src, sink, exec))
 	startLogging(t, w, logs.logger())
 
-	sink.WaitCommit(t, "good", c1)
+	sink.WaitCommit(t, "good", hash(c1))
 	obs.WaitFor(t, "the refused connection", watchertest.Is(watcher.EventTargetFailed, "refused"))
 	obs.WaitFor(t, "the token is not a user", watchertest.Is(watcher.EventTargetFailed, "token"))
 	obs.WaitFor(t, "the hook", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Sink == exec.Name() })
@@ -88,7 +88,7 @@ func TestNoSecretLeavesMemory(t *testing.T) {
 	src.Set(watcher.Target{ID: "good", URL: withCredentials(repo.URL(), user, rotated), Auth: insecure}, refused, token)
 	c3 := repo.Commit(t, "3", gittest.File("app.yaml", "v3"))
 	pollNow(t, w, obs, repo.URL())
-	sink.WaitCommit(t, "good", c3)
+	sink.WaitCommit(t, "good", hash(c3))
 
 	var places []string
 	check := func(where, text string) {

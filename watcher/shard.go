@@ -2,7 +2,7 @@ package watcher
 
 import "fmt"
 
-// Shard decides which remotes a watcher polls when several watchers (the
+// Shard decides which remotes a watcher polls. Several watchers (the
 // replicas of a controller) are given the same targets: each remote is
 // polled, and its targets delivered, by the one replica whose Shard owns
 // it. A remote is named by its normalised URL and credential identity (see

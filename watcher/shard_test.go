@@ -71,8 +71,8 @@ func TestShardSplitsRemotesBetweenReplicas(t *testing.T) {
 	require.NoError(t, b.Route(watchertest.NewSource(targets...), sinkB))
 	start(t, a)
 	start(t, b)
-	sinkA.WaitCommit(t, "red", r1)
-	sinkB.WaitCommit(t, "blue", b1)
+	sinkA.WaitCommit(t, "red", hash(r1))
+	sinkB.WaitCommit(t, "blue", hash(b1))
 	polledOf := func(repo *gittest.Repo) func(watcher.Event) bool {
 		return func(e watcher.Event) bool { return e.Type == watcher.EventPolled && e.Remote == repo.URL() }
 	}
@@ -94,12 +94,12 @@ func TestShardSplitsRemotesBetweenReplicas(t *testing.T) {
 	// b goes: a takes blue over, and polls it at once.
 	shardB.set()
 	shardA.set("red", "blue")
-	sinkA.WaitCommit(t, "blue", b1)
+	sinkA.WaitCommit(t, "blue", hash(b1))
 	b2 := blue.Commit(t, "blue 2", gittest.File("a", "2"))
 	pollNow(t, a, obsA, blue.URL())
-	sinkA.WaitCommit(t, "blue", b2)
+	sinkA.WaitCommit(t, "blue", hash(b2))
 	for _, c := range sinkB.Delivered() {
-		assert.NotEqual(t, b2, c.To, "b no longer delivers blue")
+		assert.NotEqual(t, hash(b2), c.To, "b no longer delivers blue")
 	}
 	assert.Equal(t, 0, b.Stats().Remotes)
 }
@@ -143,7 +143,7 @@ func TestHandOffCancelsDeliveriesInFlight(t *testing.T) {
 		t.Fatal("the delivery in flight was not cancelled")
 	}
 	shardB.set("red")
-	sinkB.WaitCommit(t, "red", r1)
+	sinkB.WaitCommit(t, "red", hash(r1))
 	time.Sleep(time.Second) // retries and resyncs would come in this time
 	assert.EqualValues(t, 1, calls.Load(), "the old owner does not deliver again")
 	assert.Zero(t, obsA.Count(func(e watcher.Event) bool { return e.Type == watcher.EventDeliveryFailed }),
@@ -165,16 +165,16 @@ func TestLosingARemoteNeverRemovesItsTargets(t *testing.T) {
 	w := newWatcher(t, obs, watcher.WithShard(shard))
 	require.NoError(t, w.Route(watchertest.NewSource(targets...), sink))
 	start(t, w)
-	sink.WaitCommit(t, "red-1", r1)
-	sink.WaitCommit(t, "red-2", r1)
+	sink.WaitCommit(t, "red-1", hash(r1))
+	sink.WaitCommit(t, "red-2", hash(r1))
 
 	shard.set()
 	require.Eventually(t, func() bool { return w.Stats().Remotes == 0 }, 10*time.Second, 10*time.Millisecond)
 	assert.Equal(t, 2, w.Stats().Unowned)
 	r2 := red.Commit(t, "red 2", gittest.File("a", "2"))
 	shard.set("red")
-	sink.WaitCommit(t, "red-1", r2)
-	sink.WaitCommit(t, "red-2", r2)
+	sink.WaitCommit(t, "red-1", hash(r2))
+	sink.WaitCommit(t, "red-2", hash(r2))
 	assert.Empty(t, sink.Removed(), "a remote handed over is not a target gone")
 	assert.Len(t, sink.Delivered(), 4, "r1 once each, r2 once each: nothing delivered again")
 }
@@ -210,11 +210,11 @@ func TestCheckpointIsReadOncePerPoller(t *testing.T) {
 	c := red.Commit(t, "c1", gittest.File("f", "1"))
 	start(t, a)
 	start(t, b)
-	sinkA.WaitCommit(t, "t", c)
+	sinkA.WaitCommit(t, "t", hash(c))
 	for i := range 2 {
 		c = red.Commit(t, "c", gittest.File("f", strings.Repeat("x", i+2)))
 		pollNow(t, a, obsA, red.URL())
-		sinkA.WaitCommit(t, "t", c)
+		sinkA.WaitCommit(t, "t", hash(c))
 	}
 	assert.Len(t, sinkA.Delivered(), 3)
 	assert.Equal(t, int64(1), store.gets.Load(), "one read for three deliveries")
@@ -223,7 +223,7 @@ func TestCheckpointIsReadOncePerPoller(t *testing.T) {
 	c4 := red.Commit(t, "c4", gittest.File("f", "4"))
 	shardA.set()
 	shardB.set("red")
-	sinkB.WaitCommit(t, "t", c4)
+	sinkB.WaitCommit(t, "t", hash(c4))
 	c4At := time.Now()
 	shardB.set()
 	shardA.set("red")
@@ -232,7 +232,7 @@ func TestCheckpointIsReadOncePerPoller(t *testing.T) {
 	})
 	settle(t, a, obsA, red.URL())
 	for _, c := range sinkA.Delivered() {
-		assert.NotEqual(t, c4, c.To, "b delivered c4: a reads that and does not deliver it again")
+		assert.NotEqual(t, hash(c4), c.To, "b delivered c4: a reads that and does not deliver it again")
 	}
 	assert.Equal(t, int64(3), store.gets.Load(), "a new poller reads again (b's first read, then a's)")
 }

@@ -10,33 +10,94 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/safefile"
 )
 
-// Checkpoint is what a sink was last given for a target.
+// Checkpoint is what a sink was last given for a target. Stores keep it
+// as JSON (see MarshalJSON), its hashes as text.
 type Checkpoint struct {
 	// Commit is the commit delivered (or found to leave the target's tree
 	// unchanged).
-	Commit string `json:"commit"`
-	// Tree is the hash of the target's path at Commit (with Reads, of
-	// those paths too).
-	Tree string `json:"tree"`
+	Commit gitutil.Hash
+	// Tree is the hash of the target's path at Commit; with Reads, a
+	// digest of it and of the trees of those paths.
+	Tree gitutil.Hash
 	// Reads are the repository paths outside the target's path that the
 	// sink's delivery read (see [Dependent]): a commit that changes one of
 	// them is delivered too.
-	Reads []string `json:"reads,omitempty"`
+	Reads []string
 	// Target is a digest of the target spec it was delivered for; a
 	// different digest means the target changed and is delivered again.
-	Target string `json:"target"`
+	Target string
 	// Time is when it was recorded.
-	Time time.Time `json:"time"`
+	Time time.Time
 	// Suspended says the target was suspended when last seen: gone from
 	// every set while the program was down, it is forgotten, not removed
 	// (see [Forgetter]).
-	Suspended bool `json:"suspended,omitempty"`
+	Suspended bool
+}
+
+// storedCheckpoint is a Checkpoint as stores keep it: its hashes in hex,
+// a Tree with Reads prefixed with "r" ("" for a zero hash).
+type storedCheckpoint struct {
+	Commit    string    `json:"commit"`
+	Tree      string    `json:"tree"`
+	Reads     []string  `json:"reads,omitempty"`
+	Target    string    `json:"target"`
+	Time      time.Time `json:"time"`
+	Suspended bool      `json:"suspended,omitempty"`
+}
+
+// readsPrefix marks a stored Tree that digests Reads too.
+const readsPrefix = "r"
+
+// MarshalJSON implements json.Marshaler: the form stores keep.
+func (cp Checkpoint) MarshalJSON() ([]byte, error) {
+	s := storedCheckpoint{Commit: hashText(cp.Commit), Tree: hashText(cp.Tree), Reads: cp.Reads, Target: cp.Target, Time: cp.Time, Suspended: cp.Suspended}
+	if len(cp.Reads) > 0 && s.Tree != "" {
+		s.Tree = readsPrefix + s.Tree
+	}
+	return json.Marshal(s)
+}
+
+// UnmarshalJSON implements json.Unmarshaler. A hash that is not 40
+// hexadecimal digits (or "") is an error.
+func (cp *Checkpoint) UnmarshalJSON(data []byte) error {
+	var s storedCheckpoint
+	if err := json.Unmarshal(data, &s); err != nil {
+		return err
+	}
+	commit, err := parseHashText(s.Commit)
+	if err != nil {
+		return fmt.Errorf("watcher: checkpoint commit: %w", err)
+	}
+	tree, err := parseHashText(strings.TrimPrefix(s.Tree, readsPrefix))
+	if err != nil {
+		return fmt.Errorf("watcher: checkpoint tree: %w", err)
+	}
+	*cp = Checkpoint{Commit: commit, Tree: tree, Reads: s.Reads, Target: s.Target, Time: s.Time, Suspended: s.Suspended}
+	return nil
+}
+
+// hashText is h in hex, "" for the zero hash.
+func hashText(h gitutil.Hash) string {
+	if h.IsZero() {
+		return ""
+	}
+	return h.String()
+}
+
+// parseHashText is the inverse of hashText.
+func parseHashText(s string) (gitutil.Hash, error) {
+	if s == "" {
+		return gitutil.Hash{}, nil
+	}
+	return gitutil.ParseHash(s)
 }
 
 // Store keeps checkpoints by key (a target ID and a sink name). Methods are
@@ -74,9 +135,10 @@ type Lookup struct {
 // MemoryStore keeps checkpoints in memory: they do not survive a restart.
 type MemoryStore struct {
 	mu sync.Mutex
-	// m holds pointers: a map's table doubles, and with a Checkpoint
-	// (96 bytes) in each slot it held 157–236 bytes a checkpoint against
-	// 131–148 (BenchmarkMemoryStoreHeld, 10,000 to 100,000 of them).
+	// m holds pointers: a map's table doubles, and a Checkpoint (112
+	// bytes) in each of its slots, empty ones too, costs more than a
+	// pointer to one (BenchmarkMemoryStoreHeld measures a checkpoint's
+	// cost, 10,000 to 100,000 of them).
 	m map[string]*Checkpoint
 }
 
@@ -162,7 +224,7 @@ func (s *FileStore) path(key string) string {
 	return filepath.Join(s.dir, hex.EncodeToString(sum[:16])+".json")
 }
 
-// maxCheckpointFile bounds a record read back: one holds at most maxReads
+// maxCheckpointFile bounds a record read back: one holds at most reads.Max
 // paths (of 4 KiB each, JSON-escaped, that is under 7 MiB) besides its
 // hashes. A larger file is not one the store wrote.
 const maxCheckpointFile = 8 << 20

@@ -55,7 +55,7 @@ func recordFile(t *testing.T, key string, cp Checkpoint, size int) []byte {
 func TestFileStoreRefusesWhatItNeverWrote(t *testing.T) {
 	elsewhere := t.TempDir()
 	valid := filepath.Join(elsewhere, "valid.json")
-	require.NoError(t, os.WriteFile(valid, recordFile(t, "k", Checkpoint{Commit: "planted"}, 0), 0o644))
+	require.NoError(t, os.WriteFile(valid, recordFile(t, "k", Checkpoint{Commit: hashOf("planted")}, 0), 0o644))
 	tests := []struct {
 		name   string
 		plant  func(t *testing.T, p string)
@@ -66,7 +66,7 @@ func TestFileStoreRefusesWhatItNeverWrote(t *testing.T) {
 		{"link to a valid record", func(t *testing.T, p string) { require.NoError(t, os.Symlink(valid, p)) }, "symbolic link"},
 		{"dangling link", func(t *testing.T, p string) { require.NoError(t, os.Symlink(filepath.Join(elsewhere, "none"), p)) }, "symbolic link"},
 		{"over the bound", func(t *testing.T, p string) {
-			require.NoError(t, os.WriteFile(p, recordFile(t, "k", Checkpoint{Commit: "big"}, maxCheckpointFile+1), 0o644))
+			require.NoError(t, os.WriteFile(p, recordFile(t, "k", Checkpoint{Commit: hashOf("big")}, maxCheckpointFile+1), 0o644))
 		}, "too large"},
 		{"a sparse file of 1 TiB", func(t *testing.T, p string) {
 			require.NoError(t, os.WriteFile(p, nil, 0o644))
@@ -92,17 +92,17 @@ func TestFileStoreRefusesWhatItNeverWrote(t *testing.T) {
 			assert.Contains(t, err.Error(), p, "the file is named")
 			assert.Contains(t, err.Error(), tt.reason)
 
-			require.NoError(t, s.Put(t.Context(), "k", Checkpoint{Commit: "c"}))
+			require.NoError(t, s.Put(t.Context(), "k", Checkpoint{Commit: hashOf("c")}))
 			cp, ok, err := s.Get(t.Context(), "k")
 			require.NoError(t, err)
 			require.True(t, ok)
-			assert.Equal(t, "c", cp.Commit)
+			assert.Equal(t, hashOf("c"), cp.Commit)
 			fi, err := os.Lstat(p)
 			require.NoError(t, err)
 			assert.True(t, fi.Mode().IsRegular(), "the record is a file of the store's again")
 			planted, err := os.ReadFile(valid)
 			require.NoError(t, err)
-			assert.Contains(t, string(planted), `"planted"`, "what a link named is left alone")
+			assert.Contains(t, string(planted), hashOf("planted").String(), "what a link named is left alone")
 		})
 	}
 }
@@ -112,7 +112,7 @@ func TestFileStoreRefusesWhatItNeverWrote(t *testing.T) {
 func TestFileStoreGetHonoursItsContext(t *testing.T) {
 	s, err := NewFileStore(t.TempDir())
 	require.NoError(t, err)
-	require.NoError(t, s.Put(t.Context(), "k", Checkpoint{Commit: "c"}))
+	require.NoError(t, s.Put(t.Context(), "k", Checkpoint{Commit: hashOf("c")}))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	_, ok, err := s.Get(ctx, "k")
@@ -136,5 +136,5 @@ func TestFileStoreClearsWhatTookATemporaryName(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, entries)
 	assert.FileExists(t, filepath.Join(elsewhere, "kept"))
-	require.NoError(t, s.Put(t.Context(), "k", Checkpoint{Commit: "c"}))
+	require.NoError(t, s.Put(t.Context(), "k", Checkpoint{Commit: hashOf("c")}))
 }

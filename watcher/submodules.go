@@ -145,10 +145,10 @@ func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, 
 	if m.HasCommit(commit) && !partial {
 		return m, nil // fetched while this one waited
 	}
-	if err := s.v.fetches.acquire(ctx); err != nil {
+	if err := s.v.fetches.Acquire(ctx); err != nil {
 		return nil, err
 	}
-	defer s.v.fetches.release()
+	defer s.v.fetches.Release()
 	ctx, cancel := context.WithTimeout(ctx, s.v.opts.fetchTimeout)
 	defer cancel()
 	// Its files too, in a mirror that may lack them: a submodule is

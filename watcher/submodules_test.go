@@ -51,8 +51,8 @@ func TestRecurseSubmodules(t *testing.T) {
 		watcher.Target{ID: "whole", URL: app.URL(), RecurseSubmodules: true},
 	), sink))
 	start(t, w)
-	first := sink.WaitCommit(t, "t", c1)
-	whole := sink.WaitCommit(t, "whole", c1)
+	first := sink.WaitCommit(t, "t", hash(c1))
+	whole := sink.WaitCommit(t, "whole", hash(c1))
 	assert.Contains(t, tree(t, whole.FS), "deploy/lib/inner/z.yaml")
 	assert.EqualValues(t, 1, lib.Counts().Fetches.Load(), "one fetch of the pinned commit, for both targets")
 	assert.EqualValues(t, 1, inner.Counts().Fetches.Load())
@@ -64,9 +64,9 @@ func TestRecurseSubmodules(t *testing.T) {
 	c2 := app.Commit(t, "docs", gittest.File("README", "not deployed"))
 	pollNow(t, w, obs, app.URL())
 	obs.WaitFor(t, "t up to date at c2", func(e watcher.Event) bool {
-		return e.Type == watcher.EventUpToDate && e.Commit == c2 && e.Target != nil && e.Target.ID == "t"
+		return e.Type == watcher.EventUpToDate && e.Commit == hash(c2) && e.Target != nil && e.Target.ID == "t"
 	})
-	sink.WaitCommit(t, "whole", c2) // its README changed
+	sink.WaitCommit(t, "whole", hash(c2)) // its README changed
 	var toT int
 	for _, c := range sink.Delivered() {
 		if c.Target.ID == "t" {
@@ -77,7 +77,7 @@ func TestRecurseSubmodules(t *testing.T) {
 
 	c3 := app.Commit(t, "pin lib v2", gittest.Pin("deploy/lib", lib2))
 	pollNow(t, w, obs, app.URL())
-	got := sink.WaitCommit(t, "t", c3)
+	got := sink.WaitCommit(t, "t", hash(c3))
 	assert.Equal(t, map[string]string{"app.yaml": "app", "lib/lib.yaml": "v2", "lib/inner/z.yaml": "z"}, tree(t, got.FS))
 	assert.Equal(t, []string{"lib"}, got.Paths, "the pin moved")
 }
@@ -103,13 +103,13 @@ func TestSubmoduleCredentialsStayOnTheirHost(t *testing.T) {
 	auth := &gitutil.Auth{Username: "deploy", Password: "s3cret", AllowInsecureHTTP: true}
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: app.URL(), Auth: auth, RecurseSubmodules: true}), sink))
 	start(t, w)
-	first := sink.WaitCommit(t, "t", c1)
+	first := sink.WaitCommit(t, "t", hash(c1))
 	assert.Equal(t, map[string]string{"app.yaml": "app", "mine/mine.yaml": "mine"}, tree(t, first.FS), "its own host: its credentials")
 
 	c2 := app.Commit(t, "theirs", gittest.Submodule("theirs", theirs.URL(), theirsPin))
 	pollNow(t, w, obs, app.URL())
 	e := obs.WaitFor(t, "the delivery failing", func(e watcher.Event) bool {
-		return e.Type == watcher.EventDeliveryFailed && e.Commit == c2
+		return e.Type == watcher.EventDeliveryFailed && e.Commit == hash(c2)
 	})
 	assert.ErrorIs(t, e.Err, transport.ErrAuthenticationRequired)
 	assert.Contains(t, e.Err.Error(), "submodule")

@@ -33,12 +33,12 @@ func TestSuspendedTargetIsNotDelivered(t *testing.T) {
 	src := watchertest.NewSource(target)
 	require.NoError(t, w.Route(src, sink))
 	start(t, w)
-	sink.WaitCommit(t, "t", c1)
+	sink.WaitCommit(t, "t", hash(c1))
 
 	// Failing, and retried: then suspended, the retries stop.
 	c2 := repo.Commit(t, "2", gittest.File("f", "2"))
 	sink.SetHook(func(_ context.Context, c watcher.Change) error {
-		if c.To == c2 {
+		if c.To == hash(c2) {
 			return errors.New("refused")
 		}
 		return nil
@@ -49,7 +49,7 @@ func TestSuspendedTargetIsNotDelivered(t *testing.T) {
 	suspended.Suspend = true
 	src.Set(suspended)
 	obs.WaitFor(t, "suspended at c2", func(e watcher.Event) bool {
-		return e.Type == watcher.EventSuspended && e.Commit == c2
+		return e.Type == watcher.EventSuspended && e.Commit == hash(c2)
 	})
 	triedC2 := attemptsAt(sink, c2)
 	require.Eventually(t, func() bool { return w.Stats().Retrying == 0 }, 10*time.Second, time.Millisecond,
@@ -58,16 +58,16 @@ func TestSuspendedTargetIsNotDelivered(t *testing.T) {
 	c3 := repo.Commit(t, "3", gittest.File("f", "3"))
 	pollNow(t, w, obs, repo.URL())
 	obs.WaitFor(t, "suspended at c3", func(e watcher.Event) bool {
-		return e.Type == watcher.EventSuspended && e.Commit == c3
+		return e.Type == watcher.EventSuspended && e.Commit == hash(c3)
 	})
 	assert.Zero(t, attemptsAt(sink, c3), "c3 is not handed to the sink while suspended")
 	for _, c := range sink.Delivered() {
-		assert.Equal(t, c1, c.To, "only what was delivered before")
+		assert.Equal(t, hash(c1), c.To, "only what was delivered before")
 	}
 
 	src.Set(target)
-	got := sink.WaitCommit(t, "t", c3)
-	assert.Equal(t, c1, got.From, "the latest commit, once resumed")
+	got := sink.WaitCommit(t, "t", hash(c3))
+	assert.Equal(t, hash(c1), got.From, "the latest commit, once resumed")
 	assert.LessOrEqual(t, attemptsAt(sink, c2), triedC2+1, "at most the attempt under way at the suspension")
 }
 
@@ -75,7 +75,7 @@ func TestSuspendedTargetIsNotDelivered(t *testing.T) {
 func attemptsAt(s *watchertest.Sink, commit string) int {
 	n := 0
 	for _, c := range s.Attempts() {
-		if c.To == commit {
+		if c.To == hash(commit) {
 			n++
 		}
 	}
@@ -124,8 +124,8 @@ func TestTargetDeletedWhileDownIsRemovedAtStart(t *testing.T) {
 	w := newWatcher(t, obs)
 	require.NoError(t, w.Route(watchertest.NewSource(a, b), sink))
 	stop := watchertest.Run(t, w.Run)
-	sink.WaitCommit(t, "a", c1)
-	sink.WaitCommit(t, "b", c1)
+	sink.WaitCommit(t, "a", hash(c1))
+	sink.WaitCommit(t, "b", hash(c1))
 	stop()
 
 	// b is gone from the source while nothing runs; a second source's set
@@ -181,15 +181,15 @@ func TestWhatADeliveryReadOutsideItsPathIsWatched(t *testing.T) {
 	w := newWatcher(t, obs)
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "prod", URL: repo.URL(), Path: "overlays/prod"}), sink))
 	start(t, w)
-	sink.WaitCommit(t, "prod", c1)
+	sink.WaitCommit(t, "prod", hash(c1))
 
 	c2 := repo.Commit(t, "base only", gittest.File("base/cm.yaml", "2"))
 	pollNow(t, w, obs, repo.URL())
-	got := sink.WaitCommit(t, "prod", c2)
+	got := sink.WaitCommit(t, "prod", hash(c2))
 	assert.Equal(t, watcher.ReasonNewCommit, got.Reason, "the base it read changed")
 
 	c3 := repo.Commit(t, "neither", gittest.File("docs/x", "2"))
 	pollNow(t, w, obs, repo.URL())
-	obs.WaitFor(t, "c3 up to date", func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit == c3 })
+	obs.WaitFor(t, "c3 up to date", func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit == hash(c3) })
 	assert.Len(t, sink.Delivered(), 2, "a commit touching neither is not delivered")
 }

@@ -38,8 +38,8 @@ func TestTakeoverOfDeliveredTargetsNeedsNoClone(t *testing.T) {
 	c2 := repo.Commit(t, "2", gittest.File("app/f", "changed"))
 	srv.Stall(blocker.Name(), -1) // the slot is free again
 	w.Trigger(repo.URL())
-	got := sink.WaitCommit(t, repo.Name(), c2)
-	assert.Equal(t, prev.commits[repo.Name()], got.From)
+	got := sink.WaitCommit(t, repo.Name(), hash(c2))
+	assert.Equal(t, hash(prev.commits[repo.Name()]), got.From)
 	assert.Equal(t, watcher.ReasonNewCommit, got.Reason)
 	f, err := readFile(got, "f")
 	require.NoError(t, err)
@@ -68,8 +68,8 @@ func TestAReplicaAsksBeforeItClonesWithSlotsFree(t *testing.T) {
 	repo := prev.repos[1]
 	c2 := repo.Commit(t, "2", gittest.File("app/f", "changed"))
 	w.Trigger(repo.URL())
-	got := sink.WaitCommit(t, repo.Name(), c2)
-	assert.Equal(t, prev.commits[repo.Name()], got.From)
+	got := sink.WaitCommit(t, repo.Name(), hash(c2))
+	assert.Equal(t, hash(prev.commits[repo.Name()]), got.From)
 }
 
 // A resync of a target taken over unfetched (see above) fetches its commit
@@ -83,7 +83,7 @@ func TestResyncOfATargetTakenOverUnfetched(t *testing.T) {
 
 	for _, repo := range prev.repos {
 		got := sink.WaitDelivery(t, func(c watcher.Change) bool { return c.Target.ID == repo.Name() && c.Reason == watcher.ReasonResync })
-		assert.Equal(t, prev.commits[repo.Name()], got.To)
+		assert.Equal(t, hash(prev.commits[repo.Name()]), got.To)
 		f, err := readFile(got, "f")
 		require.NoError(t, err)
 		assert.Equal(t, repo.Name(), f)
@@ -153,7 +153,7 @@ func deliveredElsewhere(t *testing.T, srv *gittest.Server, store watcher.Store) 
 	require.NoError(t, w.Route(watchertest.NewSource(p.targets...), sink))
 	stop := watchertest.Run(t, w.Run)
 	for _, tg := range p.targets {
-		sink.WaitCommit(t, tg.ID, p.commits[tg.ID])
+		sink.WaitCommit(t, tg.ID, hash(p.commits[tg.ID]))
 	}
 	stop()
 	for _, repo := range p.repos {
@@ -183,7 +183,7 @@ func TestAFreedSlotWaitsForTheAnswersOfTheRemotesInLine(t *testing.T) {
 	})
 	c2 := blocker.Commit(t, "2", gittest.File("f", "2"))
 	w.Trigger(blocker.URL()) // a fetch that needs the freed slot
-	sink.WaitCommit(t, "blocker", c2)
+	sink.WaitCommit(t, "blocker", hash(c2))
 	close(store.release)
 
 	takenOverUnfetched(t, prev, obs)

@@ -110,12 +110,25 @@ var ErrInvalidTarget = errors.New("watcher: invalid target")
 
 // Validate checks the target and says which field is wrong.
 func (t Target) Validate() error {
+	_, err := t.validate()
+	return err
+}
+
+// validate is Validate that returns the parsed URL: a target entering the
+// watcher has its URL parsed here, once.
+func (t Target) validate() (gitutil.Endpoint, error) {
 	if t.ID == "" {
-		return fmt.Errorf("%w: id is empty", ErrInvalidTarget)
+		return gitutil.Endpoint{}, fmt.Errorf("%w: id is empty", ErrInvalidTarget)
 	}
-	if _, err := gitutil.ParseURL(t.URL); err != nil {
-		return fmt.Errorf("%w %s: url: %w", ErrInvalidTarget, t.ID, err)
+	ep, err := gitutil.ParseURL(t.URL)
+	if err != nil {
+		return ep, fmt.Errorf("%w %s: url: %w", ErrInvalidTarget, t.ID, err)
 	}
+	return ep, t.validateRest()
+}
+
+// validateRest checks what Validate checks besides the ID and the URL.
+func (t Target) validateRest() error {
 	if _, err := gitutil.ParseRevision(t.Revision); err != nil {
 		return fmt.Errorf("%w %s: revision: %w", ErrInvalidTarget, t.ID, err)
 	}
@@ -147,21 +160,17 @@ func (t Target) Selection() mirror.Selection {
 }
 
 // fingerprint digests what, besides the commit, decides what a sink does
-// with a target; a different fingerprint means the target changed.
-func (t Target) fingerprint() string {
+// with a target whose URL's key ([gitutil.Endpoint.Key]) is urlKey; a
+// different fingerprint means the target changed.
+func (t Target) fingerprint(urlKey string) string {
 	p, _ := mirror.CleanPath(t.Path)
-	key, err := gitutil.NormalizeURL(t.URL)
-	if err != nil {
-		key = t.URL
-	}
 	payload, err := json.Marshal(t.Payload)
 	if err != nil {
 		payload = fmt.Appendf(nil, "%#v", t.Payload)
 	}
-	data := fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s", key, t.Revision, p, payload)
+	data := fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s", urlKey, t.Revision, p, payload)
 	if len(t.Paths) > 0 || len(t.Ignore) > 0 || t.IgnoreFile != "" {
-		// Only when set, so that a target without them keeps the
-		// fingerprint it had before they existed.
+		// Only when set: a target without them is digested without them.
 		data = fmt.Appendf(data, "\x00%q\x00%q\x00%s", t.Paths, t.Ignore, t.IgnoreFile)
 	}
 	if t.RecurseSubmodules {
@@ -197,9 +206,9 @@ type Change struct {
 	// Ref is the full ref the commit was resolved from ("refs/heads/main"),
 	// or "" for a commit-pinned target.
 	Ref string
-	// From is the commit delivered before to this sink, "" on the first
-	// delivery. To is the commit to act on.
-	From, To string
+	// From is the commit delivered before to this sink, zero on the first
+	// delivery. To is the commit to act on. Hash.String gives their text.
+	From, To gitutil.Hash
 	Reason   Reason
 	// Paths are the files added, changed or deleted in what the target
 	// selects between From and To, relative to Target.Path; nil when
@@ -298,9 +307,9 @@ type Inventory interface {
 	Targets(ctx context.Context) ([]string, error)
 }
 
-// Dependent is a report of a delivery (see [Reporter]) that read files of
-// the repository outside the target's Path, through Change.Root: Reads
-// lists them, relative to the repository's root (files or directories).
+// Dependent is a report of a delivery that read outside its Path. The
+// delivery (see [Reporter]) read files of the repository outside the
+// target's Path, through Change.Root: Reads lists them, relative to the repository's root (files or directories).
 // The watcher remembers them with the checkpoint, and delivers the target
 // again when a later commit changes any of them, as when its Path
 // changes; a commit that changes neither is not delivered. What a

@@ -23,6 +23,10 @@ import (
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/backoff"
+	"github.com/modwatch/modwatch/watcher/internal/budget"
+	"github.com/modwatch/modwatch/watcher/internal/cachedir"
+	"github.com/modwatch/modwatch/watcher/internal/fetchgate"
+	"github.com/modwatch/modwatch/watcher/internal/pool"
 )
 
 // Errors of the Watcher's own API, for errors.Is.
@@ -34,6 +38,9 @@ var (
 	// ErrInvalidOptions is returned by Run for options that contradict
 	// each other (the resync set twice); the error names them.
 	ErrInvalidOptions = errors.New("watcher: invalid options")
+	// ErrCacheDirInUse is returned by Run when another watcher, in this
+	// process or another, holds the cache directory.
+	ErrCacheDirInUse = cachedir.ErrInUse
 )
 
 // Watcher polls the remotes of all its routes' targets and delivers changes
@@ -47,17 +54,15 @@ type Watcher struct {
 	routes     []*route
 	started    bool
 	group      *errgroup.Group
-	remotes    map[string]*remote      // by remote key
-	byURL      map[string][]*remote    // w.remotes by URL key, for hints
-	remotesGen chan struct{}           // closed and replaced when remotes change
-	deliverers map[sinkKey]*deliverer  // by route, target and sink
-	removing   map[sinkKey]*deliverer  // deliverers told to remove or to retire, until done
-	opening    map[string]bool         // the mirror directories applyRemotes opens outside mu
-	cache      *cacheDir               // while running
-	unowned    int                     // targets another replica polls (WithShard)
-	held       map[string]*heldRemoval // removals the deletion budget holds, by decision
-	removedAt  map[string][]time.Time  // removals carried out, by decision, within the budget's delay
-	confirmed  time.Time               // ConfirmRemovals: what was held before is carried out
+	remotes    map[string]*remote     // by remote key
+	byURL      map[string][]*remote   // w.remotes by URL key, for hints
+	remotesGen chan struct{}          // closed and replaced when remotes change
+	deliverers map[sinkKey]*deliverer // by route, target and sink
+	removing   map[sinkKey]*deliverer // deliverers told to remove or to retire, until done
+	opening    map[string]bool        // the mirror directories applyRemotes opens outside mu
+	cache      *cachedir.Dir          // while running
+	unowned    int                    // targets another replica polls (WithShard)
+	removals   *budget.Budget         // the deletion budget: the removals it holds
 }
 
 type route struct {
@@ -65,6 +70,7 @@ type route struct {
 	source  Source
 	sinks   []namedSink
 	targets []Target          // the source's last valid set; guarded by Watcher.mu
+	urlKeys map[string]string // the Endpoint.Key of each of its targets' URLs; guarded by Watcher.mu
 	invalid map[string]string // target ID → why it is invalid; guarded by Watcher.mu
 	synced  bool              // the source has given a set; guarded by Watcher.mu
 	noSet   error             // why the source cannot give its set now (NoSet); guarded by Watcher.mu
@@ -88,8 +94,7 @@ func New(opts ...Option) *Watcher {
 		remotesGen: make(chan struct{}),
 		deliverers: map[sinkKey]*deliverer{},
 		removing:   map[sinkKey]*deliverer{},
-		held:       map[string]*heldRemoval{},
-		removedAt:  map[string][]time.Time{},
+		removals:   budget.New(o.removals.share, o.removals.confirm),
 		opening:    map[string]bool{},
 	}
 	w.trigger, w.ended = w.Trigger, w.removed
@@ -166,26 +171,26 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.mu.Unlock()
 		return ErrNoRoutes
 	}
-	cache, err := openCacheDir(w.opts.cacheDir)
+	cache, err := cachedir.Open(w.opts.cacheDir, ".clone", gcSuffix)
 	if err != nil {
 		w.mu.Unlock()
 		return err
 	}
-	defer cache.close()
+	defer cache.Close()
 	w.cache = cache
-	w.env.subs = &submodules{v: w.env, dir: w.opts.cacheDir, tmp: cache.tmp}
+	w.env.subs = &submodules{v: w.env, dir: w.opts.cacheDir, tmp: cache.Tmp}
 	// The logger comes with ctx, as in controller-runtime; sources, sinks
 	// and observers' Run get it the same way, through ctx.
 	w.env.log = loggerOf(ctx, w.opts.noLoggerOut).WithName("watcher")
 	g, gctx := errgroup.WithContext(ctx)
 	w.group = g
-	w.env.deliveries = newPool(gctx, w.opts.deliverLimit)
-	w.env.polls = newPool(gctx, w.opts.listLimit+w.opts.fetchLimit)
-	w.env.fetches = newFetchGate(w.opts.fetchLimit, w.env.polls)
+	w.env.deliveries = pool.New(gctx, w.opts.deliverLimit)
+	w.env.polls = pool.New(gctx, w.opts.listLimit+w.opts.fetchLimit)
+	w.env.fetches = fetchgate.New(w.opts.fetchLimit, w.env.polls)
 	w.mu.Unlock()
 	// After the group, whose goroutines schedule; polls first, which offer.
-	defer w.env.deliveries.close()
-	defer w.env.polls.close()
+	defer w.env.deliveries.Close()
+	defer w.env.polls.Close()
 
 	for _, r := range routes {
 		goPart(gctx, g, fmt.Sprintf("source of route %d", r.idx), func(ctx context.Context) error {
@@ -352,8 +357,8 @@ func (w *Watcher) Stats() Stats {
 			st.NoSet++
 		}
 	}
-	st.Failing = w.health.count()
-	st.RemovalsHeld = w.heldCount()
+	st.Failing = w.health.Count()
+	st.RemovalsHeld = w.removals.Held()
 	mirrors := make([]Mirror, 0, len(w.remotes))
 	for _, r := range w.remotes {
 		mirrors = append(mirrors, r.mirror)
@@ -382,9 +387,10 @@ func (w *Watcher) update(r *route, ts []Target) {
 	copied := false
 	ids := make(map[string]bool, len(ts))
 	invalid := map[string]string{}
+	urlKeys := map[string]string{}
 	var events []Event
 	for i, given := range ts {
-		t, err := w.admit(given)
+		t, ep, err := w.admit(given)
 		if err == nil && ids[t.ID] {
 			err = fmt.Errorf("%w %s: duplicate id in one source's set", ErrInvalidTarget, t.ID)
 		}
@@ -397,13 +403,16 @@ func (w *Watcher) update(r *route, ts []Target) {
 			continue
 		}
 		ids[t.ID] = true
+		if _, ok := urlKeys[t.URL]; !ok {
+			urlKeys[t.URL] = ep.Key()
+		}
 		if copied {
 			valid = append(valid, t)
 		}
 	}
 	w.mu.Lock()
 	before := r.invalid
-	r.targets, r.invalid, r.synced, r.noSet = valid, invalid, true, nil
+	r.targets, r.urlKeys, r.invalid, r.synced, r.noSet = valid, urlKeys, invalid, true, nil
 	w.mu.Unlock()
 	for _, e := range events {
 		if before[e.Target.ID] != e.Err.Error() {
@@ -419,25 +428,28 @@ func (w *Watcher) update(r *route, ts []Target) {
 
 // admit checks a target from a source and puts it in the form the watcher
 // keeps: its URL without credentials (those become its Auth) and its path
-// cleaned. The target returned never carries a secret in its URL, even
-// with an error.
-func (w *Watcher) admit(given Target) (Target, error) {
+// cleaned. It returns the URL parsed, once. The target returned never
+// carries a secret in its URL, even with an error.
+func (w *Watcher) admit(given Target) (Target, gitutil.Endpoint, error) {
 	t := given
 	if nw, ok := t.Payload.(notWatched); ok {
-		return t, fmt.Errorf("%w %s: %w", ErrInvalidTarget, t.ID, nw.err)
+		return t, gitutil.Endpoint{}, fmt.Errorf("%w %s: %w", ErrInvalidTarget, t.ID, nw.err)
 	}
-	raw := t.URL
-	t.URL = gitutil.StripCredentials(raw)
-	if err := t.Validate(); err != nil {
-		return t, err
+	bare, auth, mergeErr := gitutil.MergeURLCredentials(t.URL, t.Auth)
+	if mergeErr != nil {
+		bare = gitutil.StripCredentials(t.URL)
 	}
-	bare, auth, err := gitutil.MergeURLCredentials(raw, t.Auth)
+	t.URL = bare
+	ep, err := t.validate()
 	if err != nil {
-		return t, fmt.Errorf("%w %s: url: %w", ErrInvalidTarget, t.ID, err)
+		return t, ep, err
 	}
-	t.URL, t.Auth = bare, auth
-	if ep, _ := gitutil.ParseURL(t.URL); ep.Scheme == "file" && !w.opts.localRepos {
-		return t, fmt.Errorf("%w %s: url: local repositories are refused (see WithLocalRepositories)", ErrInvalidTarget, t.ID)
+	if mergeErr != nil {
+		return t, ep, fmt.Errorf("%w %s: url: %w", ErrInvalidTarget, t.ID, mergeErr)
+	}
+	t.Auth = auth
+	if ep.Scheme == "file" && !w.opts.localRepos {
+		return t, ep, fmt.Errorf("%w %s: url: local repositories are refused (see WithLocalRepositories)", ErrInvalidTarget, t.ID)
 	}
 	t.Path, _ = mirror.CleanPath(t.Path)
 	for i, p := range t.Paths {
@@ -448,7 +460,7 @@ func (w *Watcher) admit(given Target) (Target, error) {
 			t.Paths[i] = clean
 		}
 	}
-	return t, nil
+	return t, ep, nil
 }
 
 // sameAdmitted reports whether admit left t as the source gave it.
@@ -538,13 +550,13 @@ func (r *resyncer) stop() {
 	}
 }
 
-// bound is a target of a route, with the deliverers of the route's sinks.
-type bound struct {
-	key   targetKey
-	t     Target
-	rev   gitutil.Revision
-	sinks []*deliverer
-	route *route // until its deliverers are bound
+// boundTarget is a target of a route, with the deliverers of the route's sinks.
+type boundTarget struct {
+	key    targetKey
+	target Target
+	rev    gitutil.Revision
+	sinks  []*deliverer
+	route  *route // until its deliverers are bound
 	// one holds the deliverer of a route of one sink, the usual, which
 	// sinks then slices: no array of its own for each target.
 	one [1]*deliverer
@@ -554,7 +566,7 @@ type remoteSpec struct {
 	url     string
 	urlKey  string
 	auth    *gitutil.Auth
-	targets map[targetKey]*bound
+	targets map[targetKey]*boundTarget
 }
 
 // reconcile brings pollers and deliverers in line with the routes' target
@@ -571,11 +583,11 @@ func (w *Watcher) reconcile(ctx context.Context) bool {
 	failed := w.applyRemotes(ctx, p.specs)
 	watched := make(map[string]bool, len(p.owned))
 	for _, b := range p.owned {
-		if !p.others[b.t.ID] {
-			watched[b.t.ID] = true // the failures of the others are theirs to report
+		if !p.others[b.target.ID] {
+			watched[b.target.ID] = true // the failures of the others are theirs to report
 		}
 	}
-	w.health.keep(watched)
+	w.health.Keep(watched)
 	for _, e := range failed {
 		w.targetFailed(e)
 	}
@@ -616,7 +628,7 @@ func (k sinkKey) target() targetKey { return targetKey{k.id, k.route} }
 // bindOwned gives each target this replica polls its deliverers, starting
 // those that are new (fresh: not in the deletion budget's base), and
 // returns the keys of all; the caller holds w.mu.
-func (w *Watcher) bindOwned(owned []*bound) (wanted, fresh map[sinkKey]bool) {
+func (w *Watcher) bindOwned(owned []*boundTarget) (wanted, fresh map[sinkKey]bool) {
 	wanted = map[sinkKey]bool{}
 	for _, b := range owned {
 		if len(b.route.sinks) == 1 {
@@ -631,15 +643,15 @@ func (w *Watcher) bindOwned(owned []*bound) (wanted, fresh map[sinkKey]bool) {
 				if prev != nil {
 					prev.unremove() // named again before its removal succeeded
 				}
-				d = newDeliverer(w.env, dkey, &b.t, s, prev)
+				d = newDeliverer(w.env, dkey, &b.target, s, prev)
 				w.deliverers[dkey] = d
-				w.env.deliveries.start(d)
+				w.env.deliveries.Start(d)
 				if fresh == nil {
 					fresh = map[sinkKey]bool{}
 				}
 				fresh[dkey] = true
 			} else {
-				d.seen(&b.t) // suspended or resumed since: it decides what is done if it goes
+				d.seen(&b.target) // suspended or resumed since: it decides what is done if it goes
 			}
 			b.sinks = append(b.sinks, d)
 		}
@@ -655,7 +667,7 @@ func (w *Watcher) bindOwned(owned []*bound) (wanted, fresh map[sinkKey]bool) {
 // are invalid now, to retire: they end without a word to the sink (the
 // target is not gone), so that a target costs a replica that does not poll
 // it nothing but its place in the route.
-func (w *Watcher) bindDeliverers(owned []*bound) []Event {
+func (w *Watcher) bindDeliverers(owned []*boundTarget) []Event {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	wanted, fresh := w.bindOwned(owned)
@@ -741,7 +753,7 @@ func (w *Watcher) removeGone(gone map[int32][]sinkKey, fresh map[sinkKey]bool) [
 			d.remove()
 		}
 	}
-	w.forgetHeld(seen, "route ")
+	w.removals.Forget(seen, "route ")
 	return events
 }
 
@@ -763,7 +775,7 @@ func (w *Watcher) routeReady(idx int32) bool {
 type specPass struct {
 	w       *Watcher
 	specs   map[string]*remoteSpec
-	owned   []*bound
+	owned   []*boundTarget
 	others  map[string]bool
 	owns    map[string]bool // the shard's answer per remote key
 	credsOK bool
@@ -772,7 +784,7 @@ type specPass struct {
 // remoteSpecs groups the targets of the routes by remote: URL and
 // credential identity, so that a target never reads through a mirror
 // fetched with another's credentials. The shard is asked before a target's
-// bound state is made: a target another replica polls costs this one no
+// boundTarget is made: a target another replica polls costs this one no
 // allocation that outlives the pass. A target whose credentials cannot be
 // had now stays on the remote it was on (see stay); credsOK is false then.
 func (w *Watcher) remoteSpecs(ctx context.Context) *specPass {
@@ -785,12 +797,13 @@ func (w *Watcher) remoteSpecs(ctx context.Context) *specPass {
 	resolved := map[string]found{} // one resolver call per URL per pass
 	type routeSet struct {
 		r       *route
-		targets []Target // the source's: read, never changed (update replaces it)
+		targets []Target          // the source's: read, never changed (update replaces it)
+		urlKeys map[string]string // the same
 	}
 	w.mu.Lock()
 	sets := make([]routeSet, len(w.routes))
 	for i, r := range w.routes {
-		sets[i] = routeSet{r, r.targets}
+		sets[i] = routeSet{r, r.targets, r.urlKeys}
 	}
 	w.mu.Unlock()
 	for _, set := range sets {
@@ -802,8 +815,7 @@ func (w *Watcher) remoteSpecs(ctx context.Context) *specPass {
 				f = found{}
 				f.auth, f.err = w.credentials(ctx, *t)
 				if f.err == nil {
-					ep, _ := gitutil.ParseURL(t.URL)
-					f.urlKey = ep.Key()
+					f.urlKey = set.urlKeys[t.URL]
 					f.key = f.urlKey + "#" + f.auth.Identity()
 				}
 				if t.Auth == nil {
@@ -836,18 +848,18 @@ func (p *specPass) ownsKey(key string) bool {
 	return o
 }
 
-// bind makes the bound state of a target this replica polls.
-func (p *specPass) bind(r *route, t *Target) *bound {
-	b := &bound{key: keyOf(r.idx, t.ID), t: *t, route: r}
+// bind makes the boundTarget of a target this replica polls.
+func (p *specPass) bind(r *route, t *Target) *boundTarget {
+	b := &boundTarget{key: keyOf(r.idx, t.ID), target: *t, route: r}
 	b.rev, _ = gitutil.ParseRevision(t.Revision) // validated in update
 	p.owned = append(p.owned, b)
 	return b
 }
 
-func (p *specPass) add(key, url, urlKey string, auth *gitutil.Auth, b *bound) {
+func (p *specPass) add(key, url, urlKey string, auth *gitutil.Auth, b *boundTarget) {
 	spec := p.specs[key]
 	if spec == nil {
-		spec = &remoteSpec{url: url, urlKey: urlKey, auth: auth, targets: map[targetKey]*bound{}}
+		spec = &remoteSpec{url: url, urlKey: urlKey, auth: auth, targets: map[targetKey]*boundTarget{}}
 		p.specs[key] = spec
 	}
 	spec.targets[b.key] = b
@@ -871,7 +883,7 @@ func (p *specPass) stay(r *route, t *Target) {
 		}
 	}
 	p.w.mu.Unlock()
-	var b *bound
+	var b *boundTarget
 	theirs := false
 	for _, o := range on {
 		if !p.ownsKey(o.key) {
@@ -959,7 +971,7 @@ func (w *Watcher) startRemotes(ctx context.Context, fresh []string, specs map[st
 			if err != nil {
 				w.env.drop(key, spec)
 				for _, b := range spec.targets {
-					t := b.t
+					t := b.target
 					failed = append(failed, Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
 				}
 				return nil
@@ -991,7 +1003,7 @@ func (w *Watcher) openRemote(key string, spec *remoteSpec) (*remote, error) {
 	dir := filepath.Join(w.opts.cacheDir, mirrorDirName(key))
 	var r *remote // set before anyone reads the mirror
 	m, err := w.opts.git.OpenMirror(dir, spec.url, mirror.Options{
-		TempDir: w.cache.tmp,
+		TempDir: w.cache.Tmp,
 		MaxKept: w.opts.keptTrees,
 		// A damaged store found by any read is rebuilt by a poll now.
 		OnDamage: func(error) { r.poke() },
@@ -1031,14 +1043,14 @@ func (w *Watcher) resyncAll() {
 
 // sameTargets reports whether two bound targets watch the same thing
 // through the same deliverers.
-func sameTargets(a, b *bound) bool {
-	return reflect.DeepEqual(a.t, b.t) && reflect.DeepEqual(a.sinks, b.sinks)
+func sameTargets(a, b *boundTarget) bool {
+	return reflect.DeepEqual(a.target, b.target) && reflect.DeepEqual(a.sinks, b.sinks)
 }
 
 // sameButInterval reports whether two bound targets differ in their
 // interval only.
-func sameButInterval(a, b *bound) bool {
-	t := b.t
-	t.Interval = a.t.Interval
-	return reflect.DeepEqual(a.t, t) && reflect.DeepEqual(a.sinks, b.sinks)
+func sameButInterval(a, b *boundTarget) bool {
+	t := b.target
+	t.Interval = a.target.Interval
+	return reflect.DeepEqual(a.target, t) && reflect.DeepEqual(a.sinks, b.sinks)
 }

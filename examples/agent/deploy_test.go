@@ -30,7 +30,7 @@ func TestDeployedWithLeastPrivilege(t *testing.T) {
 		return run(ctx, options{config: dir + "/config.yaml", kube: sa, cacheDir: t.TempDir(), inventory: "modwatch-agent", log: testr.New(t), observer: obs})
 	})
 	obs.WaitFor(t, "the control repository applied", func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Commit == commit
+		return e.Type == watcher.EventDelivered && e.Commit.String() == commit
 	})
 	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "control", metav1.GetOptions{})
 	require.NoError(t, err)

@@ -93,7 +93,7 @@ func TestAgentAppliesTheControlRepoAndFollowsTheConfigMap(t *testing.T) {
 	delivered := func(commit string) {
 		t.Helper()
 		obs.WaitFor(t, "the delivery of "+commit, func(e watcher.Event) bool {
-			return e.Type == watcher.EventDelivered && e.Commit == commit
+			return e.Type == watcher.EventDelivered && e.Commit.String() == commit
 		})
 	}
 
@@ -157,7 +157,7 @@ source:
 		})
 	})
 	obs.WaitFor(t, "the delivery of the control repository", func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Commit == c1
+		return e.Type == watcher.EventDelivered && e.Commit.String() == c1
 	})
 	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "control", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -191,7 +191,7 @@ func TestAConfigurationBlinkAtStartRemovesNothing(t *testing.T) {
 	}
 	obs := watchertest.NewObserver()
 	stop := start(obs)
-	obs.WaitFor(t, "delivered", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == first })
+	obs.WaitFor(t, "delivered", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit.String() == first })
 	stop()
 	uid := func(name string) string {
 		t.Helper()
@@ -226,7 +226,7 @@ func TestAConfigurationBlinkAtStartRemovesNothing(t *testing.T) {
 
 	second := repo.Commit(t, "main 2", gittest.File("clusters/c1/control.yaml", manifest("main-2")))
 	obs.WaitFor(t, "delivered from where it was", func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Commit == second && e.Change.From == first
+		return e.Type == watcher.EventDelivered && e.Commit.String() == second && e.Change.From.String() == first
 	})
 	for _, e := range obs.Events() {
 		assert.NotEqual(t, watcher.EventRemoved, e.Type, "nothing removed: %s", e)

@@ -89,7 +89,7 @@ func TestDeployedWithLeastPrivilege(t *testing.T) {
 		}
 	}()
 	obs.WaitFor(t, "the GitSync applied", func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit == c1
+		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit.String() == c1
 	})
 	_, err = env.Kube.CoreV1().ConfigMaps(apps).Get(ctx, "web", metav1.GetOptions{})
 	require.NoError(t, err, "applied")

@@ -86,7 +86,7 @@ func TestControllerAppliesGitSyncsAndFollowsItsConfig(t *testing.T) {
 	createGitSync(t, ns, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
 	id := "gitsync/" + ns + "/web"
 	obs.WaitFor(t, "the GitSync applied", func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit == c1
+		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit.String() == c1
 	})
 	_, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "web", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -125,12 +125,12 @@ func TestTwoInstallsNeverTouchEachOthersObjects(t *testing.T) {
 	obsA := watchertest.NewObserver()
 	install(nsA, obsA)
 	createGitSync(t, nsA, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
-	obsA.WaitFor(t, "A's applied", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == c1 })
+	obsA.WaitFor(t, "A's applied", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit.String() == c1 })
 
 	obsB := watchertest.NewObserver()
 	stopB := install(nsB, obsB)
 	createGitSync(t, nsB, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
-	obsB.WaitFor(t, "B's applied", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == c1 })
+	obsB.WaitFor(t, "B's applied", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit.String() == c1 })
 	stopB()
 
 	// B's GitSync deleted while B is down: at its start B prunes its own.
@@ -166,7 +166,7 @@ func TestGitSyncDeletedWhileStoppedIsPrunedAtStart(t *testing.T) {
 	createGitSync(t, ns, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
 	id := gitsync.TargetID(ns, "web")
 	obs.WaitFor(t, "the GitSync applied", func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit == c1
+		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit.String() == c1
 	})
 	stop()
 
@@ -210,7 +210,7 @@ func TestKustomizeOverlayWithItsBaseElsewhere(t *testing.T) {
 	delivered := func(commit string) {
 		t.Helper()
 		obs.WaitFor(t, "applied at "+commit, func(e watcher.Event) bool {
-			return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit == commit
+			return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit.String() == commit
 		})
 	}
 	delivered(c1)
@@ -229,9 +229,9 @@ func TestKustomizeOverlayWithItsBaseElsewhere(t *testing.T) {
 	c3 := repo.Commit(t, "neither", gittest.File("docs/README.md", "2"))
 	poll()
 	obs.WaitFor(t, "c3 seen, nothing to apply", func(e watcher.Event) bool {
-		return e.Type == watcher.EventUpToDate && e.Target.ID == id && e.Commit == c3
+		return e.Type == watcher.EventUpToDate && e.Target.ID == id && e.Commit.String() == c3
 	})
-	assert.Zero(t, obs.Count(func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == c3 }))
+	assert.Zero(t, obs.Count(func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit.String() == c3 }))
 }
 
 // A GitSync without a destination namespace is refused, as Numaplane's
@@ -293,7 +293,7 @@ func TestOnNumaplanesControllerConfig(t *testing.T) {
 	createGitSync(t, ns, "mixed", map[string]any{"repoUrl": repo.URL(), "path": "mixed"})
 	for _, name := range []string{"web", "mixed"} {
 		obs.WaitFor(t, name+" applied", func(e watcher.Event) bool {
-			return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, name) && e.Commit == c1
+			return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, name) && e.Commit.String() == c1
 		})
 	}
 	got := env.WaitFor(t, gitsync.GVR, ns, "mixed", "mixed Running", func(u *unstructured.Unstructured) bool {

@@ -70,7 +70,7 @@ spec:
 	startController(t, configFile(t, "clusterName: staging-1\nsyncTimeIntervalMs: 3600000\n"), ns, t.TempDir(), obs, nil)
 	createGitSync(t, ns, "chart", map[string]any{"repoUrl": repo.URL(), "path": "chart", "helm": map[string]any{}})
 	obs.WaitFor(t, "the chart applied", func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, "chart") && e.Commit == c1
+		return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, "chart") && e.Commit.String() == c1
 	})
 	_, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "chart-web", metav1.GetOptions{})
 	require.NoError(t, err, "the chart's template applied")
@@ -116,7 +116,7 @@ repoCredentials:
 
 	writeConfig(t, config, credential(true))
 	obs.WaitFor(t, "applied once opted in", func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, "web") && e.Commit == c1
+		return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, "web") && e.Commit.String() == c1
 	})
 }
 
@@ -134,7 +134,7 @@ func TestOnlyTheIncludedKindsAreManaged(t *testing.T) {
 		ns, t.TempDir(), obs, nil)
 	createGitSync(t, ns, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
 	obs.WaitFor(t, "applied", func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, "web") && e.Commit == c1
+		return e.Type == watcher.EventDelivered && e.Target.ID == gitsync.TargetID(ns, "web") && e.Commit.String() == c1
 	})
 	msg := statusOf(t, ns, "web", "Running", func(phase, _ string) bool { return phase == gitsync.PhaseRunning })
 	assert.Contains(t, msg, "1 outside the included kinds, left alone: Service/"+ns+"/web")
@@ -165,7 +165,7 @@ func TestAReconcilersConditionSurvivesEveryDelivery(t *testing.T) {
 	createGitSync(t, ns, "web", map[string]any{"repoUrl": repo.URL(), "path": "web"})
 	id := gitsync.TargetID(ns, "web")
 	obs.WaitFor(t, "applied", func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit == c1
+		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit.String() == c1
 	})
 	statusOf(t, ns, "web", "Running", func(phase, _ string) bool { return phase == gitsync.PhaseRunning })
 
@@ -195,7 +195,7 @@ func TestAReconcilersConditionSurvivesEveryDelivery(t *testing.T) {
 	reconciled(t, "a delivery", func(hash string) bool { return hash == c2 })
 	c3 := repo.Commit(t, "broken", gittest.File("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata: [not, a, map]\n"))
 	require.True(t, w.Trigger(repo.URL()))
-	obs.WaitFor(t, "c3 failed", func(e watcher.Event) bool { return e.Type == watcher.EventDeliveryFailed && e.Commit == c3 })
+	obs.WaitFor(t, "c3 failed", func(e watcher.Event) bool { return e.Type == watcher.EventDeliveryFailed && e.Commit.String() == c3 })
 	reconciled(t, "a failed delivery", func(hash string) bool { return hash == c3 })
 	stop()
 

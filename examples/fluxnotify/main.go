@@ -111,7 +111,7 @@ func run(ctx context.Context, o options) error {
 	observers := []watcher.Observer{watcher.ObserverFunc(func(e watcher.Event) {
 		switch e.Type {
 		case watcher.EventDelivered:
-			o.log.Info("Flux notified", "gitrepository", e.Target.ID, "commit", e.Commit)
+			o.log.Info("Flux notified", "gitrepository", e.Target.ID, "commit", e.Commit.String())
 		case watcher.EventDeliveryFailed, watcher.EventTargetFailed:
 			o.log.Error(e.Err, "not notified", "gitrepository", e.Target.ID)
 		}

@@ -67,7 +67,7 @@ func TestAPushHintReachesFluxAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	delivered := func(commit string) {
 		obs.WaitFor(t, "Flux notified of "+commit, func(e watcher.Event) bool {
-			return e.Type == watcher.EventDelivered && e.Commit == commit
+			return e.Type == watcher.EventDelivered && e.Commit.String() == commit
 		})
 	}
 	delivered(head.Load().(string))

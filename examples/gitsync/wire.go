@@ -251,7 +251,7 @@ func (s *session) alsoChain() watcher.Sink {
 		dir.WithLinkName(func(t watcher.Target) string { return t.ID }))}
 	if c.exechookCommand != "" {
 		steps = append(steps, hook.Command(c.exechookCommand, nil, hook.WithExecTimeout(c.exechookTimeout),
-			hook.WithExecEnv(func(c watcher.Change) []string { return []string{"GITSYNC_HASH=" + c.To} })))
+			hook.WithExecEnv(func(c watcher.Change) []string { return []string{"GITSYNC_HASH=" + c.To.String()} })))
 	}
 	if c.webhookURL != "" {
 		steps = append(steps, s.webhook())
@@ -267,6 +267,16 @@ func (s *session) webhook() *hook.HTTP {
 		hook.WithCommitHeader("Gitsync-Hash"), hook.WithHTTPTimeout(c.webhookTimeout))
 }
 
+// hookChange is the change a hook of the --repo target is run for: its
+// commit is hash.
+func (s *session) hookChange(hash string) (watcher.Change, error) {
+	to, err := gitutil.ParseHash(hash)
+	if err != nil {
+		return watcher.Change{}, err
+	}
+	return watcher.Change{Target: watcher.Target{ID: s.c.link, URL: s.c.repo, Path: s.c.path}, To: to}, nil
+}
+
 // startHooks starts git-sync's hook runners of the --repo target.
 func (s *session) startHooks(ctx context.Context, wg *sync.WaitGroup) {
 	c := s.c
@@ -275,7 +285,11 @@ func (s *session) startHooks(ctx context.Context, wg *sync.WaitGroup) {
 		return func(ctx context.Context, hash string) error {
 			h := hook.Command(command, nil, hook.WithDir(s.wt.worktreeFor(hash)), hook.WithExecTimeout(timeout),
 				hook.WithExecEnv(func(watcher.Change) []string { return []string{"GITSYNC_HASH=" + hash} }))
-			return h.Deliver(ctx, watcher.Change{Target: watcher.Target{ID: c.link, URL: c.repo, Path: c.path}, To: hash})
+			ch, err := s.hookChange(hash)
+			if err != nil {
+				return err
+			}
+			return h.Deliver(ctx, ch)
 		}
 	}
 	if c.prePublishCommand != "" {
@@ -287,7 +301,11 @@ func (s *session) startHooks(ctx context.Context, wg *sync.WaitGroup) {
 	if c.webhookURL != "" {
 		web := s.webhook()
 		s.hooks.web = newHookRunner("webhook", func(ctx context.Context, hash string) error {
-			return web.Deliver(ctx, watcher.Change{Target: watcher.Target{ID: c.link, URL: c.repo, Path: c.path}, To: hash})
+			ch, err := s.hookChange(hash)
+			if err != nil {
+				return err
+			}
+			return web.Deliver(ctx, ch)
 		}, c.webhookBackoff, c.oneTime, s.log, runs)
 	}
 	for _, r := range []*hookRunner{s.hooks.pre, s.hooks.exec, s.hooks.web} {

@@ -100,7 +100,7 @@ func (w *worktrees) Deliver(ctx context.Context, c watcher.Change) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.ref, w.auth = c.Ref, c.Target.Auth
-	return w.sync(ctx, c.To)
+	return w.sync(ctx, c.To.String())
 }
 
 // sync is one sync of git-sync's loop, for hash.

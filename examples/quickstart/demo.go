@@ -57,7 +57,7 @@ func demo(ctx context.Context, log logr.Logger) (err error) {
 		for {
 			select {
 			case e := <-events:
-				if e.Commit == commit {
+				if e.Commit.String() == commit {
 					if e.Type != want {
 						return fmt.Errorf("%.12s: got %s, want %s", commit, e.Type, want)
 					}

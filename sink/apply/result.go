@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/modwatch/modwatch/gitutil"
 )
 
 // Action is what happened to one object.
@@ -80,8 +82,10 @@ type Entry struct {
 
 // Result is what one delivery did.
 type Result struct {
-	// Target is the target ID, Commit the commit rendered.
-	Target, Commit string
+	// Target is the target ID.
+	Target string
+	// Commit is the commit rendered.
+	Commit gitutil.Hash
 	// Mode is the sink's mode: in ModeDryRun and ModeDiff nothing was
 	// written.
 	Mode Mode

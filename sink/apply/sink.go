@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/payload"
 )
@@ -126,7 +127,7 @@ func (s *Sink) Apply(ctx context.Context, c watcher.Change) (*Result, error) {
 	if err := s.apply(ctx, objs, c.Reason, old, res); err != nil {
 		return res, err
 	}
-	logr.FromContextOrDiscard(ctx).V(1).Info("applied", "target", c.Target.ID, "commit", c.To, "result", res.String())
+	logr.FromContextOrDiscard(ctx).V(1).Info("applied", "target", c.Target.ID, "commit", c.To.String(), "result", res.String())
 	return res, res.err()
 }
 
@@ -245,12 +246,8 @@ func (s *Sink) Forget(ctx context.Context, t watcher.Target) error {
 	return s.deleteInventory(ctx, t.ID)
 }
 
-func short(commit string) string {
-	if len(commit) > 12 {
-		return commit[:12]
-	}
-	return commit
-}
+// short is commit's text abbreviated.
+func short(commit gitutil.Hash) string { return commit.String()[:12] }
 
 // noForce is a client whose server-side applies do not force ownership, so
 // that ssa reports conflicts instead of taking fields over.

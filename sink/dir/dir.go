@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/watcher"
 )
@@ -161,7 +162,7 @@ func (s *Sink) deliver(ctx context.Context, c watcher.Change) (Published, error)
 	defer os.RemoveAll(tmp)
 	err = writeTree(ctx, c.FS, tmp)
 	if err == nil && s.commitFile != "" {
-		err = writeCommitFile(tmp, s.commitFile, c.To)
+		err = writeCommitFile(tmp, s.commitFile, c.To.String())
 	}
 	if err != nil {
 		err = fmt.Errorf("dir: write %s at %s: %w", c.Target.ID, short(c.To), err)
@@ -578,12 +579,8 @@ func copyFile(fsys fs.FS, dir *os.Root, name string, mode fs.FileMode) error {
 	return f.Close()
 }
 
-func short(commit string) string {
-	if len(commit) > 12 {
-		return commit[:12]
-	}
-	return commit
-}
+// short is commit's text abbreviated.
+func short(commit gitutil.Hash) string { return commit.String()[:12] }
 
 // ownDir checks that dir, the sink's own directory of trees, is a
 // directory and not a link to one: the sink writes and removes there, and

@@ -2,6 +2,7 @@ package dir_test
 
 import (
 	"context"
+	"crypto/sha1"
 	"fmt"
 	"io/fs"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/sink/dir"
@@ -30,7 +32,16 @@ func TestMain(m *testing.M) {
 }
 
 func change(id, commit string, files fstest.MapFS) watcher.Change {
-	return watcher.Change{Target: watcher.Target{ID: id}, To: commit, FS: files}
+	return watcher.Change{Target: watcher.Target{ID: id}, To: named(commit), FS: files}
+}
+
+// named is commit's hash: itself when it is 40 hexadecimal digits, a
+// hash of the name otherwise ("c1").
+func named(commit string) gitutil.Hash {
+	if h, err := gitutil.ParseHash(commit); err == nil {
+		return h
+	}
+	return gitutil.Hash(sha1.Sum([]byte(commit)))
 }
 
 func TestPublishSwapsAtomically(t *testing.T) {
@@ -130,7 +141,7 @@ func TestWithWatcherAndGitServer(t *testing.T) {
 	assert.True(t, watcher.IsPermanent(e.Err), "a bad commit is not retried")
 	c2 := repo.Commit(t, "2", gittest.Delete("deploy/evil"), gittest.File("deploy/app.yaml", "v2"))
 	w.Trigger(repo.URL())
-	obs.WaitFor(t, "delivered", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit == c2 })
+	obs.WaitFor(t, "delivered", func(e watcher.Event) bool { return e.Type == watcher.EventDelivered && e.Commit.String() == c2 })
 	data, err := os.ReadFile(filepath.Join(s.Path(tgt), "app.yaml"))
 	require.NoError(t, err)
 	assert.Equal(t, "v2", string(data))
@@ -304,7 +315,7 @@ func TestPanicLeavesNoHalfWrittenTree(t *testing.T) {
 		files[fmt.Sprintf("a/%03d", i)] = &fstest.MapFile{Data: []byte("x")}
 	}
 	require.PanicsWithValue(t, "read fault", func() {
-		_ = s.Deliver(context.Background(), watcher.Change{Target: watcher.Target{ID: "app"}, To: "c1", FS: panicky{files}})
+		_ = s.Deliver(context.Background(), watcher.Change{Target: watcher.Target{ID: "app"}, To: named("c1"), FS: panicky{files}})
 	})
 	assert.Empty(t, treeNames(t, root), "a half-written tree")
 	entries, err := os.ReadDir(root)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing/fstest"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/sink/dir"
 	"github.com/modwatch/modwatch/watcher"
 )
@@ -24,7 +25,7 @@ func ExampleSink_Deliver() {
 		{"app.yaml": {Data: []byte("replicas: 1\n")}, "extra/cm.yaml": {Data: []byte("kind: ConfigMap\n")}},
 		{"app.yaml": {Data: []byte("replicas: 2\n")}},
 	} {
-		c := watcher.Change{Target: target, To: fmt.Sprint("commit", i+1), Reason: watcher.ReasonNewCommit, FS: files}
+		c := watcher.Change{Target: target, To: gitutil.Hash{byte(i + 1)}, Reason: watcher.ReasonNewCommit, FS: files}
 		if err := publish.Deliver(context.Background(), c); err != nil {
 			fmt.Println(err)
 			return

@@ -191,7 +191,7 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 		}
 		notify = func(ctx context.Context) error { return s.post(ctx, path, m.token, c) }
 	}
-	if !s.cfg.DisableConfirm && s.current(ctx, repo, c.To) {
+	if !s.cfg.DisableConfirm && s.current(ctx, repo, c.To.String()) {
 		return nil // Flux has it already (a restart, or Flux was faster)
 	}
 	for n := 1; ; n++ {
@@ -201,7 +201,7 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 		if s.cfg.DisableConfirm {
 			return nil
 		}
-		err := s.confirm(ctx, repo, c.To)
+		err := s.confirm(ctx, repo, c.To.String())
 		if err == nil {
 			return nil
 		}
@@ -211,14 +211,14 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 		if n >= s.cfg.MaxNotifications {
 			return fmt.Errorf("fluxreceiver: %s: %w after %d notifications", repo.Key(), err, n)
 		}
-		logr.FromContextOrDiscard(ctx).Info("artifact still stale: notifying again", "gitrepository", repo.Key(), "commit", c.To, "notification", n+1)
+		logr.FromContextOrDiscard(ctx).Info("artifact still stale: notifying again", "gitrepository", repo.Key(), "commit", c.To.String(), "notification", n+1)
 	}
 }
 
 // post sends the signed notification.
 func (s *Sink) post(ctx context.Context, path, token string, c watcher.Change) error {
 	body, err := json.Marshal(map[string]string{
-		"repository": gitutil.StripCredentials(c.Target.URL), "ref": c.Ref, "commit": c.To,
+		"repository": gitutil.StripCredentials(c.Target.URL), "ref": c.Ref, "commit": c.To.String(),
 	})
 	if err != nil {
 		return err

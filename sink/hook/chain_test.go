@@ -47,7 +47,7 @@ func TestChainedHookSeesTheNewTree(t *testing.T) {
 		commits = append(commits, c)
 		w.Trigger(repo.URL())
 		e := obs.WaitFor(t, "the chain's delivery", func(e watcher.Event) bool {
-			return e.Type == watcher.EventDelivered && e.Commit == c
+			return e.Type == watcher.EventDelivered && e.Commit.String() == c
 		})
 		reports := e.Result.([]any)
 		require.Len(t, reports, 2)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/sink/hook"
 	"github.com/modwatch/modwatch/watcher"
 )
@@ -23,10 +24,10 @@ func ExamplePost() {
 	notify := hook.Post(srv.URL, hook.WithHeader("Authorization", "Bearer s3cret"))
 	err := notify.Deliver(context.Background(), watcher.Change{
 		Target: watcher.Target{ID: "app", URL: "https://user:token@git.example.com/app.git", Path: "deploy"},
-		Ref:    "refs/heads/main", From: "1111111", To: "2222222", Reason: watcher.ReasonNewCommit, Paths: []string{"app.yaml"},
+		Ref:    "refs/heads/main", From: gitutil.Hash{0x11, 0x11}, To: gitutil.Hash{0x22, 0x22}, Reason: watcher.ReasonNewCommit, Paths: []string{"app.yaml"},
 	})
 	fmt.Println(err)
 	// Output:
-	// POST Bearer s3cret {"target":"app","url":"https://redacted@git.example.com/app.git","path":"deploy","ref":"refs/heads/main","from":"1111111","to":"2222222","reason":"NewCommit","paths":["app.yaml"]}
+	// POST Bearer s3cret {"target":"app","url":"https://redacted@git.example.com/app.git","path":"deploy","ref":"refs/heads/main","from":"1111000000000000000000000000000000000000","to":"2222000000000000000000000000000000000000","reason":"NewCommit","paths":["app.yaml"]}
 	// <nil>
 }

@@ -105,7 +105,7 @@ func (e *Exec) Deliver(ctx context.Context, c watcher.Change) error {
 	cmd.Stdout, cmd.Stderr = out.File(), out.File()
 	err = procgroup.Run(ctx, cmd)
 	if err == nil {
-		logr.FromContextOrDiscard(ctx).V(1).Info("hook ran", "command", e.name, "target", c.Target.ID, "commit", c.To, "output", out.Tail())
+		logr.FromContextOrDiscard(ctx).V(1).Info("hook ran", "command", e.name, "target", c.Target.ID, "commit", c.To.String(), "output", out.Tail())
 		return nil
 	}
 	if ctx.Err() != nil {
@@ -137,8 +137,8 @@ func (e *Exec) command(ctx context.Context, c watcher.Change) *exec.Cmd {
 		"MODWATCH_URL="+gitutil.RedactURL(c.Target.URL),
 		"MODWATCH_PATH="+c.Target.Path,
 		"MODWATCH_REF="+c.Ref,
-		"MODWATCH_COMMIT="+c.To,
-		"MODWATCH_FROM="+c.From,
+		"MODWATCH_COMMIT="+c.To.String(),
+		"MODWATCH_FROM="+commitText(c.From),
 		"MODWATCH_REASON="+string(c.Reason),
 		"MODWATCH_TREE="+tree,
 	)
@@ -146,4 +146,13 @@ func (e *Exec) command(ctx context.Context, c watcher.Change) *exec.Cmd {
 		cmd.Env = append(cmd.Env, e.env(c)...)
 	}
 	return cmd
+}
+
+// commitText is commit in hex, "" for the zero hash (a first delivery's
+// From).
+func commitText(commit gitutil.Hash) string {
+	if commit.IsZero() {
+		return ""
+	}
+	return commit.String()
 }

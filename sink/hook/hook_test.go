@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/gittest"
 
 	"github.com/modwatch/modwatch/sink/hook"
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 
 var change = watcher.Change{
 	Target: watcher.Target{ID: "app", URL: "https://deploy:s3cret@git.example.com/g/r.git", Path: "deploy"},
-	Ref:    "refs/heads/main", From: strings.Repeat("a", 40), To: strings.Repeat("b", 40),
+	Ref:    "refs/heads/main", From: gitutil.Hash{0xaa, 0xaa}, To: gitutil.Hash{0xbb, 0xbb},
 	Reason: watcher.ReasonNewCommit, Paths: []string{"x.yaml"},
 }
 
@@ -47,7 +48,7 @@ func TestExecEnvironment(t *testing.T) {
 	env := string(data)
 	for _, want := range []string{
 		"MODWATCH_TARGET=app", "MODWATCH_PATH=deploy", "MODWATCH_REF=refs/heads/main",
-		"MODWATCH_COMMIT=" + change.To, "MODWATCH_FROM=" + change.From, "MODWATCH_REASON=NewCommit",
+		"MODWATCH_COMMIT=" + change.To.String(), "MODWATCH_FROM=" + change.From.String(), "MODWATCH_REASON=NewCommit",
 		"MODWATCH_URL=https://redacted@git.example.com/g/r.git",
 	} {
 		assert.Contains(t, env, want+"\n")
@@ -60,12 +61,12 @@ func TestExecEnvironment(t *testing.T) {
 func TestExecEnvOfTheProgram(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "env")
 	h := hook.Command("sh", []string{"-c", `echo "$GITSYNC_HASH" > "$OUT"`},
-		hook.WithExecEnv(func(c watcher.Change) []string { return []string{"GITSYNC_HASH=" + c.To} }))
+		hook.WithExecEnv(func(c watcher.Change) []string { return []string{"GITSYNC_HASH=" + c.To.String()} }))
 	t.Setenv("OUT", out)
 	require.NoError(t, h.Deliver(context.Background(), change))
 	data, err := os.ReadFile(out)
 	require.NoError(t, err)
-	assert.Equal(t, change.To+"\n", string(data))
+	assert.Equal(t, change.To.String()+"\n", string(data))
 }
 
 func TestExecFailures(t *testing.T) {
@@ -109,7 +110,7 @@ func TestHTTP(t *testing.T) {
 	assert.Equal(t, "Bearer t", auth)
 	assert.Equal(t, hook.Payload{
 		Target: "app", URL: "https://redacted@git.example.com/g/r.git", Path: "deploy",
-		Ref: "refs/heads/main", From: change.From, To: change.To, Reason: "NewCommit", Paths: []string{"x.yaml"},
+		Ref: "refs/heads/main", From: change.From.String(), To: change.To.String(), Reason: "NewCommit", Paths: []string{"x.yaml"},
 	}, got)
 
 	status = http.StatusBadGateway
@@ -133,4 +134,18 @@ func TestHTTPTimeoutAndSecrets(t *testing.T) {
 	err := hook.Post(u, hook.WithHTTPTimeout(100*time.Millisecond)).Deliver(context.Background(), change)
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "hooks3cret")
+}
+
+// A first delivery has no From: its MODWATCH_FROM is empty, not a hash of
+// zeros.
+func TestExecEnvironmentOfAFirstDelivery(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "env")
+	h := hook.Command("sh", []string{"-c", `env | grep ^MODWATCH_FROM= > "$OUT"`})
+	t.Setenv("OUT", out)
+	first := change
+	first.From, first.Reason = gitutil.Hash{}, watcher.ReasonInitial
+	require.NoError(t, h.Deliver(context.Background(), first))
+	data, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.Equal(t, "MODWATCH_FROM=\n", string(data))
 }

@@ -124,7 +124,7 @@ func (h *HTTP) request(ctx context.Context, c watcher.Change) (*http.Request, er
 	default:
 		data, err := json.Marshal(Payload{
 			Target: c.Target.ID, URL: gitutil.RedactURL(c.Target.URL), Path: c.Target.Path, Ref: c.Ref,
-			From: c.From, To: c.To, Reason: string(c.Reason), Paths: c.Paths,
+			From: commitText(c.From), To: c.To.String(), Reason: string(c.Reason), Paths: c.Paths,
 		})
 		if err != nil {
 			return nil, err
@@ -142,7 +142,7 @@ func (h *HTTP) request(ctx context.Context, c watcher.Change) (*http.Request, er
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if h.commitHeader != "" {
-		req.Header.Set(h.commitHeader, c.To)
+		req.Header.Set(h.commitHeader, c.To.String())
 	}
 	return req, nil
 }

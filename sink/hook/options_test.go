@@ -71,7 +71,7 @@ func TestHTTPMethodStatusAndCommitHeader(t *testing.T) {
 
 	get := hook.Post(srv.URL, hook.WithMethod(http.MethodGet), hook.WithCommitHeader("Gitsync-Hash"), hook.WithSuccessStatus(http.StatusAccepted))
 	require.NoError(t, get.Deliver(context.Background(), change))
-	assert.Equal(t, hit{http.MethodGet, change.To, 0}, <-hits)
+	assert.Equal(t, hit{http.MethodGet, change.To.String(), 0}, <-hits)
 
 	status = http.StatusOK // a 2xx, but not the one asked for
 	err := get.Deliver(context.Background(), change)

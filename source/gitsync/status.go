@@ -179,28 +179,32 @@ func eventMutation(e watcher.Event) (m mutation, ok bool) {
 	}
 	r, _ := payload.Of[payload.Render](*e.Target)
 	gen := r.Generation
+	commit := "" // the status's text of e.Commit, "" when it has none
+	if !e.Commit.IsZero() {
+		commit = e.Commit.String()
+	}
 	switch e.Type {
 	case watcher.EventDelivered:
-		msg := "applied " + short(e.Commit)
+		msg := "applied " + short(commit)
 		if e.Result != nil {
 			msg += ": " + fmt.Sprint(e.Result)
 		}
-		return synced(gen, e.Commit, msg), true
+		return synced(gen, commit, msg), true
 	case watcher.EventUpToDate:
-		return synced(gen, e.Commit, "the path is unchanged at "+short(e.Commit)), true
+		return synced(gen, commit, "the path is unchanged at "+short(commit)), true
 	case watcher.EventDeliveryFailed:
-		return failed(gen, e.Commit, "ApplyFailed", e.Err), true
+		return failed(gen, commit, "ApplyFailed", e.Err), true
 	case watcher.EventTargetFailed:
-		return failed(gen, e.Commit, "SyncFailed", e.Err), true
+		return failed(gen, commit, "SyncFailed", e.Err), true
 	case watcher.EventInvalidTarget:
 		if e.Target.Unwatched() != nil {
 			return nil, false // named but not watched (watcher.NotWatched): the source wrote why
 		}
 		return invalid(gen, e.Err), true
 	case watcher.EventSuspended:
-		return suspended(gen, e.Commit), true
+		return suspended(gen, commit), true
 	case watcher.EventRefVanished:
-		return failed(gen, "", "RefVanished", fmt.Errorf("the revision's ref is gone from the repository; %s stays applied", short(e.Commit))), true
+		return failed(gen, "", "RefVanished", fmt.Errorf("the revision's ref is gone from the repository; %s stays applied", short(commit))), true
 	}
 	return nil, false
 }

@@ -130,7 +130,7 @@ func TestProvidersEndToEnd(t *testing.T) {
 			rec := post(h, body, d.headers(body))
 			require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
 			assert.Contains(t, rec.Body.String(), "poll scheduled")
-			sink.WaitCommit(t, "app", commit)
+			sink.WaitCommit(t, "app", hash(commit))
 		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/source/webhook"
 	"github.com/modwatch/modwatch/watcher"
@@ -107,8 +108,8 @@ func TestHubFansOutToSubscribers(t *testing.T) {
 	t0 := time.Now()
 	c2 := repoA.Commit(t, "2", gittest.File("f", "2"))
 	githubPush(t, hub.Webhooks(), repoA.URL())
-	a1.sink.WaitCommit(t, "a", c2)
-	a2.sink.WaitCommit(t, "a", c2)
+	a1.sink.WaitCommit(t, "a", hash(c2))
+	a2.sink.WaitCommit(t, "a", hash(c2))
 	assert.Equal(t, 2.0, testutil.ToFloat64(hub.Metrics().Sent), "one hint to each subscriber of g/a")
 	assert.Equal(t, listsB, repoB.Counts().Lists.Load(), "the subscriber of g/b did not poll")
 	assert.Zero(t, pollsSince(a3, t0))
@@ -122,8 +123,8 @@ func TestHubFansOutToSubscribers(t *testing.T) {
 	for range 100 {
 		githubPush(t, hub.Webhooks(), repoA.URL())
 	}
-	a1.sink.WaitCommit(t, "a", c3)
-	a2.sink.WaitCommit(t, "a", c3)
+	a1.sink.WaitCommit(t, "a", hash(c3))
+	a2.sink.WaitCommit(t, "a", hash(c3))
 	assert.Equal(t, 4.0, testutil.ToFloat64(hub.Metrics().Sent), "100 pushes, one more hint each")
 	assert.Equal(t, 99.0, testutil.ToFloat64(hub.Metrics().Coalesced))
 	a1.obs.WaitFor(t, "the burst's poll's end", func(e watcher.Event) bool {
@@ -273,7 +274,7 @@ func TestHubRestart(t *testing.T) {
 
 	c2 := repo.Commit(t, "2", gittest.File("f", "2"))
 	githubPush(t, hub2.Webhooks(), repo.URL())
-	a.sink.WaitCommit(t, "a", c2)
+	a.sink.WaitCommit(t, "a", hash(c2))
 }
 
 // Keep-alives hold an idle subscription open past the client's idle
@@ -292,4 +293,13 @@ func TestHubKeepAliveAndMaxAge(t *testing.T) {
 	require.NoError(t, err, "a clean end, not an idle timeout")
 	waitSubscribers(t, hub, 0)
 	assert.Equal(t, 1.0, testutil.ToFloat64(hub.Metrics().Disconnects.WithLabelValues("max-age")))
+}
+
+// hash is the commit a test repository named in hex.
+func hash(commit string) gitutil.Hash {
+	h, err := gitutil.ParseHash(commit)
+	if err != nil {
+		panic(err)
+	}
+	return h
 }

@@ -239,13 +239,13 @@ func TestSSEStreamEndToEnd(t *testing.T) {
 
 	c2 := repo.Commit(t, "2", gittest.File("f", "2"))
 	hub.send(repo.URL())
-	sink.WaitCommit(t, "app", c2)
+	sink.WaitCommit(t, "app", hash(c2))
 
 	hub.send("") // the hub ends the stream; the subscriber comes back
 	<-hub.subscribed
 	c3 := repo.Commit(t, "3", gittest.File("f", "3"))
 	hub.send(repo.URL())
-	sink.WaitCommit(t, "app", c3)
+	sink.WaitCommit(t, "app", hash(c3))
 	assert.Equal(t, []string{repo.URL()}, hub.seen[0])
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
@@ -13,21 +14,22 @@ import (
 // recorded, and the deliveries that succeeded.
 func ExampleSink() {
 	rec := watchertest.NewSink("mine")
+	bad := gitutil.Hash{0xba, 0xd0}
 	rec.SetHook(func(_ context.Context, c watcher.Change) error {
-		if c.To == "bad" {
+		if c.To == bad {
 			return errors.New("refused")
 		}
 		return nil
 	})
 	t := watcher.Target{ID: "app", URL: "https://git.example.com/app.git"}
-	for _, commit := range []string{"c1", "bad", "c2"} {
+	for _, commit := range []gitutil.Hash{{0xc1}, bad, {0xc2}} {
 		err := rec.Deliver(context.Background(), watcher.Change{Target: t, To: commit})
-		fmt.Println(commit, err)
+		fmt.Println(commit.String()[:4], err)
 	}
 	fmt.Println(len(rec.Attempts()), "attempts,", len(rec.Delivered()), "delivered")
 	// Output:
-	// c1 <nil>
-	// bad refused
-	// c2 <nil>
+	// c100 <nil>
+	// bad0 refused
+	// c200 <nil>
 	// 3 attempts, 2 delivered
 }

@@ -154,7 +154,7 @@ func (r *Remote) URL() string { return r.url }
 // Commit writes files (path: content; an empty content removes the path)
 // over the tree of main's last commit, commits them to main and returns
 // the commit's name, as [Repo.Commit] does.
-func (r *Remote) Commit(t testing.TB, files map[string]string) string {
+func (r *Remote) Commit(t testing.TB, files map[string]string) gitutil.Hash {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -179,7 +179,7 @@ func (r *Remote) Commit(t testing.TB, files map[string]string) string {
 	h := commitName(r.n, parents, tree)
 	r.commits[h] = &memCommit{files: tree, parents: parents}
 	r.refs["refs/heads/main"] = h
-	return h.String()
+	return h
 }
 
 // commitName names a commit by what it holds and its place in the
@@ -200,23 +200,19 @@ func commitName(n int, parents []gitutil.Hash, tree map[string]string) gitutil.H
 
 // SetRef points ref (a full name: "refs/heads/main", "refs/tags/v1") at a
 // commit of the remote, as a push does (a force-push when it is not a
-// descendant); an empty commit deletes the ref.
-func (r *Remote) SetRef(t testing.TB, ref, commit string) {
+// descendant); a zero commit deletes the ref.
+func (r *Remote) SetRef(t testing.TB, ref string, commit gitutil.Hash) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if commit == "" {
+	if commit.IsZero() {
 		delete(r.refs, ref)
 		return
 	}
-	h, err := gitutil.ParseHash(commit)
-	if err != nil {
-		t.Fatalf("watchertest: %v", err)
-	}
-	if _, ok := r.commits[h]; !ok {
+	if _, ok := r.commits[commit]; !ok {
 		t.Fatalf("watchertest: %s has no commit %s", r.url, commit)
 	}
-	r.refs[ref] = h
+	r.refs[ref] = commit
 }
 
 // Fail makes every listing of and fetch from the remote fail with err

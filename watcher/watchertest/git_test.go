@@ -33,8 +33,8 @@ func TestGitAnswersAsTheRealMirror(t *testing.T) {
 	remote := git.Remote("https://git.example/team/app.git")
 	var real, mem []gitutil.Hash
 	for _, files := range history {
-		real = append(real, hash(t, repo.Commit(t, files)))
-		mem = append(mem, hash(t, remote.Commit(t, files)))
+		real = append(real, repo.Commit(t, files))
+		mem = append(mem, remote.Commit(t, files))
 	}
 	ctx := t.Context()
 	refs, err := watcher.GoGit{}.ListRefs(ctx, repo.URL(), nil, nil)

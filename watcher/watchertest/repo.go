@@ -28,6 +28,8 @@ import (
 	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/hiddeco/sshsig"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/modwatch/modwatch/gitutil"
 )
 
 // Repo is a git repository in memory, served over smart HTTP on loopback by
@@ -75,8 +77,8 @@ func (r *Repo) URL() string { return r.srv.URL + "/repo.git" }
 
 // Commit writes files (path: content; an empty content removes the path)
 // over the tree of main's last commit, commits them to main and returns
-// the commit's SHA.
-func (r *Repo) Commit(t testing.TB, files map[string]string) string {
+// the commit's name.
+func (r *Repo) Commit(t testing.TB, files map[string]string) gitutil.Hash {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -111,7 +113,7 @@ func (r *Repo) Commit(t testing.TB, files map[string]string) string {
 	if err != nil {
 		t.Fatalf("watchertest: commit: %v", err)
 	}
-	return h.String()
+	return gitutil.Hash(h)
 }
 
 // SignWith makes the next commits signed by key (OpenPGP, as `git commit
@@ -144,8 +146,8 @@ func (s sshGitSigner) Sign(message io.Reader) ([]byte, error) {
 }
 
 // Tag makes an annotated tag name at main's last commit, signed when
-// SignWith set a key, and returns the tag object's SHA.
-func (r *Repo) Tag(t testing.TB, name string) string {
+// SignWith set a key, and returns the tag object's name.
+func (r *Repo) Tag(t testing.TB, name string) gitutil.Hash {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -162,18 +164,18 @@ func (r *Repo) Tag(t testing.TB, name string) string {
 	if err != nil {
 		t.Fatalf("watchertest: tag %s: %v", name, err)
 	}
-	return ref.Hash().String()
+	return gitutil.Hash(ref.Hash())
 }
 
-// Head returns main's last commit, "" before the first.
-func (r *Repo) Head() string {
+// Head returns main's last commit, zero before the first.
+func (r *Repo) Head() gitutil.Hash {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	ref, err := r.repo.Reference(plumbing.NewBranchReferenceName("main"), false)
 	if err != nil {
-		return ""
+		return gitutil.Hash{}
 	}
-	return ref.Hash().String()
+	return gitutil.Hash(ref.Hash())
 }
 
 // ServeHTTP serves the smart HTTP protocol's upload-pack side (version 0,

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
 )
 
@@ -119,7 +120,7 @@ func (s *Sink) WaitDelivery(t testing.TB, match func(watcher.Change) bool) watch
 // WaitCommit waits until the target's latest successful delivery is commit.
 // The watcher records its checkpoint after Deliver returns: wait for a
 // watcher.EventDelivered (see Observer) before reading the Store.
-func (s *Sink) WaitCommit(t testing.TB, targetID, commit string) watcher.Change {
+func (s *Sink) WaitCommit(t testing.TB, targetID string, commit gitutil.Hash) watcher.Change {
 	t.Helper()
 	var found watcher.Change
 	waitUntil(t, &s.b, fmt.Sprintf("%s to deliver %s at %s", s.name, targetID, commit), func() bool {

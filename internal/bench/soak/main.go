@@ -341,7 +341,7 @@ func waitDelivered(sink *watchertest.Sink, commit string, limit time.Duration) e
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		for _, c := range sink.Delivered() {
-			if c.Target.ID == "healthy" && c.To == commit {
+			if c.Target.ID == "healthy" && c.To.String() == commit {
 				return nil
 			}
 		}

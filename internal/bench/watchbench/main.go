@@ -127,7 +127,7 @@ func polledSince(t0 time.Time) func(watcher.Event) bool {
 
 func delivered(id, commit string) func(watcher.Event) bool {
 	return func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit == commit
+		return e.Type == watcher.EventDelivered && e.Target.ID == id && e.Commit.String() == commit
 	}
 }
 
@@ -402,7 +402,7 @@ func run(c config) (err error) {
 		// The watcher takes that commit too (outside its path), so that
 		// the next run fetches one new commit, as git fetch does.
 		bw.Trigger(big.URL())
-		if err := bev.wait(1, time.Minute, func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit == cliCommit }); err != nil {
+		if err := bev.wait(1, time.Minute, func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit.String() == cliCommit }); err != nil {
 			return err
 		}
 	}
@@ -420,7 +420,7 @@ func run(c config) (err error) {
 	d0, trees0 := deliveries(), counted.treesRead()
 	outside := big.Commit(env, "docs only", gittest.File("docs/00001", "docs changed"))
 	bw.Trigger(big.URL())
-	if err := bev.wait(1, time.Minute, func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit == outside }); err != nil {
+	if err := bev.wait(1, time.Minute, func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit.String() == outside }); err != nil {
 		return err
 	}
 	trees := counted.treesRead() - trees0
@@ -442,7 +442,7 @@ func run(c config) (err error) {
 	id0, itrees0 := iev.count(watcher.EventDelivered), icounted.treesRead()
 	ignored := big.Commit(env, "ignored only", gittest.File("docs/00002", "docs changed"), gittest.File("app/NOTES.md", "notes"))
 	iw.Trigger(big.URL())
-	if err := iev.wait(1, time.Minute, func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit == ignored }); err != nil {
+	if err := iev.wait(1, time.Minute, func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit.String() == ignored }); err != nil {
 		return err
 	}
 	itrees := icounted.treesRead() - itrees0

@@ -74,7 +74,7 @@ func publish(mirrorDir, commit, root string) error {
 	if err != nil {
 		return err
 	}
-	return dir.New(root).Deliver(context.Background(), watcher.Change{Target: watcher.Target{ID: "t"}, To: commit, FS: fsys})
+	return dir.New(root).Deliver(context.Background(), watcher.Change{Target: watcher.Target{ID: "t"}, To: h, FS: fsys})
 }
 
 func run(files, runs int, out string) (err error) {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
@@ -36,7 +37,7 @@ func (s *renderSink) DeliverReport(ctx context.Context, c watcher.Change) (any, 
 	s.mu.Lock()
 	for _, o := range objs {
 		data, _, _ := unstructured.NestedStringMap(o.Object, "data")
-		s.values[c.To+"/"+o.GetName()] = data
+		s.values[c.To.String()+"/"+o.GetName()] = data
 	}
 	s.mu.Unlock()
 	return &apply.Result{Target: c.Target.ID, Commit: c.To, Read: reads}, s.Deliver(ctx, c)
@@ -71,7 +72,7 @@ func TestChartReadThroughLinksIsDeliveredWhenTheirTargetsChange(t *testing.T) {
 		watcher.WithRetryBackoff(watcher.Backoff{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond}))
 	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "web", URL: repo.URL(), Path: "charts/web"}), sink))
 	watchertest.Run(t, w.Run)
-	sink.WaitCommit(t, "web", c1)
+	sink.WaitCommit(t, "web", hash(c1))
 	assert.Equal(t, map[string]string{"greeting": "hello", "size": "large"}, sink.data(c1, "web"))
 	assert.Equal(t, map[string]string{"v": "1"}, sink.data(c1, "extra"))
 
@@ -90,13 +91,22 @@ func TestChartReadThroughLinksIsDeliveredWhenTheirTargetsChange(t *testing.T) {
 	} {
 		c := repo.Commit(t, step.what, step.changes...)
 		require.True(t, w.Trigger(repo.URL()))
-		sink.WaitCommit(t, "web", c)
+		sink.WaitCommit(t, "web", hash(c))
 		assert.Equal(t, step.want, sink.data(c, step.name), step.what)
 	}
 
 	n := len(sink.Delivered())
 	c := repo.Commit(t, "neither", gittest.File("docs/x", "2"))
 	require.True(t, w.Trigger(repo.URL()))
-	obs.WaitFor(t, "up to date", func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit == c })
+	obs.WaitFor(t, "up to date", func(e watcher.Event) bool { return e.Type == watcher.EventUpToDate && e.Commit == hash(c) })
 	assert.Len(t, sink.Delivered(), n, "a commit that changes nothing read is not delivered")
+}
+
+// hash is the commit a test repository named in hex.
+func hash(commit string) gitutil.Hash {
+	h, err := gitutil.ParseHash(commit)
+	if err != nil {
+		panic(err)
+	}
+	return h
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
@@ -36,7 +37,7 @@ func (s *renderSink) DeliverReport(ctx context.Context, c watcher.Change) (any, 
 	s.mu.Lock()
 	for _, o := range objs {
 		v, _, _ := unstructured.NestedString(o.Object, "data", "v")
-		s.values[c.Target.ID+"/"+c.To+"/"+o.GetName()] = v
+		s.values[c.Target.ID+"/"+c.To.String()+"/"+o.GetName()] = v
 	}
 	s.mu.Unlock()
 	return &apply.Result{Target: c.Target.ID, Commit: c.To, Read: reads}, s.Deliver(ctx, c)
@@ -80,14 +81,14 @@ func TestRenderThroughLinksIsDeliveredWhenTheirTargetsChange(t *testing.T) {
 	y := watcher.Target{ID: "y", URL: repo.URL(), Path: "apps/y"}
 	require.NoError(t, w.Route(watchertest.NewSource(x, y), sink))
 	watchertest.Run(t, w.Run)
-	sink.WaitCommit(t, "x", c1)
-	sink.WaitCommit(t, "y", c1)
+	sink.WaitCommit(t, "x", hash(c1))
+	sink.WaitCommit(t, "y", hash(c1))
 	assert.Equal(t, "1", sink.value("x", c1, "common"))
 	assert.Equal(t, "1", sink.value("y", c1, "other"))
 	event := func(typ watcher.EventType, id, commit string) {
 		t.Helper()
 		obs.WaitFor(t, string(typ)+" "+id+" at "+commit, func(e watcher.Event) bool {
-			return watchertest.Is(typ, id)(e) && e.Commit == commit
+			return watchertest.Is(typ, id)(e) && e.Commit.String() == commit
 		})
 	}
 
@@ -109,7 +110,7 @@ func TestRenderThroughLinksIsDeliveredWhenTheirTargetsChange(t *testing.T) {
 	} {
 		c := repo.Commit(t, step.what, step.changes...)
 		require.True(t, w.Trigger(repo.URL()))
-		sink.WaitCommit(t, step.target, c)
+		sink.WaitCommit(t, step.target, hash(c))
 		assert.Equal(t, step.want, sink.value(step.target, c, step.name), step.what)
 		other := "x"
 		if step.target == "x" {
@@ -125,4 +126,13 @@ func TestRenderThroughLinksIsDeliveredWhenTheirTargetsChange(t *testing.T) {
 	event(watcher.EventUpToDate, "x", c)
 	event(watcher.EventUpToDate, "y", c)
 	assert.Len(t, sink.Delivered(), n, "what a link led to before is read no more")
+}
+
+// hash is the commit a test repository named in hex.
+func hash(commit string) gitutil.Hash {
+	h, err := gitutil.ParseHash(commit)
+	if err != nil {
+		panic(err)
+	}
+	return h
 }

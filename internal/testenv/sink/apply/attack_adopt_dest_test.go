@@ -34,7 +34,7 @@ func TestAttackAdoptByValueClusterScopedOfAnotherGitSyncOfTheSameName(t *testing
 
 	_, err := s.Apply(ctxT(t), c)
 	assert.ErrorIs(t, err, apply.ErrConflict, "a cluster-scoped object marked by a shared value alone is not adopted")
-	c.To, c.FS = "c2", fstest.MapFS{"y.yaml": file(configMap("other", "a"))}
+	c.To, c.FS = named("c2"), fstest.MapFS{"y.yaml": file(configMap("other", "a"))}
 	_, _ = s.Apply(ctxT(t), c)
 	live := get(t, clusterRoles, "", name)
 	require.NotNil(t, live, "team-a/web does not delete what Numaplane applied for team-b/web")

@@ -29,7 +29,7 @@ func TestAttackAdoptByValueOfADigestNamedGitSync(t *testing.T) {
 	_, err := s.Apply(ctxT(t), evil)
 	assert.ErrorIs(t, err, apply.ErrConflict)
 	assert.Equal(t, "b", cmValue(t, ns, "x"), "the victim's object is not taken over")
-	evil.To, evil.FS = "c2", fstest.MapFS{"y.yaml": file(configMap("other", "evil"))}
+	evil.To, evil.FS = named("c2"), fstest.MapFS{"y.yaml": file(configMap("other", "evil"))}
 	_, _ = s.Apply(ctxT(t), evil)
 	require.NotNil(t, get(t, configMaps, ns, "x"), "nor deleted")
 }

@@ -57,7 +57,7 @@ func TestAttackIncludeSkipNamespaceHoldingALeftAloneObject(t *testing.T) {
 			inc.on.Store(false) // ConfigMaps are left alone from now on
 
 			if removal == "prune" {
-				c.To, c.FS = "c2", fstest.MapFS{}
+				c.To, c.FS = named("c2"), fstest.MapFS{}
 				_, _ = s.Apply(ctxT(t), c)
 			} else {
 				_ = s.Remove(ctxT(t), c.Target)
@@ -84,7 +84,7 @@ func TestAttackNamespacePruneSparesAnotherInstallsTargetOfTheSameID(t *testing.T
 	applyOK(t, p, cp)
 	applyOK(t, q, cq)
 
-	cp.To, cp.FS = "c2", fstest.MapFS{}
+	cp.To, cp.FS = named("c2"), fstest.MapFS{}
 	_, _ = p.Apply(ctxT(t), cp)
 	assert.False(t, deleting(t, n), "p's prune does not delete the Namespace that holds q's object")
 }

@@ -34,7 +34,7 @@ func TestAttackRecordedObjectRecreatedByAnotherTargetIsNotTakenOver(t *testing.T
 	assert.Equal(t, "b", cmValue(t, ns, "x"), "B's object is not overwritten by A")
 	assert.Equal(t, bOwner, ownerAnnotation(t, configMaps, ns, "x"), "B's object is not relabeled as A's")
 
-	a.To, a.FS = "c2", fstest.MapFS{"y.yaml": file(configMap("other", "a"))}
+	a.To, a.FS = named("c2"), fstest.MapFS{"y.yaml": file(configMap("other", "a"))}
 	_, _ = s.Apply(ctxT(t), a)
 	require.NotNil(t, get(t, configMaps, ns, "x"), "A's prune does not delete B's object")
 }

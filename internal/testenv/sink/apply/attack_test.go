@@ -97,7 +97,7 @@ func TestAttackTrackingValueChangesBetweenDeliveries(t *testing.T) {
 	a := change("a", "c1", rs, fstest.MapFS{"x.yaml": file(configMap("x", "a"))})
 	applyOK(t, s, a)
 	value.Store("two")
-	a.To = "c2"
+	a.To = named("c2")
 	applyOK(t, s, a)
 	assert.Equal(t, "two", get(t, configMaps, ns, "x").GetLabels()[attackLabel])
 
@@ -105,7 +105,7 @@ func TestAttackTrackingValueChangesBetweenDeliveries(t *testing.T) {
 	_, err := s.Apply(ctxT(t), b)
 	assert.True(t, errors.Is(err, apply.ErrConflict), "B, of the old value, does not take A's object: %v", err)
 
-	a.To, a.FS = "c3", fstest.MapFS{}
+	a.To, a.FS = named("c3"), fstest.MapFS{}
 	s2 := newSink(t, apply.Config{InventoryNamespace: ns, TrackingLabel: attackLabel, TrackingValue: byName, EmptyRenderConfirm: -1})
 	applyOK(t, s2, a)
 	assert.Nil(t, get(t, configMaps, ns, "x"), "pruned under yet another value")

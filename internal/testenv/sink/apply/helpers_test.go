@@ -2,6 +2,7 @@ package apply_test
 
 import (
 	"context"
+	"crypto/sha1"
 	"fmt"
 	"io/fs"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/testenv"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/watcher"
@@ -48,7 +50,7 @@ func newSink(t *testing.T, cfg apply.Config) *apply.Sink {
 func change(id, commit string, rs payload.Render, files fstest.MapFS) watcher.Change {
 	return watcher.Change{
 		Target: watcher.Target{ID: id, URL: "https://git.example.com/r.git", Payload: rs},
-		To:     commit, Reason: watcher.ReasonInitial, FS: fs.FS(files),
+		To:     named(commit), Reason: watcher.ReasonInitial, FS: fs.FS(files),
 	}
 }
 
@@ -114,4 +116,14 @@ func applyOK(t *testing.T, s *apply.Sink, c watcher.Change) *apply.Result {
 		assert.NoError(t, e.Err, e.Object.String())
 	}
 	return res
+}
+
+// named is a commit named name, for changes whose commits need only be
+// told apart: name itself when it is 40 hexadecimal digits, a hash of it
+// otherwise ("c1").
+func named(name string) gitutil.Hash {
+	if h, err := gitutil.ParseHash(name); err == nil {
+		return h
+	}
+	return gitutil.Hash(sha1.Sum([]byte(name)))
 }

@@ -103,7 +103,7 @@ func TestDriftIsCorrectedAndNoDriftWritesNothing(t *testing.T) {
 	require.Len(t, before, 3, "a, b and the inventory")
 
 	resync := change("drift/"+ns, "c1", payload.Render{Namespace: ns}, files)
-	resync.Reason, resync.From = watcher.ReasonResync, "c1"
+	resync.Reason, resync.From = watcher.ReasonResync, named("c1")
 	res := applyOK(t, s, resync)
 	assert.Equal(t, 2, res.Count(apply.Unchanged), res.String())
 	assert.Equal(t, before, resourceVersions(t, ns), "a resync without drift writes nothing")
@@ -258,7 +258,7 @@ func TestNewCommitChecksOnlyChangedObjects(t *testing.T) {
 			next := change(id, "c2", payload.Render{Namespace: ns}, fstest.MapFS{
 				"a.yaml": file(configMap("a", "2")), "b.yaml": file(configMap("b", "1")),
 			})
-			next.Reason, next.From = watcher.ReasonNewCommit, "c1"
+			next.Reason, next.From = watcher.ReasonNewCommit, named("c1")
 			res := applyOK(t, s, next)
 			assert.Equal(t, apply.Configured, actions(res)["ConfigMap/"+ns+"/a"])
 			assert.Equal(t, "2", cmValue(t, ns, "a"))
@@ -270,7 +270,7 @@ func TestNewCommitChecksOnlyChangedObjects(t *testing.T) {
 			assert.Equal(t, apply.Unchanged, actions(res)["ConfigMap/"+ns+"/b"])
 			assert.Equal(t, "edited", cmValue(t, ns, "b"), "an object the commit did not change is not checked")
 			resync := next
-			resync.Reason, resync.From = watcher.ReasonResync, "c2"
+			resync.Reason, resync.From = watcher.ReasonResync, named("c2")
 			res = applyOK(t, s, resync)
 			assert.Equal(t, apply.Configured, actions(res)["ConfigMap/"+ns+"/b"])
 			assert.Equal(t, "1", cmValue(t, ns, "b"), "the resync corrects it")

@@ -33,7 +33,7 @@ func run(t *testing.T, target watcher.Target, sink watcher.Sink) (*watcher.Watch
 func delivered(t *testing.T, obs *watchertest.Observer, commit string) *apply.Result {
 	t.Helper()
 	e := obs.WaitFor(t, "delivery of "+commit, func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Commit == commit
+		return e.Type == watcher.EventDelivered && e.Commit.String() == commit
 	})
 	res, ok := e.Result.(*apply.Result)
 	require.True(t, ok, "the apply sink reports a *Result, got %T", e.Result)
@@ -110,7 +110,7 @@ func TestInvalidYAMLAppliesNothingUntilTheNextGoodCommit(t *testing.T) {
 	)
 	w.Trigger(repo.URL())
 	e := obs.WaitFor(t, "the failed delivery of c2", func(e watcher.Event) bool {
-		return e.Type == watcher.EventDeliveryFailed && e.Commit == c2
+		return e.Type == watcher.EventDeliveryFailed && e.Commit.String() == c2
 	})
 	assert.True(t, watcher.IsPermanent(e.Err), "a render error is not retried: %v", e.Err)
 	assert.ErrorContains(t, e.Err, "z/broken.yaml: document 2")

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/internal/testenv"
 	"github.com/modwatch/modwatch/internal/testenv/fluxtest"
@@ -105,7 +106,7 @@ func start(t testing.TB, cfg fluxreceiver.Config) *fixture {
 func (f *fixture) delivered(t testing.TB, commit string) {
 	t.Helper()
 	f.obs.WaitFor(t, "the delivery of "+commit, func(e watcher.Event) bool {
-		return e.Type == watcher.EventDelivered && e.Commit == commit
+		return e.Type == watcher.EventDelivered && e.Commit.String() == commit
 	})
 }
 
@@ -232,7 +233,7 @@ func TestConfirmationNotifiesAgainWhileStale(t *testing.T) {
 	// Delivered again (a restart of the agent): Flux has c2, nobody is told.
 	u, err := env.Dynamic.Resource(gitRepos).Namespace(f.ns).Get(context.Background(), "apps", metav1.GetOptions{})
 	require.NoError(t, err)
-	again := watcher.Change{To: c2, Reason: watcher.ReasonInitial, Target: watcher.Target{ID: "flux/" + f.ns + "/apps", URL: f.repo.URL(),
+	again := watcher.Change{To: named(c2), Reason: watcher.ReasonInitial, Target: watcher.Target{ID: "flux/" + f.ns + "/apps", URL: f.repo.URL(),
 		Payload: payload.GitRepository{APIVersion: "source.toolkit.fluxcd.io/v1", Namespace: f.ns, Name: "apps", UID: string(u.GetUID())}}}
 	require.NoError(t, f.sink.Deliver(context.Background(), again))
 	assert.Equal(t, int64(3), f.rcv.Accepted(), "an artifact already at the commit needs no notification")
@@ -251,4 +252,13 @@ func TestAnnotateMode(t *testing.T) {
 	_, err = env.Dynamic.Resource(fluxreceiver.ReceiverGVR).Namespace(f.ns).Get(context.Background(), "modwatch-apps", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "no Receiver in annotate mode")
 	assert.Zero(t, f.rcv.Accepted())
+}
+
+// named is the commit a test repository named in hex.
+func named(commit string) gitutil.Hash {
+	h, err := gitutil.ParseHash(commit)
+	if err != nil {
+		panic(err)
+	}
+	return h
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/gittest"
 	"github.com/modwatch/modwatch/internal/testenv"
@@ -331,7 +332,7 @@ func TestProxySecretRef(t *testing.T) {
 	w := watchertest.NewWatcher(t)
 	require.NoError(t, w.Route(flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns}), sink))
 	watchertest.Run(t, w.Run)
-	got := sink.WaitCommit(t, "flux/"+ns+"/app", commit)
+	got := sink.WaitCommit(t, "flux/"+ns+"/app", named(commit))
 	a := got.Target.Auth
 	require.NotNil(t, a)
 	assert.Equal(t, "proxy:"+ns+"/proxy", a.ID)
@@ -340,4 +341,13 @@ func TestProxySecretRef(t *testing.T) {
 	for _, c := range sink.Delivered() {
 		assert.NotEqual(t, "flux/"+ns+"/nowhere", c.Target.ID, "a missing proxy Secret is not a direct connection")
 	}
+}
+
+// named is the commit a test repository named in hex.
+func named(commit string) gitutil.Hash {
+	h, err := gitutil.ParseHash(commit)
+	if err != nil {
+		panic(err)
+	}
+	return h
 }

@@ -37,7 +37,7 @@ func TestAttackStatusCommitUnderAReconcilersHash(t *testing.T) {
 	c3 := repo.Commit(t, "break", gittest.File("apps/web/a.yaml", "kind: [\n"))
 	h.w.Trigger(repo.URL())
 	h.obs.WaitFor(t, "c3 failed", func(e watcher.Event) bool {
-		return e.Type == watcher.EventDeliveryFailed && e.Commit == c3
+		return e.Type == watcher.EventDeliveryFailed && e.Commit.String() == c3
 	})
 	time.Sleep(time.Second)
 	after := h.status("web").CommitStatus

@@ -39,7 +39,7 @@ func (h *harness) applyStatusAs(manager, name string, status map[string]any) {
 func (h *harness) settle(name, commit string) {
 	h.t.Helper()
 	h.obs.WaitFor(h.t, "delivered "+commit, func(e watcher.Event) bool {
-		return (e.Type == watcher.EventDelivered || e.Type == watcher.EventUpToDate) && e.Commit == commit &&
+		return (e.Type == watcher.EventDelivered || e.Type == watcher.EventUpToDate) && e.Commit.String() == commit &&
 			e.Target != nil && e.Target.ID == gitsync.TargetID(h.ns, name)
 	})
 	time.Sleep(time.Second)

@@ -128,7 +128,7 @@ func anotherManagersConditionsSurvive(t *testing.T, fields gitsync.StatusFields,
 	step := func(what string, typ watcher.EventType, commit string, written func(gitsync.Status) bool) gitsync.Status {
 		t.Helper()
 		h.obs.WaitFor(t, what, func(e watcher.Event) bool {
-			return e.Type == typ && e.Target != nil && e.Target.ID == id && e.Commit == commit
+			return e.Type == typ && e.Target != nil && e.Target.ID == id && e.Commit.String() == commit
 		})
 		return h.waitStatus("web", what, func(s gitsync.Status) bool { return fields == gitsync.StatusNone || written(s) })
 	}

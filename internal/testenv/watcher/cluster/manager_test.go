@@ -51,7 +51,7 @@ func TestAddToManager(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
-	sink.WaitCommit(t, "a", commit)
+	sink.WaitCommit(t, "a", named(commit))
 	require.Eventually(t, func() bool { return probe(addr, "/readyz") == http.StatusOK }, 10*time.Second, 50*time.Millisecond)
 	assert.Equal(t, http.StatusOK, probe(addr, "/healthz"))
 }

@@ -50,7 +50,7 @@ func (l *ledger) observer(replica string) watcher.Observer {
 		case watcher.EventListed:
 			l.lists = append(l.lists, poll{replica, e.Remote, e.Time})
 		case watcher.EventDelivered:
-			l.deliveries[e.Target.ID] = append(l.deliveries[e.Target.ID], delivery{replica, e.Commit})
+			l.deliveries[e.Target.ID] = append(l.deliveries[e.Target.ID], delivery{replica, e.Commit.String()})
 		}
 	})
 }

@@ -118,7 +118,7 @@ func storeRound(b *testing.B, n int) storeCost {
 	key := func(i int) string { return fmt.Sprintf("team-%d/app-%d/apply", i%97, i) }
 	cp := func(i int) watcher.Checkpoint {
 		return watcher.Checkpoint{
-			Commit: fmt.Sprintf("%040x", i), Tree: fmt.Sprintf("%040x", i+1), Target: fmt.Sprintf("%064x", i),
+			Commit: named(fmt.Sprintf("%040x", i)), Tree: named(fmt.Sprintf("%040x", i+1)), Target: fmt.Sprintf("%064x", i),
 			Time: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC),
 		}
 	}

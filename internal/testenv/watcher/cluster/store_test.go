@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/cluster"
 )
@@ -33,7 +35,7 @@ func TestConfigMapStore(t *testing.T) {
 	_, ok, err := a.Get(ctx, "t\x00sink")
 	require.NoError(t, err)
 	assert.False(t, ok)
-	cp := watcher.Checkpoint{Commit: "c1", Tree: "t1", Target: "fp", Time: time.Now().UTC().Truncate(time.Second)}
+	cp := watcher.Checkpoint{Commit: named("c1"), Tree: named("t1"), Target: "fp", Time: time.Now().UTC().Truncate(time.Second)}
 	require.NoError(t, a.Put(ctx, "t\x00sink", cp))
 	got, ok, err := b.Get(ctx, "t\x00sink")
 	require.NoError(t, err)
@@ -47,7 +49,7 @@ func TestConfigMapStore(t *testing.T) {
 			if i%2 == 1 {
 				s = b
 			}
-			assert.NoError(t, s.Put(ctx, fmt.Sprint("k", i), watcher.Checkpoint{Commit: fmt.Sprint(i)}))
+			assert.NoError(t, s.Put(ctx, fmt.Sprint("k", i), watcher.Checkpoint{Commit: named(fmt.Sprint(i))}))
 		})
 	}
 	wg.Wait()
@@ -55,7 +57,7 @@ func TestConfigMapStore(t *testing.T) {
 		got, ok, err := b.Get(ctx, fmt.Sprint("k", i))
 		require.NoError(t, err)
 		require.True(t, ok, i)
-		assert.Equal(t, fmt.Sprint(i), got.Commit)
+		assert.Equal(t, named(fmt.Sprint(i)), got.Commit)
 	}
 	require.NoError(t, a.Delete(ctx, "k3"))
 	require.NoError(t, a.Delete(ctx, "k3"), "deleting a missing key is not an error")
@@ -99,7 +101,7 @@ func TestConfigMapStoreReadsTheLayoutOfRelease010(t *testing.T) {
 	ns := env.Namespace(t)
 	ctx := context.Background()
 	const key = "team-a/app/apply"
-	old := watcher.Checkpoint{Commit: "c-old", Tree: "t-old", Target: "fp", Time: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	old := watcher.Checkpoint{Commit: named("c-old"), Tree: named("t-old"), Target: "fp", Time: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
 	name, field := writeLegacy(t, ns, key, old)
 
 	s, err := cluster.NewConfigMapStore(env.Kube, cluster.ConfigMapStoreConfig{Namespace: ns})
@@ -109,7 +111,7 @@ func TestConfigMapStoreReadsTheLayoutOfRelease010(t *testing.T) {
 	require.True(t, ok, "the checkpoint release 0.1.0 wrote")
 	assert.Equal(t, old, got)
 
-	now := watcher.Checkpoint{Commit: "c-new", Tree: "t-new", Target: "fp", Time: old.Time.Add(time.Hour)}
+	now := watcher.Checkpoint{Commit: named("c-new"), Tree: named("t-new"), Target: "fp", Time: old.Time.Add(time.Hour)}
 	require.NoError(t, s.Put(ctx, key, now))
 	got, ok, err = s.Get(ctx, key)
 	require.NoError(t, err)
@@ -158,11 +160,11 @@ func TestConfigMapStoreGetManyAnswersAsGet(t *testing.T) {
 		keys = append(keys, fmt.Sprint("team-", i, "/app/apply"))
 	}
 	for i, k := range keys[:400] {
-		require.NoError(t, s.Put(ctx, k, watcher.Checkpoint{Commit: fmt.Sprint("c", i), Target: "fp"}))
+		require.NoError(t, s.Put(ctx, k, watcher.Checkpoint{Commit: named(fmt.Sprint("c", i)), Target: "fp"}))
 	}
 	// One checkpoint in release 0.1.0's layout alone, one damaged.
 	const oldKey = "team-old/app/apply"
-	writeLegacy(t, ns, oldKey, watcher.Checkpoint{Commit: "c-old"})
+	writeLegacy(t, ns, oldKey, watcher.Checkpoint{Commit: named("c-old")})
 	keys = append(keys, oldKey)
 	damaged := keys[7]
 	cmName, cmField := currentPlace("modwatch-checkpoints", damaged)
@@ -202,11 +204,11 @@ func TestConfigMapStoreGetManyAnswersAsGet(t *testing.T) {
 	got, err = s.GetMany(ctx, keys)
 	require.NoError(t, err)
 	assert.False(t, got[11].OK, "not listed")
-	require.NoError(t, s.Put(ctx, unlabelled, watcher.Checkpoint{Commit: "c-again"}))
+	require.NoError(t, s.Put(ctx, unlabelled, watcher.Checkpoint{Commit: named("c-again")}))
 	got, err = s.GetMany(ctx, keys)
 	require.NoError(t, err)
 	assert.True(t, got[11].OK, "labelled again by the Put")
-	assert.Equal(t, "c-again", got[11].Checkpoint.Commit)
+	assert.Equal(t, named("c-again"), got[11].Checkpoint.Commit)
 }
 
 // writeLegacy writes cp for key in a new ConfigMap where release 0.1.0
@@ -229,4 +231,14 @@ func writeLegacy(t *testing.T, ns, key string, cp watcher.Checkpoint) (name, fie
 func currentPlace(prefix, key string) (name, field string) {
 	sum := sha256.Sum256([]byte(key))
 	return fmt.Sprintf("%s-%02x", prefix, sum[0]), hex.EncodeToString(sum[:16])
+}
+
+// named is a commit named name, for changes whose commits need only be
+// told apart: name itself when it is 40 hexadecimal digits, a hash of it
+// otherwise ("c1").
+func named(name string) gitutil.Hash {
+	if h, err := gitutil.ParseHash(name); err == nil {
+		return h
+	}
+	return gitutil.Hash(sha1.Sum([]byte(name)))
 }

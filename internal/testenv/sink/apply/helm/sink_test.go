@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/testenv"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/helm"
@@ -46,7 +47,7 @@ data:
 	defer cancel()
 	res, err := s.Apply(ctx, watcher.Change{
 		Target: watcher.Target{ID: "helm/" + ns + "/shop", URL: "https://git.example.com/r.git", Payload: render},
-		To:     "c1", Reason: watcher.ReasonInitial, FS: chart,
+		To:     gitutil.Hash{0xc1}, Reason: watcher.ReasonInitial, FS: chart,
 	})
 	require.NoError(t, err)
 	require.Len(t, res.Entries, 1)

@@ -1,12 +1,13 @@
 //go:build unix
 
-package watcher
+package cachedir
 
 import (
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,9 +31,9 @@ func TestCacheDirLockIsNeverAPipeOrALink(t *testing.T) {
 			plant(t, lock)
 			var err error
 			promptly(t, lock, func() {
-				var c *cacheDir
-				if c, err = openCacheDir(dir); err == nil {
-					c.close()
+				var c *Dir
+				if c, err = Open(dir); err == nil {
+					c.Close()
 				}
 			})
 			require.Error(t, err)
@@ -41,7 +42,23 @@ func TestCacheDirLockIsNeverAPipeOrALink(t *testing.T) {
 			assert.NoDirExists(t, filepath.Join(dir, ".tmp"), "the directory is not taken")
 		})
 	}
-	c, err := openCacheDir(t.TempDir())
+	c, err := Open(t.TempDir())
 	require.NoError(t, err, "a lock file of its own is taken")
-	c.close()
+	c.Close()
+}
+
+// promptly runs f, and fails the test when it blocks (on the named pipe
+// fifo: it is opened for writing, to let f go).
+func promptly(t *testing.T, fifo string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			_ = w.Close()
+		}
+		t.Fatal("blocked: did not return within 10 s")
+	}
 }

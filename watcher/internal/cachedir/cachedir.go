@@ -1,4 +1,4 @@
-package watcher
+package cachedir
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/gofrs/flock"
@@ -13,26 +14,29 @@ import (
 	"github.com/modwatch/modwatch/internal/safefile"
 )
 
-// ErrCacheDirInUse is returned by Run when another watcher, in this process
-// or another, holds the cache directory.
-var ErrCacheDirInUse = errors.New("watcher: cache directory is in use by another watcher")
+// ErrInUse is returned (wrapped) by Open when another watcher, in this
+// process or another, holds the directory.
+var ErrInUse = errors.New("watcher: cache directory is in use by another watcher")
 
-// cacheDir is a watcher's cache directory while it runs: held by an
-// exclusive lock, with a private temporary directory.
-type cacheDir struct {
-	dir  string
-	tmp  string // for the git CLI's credential files
-	lock *flock.Flock
+// Dir is a watcher's cache directory while it runs: held by an exclusive
+// lock, with a private temporary directory.
+type Dir struct {
+	dir string
+	// Tmp is the private temporary directory, for the git CLI's
+	// credential files.
+	Tmp      string
+	lock     *flock.Flock
+	suffixes []string // of what a killed process left
 }
 
-// openCacheDir creates dir (mode 0700: mirrors hold private repositories),
-// takes an exclusive lock on dir/.lock, and only then clears what a killed
+// Open creates dir (mode 0700: mirrors hold private repositories), takes
+// an exclusive lock on dir/.lock, and only then clears what a killed
 // process may have left: the temporary directory (credential files of an
-// interrupted clone), half-made clones beside the mirrors and mirrors it
-// was removing. A second
-// process on the same directory fails here instead of taking the first's
-// live lock files for crash leftovers.
-func openCacheDir(dir string) (*cacheDir, error) {
+// interrupted clone), and the entries whose names end with one of
+// leftovers (half-made clones beside the mirrors, mirrors it was
+// removing). A second process on the same directory fails here instead
+// of taking the first's live lock files for crash leftovers.
+func Open(dir string, leftovers ...string) (*Dir, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("watcher: cache directory: %w", err)
 	}
@@ -48,9 +52,9 @@ func openCacheDir(dir string) (*cacheDir, error) {
 		return nil, fmt.Errorf("watcher: lock cache directory %s: %w", dir, err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrCacheDirInUse, dir)
+		return nil, fmt.Errorf("%w: %s", ErrInUse, dir)
 	}
-	c := &cacheDir{dir: dir, tmp: filepath.Join(dir, ".tmp"), lock: lock}
+	c := &Dir{dir: dir, Tmp: filepath.Join(dir, ".tmp"), lock: lock, suffixes: leftovers}
 	if err := c.clearLeftovers(); err != nil {
 		_ = lock.Unlock()
 		return nil, err
@@ -85,11 +89,11 @@ func regularLock(lock *flock.Flock) error {
 	return err
 }
 
-func (c *cacheDir) clearLeftovers() error {
-	if err := os.RemoveAll(c.tmp); err != nil {
-		return fmt.Errorf("watcher: clear %s: %w", c.tmp, err)
+func (c *Dir) clearLeftovers() error {
+	if err := os.RemoveAll(c.Tmp); err != nil {
+		return fmt.Errorf("watcher: clear %s: %w", c.Tmp, err)
 	}
-	if err := os.Mkdir(c.tmp, 0o700); err != nil {
+	if err := os.Mkdir(c.Tmp, 0o700); err != nil {
 		return fmt.Errorf("watcher: cache directory: %w", err)
 	}
 	entries, err := os.ReadDir(c.dir)
@@ -97,7 +101,7 @@ func (c *cacheDir) clearLeftovers() error {
 		return fmt.Errorf("watcher: cache directory: %w", err)
 	}
 	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".clone") || strings.HasSuffix(e.Name(), gcSuffix) {
+		if slices.ContainsFunc(c.suffixes, func(suffix string) bool { return strings.HasSuffix(e.Name(), suffix) }) {
 			if err := os.RemoveAll(filepath.Join(c.dir, e.Name())); err != nil {
 				return fmt.Errorf("watcher: clear %s: %w", e.Name(), err)
 			}
@@ -106,8 +110,8 @@ func (c *cacheDir) clearLeftovers() error {
 	return nil
 }
 
-// close releases the lock; the temporary directory is left empty.
-func (c *cacheDir) close() {
-	_ = os.RemoveAll(c.tmp)
+// Close releases the lock; the temporary directory is removed.
+func (c *Dir) Close() {
+	_ = os.RemoveAll(c.Tmp)
 	_ = c.lock.Unlock()
 }
