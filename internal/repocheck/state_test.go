@@ -47,6 +47,7 @@ var stateAllowed = map[string]string{
 	"source/gitsync.zeroFields":          "field → zero value table, read only",
 	"source/gitsync.knownKeys":           "configuration key names, read only",
 	"watcher.jobLists":                   "a sync.Pool of cleared scratch slices: it holds nothing learned",
+	"watcher.ErrCacheDirInUse":           "the sentinel error of watcher/internal/cachedir, exported under the watcher's name for errors.Is: never written",
 	"watcher/cluster.conflictBackoff":    "retry schedule, read only (copied by each use)",
 }
 
