@@ -6,13 +6,13 @@ K8S_VERSION := 1.37.2
 # The binaries make testbin builds are kept outside the clone, one folder a
 # version, so that every checkout and CI run of the machine shares them (as
 # setup-envtest keeps envtest's): $MODWATCH_TESTBIN, else modwatch/testbin
-# in $XDG_CACHE_HOME or ~/.cache (internal/testenv.TestbinRoot).
+# in $XDG_CACHE_HOME or ~/.cache (internal/dev/testenv.TestbinRoot).
 TESTBIN_ROOT ?= $(or $(MODWATCH_TESTBIN),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/modwatch/testbin)
 TESTBIN     := $(TESTBIN_ROOT)/k8s-$(K8S_VERSION)
 # Flux's source-controller, built from its module beside the control plane
-# (the version is internal/testbin/sourcecontroller/go.mod's, and
+# (the version is internal/dev/testbin/sourcecontroller/go.mod's, and
 # fluxtest.SourceControllerVersion's).
-SC_VERSION  := $(shell sed -n 's/^[[:space:]]*github.com\/fluxcd\/source-controller \(v[^ ]*\).*/\1/p' internal/testbin/sourcecontroller/go.mod)
+SC_VERSION  := $(shell sed -n 's/^[[:space:]]*github.com\/fluxcd\/source-controller \(v[^ ]*\).*/\1/p' internal/dev/testbin/sourcecontroller/go.mod)
 SCBIN       := $(TESTBIN_ROOT)/source-controller-$(SC_VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -count=1 -timeout 20m
@@ -23,20 +23,20 @@ PKGS        := github.com/modwatch/modwatch/...
 
 .PHONY: upstream gitsync-e2e test vet staticcheck api testbin quickstart fmt clean-testbin bench bench-scale bench-compare tidy release
 
-# The release checks (internal/release: consumers built at three Kubernetes
+# The release checks (internal/dev/release: consumers built at three Kubernetes
 # minors, a release resolved through a module proxy) are builds, minutes of
 # compiling. They run beside the other tests at the lowest CPU priority
 # (nice 19): they take the cores the other tests leave idle while those
 # wait on git servers, control planes and timers (about a third of the
 # time, docs/performance.md), never the cores those tests want. Their
 # output follows the other tests'.
-RELEASE_PKGS := github.com/modwatch/modwatch/internal/release/...
+RELEASE_PKGS := github.com/modwatch/modwatch/internal/dev/release/...
 
 # The packages whose tests take longest (go test -json, per package) are
 # listed first: go test starts them first, and the rest fill the other
 # core around them, instead of one of them running alone at the end.
-SLOW_FIRST  := watcher gitutil internal/testenv/watcher/cluster examples/gitsync internal/testenv/source/gitsync examples/agent
-TEST_PKGS    = $(GO) list $(PKGS) | grep -v '^github.com/modwatch/modwatch/internal/release' | \
+SLOW_FIRST  := watcher gitutil internal/dev/testenv/watcher/cluster examples/gitsync internal/dev/testenv/source/gitsync examples/agent
+TEST_PKGS    = $(GO) list $(PKGS) | grep -v '^github.com/modwatch/modwatch/internal/dev/release' | \
 	awk 'BEGIN { n = split("$(SLOW_FIRST)", s, " "); for (i = 1; i <= n; i++) rank["github.com/modwatch/modwatch/" s[i]] = i } \
 	{ print ($$0 in rank ? rank[$$0] : n + 1), $$0 }' | sort -n -s -k1,1 | cut -d' ' -f2
 
@@ -79,21 +79,21 @@ vet:
 staticcheck:
 	$(GO) run $(STATICCHECK) $(PKGS)
 
-# kube-apiserver and etcd, built from their Go modules (internal/testbin),
+# kube-apiserver and etcd, built from their Go modules (internal/dev/testbin),
 # once per version: about ten minutes cold on 2 cores, nothing after. Then
 # Flux's source-controller and the CRDs its module ships (a few minutes).
 # The exported API of every published package against the last release
 # (CHANGELOG.md names its commit): each change is listed; an incompatible
 # one must be named in CHANGELOG.md's Unreleased section.
 api:
-	$(GO) run ./internal/release/cmd/release -api
+	$(GO) run ./internal/dev/release/cmd/release -api
 
 # make release VERSION=vX.Y.Z: every module's requirements on the others set
 # to VERSION, the tree checked, CHANGELOG.md's Unreleased section cut, one
 # commit and a tag per published module (nothing is pushed).
 release:
 	@test -n "$(VERSION)" || { echo "usage: make release VERSION=vX.Y.Z"; exit 2; }
-	$(GO) run ./internal/release/cmd/release -version $(VERSION)
+	$(GO) run ./internal/dev/release/cmd/release -version $(VERSION)
 
 testbin:
 	@if [ -x $(TESTBIN)/kube-apiserver ] && [ -x $(TESTBIN)/etcd ]; then \
@@ -101,7 +101,7 @@ testbin:
 	else \
 		echo "testbin: building kube-apiserver v$(K8S_VERSION) and etcd into $(TESTBIN) (about ten minutes the first time)"; \
 		mkdir -p $(TESTBIN_ROOT) && tmp=$$(mktemp -d $(TESTBIN).tmp.XXXXXX) && \
-		cd internal/testbin && GOWORK=off $(GO) build -buildvcs=false -o $$tmp/ ./kube-apiserver ./etcd && \
+		cd internal/dev/testbin && GOWORK=off $(GO) build -buildvcs=false -o $$tmp/ ./kube-apiserver ./etcd && \
 		rm -rf $(TESTBIN) && mv $$tmp $(TESTBIN); \
 	fi
 	@if [ -x $(SCBIN)/source-controller ] && [ -d $(SCBIN)/crds ]; then \
@@ -109,7 +109,7 @@ testbin:
 	else \
 		echo "testbin: building Flux's source-controller $(SC_VERSION) into $(SCBIN)"; \
 		mkdir -p $(TESTBIN_ROOT) && tmp=$$(mktemp -d $(SCBIN).tmp.XXXXXX) && mkdir $$tmp/crds && \
-		cd internal/testbin/sourcecontroller && \
+		cd internal/dev/testbin/sourcecontroller && \
 		GOWORK=off $(GO) build -buildvcs=false -o $$tmp/source-controller github.com/fluxcd/source-controller && \
 		cp "$$(GOWORK=off $(GO) list -m -f '{{.Dir}}' github.com/fluxcd/source-controller)"/config/crd/bases/*.yaml $$tmp/crds/ && \
 		chmod u+w $$tmp/crds/*.yaml && \
@@ -136,16 +136,16 @@ quickstart:
 # and 300 remotes), and what a checkpoint in ConfigMaps costs (500,
 # 2,000 and 8,000 of them).
 bench: testbin
-	$(GO) run ./internal/bench/watchbench -out bench-results/table.md
-	$(GO) run ./internal/bench/soak -out bench-results/soak.md
-	$(GO) run ./internal/bench/widetree -out bench-results/widetree.md
-	$(GO) run ./internal/bench/fleet -out bench-results/fleet.md
-	$(GO) run ./internal/bench/fleet -remotes 100 -per-remote 100 -out bench-results/fleet-10k-100.md
-	$(GO) run ./internal/bench/fleet -remotes 1000 -per-remote 10 -out bench-results/fleet-10k-1000.md
-	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkApply500 -benchtime 5x ./internal/testenv/sink/apply/ | tee bench-results/apply.txt
-	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkPushToArtifact -benchtime 5x ./internal/testenv/sink/fluxreceiver/ | tee bench-results/fluxartifact.txt
-	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkFailover -benchtime 2x -timeout 60m ./internal/testenv/watcher/cluster/ | tee bench-results/failover.txt
-	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkConfigMapStore -benchtime 1x -timeout 30m ./internal/testenv/watcher/cluster/ | tee bench-results/checkpoints.txt
+	$(GO) run ./internal/dev/bench/watchbench -out bench-results/table.md
+	$(GO) run ./internal/dev/bench/soak -out bench-results/soak.md
+	$(GO) run ./internal/dev/bench/widetree -out bench-results/widetree.md
+	$(GO) run ./internal/dev/bench/fleet -out bench-results/fleet.md
+	$(GO) run ./internal/dev/bench/fleet -remotes 100 -per-remote 100 -out bench-results/fleet-10k-100.md
+	$(GO) run ./internal/dev/bench/fleet -remotes 1000 -per-remote 10 -out bench-results/fleet-10k-1000.md
+	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkApply500 -benchtime 5x ./internal/dev/testenv/sink/apply/ | tee bench-results/apply.txt
+	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkPushToArtifact -benchtime 5x ./internal/dev/testenv/sink/fluxreceiver/ | tee bench-results/fluxartifact.txt
+	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkFailover -benchtime 2x -timeout 60m ./internal/dev/testenv/watcher/cluster/ | tee bench-results/failover.txt
+	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkConfigMapStore -benchtime 1x -timeout 30m ./internal/dev/testenv/watcher/cluster/ | tee bench-results/checkpoints.txt
 	$(GO) test -run '^$$' -bench BenchmarkMemoryStoreHeld -benchtime 3x ./watcher/ | tee bench-results/memorystore.txt
 
 # make bench-compare BASE=<commit>: P3 (one new commit delivered, with
@@ -159,10 +159,10 @@ bench-compare:
 	mkdir -p $(COMPARE_DIR) && base=$$(mktemp -d)/base && git worktree add -q --detach $$base $(BASE) && \
 	trap 'git worktree remove --force '$$base EXIT && out=$$(pwd)/$(COMPARE_DIR) && \
 	for i in 1 2; do \
-		(cd $$base && $(GO) run ./internal/bench/watchbench -repos 1 -per-repo 1 -pushes 3 -polled 0 -out $$out/base-$$i.md) && \
-		$(GO) run ./internal/bench/watchbench -repos 1 -per-repo 1 -pushes 3 -polled 0 -out $$out/head-$$i.md && \
-		(cd $$base && $(GO) run ./internal/bench/widetree -out $$out/base-widetree-$$i.md) && \
-		$(GO) run ./internal/bench/widetree -out $$out/head-widetree-$$i.md || exit 1; \
+		(cd $$base && $(GO) run ./internal/dev/bench/watchbench -repos 1 -per-repo 1 -pushes 3 -polled 0 -out $$out/base-$$i.md) && \
+		$(GO) run ./internal/dev/bench/watchbench -repos 1 -per-repo 1 -pushes 3 -polled 0 -out $$out/head-$$i.md && \
+		(cd $$base && $(GO) run ./internal/dev/bench/widetree -out $$out/base-widetree-$$i.md) && \
+		$(GO) run ./internal/dev/bench/widetree -out $$out/head-widetree-$$i.md || exit 1; \
 	done; grep -h '^| P3 | one new' $$out/base-*.md $$out/head-*.md
 
 fmt:
@@ -174,7 +174,7 @@ fmt:
 # with their directories (the same copy release -check tidies with -diff),
 # and the module gets the result without those replaces.
 tidy:
-	$(GO) run ./internal/release/cmd/release -tidy
+	$(GO) run ./internal/dev/release/cmd/release -tidy
 
 # The fleet at 100,000 targets on 10,000 remotes, one replica, each of
 # three and one that holds every target and owns no remote (half an hour
@@ -183,5 +183,5 @@ tidy:
 # then the no-change cycle's CPU per remote at 1,000 and 10,000 remotes in
 # three alternating rounds (about 12 minutes).
 bench-scale:
-	$(GO) run ./internal/bench/fleet -remotes 10000 -per-remote 10 -replicas 3 -timeout 60m -out bench-results/fleet-100k.md
-	$(GO) run ./internal/bench/fleet -curve 1000,10000 -rounds 3 -per-remote 10 -settle 1s -timeout 60m -out bench-results/fleet-curve.md
+	$(GO) run ./internal/dev/bench/fleet -remotes 10000 -per-remote 10 -replicas 3 -timeout 60m -out bench-results/fleet-100k.md
+	$(GO) run ./internal/dev/bench/fleet -curve 1000,10000 -rounds 3 -per-remote 10 -settle 1s -timeout 60m -out bench-results/fleet-curve.md

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/go-logr/logr v1.4.4
 	github.com/modwatch/modwatch v0.1.0
-	github.com/modwatch/modwatch/internal/testenv v0.0.0
+	github.com/modwatch/modwatch/internal/dev/testenv v0.0.0
 	github.com/modwatch/modwatch/sink/apply v0.1.0
 	github.com/modwatch/modwatch/sink/apply/helm v0.1.0
 	github.com/modwatch/modwatch/sink/fluxreceiver v0.1.0

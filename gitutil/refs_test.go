@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/internal/dev/gittest"
 )
 
 func TestListRefsPeelsTags(t *testing.T) {

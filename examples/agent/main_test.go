@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/modwatch/modwatch/internal/gittest"
-	"github.com/modwatch/modwatch/internal/testenv"
+	"github.com/modwatch/modwatch/internal/dev/gittest"
+	"github.com/modwatch/modwatch/internal/dev/testenv"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )

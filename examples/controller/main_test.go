@@ -17,9 +17,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/modwatch/modwatch/internal/gittest"
-	"github.com/modwatch/modwatch/internal/testenv"
-	"github.com/modwatch/modwatch/internal/upstream"
+	"github.com/modwatch/modwatch/internal/dev/gittest"
+	"github.com/modwatch/modwatch/internal/dev/testenv"
+	"github.com/modwatch/modwatch/internal/dev/upstream"
 	"github.com/modwatch/modwatch/source/gitsync"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/watchertest"

@@ -16,9 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/modwatch/modwatch/internal/gittest"
-	"github.com/modwatch/modwatch/internal/testenv"
-	"github.com/modwatch/modwatch/internal/testenv/fluxtest"
+	"github.com/modwatch/modwatch/internal/dev/gittest"
+	"github.com/modwatch/modwatch/internal/dev/testenv"
+	"github.com/modwatch/modwatch/internal/dev/testenv/fluxtest"
 	"github.com/modwatch/modwatch/sink/fluxreceiver"
 	"github.com/modwatch/modwatch/source/webhook"
 	"github.com/modwatch/modwatch/watcher"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/internal/dev/gittest"
 	"github.com/modwatch/modwatch/sink/dir"
 	"github.com/modwatch/modwatch/source/static"
 	"github.com/modwatch/modwatch/watcher"

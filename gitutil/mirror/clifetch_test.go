@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/gitutil"
-	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/internal/dev/gittest"
 )
 
 // recordingGit is a git wrapper that appends each exit status to a file,

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/gitutil/internal/packcheck"
-	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/internal/dev/gittest"
 )
 
 // soon fails the test unless f returns within a deadline far above what

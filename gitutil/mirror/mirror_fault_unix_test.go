@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modwatch/modwatch/gitutil/internal/packidx"
-	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/internal/dev/gittest"
 )
 
 // The whole of it, on a mirror: a repository of 40,000 files (an index of

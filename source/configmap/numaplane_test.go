@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/modwatch/modwatch/internal/gittest"
-	"github.com/modwatch/modwatch/internal/upstream"
+	"github.com/modwatch/modwatch/internal/dev/gittest"
+	"github.com/modwatch/modwatch/internal/dev/upstream"
 	"github.com/modwatch/modwatch/source/configmap"
 	"github.com/modwatch/modwatch/watcher/payload"
 )

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/modwatch/modwatch/gitutil"
-	"github.com/modwatch/modwatch/internal/gittest"
+	"github.com/modwatch/modwatch/internal/dev/gittest"
 	"github.com/modwatch/modwatch/sink/apply"
 	"github.com/modwatch/modwatch/sink/apply/kustomize"
 	"github.com/modwatch/modwatch/watcher"

@@ -1,0 +1,184 @@
+package fluxtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/modwatch/modwatch/internal/dev/testenv"
+)
+
+// SourceControllerVersion is the version of Flux's source-controller that
+// `make testbin` builds from its Go module (internal/dev/testbin/sourcecontroller).
+const SourceControllerVersion = "v1.9.0"
+
+// ErrNoSourceController is returned when the source-controller binary
+// cannot be found.
+var ErrNoSourceController = errors.New("fluxtest: source-controller not found; run `make testbin` (or `make test`) first")
+
+// SourceControllerDir returns the directory holding the source-controller
+// binary and the CRDs it ships (crds/): source-controller-<version>, beside the control
+// plane's binaries (testenv.TestbinRoot).
+func SourceControllerDir() (string, error) {
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(filepath.Dir(assets), "source-controller-"+SourceControllerVersion)
+	if fi, err := os.Stat(filepath.Join(dir, "source-controller")); err != nil || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%w (looked in %s)", ErrNoSourceController, dir)
+	}
+	return dir, nil
+}
+
+// SourceController is Flux's source-controller, running against a test
+// control plane until the test ends.
+type SourceController struct {
+	mu  sync.Mutex
+	log bytes.Buffer
+}
+
+// Log is what the controller wrote so far.
+func (s *SourceController) Log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
+}
+
+func (s *SourceController) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.Write(p)
+}
+
+// StartSourceController installs the CRDs source-controller ships (its
+// GitRepository replaces the trimmed one of testenv) and runs it, watching
+// every namespace, with cfg's identity. It is stopped when the test ends;
+// its log is shown if the test failed.
+func StartSourceController(t TB, cfg *rest.Config) *SourceController {
+	t.Helper()
+	dir, err := SourceControllerDir()
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	// envtest logs through controller-runtime's logger, which complains,
+	// stack and all, when none is set.
+	setLogger.Do(func() { ctrllog.SetLogger(logr.Discard()) })
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{filepath.Join(dir, "crds")}, ErrorIfPathMissing: true}); err != nil {
+		t.Fatalf("fluxtest: install source-controller's CRDs: %v", err)
+	}
+	tmp, storage, health := scratch(t, cfg)
+	sc := &SourceController{}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "source-controller"),
+		"--storage-path="+filepath.Join(tmp, "storage"), "--storage-addr="+storage, "--storage-adv-addr="+storage,
+		"--metrics-addr=0", "--health-addr="+health, "--enable-leader-election=false", "--watch-all-namespaces=true",
+		"--concurrent=4", "--log-level=info")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(tmp, "kubeconfig"))
+	cmd.Stdout, cmd.Stderr = sc, sc
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("fluxtest: start source-controller: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cancel()
+		<-exited
+		_ = os.RemoveAll(tmp)
+		if f, ok := t.(interface{ Failed() bool }); ok && f.Failed() {
+			t.Logf("source-controller's log:\n%s", sc.Log())
+		}
+	})
+	waitReady(t, sc, health, exited)
+	return sc
+}
+
+// scratch makes what one source-controller needs: a directory with a
+// kubeconfig of cfg and a storage directory, and two free addresses (its
+// storage server's and its health probe's).
+func scratch(t TB, cfg *rest.Config) (tmp, storage, health string) {
+	t.Helper()
+	tmp, err := os.MkdirTemp("", "source-controller-")
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	if err := writeKubeconfig(cfg, filepath.Join(tmp, "kubeconfig")); err != nil {
+		t.Fatalf("fluxtest: %v", err)
+	}
+	if err := os.Mkdir(filepath.Join(tmp, "storage"), 0o700); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if storage, err = testenv.FreeAddr(); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if health, err = testenv.FreeAddr(); err != nil {
+		t.Fatalf("%v", err)
+	}
+	return tmp, storage, health
+}
+
+// waitReady waits until the controller's manager says it is ready, and
+// fails the test when it exits first or is not ready in a minute.
+func waitReady(t TB, sc *SourceController, health string, exited chan error) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("fluxtest: source-controller exited: %v\n%s", err, sc.Log())
+		default:
+		}
+		if ready(health) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fluxtest: source-controller not ready after a minute\n%s", sc.Log())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// ready asks the controller's readiness probe.
+func ready(addr string) bool {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+var setLogger sync.Once
+
+// writeKubeconfig writes a kubeconfig with cfg's server and identity (the
+// test control plane's administrator, by client certificate).
+func writeKubeconfig(cfg *rest.Config, path string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken,
+		Username: cfg.Username, Password: cfg.Password,
+	}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
+	kc.CurrentContext = "test"
+	return clientcmd.WriteToFile(*kc, path)
+}
