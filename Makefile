@@ -150,7 +150,8 @@ bench: testbin
 
 # make bench-compare BASE=<commit>: P3 (one new commit delivered, with
 # P1-P7 on one repository and no polled push) and the wide-tree table, of
-# BASE (a worktree of it) and of this tree, taking turns twice, in one run:
+# BASE (a worktree of it; its benchmarks under internal/bench before they
+# moved to internal/dev/bench) and of this tree, taking turns twice, in one run:
 # what a change costs, on the same machine at the same time. The tables
 # are in bench-results/compare/.
 COMPARE_DIR := bench-results/compare
@@ -158,10 +159,11 @@ bench-compare:
 	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<commit>"; exit 2; }
 	mkdir -p $(COMPARE_DIR) && base=$$(mktemp -d)/base && git worktree add -q --detach $$base $(BASE) && \
 	trap 'git worktree remove --force '$$base EXIT && out=$$(pwd)/$(COMPARE_DIR) && \
+	bb=./internal/dev/bench && { [ -d $$base/internal/dev/bench ] || bb=./internal/bench; } && \
 	for i in 1 2; do \
-		(cd $$base && $(GO) run ./internal/dev/bench/watchbench -repos 1 -per-repo 1 -pushes 3 -polled 0 -out $$out/base-$$i.md) && \
+		(cd $$base && $(GO) run $$bb/watchbench -repos 1 -per-repo 1 -pushes 3 -polled 0 -out $$out/base-$$i.md) && \
 		$(GO) run ./internal/dev/bench/watchbench -repos 1 -per-repo 1 -pushes 3 -polled 0 -out $$out/head-$$i.md && \
-		(cd $$base && $(GO) run ./internal/dev/bench/widetree -out $$out/base-widetree-$$i.md) && \
+		(cd $$base && $(GO) run $$bb/widetree -out $$out/base-widetree-$$i.md) && \
 		$(GO) run ./internal/dev/bench/widetree -out $$out/head-widetree-$$i.md || exit 1; \
 	done; grep -h '^| P3 | one new' $$out/base-*.md $$out/head-*.md
 
