@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
-	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -143,6 +142,8 @@ type session struct {
 	sharing sharing
 	// creds serves --askpass-url's credentials to git (nil without it).
 	creds *credentialSocket
+	// askpass asks --askpass-url before each sync attempt (nil without it).
+	askpass *askpass
 
 	mu          sync.Mutex
 	failures    int
@@ -167,13 +168,17 @@ func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watche
 	// --git makes every fetch, and a --git that fails fails the sync, as
 	// git-sync's: go-git never stands in for the git the user gave.
 	git := &mirrorDirs{Git: watcher.GoGit{GitCLI: c.gitBin, CLIFetches: true}, origin: c.repo, depth: c.depth, filter: c.filter, log: s.log}
+	if c.askpassURL != "" {
+		s.askpass = &askpass{ask: c.askpass, repo: c.repo, creds: s.creds, heard: s.gs.askpass}
+		git.askpass = s.askpass
+	}
 	s.wt = s.worktrees(git)
 	s.wt.shared = c.alsoOfTheRepository()
 	s.source.target = watcher.Target{ID: c.link, URL: c.repo, Revision: revision, Path: c.path, Auth: auth}
 	s.source.init, s.source.period = c.initPeriod, c.period
 	switch {
 	case c.askpassURL != "":
-		s.source.auth, s.source.authFirst, s.source.authed = s.askpassAuth, true, s.askpassed
+		// Asked at each poll's listing (see askpass), not here.
 	case c.passwordFile != "":
 		s.source.auth = func(context.Context) (*gitutil.Auth, error) { return c.auth() }
 		s.source.authFile = c.passwordFile
@@ -216,8 +221,13 @@ func (s *session) worktrees(git *mirrorDirs) *worktrees {
 				s.hooks.pre.send(hash)
 			}
 		},
-		synced:      s.mainSynced,
-		credentials: c.gitCredentials,
+		synced: s.mainSynced,
+		credentials: func(a *gitutil.Auth) ([]credential, error) {
+			if s.askpass != nil {
+				a = s.askpass.auth(a) // the last answer, the one the commit was fetched with
+			}
+			return c.gitCredentials(a)
+		},
 	}
 }
 
@@ -311,41 +321,6 @@ func (s *session) mainSynced(hash string, took time.Duration) {
 		if err := touch(absUnder(s.c.root, s.c.touchFile)); err != nil {
 			s.log.Error(err, "touch-file not touched", "path", s.c.touchFile)
 		}
-	}
-}
-
-// askpassAuth asks --askpass-url, hands what it answered to git for the
-// repository, whatever its scheme (the credential socket: a --git that
-// asks git's credential helpers gets it, as from git-sync's git
-// credential approve), and makes it the target's credentials over
-// http(s), the one transport git itself sends a password over.
-func (s *session) askpassAuth(ctx context.Context) (*gitutil.Auth, error) {
-	a, err := s.c.askpass(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if s.creds != nil {
-		s.creds.set(credential{URL: s.c.repo, Username: a.Username, Password: a.Password})
-	}
-	if u, err := url.Parse(s.c.repo); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, nil // go-git's transports of other schemes take none
-	}
-	return a, nil
-}
-
-// askpassed counts an --askpass-url call as git-sync does: a failed one is
-// a failed sync.
-func (s *session) askpassed(err error) {
-	s.gs.askpass(err)
-	if err == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failures++
-	s.writeError(err)
-	if s.tooMany() && s.failed == nil {
-		s.fail(fmt.Errorf("%d consecutive failures, more than --max-failures=%d: %w", s.failures, s.maxFailures(), err))
 	}
 }
 
@@ -469,18 +444,16 @@ func (s *session) writeError(err error) {
 }
 
 // repoSource gives the --repo target, polled every --init-period until
-// the first sync, then every --period. With a --password-file it reads the
-// credentials again every period, and with --askpass-url it asks for them
-// every period, before giving the target at all; it gives the target again
-// when they changed. authed hears each outcome.
+// the first sync, then every --period. With a --password-file (or an SSH
+// key) it reads the credentials again every period, and gives the target
+// again when they changed. (--askpass-url is asked at each poll: see
+// askpass.)
 type repoSource struct {
 	target       watcher.Target
 	init, period time.Duration
 	done         chan struct{} // closed at the first sync
 	auth         func(context.Context) (*gitutil.Auth, error)
-	authFirst    bool   // no target before the first credentials (askpass)
 	authFile     string // read again as soon as it changes (--password-file)
-	authed       func(error)
 	log          logr.Logger
 }
 
@@ -496,9 +469,6 @@ func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) err
 	}
 	refresh := func() {
 		a, err := p.auth(ctx)
-		if p.authed != nil && ctx.Err() == nil {
-			p.authed(err)
-		}
 		if err != nil {
 			if ctx.Err() == nil {
 				p.log.Error(err, "credentials not had; the last ones are kept")
@@ -510,11 +480,7 @@ func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) err
 			give()
 		}
 	}
-	if p.auth != nil && p.authFirst {
-		refresh()
-	} else {
-		give()
-	}
+	give()
 	changed := make(chan struct{}, 1)
 	if p.authFile != "" {
 		stop := p.follow(ctx, changed)

@@ -867,6 +867,9 @@ type mirrorDirs struct {
 	filter string // --filter, of origin's mirrors
 	// log hears when --git failed and go-git fetched instead.
 	log logr.Logger
+	// askpass, with --askpass-url, is asked at each listing of origin,
+	// and origin's mirrors fetch with its answer.
+	askpass *askpass
 
 	mu   sync.Mutex
 	dirs []string
@@ -891,15 +894,35 @@ type urlMirror struct {
 	mirror watcher.Mirror
 }
 
+// isOrigin reports whether url is the repository's (--repo).
+func (m *mirrorDirs) isOrigin(url string) bool {
+	key, kerr := gitutil.NormalizeURL(url)
+	origin, err := gitutil.NormalizeURL(m.origin)
+	return err == nil && kerr == nil && key == origin
+}
+
+// ListRefs implements watcher.Git. With --askpass-url, a listing of the
+// repository begins a sync attempt: it asks for the attempt's credentials
+// first, and a failed call fails it.
+func (m *mirrorDirs) ListRefs(ctx context.Context, url string, auth *gitutil.Auth, prefixes []string) (gitutil.RefList, error) {
+	if m.askpass != nil && m.isOrigin(url) {
+		if err := m.askpass.refresh(ctx); err != nil {
+			return gitutil.RefList{}, err
+		}
+		auth = m.askpass.auth(auth)
+	}
+	return m.Git.ListRefs(ctx, url, auth, prefixes)
+}
+
 // OpenMirror implements watcher.Git.
 func (m *mirrorDirs) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (watcher.Mirror, error) {
 	key, kerr := gitutil.NormalizeURL(url)
 	opts.OnFallback = func(cli error) {
 		m.log.Error(cli, "--git failed; go-git fetched instead", "repo", gitutil.RedactURL(url))
 	}
-	isOrigin := false
-	if origin, err := gitutil.NormalizeURL(m.origin); err == nil && kerr == nil && key == origin {
-		opts.ShallowDepth, opts.Filter, isOrigin = m.depth, m.filter, true
+	isOrigin := m.isOrigin(url)
+	if isOrigin {
+		opts.ShallowDepth, opts.Filter = m.depth, m.filter
 	}
 	mirror, err := m.Git.OpenMirror(dir, url, opts)
 	if err != nil {
@@ -907,6 +930,11 @@ func (m *mirrorDirs) OpenMirror(dir, url string, opts gitutil.MirrorOptions) (wa
 	}
 	if gm, ok := mirror.(*gitutil.Mirror); ok && isOrigin && m.filter != "" {
 		mirror = gitReadMirror{gm}
+	}
+	if isOrigin && m.askpass != nil {
+		if mirror, err = m.askpass.asked(mirror); err != nil {
+			return nil, err
+		}
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
