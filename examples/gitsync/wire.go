@@ -69,8 +69,8 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return err
 	}
-	s := &session{c: c, log: log, cancel: cancel, synced: map[string]bool{}, source: &repoSource{done: make(chan struct{}), log: log},
-		sharing: newSharing(c.root, umask)}
+	s := &session{c: c, log: log, cancel: cancel, synced: map[string]bool{}, initial: newInitialSync(), sharing: newSharing(c.root, umask)}
+	s.source = &repoSource{initial: s.initial, trigger: func() bool { return s.w.Trigger(c.repo) }, log: log}
 	if s.gs, err = newGitSyncMetrics(reg, c.link, c.repo); err != nil {
 		return err
 	}
@@ -135,9 +135,11 @@ type session struct {
 	cancel context.CancelFunc
 	gs     *gitSyncMetrics
 	source *repoSource
-	hooks  struct{ pre, exec, web *hookRunner }
-	wt     *worktrees
-	w      *watcher.Watcher
+	// initial is the first sync of --repo, which ends --init-period.
+	initial *initialSync
+	hooks   struct{ pre, exec, web *hookRunner }
+	wt      *worktrees
+	w       *watcher.Watcher
 	// sharing makes the mirrors usable to the volume's consumers.
 	sharing sharing
 	// creds serves --askpass-url's credentials to git (nil without it).
@@ -167,7 +169,8 @@ func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watche
 	}
 	// --git makes every fetch, and a --git that fails fails the sync, as
 	// git-sync's: go-git never stands in for the git the user gave.
-	git := &mirrorDirs{Git: watcher.GoGit{GitCLI: c.gitBin, CLIFetches: true}, origin: c.repo, depth: c.depth, filter: c.filter, log: s.log}
+	git := &mirrorDirs{Git: watcher.GoGit{GitCLI: c.gitBin, CLIFetches: true}, origin: c.repo, depth: c.depth, filter: c.filter, log: s.log,
+		initial: s.initial}
 	if c.askpassURL != "" {
 		s.askpass = &askpass{ask: c.askpass, repo: c.repo, creds: s.creds, heard: s.gs.askpass}
 		git.askpass = s.askpass
@@ -310,6 +313,7 @@ func (s *session) startHooks(ctx context.Context, wg *sync.WaitGroup) {
 // mainSynced is called by the worktree sink after a sync that published
 // the --repo target, or the first of the process: git-sync's success.
 func (s *session) mainSynced(hash string, took time.Duration) {
+	s.initial.end()
 	s.everSynced.Store(true) // before the touch file: health is 200 once it is there
 	for _, r := range []*hookRunner{s.hooks.exec, s.hooks.web} {
 		if r != nil {
@@ -354,9 +358,8 @@ func (s *session) observe(e watcher.Event) {
 func (s *session) delivered(e watcher.Event) {
 	s.failures = 0
 	s.synced[e.Target.ID] = true
-	if e.Target.ID == s.c.link && !s.initialDone {
-		s.initialDone = true
-		close(s.source.done) // --init-period is over
+	if e.Target.ID == s.c.link {
+		s.initialDone = true // --init-max-failures no longer applies
 	}
 	if f := s.errorFile(); f != "" {
 		_ = os.Remove(f)
@@ -444,14 +447,18 @@ func (s *session) writeError(err error) {
 }
 
 // repoSource gives the --repo target, polled every --init-period until
-// the first sync, then every --period. With a --password-file (or an SSH
-// key) it reads the credentials again every period, and gives the target
-// again when they changed. (--askpass-url is asked at each poll: see
-// askpass.)
+// the first sync, then every --period. An --init-period shorter than
+// --period is kept by pokes (trigger), which stop at the first sync at
+// once (see initialSync); the target's interval is --period throughout. A
+// longer one is the target's interval until the first sync. With a
+// --password-file (or an SSH key) it reads the credentials again every
+// period, and gives the target again when they changed. (--askpass-url is
+// asked at each poll: see askpass.)
 type repoSource struct {
 	target       watcher.Target
 	init, period time.Duration
-	done         chan struct{} // closed at the first sync
+	initial      *initialSync
+	trigger      func() bool // a poll of the target now (watcher.Trigger)
 	auth         func(context.Context) (*gitutil.Auth, error)
 	authFile     string // read again as soon as it changes (--password-file)
 	log          logr.Logger
@@ -459,13 +466,14 @@ type repoSource struct {
 
 // Run implements watcher.Source.
 func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) error {
-	interval, done := p.init, p.done
-	given := false
+	interval, pokes, done := p.period, p.init < p.period, p.initial.ended
+	if !pokes {
+		interval = p.init
+	}
 	give := func() {
 		t := p.target
 		t.Interval = interval
 		update([]watcher.Target{t})
-		given = true
 	}
 	refresh := func() {
 		a, err := p.auth(ctx)
@@ -475,7 +483,7 @@ func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) err
 			}
 			return
 		}
-		if old := p.target.Auth; !given || !sameAuth(old, a) {
+		if old := p.target.Auth; !sameAuth(old, a) {
 			p.target.Auth = a
 			give()
 		}
@@ -495,12 +503,16 @@ func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) err
 		case <-changed:
 			refresh()
 		case <-done:
-			interval, done = p.period, nil
+			done = nil
 			tick.Reset(p.period)
-			if given {
+			if interval != p.period {
+				interval = p.period
 				give()
 			}
 		case <-tick.C:
+			if pokes && done != nil {
+				p.initial.poke(p.trigger)
+			}
 			if p.auth != nil {
 				refresh()
 			}

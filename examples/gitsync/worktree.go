@@ -870,6 +870,9 @@ type mirrorDirs struct {
 	// askpass, with --askpass-url, is asked at each listing of origin,
 	// and origin's mirrors fetch with its answer.
 	askpass *askpass
+	// initial answers origin's listings that git-sync would not have made
+	// at its first sync (nil: none).
+	initial *initialSync
 
 	mu   sync.Mutex
 	dirs []string
@@ -903,15 +906,25 @@ func (m *mirrorDirs) isOrigin(url string) bool {
 
 // ListRefs implements watcher.Git. With --askpass-url, a listing of the
 // repository begins a sync attempt: it asks for the attempt's credentials
-// first, and a failed call fails it.
+// first, and a failed call fails it. One git-sync would not have made
+// at its first sync answers as the one before (see initialSync).
 func (m *mirrorDirs) ListRefs(ctx context.Context, url string, auth *gitutil.Auth, prefixes []string) (gitutil.RefList, error) {
-	if m.askpass != nil && m.isOrigin(url) {
-		if err := m.askpass.refresh(ctx); err != nil {
-			return gitutil.RefList{}, err
-		}
-		auth = m.askpass.auth(auth)
+	if !m.isOrigin(url) {
+		return m.Git.ListRefs(ctx, url, auth, prefixes)
 	}
-	return m.Git.ListRefs(ctx, url, auth, prefixes)
+	list := func() (gitutil.RefList, error) {
+		if m.askpass != nil {
+			if err := m.askpass.refresh(ctx); err != nil {
+				return gitutil.RefList{}, err
+			}
+			auth = m.askpass.auth(auth)
+		}
+		return m.Git.ListRefs(ctx, url, auth, prefixes)
+	}
+	if m.initial == nil {
+		return list()
+	}
+	return m.initial.list(prefixes, list)
 }
 
 // OpenMirror implements watcher.Git.
