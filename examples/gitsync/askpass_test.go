@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,7 +17,6 @@ import (
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/gittest"
-	"github.com/modwatch/modwatch/source/webhook"
 	"github.com/modwatch/modwatch/watcher"
 )
 
@@ -117,20 +114,10 @@ func TestAskpassURLIsAskedBeforeEachSync(t *testing.T) {
 	answers.calls = 1 // the first answer is the right one
 	secret := filepath.Join(t.TempDir(), "secret")
 	require.NoError(t, os.WriteFile(secret, []byte("s3cret\n"), 0o600))
-	hookLn, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hookAddr := hookLn.Addr().String()
-	require.NoError(t, hookLn.Close())
+	hookAddr := freeAddr(t)
 	hint := func() {
 		t.Helper()
-		body := []byte(`{"repository": "` + repo.URL() + `"}`)
-		req, err := http.NewRequest(http.MethodPost, "http://"+hookAddr+"/hooks", bytes.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("X-Signature", webhook.Sign("s3cret", body))
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		_ = resp.Body.Close()
-		require.Equal(t, http.StatusAccepted, resp.StatusCode)
+		require.Equal(t, http.StatusAccepted, postHint(t, hookAddr, "s3cret", repo.URL()))
 	}
 
 	root := t.TempDir()
