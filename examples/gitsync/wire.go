@@ -446,12 +446,12 @@ func (s *session) writeError(err error) {
 	}
 }
 
-// repoSource gives the --repo target, polled every --init-period until
-// the first sync, then every --period. An --init-period shorter than
-// --period is kept by pokes (trigger), which stop at the first sync at
-// once (see initialSync); the target's interval is --period throughout. A
-// longer one is the target's interval until the first sync. With a
-// --password-file (or an SSH key) it reads the credentials again every
+// repoSource gives the --repo target, polled every --period. An
+// --init-period shorter than --period is kept by pokes (trigger) until the
+// first sync, which stop at it at once (see initialSync): no target's
+// interval changes then. (A longer one is not kept: a target's interval
+// is at most the watcher's, --period.) With a --password-file (or an SSH
+// key) it reads the credentials again every --init-period, then every
 // period, and gives the target again when they changed. (--askpass-url is
 // asked at each poll: see askpass.)
 type repoSource struct {
@@ -466,13 +466,10 @@ type repoSource struct {
 
 // Run implements watcher.Source.
 func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) error {
-	interval, pokes, done := p.period, p.init < p.period, p.initial.ended
-	if !pokes {
-		interval = p.init
-	}
+	pokes, done := p.init < p.period, p.initial.ended
 	give := func() {
 		t := p.target
-		t.Interval = interval
+		t.Interval = p.period
 		update([]watcher.Target{t})
 	}
 	refresh := func() {
@@ -505,10 +502,6 @@ func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) err
 		case <-done:
 			done = nil
 			tick.Reset(p.period)
-			if interval != p.period {
-				interval = p.period
-				give()
-			}
 		case <-tick.C:
 			if pokes && done != nil {
 				p.initial.poke(p.trigger)
