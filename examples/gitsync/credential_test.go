@@ -102,9 +102,9 @@ func TestQuoteConfig(t *testing.T) {
 	}
 }
 
-// --askpass-url is asked for the credentials before the first sync and
-// every period after: a failed call is a failed sync, a wrong password
-// fails the sync, and the secret is never logged.
+// --askpass-url is asked for the credentials before each sync (see
+// TestAskpassURLIsAskedBeforeEachSync): a failed call is a failed sync, a
+// wrong password fails the sync, and the secret is never logged.
 func TestAskpassURL(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/app")

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/source/webhook"
 )
 
 // program is the command run in the background by a test, with its
@@ -93,4 +95,29 @@ func assertNotOnDisk(t *testing.T, root, secret string) {
 		}
 		return nil
 	})
+}
+
+// freeAddr is a loopback address nothing listens on, for the program to
+// listen on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// postHint posts a generic push hint for repoURL, signed with secret, to
+// the program's --hook-bind address, and returns the answer's status.
+func postHint(t *testing.T, addr, secret, repoURL string) int {
+	t.Helper()
+	body := []byte(`{"repository": "` + repoURL + `"}`)
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/hooks", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("X-Signature", webhook.Sign(secret, body))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,7 +21,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/modwatch/modwatch/internal/dev/gittest"
-	"github.com/modwatch/modwatch/source/webhook"
 )
 
 func TestMain(m *testing.M) {
@@ -309,10 +307,7 @@ func TestAlsoPathsAndPushHints(t *testing.T) {
 	root := t.TempDir()
 	secret := filepath.Join(t.TempDir(), "secret")
 	require.NoError(t, os.WriteFile(secret, []byte("s3cret\n"), 0o600))
-	hookLn, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hookAddr := hookLn.Addr().String()
-	require.NoError(t, hookLn.Close())
+	hookAddr := freeAddr(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -337,14 +332,7 @@ func TestAlsoPathsAndPushHints(t *testing.T) {
 	require.NoError(t, err)
 
 	c2 := mono.Commit(t, "svc", gittest.File("svc/version", "m1"))
-	body := []byte(`{"repository": "` + mono.URL() + `"}`)
-	req, err := http.NewRequest(http.MethodPost, "http://"+hookAddr+"/hooks", bytes.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("X-Signature", webhook.Sign("s3cret", body))
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	_ = resp.Body.Close()
-	assert.Equal(t, http.StatusAccepted, resp.StatusCode)
+	assert.Equal(t, http.StatusAccepted, postHint(t, hookAddr, "s3cret", mono.URL()))
 	waitFor("svc/version", "m1")
 	waitFor("svc/.git-commit", c2+"\n")
 	now, err := os.Readlink(filepath.Join(root, "svc"))
@@ -354,12 +342,12 @@ func TestAlsoPathsAndPushHints(t *testing.T) {
 
 	// Each forge the library verifies: a GitLab push, with its token.
 	app.Commit(t, "1", gittest.File("version", "a1"))
-	body = []byte(`{"project": {"git_http_url": "` + app.URL() + `"}}`)
-	req, err = http.NewRequest(http.MethodPost, "http://"+hookAddr+"/hooks", bytes.NewReader(body))
+	body := []byte(`{"project": {"git_http_url": "` + app.URL() + `"}}`)
+	req, err := http.NewRequest(http.MethodPost, "http://"+hookAddr+"/hooks", bytes.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("X-Gitlab-Event", "Push Hook")
 	req.Header.Set("X-Gitlab-Token", "s3cret")
-	resp, err = http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	assert.Equal(t, http.StatusAccepted, resp.StatusCode)

@@ -98,13 +98,13 @@ func (m *gitSyncMetrics) success(took time.Duration) {
 	m.sync("success", took)
 }
 
-// askpass counts an --askpass-url call; a failed one is a failed sync.
+// askpass counts an --askpass-url call. A failed one fails the sync
+// attempt that asked, which observe counts.
 func (m *gitSyncMetrics) askpass(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err != nil {
 		m.askpassCalls.WithLabelValues("error").Inc()
-		m.sync("error", 0)
 		return
 	}
 	m.askpassCalls.WithLabelValues("success").Inc()

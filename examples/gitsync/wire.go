@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
-	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -70,8 +69,8 @@ func syncRepo(ctx context.Context, c config, log logr.Logger) error {
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return err
 	}
-	s := &session{c: c, log: log, cancel: cancel, synced: map[string]bool{}, source: &repoSource{done: make(chan struct{}), log: log},
-		sharing: newSharing(c.root, umask)}
+	s := &session{c: c, log: log, cancel: cancel, synced: map[string]bool{}, initial: newInitialSync(), sharing: newSharing(c.root, umask)}
+	s.source = &repoSource{initial: s.initial, trigger: func() bool { return s.w.Trigger(c.repo) }, log: log}
 	if s.gs, err = newGitSyncMetrics(reg, c.link, c.repo); err != nil {
 		return err
 	}
@@ -136,13 +135,17 @@ type session struct {
 	cancel context.CancelFunc
 	gs     *gitSyncMetrics
 	source *repoSource
-	hooks  struct{ pre, exec, web *hookRunner }
-	wt     *worktrees
-	w      *watcher.Watcher
+	// initial is the first sync of --repo, which ends --init-period.
+	initial *initialSync
+	hooks   struct{ pre, exec, web *hookRunner }
+	wt      *worktrees
+	w       *watcher.Watcher
 	// sharing makes the mirrors usable to the volume's consumers.
 	sharing sharing
 	// creds serves --askpass-url's credentials to git (nil without it).
 	creds *credentialSocket
+	// askpass asks --askpass-url before each sync attempt (nil without it).
+	askpass *askpass
 
 	mu          sync.Mutex
 	failures    int
@@ -166,14 +169,19 @@ func (s *session) watcher(reg *prometheus.Registry, auth *gitutil.Auth) (*watche
 	}
 	// --git makes every fetch, and a --git that fails fails the sync, as
 	// git-sync's: go-git never stands in for the git the user gave.
-	git := &mirrorDirs{Git: watcher.GoGit{GitCLI: c.gitBin, CLIFetches: true}, origin: c.repo, depth: c.depth, filter: c.filter, log: s.log}
+	git := &mirrorDirs{Git: watcher.GoGit{GitCLI: c.gitBin, CLIFetches: true}, origin: c.repo, depth: c.depth, filter: c.filter, log: s.log,
+		initial: s.initial}
+	if c.askpassURL != "" {
+		s.askpass = &askpass{ask: c.askpass, repo: c.repo, creds: s.creds, heard: s.gs.askpass}
+		git.askpass = s.askpass
+	}
 	s.wt = s.worktrees(git)
 	s.wt.shared = c.alsoOfTheRepository()
 	s.source.target = watcher.Target{ID: c.link, URL: c.repo, Revision: revision, Path: c.path, Auth: auth}
 	s.source.init, s.source.period = c.initPeriod, c.period
 	switch {
 	case c.askpassURL != "":
-		s.source.auth, s.source.authFirst, s.source.authed = s.askpassAuth, true, s.askpassed
+		// Asked at each poll's listing (see askpass), not here.
 	case c.passwordFile != "":
 		s.source.auth = func(context.Context) (*gitutil.Auth, error) { return c.auth() }
 		s.source.authFile = c.passwordFile
@@ -216,8 +224,13 @@ func (s *session) worktrees(git *mirrorDirs) *worktrees {
 				s.hooks.pre.send(hash)
 			}
 		},
-		synced:      s.mainSynced,
-		credentials: c.gitCredentials,
+		synced: s.mainSynced,
+		credentials: func(a *gitutil.Auth) ([]credential, error) {
+			if s.askpass != nil {
+				a = s.askpass.auth(a) // the last answer, the one the commit was fetched with
+			}
+			return c.gitCredentials(a)
+		},
 	}
 }
 
@@ -318,6 +331,7 @@ func (s *session) startHooks(ctx context.Context, wg *sync.WaitGroup) {
 // mainSynced is called by the worktree sink after a sync that published
 // the --repo target, or the first of the process: git-sync's success.
 func (s *session) mainSynced(hash string, took time.Duration) {
+	s.initial.end()
 	s.everSynced.Store(true) // before the touch file: health is 200 once it is there
 	for _, r := range []*hookRunner{s.hooks.exec, s.hooks.web} {
 		if r != nil {
@@ -329,41 +343,6 @@ func (s *session) mainSynced(hash string, took time.Duration) {
 		if err := touch(absUnder(s.c.root, s.c.touchFile)); err != nil {
 			s.log.Error(err, "touch-file not touched", "path", s.c.touchFile)
 		}
-	}
-}
-
-// askpassAuth asks --askpass-url, hands what it answered to git for the
-// repository, whatever its scheme (the credential socket: a --git that
-// asks git's credential helpers gets it, as from git-sync's git
-// credential approve), and makes it the target's credentials over
-// http(s), the one transport git itself sends a password over.
-func (s *session) askpassAuth(ctx context.Context) (*gitutil.Auth, error) {
-	a, err := s.c.askpass(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if s.creds != nil {
-		s.creds.set(credential{URL: s.c.repo, Username: a.Username, Password: a.Password})
-	}
-	if u, err := url.Parse(s.c.repo); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, nil // go-git's transports of other schemes take none
-	}
-	return a, nil
-}
-
-// askpassed counts an --askpass-url call as git-sync does: a failed one is
-// a failed sync.
-func (s *session) askpassed(err error) {
-	s.gs.askpass(err)
-	if err == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failures++
-	s.writeError(err)
-	if s.tooMany() && s.failed == nil {
-		s.fail(fmt.Errorf("%d consecutive failures, more than --max-failures=%d: %w", s.failures, s.maxFailures(), err))
 	}
 }
 
@@ -397,9 +376,8 @@ func (s *session) observe(e watcher.Event) {
 func (s *session) delivered(e watcher.Event) {
 	s.failures = 0
 	s.synced[e.Target.ID] = true
-	if e.Target.ID == s.c.link && !s.initialDone {
-		s.initialDone = true
-		close(s.source.done) // --init-period is over
+	if e.Target.ID == s.c.link {
+		s.initialDone = true // --init-max-failures no longer applies
 	}
 	if f := s.errorFile(); f != "" {
 		_ = os.Remove(f)
@@ -486,53 +464,46 @@ func (s *session) writeError(err error) {
 	}
 }
 
-// repoSource gives the --repo target, polled every --init-period until
-// the first sync, then every --period. With a --password-file it reads the
-// credentials again every period, and with --askpass-url it asks for them
-// every period, before giving the target at all; it gives the target again
-// when they changed. authed hears each outcome.
+// repoSource gives the --repo target, polled every --period. An
+// --init-period shorter than --period is kept by pokes (trigger) until the
+// first sync, which stop at it at once (see initialSync): no target's
+// interval changes then. (A longer one is not kept: a target's interval
+// is at most the watcher's, --period.) With a --password-file (or an SSH
+// key) it reads the credentials again every --init-period, then every
+// period, and gives the target again when they changed. (--askpass-url is
+// asked at each poll: see askpass.)
 type repoSource struct {
 	target       watcher.Target
 	init, period time.Duration
-	done         chan struct{} // closed at the first sync
+	initial      *initialSync
+	trigger      func() bool // a poll of the target now (watcher.Trigger)
 	auth         func(context.Context) (*gitutil.Auth, error)
-	authFirst    bool   // no target before the first credentials (askpass)
 	authFile     string // read again as soon as it changes (--password-file)
-	authed       func(error)
 	log          logr.Logger
 }
 
 // Run implements watcher.Source.
 func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) error {
-	interval, done := p.init, p.done
-	given := false
+	pokes, done := p.init < p.period, p.initial.ended
 	give := func() {
 		t := p.target
-		t.Interval = interval
+		t.Interval = p.period
 		update([]watcher.Target{t})
-		given = true
 	}
 	refresh := func() {
 		a, err := p.auth(ctx)
-		if p.authed != nil && ctx.Err() == nil {
-			p.authed(err)
-		}
 		if err != nil {
 			if ctx.Err() == nil {
 				p.log.Error(err, "credentials not had; the last ones are kept")
 			}
 			return
 		}
-		if old := p.target.Auth; !given || !sameAuth(old, a) {
+		if old := p.target.Auth; !sameAuth(old, a) {
 			p.target.Auth = a
 			give()
 		}
 	}
-	if p.auth != nil && p.authFirst {
-		refresh()
-	} else {
-		give()
-	}
+	give()
 	changed := make(chan struct{}, 1)
 	if p.authFile != "" {
 		stop := p.follow(ctx, changed)
@@ -547,12 +518,12 @@ func (p *repoSource) Run(ctx context.Context, update func([]watcher.Target)) err
 		case <-changed:
 			refresh()
 		case <-done:
-			interval, done = p.period, nil
+			done = nil
 			tick.Reset(p.period)
-			if given {
-				give()
-			}
 		case <-tick.C:
+			if pokes && done != nil {
+				p.initial.poke(p.trigger)
+			}
 			if p.auth != nil {
 				refresh()
 			}

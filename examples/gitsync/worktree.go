@@ -868,6 +868,12 @@ type mirrorDirs struct {
 	filter string // --filter, of origin's mirrors
 	// log hears when --git failed and go-git fetched instead.
 	log logr.Logger
+	// askpass, with --askpass-url, is asked at each listing of origin,
+	// and origin's mirrors fetch with its answer.
+	askpass *askpass
+	// initial answers origin's listings that git-sync would not have made
+	// at its first sync (nil: none).
+	initial *initialSync
 
 	mu   sync.Mutex
 	dirs []string
@@ -892,15 +898,45 @@ type urlMirror struct {
 	mirror watcher.Mirror
 }
 
+// isOrigin reports whether url is the repository's (--repo).
+func (m *mirrorDirs) isOrigin(url string) bool {
+	key, kerr := gitutil.NormalizeURL(url)
+	origin, err := gitutil.NormalizeURL(m.origin)
+	return err == nil && kerr == nil && key == origin
+}
+
+// ListRefs implements watcher.Git. With --askpass-url, a listing of the
+// repository begins a sync attempt: it asks for the attempt's credentials
+// first, and a failed call fails it. One git-sync would not have made
+// at its first sync answers as the one before (see initialSync).
+func (m *mirrorDirs) ListRefs(ctx context.Context, url string, auth *gitutil.Auth, prefixes []string) (gitutil.RefList, error) {
+	if !m.isOrigin(url) {
+		return m.Git.ListRefs(ctx, url, auth, prefixes)
+	}
+	list := func() (gitutil.RefList, error) {
+		if m.askpass != nil {
+			if err := m.askpass.refresh(ctx); err != nil {
+				return gitutil.RefList{}, err
+			}
+			auth = m.askpass.auth(auth)
+		}
+		return m.Git.ListRefs(ctx, url, auth, prefixes)
+	}
+	if m.initial == nil {
+		return list()
+	}
+	return m.initial.list(prefixes, list)
+}
+
 // OpenMirror implements watcher.Git.
 func (m *mirrorDirs) OpenMirror(dir, url string, opts mirror.Options) (watcher.Mirror, error) {
 	key, kerr := gitutil.NormalizeURL(url)
 	opts.OnFallback = func(cli error) {
 		m.log.Error(cli, "--git failed; go-git fetched instead", "repo", gitutil.RedactURL(url))
 	}
-	isOrigin := false
-	if origin, err := gitutil.NormalizeURL(m.origin); err == nil && kerr == nil && key == origin {
-		opts.ShallowDepth, opts.Filter, isOrigin = m.depth, m.filter, true
+	isOrigin := m.isOrigin(url)
+	if isOrigin {
+		opts.ShallowDepth, opts.Filter = m.depth, m.filter
 	}
 	opened, err := m.Git.OpenMirror(dir, url, opts)
 	if err != nil {
@@ -908,6 +944,11 @@ func (m *mirrorDirs) OpenMirror(dir, url string, opts mirror.Options) (watcher.M
 	}
 	if gm, ok := opened.(*mirror.Mirror); ok && isOrigin && m.filter != "" {
 		opened = gitReadMirror{gm}
+	}
+	if isOrigin && m.askpass != nil {
+		if opened, err = m.askpass.asked(opened); err != nil {
+			return nil, err
+		}
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
