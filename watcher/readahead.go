@@ -67,13 +67,8 @@ func (v *env) claim(r *remote) {
 
 // drop drops the entries read for the remote named key, whose mirror did
 // not open.
-func (v *env) drop(key string, spec *remoteSpec) {
-	var keys []string
-	for _, b := range spec.targets {
-		for _, d := range b.sinks {
-			keys = append(keys, d.key)
-		}
-	}
+func (v *env) drop(key string, specs map[string]*remoteSpec) {
+	keys, _ := batchKeys([]string{key}, specs)
 	v.ahead.Drop(key, keys)
 }
 

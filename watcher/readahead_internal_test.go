@@ -112,7 +112,7 @@ func TestReadAheadOfARemoteThatDidNotStartIsDropped(t *testing.T) {
 	b := &boundTarget{sinks: []*deliverer{{key: "a/s"}, {key: "b/s"}}}
 	specs := map[string]*remoteSpec{"r1": {targets: map[targetKey]*boundTarget{{id: "t"}: b}}}
 	read := v.startBatch([]string{"r1"}, specs)
-	v.drop("r1", specs["r1"])
+	v.drop("r1", specs)
 	read(context.Background())
 	assert.Zero(t, v.ahead.Len())
 }
