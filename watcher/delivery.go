@@ -438,7 +438,7 @@ func (d *deliverer) checkpoint(ctx, live context.Context, id string) (Checkpoint
 	if live != nil && d.knownFor == live {
 		return d.known, d.knownHave, nil
 	}
-	l, ok := d.env.take(ctx, d.key, live)
+	l, ok := d.env.ahead.Take(ctx, d.key, live)
 	if !ok {
 		l.Checkpoint, l.OK, l.Err = d.env.opts.store.Get(ctx, d.key)
 	}
@@ -480,7 +480,7 @@ func (d *deliverer) markSuspended(ctx context.Context, t Target, suspended bool)
 // holds is unknown: the next delivery reads it.
 func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
 	d.knownFor = nil
-	if err := d.env.write(d.key, func() error { return d.env.opts.store.Put(ctx, d.key, cp) }); err != nil {
+	if err := d.env.ahead.Write(d.key, func() error { return d.env.opts.store.Put(ctx, d.key, cp) }); err != nil {
 		return err
 	}
 	d.known, d.knownHave, d.knownFor = cp, true, live
@@ -691,7 +691,7 @@ func (d *deliverer) removeStep(ctx context.Context, t Target) bool {
 		}
 	}
 	// Forgotten before it is reported, so observers see the final state.
-	if err := w.write(d.key, func() error { return w.opts.store.Delete(ctx, d.key) }); err != nil {
+	if err := w.ahead.Write(d.key, func() error { return w.opts.store.Delete(ctx, d.key) }); err != nil {
 		w.log.Error(err, "forget checkpoint", "target", t.ID, "sink", d.sink.name)
 	}
 	ev.Err = nil

@@ -9,6 +9,7 @@ import (
 	"github.com/modwatch/modwatch/watcher/internal/fetchgate"
 	"github.com/modwatch/modwatch/watcher/internal/health"
 	"github.com/modwatch/modwatch/watcher/internal/pool"
+	"github.com/modwatch/modwatch/watcher/internal/readahead"
 )
 
 // env is what a watcher's remotes and deliverers share of it: its
@@ -39,7 +40,7 @@ type env struct {
 	subs *submodules
 	// ahead holds the checkpoints read together for remotes that started
 	// together (see BatchStore).
-	ahead readAhead
+	ahead readahead.Cache[Lookup]
 }
 
 func newEnv(o options) *env {

@@ -4,30 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"regexp"
 	"time"
 )
-
-// mirrorName matches the directories of mirrors in the cache directory
-// (see update); nothing else there is ever collected.
-var mirrorName = regexp.MustCompile(`^[0-9a-f]{24}$`)
-
-// gcSuffix marks a mirror being removed; a killed process's are cleared at
-// start.
-const gcSuffix = ".gc"
-
-// touchesPerGrace: a polled mirror's time is at most a grace/touchesPerGrace
-// old, so a killed process's mirrors last at least 7/8 of the grace.
-const touchesPerGrace = 8
-
-// touchMirror records that a mirror is in use, as its directory's
-// modification time, which survives restarts. A remote does so when it
-// ends, and when it polls if it has not for touchesPerGrace of the grace:
-// a system call on every poll is 8% of a no-change poll's CPU.
-func (v *env) touchMirror(dir string) {
-	now := time.Now()
-	_ = os.Chtimes(dir, now, now)
-}
 
 // gcLoop removes, every so often, the mirrors no remote uses that were last
 // used longer ago than the mirror grace.
@@ -66,30 +44,12 @@ func (w *Watcher) collectMirrors() {
 	for dir := range w.opening {
 		used[dir] = true
 	}
-	entries, err := os.ReadDir(w.opts.cacheDir)
+	doomed, err := w.cache.Unused(used, w.opts.mirrorGrace)
+	w.mu.Unlock()
 	if err != nil {
-		w.mu.Unlock()
 		w.log.Error(err, "collect unused mirrors")
 		return
 	}
-	now := time.Now()
-	var doomed []string
-	for _, e := range entries {
-		if !e.IsDir() || !mirrorName.MatchString(e.Name()) || used[e.Name()] {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil || now.Sub(info.ModTime()) < w.opts.mirrorGrace {
-			continue
-		}
-		// Renamed under w.mu, so that no remote opens it meanwhile;
-		// removed outside, since a large mirror takes a while.
-		dir := filepath.Join(w.opts.cacheDir, e.Name())
-		if err := os.Rename(dir, dir+gcSuffix); err == nil {
-			doomed = append(doomed, dir+gcSuffix)
-		}
-	}
-	w.mu.Unlock()
 	for _, dir := range doomed {
 		if err := os.RemoveAll(dir); err != nil {
 			w.log.Error(err, "remove unused mirror", "dir", dir)

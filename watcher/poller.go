@@ -12,6 +12,7 @@ import (
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/internal/backoff"
+	"github.com/modwatch/modwatch/watcher/internal/cachedir"
 	"github.com/modwatch/modwatch/watcher/internal/fetchgate"
 	"github.com/modwatch/modwatch/watcher/internal/pool"
 	"github.com/modwatch/modwatch/watcher/internal/stall"
@@ -160,7 +161,7 @@ func (r *remote) fire() {
 }
 
 func (r *remote) Finish() {
-	r.env.touchMirror(r.dir) // its last use
+	cachedir.Touch(r.dir) // its last use
 	if r.timer != nil {
 		r.timer.Stop()
 	}
@@ -401,8 +402,8 @@ func (l *listing) release() {
 // failed listing ends the poll.
 func (r *remote) list(ctx context.Context) (*listing, error) {
 	l := &listing{start: time.Now()}
-	if l.start.Sub(r.touched) >= r.env.opts.mirrorGrace/touchesPerGrace {
-		r.env.touchMirror(r.dir)
+	if l.start.Sub(r.touched) >= r.env.opts.mirrorGrace/cachedir.TouchesPerGrace {
+		cachedir.Touch(r.dir)
 		r.touched = l.start
 	}
 	auth, targets, prefixes := r.snapshot()

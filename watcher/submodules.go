@@ -2,8 +2,6 @@ package watcher
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/gitutil/mirror"
+	"github.com/modwatch/modwatch/watcher/internal/cachedir"
 )
 
 // maxSubmoduleDepth bounds how deep submodules of submodules are followed;
@@ -63,8 +62,7 @@ func (s *submodules) open(ctx context.Context, url string, auth *gitutil.Auth) (
 	s.mu.Lock()
 	sm, ok := s.mirrors[key]
 	if !ok {
-		sum := sha256.Sum256([]byte(key))
-		sm = &subMirror{dir: filepath.Join(s.dir, hex.EncodeToString(sum[:12])), opened: make(chan struct{})}
+		sm = &subMirror{dir: filepath.Join(s.dir, cachedir.MirrorName(key)), opened: make(chan struct{})}
 		if s.mirrors == nil {
 			s.mirrors = map[string]*subMirror{}
 		}
@@ -133,7 +131,7 @@ func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, 
 	if err != nil {
 		return nil, err
 	}
-	s.v.touchMirror(sm.dir)
+	cachedir.Touch(sm.dir)
 	m := sm.mirror
 	pf, partial := m.(PathFetcher)
 	partial = partial && pf.Partial() // then its files may be missing too

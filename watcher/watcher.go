@@ -3,8 +3,6 @@ package watcher
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -171,7 +169,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.mu.Unlock()
 		return ErrNoRoutes
 	}
-	cache, err := cachedir.Open(w.opts.cacheDir, ".clone", gcSuffix)
+	cache, err := cachedir.Open(w.opts.cacheDir, ".clone")
 	if err != nil {
 		w.mu.Unlock()
 		return err
@@ -930,7 +928,7 @@ func (w *Watcher) applyRemotes(ctx context.Context, specs map[string]*remoteSpec
 			continue
 		}
 		fresh = append(fresh, key)
-		w.opening[mirrorDirName(key)] = true // not collected while it opens (see collectMirrors)
+		w.opening[cachedir.MirrorName(key)] = true // not collected while it opens (see collectMirrors)
 	}
 	w.mu.Unlock()
 
@@ -967,9 +965,9 @@ func (w *Watcher) startRemotes(ctx context.Context, fresh []string, specs map[st
 			r, err := w.openRemote(key, spec)
 			w.mu.Lock()
 			defer w.mu.Unlock()
-			delete(w.opening, mirrorDirName(key))
+			delete(w.opening, cachedir.MirrorName(key))
 			if err != nil {
-				w.env.drop(key, spec)
+				w.env.drop(key, specs)
 				for _, b := range spec.targets {
 					t := b.target
 					failed = append(failed, Event{Type: EventTargetFailed, Target: &t, Remote: gitutil.RedactURL(t.URL), Err: err})
@@ -990,17 +988,10 @@ func (w *Watcher) startRemotes(ctx context.Context, fresh []string, specs map[st
 	return started, failed
 }
 
-// mirrorDirName is the name of the directory of the mirror of the remote
-// named key, in the cache directory.
-func mirrorDirName(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:12])
-}
-
 // openRemote opens the mirror of a remote, in the cache directory under a
 // name made from its key.
 func (w *Watcher) openRemote(key string, spec *remoteSpec) (*remote, error) {
-	dir := filepath.Join(w.opts.cacheDir, mirrorDirName(key))
+	dir := filepath.Join(w.opts.cacheDir, cachedir.MirrorName(key))
 	var r *remote // set before anyone reads the mirror
 	m, err := w.opts.git.OpenMirror(dir, spec.url, mirror.Options{
 		TempDir: w.cache.Tmp,

@@ -32,9 +32,9 @@ type Dir struct {
 // Open creates dir (mode 0700: mirrors hold private repositories), takes
 // an exclusive lock on dir/.lock, and only then clears what a killed
 // process may have left: the temporary directory (credential files of an
-// interrupted clone), and the entries whose names end with one of
-// leftovers (half-made clones beside the mirrors, mirrors it was
-// removing). A second process on the same directory fails here instead
+// interrupted clone), the mirrors it was removing (see Unused), and the
+// entries whose names end with one of leftovers (half-made clones beside
+// the mirrors). A second process on the same directory fails here instead
 // of taking the first's live lock files for crash leftovers.
 func Open(dir string, leftovers ...string) (*Dir, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -54,7 +54,7 @@ func Open(dir string, leftovers ...string) (*Dir, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrInUse, dir)
 	}
-	c := &Dir{dir: dir, Tmp: filepath.Join(dir, ".tmp"), lock: lock, suffixes: leftovers}
+	c := &Dir{dir: dir, Tmp: filepath.Join(dir, ".tmp"), lock: lock, suffixes: append([]string{gcSuffix}, leftovers...)}
 	if err := c.clearLeftovers(); err != nil {
 		_ = lock.Unlock()
 		return nil, err
