@@ -11,6 +11,7 @@ import (
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/gitutil/internal/gitcli"
+	"github.com/modwatch/modwatch/gitutil/internal/leftovers"
 	"github.com/modwatch/modwatch/internal/procgroup"
 )
 
@@ -102,10 +103,10 @@ func scrub(msg, rawURL string) string {
 // what stands in for it (go-git, after a failed CLI fetch) needs the
 // room. Callers hold m.mu.
 func (m *Mirror) runGit(ctx context.Context, cmd *exec.Cmd) error {
-	before := noteTemporaries(m.dir)
+	before := leftovers.Note(m.dir)
 	err := procgroup.Run(ctx, cmd)
 	if err != nil {
-		before.clear(m.dir)
+		before.Clear(m.dir)
 	}
 	return err
 }
