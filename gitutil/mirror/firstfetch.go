@@ -10,6 +10,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/internal/gitcli"
 )
 
 // firstFetch makes the first fetch into an empty mirror in one request
@@ -73,7 +74,7 @@ func (m *Mirror) indexPack(ctx context.Context, r io.Reader) error {
 	cmd.Dir = m.dir
 	cmd.Env = append(os.Environ(), "GIT_DIR="+m.dir, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull, "GIT_ALLOW_PROTOCOL=modwatch-none")
 	cmd.Stdin = r
-	var out tailBuffer
+	var out gitcli.TailBuffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &out
 	cmd.WaitDelay = 5 * time.Second
 	if err := m.runGit(ctx, cmd); err != nil {

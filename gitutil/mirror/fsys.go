@@ -20,6 +20,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/internal/mountfs"
 	"github.com/modwatch/modwatch/gitutil/internal/packview"
 )
 
@@ -289,11 +290,10 @@ func checked[T any](f *treeFS, op, name string, fn func() (T, error)) (T, error)
 }
 
 var (
-	_ fs.ReadDirFS   = (*treeFS)(nil)
-	_ fs.ReadFileFS  = (*treeFS)(nil)
-	_ fs.StatFS      = (*treeFS)(nil)
-	_ fs.ReadLinkFS  = (*treeFS)(nil)
-	_ fs.ReadDirFile = (*dirFile)(nil)
+	_ fs.ReadDirFS  = (*treeFS)(nil)
+	_ fs.ReadFileFS = (*treeFS)(nil)
+	_ fs.StatFS     = (*treeFS)(nil)
+	_ fs.ReadLinkFS = (*treeFS)(nil)
 )
 
 // node is a resolved name: a tree, or a blob entry.
@@ -487,21 +487,21 @@ func (f *treeFS) openLocked(h plumbing.Hash, size int64) (io.ReadCloser, error) 
 	return b.Reader()
 }
 
-func (f *treeFS) info(n node) (fileInfo, error) {
-	fi := fileInfo{name: n.name, mode: goMode(n.mode), modTime: f.modTime}
+func (f *treeFS) info(n node) (fs.FileInfo, error) {
+	var size int64
 	if !n.isDir {
-		size, err := f.st.EncodedObjectSize(n.hash)
+		var err error
+		size, err = f.st.EncodedObjectSize(n.hash)
 		if err != nil {
 			if err = f.fetched(n.hash, err); err == nil {
 				size, err = f.st.EncodedObjectSize(n.hash)
 			}
 		}
 		if err != nil {
-			return fi, f.fail(err)
+			return nil, f.fail(err)
 		}
-		fi.size = size
 	}
-	return fi, nil
+	return mountfs.NewInfo(n.name, size, goMode(n.mode), f.modTime), nil
 }
 
 func goMode(m filemode.FileMode) fs.FileMode {
@@ -535,7 +535,7 @@ func (f *treeFS) Open(name string) (fs.File, error) {
 			if err != nil {
 				return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 			}
-			return &dirFile{info: fi, entries: entries}, nil
+			return mountfs.NewDir(fi, entries), nil
 		}
 		return &blobFile{fs: f, name: name, hash: n.hash, info: fi}, nil
 	})
@@ -669,20 +669,6 @@ func LinkInside(dir, target string) bool {
 	return full != ".." && !strings.HasPrefix(full, "../")
 }
 
-type fileInfo struct {
-	name    string
-	size    int64
-	mode    fs.FileMode
-	modTime time.Time
-}
-
-func (i fileInfo) Name() string       { return i.name }
-func (i fileInfo) Size() int64        { return i.size }
-func (i fileInfo) Mode() fs.FileMode  { return i.mode }
-func (i fileInfo) ModTime() time.Time { return i.modTime }
-func (i fileInfo) IsDir() bool        { return i.mode.IsDir() }
-func (i fileInfo) Sys() any           { return nil }
-
 // blobFile reads a blob from the store as it is read. Its reader is opened
 // at the first Read and reopened when a Seek or ReadAt moves backwards, so
 // that a large file is streamed and never held whole.
@@ -690,7 +676,7 @@ type blobFile struct {
 	fs   *treeFS
 	name string
 	hash plumbing.Hash
-	info fileInfo
+	info fs.FileInfo
 
 	mu     sync.Mutex
 	r      io.ReadCloser // positioned at rpos; nil before the first read
@@ -729,7 +715,7 @@ func (b *blobFile) Seek(off int64, whence int) (int64, error) {
 	case io.SeekCurrent:
 		off += b.off
 	case io.SeekEnd:
-		off += b.info.size
+		off += b.info.Size()
 	}
 	if off < 0 {
 		return 0, &fs.PathError{Op: "seek", Path: b.name, Err: fs.ErrInvalid}
@@ -756,7 +742,7 @@ func (b *blobFile) readAt(p []byte, off int64) (int, error) {
 	if b.closed {
 		return 0, fs.ErrClosed
 	}
-	if off >= b.info.size {
+	if off >= b.info.Size() {
 		return 0, io.EOF
 	}
 	if err := b.fs.stale(); err != nil {
@@ -774,11 +760,11 @@ func (b *blobFile) readAt(p []byte, off int64) (int, error) {
 		if off > 0 {
 			// A read that does not start at the beginning would hand
 			// out bytes whose check comes at the end, never reached.
-			if err := b.fs.verifyBlob(b.hash, b.info.size); err != nil {
+			if err := b.fs.verifyBlob(b.hash, b.info.Size()); err != nil {
 				return 0, b.err(b.fs.fail(err))
 			}
 		}
-		r, err := b.fs.open(b.hash, b.info.size)
+		r, err := b.fs.open(b.hash, b.info.Size())
 		if err != nil {
 			return 0, b.err(b.fs.fail(err))
 		}
@@ -791,7 +777,7 @@ func (b *blobFile) readAt(p []byte, off int64) (int, error) {
 			return 0, b.err(b.fs.fail(noEOF(err)))
 		}
 	}
-	want := min(int64(len(p)), b.info.size-off)
+	want := min(int64(len(p)), b.info.Size()-off)
 	n, err := io.ReadFull(b.r, p[:want])
 	b.rpos += int64(n)
 	if err != nil {
@@ -812,34 +798,6 @@ func noEOF(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
-}
-
-type dirFile struct {
-	info    fileInfo
-	entries []fs.DirEntry
-	off     int
-}
-
-func (d *dirFile) Stat() (fs.FileInfo, error) { return d.info, nil }
-func (d *dirFile) Read([]byte) (int, error) {
-	return 0, &fs.PathError{Op: "read", Path: d.info.name, Err: errors.New("is a directory")}
-}
-func (d *dirFile) Close() error { return nil }
-
-func (d *dirFile) ReadDir(n int) ([]fs.DirEntry, error) {
-	rest := d.entries[d.off:]
-	if n <= 0 {
-		d.off = len(d.entries)
-		return rest, nil
-	}
-	if len(rest) == 0 {
-		return nil, io.EOF
-	}
-	if n > len(rest) {
-		n = len(rest)
-	}
-	d.off += n
-	return rest[:n], nil
 }
 
 // ErrBadTree is returned (wrapped) when a directory of a tree holds an

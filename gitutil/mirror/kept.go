@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"runtime/metrics"
 	"slices"
+
+	"github.com/modwatch/modwatch/gitutil/internal/mountfs"
 )
 
 // DefaultMaxKept is how many file systems handed on ([Detach]) a mirror
@@ -33,9 +35,8 @@ func Detach(fsys fs.FS) {
 	switch f := fsys.(type) {
 	case *treeFS:
 		f.m.detach(f)
-	case *mounted:
-		Detach(f.base)
-		for _, sub := range f.mounts {
+	default:
+		for _, sub := range mountfs.Joined(fsys) {
 			Detach(sub)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/internal/leftovers"
 	"github.com/modwatch/modwatch/gitutil/internal/packcheck"
 	"github.com/modwatch/modwatch/gitutil/internal/packview"
 	"github.com/modwatch/modwatch/internal/safefile"
@@ -309,11 +310,11 @@ func Open(dir, repoURL string, opts Options) (*Mirror, error) {
 		m.lister = gitutil.NewLister()
 	}
 	var rebuilt error
-	if locks := staleLocks(dir); len(locks) > 0 {
+	if locks := leftovers.StaleLocks(dir); len(locks) > 0 {
 		rebuilt = fmt.Errorf("stale lock files: %s", strings.Join(locks, ", "))
 	}
 	if rebuilt == nil {
-		clearTemporary(dir)
+		leftovers.ClearAll(dir)
 		dropLeftReplaced(dir)
 		if perr := packcheck.Packs(dir, true); perr != nil {
 			rebuilt = fmt.Errorf("damaged object store: %w", perr)
@@ -346,27 +347,6 @@ func Open(dir, repoURL string, opts Options) (*Mirror, error) {
 func isEmptyDir(dir string) bool {
 	entries, err := safefile.ReadDir(dir, safefile.Follow)
 	return errors.Is(err, fs.ErrNotExist) || (err == nil && len(entries) == 0)
-}
-
-// staleLocks finds git lock files in a mirror directory. A mirror has one
-// writer (its own process, serialized by Mirror.mu), so any lock found at
-// open is a leftover from a crash.
-func staleLocks(dir string) []string {
-	var locks []string
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if d.IsDir() && d.Name() == "objects" {
-			return filepath.SkipDir
-		}
-		if !d.IsDir() && strings.HasSuffix(d.Name(), ".lock") {
-			rel, _ := filepath.Rel(dir, p)
-			locks = append(locks, rel)
-		}
-		return nil
-	})
-	return locks
 }
 
 // reinit empties dir and initialises a bare repository in it. File
@@ -704,6 +684,21 @@ func (m *Mirror) fellBack(err error) {
 func (m *Mirror) note(call func()) {
 	m.notes = append(m.notes, call)
 	m.noted.Store(true)
+}
+
+// lockToWrite takes m.mu for an operation that may write into the mirror,
+// and returns what ends it: whatever the operation's end (an error, a
+// stop, a panic), what it left among the mirror's temporaries is removed,
+// then m.mu released. Use it as
+//
+//	defer m.lockToWrite()()
+func (m *Mirror) lockToWrite() (unlock func()) {
+	m.mu.Lock()
+	before := leftovers.Note(m.dir)
+	return func() {
+		defer m.unlock()
+		before.Clear(m.dir)
+	}
 }
 
 // unlock lets m.mu go, then makes the calls noted under it: the program's

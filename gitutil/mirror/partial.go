@@ -17,6 +17,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/internal/leftovers"
 	"github.com/modwatch/modwatch/gitutil/internal/protov2"
 	"github.com/modwatch/modwatch/internal/safefile"
 )
@@ -466,7 +467,7 @@ func (m *Mirror) lazyObject(h plumbing.Hash, err error) error {
 	m.lazying = true
 	defer func() { m.lazying = false }()
 	// A read's fetch, apart from the operations that take lockToWrite.
-	defer noteTemporaries(m.dir).clear(m.dir)
+	defer leftovers.Note(m.dir).Clear(m.dir)
 	ctx, cancel, topts, perr := m.prepare(context.Background(), m.lastAuth)
 	if perr != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNotFetched, h, perr)

@@ -466,3 +466,11 @@ func (s *selector) hiddenPath(b *budget, rel []string, isDir bool, rulesAt func(
 	}
 	return false, nil
 }
+
+// truncate cuts s to n bytes, marking the cut, for a message.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 
+	"github.com/modwatch/modwatch/gitutil/internal/leftovers"
 	"github.com/modwatch/modwatch/gitutil/internal/packview"
 )
 
@@ -73,7 +74,7 @@ func (s *mirrorStore) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 
 // PackfileWriter writes a pack and its index into the mirror; the next
 // lookup of an object it holds finds it. A pack that fails leaves nothing
-// (see packFS).
+// (see leftovers.PackFS).
 func (s *mirrorStore) PackfileWriter() (io.WriteCloser, error) {
 	return newPackWriter(s.objects.FS(), s.objects)
 }
@@ -81,10 +82,10 @@ func (s *mirrorStore) PackfileWriter() (io.WriteCloser, error) {
 // newPackWriter writes a pack into the mirror whose directory is fsys, and
 // tells v of it.
 func newPackWriter(fsys billy.Filesystem, v *packview.View) (io.WriteCloser, error) {
-	fs := &packFS{Filesystem: fsys}
+	fs := &leftovers.PackFS{Filesystem: fsys}
 	w, err := dotgit.New(fs).NewObjectPack()
 	if err != nil {
-		fs.undo()
+		fs.Undo()
 		return nil, err
 	}
 	return packWriter{w, v, fs}, nil
@@ -95,14 +96,14 @@ func newPackWriter(fsys billy.Filesystem, v *packview.View) (io.WriteCloser, err
 type packWriter struct {
 	io.WriteCloser
 	v  *packview.View
-	fs *packFS
+	fs *leftovers.PackFS
 }
 
 func (w packWriter) Close() error {
 	defer w.v.Written() // even a failed pack may have been saved
 	err := w.WriteCloser.Close()
 	if err != nil {
-		w.fs.undo()
+		w.fs.Undo()
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package mirror
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"path"
 	"slices"
@@ -15,7 +16,19 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/internal/mountfs"
 )
+
+// Mount puts file systems into base at directories, as a checkout puts
+// submodules into the superproject's tree: a name at or under a mount
+// point is read from the mounted file system, and each mount point is a
+// directory of its parent. Mount points are slash-separated paths
+// relative to base's root; a mount point inside another is read from the
+// outer one's file system, so nested submodules mount into their parent's.
+// Nothing crosses a mount point: a symlink is followed within its own file
+// system only. The result implements what [Mirror.FS]'s does, as far as
+// the file systems it joins do, and io.Closer (closing them all).
+func Mount(base fs.FS, mounts map[string]fs.FS) fs.FS { return mountfs.Mount(base, mounts) }
 
 // maxGitmodules caps the .gitmodules read: it comes from the repository,
 // and a repository is hostile until checked.

@@ -15,6 +15,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/internal/gitcli"
 )
 
 // maxTrimWalk bounds the commits Trim reads to find the depth's boundary:
@@ -311,7 +312,7 @@ func (m *Mirror) runMaintenance(ctx context.Context, args ...string) error {
 	cmd := exec.Command(m.opts.GitCLI, append([]string{"-C", m.dir}, args...)...)
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull, "GIT_ALLOW_PROTOCOL=modwatch-none")
 	cmd.WaitDelay = 5 * time.Second
-	var out tailBuffer
+	var out gitcli.TailBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := m.runGit(ctx, cmd); err != nil {
 		return fmt.Errorf("git %s: %w: %s", args[0], err, strings.TrimSpace(out.String()))

@@ -5,24 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
-	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/hiddeco/sshsig"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/gitutil/internal/keyring"
 )
 
 // ErrUnverified is returned (wrapped) for a commit that is not signed, or
 // not by a trusted key.
 var ErrUnverified = errors.New("mirror: signature not verified")
-
-// maxKeyRing caps the keys read.
-const maxKeyRing = 1 << 20
 
 // sshNamespace is the namespace git signs commits and tags in (ssh-keygen
 // -Y sign -n git).
@@ -42,73 +38,11 @@ type KeyRing struct {
 // blocks is skipped, but a line that names an SSH key type and does not
 // parse is an error, and so is a ring with no key.
 func ParseKeyRing(keys string) (*KeyRing, error) {
-	if len(keys) > maxKeyRing {
-		return nil, fmt.Errorf("mirror: key ring larger than %d bytes", maxKeyRing)
-	}
-	ring := &KeyRing{}
-	rest := keys
-	for {
-		i := strings.Index(rest, "-----BEGIN ")
-		if i < 0 {
-			break
-		}
-		if err := ring.addSSH(rest[:i]); err != nil {
-			return nil, err
-		}
-		block, err := armor.Decode(strings.NewReader(rest[i:]))
-		if err != nil {
-			return nil, fmt.Errorf("mirror: key ring: %w", err)
-		}
-		if block.Type != openpgp.PublicKeyType && block.Type != openpgp.PrivateKeyType {
-			return nil, fmt.Errorf("mirror: key ring: a %q block is not a key", block.Type)
-		}
-		pgp, err := openpgp.ReadKeyRing(block.Body)
-		if err != nil {
-			return nil, fmt.Errorf("mirror: key ring: %w", err)
-		}
-		ring.OpenPGP = append(ring.OpenPGP, pgp...)
-		end := strings.Index(rest[i:], "-----END ")
-		if end < 0 {
-			rest = ""
-			break
-		}
-		rest = rest[i+end+len("-----END "):]
-		if close := strings.Index(rest, "-----"); close >= 0 {
-			rest = rest[close+len("-----"):] // past "-----END PGP PUBLIC KEY BLOCK-----"
-		} else {
-			rest = ""
-		}
-	}
-	if err := ring.addSSH(rest); err != nil {
+	pgp, sshKeys, err := keyring.Parse(keys)
+	if err != nil {
 		return nil, err
 	}
-	if len(ring.OpenPGP) == 0 && len(ring.SSH) == 0 {
-		return nil, errors.New("mirror: key ring holds no armored OpenPGP key and no SSH public key")
-	}
-	return ring, nil
-}
-
-// sshKeyTypes are the starts of the SSH public key lines ParseKeyRing
-// reads (key types, and the options authorized_keys lines may begin with).
-var sshKeyTypes = []string{"ssh-", "ecdsa-", "sk-", "rsa-", "cert-authority", "namespaces=", "valid-", "from="}
-
-// addSSH reads the SSH public key lines of text.
-func (r *KeyRing) addSSH(text string) error {
-	for line := range strings.Lines(text) {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if !slices.ContainsFunc(sshKeyTypes, func(p string) bool { return strings.HasPrefix(line, p) }) {
-			continue // text around an armored block
-		}
-		pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
-		if err != nil {
-			return fmt.Errorf("mirror: key ring: SSH public key %q: %w", truncate(line, 32), err)
-		}
-		r.SSH = append(r.SSH, pub)
-	}
-	return nil
+	return &KeyRing{OpenPGP: pgp, SSH: sshKeys}, nil
 }
 
 // VerifyCommit checks the commit's signature, OpenPGP or SSH, against
@@ -212,12 +146,4 @@ func verifySSH(keys []ssh.PublicKey, what string, h plumbing.Hash, signature str
 		}
 	}
 	return "", fmt.Errorf("%w: %s %s: SSH signature by %s, not a trusted key", ErrUnverified, what, h, ssh.FingerprintSHA256(sig.PublicKey))
-}
-
-// truncate cuts s to n bytes, marking the cut, for a message.
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }

@@ -18,44 +18,6 @@ func key(t *testing.T, name string) string {
 	return armored
 }
 
-// Every armored block is read, not only the first (go-git's Verify reads
-// one); hostile input is an error, never a panic.
-func TestParseKeyRing(t *testing.T) {
-	a, b := key(t, "a"), key(t, "b")
-	_, sshA := gittest.SSHSigningKey(t, "a")
-	_, sshB := gittest.SSHSigningKey(t, "b")
-	keys, err := ParseKeyRing(a + "\n" + b)
-	require.NoError(t, err)
-	assert.Len(t, keys.OpenPGP, 2)
-	keys, err = ParseKeyRing("comment before\n" + a)
-	require.NoError(t, err)
-	assert.Len(t, keys.OpenPGP, 1)
-	// SSH keys around and between the blocks, joined without newlines too.
-	keys, err = ParseKeyRing(sshA + a + sshB + "# a comment\n" + b)
-	require.NoError(t, err)
-	assert.Len(t, keys.OpenPGP, 2)
-	assert.Len(t, keys.SSH, 2)
-	keys, err = ParseKeyRing(`namespaces="git" ` + sshA)
-	require.NoError(t, err, "authorized_keys options")
-	assert.Len(t, keys.SSH, 1)
-
-	signature := "-----BEGIN PGP SIGNATURE-----\n\nwsBcBAABCAAQBQJ\n-----END PGP SIGNATURE-----\n"
-	for name, in := range map[string]string{
-		"empty":          "",
-		"not armored":    "just text",
-		"broken SSH key": "ssh-ed25519 AAAA",
-		"SSH key junk":   a + "\nssh-rsa !!!\n",
-		"truncated":      a[:len(a)/2],
-		"a signature":    signature,
-		"garbage body":   "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nAAAA\n-----END PGP PUBLIC KEY BLOCK-----\n",
-		"too large":      a + strings.Repeat(" ", maxKeyRing),
-		"only a header":  "-----BEGIN PGP PUBLIC KEY BLOCK-----",
-	} {
-		_, err := ParseKeyRing(in)
-		assert.Error(t, err, name)
-	}
-}
-
 // An SSH signature is checked over the very payload, in git's namespace,
 // against the trusted keys only.
 func TestVerifySSH(t *testing.T) {

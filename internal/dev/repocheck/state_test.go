@@ -32,7 +32,6 @@ var libraryRoots = []string{
 var stateAllowed = map[string]string{
 	"gitutil.ZeroHash":                   "exported zero Hash, never written: Go has no array constants",
 	"gitutil.defaultPorts":               "scheme → default port table, read only",
-	"gitutil/mirror.sshKeyTypes":         "the prefixes of an SSH public key line, read only",
 	"sink/apply.Raw":                     "exported Renderer, a func adapter: no state",
 	"sink/apply/kustomize.pathFields":    "kustomization field names, read only",
 	"sink/fluxreceiver.ReceiverGVR":      "exported resource name, read only",

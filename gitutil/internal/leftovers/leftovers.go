@@ -1,6 +1,7 @@
-package mirror
+package leftovers
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,26 +12,16 @@ import (
 	"github.com/modwatch/modwatch/internal/safefile"
 )
 
-// A failed operation leaves nothing behind in the mirror, at once: a
-// temporary file can hold all the room a full disk had, and the start-up
-// cleanup (clearTemporary) comes only with the next process. An operation
-// that may write notes the temporaries there are when it begins
-// (noteTemporaries) and, when it ends, removes those that appeared
-// meanwhile (leftovers.clear): under m.mu the mirror has one writer, so
-// they are the operation's own. The writers whose failure another writer
-// follows in the same operation clean up as they fail, so that the next
-// has the room: go-git's pack writer (packFS) and the git CLI (runGit).
+// Noted is the set of a mirror's temporaries (see temporaries) that were
+// there when a step of its work began.
+type Noted map[string]bool
 
-// leftovers is the set of a mirror's temporaries (see temporaries) that
-// were there when a step of its work began.
-type leftovers map[string]bool
+// Note is what the mirror in dir holds of temporaries now.
+func Note(dir string) Noted { return temporaries(dir) }
 
-// noteTemporaries is what the mirror in dir holds of temporaries now.
-func noteTemporaries(dir string) leftovers { return temporaries(dir) }
-
-// clear removes the temporaries of the mirror in dir that l does not
+// Clear removes the temporaries of the mirror in dir that l does not
 // hold: those made since l was noted. A nil l removes them all.
-func (l leftovers) clear(dir string) {
+func (l Noted) Clear(dir string) {
 	for p := range temporaries(dir) {
 		if !l[p] {
 			_ = os.RemoveAll(p)
@@ -70,7 +61,7 @@ func temporaries(dir string) map[string]bool {
 	list(".", func(n string, _ bool) bool {
 		return strings.HasPrefix(n, ".tmp-") || strings.HasPrefix(n, "._packed-refs")
 	})
-	for _, l := range staleLocks(dir) {
+	for _, l := range StaleLocks(dir) {
 		out[filepath.Join(dir, l)] = true
 	}
 	if _, err := os.Lstat(dir + ".clone"); err == nil {
@@ -79,34 +70,40 @@ func temporaries(dir string) map[string]bool {
 	return out
 }
 
-// clearTemporary removes every temporary of the mirror in dir: what a
-// process killed mid-operation left. Callers own the mirror: at open.
-func clearTemporary(dir string) { leftovers(nil).clear(dir) }
-
-// lockToWrite takes m.mu for an operation that may write into the mirror,
-// and returns what ends it: whatever the operation's end (an error, a
-// stop, a panic), what it left among the mirror's temporaries is removed,
-// then m.mu released. Use it as
-//
-//	defer m.lockToWrite()()
-func (m *Mirror) lockToWrite() (unlock func()) {
-	m.mu.Lock()
-	before := noteTemporaries(m.dir)
-	return func() {
-		defer m.unlock()
-		before.clear(m.dir)
-	}
+// StaleLocks finds git lock files in a mirror directory. A mirror has one
+// writer (its own process, serialized by Mirror.mu), so any lock found at
+// open is a leftover from a crash.
+func StaleLocks(dir string) []string {
+	var locks []string
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && d.Name() == "objects" {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(d.Name(), ".lock") {
+			rel, _ := filepath.Rel(dir, p)
+			locks = append(locks, rel)
+		}
+		return nil
+	})
+	return locks
 }
 
-// packFS is the file system of one pack that go-git's pack writer writes:
+// ClearAll removes every temporary of the mirror in dir: what a process
+// killed mid-operation left. Callers own the mirror: at open.
+func ClearAll(dir string) { Noted(nil).Clear(dir) }
+
+// PackFS is the file system of one pack that go-git's pack writer writes:
 // it notes the files the writer opens and makes, so that a pack that
-// fails leaves none (undo). go-git's PackWriter, whose pack does not parse
+// fails leaves none (Undo). go-git's PackWriter, whose pack does not parse
 // (a transfer cut short, a full disk, a stop, a corrupt pack), returns
 // from Close without closing its temporary pack or removing it: the name
 // stays until the next start, and the room until the collector finds the
 // descriptors. One whose index or rename fails leaves the index it wrote,
 // which names a pack that is not there.
-type packFS struct {
+type PackFS struct {
 	billy.Filesystem
 	mu    sync.Mutex
 	files []billy.File
@@ -114,7 +111,7 @@ type packFS struct {
 }
 
 // note records a file opened, and its name when it was made.
-func (f *packFS) note(file billy.File, made string) {
+func (f *PackFS) note(file billy.File, made string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.files = append(f.files, file)
@@ -124,7 +121,7 @@ func (f *packFS) note(file billy.File, made string) {
 }
 
 // TempFile makes the temporary pack.
-func (f *packFS) TempFile(dir, prefix string) (billy.File, error) {
+func (f *PackFS) TempFile(dir, prefix string) (billy.File, error) {
 	file, err := f.Filesystem.TempFile(dir, prefix)
 	if err == nil {
 		f.note(file, file.Name())
@@ -133,7 +130,7 @@ func (f *packFS) TempFile(dir, prefix string) (billy.File, error) {
 }
 
 // Open opens the temporary pack again, for the indexer.
-func (f *packFS) Open(name string) (billy.File, error) {
+func (f *PackFS) Open(name string) (billy.File, error) {
 	file, err := f.Filesystem.Open(name)
 	if err == nil {
 		f.note(file, "")
@@ -142,7 +139,7 @@ func (f *packFS) Open(name string) (billy.File, error) {
 }
 
 // Create makes the index; one that was there is not the writer's.
-func (f *packFS) Create(name string) (billy.File, error) {
+func (f *PackFS) Create(name string) (billy.File, error) {
 	_, serr := f.Filesystem.Lstat(name)
 	file, err := f.Filesystem.Create(name)
 	if err == nil {
@@ -156,15 +153,15 @@ func (f *packFS) Create(name string) (billy.File, error) {
 }
 
 // Chmod makes what the writer saved read-only, as go-git does.
-func (f *packFS) Chmod(name string, mode os.FileMode) error {
+func (f *PackFS) Chmod(name string, mode os.FileMode) error {
 	if c, ok := f.Filesystem.(billy.Chmod); ok {
 		return c.Chmod(name, mode)
 	}
 	return nil
 }
 
-// undo closes every file the writer opened and removes those it made.
-func (f *packFS) undo() {
+// Undo closes every file the writer opened and removes those it made.
+func (f *PackFS) Undo() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, file := range f.files {

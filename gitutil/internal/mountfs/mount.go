@@ -1,4 +1,4 @@
-package mirror
+package mountfs
 
 import (
 	"errors"
@@ -18,8 +18,9 @@ import (
 // relative to base's root; a mount point inside another is read from the
 // outer one's file system, so nested submodules mount into their parent's.
 // Nothing crosses a mount point: a symlink is followed within its own file
-// system only. The result implements what [Mirror.FS]'s does, as far as
-// the file systems it joins do, and io.Closer (closing them all).
+// system only. The result implements fs.ReadDirFS, fs.ReadFileFS,
+// fs.StatFS and fs.ReadLinkFS, as far as the file systems it joins do, and
+// io.Closer (closing them all).
 func Mount(base fs.FS, mounts map[string]fs.FS) fs.FS {
 	m := &mounted{base: base, mounts: map[string]fs.FS{}}
 	for p, f := range mounts {
@@ -97,7 +98,7 @@ func (m *mounted) Open(name string) (fs.File, error) {
 	if err != nil {
 		return nil, rebase(err, name)
 	}
-	return &dirFile{info: fileInfo{name: path.Base(name), mode: info.Mode(), modTime: info.ModTime()}, entries: entries}, nil
+	return NewDir(NewInfo(path.Base(name), 0, info.Mode(), info.ModTime()), entries), nil
 }
 
 // renamedFile is a mount's root opened from its parent.
@@ -182,10 +183,20 @@ func (m *mounted) ReadLink(name string) (string, error) {
 	return target, rebase(err, name)
 }
 
+// Joined returns the file systems fsys joins, its base first, when it is
+// one that Mount made; nil when it is not.
+func Joined(fsys fs.FS) []fs.FS {
+	m, ok := fsys.(*mounted)
+	if !ok {
+		return nil
+	}
+	return append([]fs.FS{m.base}, mapValues(m.mounts)...)
+}
+
 // Close closes the base and every mounted file system that can be.
 func (m *mounted) Close() error {
 	var errs []error
-	for _, f := range append([]fs.FS{m.base}, mapValues(m.mounts)...) {
+	for _, f := range Joined(m) {
 		if c, ok := f.(io.Closer); ok {
 			errs = append(errs, c.Close())
 		}

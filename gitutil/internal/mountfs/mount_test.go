@@ -1,4 +1,4 @@
-package mirror
+package mountfs
 
 import (
 	"io/fs"
