@@ -97,7 +97,7 @@ func TestKubernetesWindow(t *testing.T) {
 	require.Equal(t, pinned(window[len(window)-1]), workspace, "the window's last minor is the workspace's, where the envtest suites run")
 	for _, m := range window {
 		t.Run(m.k8s, func(t *testing.T) {
-			ctx := ctxT(t, 15*time.Minute)
+			ctx := ctxT(t, 30*time.Minute) // a hang's deadline: see TestReleaseResolvesOutsideTheTree
 			dir := t.TempDir()
 			var gomod strings.Builder
 			gomod.WriteString("module example.com/consumer\n\ngo 1.26.0\n\nrequire (\n")
