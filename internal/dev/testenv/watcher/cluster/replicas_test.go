@@ -182,6 +182,9 @@ func TestReplicasShareRemotes(t *testing.T) {
 	}
 	since := time.Now()
 	time.Sleep(3 * interval)
+	// At least three intervals, and until every remote has been polled
+	// once: on a busy machine a poll can start past the window.
+	eventually(t, "every remote polled", time.Minute, func() bool { return len(l.pollers(since)) == 30 })
 	owner := map[string]string{} // remote → replica
 	for remote, who := range l.pollers(since) {
 		require.Len(t, who, 1, "%s polled by %v", remote, who)
@@ -198,6 +201,7 @@ func TestReplicasShareRemotes(t *testing.T) {
 	time.Sleep(2 * interval) // the moved remotes' last polls by their old owners end
 	since = time.Now()
 	time.Sleep(3 * interval)
+	eventually(t, "every remote polled after r3 joined", time.Minute, func() bool { return len(l.pollers(since)) == 30 })
 	moved := 0
 	after := l.pollers(since)
 	require.Len(t, after, 30)
