@@ -35,7 +35,7 @@ RELEASE_PKGS := github.com/modwatch/modwatch/internal/dev/release/...
 # The packages whose tests take longest (go test -json, per package) are
 # listed first: go test starts them first, and the rest fill the other
 # core around them, instead of one of them running alone at the end.
-SLOW_FIRST  := watcher gitutil internal/dev/testenv/watcher/cluster examples/gitsync internal/dev/testenv/source/gitsync examples/agent
+SLOW_FIRST  := gitutil/mirror watcher internal/dev/testenv/watcher/cluster examples/gitsync internal/dev/testenv/source/gitsync examples/agent
 TEST_PKGS    = $(GO) list $(PKGS) | grep -v '^github.com/modwatch/modwatch/internal/dev/release' | \
 	awk 'BEGIN { n = split("$(SLOW_FIRST)", s, " "); for (i = 1; i <= n; i++) rank["github.com/modwatch/modwatch/" s[i]] = i } \
 	{ print ($$0 in rank ? rank[$$0] : n + 1), $$0 }' | sort -n -s -k1,1 | cut -d' ' -f2
