@@ -487,7 +487,7 @@ func (f *treeFS) openLocked(h plumbing.Hash, size int64) (io.ReadCloser, error) 
 	return b.Reader()
 }
 
-func (f *treeFS) info(n node) (fs.FileInfo, error) {
+func (f *treeFS) info(n node) (mountfs.Info, error) {
 	var size int64
 	if !n.isDir {
 		var err error
@@ -498,7 +498,7 @@ func (f *treeFS) info(n node) (fs.FileInfo, error) {
 			}
 		}
 		if err != nil {
-			return nil, f.fail(err)
+			return mountfs.Info{}, f.fail(err)
 		}
 	}
 	return mountfs.NewInfo(n.name, size, goMode(n.mode), f.modTime), nil
@@ -676,7 +676,7 @@ type blobFile struct {
 	fs   *treeFS
 	name string
 	hash plumbing.Hash
-	info fs.FileInfo
+	info mountfs.Info
 
 	mu     sync.Mutex
 	r      io.ReadCloser // positioned at rpos; nil before the first read

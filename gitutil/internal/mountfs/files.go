@@ -9,23 +9,25 @@ import (
 
 // NewInfo describes a file that has no description of its own: its
 // name, size, mode and modification time as given, and no Sys.
-func NewInfo(name string, size int64, mode fs.FileMode, modTime time.Time) fs.FileInfo {
-	return fileInfo{name: name, size: size, mode: mode, modTime: modTime}
+func NewInfo(name string, size int64, mode fs.FileMode, modTime time.Time) Info {
+	return Info{name: name, size: size, mode: mode, modTime: modTime}
 }
 
-type fileInfo struct {
+// Info is a description built by NewInfo, a value: held and handed on
+// without an allocation of its own.
+type Info struct {
 	name    string
 	size    int64
 	mode    fs.FileMode
 	modTime time.Time
 }
 
-func (i fileInfo) Name() string       { return i.name }
-func (i fileInfo) Size() int64        { return i.size }
-func (i fileInfo) Mode() fs.FileMode  { return i.mode }
-func (i fileInfo) ModTime() time.Time { return i.modTime }
-func (i fileInfo) IsDir() bool        { return i.mode.IsDir() }
-func (i fileInfo) Sys() any           { return nil }
+func (i Info) Name() string       { return i.name }
+func (i Info) Size() int64        { return i.size }
+func (i Info) Mode() fs.FileMode  { return i.mode }
+func (i Info) ModTime() time.Time { return i.modTime }
+func (i Info) IsDir() bool        { return i.mode.IsDir() }
+func (i Info) Sys() any           { return nil }
 
 // NewDir is an open directory described by info whose entries are listed
 // already: its ReadDir hands them out in order, Read fails.
