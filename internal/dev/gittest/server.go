@@ -5,7 +5,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Server is a git smart-HTTP server on loopback serving every bare
@@ -35,9 +35,19 @@ type Server struct {
 	conns    atomic.Int64
 	stalls   map[string]stall // by repository
 	release  chan struct{}    // closed when the server stops: stalled answers end
+
+	// The policy (policy.go).
+	reqs   []Request
+	limit  Limit
+	denied map[string]int // status codes by repository
+	hold   chan struct{}  // closed when HoldAll's release is called
+	held   atomic.Int64
+	delay  time.Duration
 }
 
-// Counts are the requests a repository received.
+// Counts are the requests a repository received and passed to git: those
+// refused (by [Server.Limit], [Server.Deny], [Server.SetDown] or basic
+// auth) are only in [Server.Requests].
 type Counts struct {
 	// Lists counts ref listings: version 0 advertisements (GET
 	// info/refs?service=git-upload-pack) and version 2 ls-refs commands.
@@ -78,7 +88,7 @@ func newServer(t TB, start func(*httptest.Server)) *Server {
 	if err != nil {
 		t.Fatalf("gittest: git is needed on PATH: %v", err)
 	}
-	s := &Server{root: t.TempDir(), counts: map[string]*Counts{}, stalls: map[string]stall{}, release: make(chan struct{})}
+	s := &Server{root: t.TempDir(), counts: map[string]*Counts{}, stalls: map[string]stall{}, denied: map[string]int{}, release: make(chan struct{})}
 	handler := func(filters bool) *cgi.Handler {
 		return &cgi.Handler{
 			Path: filepath.Join(strings.TrimSpace(string(backend)), "git-http-backend"),
@@ -97,16 +107,34 @@ func newServer(t TB, start func(*httptest.Server)) *Server {
 	withFilters, withoutFilters := handler(true), handler(false)
 	s.httpSrv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
-		user, pass, down, v0Only, h := s.user, s.password, s.down, s.v0Only, withFilters
-		if s.noFilter {
-			h = withoutFilters
-		}
+		v0Only := s.v0Only
 		s.mu.Unlock()
 		if v0Only {
 			r.Header.Del("Git-Protocol")
 		}
+		repo, kind := classify(r)
+		i, hold, delay := s.receive(repo, kind)
+		defer s.done(i)
+		w = &statusWriter{ResponseWriter: w, s: s, i: i}
+		if !s.wait(r, hold, delay) {
+			select {
+			case <-s.release:
+				http.Error(w, "gittest: the server stopped", http.StatusServiceUnavailable)
+			default: // the client went away
+			}
+			return
+		}
+		s.mu.Lock()
+		user, pass, down, h := s.user, s.password, s.down, withFilters
+		if s.noFilter {
+			h = withoutFilters
+		}
+		s.mu.Unlock()
 		if down {
 			http.Error(w, "down for the test", http.StatusServiceUnavailable)
+			return
+		}
+		if s.refuse(w, repo) {
 			return
 		}
 		if user != "" {
@@ -117,7 +145,7 @@ func newServer(t TB, start func(*httptest.Server)) *Server {
 				return
 			}
 		}
-		answerBytes, fetch := s.count(r)
+		answerBytes, fetch := s.count(repo, kind)
 		if answerBytes != nil {
 			w = countingWriter{w, answerBytes}
 		}
@@ -235,42 +263,23 @@ func (w *stallWriter) Write(p []byte) (int, error) {
 	return 0, errStalled
 }
 
-// count counts the request, and returns the counter of the bytes of its
-// answer when it is a ref listing or a fetch (nil otherwise), and whether
-// it is a fetch.
-func (s *Server) count(r *http.Request) (*atomic.Int64, bool) {
-	p := r.URL.Path
-	v2 := strings.Contains(r.Header.Get("Git-Protocol"), "version=2")
-	var repo string
-	var list bool
-	switch {
-	case strings.HasSuffix(p, "/info/refs") && r.URL.Query().Get("service") == "git-upload-pack":
-		// Version 2's is the capabilities, not refs: the ls-refs command is
-		// the listing.
-		repo, list = strings.TrimSuffix(p, "/info/refs"), !v2
-	case strings.HasSuffix(p, "/git-upload-pack") && r.Method == http.MethodPost:
-		repo = strings.TrimSuffix(p, "/git-upload-pack")
-		if v2 {
-			head := make([]byte, 64)
-			n, _ := io.ReadFull(r.Body, head)
-			head = head[:n]
-			list = bytes.Contains(head, []byte("command=ls-refs"))
-			r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(head), r.Body))
-		}
-	default:
-		return nil, false
-	}
-	c := s.Counts(strings.TrimPrefix(repo, "/"))
-	switch {
-	case list:
+// count counts a request (named by classify), and returns the counter of
+// the bytes of its answer when it is a ref listing or a fetch (nil
+// otherwise), and whether it is a fetch.
+func (s *Server) count(repo, kind string) (*atomic.Int64, bool) {
+	switch kind {
+	case "list":
+		c := s.Counts(repo)
 		c.Lists.Add(1)
 		return &c.ListBytes, false
-	case strings.HasSuffix(p, "/info/refs"):
-		c.Capabilities.Add(1) // version 2's
-		return nil, false
+	case "caps":
+		s.Counts(repo).Capabilities.Add(1)
+	case "fetch":
+		c := s.Counts(repo)
+		c.Fetches.Add(1)
+		return &c.FetchBytes, true
 	}
-	c.Fetches.Add(1)
-	return &c.FetchBytes, true
+	return nil, false
 }
 
 // countingWriter adds what it writes to n.
