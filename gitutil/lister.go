@@ -113,7 +113,7 @@ func (l *Lister) AllowsFilter(ctx context.Context, repoURL string, t Transport) 
 	if err != nil {
 		return false, err
 	}
-	caps, err := readV2Caps(resp)
+	caps, err := readV2Caps(resp, e.Host)
 	if errors.Is(err, protov2.ErrNoV2) {
 		l.features.Add(server, "")
 		return false, nil
@@ -153,9 +153,18 @@ func (l *Lister) UploadPack(ctx context.Context, repoURL string, t Transport, re
 	}
 	if resp.StatusCode != http.StatusOK {
 		_ = resp.Body.Close()
-		return nil, &httpStatusError{resp.StatusCode, "fetch: " + resp.Status}
+		return nil, statusError(resp, hostOf(repoURL), "fetch")
 	}
 	return resp.Body, nil
+}
+
+// hostOf is the host of repoURL, or "" when it does not parse.
+func hostOf(repoURL string) string {
+	e, err := ParseURL(repoURL)
+	if err != nil {
+		return ""
+	}
+	return e.Host
 }
 
 // maxIdlePerServer is how many idle connections to one server the

@@ -3,6 +3,7 @@ package gitutil
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"maps"
 	"net/http"
@@ -57,7 +58,9 @@ func (l *Lister) listV2(ctx context.Context, at repoAddress, t Transport, prefix
 	}
 	if repo != nil {
 		refs, err := l.lsRefs(ctx, client, repo, a, prefixes)
-		if err == nil || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil || answered(err) {
+			// An HTTP answer is the server's word on the repository: a
+			// failed poll costs the one request.
 			if err == nil && !knownRepo {
 				l.repos.Add(base, repo)
 			}
@@ -74,7 +77,7 @@ func (l *Lister) listV2(ctx context.Context, at repoAddress, t Transport, prefix
 	if err != nil {
 		return RefList{}, err
 	}
-	caps, err := readV2Caps(resp)
+	caps, err := readV2Caps(resp, at.ep.Host)
 	if err != nil {
 		return RefList{}, err
 	}
@@ -154,7 +157,7 @@ func (l *Lister) lsRefs(ctx context.Context, client *http.Client, repo *v2Repo, 
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return RefList{}, &httpStatusError{resp.StatusCode, "ls-refs: " + resp.Status}
+		return RefList{}, statusError(resp, repo.at.ep.Host, "ls-refs")
 	}
 	refs, err := protov2.ParseLsRefs[Hash](io.LimitReader(resp.Body, maxListing))
 	if err != nil {
@@ -219,12 +222,12 @@ func setAuthHeader(req *http.Request, a *Auth) {
 	}
 }
 
-// readV2Caps reads the capability advertisement of resp (protov2.ReadCaps)
-// after its HTTP status.
-func readV2Caps(resp *http.Response) (map[string]string, error) {
+// readV2Caps reads the capability advertisement of resp from host
+// (protov2.ReadCaps) after its HTTP status.
+func readV2Caps(resp *http.Response, host string) (map[string]string, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, &httpStatusError{resp.StatusCode, "info/refs: " + resp.Status}
+		return nil, statusError(resp, host, "info/refs")
 	}
 	return protov2.ReadCaps(io.LimitReader(resp.Body, 1<<20))
 }
@@ -236,6 +239,12 @@ type httpStatusError struct {
 }
 
 func (e *httpStatusError) Error() string { return e.status }
+
+// answered reports whether err is an HTTP answer other than 200 OK.
+func answered(err error) bool {
+	var status *httpStatusError
+	return errors.As(err, &status) || errors.Is(err, ErrRateLimited)
+}
 
 func truncate(s string, n int) string {
 	if len(s) > n {

@@ -100,7 +100,8 @@ func (l *Lister) ListRefs(ctx context.Context, repoURL string, auth *Auth, prefi
 // listV2OrFallBack lists the refs under prefixes in protocol version 2;
 // done is false when the server answered in a way go-git's version 0
 // listing should handle (no version 2, which is remembered for the server,
-// or an HTTP answer other than 401, 403 and 404).
+// or an HTTP answer other than 401, 403, 404, 429, a server error or a
+// rate limit).
 func (l *Lister) listV2OrFallBack(ctx context.Context, at repoAddress, t Transport, prefixes []string) (refs RefList, done bool, err error) {
 	repoURL := at.url
 	refs, err = l.listV2(ctx, at, t, prefixes)
@@ -117,6 +118,11 @@ func (l *Lister) listV2OrFallBack(ctx context.Context, at repoAddress, t Transpo
 		return RefList{}, true, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrAuthorizationFailed}
 	case errors.As(err, &status) && status.code == http.StatusNotFound:
 		return RefList{}, true, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrRepositoryNotFound}
+	case errors.Is(err, ErrRateLimited),
+		errors.As(err, &status) && (status.code == http.StatusTooManyRequests || status.code >= http.StatusInternalServerError):
+		// The server is there and refuses, or fails: asking again in
+		// version 0 would only knock twice more.
+		return RefList{}, true, &RemoteError{Op: "list refs", URL: repoURL, Err: err}
 	case errors.As(err, &status):
 		// Anything else (a redirect, a proxy's answer): go-git's listing
 		// handles it, or says what it is.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/modwatch/modwatch/watcher/internal/fetchgate"
 	"github.com/modwatch/modwatch/watcher/internal/health"
+	"github.com/modwatch/modwatch/watcher/internal/hostgate"
 	"github.com/modwatch/modwatch/watcher/internal/pool"
 	"github.com/modwatch/modwatch/watcher/internal/readahead"
 )
@@ -18,8 +19,8 @@ import (
 type env struct {
 	opts      options
 	log       logr.Logger
-	listSem   chan struct{}
 	fetches   *fetchgate.Gate // set by Run, with polls
+	hosts     *hostgate.Gate  // set by Run, with polls: every request's turn at its host
 	retrying  atomic.Int64    // deliveries waiting to be retried
 	abandoned atomic.Int64    // sink calls that ignored their ctx, still running
 	health    health.Health
@@ -45,9 +46,8 @@ type env struct {
 
 func newEnv(o options) *env {
 	return &env{
-		opts:    o,
-		log:     logr.Discard(), // Run takes it from its context
-		listSem: make(chan struct{}, o.listLimit),
+		opts: o,
+		log:  logr.Discard(), // Run takes it from its context
 	}
 }
 

@@ -18,6 +18,11 @@ const (
 	// EventPolled: one poll of a remote ended (Err says whether it failed).
 	// Target is nil.
 	EventPolled EventType = "Polled"
+	// EventRateLimited: a host answered that it limits the watcher (Err
+	// is a *gitutil.RateLimitError, with its host and end); no request
+	// goes to it until then. Once an episode, whichever remote it
+	// answered; Target is nil.
+	EventRateLimited EventType = "RateLimited"
 	// EventListed: the remote's refs were listed (Err on failure). Target
 	// is nil.
 	EventListed EventType = "Listed"
@@ -91,6 +96,9 @@ type Event struct {
 	Attempt int
 	// Duration is how long the listing, poll, fetch or delivery took.
 	Duration time.Duration
+	// Waited is how long a listing or a fetch waited for its turn at its
+	// host (see [HostBudget]).
+	Waited time.Duration
 	// Seen is when the watcher first saw Commit for the target, for
 	// delivery events; Time minus Seen is the delivery lag.
 	Seen time.Time

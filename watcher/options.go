@@ -45,6 +45,7 @@ type options struct {
 	localRepos       bool
 	shard            Shard
 	keptTrees        int
+	hostBudgets      map[string]HostBudget // by host; "" for every other
 }
 
 func defaultOptions() options {

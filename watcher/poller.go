@@ -14,6 +14,7 @@ import (
 	"github.com/modwatch/modwatch/internal/backoff"
 	"github.com/modwatch/modwatch/watcher/internal/cachedir"
 	"github.com/modwatch/modwatch/watcher/internal/fetchgate"
+	"github.com/modwatch/modwatch/watcher/internal/hostgate"
 	"github.com/modwatch/modwatch/watcher/internal/pool"
 	"github.com/modwatch/modwatch/watcher/internal/stall"
 )
@@ -28,6 +29,7 @@ type remote struct {
 	urlKey   string // normalised URL, for Trigger
 	url      string
 	redacted string
+	host     string // whose budget its requests spend (see hostgate)
 	dir      string // the mirror's, in the cache directory
 	mirror   Mirror
 	ctx      context.Context // ends when the remote stops; set by start
@@ -45,6 +47,11 @@ type remote struct {
 	// Its place in the fetch gate: it asks for a slot, and is passed over
 	// while its deliverers are asked whether it needs the fetch (see ask).
 	gate fetchgate.Place
+	// Its place in its host's line, for a listing: inLine while it
+	// waits there (since queued), its poll about to begin.
+	hostPlace hostgate.Place
+	inLine    bool
+	queued    time.Time
 
 	mu      sync.Mutex
 	auth    *gitutil.Auth // the same identity, maybe a rotated secret
@@ -55,6 +62,7 @@ type remote struct {
 	sorted   []*pollState
 	prefixes []string
 	poked    bool // a poll is asked for now
+	hinted   bool // by a push hint: ahead of background polls at its host
 	due      int  // the timer of this generation fired
 	armed    int  // the generation the timer is set for
 	stale    int  // firings that began before the timer was stopped, and are to be ignored
@@ -72,7 +80,7 @@ type pollState struct {
 
 func newRemote(v *env, key, dir string, spec *remoteSpec, m Mirror) *remote {
 	r := &remote{
-		env: v, key: key, dir: dir, urlKey: spec.urlKey, url: spec.url, redacted: gitutil.RedactURL(spec.url),
+		env: v, key: key, dir: dir, urlKey: spec.urlKey, url: spec.url, redacted: gitutil.RedactURL(spec.url), host: hostOf(spec.url),
 		auth: spec.auth, mirror: m, targets: map[targetKey]*pollState{}, poked: true, // the first poll is at once
 	}
 	for k, b := range spec.targets {
@@ -100,6 +108,15 @@ func (r *remote) poke() {
 	}
 }
 
+// hint asks for a poll now, ahead of the background polls at its host
+// (a push hint).
+func (r *remote) hint() {
+	r.mu.Lock()
+	r.hinted = true
+	r.mu.Unlock()
+	r.poke()
+}
+
 // stop ends the remote: a poll in progress is cancelled, and no other
 // starts.
 func (r *remote) stop() {
@@ -114,6 +131,9 @@ func (r *remote) Slot() *pool.Slot { return &r.sched }
 
 // Place makes a remote a fetchgate.Waiter.
 func (r *remote) Place() *fetchgate.Place { return &r.gate }
+
+// HostPlace makes a remote a hostgate.Waiter.
+func (r *remote) HostPlace() *hostgate.Place { return &r.hostPlace }
 
 // arm sets the timer for the next generation's poll, in wait, and
 // reports whether a poll was asked for meanwhile. The timer is one a
@@ -172,6 +192,7 @@ func (r *remote) Finish() {
 		l.ask.end()
 	}
 	r.env.fetches.Leave(r)
+	r.env.hosts.Leave(r)
 }
 
 func (r *remote) has(key targetKey) bool {
@@ -276,17 +297,9 @@ func (r *remote) Step(context.Context) bool {
 		r.waiting = nil
 		return r.afterPoll(ctx, r.fetchAndOffer(ctx, l))
 	}
-	r.mu.Lock()
-	poked, due := r.poked, r.due
-	r.poked = false
-	r.mu.Unlock()
-	if !poked && (r.timer == nil || due != r.gen) {
-		return false // a stale timer's firing
-	}
-	if !poked && r.postpone() {
+	if !r.turn() {
 		return false
 	}
-	r.stopTimer()
 	l, err := r.list(ctx)
 	switch {
 	case err != nil:
@@ -311,6 +324,33 @@ func (r *remote) Step(context.Context) bool {
 		return false
 	}
 	return r.afterPoll(ctx, err)
+}
+
+// turn reports whether a poll begins now: one is due (asked for, or its
+// timer fired) and its host has a turn for its listing. A poll that must
+// wait for its turn parks in its host's line (see hostgate.Gate), and
+// begins in the step its turn schedules; a hint meanwhile moves it ahead.
+func (r *remote) turn() bool {
+	r.mu.Lock()
+	poked, due, hinted := r.poked, r.due, r.hinted
+	r.poked, r.hinted = false, false
+	r.mu.Unlock()
+	if !r.inLine {
+		if !poked && (r.timer == nil || due != r.gen) {
+			return false // a stale timer's firing
+		}
+		if !poked && r.postpone() {
+			return false
+		}
+		r.stopTimer()
+		r.queued = time.Now()
+	}
+	if !r.env.hosts.TryOrPark(r, r.host, hinted) {
+		r.inLine = true
+		return false
+	}
+	r.inLine = false
+	return true
 }
 
 // postpone sets the timer later when a longer interval was given since it
@@ -339,13 +379,22 @@ func (r *remote) afterPoll(ctx context.Context, err error) bool {
 		if ctx.Err() != nil {
 			return true
 		}
-		r.failures++
-		wait = max(iv, backoff.Delay(r.failures, r.env.opts.retryMin, r.env.opts.retryMax))
+		var failure bool
+		wait, failure = r.retryWait(err)
+		if next := (*RetryError)(nil); errors.As(err, &next) {
+			wait = max(time.Until(next.At), 0) // as the targets were told
+		}
 		log := r.env.log.WithValues("remote", r.redacted)
-		if r.failures == 1 {
+		switch {
+		case !failure: // the host's, logged once an episode (see rateLimited)
+			log.V(1).Info("poll waits for its host's rate limit", "error", err.Error(), "retryIn", wait)
+		case r.failures == 0:
 			log.Error(err, "poll failed", "retryIn", wait)
-		} else {
-			log.V(1).Info("poll failed again", "error", err.Error(), "failures", r.failures, "retryIn", wait)
+		default:
+			log.V(1).Info("poll failed again", "error", err.Error(), "failures", r.failures+1, "retryIn", wait)
+		}
+		if failure {
+			r.failures++
 		}
 	} else {
 		if r.failures > 0 {
@@ -358,6 +407,17 @@ func (r *remote) afterPoll(ctx context.Context, err error) bool {
 		r.env.polls.Schedule(r)
 	}
 	return false
+}
+
+// retryWait is how long after a failed poll (err) the remote is polled
+// again, and whether it counts as the remote's failure: a rate limit is
+// its host's, and its poll waits for the limit's end, not a backoff.
+func (r *remote) retryWait(err error) (time.Duration, bool) {
+	iv := r.interval()
+	if rl := (*gitutil.RateLimitError)(nil); errors.As(err, &rl) {
+		return max(backoff.Jitter(iv, r.env.opts.jitter), time.Until(rl.Until)), false
+	}
+	return max(iv, backoff.Delay(r.failures+1, r.env.opts.retryMin, r.env.opts.retryMax)), true
 }
 
 // listing is what a poll's listing found: the targets' commits and what
@@ -410,6 +470,8 @@ func (r *remote) list(ctx context.Context) (*listing, error) {
 	l.auth = auth
 	refs, err := r.listRefs(ctx, l.auth, prefixes)
 	if err != nil {
+		wait, _ := r.retryWait(err)
+		err = &RetryError{Err: err, At: time.Now().Add(wait)}
 		for _, p := range targets {
 			r.fail(ctx, p, err)
 		}
@@ -660,16 +722,18 @@ func (r *remote) fetchPaths(ctx context.Context, pf PathFetcher, auth *gitutil.A
 	return failed
 }
 
-// withFetchSlot runs fn in one of the watcher's fetch slots, bounded by
-// its fetch timeout.
+// withFetchSlot runs fn in one of the watcher's fetch slots and a turn
+// at the remote's host, bounded by its fetch timeout.
 func (r *remote) withFetchSlot(ctx context.Context, fn func(context.Context) error) error {
 	if err := r.env.fetches.Acquire(ctx); err != nil {
 		return err
 	}
 	defer r.env.fetches.Release()
-	fctx, cancel := context.WithTimeoutCause(ctx, r.env.opts.fetchTimeout, errFetchTimeout)
-	defer cancel()
-	return fn(fctx)
+	return r.env.atHost(ctx, r.host, r.redacted, func() error {
+		fctx, cancel := context.WithTimeoutCause(ctx, r.env.opts.fetchTimeout, errFetchTimeout)
+		defer cancel()
+		return fn(fctx)
+	})
 }
 
 // snapshot returns the credentials, the targets of this cycle in a stable
@@ -696,23 +760,21 @@ func refPrefixes(targets []*pollState) []string {
 	return out
 }
 
-// listRefs lists the remote's refs under prefixes, within the watcher's
-// listing limit; with no prefixes it lists nothing.
+// listRefs lists the remote's refs under prefixes, in the turn at its
+// host the poll took (see turn), which it gives back; with no prefixes it
+// lists nothing. A rate limit in the answer stops every request to the
+// host until its end.
 func (r *remote) listRefs(ctx context.Context, auth *gitutil.Auth, prefixes []string) (gitutil.RefList, error) {
+	defer r.env.hosts.Release(r.host, true)
 	if len(prefixes) == 0 {
 		return gitutil.RefList{}, nil
 	}
-	select {
-	case r.env.listSem <- struct{}{}:
-	case <-ctx.Done():
-		return gitutil.RefList{}, ctx.Err()
-	}
-	defer func() { <-r.env.listSem }()
 	lctx, cancel := context.WithTimeout(ctx, r.env.opts.listTimeout)
 	defer cancel()
 	start := time.Now()
 	refs, err := r.env.opts.git.ListRefs(lctx, r.url, auth, prefixes)
-	r.env.emit(Event{Type: EventListed, Remote: r.redacted, Duration: time.Since(start), Err: err})
+	r.env.emit(Event{Type: EventListed, Remote: r.redacted, Duration: time.Since(start), Waited: start.Sub(r.queued), Err: err})
+	r.env.rateLimited(r.host, r.redacted, err)
 	return refs, err
 }
 
@@ -897,6 +959,13 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 	var release sync.Once
 	defer release.Do(w.fetches.Release)
 
+	queued := time.Now()
+	if err := w.hosts.Acquire(ctx, r.host); err != nil {
+		err = fmt.Errorf("watcher: fetch %s: %w", r.redacted, err)
+		w.emit(Event{Type: EventFetched, Remote: r.redacted, Err: err})
+		return mirror.FetchResult{}, err
+	}
+	defer w.hosts.Release(r.host, false)
 	start := time.Now()
 	fctx, cancel := context.WithTimeoutCause(ctx, w.opts.fetchTimeout, errFetchTimeout)
 	defer cancel()
@@ -929,7 +998,8 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 		}
 		err = fmt.Errorf("watcher: fetch %s: %w", r.redacted, err)
 	}
-	w.emit(Event{Type: EventFetched, Remote: r.redacted, Duration: time.Since(start), Err: err})
+	w.rateLimited(r.host, r.redacted, err)
+	w.emit(Event{Type: EventFetched, Remote: r.redacted, Duration: time.Since(start), Waited: start.Sub(queued), Err: err})
 	return res, err
 }
 

@@ -147,6 +147,11 @@ func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, 
 		return nil, err
 	}
 	defer s.v.fetches.Release()
+	host := hostOf(url)
+	if err := s.v.hosts.Acquire(ctx, host); err != nil {
+		return nil, fmt.Errorf("watcher: submodule %s at %s: %w", gitutil.RedactURL(url), commit, err)
+	}
+	defer s.v.hosts.Release(host, false)
 	ctx, cancel := context.WithTimeout(ctx, s.v.opts.fetchTimeout)
 	defer cancel()
 	// Its files too, in a mirror that may lack them: a submodule is

@@ -24,6 +24,7 @@ import (
 	"github.com/modwatch/modwatch/watcher/internal/budget"
 	"github.com/modwatch/modwatch/watcher/internal/cachedir"
 	"github.com/modwatch/modwatch/watcher/internal/fetchgate"
+	"github.com/modwatch/modwatch/watcher/internal/hostgate"
 	"github.com/modwatch/modwatch/watcher/internal/pool"
 )
 
@@ -185,6 +186,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.env.deliveries = pool.New(gctx, w.opts.deliverLimit)
 	w.env.polls = pool.New(gctx, w.opts.listLimit+w.opts.fetchLimit)
 	w.env.fetches = fetchgate.New(w.opts.fetchLimit, w.env.polls)
+	w.env.hosts = hostgate.New(w.opts.listLimit, w.env.polls, w.opts.hostBudget)
+	defer w.env.hosts.Close()
 	w.mu.Unlock()
 	// After the group, whose goroutines schedule; polls first, which offer.
 	defer w.env.deliveries.Close()
@@ -281,7 +284,7 @@ func (w *Watcher) Trigger(repoURL string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, r := range w.byURL[key] {
-		r.poke()
+		r.hint()
 	}
 	return len(w.byURL[key]) > 0
 }

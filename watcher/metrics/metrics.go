@@ -19,9 +19,11 @@ package metrics
 
 import (
 	"errors"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
 )
 
@@ -36,6 +38,9 @@ type Metrics struct {
 	deliveries  *prometheus.CounterVec
 	deliverTime *prometheus.HistogramVec
 	lag         *prometheus.HistogramVec
+	requests    *prometheus.CounterVec
+	waited      *prometheus.CounterVec
+	limits      *prometheus.CounterVec
 }
 
 var _ watcher.Observer = (*Metrics)(nil)
@@ -69,8 +74,18 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "modwatch_delivery_lag_seconds", Help: "From a commit first seen to the sink's success.", Buckets: seconds,
 		}, []string{"sink"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "modwatch_host_requests_total",
+			Help: "Listings and fetches sent to a host, by kind (list, fetch) and answer (its HTTP status when known; ok or error otherwise).",
+		}, []string{"host", "kind", "code"}),
+		waited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "modwatch_host_wait_seconds_total", Help: "Time listings and fetches waited for their turn at a host (its budget, its rate limit).",
+		}, []string{"host"}),
+		limits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "modwatch_host_rate_limits_total", Help: "Rate limits a host answered with, once an episode: no request went to it until their end.",
+		}, []string{"host"}),
 	}
-	errs := make([]error, 8)
+	errs := make([]error, 11)
 	m.polls, errs[0] = register(reg, m.polls)
 	m.listing, errs[1] = register(reg, m.listing)
 	m.fetch, errs[2] = register(reg, m.fetch)
@@ -79,6 +94,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.deliveries, errs[5] = register(reg, m.deliveries)
 	m.deliverTime, errs[6] = register(reg, m.deliverTime)
 	m.lag, errs[7] = register(reg, m.lag)
+	m.requests, errs[8] = register(reg, m.requests)
+	m.waited, errs[9] = register(reg, m.waited)
+	m.limits, errs[10] = register(reg, m.limits)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -148,10 +166,14 @@ func (m *Metrics) Observe(e watcher.Event) {
 		if e.Err == nil {
 			m.listing.WithLabelValues(e.Remote).Observe(e.Duration.Seconds())
 		}
+		m.hostRequest(e, "list")
 	case watcher.EventFetched:
 		if e.Err == nil {
 			m.fetch.WithLabelValues(e.Remote).Observe(e.Duration.Seconds())
 		}
+		m.hostRequest(e, "fetch")
+	case watcher.EventRateLimited:
+		m.limits.WithLabelValues(host(e.Remote)).Inc()
 	case watcher.EventMirrorRebuilt:
 		m.rebuilds.WithLabelValues(e.Remote).Inc()
 	case watcher.EventTargetFailed:
@@ -165,4 +187,36 @@ func (m *Metrics) Observe(e watcher.Event) {
 	case watcher.EventDeliveryFailed:
 		m.deliveries.WithLabelValues(e.Sink, "error").Inc()
 	}
+}
+
+// hostRequest counts a listing or fetch at its host, and its wait.
+func (m *Metrics) hostRequest(e watcher.Event, kind string) {
+	h := host(e.Remote)
+	code := "ok"
+	switch status, ok := gitutil.HTTPStatus(e.Err); {
+	case ok:
+		code = strconv.Itoa(status)
+	case e.Err != nil:
+		code = "error"
+	case isHTTP(e.Remote):
+		code = "200"
+	}
+	m.requests.WithLabelValues(h, kind, code).Inc()
+	if e.Waited > 0 {
+		m.waited.WithLabelValues(h).Add(e.Waited.Seconds())
+	}
+}
+
+// host is the host of a remote's URL, "" for a local one.
+func host(remote string) string {
+	e, err := gitutil.ParseURL(remote)
+	if err != nil || e.Scheme == "file" {
+		return ""
+	}
+	return e.Host
+}
+
+func isHTTP(remote string) bool {
+	e, err := gitutil.ParseURL(remote)
+	return err == nil && (e.Scheme == "http" || e.Scheme == "https")
 }

@@ -1,0 +1,123 @@
+package watcher
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/watcher/internal/hostgate"
+)
+
+// DefaultHostInFlight is how many requests a watcher has in progress at
+// one host by default (see [HostBudget]).
+const DefaultHostInFlight = 8
+
+// HostBudget is what a watcher sends one host (a forge: "github.com",
+// "gitlab.example.com:8443"), across every remote, target and tenant on
+// it: listings and fetches alike.
+//
+// The default is [DefaultHostInFlight] requests in progress and no bound
+// on their rate. Requests in progress bound the rate by the host's own
+// pace: a host answering a listing in 100 ms is sent at most 80 a second,
+// a loaded host that answers slower is sent fewer. Half the listing slots
+// (see [Concurrency]) is the most one host holds, so a slow host leaves
+// the other half to the others. A rate is per forge knowledge: a
+// self-hosted server of thousands of repositories takes far more than a
+// public forge will from one client; set it for the forges a watcher
+// polls ([WithHostBudget]). Whatever the budget, a host's own answer that
+// it limits the client (429, 503 with Retry-After, GitHub's and GitLab's
+// rate-limit headers: see [gitutil.ParseRateLimit]) stops every request
+// to it until the end it gives.
+type HostBudget struct {
+	// PerSecond bounds the requests sent to the host per second; 0 sets
+	// no bound.
+	PerSecond float64
+	// Burst is how many requests may go at once above the rate after a
+	// quiet time (default: PerSecond, at least 1).
+	Burst int
+	// InFlight bounds the requests in progress at the host (default
+	// DefaultHostInFlight).
+	InFlight int
+}
+
+// validate says what is wrong with b, if anything.
+func (b HostBudget) validate() error {
+	switch {
+	case b.PerSecond < 0 || b.PerSecond != b.PerSecond:
+		return fmt.Errorf("a PerSecond of %v is not a rate", b.PerSecond)
+	case b.Burst < 0:
+		return fmt.Errorf("a Burst of %d is negative", b.Burst)
+	case b.InFlight < 0:
+		return fmt.Errorf("an InFlight of %d is negative", b.InFlight)
+	}
+	return nil
+}
+
+// withDefaults fills b's zero fields.
+func (b HostBudget) withDefaults() hostgate.Budget {
+	out := hostgate.Budget{PerSecond: b.PerSecond, Burst: b.Burst, InFlight: b.InFlight}
+	if out.InFlight == 0 {
+		out.InFlight = DefaultHostInFlight
+	}
+	if out.Burst == 0 {
+		out.Burst = max(int(b.PerSecond), 1)
+	}
+	return out
+}
+
+// WithHostBudget sets the budget of requests to host (a host name, with
+// its port when not the scheme's default, as in a remote's URL), or of
+// every host that has none of its own when host is "". See [HostBudget].
+func WithHostBudget(host string, b HostBudget) Option {
+	return func(o *options) {
+		name := fmt.Sprintf("WithHostBudget(%q)", host)
+		if err := b.validate(); err != nil {
+			o.invalid = append(o.invalid, fmt.Sprintf("%s: %v", name, err))
+			return
+		}
+		if host != "" {
+			e, err := gitutil.ParseURL("https://" + host + "/r")
+			if err != nil || e.Host != strings.ToLower(host) {
+				o.invalid = append(o.invalid, fmt.Sprintf("%s: not a host name", name))
+				return
+			}
+		}
+		if o.hostBudgets == nil {
+			o.hostBudgets = map[string]HostBudget{}
+		}
+		o.hostBudgets[strings.ToLower(host)] = b
+	}
+}
+
+// hostBudget is the budget of host.
+func (o *options) hostBudget(host string) hostgate.Budget {
+	if b, ok := o.hostBudgets[host]; ok {
+		return b.withDefaults()
+	}
+	return o.hostBudgets[""].withDefaults()
+}
+
+// hostOf is the host of a remote's URL (Endpoint.Host), whose budget it
+// spends; "" for a local repository.
+func hostOf(url string) string {
+	e, err := gitutil.ParseURL(url)
+	if err != nil || e.Scheme == "file" {
+		return ""
+	}
+	return e.Host
+}
+
+// RetryError is a failed poll's error, as its targets are told it, with
+// when their remote is polled next: after a backoff, or at the end of its
+// host's rate limit.
+type RetryError struct {
+	Err error
+	At  time.Time
+}
+
+func (e *RetryError) Error() string {
+	return e.Err.Error() + "; next poll at " + e.At.UTC().Format(time.RFC3339)
+}
+
+func (e *RetryError) Unwrap() error { return e.Err }

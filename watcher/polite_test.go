@@ -1,0 +1,217 @@
+package watcher_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/internal/dev/gittest"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/watchertest"
+)
+
+// fleetOn makes n repositories on srv, a commit each, and a target each.
+func fleetOn(t *testing.T, srv *gittest.Server, prefix string, n int) ([]*gittest.Repo, []watcher.Target) {
+	var repos []*gittest.Repo
+	var targets []watcher.Target
+	for i := range n {
+		r := srv.NewRepo(t, fmt.Sprintf("%s/r%d", prefix, i))
+		r.Commit(t, "1", gittest.File("f", "1"))
+		repos = append(repos, r)
+		targets = append(targets, watcher.Target{ID: fmt.Sprintf("%s-%d", prefix, i), URL: r.URL()})
+	}
+	return repos, targets
+}
+
+// A host's rate limit, in each form the forges answer it, stops every
+// request to that host, hints included, until the end it gave; the first
+// answer is reported once, as a rate limit with its end, to the log, the
+// observers and the targets; another host's targets are delivered
+// meanwhile; after the end, the limited host's are.
+func TestARateLimitStopsEveryRequestToItsHostUntilItsEnd(t *testing.T) {
+	for _, kind := range []gittest.LimitKind{gittest.TooManyRequests, gittest.Unavailable, gittest.GitHubRateLimit, gittest.GitLabRateLimit} {
+		t.Run(fmt.Sprint(kind), func(t *testing.T) {
+			limited, calm := gittest.NewServer(t), gittest.NewServer(t)
+			repos, targets := fleetOn(t, limited, "lim", 4)
+			other, more := fleetOn(t, calm, "calm", 1)
+			obs := watchertest.NewObserver()
+			sink := watchertest.NewSink("rec")
+			w := newWatcher(t, obs, watcher.WithMinInterval(200*time.Millisecond), watcher.WithInterval(200*time.Millisecond))
+			require.NoError(t, w.Route(watchertest.NewSource(append(targets, more...)...), sink))
+			start(t, w)
+			sink.WaitDelivered(t, 5)
+
+			end := time.Now().Add(3 * time.Second)
+			limited.Limit(gittest.Limit{Kind: kind, Until: end})
+			var commits []gitutil.Hash
+			for _, r := range repos {
+				commits = append(commits, hash(r.Commit(t, "2", gittest.File("f", "2"))))
+			}
+			next := hash(other[0].Commit(t, "2", gittest.File("f", "2")))
+			obs.WaitFor(t, "the rate limit", func(e watcher.Event) bool { return e.Type == watcher.EventRateLimited })
+			for range 5 { // hints knock, and are held to the limit
+				for _, r := range repos {
+					w.Trigger(r.URL())
+				}
+				w.Trigger(other[0].URL())
+				time.Sleep(50 * time.Millisecond)
+			}
+			sink.WaitCommit(t, "calm-0", next)
+			require.True(t, time.Now().Before(end), "the other host was served during the limit")
+			for i, c := range commits {
+				sink.WaitCommit(t, fmt.Sprintf("lim-%d", i), c)
+			}
+
+			reqs := limited.Requests()
+			first := slices.IndexFunc(reqs, func(r gittest.Request) bool { return r.Status >= 400 })
+			require.GreaterOrEqual(t, first, 0)
+			answered := reqs[first].Done
+			for _, r := range reqs[first+1:] {
+				if r.Time.After(answered) && r.Time.Before(end) {
+					t.Errorf("a request at %s, before the limit's end at %s (%s %s)", r.Time.Format(time.StampMilli), end.Format(time.StampMilli), r.Kind, r.Repo)
+				}
+			}
+			assert.Equal(t, 1, obs.Count(func(e watcher.Event) bool { return e.Type == watcher.EventRateLimited }), "once an episode")
+			failed := obs.Events()
+			i := slices.IndexFunc(failed, func(e watcher.Event) bool {
+				return e.Type == watcher.EventTargetFailed && errors.Is(e.Err, gitutil.ErrRateLimited)
+			})
+			require.GreaterOrEqual(t, i, 0, "a target was told")
+			var rl *gitutil.RateLimitError
+			require.ErrorAs(t, failed[i].Err, &rl)
+			assert.False(t, rl.Until.Before(end.Truncate(time.Second)), "its end: %s", rl.Until)
+			var retry *watcher.RetryError
+			require.ErrorAs(t, failed[i].Err, &retry)
+			assert.False(t, retry.At.Before(rl.Until), "polled next after the end")
+		})
+	}
+}
+
+// A host that holds every answer does not hold the other hosts back: it
+// is sent at most its budget's requests at once, and a hint for a remote
+// of another host is served while all of them hang.
+func TestAHintIsNotHeldBehindASlowHost(t *testing.T) {
+	slow, calm := gittest.NewServer(t), gittest.NewServer(t)
+	repos, targets := fleetOn(t, slow, "slow", 20)
+	other, more := fleetOn(t, calm, "calm", 1)
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	w := newWatcher(t, obs)
+	require.NoError(t, w.Route(watchertest.NewSource(append(targets, more...)...), sink))
+	start(t, w)
+	sink.WaitDelivered(t, 21)
+
+	release := slow.HoldAll()
+	defer release()
+	for _, r := range repos {
+		r.Commit(t, "2", gittest.File("f", "2"))
+		w.Trigger(r.URL())
+	}
+	require.Eventually(t, func() bool { return slow.Held() == watcher.DefaultHostInFlight }, 10*time.Second, 10*time.Millisecond)
+	next := hash(other[0].Commit(t, "2", gittest.File("f", "2")))
+	require.True(t, w.Trigger(other[0].URL()))
+	sink.WaitCommit(t, "calm-0", next)
+	assert.Equal(t, watcher.DefaultHostInFlight, slow.Held(), "the slow host was sent its budget, no more, and answered none")
+	release()
+	for i, r := range repos {
+		sink.WaitCommit(t, fmt.Sprintf("slow-%d", i), hash(r.Git(t, "rev-parse", "HEAD")))
+	}
+}
+
+// While a host's budget is spent on the start-up of many remotes, a
+// hinted remote of that host goes before the rest of them, and the rate
+// the host sees never exceeds its budget.
+func TestAHintGoesBeforeItsHostsBackgroundPolls(t *testing.T) {
+	srv := gittest.NewServer(t)
+	const n, rate = 40, 20
+	_, targets := fleetOn(t, srv, "many", n)
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	w := newWatcher(t, obs, watcher.WithHostBudget("", watcher.HostBudget{PerSecond: rate, Burst: 1, InFlight: 2}))
+	require.NoError(t, w.Route(watchertest.NewSource(targets...), sink))
+	start(t, w)
+	last := targets[n-1]
+	obs.WaitFor(t, "the start-up under way", func(e watcher.Event) bool { return e.Type == watcher.EventListed })
+	hinted := time.Now()
+	require.True(t, w.Trigger(last.URL))
+	sink.WaitDelivered(t, n)
+
+	reqs := srv.Requests()
+	after := slices.IndexFunc(reqs, func(r gittest.Request) bool { return r.Time.After(hinted) })
+	require.GreaterOrEqual(t, after, 0)
+	mine := slices.IndexFunc(reqs[after:], func(r gittest.Request) bool { return r.Kind == "list" && r.Repo == "many/r39.git" })
+	require.GreaterOrEqual(t, mine, 0, "the hinted remote was listed after the hint")
+	// Ahead of it: what was granted already (its host's two in flight)
+	// and the fetches in line, which go first; not the background polls.
+	assert.LessOrEqual(t, mine, 2+4, "requests to its host after the hint, before its listing")
+	// The rate, its burst (a fetch's two requests) and the host's
+	// capabilities, asked once.
+	assert.LessOrEqual(t, gittest.MaxPerSecond(reqs, time.Second), rate+2+1, "the host's rate")
+}
+
+// Remotes a host answers 404 or 401 for cost one request a poll, and
+// back off to the ceiling, while a healthy remote of the same host is
+// polled at its interval.
+func TestBrokenRemotesStayCheap(t *testing.T) {
+	srv := gittest.NewServer(t)
+	const broken = 50
+	repos, targets := fleetOn(t, srv, "broken", broken)
+	healthy, more := fleetOn(t, srv, "ok", 1)
+	for i, r := range repos {
+		code := 404
+		if i%2 == 1 {
+			code = 401
+		}
+		srv.Deny(r.Name(), code)
+	}
+	obs := watchertest.NewObserver()
+	sink := watchertest.NewSink("rec")
+	ceiling := 400 * time.Millisecond
+	w := newWatcher(t, obs, watcher.WithMinInterval(100*time.Millisecond), watcher.WithInterval(100*time.Millisecond),
+		watcher.WithRetryBackoff(watcher.Backoff{Min: 25 * time.Millisecond, Max: ceiling}))
+	require.NoError(t, w.Route(watchertest.NewSource(append(targets, more...)...), sink))
+	start(t, w)
+	sink.WaitDelivered(t, 1)
+	began := time.Now()
+	// Until every broken remote has failed eight times: its backoff is at
+	// the ceiling (25 ms doubled past 400 ms).
+	polls := func(url string) int {
+		return obs.Count(func(e watcher.Event) bool { return e.Type == watcher.EventPolled && e.Remote == url })
+	}
+	require.Eventually(t, func() bool {
+		for _, tg := range targets {
+			if polls(tg.URL) < 8 {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 50*time.Millisecond)
+
+	for i, r := range repos {
+		n := len(srv.RequestsOf(r.Name()))
+		p := polls(targets[i].URL)
+		assert.LessOrEqual(t, n, p+1, "%s: requests %d for %d polls (one more: the server's capabilities, once)", r.Name(), n, p)
+	}
+	for i, want := range []error{transport.ErrRepositoryNotFound, transport.ErrAuthenticationRequired} {
+		var last watcher.Event
+		for _, e := range obs.Events() {
+			if e.Type == watcher.EventTargetFailed && e.Target.ID == targets[i].ID {
+				last = e
+			}
+		}
+		require.ErrorIs(t, last.Err, want)
+		var next *watcher.RetryError
+		require.ErrorAs(t, last.Err, &next)
+		assert.GreaterOrEqual(t, next.At.Sub(last.Time), ceiling/2-20*time.Millisecond, "the backoff at its ceiling, told the target")
+	}
+	// At its interval, the healthy remote is polled ten times a second;
+	// a third of that is all that is asked of a loaded machine.
+	assert.GreaterOrEqual(t, polls(healthy[0].URL()), int(time.Since(began)/(100*time.Millisecond))/3, "the healthy remote kept its interval")
+}
