@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 )
 
 // ErrRateLimited is what every [RateLimitError] is (errors.Is): a host
@@ -176,4 +178,24 @@ func HTTPStatus(err error) (code int, ok bool) {
 func isHTTP(url string) bool {
 	e, err := ParseURL(url)
 	return err == nil && (e.Scheme == "http" || e.Scheme == "https")
+}
+
+// AsRateLimit returns the rate limit of host that err, from go-git's
+// HTTP transport, carries in its answer; nil when it carries none. (go-git
+// keeps the answer of a status it has no error of its own for, such as
+// 429 and 503; a 403 it reports as an authorization failure, without.)
+func AsRateLimit(err error, host string) error {
+	// go-git's UnexpectedError does not unwrap: its Err is looked into.
+	if unexpected := (*plumbing.UnexpectedError)(nil); errors.As(err, &unexpected) {
+		err = unexpected.Err
+	}
+	var answer *githttp.Err
+	if !errors.As(err, &answer) || answer.Response == nil {
+		return nil
+	}
+	until, ok := ParseRateLimit(answer.Response.StatusCode, answer.Response.Header, time.Now())
+	if !ok {
+		return nil
+	}
+	return &RateLimitError{Host: host, Code: answer.Response.StatusCode, Until: until}
 }

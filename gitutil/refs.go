@@ -92,6 +92,9 @@ func (l *Lister) ListRefs(ctx context.Context, repoURL string, auth *Auth, prefi
 		PeelingOption:   git.AppendPeeled,
 	})
 	if err != nil {
+		if rl := AsRateLimit(err, e.Host); rl != nil {
+			err = rl
+		}
 		return RefList{}, &RemoteError{Op: "list refs", URL: repoURL, Err: err}
 	}
 	return refList(refs), nil

@@ -2,8 +2,10 @@ package mirror
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -79,12 +81,27 @@ func (m *Mirror) runCLIClone(ctx context.Context, env []string, branch, clone, f
 
 // gitFailed is the error of a git command that failed: the last KiB of
 // what it wrote, without the mirror's URL's secrets.
+//
+// git says a 429 or a 503 ("The requested URL returned error: 429") but
+// not its headers: it is a rate limit of [gitutil.DefaultRateLimitWait].
 func (m *Mirror) gitFailed(what string, err error, out *gitcli.TailBuffer) error {
 	msg := strings.TrimSpace(out.String())
 	if len(msg) > 1024 {
 		msg = msg[len(msg)-1024:]
 	}
+	for _, code := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		if strings.Contains(msg, fmt.Sprintf("returned error: %d", code)) {
+			rl := &gitutil.RateLimitError{Host: m.host, Code: code, Until: time.Now().Add(gitutil.DefaultRateLimitWait)}
+			return fmt.Errorf("%s: %w: %s", what, rl, scrub(msg, m.url))
+		}
+	}
 	return fmt.Errorf("%s: %w: %s", what, err, scrub(msg, m.url))
+}
+
+// final reports whether a fetch's failure ends it: ctx ended, or the host
+// limits the client, and is not asked again another way.
+func final(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, gitutil.ErrRateLimited)
 }
 
 // scrub removes the raw URL (which may carry credentials) from a message

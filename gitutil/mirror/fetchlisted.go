@@ -91,7 +91,7 @@ func (m *Mirror) uploadPack(ctx context.Context, topts gitutil.Transport, wants 
 	}
 	sess, err := cl.NewUploadPackSession(ep, topts.Method)
 	if err != nil {
-		return err
+		return m.rateLimit(err)
 	}
 	defer sess.Close()
 
@@ -123,7 +123,7 @@ func (m *Mirror) uploadPack(ctx context.Context, topts gitutil.Transport, wants 
 	})
 	resp, err := sess.UploadPack(ctx, req)
 	if err != nil {
-		return err
+		return m.rateLimit(err)
 	}
 	defer func() {
 		if cerr := resp.Close(); err == nil {

@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -38,6 +39,9 @@ func (m *Mirror) firstFetch(ctx context.Context, topts gitutil.Transport, listed
 		wants = append(wants, h)
 	}
 	pack, closePack, err := m.v2Pack(ctx, topts, wants, nil, filter)
+	if errors.Is(err, gitutil.ErrRateLimited) {
+		return true, err // a host that limits is not asked again
+	}
 	if err != nil {
 		return false, stopped(ctx) // the fetch that follows reports it
 	}

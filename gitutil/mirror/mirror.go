@@ -180,6 +180,7 @@ type Options struct {
 type Mirror struct {
 	dir  string
 	url  string
+	host string // the remote's, whose rate limits its errors name
 	opts Options
 
 	mu     sync.Mutex
@@ -294,7 +295,8 @@ type FetchResult struct {
 // reports why in [FetchResult.Rebuilt]. repoURL carries no credentials
 // (they come with each fetch as an [Auth]), so none is written to disk.
 func Open(dir, repoURL string, opts Options) (*Mirror, error) {
-	if _, err := gitutil.ParseBareURL(repoURL); err != nil {
+	e, err := gitutil.ParseBareURL(repoURL)
+	if err != nil {
 		return nil, err
 	}
 	if opts.Filter != "" {
@@ -305,7 +307,7 @@ func Open(dir, repoURL string, opts Options) (*Mirror, error) {
 			return nil, errors.New("mirror: a mirror with a Filter needs the git CLI")
 		}
 	}
-	m := &Mirror{dir: dir, url: repoURL, opts: opts, lister: opts.Lister, readers: map[uint64][]string{}, replaced: map[string]bool{}}
+	m := &Mirror{dir: dir, url: repoURL, host: e.Host, opts: opts, lister: opts.Lister, readers: map[uint64][]string{}, replaced: map[string]bool{}}
 	if m.lister == nil {
 		m.lister = gitutil.NewLister()
 	}
@@ -488,8 +490,8 @@ func (m *Mirror) fetch(ctx context.Context, topts gitutil.Transport, refs []stri
 	}
 	if listed != nil && m.directFetchable() {
 		fetched, err := m.fetchDirect(ctx, topts, listed)
-		if err == nil || ctx.Err() != nil {
-			return fetched, err
+		if err == nil || ctx.Err() != nil || errors.Is(err, gitutil.ErrRateLimited) {
+			return fetched, err // a host that limits is not asked again
 		}
 		// A ref that moved since the listing, a server that wants the
 		// advertisement first: fetch as go-git does.
@@ -529,7 +531,7 @@ func (m *Mirror) cliFirstFetch(ctx context.Context, topts gitutil.Transport, ref
 	}
 	e, _ := gitutil.ParseURL(m.url)
 	if err := m.cliClone(ctx, e, topts, refs, ""); err != nil {
-		if ctx.Err() != nil {
+		if final(ctx, err) {
 			return false, true, err
 		}
 		m.fellBack(err)
@@ -538,7 +540,7 @@ func (m *Mirror) cliFirstFetch(ctx context.Context, topts gitutil.Transport, ref
 	if listed != nil && m.directFetchable() {
 		// The clone has the branch; the other listed refs (tags) are
 		// asked for in one request, if the clone lacks their objects.
-		if _, err := m.fetchDirect(ctx, topts, listed); err == nil || ctx.Err() != nil {
+		if _, err := m.fetchDirect(ctx, topts, listed); err == nil || ctx.Err() != nil || errors.Is(err, gitutil.ErrRateLimited) {
 			return true, true, err
 		}
 	}
@@ -596,9 +598,18 @@ func (m *Mirror) goGitFetch(ctx context.Context, topts gitutil.Transport, specs 
 	case errors.Is(err, git.NoErrAlreadyUpToDate):
 		return false, nil
 	case err != nil:
-		return false, err
+		return false, m.rateLimit(err)
 	}
 	return true, nil
+}
+
+// rateLimit is err, or the rate limit its answer carries (see
+// gitutil.AsRateLimit).
+func (m *Mirror) rateLimit(err error) error {
+	if rl := gitutil.AsRateLimit(err, m.host); rl != nil {
+		return rl
+	}
+	return err
 }
 
 // Progress is a number that grows while a fetch into the mirror makes

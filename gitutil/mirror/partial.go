@@ -233,7 +233,7 @@ func (m *Mirror) partialClone(ctx context.Context, topts gitutil.Transport, refs
 		return false, nil
 	}
 	if err := m.cliClone(ctx, e, topts, refs, cloneFilter); err != nil {
-		if ctx.Err() != nil {
+		if final(ctx, err) {
 			return false, err
 		}
 		m.fellBack(err)

@@ -337,7 +337,7 @@ func (m *Mirror) fetchCLIShallow(ctx context.Context, topts gitutil.Transport, r
 	}
 	if m.opts.ShallowDepth > 0 && m.isEmpty() {
 		fetched, err := m.fetchShallow(ctx, topts, refs)
-		if err == nil || ctx.Err() != nil {
+		if err == nil || final(ctx, err) {
 			return fetched, true, err
 		}
 		// On failure, go-git fetches (in full) into the empty mirror again.
@@ -368,7 +368,7 @@ func (m *Mirror) fetchShallow(ctx context.Context, topts gitutil.Transport, refs
 		extra = []string{fmt.Sprintf("--depth=%d", m.opts.ShallowDepth)}
 	}
 	err = m.cliFetch(ctx, topts, extra, specs...)
-	if err != nil && ctx.Err() == nil && m.opts.ShallowDepth > 0 && !m.isEmpty() {
+	if err != nil && !final(ctx, err) && m.opts.ShallowDepth > 0 && !m.isEmpty() {
 		// go-git tells the server where the mirror's history ends when it
 		// fetches to a depth: it stands in for a git CLI that failed.
 		m.fellBack(err)
