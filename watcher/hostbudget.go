@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -44,7 +45,7 @@ type HostBudget struct {
 // validate says what is wrong with b, if anything.
 func (b HostBudget) validate() error {
 	switch {
-	case b.PerSecond < 0 || b.PerSecond != b.PerSecond:
+	case b.PerSecond < 0 || math.IsNaN(b.PerSecond) || math.IsInf(b.PerSecond, 0):
 		return fmt.Errorf("a PerSecond of %v is not a rate", b.PerSecond)
 	case b.Burst < 0:
 		return fmt.Errorf("a Burst of %d is negative", b.Burst)

@@ -36,8 +36,12 @@ func fleetOn(t *testing.T, srv *gittest.Server, prefix string, n int) ([]*gittes
 // observers and the targets; another host's targets are delivered
 // meanwhile; after the end, the limited host's are.
 func TestARateLimitStopsEveryRequestToItsHostUntilItsEnd(t *testing.T) {
-	for _, kind := range []gittest.LimitKind{gittest.TooManyRequests, gittest.Unavailable, gittest.GitHubRateLimit, gittest.GitLabRateLimit} {
-		t.Run(fmt.Sprint(kind), func(t *testing.T) {
+	for name, kind := range map[string]gittest.LimitKind{
+		"429 Retry-After": gittest.TooManyRequests, "503 Retry-After": gittest.Unavailable,
+		"GitHub": gittest.GitHubRateLimit, "GitLab": gittest.GitLabRateLimit,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			limited, calm := gittest.NewServer(t), gittest.NewServer(t)
 			repos, targets := fleetOn(t, limited, "lim", 4)
 			other, more := fleetOn(t, calm, "calm", 1)
@@ -173,26 +177,35 @@ func TestBrokenRemotesStayCheap(t *testing.T) {
 	}
 	obs := watchertest.NewObserver()
 	sink := watchertest.NewSink("rec")
-	ceiling := 400 * time.Millisecond
+	ceiling := 200 * time.Millisecond
 	w := newWatcher(t, obs, watcher.WithMinInterval(100*time.Millisecond), watcher.WithInterval(100*time.Millisecond),
 		watcher.WithRetryBackoff(watcher.Backoff{Min: 25 * time.Millisecond, Max: ceiling}))
 	require.NoError(t, w.Route(watchertest.NewSource(append(targets, more...)...), sink))
 	start(t, w)
 	sink.WaitDelivered(t, 1)
 	began := time.Now()
-	// Until every broken remote has failed eight times: its backoff is at
-	// the ceiling (25 ms doubled past 400 ms).
-	polls := func(url string) int {
-		return obs.Count(func(e watcher.Event) bool { return e.Type == watcher.EventPolled && e.Remote == url })
+	// Until every broken remote has failed six times: its backoff is at
+	// the ceiling (25 ms doubled to 200 ms by the fourth).
+	pollsOf := func() map[string]int {
+		n := map[string]int{}
+		for _, e := range obs.Events() {
+			if e.Type == watcher.EventPolled {
+				n[e.Remote]++
+			}
+		}
+		return n
 	}
 	require.Eventually(t, func() bool {
+		n := pollsOf()
 		for _, tg := range targets {
-			if polls(tg.URL) < 8 {
+			if n[tg.URL] < 6 {
 				return false
 			}
 		}
 		return true
-	}, time.Minute, 50*time.Millisecond)
+	}, time.Minute, 100*time.Millisecond)
+	polled := pollsOf()
+	polls := func(url string) int { return polled[url] }
 
 	for i, r := range repos {
 		n := len(srv.RequestsOf(r.Name()))
