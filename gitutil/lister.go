@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
 
@@ -41,12 +42,13 @@ const (
 // watcher holds its own); a mirror shares its lister's knowledge
 // (gitutil/mirror's Options.Lister). It is safe for concurrent use.
 type Lister struct {
-	noV2      *lru.Cache[string, struct{}]     // servers that answered in version 0 or 1
-	v2Servers *lru.Cache[string, struct{}]     // servers that listed in version 2
-	repos     *lru.Cache[string, *v2Repo]      // repositories listed in version 2, by URL
-	features  *lru.Cache[string, string]       // the features of a version 2 server's fetch
-	clients   *lru.Cache[string, *http.Client] // by TLS and proxy setting
-	header    http.Header                      // lsRefsHeader, shared and never written
+	noV2      *lru.Cache[string, struct{}]        // servers that answered in version 0 or 1
+	v2Servers *lru.Cache[string, struct{}]        // servers that listed in version 2
+	repos     *lru.Cache[string, *v2Repo]         // repositories listed in version 2, by URL
+	features  *lru.Cache[string, string]          // the features of a version 2 server's fetch
+	clients   *lru.Cache[string, *http.Client]    // by TLS and proxy setting
+	limits    *lru.Cache[string, *RateLimitError] // hosts' rate limits, by host
+	header    http.Header                         // lsRefsHeader, shared and never written
 }
 
 // NewLister returns a Lister that knows nothing yet.
@@ -62,6 +64,7 @@ func newLister(repos, servers, clients int) *Lister {
 		repos:     lru.New[string, *v2Repo](repos, nil),
 		features:  lru.New[string, string](servers, nil),
 		clients:   lru.New(clients, func(_ string, c *http.Client) { c.CloseIdleConnections() }),
+		limits:    lru.New[string, *RateLimitError](servers, nil),
 		header:    lsRefsHeader(),
 	}
 }
@@ -72,6 +75,31 @@ func (l *Lister) CloseIdleConnections() {
 	for _, c := range l.clients.Values() {
 		c.CloseIdleConnections()
 	}
+}
+
+// HostLimit returns the rate limit host answered with that still holds
+// (see [RateLimitError]); nil when none does. A Lister sends no request to
+// a host while its limit holds: it returns the limit instead.
+func (l *Lister) HostLimit(host string) error {
+	rl, ok := l.limits.Get(host)
+	if !ok || !time.Now().Before(rl.Until) {
+		return nil
+	}
+	return rl
+}
+
+// NoteLimit remembers the rate limit err carries, if any, for its host
+// (see [Lister.HostLimit]): one a request that went elsewhere than l's
+// clients was answered with (go-git's, the git CLI's).
+func (l *Lister) NoteLimit(err error) {
+	var rl *RateLimitError
+	if !errors.As(err, &rl) || rl.Host == "" {
+		return
+	}
+	if old, ok := l.limits.Get(rl.Host); ok && old.Until.After(rl.Until) {
+		return
+	}
+	l.limits.Add(rl.Host, rl)
 }
 
 // SpeaksV2 reports whether a listing of l found the server of repoURL
@@ -100,6 +128,9 @@ func (l *Lister) AllowsFilter(ctx context.Context, repoURL string, t Transport) 
 	if f, ok := l.features.Get(server); ok {
 		return protov2.HasFeature(f, "filter"), nil
 	}
+	if err := l.HostLimit(e.Host); err != nil {
+		return false, err
+	}
 	client, err := l.client(t)
 	if err != nil {
 		return false, err
@@ -114,6 +145,7 @@ func (l *Lister) AllowsFilter(ctx context.Context, repoURL string, t Transport) 
 		return false, err
 	}
 	caps, err := readV2Caps(resp, e.Host)
+	l.NoteLimit(err)
 	if errors.Is(err, protov2.ErrNoV2) {
 		l.features.Add(server, "")
 		return false, nil
@@ -135,6 +167,10 @@ func (l *Lister) AllowsFilter(ctx context.Context, repoURL string, t Transport) 
 // closes. An answer other than 200 OK is an error. t is how the remote is
 // reached ([Auth.Transport]).
 func (l *Lister) UploadPack(ctx context.Context, repoURL string, t Transport, request []byte) (io.ReadCloser, error) {
+	host := hostOf(repoURL)
+	if err := l.HostLimit(host); err != nil {
+		return nil, err
+	}
 	client, err := l.client(t)
 	if err != nil {
 		return nil, err
@@ -153,7 +189,9 @@ func (l *Lister) UploadPack(ctx context.Context, repoURL string, t Transport, re
 	}
 	if resp.StatusCode != http.StatusOK {
 		_ = resp.Body.Close()
-		return nil, statusError(resp, hostOf(repoURL), "fetch")
+		err := statusError(resp, host, "fetch")
+		l.NoteLimit(err)
+		return nil, err
 	}
 	return resp.Body, nil
 }

@@ -108,20 +108,21 @@ func FuzzParseRateLimit(f *testing.F) {
 
 // A listing a host refuses with a rate limit is one request, reported as
 // the limit with its end: not an authorization failure, and not asked
-// again in protocol version 0. A listing of a repository the server does
-// not have, once the server is known, is one request too.
+// again in protocol version 0. While the limit holds, the Lister sends the
+// host nothing: it answers with the limit. A listing of a repository the
+// server does not have, once the server is known, is one request too.
 func TestARefusedListingIsOneRequest(t *testing.T) {
-	srv := gittest.NewServer(t)
-	repo := srv.NewRepo(t, "g/r")
-	repo.Commit(t, "1", gittest.File("f", "1"))
-	l := NewLister()
-	_, err := l.ListRefs(t.Context(), repo.URL(), nil, []string{"HEAD"})
-	require.NoError(t, err)
 	for _, kind := range []gittest.LimitKind{gittest.TooManyRequests, gittest.Unavailable, gittest.GitHubRateLimit, gittest.GitLabRateLimit, gittest.BareTooManyRequests} {
+		srv := gittest.NewServer(t)
+		repo := srv.NewRepo(t, "g/r")
+		repo.Commit(t, "1", gittest.File("f", "1"))
+		l := NewLister()
+		_, err := l.ListRefs(t.Context(), repo.URL(), nil, []string{"HEAD"})
+		require.NoError(t, err)
 		end := time.Now().Add(30 * time.Second)
 		srv.Limit(gittest.Limit{Kind: kind, Until: end})
 		before := len(srv.Requests())
-		_, err := l.ListRefs(t.Context(), repo.URL(), nil, []string{"HEAD"})
+		_, err = l.ListRefs(t.Context(), repo.URL(), nil, []string{"HEAD"})
 		var rl *RateLimitError
 		require.ErrorAs(t, err, &rl, "%v", kind)
 		assert.NotErrorIs(t, err, transport.ErrAuthorizationFailed)
@@ -130,8 +131,20 @@ func TestARefusedListingIsOneRequest(t *testing.T) {
 		code, ok := HTTPStatus(err)
 		assert.True(t, ok)
 		assert.Equal(t, rl.Code, code)
+
+		_, err = l.ListRefs(t.Context(), repo.URL(), nil, []string{"HEAD"})
+		require.ErrorIs(t, err, ErrRateLimited)
+		_, err = l.UploadPack(t.Context(), repo.URL(), Transport{}, nil)
+		require.ErrorIs(t, err, ErrRateLimited)
+		assert.Len(t, srv.Requests(), before+1, "%v: none while the limit holds", kind)
+		assert.Equal(t, rl, l.HostLimit(rl.Host))
 	}
-	srv.Limit(gittest.Limit{})
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	repo.Commit(t, "1", gittest.File("f", "1"))
+	l := NewLister()
+	_, err := l.ListRefs(t.Context(), repo.URL(), nil, []string{"HEAD"})
+	require.NoError(t, err)
 	before := len(srv.Requests())
 	_, err = l.ListRefs(t.Context(), srv.URL()+"/g/none.git", nil, []string{"HEAD"})
 	require.ErrorIs(t, err, transport.ErrRepositoryNotFound)
@@ -139,4 +152,5 @@ func TestARefusedListingIsOneRequest(t *testing.T) {
 	code, ok := HTTPStatus(err)
 	assert.True(t, ok)
 	assert.Equal(t, 404, code)
+	assert.NoError(t, l.HostLimit("elsewhere.example"))
 }

@@ -73,6 +73,9 @@ func (l *Lister) ListRefs(ctx context.Context, repoURL string, auth *Auth, prefi
 	if err != nil {
 		return RefList{}, fmt.Errorf("list refs of %s: %w", RedactURL(repoURL), err)
 	}
+	if err := l.HostLimit(e.Host); err != nil {
+		return RefList{}, &RemoteError{Op: "list refs", URL: repoURL, Err: err}
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, defaultListTimeout)
@@ -94,6 +97,7 @@ func (l *Lister) ListRefs(ctx context.Context, repoURL string, auth *Auth, prefi
 	if err != nil {
 		if rl := AsRateLimit(err, e.Host); rl != nil {
 			err = rl
+			l.NoteLimit(rl)
 		}
 		return RefList{}, &RemoteError{Op: "list refs", URL: repoURL, Err: err}
 	}
@@ -103,8 +107,7 @@ func (l *Lister) ListRefs(ctx context.Context, repoURL string, auth *Auth, prefi
 // listV2OrFallBack lists the refs under prefixes in protocol version 2;
 // done is false when the server answered in a way go-git's version 0
 // listing should handle (no version 2, which is remembered for the server,
-// or an HTTP answer other than 401, 403, 404, 429, a server error or a
-// rate limit).
+// or an HTTP answer other than an error: a redirect).
 func (l *Lister) listV2OrFallBack(ctx context.Context, at repoAddress, t Transport, prefixes []string) (refs RefList, done bool, err error) {
 	repoURL := at.url
 	refs, err = l.listV2(ctx, at, t, prefixes)
@@ -121,14 +124,14 @@ func (l *Lister) listV2OrFallBack(ctx context.Context, at repoAddress, t Transpo
 		return RefList{}, true, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrAuthorizationFailed}
 	case errors.As(err, &status) && status.code == http.StatusNotFound:
 		return RefList{}, true, &RemoteError{Op: "list refs", URL: repoURL, Err: transport.ErrRepositoryNotFound}
-	case errors.Is(err, ErrRateLimited),
-		errors.As(err, &status) && (status.code == http.StatusTooManyRequests || status.code >= http.StatusInternalServerError):
+	case errors.Is(err, ErrRateLimited), errors.As(err, &status) && status.code >= http.StatusBadRequest:
 		// The server is there and refuses, or fails: asking again in
 		// version 0 would only knock twice more.
+		l.NoteLimit(err)
 		return RefList{}, true, &RemoteError{Op: "list refs", URL: repoURL, Err: err}
 	case errors.As(err, &status):
-		// Anything else (a redirect, a proxy's answer): go-git's listing
-		// handles it, or says what it is.
+		// A redirect, a proxy's answer: go-git's listing handles it, or
+		// says what it is.
 		return RefList{}, false, nil
 	default:
 		return RefList{}, true, &RemoteError{Op: "list refs", URL: repoURL, Err: err}

@@ -21,9 +21,10 @@ const DefaultHostInFlight = 8
 // The default is [DefaultHostInFlight] requests in progress and no bound
 // on their rate. Requests in progress bound the rate by the host's own
 // pace: a host answering a listing in 100 ms is sent at most 80 a second,
-// a loaded host that answers slower is sent fewer. Half the listing slots
-// (see [Concurrency]) is the most one host holds, so a slow host leaves
-// the other half to the others. A rate is per forge knowledge: a
+// a loaded host that answers slower is sent fewer. Whatever its budget, a
+// host holds half the listing slots at most (see [Concurrency]), so a
+// slow host leaves the other half to the others. A rate is per forge
+// knowledge: a
 // self-hosted server of thousands of repositories takes far more than a
 // public forge will from one client; set it for the forges a watcher
 // polls ([WithHostBudget]). Whatever the budget, a host's own answer that
@@ -35,7 +36,7 @@ type HostBudget struct {
 	// no bound.
 	PerSecond float64
 	// Burst is how many requests may go at once above the rate after a
-	// quiet time (default: PerSecond, at least 1).
+	// quiet time (default: PerSecond; at least 2, what a fetch costs).
 	Burst int
 	// InFlight bounds the requests in progress at the host (default
 	// DefaultHostInFlight).
@@ -68,43 +69,65 @@ func (b HostBudget) withDefaults() hostgate.Budget {
 }
 
 // WithHostBudget sets the budget of requests to host (a host name, with
-// its port when not the scheme's default, as in a remote's URL), or of
-// every host that has none of its own when host is "". See [HostBudget].
+// its port when not the scheme's default, as in a remote's URL: any case),
+// or of every host that has none of its own when host is "". A budget for
+// one host set twice is refused. Local repositories (file URLs, paths)
+// are no host's: they have the default budget without its rate. See
+// [HostBudget].
 func WithHostBudget(host string, b HostBudget) Option {
 	return func(o *options) {
 		name := fmt.Sprintf("WithHostBudget(%q)", host)
+		key := strings.ToLower(host)
+		o.setOnce("budget of host "+key, name)
 		if err := b.validate(); err != nil {
 			o.invalid = append(o.invalid, fmt.Sprintf("%s: %v", name, err))
 			return
 		}
-		if host != "" {
-			e, err := gitutil.ParseURL("https://" + host + "/r")
-			if err != nil || e.Host != strings.ToLower(host) {
-				o.invalid = append(o.invalid, fmt.Sprintf("%s: not a host name", name))
-				return
-			}
+		if host != "" && !validHost(key) {
+			o.invalid = append(o.invalid, fmt.Sprintf("%s: not a host name", name))
+			return
 		}
 		if o.hostBudgets == nil {
 			o.hostBudgets = map[string]HostBudget{}
 		}
-		o.hostBudgets[strings.ToLower(host)] = b
+		o.hostBudgets[key] = b
 	}
 }
 
-// hostBudget is the budget of host.
+// validHost reports whether host is a remote's host as its URL gives it
+// (Endpoint.Host), over HTTPS or HTTP: "h", "h:8443", "h:443" (an HTTP
+// URL's).
+func validHost(host string) bool {
+	for _, scheme := range []string{"https://", "http://"} {
+		if e, err := gitutil.ParseURL(scheme + host + "/r"); err == nil && e.Host == host {
+			return true
+		}
+	}
+	return false
+}
+
+// hostBudget is the budget of host; local repositories' has no rate.
 func (o *options) hostBudget(host string) hostgate.Budget {
-	if b, ok := o.hostBudgets[host]; ok {
+	if b, ok := o.hostBudgets[host]; ok && host != localHost {
 		return b.withDefaults()
 	}
-	return o.hostBudgets[""].withDefaults()
+	b := o.hostBudgets[""]
+	if host == localHost {
+		b.PerSecond, b.Burst = 0, 0
+	}
+	return b.withDefaults()
 }
 
+// localHost is where local repositories' requests go, as the gate
+// names it: no host name is empty.
+const localHost = ""
+
 // hostOf is the host of a remote's URL (Endpoint.Host), whose budget it
-// spends; "" for a local repository.
+// spends; localHost for a local repository.
 func hostOf(url string) string {
 	e, err := gitutil.ParseURL(url)
 	if err != nil || e.Scheme == "file" {
-		return ""
+		return localHost
 	}
 	return e.Host
 }

@@ -155,6 +155,7 @@ func WithCacheDir(dir string) Option {
 type Concurrency struct {
 	// Lists bounds ref listings (default 16), so that a watcher of many
 	// repositories starting up does not send its hosting provider a burst.
+	// One host holds half of them at most (see [HostBudget]).
 	Lists int
 	// Fetches bounds fetches (default 4). Lists + Fetches bound the polls
 	// in progress: the workers of the pool remotes poll on. A remote

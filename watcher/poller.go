@@ -508,6 +508,15 @@ func (r *remote) fetchAndOffer(ctx context.Context, l *listing) (err error) {
 	if l.wants.any() {
 		fetchFailed, err = r.fetchMissing(ctx, l.auth, l.jobs, l.wants)
 	}
+	if err != nil {
+		// A failed poll: its targets are told when the next is.
+		wait, _ := r.retryWait(err)
+		next := time.Now().Add(wait)
+		for k, ferr := range fetchFailed {
+			fetchFailed[k] = &RetryError{Err: ferr, At: next}
+		}
+		err = &RetryError{Err: err, At: next}
+	}
 	if pf, ok := r.mirror.(PathFetcher); ok && pf.Partial() {
 		fetchFailed = r.fetchPaths(ctx, pf, l.auth, l.jobs, fetchFailed)
 	}
@@ -773,6 +782,9 @@ func (r *remote) listRefs(ctx context.Context, auth *gitutil.Auth, prefixes []st
 	defer cancel()
 	start := time.Now()
 	refs, err := r.env.opts.git.ListRefs(lctx, r.url, auth, prefixes)
+	if err == nil {
+		r.env.hosts.Listed(r.host)
+	}
 	r.env.emit(Event{Type: EventListed, Remote: r.redacted, Duration: time.Since(start), Waited: start.Sub(r.queued), Err: err})
 	r.env.rateLimited(r.host, r.redacted, err)
 	return refs, err
@@ -961,11 +973,15 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 
 	queued := time.Now()
 	if err := w.hosts.Acquire(ctx, r.host); err != nil {
-		err = fmt.Errorf("watcher: fetch %s: %w", r.redacted, err)
-		w.emit(Event{Type: EventFetched, Remote: r.redacted, Err: err})
-		return mirror.FetchResult{}, err
+		// No request was sent: no fetch to report.
+		return mirror.FetchResult{}, fmt.Errorf("watcher: fetch %s: %w", r.redacted, err)
 	}
-	defer w.hosts.Release(r.host, false)
+	held := true // the turn of the fetch of refs; each commit takes one more
+	defer func() {
+		if held {
+			w.hosts.Release(r.host, false)
+		}
+	}()
 	start := time.Now()
 	fctx, cancel := context.WithTimeoutCause(ctx, w.opts.fetchTimeout, errFetchTimeout)
 	defer cancel()
@@ -986,11 +1002,16 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 	} else if res.Repacked {
 		w.log.V(1).Info("mirror repacked", "remote", r.redacted)
 	}
+	w.hosts.Release(r.host, false)
+	held = false
 	for _, c := range commits {
 		if err != nil {
 			break
 		}
-		_, err = r.mirror.FetchCommit(fctx, auth, c)
+		err = w.atHost(fctx, r.host, r.redacted, func() error {
+			_, err := r.mirror.FetchCommit(fctx, auth, c)
+			return err
+		})
 	}
 	if err != nil {
 		if cause := context.Cause(fctx); cause != nil && ctx.Err() == nil {

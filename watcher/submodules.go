@@ -171,10 +171,15 @@ func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, 
 	if err == nil || m.HasCommit(commit) {
 		return files()
 	}
+	if s.v.rateLimited(host, gitutil.RedactURL(url), err); errors.Is(err, gitutil.ErrRateLimited) {
+		// Its host is asked nothing more until the end.
+		return nil, fmt.Errorf("watcher: submodule %s at %s: %w", gitutil.RedactURL(url), commit, err)
+	}
 	refs, lerr := s.v.opts.git.ListRefs(ctx, url, auth, []string{"refs/heads/", "refs/tags/"})
 	if lerr == nil && len(refs.Refs) > 0 {
 		_, lerr = m.FetchListed(ctx, auth, refs.Refs)
 	}
+	s.v.rateLimited(host, gitutil.RedactURL(url), lerr)
 	if m.HasCommit(commit) {
 		return files()
 	}

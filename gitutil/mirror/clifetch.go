@@ -92,6 +92,7 @@ func (m *Mirror) gitFailed(what string, err error, out *gitcli.TailBuffer) error
 	for _, code := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
 		if strings.Contains(msg, fmt.Sprintf("returned error: %d", code)) {
 			rl := &gitutil.RateLimitError{Host: m.host, Code: code, Until: time.Now().Add(gitutil.DefaultRateLimitWait)}
+			m.lister.NoteLimit(rl)
 			return fmt.Errorf("%s: %w: %s", what, rl, scrub(msg, m.url))
 		}
 	}

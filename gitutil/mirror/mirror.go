@@ -572,6 +572,10 @@ func (m *Mirror) prepare(ctx context.Context, auth *gitutil.Auth) (context.Conte
 	if err != nil {
 		return ctx, nil, topts, fmt.Errorf("fetch %s: %w", gitutil.RedactURL(m.url), err)
 	}
+	if err := m.lister.HostLimit(m.host); err != nil {
+		// No request while the host's rate limit holds.
+		return ctx, nil, topts, fmt.Errorf("fetch %s: %w", gitutil.RedactURL(m.url), err)
+	}
 	cancel := context.CancelFunc(func() {})
 	if _, ok := ctx.Deadline(); !ok {
 		ctx, cancel = context.WithTimeout(ctx, defaultFetchTimeout)
@@ -607,6 +611,7 @@ func (m *Mirror) goGitFetch(ctx context.Context, topts gitutil.Transport, specs 
 // gitutil.AsRateLimit).
 func (m *Mirror) rateLimit(err error) error {
 	if rl := gitutil.AsRateLimit(err, m.host); rl != nil {
+		m.lister.NoteLimit(rl)
 		return rl
 	}
 	return err
@@ -668,7 +673,7 @@ func (m *Mirror) FetchCommit(ctx context.Context, auth *gitutil.Auth, c gitutil.
 	} else {
 		_, err = m.goGitFetch(ctx, topts, []config.RefSpec{config.RefSpec(commit.String() + ":" + name)}, 0)
 	}
-	if _, cerr := m.repo.CommitObject(commit); cerr != nil && m.opts.GitCLI != "" && m.opts.Filter == "" && !cliOnly && ctx.Err() == nil {
+	if _, cerr := m.repo.CommitObject(commit); cerr != nil && m.opts.GitCLI != "" && m.opts.Filter == "" && !cliOnly && !final(ctx, err) {
 		err = m.cliFetch(ctx, topts, nil, commit.String()+":"+name)
 	}
 	if err != nil {

@@ -13,19 +13,24 @@ import (
 
 // A fetch a host refuses with a rate limit is one request, whichever way
 // the mirror fetches (go-git's one request, the git CLI's first fetch or
-// fetch): reported as the limit, never asked again another way.
+// fetch): reported as the limit, never asked again another way. While the
+// limit holds, the mirror sends the host nothing; after it, it fetches.
 func TestAFetchARateLimitRefusesIsOneRequest(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		opts  Options
 		empty bool
+		kind  gittest.LimitKind
 	}{
-		{"one request into a mirror", Options{}, false},
-		{"the git CLI's first fetch", Options{GitCLI: "git"}, true},
-		{"the git CLI's fetch", Options{GitCLI: "git", CLIFetches: true}, false},
-		{"go-git's first fetch", Options{}, true},
+		{"one request into a mirror", Options{}, false, gittest.TooManyRequests},
+		{"one request into a mirror, 503", Options{}, false, gittest.Unavailable},
+		{"the git CLI's first fetch", Options{GitCLI: "git"}, true, gittest.TooManyRequests},
+		{"the git CLI's fetch", Options{GitCLI: "git", CLIFetches: true}, false, gittest.TooManyRequests},
+		{"the git CLI's fetch, 503", Options{GitCLI: "git", CLIFetches: true}, false, gittest.Unavailable},
+		{"go-git's first fetch", Options{}, true, gittest.TooManyRequests},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			srv := gittest.NewServer(t)
 			repo := srv.NewRepo(t, "g/r")
 			repo.Commit(t, "one", gittest.File("a", "1"))
@@ -40,16 +45,27 @@ func TestAFetchARateLimitRefusesIsOneRequest(t *testing.T) {
 			repo.Commit(t, "two", gittest.File("a", "2"))
 			refs, err := l.ListRefs(ctxT(t), repo.URL(), nil, []string{"HEAD"})
 			require.NoError(t, err)
+			listed := map[string]gitutil.Hash{"refs/heads/main": refs.Refs["refs/heads/main"]}
 
-			for _, kind := range []gittest.LimitKind{gittest.TooManyRequests, gittest.Unavailable} {
-				srv.Limit(gittest.Limit{Kind: kind, Until: time.Now().Add(time.Minute)})
-				before := len(srv.Requests())
-				_, err = m.FetchListed(ctxT(t), nil, map[string]gitutil.Hash{"refs/heads/main": refs.Refs["refs/heads/main"]})
-				require.ErrorIs(t, err, gitutil.ErrRateLimited, "%v", kind)
-				assert.Len(t, srv.Requests(), before+1, "%v: one request", kind)
+			end := time.Now().Add(2 * time.Second)
+			srv.Limit(gittest.Limit{Kind: tc.kind, Until: end})
+			before := len(srv.Requests())
+			_, err = m.FetchListed(ctxT(t), nil, listed)
+			require.ErrorIs(t, err, gitutil.ErrRateLimited)
+			assert.Len(t, srv.Requests(), before+1, "one request")
+			_, err = m.FetchListed(ctxT(t), nil, listed)
+			require.ErrorIs(t, err, gitutil.ErrRateLimited)
+			assert.Len(t, srv.Requests(), before+1, "none while the limit holds")
+
+			var rl *gitutil.RateLimitError
+			require.ErrorAs(t, err, &rl)
+			if tc.opts.CLIFetches {
+				// git does not pass the answer's headers on: the default.
+				assert.WithinDuration(t, time.Now().Add(gitutil.DefaultRateLimitWait), rl.Until, 5*time.Second)
+				return
 			}
-			srv.Limit(gittest.Limit{})
-			_, err = m.FetchListed(ctxT(t), nil, map[string]gitutil.Hash{"refs/heads/main": refs.Refs["refs/heads/main"]})
+			time.Sleep(time.Until(rl.Until) + 100*time.Millisecond)
+			_, err = m.FetchListed(ctxT(t), nil, listed)
 			require.NoError(t, err, "after the limit")
 		})
 	}

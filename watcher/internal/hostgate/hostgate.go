@@ -16,7 +16,8 @@ import (
 //
 // A listing's turn costs one request of the rate, a fetch's FetchCost:
 // an incremental fetch asks for the remote's advertisement, then its
-// pack. (A host's first listing also asks for its capabilities, once.)
+// pack. Until a listing at the host succeeded, a listing costs two: it
+// asks for the host's capabilities first (see Listed).
 type Budget struct {
 	PerSecond float64
 	Burst     int
@@ -62,6 +63,7 @@ type Gate struct {
 	timer  *time.Timer
 	wakeAt time.Time // when the timer is set for, or zero
 	closed bool
+	sweep  int // the number of hosts past which idle ones are forgotten
 }
 
 // host is one host's budget and line.
@@ -70,6 +72,9 @@ type host struct {
 	budget   Budget
 	limiter  *rate.Limiter // nil: no rate bound
 	inFlight int
+	listings int       // of inFlight, listings: at most half the slots
+	known    bool      // a listing succeeded: the next cost one request
+	hintRun  int       // hints handed a turn in a row while background polls wait
 	until    time.Time // no request before then (a rate limit)
 	cause    error     // the answer that said so
 	inRing   bool
@@ -87,6 +92,16 @@ type acquirer struct {
 
 // FetchCost is the requests of the rate a fetch's turn spends.
 const FetchCost = 2
+
+// hintRunMax is how many hints in a row take their host's turns while
+// background polls wait: then one of these goes, so that a storm of
+// hints does not stop the host's other remotes being polled.
+const hintRunMax = 4
+
+// MaxIdleHosts bounds the hosts a gate keeps with nothing in progress,
+// nothing in line and no rate limit (a submodule may name any host): past
+// it, they are forgotten, their rate's tokens with them.
+const MaxIdleHosts = 1024
 
 // New returns a gate of slots listing slots whose waiters are scheduled
 // on polls, with each host's budget from budget.
@@ -135,6 +150,7 @@ func (g *Gate) TryOrPark(w Waiter, name string, hinted bool) bool {
 		}
 		// A rate limit began since: the turn goes back, and w in line.
 		h.inFlight--
+		h.listings--
 		g.used--
 		g.park(w, h, true)
 	}
@@ -146,9 +162,13 @@ func (g *Gate) TryOrPark(w Waiter, name string, hinted bool) bool {
 		return true
 	}
 	h := g.hostOf(name)
-	took := p.host == nil && len(h.fetches) == 0 && len(h.hints) == 0 && (hinted || len(h.background) == 0) && g.take(h, now, true)
-	if !took {
+	jumps := hinted && len(h.background) > 0 // ahead of background polls
+	took := p.host == nil && len(h.fetches) == 0 && len(h.hints) == 0 && (len(h.background) == 0 || jumps && h.hintRun < hintRunMax) && g.take(h, now, true)
+	switch {
+	case !took:
 		g.park(w, h, hinted)
+	case jumps:
+		h.hintRun++
 	}
 	g.mu.Unlock()
 	g.schedule(grants, nil)
@@ -181,17 +201,25 @@ func (g *Gate) park(w Waiter, h *host, hinted bool) {
 // take spends a turn at h when its budget and rate limit allow (and a
 // listing slot, for a listing); g.mu is held.
 func (g *Gate) take(h *host, now time.Time, listing bool) bool {
-	if now.Before(h.until) || h.inFlight >= max(h.budget.InFlight, 1) || (listing && g.used >= g.slots) {
+	if now.Before(h.until) || h.inFlight >= max(h.budget.InFlight, 1) || (listing && !g.slotFor(h)) {
 		return false
 	}
-	if h.limiter != nil && !h.limiter.AllowN(now, cost(listing)) {
+	if h.limiter != nil && !h.limiter.AllowN(now, h.cost(listing)) {
 		return false
 	}
 	h.inFlight++
 	if listing {
 		g.used++
+		h.listings++
 	}
 	return true
+}
+
+// slotFor reports whether h may take a listing slot: one is free, and h
+// holds fewer than half of them (one at least), so that a slow host
+// leaves the other half to the others; g.mu is held.
+func (g *Gate) slotFor(h *host) bool {
+	return g.used < g.slots && h.listings < max(g.slots/2, 1)
 }
 
 // dispatch hands out the turns there are to the waiters in line, one at
@@ -228,18 +256,21 @@ func (g *Gate) ready(h *host, now time.Time) bool {
 	switch {
 	case !fetch && len(h.hints) == 0 && len(h.background) == 0:
 		return false
-	case now.Before(h.until), h.inFlight >= max(h.budget.InFlight, 1), !fetch && g.used >= g.slots:
+	case now.Before(h.until), h.inFlight >= max(h.budget.InFlight, 1), !fetch && !g.slotFor(h):
 		return false
 	}
-	return h.limiter == nil || h.limiter.TokensAt(now) >= float64(cost(!fetch))
+	return h.limiter == nil || h.limiter.TokensAt(now) >= float64(h.cost(!fetch))
 }
 
-// cost is the requests of the rate a turn spends.
-func cost(listing bool) int {
-	if listing {
+// cost is the requests of the rate a turn at h spends.
+func (h *host) cost(listing bool) int {
+	switch {
+	case !listing:
+		return FetchCost
+	case h.known:
 		return 1
 	}
-	return FetchCost
+	return 2
 }
 
 // grantOne hands h's next turn to the first in its line (see ready);
@@ -254,8 +285,11 @@ func (g *Gate) grantOne(h *host, now time.Time, grants *[]Waiter) {
 	}
 	g.take(h, now, true)
 	line := &h.background
-	if len(h.hints) > 0 {
+	if len(h.hints) > 0 && (len(h.background) == 0 || h.hintRun < hintRunMax) {
 		line = &h.hints
+		h.hintRun++
+	} else {
+		h.hintRun = 0
 	}
 	w := (*line)[0]
 	*line = (*line)[1:]
@@ -296,7 +330,7 @@ func (h *host) readyAt(now time.Time) time.Time {
 	if h.limiter == nil || h.inFlight >= max(h.budget.InFlight, 1) {
 		return time.Time{}
 	}
-	r := h.limiter.ReserveN(now, cost(len(h.fetches) == 0))
+	r := h.limiter.ReserveN(now, h.cost(len(h.fetches) == 0))
 	d := r.DelayFrom(now)
 	r.CancelAt(now)
 	if d <= 0 || d == rate.InfDuration {
@@ -336,10 +370,36 @@ func (g *Gate) release(h *host, listing bool) {
 	h.inFlight--
 	if listing {
 		g.used--
+		h.listings--
 	}
+	g.forget()
 	grants := g.dispatch(time.Now())
 	g.mu.Unlock()
 	g.schedule(grants, nil)
+}
+
+// Listed says a listing at host succeeded: its capabilities are known,
+// and its next listings cost one request each.
+func (g *Gate) Listed(name string) {
+	g.mu.Lock()
+	g.hostOf(name).known = true
+	g.mu.Unlock()
+}
+
+// forget drops idle hosts past MaxIdleHosts; g.mu is held.
+func (g *Gate) forget() {
+	if len(g.hosts) <= max(g.sweep, MaxIdleHosts) {
+		return
+	}
+	defer func() { g.sweep = 2 * len(g.hosts) }() // as many again before the next sweep
+	now := time.Now()
+	for name, h := range g.hosts {
+		idle := h.inFlight == 0 && !h.inRing && !now.Before(h.until) &&
+			(h.limiter == nil || h.limiter.TokensAt(now) >= float64(h.limiter.Burst()))
+		if idle {
+			delete(g.hosts, name)
+		}
+	}
 }
 
 // Leave takes w out of line (it ended), and passes on a turn that was

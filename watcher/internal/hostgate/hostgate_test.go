@@ -92,36 +92,93 @@ func budgetOf(b hostgate.Budget) func(string) hostgate.Budget {
 	return func(string) hostgate.Budget { return b }
 }
 
-// A host holds no more turns than its budget's InFlight, and a host with
-// a long line does not take the slots another host's waiter needs: the
-// hosts take turns.
+// A host holds no more turns than its budget's InFlight, nor more than
+// half the listing slots, and a host with a long line does not take the
+// slots another host's waiter needs: the hosts take turns.
 func TestHostsTakeTurnsAtTheSlots(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := newWorld(t, 3, budgetOf(hostgate.Budget{InFlight: 2}))
+		w := newWorld(t, 6, budgetOf(hostgate.Budget{InFlight: 2}))
 		var slow []*waiter
 		for i := range 10 {
 			slow = append(slow, w.start(fmt.Sprint("slow", i), "slow.example", false))
 		}
-		synctest.Wait()
 		assert.Equal(t, []string{"slow0", "slow1"}, w.taken(), "the host's budget: two in flight")
 		calm := w.start("calm", "calm.example", false)
-		synctest.Wait()
-		assert.Equal(t, []string{"slow0", "slow1", "calm"}, w.taken(), "another host has a turn at once")
+		w.start("calm2", "calm.example", false)
+		w.start("calm3", "calm.example", false)
+		w.start("more", "more.example", false)
+		w.start("more2", "more.example", false)
+		assert.Equal(t, []string{"slow0", "slow1", "calm", "calm2", "more", "more2"}, w.taken(), "other hosts have turns at once")
 
 		// With every slot taken, a freed one goes to the host in line
 		// with the fewest turns in progress: not back to the slow one.
-		w.start("calm2", "calm.example", false)
 		w.start("third", "third.example", false)
-		synctest.Wait()
 		slow[0].drop()
 		synctest.Wait()
 		calm.drop()
 		synctest.Wait()
-		got := w.taken()[3:]
-		assert.Equal(t, []string{"third", "calm2"}, got)
+		assert.Equal(t, []string{"third", "calm3"}, w.taken()[6:])
 		slow[1].drop()
 		synctest.Wait()
-		assert.Equal(t, []string{"slow2"}, w.taken()[5:], "slow2 takes the freed slot")
+		assert.Equal(t, []string{"slow2"}, w.taken()[8:], "slow2 takes the freed slot")
+	})
+}
+
+// With every host's budget larger than the slots, a host still takes no
+// more than half of them: a slow host leaves the other half.
+func TestAHostTakesHalfTheSlotsAtMost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 4, budgetOf(hostgate.Budget{InFlight: 100}))
+		for i := range 10 {
+			w.start(fmt.Sprint("slow", i), "slow.example", false)
+		}
+		assert.Equal(t, []string{"slow0", "slow1"}, w.taken())
+		w.start("calm", "calm.example", false)
+		assert.Equal(t, []string{"slow0", "slow1", "calm"}, w.taken())
+		one := newWorld(t, 1, budgetOf(hostgate.Budget{InFlight: 100}))
+		one.start("a", "h", false)
+		assert.Equal(t, []string{"a"}, one.taken(), "one slot: one host may take it")
+	})
+}
+
+// Until a listing at a host succeeded, each costs two requests of its
+// rate (the host's capabilities, then the listing); then one.
+func TestFirstListingsCostTheCapabilitiesToo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 16, budgetOf(hostgate.Budget{PerSecond: 2, Burst: 2, InFlight: 16}))
+		for i := range 3 {
+			w.start(fmt.Sprint(i), "h", false)
+		}
+		assert.Len(t, w.taken(), 1, "a burst of two: one first listing")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Len(t, w.taken(), 2)
+		w.g.Listed("h")
+		w.start("3", "h", false)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Len(t, w.taken(), 4, "two a second once the host is known")
+	})
+}
+
+// A storm of hints does not stop a host's background polls: every fifth
+// turn goes to one.
+func TestAHintStormLeavesTurnsToTheRest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 16, budgetOf(hostgate.Budget{InFlight: 1}))
+		first := w.start("first", "h", false)
+		w.start("bg", "h", false)
+		var hints []*waiter
+		for i := range 10 {
+			hints = append(hints, w.start(fmt.Sprint("hint", i), "h", true))
+		}
+		first.drop()
+		synctest.Wait()
+		for i := range 5 {
+			hints[i].drop()
+			synctest.Wait()
+		}
+		assert.Equal(t, []string{"first", "hint0", "hint1", "hint2", "hint3", "bg"}, w.taken())
 	})
 }
 
@@ -156,6 +213,7 @@ func TestHintsGoFirst(t *testing.T) {
 func TestTheRateIsNeverExceeded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, 16, budgetOf(hostgate.Budget{PerSecond: 10, Burst: 1, InFlight: 4}))
+		w.g.Listed("h")
 		start := time.Now()
 		var all []*waiter
 		for i := range 100 {
