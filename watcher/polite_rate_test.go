@@ -14,10 +14,11 @@ import (
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
-// A host's rate (1 a second, a burst of 1) bounds the requests sent it:
+// A host's rate (4 a second, a burst of 2) bounds the requests sent it:
 // a remote with targets pinned to several commits takes a turn for the
 // fetch of each.
 func TestCommitPinnedTargetsKeepTheRate(t *testing.T) {
+	t.Parallel()
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "g/r")
 	var targets []watcher.Target
@@ -28,7 +29,7 @@ func TestCommitPinnedTargetsKeepTheRate(t *testing.T) {
 	host := strings.TrimPrefix(srv.URL(), "http://")
 	obs := watchertest.NewObserver()
 	sink := watchertest.NewSink("rec")
-	w := newWatcher(t, obs, watcher.WithHostBudget(host, watcher.HostBudget{PerSecond: 1, Burst: 1}))
+	w := newWatcher(t, obs, watcher.WithHostBudget(host, watcher.HostBudget{PerSecond: 4, Burst: 2}))
 	require.NoError(t, w.Route(watchertest.NewSource(targets...), sink))
 	start(t, w)
 	sink.WaitDelivered(t, len(targets))
@@ -38,12 +39,13 @@ func TestCommitPinnedTargetsKeepTheRate(t *testing.T) {
 		kinds[r.Kind]++
 	}
 	most := gittest.MaxPerSecond(reqs, time.Second)
-	assert.LessOrEqual(t, most, 2, "requests within one second to a host of PerSecond 1, Burst 1 (all requests: %v)", kinds)
+	assert.LessOrEqual(t, most, 4+2, "requests within one second to a host of PerSecond 4, Burst 2 (all requests: %v)", kinds)
 }
 
 // The first listings of a host's remotes, at start, each ask for the
 // server's capabilities and then list: their turns cost two of the rate.
 func TestFirstListingsKeepTheRate(t *testing.T) {
+	t.Parallel()
 	srv := gittest.NewServer(t)
 	var targets []watcher.Target
 	for i := range 6 {

@@ -15,6 +15,7 @@ import (
 // A submodule's host that answers 429 Retry-After is rate limited like a
 // remote's: no request to it until the end it gave, the limit reported.
 func TestASubmodulesHostRateLimitIsHonoured(t *testing.T) {
+	t.Parallel()
 	srv, other := gittest.NewServer(t), gittest.NewServer(t)
 	lib := other.NewRepo(t, "g/lib")
 	pin := lib.Commit(t, "lib", gittest.File("lib.yaml", "v1"))

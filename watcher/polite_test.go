@@ -36,6 +36,7 @@ func fleetOn(t *testing.T, srv *gittest.Server, prefix string, n int) ([]*gittes
 // observers and the targets; another host's targets are delivered
 // meanwhile; after the end, the limited host's are.
 func TestARateLimitStopsEveryRequestToItsHostUntilItsEnd(t *testing.T) {
+	t.Parallel()
 	for name, kind := range map[string]gittest.LimitKind{
 		"429 Retry-After": gittest.TooManyRequests, "503 Retry-After": gittest.Unavailable,
 		"GitHub": gittest.GitHubRateLimit, "GitLab": gittest.GitLabRateLimit,
@@ -133,6 +134,7 @@ func TestAHintIsNotHeldBehindASlowHost(t *testing.T) {
 // hinted remote of that host goes before the rest of them, and the rate
 // the host sees never exceeds its budget.
 func TestAHintGoesBeforeItsHostsBackgroundPolls(t *testing.T) {
+	t.Parallel()
 	srv := gittest.NewServer(t)
 	const n, rate = 40, 20
 	_, targets := fleetOn(t, srv, "many", n)
