@@ -126,10 +126,10 @@ quickstart:
 # also written to bench-results/table.md. Then the soak and head-of-line
 # table (S1, S2, H1; about 25 minutes) in bench-results/soak.md, the
 # wide-tree table (sink/dir vs git archive | tar -x) in
-# bench-results/widetree.md, one host's requests at a budget of 50 a second
+# bench-results/widetree.md, one host's requests at a budget of 25 a second
 # (P15: the start-up of 1,000 remotes on it against the budget and the
-# least time it allows, 40 s; with the same start-up unbudgeted, about
-# two and a half minutes) in bench-results/polite.md, a
+# least time it allows, 80 s; with the same start-up unbudgeted, about
+# three minutes) in bench-results/polite.md, a
 # watcher at steady state of 1,000 targets
 # (50 remotes) and of 10,000 (100 and 1,000 remotes) in
 # bench-results/fleet*.md (make bench-scale adds 100,000 targets on 10,000

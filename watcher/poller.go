@@ -993,6 +993,7 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 	}, func() { abort(ErrFetchStalled) })
 	defer stopWatch()
 	res, err := r.mirror.FetchListed(fctx, auth, refs)
+	w.hosts.Charge(r.host, res.Requests-1)
 	if res.Rebuilt != nil {
 		w.log.Info("mirror rebuilt", "remote", r.redacted, "reason", res.Rebuilt.Error())
 		w.emit(Event{Type: EventMirrorRebuilt, Remote: r.redacted, Err: res.Rebuilt})
@@ -1009,7 +1010,8 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 			break
 		}
 		err = w.atHost(fctx, r.host, r.redacted, func() error {
-			_, err := r.mirror.FetchCommit(fctx, auth, c)
+			res, err := r.mirror.FetchCommit(fctx, auth, c)
+			w.hosts.Charge(r.host, res.Requests-1)
 			return err
 		})
 	}

@@ -167,7 +167,8 @@ func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, 
 	if m.HasCommit(commit) {
 		return files()
 	}
-	_, err = m.FetchCommit(ctx, auth, commit)
+	res, err := m.FetchCommit(ctx, auth, commit)
+	s.v.hosts.Charge(host, res.Requests-1)
 	if err == nil || m.HasCommit(commit) {
 		return files()
 	}
@@ -177,7 +178,8 @@ func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, 
 	}
 	refs, lerr := s.v.opts.git.ListRefs(ctx, url, auth, []string{"refs/heads/", "refs/tags/"})
 	if lerr == nil && len(refs.Refs) > 0 {
-		_, lerr = m.FetchListed(ctx, auth, refs.Refs)
+		res, lerr = m.FetchListed(ctx, auth, refs.Refs)
+		s.v.hosts.Charge(host, 1+res.Requests) // the listing's too
 	}
 	s.v.rateLimited(host, gitutil.RedactURL(url), lerr)
 	if m.HasCommit(commit) {

@@ -27,6 +27,7 @@ import (
 // costs about 8 times clone's memory. Credentials reach git through the
 // environment and private temporary files, never its command line.
 func (m *Mirror) cliClone(ctx context.Context, e gitutil.Endpoint, t gitutil.Transport, refs []string, filter string) error {
+	m.sent.Add(3)
 	branch, err := gitcli.CloneBranch(refs)
 	if err != nil {
 		return err
@@ -156,6 +157,7 @@ func (m *Mirror) cliFetch(ctx context.Context, t gitutil.Transport, extra []stri
 // cliFetchFrom is cliFetch from remote: the mirror's URL, or the name of
 // a remote whose URL it is.
 func (m *Mirror) cliFetchFrom(ctx context.Context, t gitutil.Transport, remote string, extra []string, specs ...string) error {
+	m.sent.Add(3)
 	e, err := gitutil.ParseURL(m.url)
 	if err != nil {
 		return err

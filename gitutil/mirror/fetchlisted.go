@@ -80,6 +80,7 @@ func (m *Mirror) fetchDirect(ctx context.Context, topts gitutil.Transport, liste
 
 // uploadPack asks the remote for wants and stores the pack it sends.
 func (m *Mirror) uploadPack(ctx context.Context, topts gitutil.Transport, wants []plumbing.Hash) (err error) {
+	m.sent.Add(2)
 	ep, err := transport.NewEndpoint(m.url)
 	if err != nil {
 		return err

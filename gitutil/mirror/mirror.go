@@ -182,6 +182,7 @@ type Mirror struct {
 	url  string
 	host string // the remote's, whose rate limits its errors name
 	opts Options
+	sent atomic.Int64 // requests sent to the remote (see FetchResult.Requests)
 
 	mu     sync.Mutex
 	repo   *git.Repository
@@ -287,6 +288,12 @@ type FetchResult struct {
 	// why a repack failed (the fetch itself succeeded).
 	Repacked  bool
 	RepackErr error
+	// Requests is how many requests the fetch sent the remote, as a
+	// budget of requests to its host counts them: one of the mirror's own
+	// (the listed objects, a partial mirror's files), two of go-git's (the
+	// advertisement, then the pack), three of the git CLI's (the
+	// capabilities, the listing, the pack).
+	Requests int
 }
 
 // Open opens the mirror in dir for repoURL, creating it when absent.
@@ -399,16 +406,18 @@ func (m *Mirror) Fetch(ctx context.Context, auth *gitutil.Auth, refs []string) (
 
 // fetchRefs is Fetch, with the objects refs point at when a listing named
 // them (see FetchListed).
-func (m *Mirror) fetchRefs(ctx context.Context, auth *gitutil.Auth, refs []string, listed map[string]plumbing.Hash) (FetchResult, error) {
+func (m *Mirror) fetchRefs(ctx context.Context, auth *gitutil.Auth, refs []string, listed map[string]plumbing.Hash) (res FetchResult, err error) {
 	ctx, cancel, topts, err := m.prepare(ctx, auth)
 	if err != nil {
 		return FetchResult{}, err
 	}
 	defer cancel()
+	before := m.sent.Load()
+	defer func() { res.Requests = int(m.sent.Load() - before) }()
 	defer m.lockToWrite()()
 	m.lastAuth = auth
 
-	res := FetchResult{Refs: map[string]gitutil.Hash{}, Rebuilt: m.rebuilt}
+	res = FetchResult{Refs: map[string]gitutil.Hash{}, Rebuilt: m.rebuilt}
 	m.rebuilt = nil
 	if m.broken != nil {
 		res.Rebuilt = m.broken
@@ -586,6 +595,7 @@ func (m *Mirror) prepare(ctx context.Context, auth *gitutil.Auth) (context.Conte
 // goGitFetch fetches specs with go-git; it reports whether anything was
 // transferred. Callers hold m.mu.
 func (m *Mirror) goGitFetch(ctx context.Context, topts gitutil.Transport, specs []config.RefSpec, depth int) (bool, error) {
+	m.sent.Add(2)
 	remote := git.NewRemote(m.repo.Storer, &config.RemoteConfig{Name: "origin", URLs: []string{m.url}})
 	err := remote.FetchContext(ctx, &git.FetchOptions{
 		RefSpecs:        specs,
@@ -650,10 +660,10 @@ func (w progressWriter) Write(p []byte) (int, error) {
 // uploadpack.allowReachableSHA1InWant (GitHub and GitLab have it); when
 // that brings nothing and there is a git CLI, the CLI asks again, in
 // version 2, which needs no such setting.
-func (m *Mirror) FetchCommit(ctx context.Context, auth *gitutil.Auth, c gitutil.Hash) (FetchResult, error) {
+func (m *Mirror) FetchCommit(ctx context.Context, auth *gitutil.Auth, c gitutil.Hash) (res FetchResult, err error) {
 	commit := plumbing.Hash(c)
 	m.mu.Lock()
-	_, err := m.repo.CommitObject(commit)
+	_, err = m.repo.CommitObject(commit)
 	present := m.broken == nil && err == nil
 	m.unlock()
 	if present {
@@ -665,6 +675,8 @@ func (m *Mirror) FetchCommit(ctx context.Context, auth *gitutil.Auth, c gitutil.
 		return FetchResult{}, err
 	}
 	defer cancel()
+	before := m.sent.Load()
+	defer func() { res.Requests = int(m.sent.Load() - before) }()
 	defer m.lockToWrite()()
 	cliOnly := m.opts.CLIFetches && m.opts.GitCLI != ""
 	if m.opts.Filter != "" || cliOnly {

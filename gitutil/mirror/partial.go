@@ -300,6 +300,7 @@ func (m *Mirror) fetchV2(ctx context.Context, topts gitutil.Transport, wants, ha
 // and returns the pack it answers with, its side band taken off (the
 // server's progress counted), and what to call when it is read.
 func (m *Mirror) v2Pack(ctx context.Context, topts gitutil.Transport, wants, haves []plumbing.Hash, filter string) (io.Reader, func(), error) {
+	m.sent.Add(1)
 	body, err := m.lister.UploadPack(ctx, m.url, topts, protov2.FetchRequest(wants, haves, filter))
 	if err != nil {
 		return nil, nil, err

@@ -14,10 +14,10 @@ import (
 // Budget is what one host may be sent: requests in progress at once, and
 // requests per second with a burst. A zero PerSecond bounds no rate.
 //
-// A listing's turn costs one request of the rate, a fetch's FetchCost:
-// an incremental fetch asks for the remote's advertisement, then its
-// pack. Until a listing at the host succeeded, a listing costs two: it
-// asks for the host's capabilities first (see Listed).
+// A turn costs one request of the rate; what it sent past that is
+// charged after it (see Charge), and later turns wait for it. Until a
+// listing at the host succeeded, a listing costs two: it asks for the
+// host's capabilities first (see Listed).
 type Budget struct {
 	PerSecond float64
 	Burst     int
@@ -90,8 +90,9 @@ type acquirer struct {
 	err     error
 }
 
-// FetchCost is the requests of the rate a fetch's turn spends.
-const FetchCost = 2
+// minBurst is the least burst of a rate: a listing's first turns cost
+// two.
+const minBurst = 2
 
 // hintRunMax is how many hints in a row take their host's turns while
 // background polls wait: then one of these goes, so that a storm of
@@ -127,7 +128,7 @@ func (g *Gate) hostOf(name string) *host {
 	b := g.budget(name)
 	h := &host{name: name, budget: b}
 	if b.PerSecond > 0 {
-		h.limiter = rate.NewLimiter(rate.Limit(b.PerSecond), max(b.Burst, FetchCost))
+		h.limiter = rate.NewLimiter(rate.Limit(b.PerSecond), max(b.Burst, minBurst))
 	}
 	g.hosts[name] = h
 	return h
@@ -262,15 +263,12 @@ func (g *Gate) ready(h *host, now time.Time) bool {
 	return h.limiter == nil || h.limiter.TokensAt(now) >= float64(h.cost(!fetch))
 }
 
-// cost is the requests of the rate a turn at h spends.
+// cost is the requests of the rate a turn at h spends up front.
 func (h *host) cost(listing bool) int {
-	switch {
-	case !listing:
-		return FetchCost
-	case h.known:
-		return 1
+	if listing && !h.known {
+		return 2
 	}
-	return 2
+	return 1
 }
 
 // grantOne hands h's next turn to the first in its line (see ready);
@@ -376,6 +374,27 @@ func (g *Gate) release(h *host, listing bool) {
 	grants := g.dispatch(time.Now())
 	g.mu.Unlock()
 	g.schedule(grants, nil)
+}
+
+// Charge spends n more requests of host's rate: what a turn sent past the
+// one it was charged (a fetch's advertisement, the git CLI's
+// capabilities and listing). The turns after it wait for them.
+func (g *Gate) Charge(name string, n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.hostOf(name)
+	if h.limiter == nil {
+		return
+	}
+	now := time.Now()
+	for n > 0 {
+		k := min(n, h.limiter.Burst())
+		if !h.limiter.ReserveN(now, k).OK() { // kept: a debt the next turns pay
+			return
+		}
+		n -= k
+	}
+	g.arm(now)
 }
 
 // Listed says a listing at host succeeded: its capabilities are known,

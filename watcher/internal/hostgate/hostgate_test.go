@@ -332,3 +332,26 @@ func TestLeavingGivesTheTurnBack(t *testing.T) {
 		assert.Equal(t, []string{"a", "c"}, w.taken())
 	})
 }
+
+// What a turn sent past its own request is charged after it: the next
+// turns at the host wait for it.
+func TestChargedRequestsDelayTheNextTurns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 16, budgetOf(hostgate.Budget{PerSecond: 10, Burst: 2, InFlight: 4}))
+		w.g.Listed("h")
+		require.NoError(t, w.g.Acquire(t.Context(), "h"))
+		start := time.Now()
+		w.g.Charge("h", 5) // a fetch of six requests
+		w.g.Release("h", false)
+		w.start("next", "h", false)
+		for len(w.taken()) == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		// A burst of two: one spent by the turn, one of the five charged;
+		// the other four at 10 a second, then the next turn's own.
+		assert.GreaterOrEqual(t, w.at[0].Sub(start), 500*time.Millisecond)
+		w.g.Charge("elsewhere", 3) // a host with no rate: nothing to charge
+	})
+}
