@@ -128,3 +128,39 @@ func TestTwoWatchersShareARegistry(t *testing.T) {
 	}
 	t.Fatal("no modwatch_polls_total")
 }
+
+// A host's requests are counted by kind and answer, a rate limit once an
+// episode, and the listings' and fetches' waits for their turn.
+func TestHostMetrics(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	repo.Commit(t, "1", gittest.File("f", "1"))
+	missing := srv.URL() + "/g/none.git"
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	obs := watchertest.NewObserver()
+	w := watcher.New(watcher.WithCacheDir(t.TempDir()), watcher.WithInterval(time.Hour),
+		watcher.WithRetryBackoff(watcher.Backoff{Min: time.Hour, Max: time.Hour}), watcher.WithObserver(m, obs),
+		watcher.WithHostBudget("", watcher.HostBudget{InFlight: 1}))
+	sink := watchertest.NewSink("rec")
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "ok", URL: repo.URL()}, watcher.Target{ID: "none", URL: missing}), sink))
+	watchertest.Run(t, w.Run)
+	sink.WaitDelivered(t, 1)
+	obs.WaitFor(t, "the missing repository's failure", watchertest.Is(watcher.EventTargetFailed, "none"))
+
+	host := strings.TrimPrefix(srv.URL(), "http://")
+	assert.Equal(t, 1.0, value(t, reg, "modwatch_host_requests_total", prometheus.Labels{"host": host, "kind": "list", "code": "200"}))
+	assert.Equal(t, 1.0, value(t, reg, "modwatch_host_requests_total", prometheus.Labels{"host": host, "kind": "list", "code": "404"}))
+	assert.Equal(t, 1.0, value(t, reg, "modwatch_host_requests_total", prometheus.Labels{"host": host, "kind": "fetch", "code": "200"}))
+	n, err := testutil.GatherAndCount(reg, "modwatch_host_wait_seconds_total")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "one in flight: one of the two listings waited for the other")
+
+	srv.Limit(gittest.Limit{Kind: gittest.TooManyRequests, Until: time.Now().Add(time.Minute)})
+	repo.Commit(t, "2", gittest.File("f", "2"))
+	require.True(t, w.Trigger(repo.URL()))
+	obs.WaitFor(t, "the rate limit", watchertest.Is(watcher.EventRateLimited, ""))
+	assert.Equal(t, 1.0, value(t, reg, "modwatch_host_requests_total", prometheus.Labels{"host": host, "kind": "list", "code": "429"}))
+	assert.Equal(t, 1.0, value(t, reg, "modwatch_host_rate_limits_total", prometheus.Labels{"host": host}))
+}
