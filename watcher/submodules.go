@@ -154,38 +154,44 @@ func (s *submodules) fetch(ctx context.Context, url string, auth *gitutil.Auth, 
 	defer s.v.hosts.Release(host, false)
 	ctx, cancel := context.WithTimeout(ctx, s.v.opts.fetchTimeout)
 	defer cancel()
-	// Its files too, in a mirror that may lack them: a submodule is
-	// delivered whole.
-	files := func() (Mirror, error) {
-		if pf, ok := m.(PathFetcher); ok && pf.Partial() { // after the fetch, which may have made it partial
-			if err := pf.FetchPaths(ctx, auth, commit, []string{""}); err != nil {
-				return nil, fmt.Errorf("watcher: submodule %s at %s: %w", gitutil.RedactURL(url), commit, err)
-			}
+	if !m.HasCommit(commit) {
+		if err := s.fetchCommit(ctx, m, url, host, auth, commit); err != nil {
+			return nil, err
 		}
-		return m, nil
 	}
-	if m.HasCommit(commit) {
-		return files()
+	// Its files too, in a mirror that may lack them (after the fetch,
+	// which may have made it partial): a submodule is delivered whole.
+	if pf, ok := m.(PathFetcher); ok && pf.Partial() {
+		if err := pf.FetchPaths(ctx, auth, commit, []string{""}); err != nil {
+			return nil, fmt.Errorf("watcher: submodule %s at %s: %w", gitutil.RedactURL(url), commit, err)
+		}
 	}
+	return m, nil
+}
+
+// fetchCommit brings commit into m, the mirror of the submodule at url,
+// in the turn at host its caller holds: by its name, else with the refs
+// the remote lists. A rate limit stops it, the host asked nothing more.
+func (s *submodules) fetchCommit(ctx context.Context, m Mirror, url, host string, auth *gitutil.Auth, commit gitutil.Hash) error {
+	redacted := gitutil.RedactURL(url)
 	res, err := m.FetchCommit(ctx, auth, commit)
 	s.v.hosts.Charge(host, res.Requests-1)
 	if err == nil || m.HasCommit(commit) {
-		return files()
+		return nil
 	}
-	if s.v.rateLimited(host, gitutil.RedactURL(url), err); errors.Is(err, gitutil.ErrRateLimited) {
-		// Its host is asked nothing more until the end.
-		return nil, fmt.Errorf("watcher: submodule %s at %s: %w", gitutil.RedactURL(url), commit, err)
+	if s.v.rateLimited(host, redacted, err); errors.Is(err, gitutil.ErrRateLimited) {
+		return fmt.Errorf("watcher: submodule %s at %s: %w", redacted, commit, err)
 	}
 	refs, lerr := s.v.opts.git.ListRefs(ctx, url, auth, []string{"refs/heads/", "refs/tags/"})
 	if lerr == nil && len(refs.Refs) > 0 {
 		res, lerr = m.FetchListed(ctx, auth, refs.Refs)
 		s.v.hosts.Charge(host, 1+res.Requests) // the listing's too
 	}
-	s.v.rateLimited(host, gitutil.RedactURL(url), lerr)
+	s.v.rateLimited(host, redacted, lerr)
 	if m.HasCommit(commit) {
-		return files()
+		return nil
 	}
-	return nil, fmt.Errorf("watcher: submodule %s at %s: %w", gitutil.RedactURL(url), commit, errors.Join(err, lerr))
+	return fmt.Errorf("watcher: submodule %s at %s: %w", redacted, commit, errors.Join(err, lerr))
 }
 
 // auth is what a submodule of t at url is fetched with: what a target
