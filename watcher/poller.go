@@ -48,9 +48,11 @@ type remote struct {
 	// while its deliverers are asked whether it needs the fetch (see ask).
 	gate fetchgate.Place
 	// Its place in its host's line, for a listing: inLine while it
-	// waits there (since queued), its poll about to begin.
+	// waits there (since queued), its poll about to begin; listing while
+	// its poll holds the turn.
 	hostPlace hostgate.Place
 	inLine    bool
+	listing   bool
 	queued    time.Time
 
 	mu      sync.Mutex
@@ -332,7 +334,7 @@ func (r *remote) Step(context.Context) bool {
 // begins in the step its turn schedules; a hint meanwhile moves it ahead.
 func (r *remote) turn() bool {
 	r.mu.Lock()
-	poked, due, hinted := r.poked, r.due, r.hinted
+	poked, due, hinted, lists := r.poked, r.due, r.hinted, len(r.prefixes) > 0
 	r.poked, r.hinted = false, false
 	r.mu.Unlock()
 	if !r.inLine {
@@ -344,12 +346,15 @@ func (r *remote) turn() bool {
 		}
 		r.stopTimer()
 		r.queued = time.Now()
+		if !lists {
+			return true // targets pinned to commits: no listing, no turn
+		}
 	}
 	if !r.env.hosts.TryOrPark(r, r.host, hinted) {
 		r.inLine = true
 		return false
 	}
-	r.inLine = false
+	r.inLine, r.listing = false, true
 	return true
 }
 
@@ -774,9 +779,21 @@ func refPrefixes(targets []*pollState) []string {
 // lists nothing. A rate limit in the answer stops every request to the
 // host until its end.
 func (r *remote) listRefs(ctx context.Context, auth *gitutil.Auth, prefixes []string) (gitutil.RefList, error) {
-	defer r.env.hosts.Release(r.host, true)
+	held := r.listing
+	if held {
+		r.listing = false
+		defer r.env.hosts.Release(r.host, true)
+	}
 	if len(prefixes) == 0 {
 		return gitutil.RefList{}, nil
+	}
+	if !held {
+		// Its targets came to need a listing since its turn was not
+		// asked for: it waits for one now.
+		if err := r.env.hosts.Acquire(ctx, r.host); err != nil {
+			return gitutil.RefList{}, err
+		}
+		defer r.env.hosts.Release(r.host, false)
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.env.opts.listTimeout)
 	defer cancel()
