@@ -21,7 +21,7 @@ func TestPoliteWritesItsTable(t *testing.T) {
 	}
 	table := string(b)
 	for _, row := range []string{
-		"| P15 | most requests received in any 1 s, start-up of 20 remotes on one host, budget 10/s burst 1 |",
+		"| P15 | most requests received in any 1 s, start-up of 20 remotes on one host, budget 10/s burst 2 |",
 		"| P15 | start-up, Run to every target delivered, budget 10/s (",
 		"| P15 | the same start-up with no budget (the default: ",
 		"| P15 | a listing's or fetch's wait for its turn at the host (Event.Waited): median / max, with the budget |",
