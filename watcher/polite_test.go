@@ -17,13 +17,15 @@ import (
 	"github.com/modwatch/modwatch/watcher/watchertest"
 )
 
-// fleetOn makes n repositories on srv, a commit each, and a target each.
+// fleetOn makes n repositories on srv, of a commit each (forks of one:
+// no git runs for each), and a target each.
 func fleetOn(t *testing.T, srv *gittest.Server, prefix string, n int) ([]*gittest.Repo, []watcher.Target) {
+	base := srv.NewRepo(t, prefix+"/base")
+	base.Commit(t, "1", gittest.File("f", "1"))
 	var repos []*gittest.Repo
 	var targets []watcher.Target
 	for i := range n {
-		r := srv.NewRepo(t, fmt.Sprintf("%s/r%d", prefix, i))
-		r.Commit(t, "1", gittest.File("f", "1"))
+		r := base.Fork(t, fmt.Sprintf("%s/r%d", prefix, i))
 		repos = append(repos, r)
 		targets = append(targets, watcher.Target{ID: fmt.Sprintf("%s-%d", prefix, i), URL: r.URL()})
 	}
@@ -104,14 +106,14 @@ func TestARateLimitStopsEveryRequestToItsHostUntilItsEnd(t *testing.T) {
 // of another host is served while all of them hang.
 func TestAHintIsNotHeldBehindASlowHost(t *testing.T) {
 	slow, calm := gittest.NewServer(t), gittest.NewServer(t)
-	repos, targets := fleetOn(t, slow, "slow", 20)
+	repos, targets := fleetOn(t, slow, "slow", 12)
 	other, more := fleetOn(t, calm, "calm", 1)
 	obs := watchertest.NewObserver()
 	sink := watchertest.NewSink("rec")
 	w := newWatcher(t, obs)
 	require.NoError(t, w.Route(watchertest.NewSource(append(targets, more...)...), sink))
 	start(t, w)
-	sink.WaitDelivered(t, 21)
+	sink.WaitDelivered(t, 13)
 
 	release := slow.HoldAll()
 	defer release()
@@ -136,7 +138,7 @@ func TestAHintIsNotHeldBehindASlowHost(t *testing.T) {
 func TestAHintGoesBeforeItsHostsBackgroundPolls(t *testing.T) {
 	t.Parallel()
 	srv := gittest.NewServer(t)
-	const n, rate = 40, 20
+	const n, rate = 24, 20
 	_, targets := fleetOn(t, srv, "many", n)
 	obs := watchertest.NewObserver()
 	sink := watchertest.NewSink("rec")
@@ -152,7 +154,7 @@ func TestAHintGoesBeforeItsHostsBackgroundPolls(t *testing.T) {
 	reqs := srv.Requests()
 	after := slices.IndexFunc(reqs, func(r gittest.Request) bool { return r.Time.After(hinted) })
 	require.GreaterOrEqual(t, after, 0)
-	mine := slices.IndexFunc(reqs[after:], func(r gittest.Request) bool { return r.Kind == "list" && r.Repo == "many/r39.git" })
+	mine := slices.IndexFunc(reqs[after:], func(r gittest.Request) bool { return r.Kind == "list" && r.Repo == fmt.Sprintf("many/r%d.git", n-1) })
 	require.GreaterOrEqual(t, mine, 0, "the hinted remote was listed after the hint")
 	// Ahead of it: what was granted already (its host's two in flight)
 	// and the fetches in line, which go first; not the background polls.
