@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
@@ -42,13 +43,15 @@ const (
 // watcher holds its own); a mirror shares its lister's knowledge
 // (gitutil/mirror's Options.Lister). It is safe for concurrent use.
 type Lister struct {
-	noV2      *lru.Cache[string, struct{}]        // servers that answered in version 0 or 1
-	v2Servers *lru.Cache[string, struct{}]        // servers that listed in version 2
-	repos     *lru.Cache[string, *v2Repo]         // repositories listed in version 2, by URL
-	features  *lru.Cache[string, string]          // the features of a version 2 server's fetch
-	clients   *lru.Cache[string, *http.Client]    // by TLS and proxy setting
-	limits    *lru.Cache[string, *RateLimitError] // hosts' rate limits, by host
-	header    http.Header                         // lsRefsHeader, shared and never written
+	noV2      *lru.Cache[string, struct{}]     // servers that answered in version 0 or 1
+	v2Servers *lru.Cache[string, struct{}]     // servers that listed in version 2
+	repos     *lru.Cache[string, *v2Repo]      // repositories listed in version 2, by URL
+	features  *lru.Cache[string, string]       // the features of a version 2 server's fetch
+	clients   *lru.Cache[string, *http.Client] // by TLS and proxy setting
+	limitsMu  sync.Mutex
+	limits    map[string]*RateLimitError // hosts' rate limits, by host: see NoteLimit
+	header    http.Header                // lsRefsHeader, shared and never written
+	maxLimits int
 }
 
 // NewLister returns a Lister that knows nothing yet.
@@ -64,7 +67,8 @@ func newLister(repos, servers, clients int) *Lister {
 		repos:     lru.New[string, *v2Repo](repos, nil),
 		features:  lru.New[string, string](servers, nil),
 		clients:   lru.New(clients, func(_ string, c *http.Client) { c.CloseIdleConnections() }),
-		limits:    lru.New[string, *RateLimitError](servers, nil),
+		limits:    map[string]*RateLimitError{},
+		maxLimits: servers,
 		header:    lsRefsHeader(),
 	}
 }
@@ -81,7 +85,9 @@ func (l *Lister) CloseIdleConnections() {
 // (see [RateLimitError]); nil when none does. A Lister sends no request to
 // a host while its limit holds: it returns the limit instead.
 func (l *Lister) HostLimit(host string) error {
-	rl, ok := l.limits.Get(host)
+	l.limitsMu.Lock()
+	defer l.limitsMu.Unlock()
+	rl, ok := l.limits[host]
 	if !ok || !time.Now().Before(rl.Until) {
 		return nil
 	}
@@ -90,16 +96,41 @@ func (l *Lister) HostLimit(host string) error {
 
 // NoteLimit remembers the rate limit err carries, if any, for its host
 // (see [Lister.HostLimit]): one a request that went elsewhere than l's
-// clients was answered with (go-git's, the git CLI's).
+// clients was answered with (go-git's, the git CLI's). It remembers
+// [MaxListerServers] hosts' limits at most: past that, those that ended
+// are forgotten, then the one that ends first (a flood of hosts named by
+// submodules does not push out a limit that holds longer).
 func (l *Lister) NoteLimit(err error) {
 	var rl *RateLimitError
 	if !errors.As(err, &rl) || rl.Host == "" {
 		return
 	}
-	if old, ok := l.limits.Get(rl.Host); ok && old.Until.After(rl.Until) {
+	l.limitsMu.Lock()
+	defer l.limitsMu.Unlock()
+	old, ok := l.limits[rl.Host]
+	if ok && old.Until.After(rl.Until) {
 		return
 	}
-	l.limits.Add(rl.Host, rl)
+	if !ok && len(l.limits) >= l.maxLimits {
+		l.dropLimit(time.Now())
+	}
+	l.limits[rl.Host] = rl
+}
+
+// dropLimit forgets the limits that ended, or else the one that ends
+// first; l.limitsMu is held.
+func (l *Lister) dropLimit(now time.Time) {
+	first := ""
+	for host, rl := range l.limits {
+		if !now.Before(rl.Until) {
+			delete(l.limits, host)
+		} else if first == "" || rl.Until.Before(l.limits[first].Until) {
+			first = host
+		}
+	}
+	if len(l.limits) >= l.maxLimits {
+		delete(l.limits, first)
+	}
 }
 
 // SpeaksV2 reports whether a listing of l found the server of repoURL

@@ -122,8 +122,9 @@ func screenURL(raw string) (string, error) {
 }
 
 // withUserAndHost sets e's user and host from a network URL u: a password
-// only over HTTP(S), the host lower-cased, its port kept unless the
-// scheme's default.
+// only over HTTP(S), the host lower-cased and without the trailing dot of
+// a fully qualified name ("github.com." is github.com), its port kept
+// unless the scheme's default.
 func withUserAndHost(e Endpoint, u *url.URL, raw string) (Endpoint, error) {
 	if u.User != nil {
 		e.User = u.User.Username()
@@ -131,7 +132,7 @@ func withUserAndHost(e Endpoint, u *url.URL, raw string) (Endpoint, error) {
 			return Endpoint{}, fmt.Errorf("%w: %q: %s URLs take no password", ErrInvalidURL, RedactURL(raw), e.Scheme)
 		}
 	}
-	host := strings.ToLower(u.Hostname())
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
 	if host == "" {
 		return Endpoint{}, fmt.Errorf("%w: %q has no host", ErrInvalidURL, RedactURL(raw))
 	}

@@ -30,7 +30,9 @@ const DefaultHostInFlight = 8
 // polls ([WithHostBudget]). Whatever the budget, a host's own answer that
 // it limits the client (429, 503 with Retry-After, GitHub's and GitLab's
 // rate-limit headers: see [gitutil.ParseRateLimit]) stops every request
-// to it until the end it gives.
+// to it until the end it gives. (A server that speaks only protocol
+// version 0 is listed by go-git, which keeps no header of a 403: its 403
+// rate limit is an authorization failure, backed off as one.)
 type HostBudget struct {
 	// PerSecond bounds the requests sent to the host per second; 0 sets
 	// no bound.

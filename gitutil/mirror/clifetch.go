@@ -83,19 +83,18 @@ func (m *Mirror) runCLIClone(ctx context.Context, env []string, branch, clone, f
 // gitFailed is the error of a git command that failed: the last KiB of
 // what it wrote, without the mirror's URL's secrets.
 //
-// git says a 429 or a 503 ("The requested URL returned error: 429") but
-// not its headers: it is a rate limit of [gitutil.DefaultRateLimitWait].
+// git says a 429 ("The requested URL returned error: 429") but not its
+// headers: it is a rate limit of [gitutil.DefaultRateLimitWait], as a 429
+// without them is (a 503 without them is an outage).
 func (m *Mirror) gitFailed(what string, err error, out *gitcli.TailBuffer) error {
 	msg := strings.TrimSpace(out.String())
 	if len(msg) > 1024 {
 		msg = msg[len(msg)-1024:]
 	}
-	for _, code := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
-		if strings.Contains(msg, fmt.Sprintf("returned error: %d", code)) {
-			rl := &gitutil.RateLimitError{Host: m.host, Code: code, Until: time.Now().Add(gitutil.DefaultRateLimitWait)}
-			m.lister.NoteLimit(rl)
-			return fmt.Errorf("%s: %w: %s", what, rl, scrub(msg, m.url))
-		}
+	if strings.Contains(msg, fmt.Sprintf("returned error: %d", http.StatusTooManyRequests)) {
+		rl := &gitutil.RateLimitError{Host: m.host, Code: http.StatusTooManyRequests, Until: time.Now().Add(gitutil.DefaultRateLimitWait)}
+		m.lister.NoteLimit(rl)
+		return fmt.Errorf("%s: %w: %s", what, rl, scrub(msg, m.url))
 	}
 	return fmt.Errorf("%s: %w: %s", what, err, scrub(msg, m.url))
 }

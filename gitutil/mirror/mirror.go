@@ -415,6 +415,10 @@ func (m *Mirror) fetchRefs(ctx context.Context, auth *gitutil.Auth, refs []strin
 	before := m.sent.Load()
 	defer func() { res.Requests = int(m.sent.Load() - before) }()
 	defer m.lockToWrite()()
+	if err := m.lister.HostLimit(m.host); err != nil {
+		// Set while this fetch waited for the mirror's lock.
+		return FetchResult{}, fmt.Errorf("fetch %s: %w", gitutil.RedactURL(m.url), err)
+	}
 	m.lastAuth = auth
 
 	res = FetchResult{Refs: map[string]gitutil.Hash{}, Rebuilt: m.rebuilt}
@@ -678,6 +682,9 @@ func (m *Mirror) FetchCommit(ctx context.Context, auth *gitutil.Auth, c gitutil.
 	before := m.sent.Load()
 	defer func() { res.Requests = int(m.sent.Load() - before) }()
 	defer m.lockToWrite()()
+	if err := m.lister.HostLimit(m.host); err != nil {
+		return FetchResult{}, fmt.Errorf("fetch %s: %w", gitutil.RedactURL(m.url), err)
+	}
 	cliOnly := m.opts.CLIFetches && m.opts.GitCLI != ""
 	if m.opts.Filter != "" || cliOnly {
 		// go-git cannot filter: the CLI asks (in version 2), filtered.

@@ -99,6 +99,11 @@ const minBurst = 2
 // hints does not stop the host's other remotes being polled.
 const hintRunMax = 4
 
+// maxCharge bounds what one turn is charged after it: a fetch sends a
+// few requests (the git CLI's three, a damaged mirror's fetch again), and
+// a Mirror that says more is not believed past it.
+const maxCharge = 8
+
 // MaxIdleHosts bounds the hosts a gate keeps with nothing in progress,
 // nothing in line and no rate limit (a submodule may name any host): past
 // it, they are forgotten, their rate's tokens with them.
@@ -380,10 +385,11 @@ func (g *Gate) release(h *host, listing bool) {
 // one it was charged (a fetch's advertisement, the git CLI's
 // capabilities and listing). The turns after it wait for them.
 func (g *Gate) Charge(name string, n int) {
+	n = min(n, maxCharge) // what a Mirror says is not trusted
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	h := g.hostOf(name)
-	if h.limiter == nil {
+	if h.limiter == nil || n <= 0 {
 		return
 	}
 	now := time.Now()
