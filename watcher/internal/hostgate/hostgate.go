@@ -508,18 +508,6 @@ func (g *Gate) Pause(name string, until time.Time, cause error) (begins bool) {
 	return begins
 }
 
-// Paused returns when host takes requests again, and why it does not
-// now; zero when it does.
-func (g *Gate) Paused(name string) (time.Time, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	h, ok := g.hosts[name]
-	if !ok || !time.Now().Before(h.until) {
-		return time.Time{}, nil
-	}
-	return h.until, h.cause
-}
-
 func remove(line []Waiter, w Waiter) []Waiter {
 	return slices.DeleteFunc(line, func(x Waiter) bool { return x == w })
 }
