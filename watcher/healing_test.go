@@ -70,7 +70,14 @@ func TestTornCheckpointIsDeliveredAgain(t *testing.T) {
 // next poll, and the commit pushed meanwhile is delivered. The git CLI and
 // go-git lay packs out differently, so both first fetches are tried.
 func TestTruncatedPackOrIndexIsRebuilt(t *testing.T) {
-	for _, tc := range []struct {
+	// One history for every case, each case a fork of it (no git runs).
+	srv := gittest.NewServer(t)
+	base := srv.NewRepo(t, "g/base")
+	for i := range 20 {
+		base.Commit(t, fmt.Sprint(i), gittest.File(fmt.Sprintf("d%d/f", i%4), fmt.Sprint(i)), gittest.File("big", strings.Repeat(fmt.Sprint(i), 5000)))
+	}
+	c1 := base.Commit(t, "last", gittest.File("a/f", "1"))
+	for i, tc := range []struct {
 		name, cli, ext string
 		live           bool // cut while the watcher runs
 	}{
@@ -82,12 +89,7 @@ func TestTruncatedPackOrIndexIsRebuilt(t *testing.T) {
 		{"pack by the git CLI, live", "git", ".pack", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := gittest.NewServer(t)
-			repo := srv.NewRepo(t, "g/r")
-			for i := range 20 {
-				repo.Commit(t, fmt.Sprint(i), gittest.File(fmt.Sprintf("d%d/f", i%4), fmt.Sprint(i)), gittest.File("big", strings.Repeat(fmt.Sprint(i), 5000)))
-			}
-			c1 := repo.Commit(t, "last", gittest.File("a/f", "1"))
+			repo := base.Fork(t, fmt.Sprintf("g/r%d", i))
 			cacheDir := t.TempDir()
 			store := watcher.NewMemoryStore()
 			target := watcher.Target{ID: "t", URL: repo.URL()}

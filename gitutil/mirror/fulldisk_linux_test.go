@@ -96,15 +96,16 @@ func TestFullDiskLeavesNothing(t *testing.T) {
 		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 		return
 	}
+	// One repository for every case: none of them changes it.
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	repo.Commit(t, "small", gittest.File("a", "a"))
+	repo.Tag(t, "small", false)
+	repo.Commit(t, "big", gittest.File("big", noise(t, 256<<10)))
+	repo.Tag(t, "big", false)
+	repo.Commit(t, "big2", gittest.File("big2", noise(t, 256<<10)))
 	for _, tc := range fullDiskCases {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := gittest.NewServer(t)
-			repo := srv.NewRepo(t, "g/r")
-			repo.Commit(t, "small", gittest.File("a", "a"))
-			repo.Tag(t, "small", false)
-			repo.Commit(t, "big", gittest.File("big", noise(t, 256<<10)))
-			repo.Tag(t, "big", false)
-			repo.Commit(t, "big2", gittest.File("big2", noise(t, 256<<10)))
 			mnt := t.TempDir()
 			cmd := exec.Command(os.Args[0], "-test.run=^TestFullDiskLeavesNothing$/^"+tc.name+"$", "-test.count=1", "-test.v")
 			cmd.Env = append(os.Environ(), fullDiskEnv+"="+mnt+"\n"+repo.URL())
