@@ -22,5 +22,5 @@ func ExampleRevision() {
 	// "refs/tags/v1.2.0" true
 	// ">=1.0.0 <2.0.0" true
 	// "" false
-	// "" true
+	// "refs/heads/master" true
 }

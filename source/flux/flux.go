@@ -427,24 +427,30 @@ func (s *Source) verify(ctx context.Context, u *unstructured.Unstructured) (*wat
 	return &watcher.Verify{Mode: watcher.VerifyMode(mode), KeyRing: strings.Join(keys, "\n")}, nil
 }
 
-// Revision maps a GitRepository's spec.ref to a watcher revision, with
-// Flux's precedence: commit > name > semver > tag > branch. watch is false
-// for a commit-pinned GitRepository. An empty ref follows the remote's HEAD.
+// Revision maps a GitRepository's spec.ref to a watcher revision, as
+// source-controller checks it out: commit > name > tag > semver > branch,
+// and the branch master when none is set (Flux's default, whatever the
+// remote's HEAD is). The CRD's text puts semver before tag; source-controller
+// (v1.9.0, fluxcd/pkg/git's clone) takes the tag, and so does this. watch
+// is false for a commit-pinned GitRepository.
 func Revision(ref map[string]string) (revision string, watch bool) {
 	switch {
 	case ref["commit"] != "":
 		return "", false
 	case ref["name"] != "":
 		return ref["name"], true
-	case ref["semver"] != "":
-		return ref["semver"], true
 	case ref["tag"] != "":
 		return "refs/tags/" + ref["tag"], true
+	case ref["semver"] != "":
+		return ref["semver"], true
 	case ref["branch"] != "":
 		return "refs/heads/" + ref["branch"], true
 	}
-	return "", true
+	return "refs/heads/" + DefaultBranch, true
 }
+
+// DefaultBranch is the branch a GitRepository without a ref follows.
+const DefaultBranch = "master"
 
 // secret reads a GitRepository's secretRef.
 func (s *Source) secret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {

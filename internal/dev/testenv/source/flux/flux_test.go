@@ -45,10 +45,13 @@ func TestRevision(t *testing.T) {
 		want  string
 		watch bool
 	}{
-		{nil, "", true},
+		{nil, "refs/heads/master", true},
+		{map[string]string{}, "refs/heads/master", true},
+		{map[string]string{"branch": ""}, "refs/heads/master", true},
 		{map[string]string{"branch": "main"}, "refs/heads/main", true},
 		{map[string]string{"branch": "main", "tag": "v1"}, "refs/tags/v1", true},
-		{map[string]string{"tag": "v1", "semver": ">=1.0.0"}, ">=1.0.0", true},
+		{map[string]string{"tag": "v1", "semver": ">=1.0.0"}, "refs/tags/v1", true},
+		{map[string]string{"branch": "main", "semver": ">=1.0.0"}, ">=1.0.0", true},
 		{map[string]string{"semver": ">=1.0.0", "name": "refs/pull/1/head"}, "refs/pull/1/head", true},
 		{map[string]string{"name": "refs/heads/x", "commit": "0123456789012345678901234567890123456789"}, "", false},
 	}
@@ -142,7 +145,7 @@ func TestGitRepositoriesBecomeTargets(t *testing.T) {
 	assert.Equal(t, payload.GitRepository{APIVersion: "source.toolkit.fluxcd.io/v1", Namespace: ns, Name: "apps", UID: p.UID}, p)
 	assert.NotEmpty(t, p.UID)
 	head := got["flux/"+ns+"/head"]
-	assert.Equal(t, "", head.Revision, "no ref: the remote's HEAD")
+	assert.Equal(t, "refs/heads/master", head.Revision, "no ref: Flux's master, whatever the remote's HEAD")
 	assert.Equal(t, []string{"deploy", "base"}, head.Paths, "sparseCheckout")
 	assert.True(t, head.RecurseSubmodules)
 	assert.False(t, apps.RecurseSubmodules, "off by default, as in Flux")
@@ -325,7 +328,7 @@ func TestProxySecretRef(t *testing.T) {
 		Data:       map[string][]byte{"address": []byte(proxy.URL()), "username": []byte("squid"), "password": []byte("pr0xy-s3cret")},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	create(t, gitRepository(ns, "app", repo.URL(), map[string]any{"proxySecretRef": map[string]any{"name": "proxy"}}))
+	create(t, gitRepository(ns, "app", repo.URL(), map[string]any{"proxySecretRef": map[string]any{"name": "proxy"}, "ref": map[string]any{"branch": "main"}}))
 	create(t, gitRepository(ns, "nowhere", repo.URL(), map[string]any{"proxySecretRef": map[string]any{"name": "missing"}}))
 
 	sink := watchertest.NewSink("rec")
