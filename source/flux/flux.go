@@ -335,7 +335,7 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 	}
 	t := &watcher.Target{
 		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision, Suspend: suspended,
-		Payload: payload.GitRepository{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID())},
+		Payload: payload.GitRepository{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), Generation: u.GetGeneration()},
 	}
 	provider, _, _ := unstructured.NestedString(u.Object, "spec", "provider")
 	name, _, _ := unstructured.NestedString(u.Object, "spec", "secretRef", "name")

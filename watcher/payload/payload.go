@@ -143,6 +143,12 @@ type GitRepository struct {
 	Name       string `json:"name"`
 	// UID tells a recreated object from the one it replaced.
 	UID string `json:"uid"`
+	// Generation is the object's metadata.generation the target was made
+	// from: a sink writing the object's status (sink/fluxartifact's
+	// observedGeneration) writes only what that generation's spec
+	// selected. A new generation is a new payload, and so a changed
+	// target.
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // Validate says which field is missing.

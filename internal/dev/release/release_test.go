@@ -26,7 +26,7 @@ func TestPublishedModulesResolveOutsideTheTree(t *testing.T) {
 			assert.NoError(t, release.CheckPublishable(root, m, all))
 		}
 	}
-	assert.Equal(t, []string{".", "sink/apply", "sink/apply/helm", "sink/fluxreceiver", "source/flux", "source/gitsync", "watcher/cluster"}, published)
+	assert.Equal(t, []string{".", "sink/apply", "sink/apply/helm", "sink/fluxartifact", "sink/fluxreceiver", "source/flux", "source/gitsync", "watcher/cluster"}, published)
 }
 
 func TestCheckPublishableFindsWhatLeaks(t *testing.T) {
@@ -84,7 +84,7 @@ func TestReleaseResolvesOutsideTheTree(t *testing.T) {
 	const version = "v0.999.0"
 	tags, err := release.Release(ctx, clone, version, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"v0.999.0", "sink/apply/v0.999.0", "sink/apply/helm/v0.999.0", "sink/fluxreceiver/v0.999.0", "source/flux/v0.999.0", "source/gitsync/v0.999.0", "watcher/cluster/v0.999.0"}, tags)
+	assert.Equal(t, []string{"v0.999.0", "sink/apply/v0.999.0", "sink/apply/helm/v0.999.0", "sink/fluxartifact/v0.999.0", "sink/fluxreceiver/v0.999.0", "source/flux/v0.999.0", "source/gitsync/v0.999.0", "watcher/cluster/v0.999.0"}, tags)
 	for _, tag := range tags {
 		run(t, ctx, clone, nil, "git", "rev-parse", "--verify", "refs/tags/"+tag)
 	}

@@ -34,6 +34,7 @@ var stateAllowed = map[string]string{
 	"gitutil.defaultPorts":               "scheme → default port table, read only",
 	"sink/apply.Raw":                     "exported Renderer, a func adapter: no state",
 	"sink/apply/kustomize.pathFields":    "kustomization field names, read only",
+	"sink/fluxartifact.cleared":          "Flux condition types, read only",
 	"sink/fluxreceiver.ReceiverGVR":      "exported resource name, read only",
 	"sink/fluxreceiver.SecretGVR":        "exported resource name, read only",
 	"source/configmap.topKeys":           "configuration key names, read only",

@@ -46,11 +46,16 @@ func SourceControllerDir() (string, error) {
 }
 
 // SourceController is Flux's source-controller, running against a test
-// control plane until the test ends.
+// control plane until the test ends (or Stop).
 type SourceController struct {
-	mu  sync.Mutex
-	log bytes.Buffer
+	mu   sync.Mutex
+	log  bytes.Buffer
+	stop func()
 }
+
+// Stop stops the controller, and waits until it has exited: from then on
+// nothing writes the GitRepositories but the test.
+func (s *SourceController) Stop() { s.stop() }
 
 // Log is what the controller wrote so far.
 func (s *SourceController) Log() string {
@@ -98,9 +103,15 @@ func StartSourceController(t TB, cfg *rest.Config) *SourceController {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	var once sync.Once
+	sc.stop = func() {
+		once.Do(func() {
+			cancel()
+			<-exited
+		})
+	}
 	t.Cleanup(func() {
-		cancel()
-		<-exited
+		sc.stop()
 		_ = os.RemoveAll(tmp)
 		if f, ok := t.(interface{ Failed() bool }); ok && f.Failed() {
 			t.Logf("source-controller's log:\n%s", sc.Log())

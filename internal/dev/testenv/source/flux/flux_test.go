@@ -142,7 +142,7 @@ func TestGitRepositoriesBecomeTargets(t *testing.T) {
 	assert.Equal(t, "PEM", string(apps.Auth.CABundle))
 	assert.Equal(t, "secret:"+ns+"/creds", apps.Auth.ID, "a rotated Secret keeps its mirror")
 	p := apps.Payload.(payload.GitRepository)
-	assert.Equal(t, payload.GitRepository{APIVersion: "source.toolkit.fluxcd.io/v1", Namespace: ns, Name: "apps", UID: p.UID}, p)
+	assert.Equal(t, payload.GitRepository{APIVersion: "source.toolkit.fluxcd.io/v1", Namespace: ns, Name: "apps", UID: p.UID, Generation: 1}, p)
 	assert.NotEmpty(t, p.UID)
 	head := got["flux/"+ns+"/head"]
 	assert.Equal(t, "refs/heads/master", head.Revision, "no ref: Flux's master, whatever the remote's HEAD")

@@ -1,0 +1,30 @@
+// Package fluxartifact serves Flux GitRepositories from the library: for
+// each delivered target of source/flux, it packs the tree the target
+// selects at the commit into a tarball as source-controller does, keeps it
+// in its storage, serves it over HTTP, and writes the GitRepository's
+// status.artifact, conditions and observed fields as source-controller
+// does, so that Flux's kustomize-controller and helm-controller read the
+// artifact as they read source-controller's.
+//
+// The tarball is byte for byte source-controller's for the same files
+// (v1.9.0, fluxcd/pkg/artifact's storage): a gzip'd tar of the
+// directories and regular files in lexical order, names relative to the
+// root ("." first), no owner, no times, directories 0750, files 0600 (0700
+// when executable), symbolic links left out; its digest is the SHA-256 of
+// those bytes. The files are those the watcher hands the delivery: Flux's
+// ignore rules (spec.ignore, .sourceignore, its default exclusions) and
+// sparseCheckout are the target's (source/flux).
+//
+// The storage is laid out as source-controller's:
+// gitrepository/<namespace>/<name>/<commit>.tar.gz, with latest.tar.gz a
+// link to the last one, and old artifacts collected as source-controller
+// collects them: those older than the retention TTL, then the oldest
+// until the retention count remains, never the current one. The URL an
+// artifact is given is http://<Config.Address>/<path>, served by
+// [Sink.Handler].
+//
+// The sink writes a GitRepository's status only when the object is the
+// target's (payload.GitRepository's UID) at the generation the target was
+// made from (its Generation); otherwise the delivery fails, to be replaced
+// by the target the current generation makes.
+package fluxartifact

@@ -1,0 +1,197 @@
+package fluxartifact
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/modwatch/modwatch/gitutil"
+	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/payload"
+)
+
+// Config is where the sink keeps and serves its artifacts.
+type Config struct {
+	// Storage is the directory the artifacts are kept in (source-controller's
+	// --storage-path). It must exist.
+	Storage string
+	// Address is the host[:port] the artifacts' URLs name, where
+	// [Sink.Handler] is served (source-controller's --storage-adv-addr), or
+	// a URL prefix with its scheme ("https://host/prefix").
+	Address string
+	// Records is how many artifacts of an object are kept, the current one
+	// included (source-controller's --artifact-retention-records); 2 when 0.
+	Records int
+	// TTL is how long an artifact that is not the current one may be kept
+	// (--artifact-retention-ttl); 60 s when 0.
+	TTL time.Duration
+}
+
+// ErrInvalidConfig is returned (wrapped) by [New] for a Config it refuses.
+var ErrInvalidConfig = errors.New("fluxartifact: invalid config")
+
+// Sink packs, stores and serves GitRepositories' artifacts, and writes
+// their status.
+type Sink struct {
+	cfg   Config
+	dyn   dynamic.Interface
+	store *storage
+}
+
+var (
+	_ watcher.Sink    = (*Sink)(nil)
+	_ watcher.Remover = (*Sink)(nil)
+)
+
+// New returns a sink keeping its artifacts in cfg.Storage and writing the
+// GitRepositories' status through dyn.
+func New(dyn dynamic.Interface, cfg Config) (*Sink, error) {
+	if cfg.Records == 0 {
+		cfg.Records = 2
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = time.Minute
+	}
+	switch {
+	case cfg.Storage == "":
+		return nil, fmt.Errorf("%w: Storage is required", ErrInvalidConfig)
+	case cfg.Address == "" || strings.ContainsAny(cfg.Address, " \t\r\n"):
+		return nil, fmt.Errorf("%w: Address %q is not a host[:port] or URL", ErrInvalidConfig, cfg.Address)
+	case cfg.Records < 1 || cfg.TTL < 0:
+		return nil, fmt.Errorf("%w: Records must be at least 1 and TTL not negative", ErrInvalidConfig)
+	}
+	root, err := os.OpenRoot(cfg.Storage)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Storage: %w", ErrInvalidConfig, err)
+	}
+	return &Sink{cfg: cfg, dyn: dyn, store: &storage{root: root, records: cfg.Records, ttl: cfg.TTL}}, nil
+}
+
+// Name returns "fluxartifact".
+func (s *Sink) Name() string { return "fluxartifact" }
+
+// Handler serves the stored artifacts at their paths, as
+// source-controller's storage server does.
+func (s *Sink) Handler() http.Handler { return s.store.handler() }
+
+// Close releases the storage directory.
+func (s *Sink) Close() error { return s.store.root.Close() }
+
+// url is the artifact's URL, as source-controller makes it.
+func (s *Sink) url(p string) string {
+	if strings.HasPrefix(s.cfg.Address, "http://") || strings.HasPrefix(s.cfg.Address, "https://") {
+		return strings.TrimSuffix(s.cfg.Address, "/") + "/" + p
+	}
+	return "http://" + s.cfg.Address + "/" + p
+}
+
+// Deliver stores the artifact of c and writes it into its GitRepository's
+// status.
+func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
+	repo, ok := payload.Of[payload.GitRepository](c.Target)
+	if !ok {
+		return watcher.Permanent(fmt.Errorf("fluxartifact: target %s: payload %T is not a payload.GitRepository", c.Target.ID, c.Target.Payload))
+	}
+	if err := repo.Validate(); err != nil {
+		return watcher.Permanent(fmt.Errorf("fluxartifact: target %s: %w", c.Target.ID, err))
+	}
+	if repo.Generation < 1 {
+		return watcher.Permanent(fmt.Errorf("fluxartifact: target %s: payload.GitRepository has no Generation (source/flux sets it)", c.Target.ID))
+	}
+	dir, err := objectDir(repo.Namespace, repo.Name)
+	if err != nil {
+		return watcher.Permanent(fmt.Errorf("fluxartifact: target %s: %w", c.Target.ID, err))
+	}
+	res := s.resource(repo)
+	u, err := res.Get(ctx, repo.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("fluxartifact: GitRepository %s: %w", repo.Key(), err)
+	}
+	if err := s.current(u, repo); err != nil {
+		return err
+	}
+	file := c.To.String() + ".tar.gz"
+	a, err := s.store.store(ctx, dir, file, c.FS)
+	if err != nil {
+		return fmt.Errorf("fluxartifact: GitRepository %s: storing the artifact: %w", repo.Key(), err)
+	}
+	rev := revision(u, c.Ref, c.To)
+	now := metav1.NewTime(time.Now().UTC())
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := s.current(u, repo); err != nil {
+			return err
+		}
+		setStatus(u, statusOf(a, s.url(a.Path), rev, now))
+		_, err := res.UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: "modwatch-fluxartifact"})
+		if apierrors.IsConflict(err) {
+			if fresh, gerr := res.Get(ctx, repo.Name, metav1.GetOptions{}); gerr == nil {
+				u = fresh
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("fluxartifact: GitRepository %s: writing its status: %w", repo.Key(), err)
+	}
+	if err := s.store.collect(dir, file, time.Now()); err != nil {
+		return fmt.Errorf("fluxartifact: GitRepository %s: collecting old artifacts: %w", repo.Key(), err)
+	}
+	return nil
+}
+
+// current fails unless u is the target's GitRepository at the generation
+// the target was made from.
+func (s *Sink) current(u *unstructured.Unstructured, repo payload.GitRepository) error {
+	if string(u.GetUID()) != repo.UID {
+		return watcher.Permanent(fmt.Errorf("fluxartifact: GitRepository %s is another object (uid %s, the target's %s)", repo.Key(), u.GetUID(), repo.UID))
+	}
+	if u.GetGeneration() != repo.Generation {
+		return fmt.Errorf("fluxartifact: GitRepository %s is at generation %d, its target was made from %d: the new target is delivered instead", repo.Key(), u.GetGeneration(), repo.Generation)
+	}
+	return nil
+}
+
+func (s *Sink) resource(repo payload.GitRepository) dynamic.ResourceInterface {
+	gv, _ := schema.ParseGroupVersion(repo.APIVersion)
+	return s.dyn.Resource(gv.WithResource("gitrepositories")).Namespace(repo.Namespace)
+}
+
+// Remove removes the target's artifacts from the storage. The
+// GitRepository's status is left as it is (the object is gone, or no
+// longer watched).
+func (s *Sink) Remove(_ context.Context, t watcher.Target) error {
+	repo, ok := payload.Of[payload.GitRepository](t)
+	if !ok {
+		return nil // never delivered: nothing stored
+	}
+	dir, err := objectDir(repo.Namespace, repo.Name)
+	if err != nil {
+		return nil
+	}
+	return s.store.removeAll(dir)
+}
+
+// revision is the artifact's revision as source-controller writes it:
+// "<branch or tag>@sha1:<commit>", the full ref name when spec.ref.name
+// is set, and "sha1:<commit>" for a commit alone.
+func revision(u *unstructured.Unstructured, ref string, commit gitutil.Hash) string {
+	digest := "sha1:" + commit.String()
+	if name, _, _ := unstructured.NestedString(u.Object, "spec", "ref", "name"); name != "" && ref != "" {
+		return ref + "@" + digest
+	}
+	if parts := strings.SplitN(ref, "/", 3); len(parts) == 3 {
+		return parts[2] + "@" + digest
+	}
+	return digest
+}

@@ -1,0 +1,93 @@
+package fluxartifact
+
+import (
+	"fmt"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Flux's condition types and reasons a stored artifact sets or clears
+// (fluxcd/pkg/apis/meta, source-controller's api/v1).
+const (
+	condReady             = "Ready"
+	condArtifactInStorage = "ArtifactInStorage"
+	reasonSucceeded       = "Succeeded"
+)
+
+// cleared are the conditions of a failed or unfinished reconciliation,
+// which a stored artifact ends.
+var cleared = []string{"Reconciling", "Stalled", "FetchFailed", "StorageOperationFailed", "ArtifactOutdated", "IncludeUnavailable"}
+
+// status is what a stored artifact writes.
+type status struct {
+	artifact map[string]any
+	message  string
+	now      metav1.Time
+}
+
+func statusOf(a artifact, url, rev string, now metav1.Time) status {
+	return status{
+		artifact: map[string]any{
+			"path": a.Path, "url": url, "revision": rev, "digest": a.Digest,
+			"size": a.Size, "lastUpdateTime": now.UTC().Format("2006-01-02T15:04:05Z"),
+		},
+		message: fmt.Sprintf("stored artifact for revision '%s'", rev),
+		now:     now,
+	}
+}
+
+// setStatus writes st into u's status: the artifact, Ready and
+// ArtifactInStorage true, the conditions of a failure cleared, the
+// generation and the spec fields the artifact observed.
+func setStatus(u *unstructured.Unstructured, st status) {
+	gen := u.GetGeneration()
+	_ = unstructured.SetNestedField(u.Object, st.artifact, "status", "artifact")
+	_ = unstructured.SetNestedField(u.Object, gen, "status", "observedGeneration")
+	for field, observed := range map[string]string{
+		"ignore": "observedIgnore", "recurseSubmodules": "observedRecurseSubmodules",
+		"include": "observedInclude", "sparseCheckout": "observedSparseCheckout",
+	} {
+		if v, ok, _ := unstructured.NestedFieldCopy(u.Object, "spec", field); ok {
+			_ = unstructured.SetNestedField(u.Object, v, "status", observed)
+		} else {
+			unstructured.RemoveNestedField(u.Object, "status", observed)
+		}
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var out []any
+	for _, c := range conds {
+		m, ok := c.(map[string]any)
+		if !ok {
+			continue
+		}
+		switch t, _ := m["type"].(string); {
+		case t == condReady || t == condArtifactInStorage:
+		case slices.Contains(cleared, t):
+		default:
+			out = append(out, m)
+		}
+	}
+	for _, t := range []string{condReady, condArtifactInStorage} {
+		out = append(out, condition(conds, t, gen, st))
+	}
+	_ = unstructured.SetNestedSlice(u.Object, out, "status", "conditions")
+}
+
+// condition is the condition t true with st's message, its transition
+// time kept when it was true already.
+func condition(conds []any, t string, gen int64, st status) map[string]any {
+	since := st.now.UTC().Format("2006-01-02T15:04:05Z")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == t && m["status"] == "True" {
+			if at, ok := m["lastTransitionTime"].(string); ok {
+				since = at
+			}
+		}
+	}
+	return map[string]any{
+		"type": t, "status": "True", "reason": reasonSucceeded, "message": st.message,
+		"observedGeneration": gen, "lastTransitionTime": since,
+	}
+}

@@ -1,0 +1,61 @@
+package fluxartifact
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// A stored artifact writes the artifact, Ready and ArtifactInStorage
+// (their transition kept when they were true), ends a failure's
+// conditions, keeps the others, and records the spec it observed.
+func TestAStoredArtifactsStatus(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"generation": int64(3)},
+		"spec":     map[string]any{"ignore": "/*\n!/deploy\n", "sparseCheckout": []any{"deploy"}},
+		"status": map[string]any{
+			"observedInclude": []any{map[string]any{"repository": map[string]any{"name": "gone"}}},
+			"conditions": []any{
+				map[string]any{"type": "Ready", "status": "True", "reason": "Succeeded", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+				map[string]any{"type": "Stalled", "status": "True", "reason": "InvalidURL"},
+				map[string]any{"type": "FetchFailed", "status": "True", "reason": "GitOperationFailed"},
+				map[string]any{"type": "SourceVerified", "status": "True", "reason": "Succeeded"},
+			},
+		},
+	}}
+	now := metav1.NewTime(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC))
+	setStatus(u, statusOf(artifact{Path: "gitrepository/ns/app/c.tar.gz", Digest: "sha256:00", Size: 42}, "http://h/gitrepository/ns/app/c.tar.gz", "main@sha1:c", now))
+
+	art, _, _ := unstructured.NestedMap(u.Object, "status", "artifact")
+	assert.Equal(t, map[string]any{"path": "gitrepository/ns/app/c.tar.gz", "url": "http://h/gitrepository/ns/app/c.tar.gz",
+		"revision": "main@sha1:c", "digest": "sha256:00", "size": int64(42), "lastUpdateTime": "2026-12-05T12:00:00Z"}, art)
+	gen, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+	assert.Equal(t, int64(3), gen)
+	ignore, _, _ := unstructured.NestedString(u.Object, "status", "observedIgnore")
+	assert.Equal(t, "/*\n!/deploy\n", ignore)
+	sparse, _, _ := unstructured.NestedStringSlice(u.Object, "status", "observedSparseCheckout")
+	assert.Equal(t, []string{"deploy"}, sparse)
+	_, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "observedInclude")
+	assert.False(t, ok, "an include no longer in the spec is no longer observed")
+
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	byType := map[string]map[string]any{}
+	var order []string
+	for _, c := range conds {
+		m := c.(map[string]any)
+		byType[m["type"].(string)] = m
+		order = append(order, m["type"].(string))
+	}
+	assert.Equal(t, []string{"SourceVerified", "Ready", "ArtifactInStorage"}, order)
+	for _, ty := range []string{"Ready", "ArtifactInStorage"} {
+		assert.Equal(t, "True", byType[ty]["status"])
+		assert.Equal(t, "Succeeded", byType[ty]["reason"])
+		assert.Equal(t, "stored artifact for revision 'main@sha1:c'", byType[ty]["message"])
+		assert.Equal(t, int64(3), byType[ty]["observedGeneration"])
+	}
+	assert.Equal(t, "2026-01-01T00:00:00Z", byType["Ready"]["lastTransitionTime"], "true already: its transition kept")
+	assert.Equal(t, "2026-12-05T12:00:00Z", byType["ArtifactInStorage"]["lastTransitionTime"])
+}
