@@ -8,6 +8,7 @@ require (
 	github.com/modwatch/modwatch/internal/dev/testenv v0.0.0
 	github.com/modwatch/modwatch/sink/apply v0.1.0
 	github.com/modwatch/modwatch/sink/apply/helm v0.1.0
+	github.com/modwatch/modwatch/sink/fluxartifact v0.1.0
 	github.com/modwatch/modwatch/sink/fluxreceiver v0.1.0
 	github.com/modwatch/modwatch/source/flux v0.1.0
 	github.com/modwatch/modwatch/source/gitsync v0.1.0

@@ -47,6 +47,14 @@ type Config struct {
 	// again although nothing changed, so that credentials read from Secrets
 	// are read again. 0 turns it off. Default 1m.
 	RefreshInterval time.Duration
+	// Artifacts makes the targets of a program that serves the
+	// GitRepositories' artifacts in source-controller's place
+	// (sink/fluxartifact), rather than one that notifies Flux: each target
+	// is polled at its spec.interval, a GitRepository pinned to a commit is
+	// a target of that commit, and what such a program does not serve
+	// (spec.include, a spec.timeout other than 60s) makes the GitRepository
+	// not watched, by name.
+	Artifacts bool
 }
 
 // Source watches GitRepositories.
@@ -330,11 +338,20 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 	}
 	ref, _, _ := unstructured.NestedStringMap(u.Object, "spec", "ref")
 	revision, watch := Revision(ref)
+	var interval time.Duration
+	if s.cfg.Artifacts {
+		if interval, err = artifactSpec(u); err != nil {
+			return nil, err
+		}
+		if !watch {
+			revision, watch = ref["commit"], true // its artifact is served
+		}
+	}
 	if !watch {
 		return nil, nil // pinned to a commit: nothing can change
 	}
 	t := &watcher.Target{
-		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision, Suspend: suspended,
+		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision, Suspend: suspended, Interval: interval,
 		Payload: payload.GitRepository{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), Generation: u.GetGeneration()},
 	}
 	provider, _, _ := unstructured.NestedString(u.Object, "spec", "provider")
@@ -553,4 +570,22 @@ func (s *Source) auth(ctx context.Context, namespace, name string) (*gitutil.Aut
 		a.SSHPassphrase = ""
 	}
 	return a, nil
+}
+
+// artifactSpec reads what serving u's artifact takes of its spec beyond
+// what a target of it watches: its interval, and no spec.include or
+// spec.timeout but the CRD's default, which are not served.
+func artifactSpec(u *unstructured.Unstructured) (time.Duration, error) {
+	if include, ok, _ := unstructured.NestedSlice(u.Object, "spec", "include"); ok && len(include) > 0 {
+		return 0, errors.New("flux: spec.include is not served")
+	}
+	if timeout, ok, _ := unstructured.NestedString(u.Object, "spec", "timeout"); ok && timeout != "60s" {
+		return 0, fmt.Errorf("flux: spec.timeout %q is not served (the watcher's timeouts bound each request; 60s, the default, is taken)", timeout)
+	}
+	iv, _, _ := unstructured.NestedString(u.Object, "spec", "interval")
+	d, err := time.ParseDuration(iv)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("flux: spec.interval %q is not a duration", iv)
+	}
+	return d, nil
 }

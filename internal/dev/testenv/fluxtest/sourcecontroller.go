@@ -80,12 +80,7 @@ func StartSourceController(t TB, cfg *rest.Config) *SourceController {
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	// envtest logs through controller-runtime's logger, which complains,
-	// stack and all, when none is set.
-	setLogger.Do(func() { ctrllog.SetLogger(logr.Discard()) })
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{filepath.Join(dir, "crds")}, ErrorIfPathMissing: true}); err != nil {
-		t.Fatalf("fluxtest: install source-controller's CRDs: %v", err)
-	}
+	installCRDs(t, cfg, dir)
 	tmp, storage, health := scratch(t, cfg)
 	sc := &SourceController{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -119,6 +114,28 @@ func StartSourceController(t TB, cfg *rest.Config) *SourceController {
 	})
 	waitReady(t, sc, health, exited)
 	return sc
+}
+
+// InstallCRDs installs the CRDs source-controller ships (its GitRepository
+// replaces the trimmed one of testenv), for a test that plays
+// source-controller itself.
+func InstallCRDs(t TB, cfg *rest.Config) {
+	t.Helper()
+	dir, err := SourceControllerDir()
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	installCRDs(t, cfg, dir)
+}
+
+func installCRDs(t TB, cfg *rest.Config, dir string) {
+	t.Helper()
+	// envtest logs through controller-runtime's logger, which complains,
+	// stack and all, when none is set.
+	setLogger.Do(func() { ctrllog.SetLogger(logr.Discard()) })
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{filepath.Join(dir, "crds")}, ErrorIfPathMissing: true}); err != nil {
+		t.Fatalf("fluxtest: install source-controller's CRDs: %v", err)
+	}
 }
 
 // scratch makes what one source-controller needs: a directory with a
