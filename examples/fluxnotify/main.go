@@ -20,12 +20,10 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -36,6 +34,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/modwatch/modwatch/examples/internal/serve"
 	"github.com/modwatch/modwatch/sink/fluxreceiver"
 	"github.com/modwatch/modwatch/source/flux"
 	"github.com/modwatch/modwatch/source/webhook"
@@ -138,35 +137,9 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		defer hooks.Close()
-		if err := mgr.Add(hintServer{hooks, o.hints, o.leaderElect}); err != nil {
+		if err := mgr.Add(serve.Server{Handler: hooks, Listener: o.hints, Leader: o.leaderElect}); err != nil {
 			return err
 		}
 	}
 	return mgr.Start(logr.NewContext(ctx, o.log)) // the runnables log through their context
-}
-
-// hintServer serves push hints where the watcher runs (on the leader with
-// leader election).
-type hintServer struct {
-	handler http.Handler
-	l       net.Listener
-	leader  bool
-}
-
-func (h hintServer) NeedLeaderElection() bool { return h.leader }
-
-func (h hintServer) Start(ctx context.Context) error {
-	// The webhook handler logs to its requests' context: the runnable's.
-	srv := &http.Server{Handler: h.handler, ReadHeaderTimeout: 5 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	if err := srv.Serve(h.l); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
 }

@@ -19,12 +19,10 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -35,6 +33,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/modwatch/modwatch/examples/internal/serve"
 	"github.com/modwatch/modwatch/sink/fluxartifact"
 	"github.com/modwatch/modwatch/source/flux"
 	"github.com/modwatch/modwatch/watcher"
@@ -127,32 +126,8 @@ func run(ctx context.Context, o options) error {
 	if err := w.Route(flux.New(kc, dyn, flux.Config{Namespace: o.namespace, Artifacts: true}), sink); err != nil {
 		return err
 	}
-	if err := mgr.Add(storageServer{sink.Handler(), o.storage, o.leaderElect}); err != nil {
+	if err := mgr.Add(serve.Server{Handler: sink.Handler(), Listener: o.storage, Leader: o.leaderElect}); err != nil {
 		return err
 	}
 	return mgr.Start(logr.NewContext(ctx, o.log))
-}
-
-// storageServer serves the artifacts where they are written: on the
-// leader with leader election.
-type storageServer struct {
-	handler http.Handler
-	l       net.Listener
-	leader  bool
-}
-
-func (s storageServer) NeedLeaderElection() bool { return s.leader }
-
-func (s storageServer) Start(ctx context.Context) error {
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	if err := srv.Serve(s.l); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
 }
