@@ -61,11 +61,13 @@ upstream:
 
 # git-sync's own end-to-end suite (all 93 tests, about seven minutes; or
 # E2E_TESTS="sync_head readlink") against examples/gitsync, through the
-# harness in ../shared/gitsync-e2e, where it is; its summary is in OUT.
+# harness in ../shared/gitsync-e2e, where it is; its summary is in OUT. The
+# binary is in a directory its uid (65533) can search: git runs it as its
+# credential helper.
 GITSYNC_E2E := $(abspath $(CURDIR)/../shared/gitsync-e2e)
 gitsync-e2e:
 	@if [ -x "$(GITSYNC_E2E)/run.sh" ] && [ -f "$(UPSTREAM_DIR)/git-sync/test_e2e.sh" ]; then \
-		bin=$$(mktemp -d)/git-sync && $(GO) build -o $$bin ./examples/gitsync && \
+		dir=$$(mktemp -d) && chmod 755 $$dir && bin=$$dir/git-sync && $(GO) build -o $$bin ./examples/gitsync && \
 		out=$${OUT:-$$(mktemp -d)} && echo "gitsync-e2e: results in $$out" && \
 		OUT=$$out $(GITSYNC_E2E)/run.sh $$bin $(UPSTREAM_DIR)/git-sync $(E2E_TESTS); \
 	else \
