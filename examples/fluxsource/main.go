@@ -74,6 +74,9 @@ func main() {
 		o.namespace = o.podNS
 	}
 	kube, err := ctrl.GetConfig()
+	if err == nil && (o.artifacts.Records < 1 || o.artifacts.TTL <= 0) {
+		err = fmt.Errorf("-artifact-retention-records %d and -artifact-retention-ttl %s: at least 1 and more than 0 are served", o.artifacts.Records, o.artifacts.TTL)
+	}
 	if err == nil {
 		o.storage, err = net.Listen("tcp", *storageAddr)
 	}

@@ -48,7 +48,7 @@ func writeArchive(ctx context.Context, w io.Writer, fsys fs.FS) error {
 		if d.IsDir() {
 			return nil
 		}
-		return copyFile(tw, fsys, p, hdr.Size)
+		return copyFile(ctx, tw, fsys, p, hdr.Size)
 	})
 	if err != nil {
 		return err
@@ -59,14 +59,15 @@ func writeArchive(ctx context.Context, w io.Writer, fsys fs.FS) error {
 	return gw.Close()
 }
 
-// copyFile writes the file p of fsys, of size bytes, to tw.
-func copyFile(tw *tar.Writer, fsys fs.FS, p string, size int64) error {
+// copyFile writes the file p of fsys, of size bytes, to tw, while ctx
+// lasts.
+func copyFile(ctx context.Context, tw *tar.Writer, fsys fs.FS, p string, size int64) error {
 	f, err := fsys.Open(p)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	n, err := io.Copy(tw, io.LimitReader(f, size))
+	n, err := io.Copy(tw, io.LimitReader(ctxReader{ctx, f}, size))
 	if err != nil {
 		return err
 	}
@@ -76,6 +77,19 @@ func copyFile(tw *tar.Writer, fsys fs.FS, p string, size int64) error {
 		return fmt.Errorf("%s: %d bytes read, its size is %d", p, n+int64(k), size)
 	}
 	return nil
+}
+
+// ctxReader reads r until ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // sanitize makes hdr source-controller's: its name relative to the root,

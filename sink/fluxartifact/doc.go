@@ -23,6 +23,14 @@
 // artifact is given is http://<Config.Address>/<path>, served by
 // [Sink.Handler].
 //
+// The storage is the sink's: its folders are readable by the process's
+// user only (0700, files 0600, as source-controller's), a GitRepository
+// removed takes its artifacts with it (Remove, and Forget for a suspended
+// one), and [Sink.Targets] lists the GitRepositories it holds artifacts
+// for, so that those deleted while the program was stopped go too, once
+// every source has given its set. A delivery given up on stops and puts
+// nothing in place.
+//
 // The sink writes a GitRepository's status only when the object is the
 // target's (payload.GitRepository's UID) at the generation the target was
 // made from (its Generation); otherwise the delivery fails, to be replaced

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"strings"
@@ -50,8 +51,9 @@ type Sink struct {
 }
 
 var (
-	_ watcher.Sink    = (*Sink)(nil)
-	_ watcher.Remover = (*Sink)(nil)
+	_ watcher.Sink      = (*Sink)(nil)
+	_ watcher.Inventory = (*Sink)(nil)
+	_ watcher.Forgetter = (*Sink)(nil)
 )
 
 // New returns a sink keeping its artifacts in cfg.Storage and writing the
@@ -66,8 +68,8 @@ func New(dyn dynamic.Interface, cfg Config) (*Sink, error) {
 	switch {
 	case cfg.Storage == "":
 		return nil, fmt.Errorf("%w: Storage is required", ErrInvalidConfig)
-	case cfg.Address == "" || strings.ContainsAny(cfg.Address, " \t\r\n"):
-		return nil, fmt.Errorf("%w: Address %q is not a host[:port] or URL", ErrInvalidConfig, cfg.Address)
+	case !validAddress(cfg.Address):
+		return nil, fmt.Errorf("%w: Address %q is not a host[:port], or an http(s) URL without a trailing slash", ErrInvalidConfig, cfg.Address)
 	case cfg.Records < 1 || cfg.TTL < 0:
 		return nil, fmt.Errorf("%w: Records must be at least 1 and TTL not negative", ErrInvalidConfig)
 	}
@@ -88,10 +90,23 @@ func (s *Sink) Handler() http.Handler { return s.store.handler() }
 // Close releases the storage directory.
 func (s *Sink) Close() error { return s.store.root.Close() }
 
+// validAddress: a host[:port], or an http(s) URL with a host and no
+// trailing slash, with nothing to escape.
+func validAddress(a string) bool {
+	if a == "" || strings.ContainsAny(a, " \t\r\n?#") || strings.HasSuffix(a, "/") {
+		return false
+	}
+	scheme, rest, ok := strings.Cut(a, "://")
+	if !ok {
+		return !strings.Contains(a, "/")
+	}
+	return (scheme == "http" || scheme == "https") && rest != "" && !strings.HasPrefix(rest, "/")
+}
+
 // url is the artifact's URL, as source-controller makes it.
 func (s *Sink) url(p string) string {
 	if strings.HasPrefix(s.cfg.Address, "http://") || strings.HasPrefix(s.cfg.Address, "https://") {
-		return strings.TrimSuffix(s.cfg.Address, "/") + "/" + p
+		return s.cfg.Address + "/" + p
 	}
 	return "http://" + s.cfg.Address + "/" + p
 }
@@ -123,6 +138,11 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 	}
 	file := c.To.String() + ".tar.gz"
 	a, err := s.store.store(ctx, dir, file, c.FS)
+	if errors.Is(err, fs.ErrInvalid) {
+		// A name the tree lists but cannot be opened by (not UTF-8): this
+		// commit has no artifact; the next one is tried.
+		return watcher.Permanent(fmt.Errorf("fluxartifact: GitRepository %s: the tree at %s cannot be archived: %w", repo.Key(), c.To, err))
+	}
 	if err != nil {
 		return fmt.Errorf("fluxartifact: GitRepository %s: storing the artifact: %w", repo.Key(), err)
 	}
@@ -167,27 +187,62 @@ func (s *Sink) resource(repo payload.GitRepository) dynamic.ResourceInterface {
 	return s.dyn.Resource(gv.WithResource("gitrepositories")).Namespace(repo.Namespace)
 }
 
-// Remove removes the target's artifacts from the storage. The
-// GitRepository's status is left as it is (the object is gone, or no
-// longer watched).
+// targetPrefix begins the IDs of source/flux's targets:
+// "flux/<namespace>/<name>".
+const targetPrefix = "flux/"
+
+// Remove removes the target's artifacts from the storage, found by its
+// ID (a target of source/flux's). The GitRepository's status is left as it
+// is (the object is gone, or no longer watched).
 func (s *Sink) Remove(_ context.Context, t watcher.Target) error {
-	repo, ok := payload.Of[payload.GitRepository](t)
-	if !ok {
-		return nil // never delivered: nothing stored
+	rest, ok := strings.CutPrefix(t.ID, targetPrefix)
+	ns, name, ok2 := strings.Cut(rest, "/")
+	if !ok || !ok2 {
+		return nil // not a GitRepository's: nothing of it stored
 	}
-	dir, err := objectDir(repo.Namespace, repo.Name)
+	dir, err := objectDir(ns, name)
 	if err != nil {
-		return nil
+		return nil // not a name an object can have: nothing stored
 	}
 	return s.store.removeAll(dir)
 }
 
+// Forget removes the target's artifacts too: a suspended GitRepository
+// that is deleted takes its artifacts with it, as source-controller's
+// finalizer does.
+func (s *Sink) Forget(ctx context.Context, t watcher.Target) error { return s.Remove(ctx, t) }
+
+// Targets lists the targets the storage holds artifacts for, so that the
+// artifacts of a GitRepository deleted while the program was stopped go
+// once every source has given its set.
+func (s *Sink) Targets(context.Context) ([]string, error) {
+	objs, err := s.store.objects()
+	if err != nil {
+		return nil, fmt.Errorf("fluxartifact: listing the storage: %w", err)
+	}
+	ids := make([]string, len(objs))
+	for i, o := range objs {
+		ids[i] = targetPrefix + o
+	}
+	return ids, nil
+}
+
 // revision is the artifact's revision as source-controller writes it:
 // "<branch or tag>@sha1:<commit>", the full ref name when spec.ref.name
-// is set, and "sha1:<commit>" for a commit alone.
+// is set, and "sha1:<commit>" for a commit alone; a commit pinned with a
+// name or a branch keeps it ("refs/heads/main@sha1:…", "main@sha1:…").
 func revision(u *unstructured.Unstructured, ref string, commit gitutil.Hash) string {
 	digest := "sha1:" + commit.String()
-	if name, _, _ := unstructured.NestedString(u.Object, "spec", "ref", "name"); name != "" && ref != "" {
+	spec, _, _ := unstructured.NestedStringMap(u.Object, "spec", "ref")
+	if spec["commit"] != "" && ref == "" {
+		switch {
+		case spec["name"] != "":
+			ref = spec["name"]
+		case spec["branch"] != "":
+			ref = "refs/heads/" + spec["branch"]
+		}
+	}
+	if spec["name"] != "" && ref != "" {
 		return ref + "@" + digest
 	}
 	if parts := strings.SplitN(ref, "/", 3); len(parts) == 3 {

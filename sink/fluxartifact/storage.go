@@ -14,6 +14,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -33,11 +34,14 @@ type artifact struct {
 	Size   int64
 }
 
-// storage keeps the artifacts under one directory.
+// storage keeps the artifacts under one directory, readable by this
+// process's user only (source-controller's modes: 0700 folders, 0600
+// files): they are private repositories' files.
 type storage struct {
 	root    *os.Root
 	records int
 	ttl     time.Duration
+	locks   keyedMutex // an object's folder, one writer at a time
 }
 
 // objectDir is the folder of the object's artifacts; namespace and name
@@ -56,12 +60,15 @@ func objectDir(namespace, name string) (string, error) {
 // store writes fsys's archive as file in the object's folder: written to a
 // temporary file, then renamed into place, latest.tar.gz then made its
 // link.
+//
+// A delivery given up on (ctx ended) stops, and puts nothing in place: an
+// older commit's archive never replaces a newer one's as the latest.
 func (s *storage) store(ctx context.Context, dir, file string, fsys fs.FS) (artifact, error) {
-	if err := s.root.MkdirAll(dir, 0o755); err != nil {
+	if err := s.root.MkdirAll(dir, 0o700); err != nil {
 		return artifact{}, err
 	}
 	tmp := path.Join(dir, "."+file+"."+randomSuffix()+".tmp")
-	f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return artifact{}, err
 	}
@@ -73,6 +80,11 @@ func (s *storage) store(ctx context.Context, dir, file string, fsys fs.FS) (arti
 		return artifact{}, err
 	}
 	if err := f.Close(); err != nil {
+		return artifact{}, err
+	}
+	unlock := s.locks.lock(dir)
+	defer unlock()
+	if err := ctx.Err(); err != nil {
 		return artifact{}, err
 	}
 	p := path.Join(dir, file)
@@ -102,6 +114,8 @@ func (s *storage) link(dir, file string) error {
 // those older than the TTL, then the oldest until records remain; never
 // current, the link or what is not an artifact.
 func (s *storage) collect(dir, current string, now time.Time) error {
+	unlock := s.locks.lock(dir)
+	defer unlock()
 	entries, err := fs.ReadDir(s.root.FS(), dir)
 	if err != nil {
 		return err
@@ -142,7 +156,66 @@ func (s *storage) collect(dir, current string, now time.Time) error {
 
 // removeAll removes the object's folder.
 func (s *storage) removeAll(dir string) error {
+	unlock := s.locks.lock(dir)
+	defer unlock()
 	return s.root.RemoveAll(dir)
+}
+
+// objects lists the namespace/name of every object with a folder.
+func (s *storage) objects() ([]string, error) {
+	namespaces, err := fs.ReadDir(s.root.FS(), kindDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, ns := range namespaces {
+		if !ns.IsDir() {
+			continue
+		}
+		names, err := fs.ReadDir(s.root.FS(), path.Join(kindDir, ns.Name()))
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range names {
+			if _, err := objectDir(ns.Name(), n.Name()); err == nil && n.IsDir() {
+				out = append(out, ns.Name()+"/"+n.Name())
+			}
+		}
+	}
+	return out, nil
+}
+
+// keyedMutex is a mutex per key, kept while held.
+type keyedMutex struct {
+	mu   sync.Mutex
+	held map[string]chan struct{}
+}
+
+// lock waits until key is free, takes it, and returns its release.
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	for {
+		k.mu.Lock()
+		if k.held == nil {
+			k.held = map[string]chan struct{}{}
+		}
+		c, busy := k.held[key]
+		if !busy {
+			c = make(chan struct{})
+			k.held[key] = c
+			k.mu.Unlock()
+			return func() {
+				k.mu.Lock()
+				delete(k.held, key)
+				k.mu.Unlock()
+				close(c)
+			}
+		}
+		k.mu.Unlock()
+		<-c
+	}
 }
 
 // handler serves the artifacts, and nothing else: no folder listing, no

@@ -579,8 +579,10 @@ func artifactSpec(u *unstructured.Unstructured) (time.Duration, error) {
 	if include, ok, _ := unstructured.NestedSlice(u.Object, "spec", "include"); ok && len(include) > 0 {
 		return 0, errors.New("flux: spec.include is not served")
 	}
-	if timeout, ok, _ := unstructured.NestedString(u.Object, "spec", "timeout"); ok && timeout != "60s" {
-		return 0, fmt.Errorf("flux: spec.timeout %q is not served (the watcher's timeouts bound each request; 60s, the default, is taken)", timeout)
+	if timeout, ok, _ := unstructured.NestedString(u.Object, "spec", "timeout"); ok {
+		if d, err := time.ParseDuration(timeout); err != nil || d != time.Minute {
+			return 0, fmt.Errorf("flux: spec.timeout %q is not served (the watcher's timeouts bound each request; 60s, the default, is taken)", timeout)
+		}
 	}
 	iv, _, _ := unstructured.NestedString(u.Object, "spec", "interval")
 	d, err := time.ParseDuration(iv)
