@@ -111,7 +111,9 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer sink.Close()
-	observers := []watcher.Observer{watcher.ObserverFunc(func(e watcher.Event) {
+	// The sink observes too: a GitRepository that cannot be fetched gets
+	// Flux's failure conditions.
+	observers := []watcher.Observer{sink, watcher.ObserverFunc(func(e watcher.Event) {
 		switch e.Type {
 		case watcher.EventDelivered:
 			o.log.Info("artifact stored", "gitrepository", e.Target.ID, "commit", e.Commit.String())

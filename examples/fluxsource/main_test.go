@@ -115,10 +115,30 @@ func TestGitRepositoriesAreServed(t *testing.T) {
 	c2 := repo.Commit(t, "two", gittest.File("deploy/more.yaml", "kind: Secret\n"))
 	assert.Equal(t, []string{"deploy/app.yaml", "deploy/more.yaml"}, files(t, artifact("apps", "main@sha1:"+c2)))
 
+	// A ref that is not there: Flux's conditions of a failed fetch, as the
+	// real source-controller writes them, and no artifact.
+	create(t, ns, "nobranch", map[string]any{"url": repo.URL(), "interval": "1s", "ref": map[string]any{"branch": "nope"}})
+	conds := map[string]map[string]any{}
+	require.Eventually(t, func() bool {
+		u, err := env.Dynamic.Resource(gitRepos).Namespace(ns).Get(context.Background(), "nobranch", metav1.GetOptions{})
+		require.NoError(t, err)
+		list, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range list {
+			m := c.(map[string]any)
+			conds[m["type"].(string)] = m
+		}
+		return len(conds) == 3
+	}, time.Minute, 50*time.Millisecond)
+	for ty, want := range map[string][2]string{"Ready": {"False", "GitOperationFailed"}, "FetchFailed": {"True", "GitOperationFailed"}, "Reconciling": {"True", "ProgressingWithRetry"}} {
+		assert.Equal(t, want[0], conds[ty]["status"], ty)
+		assert.Equal(t, want[1], conds[ty]["reason"], ty)
+	}
+	assert.Contains(t, conds["Ready"]["message"], "refs/heads/nope")
+
 	obs.WaitFor(t, "include refused by name", func(e watcher.Event) bool {
 		return e.Target.ID == "flux/"+ns+"/included" && e.Err != nil && strings.Contains(e.Err.Error(), "spec.include is not served")
 	})
-	for _, name := range []string{"paused", "included"} {
+	for _, name := range []string{"paused", "included", "nobranch"} {
 		u, err := env.Dynamic.Resource(gitRepos).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
 		require.NoError(t, err)
 		_, has, _ := unstructured.NestedMap(u.Object, "status", "artifact")

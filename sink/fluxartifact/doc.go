@@ -31,6 +31,12 @@
 // every source has given its set. A delivery given up on stops and puts
 // nothing in place.
 //
+// Registered as an observer too (watcher.WithObserver), the sink writes a
+// GitRepository whose repository, ref or credentials cannot be read the
+// conditions source-controller writes for a failed fetch (Ready false and
+// FetchFailed true with reason GitOperationFailed, Reconciling), keeping
+// its artifact; its next artifact clears them.
+//
 // The sink writes a GitRepository's status only when the object is the
 // target's (payload.GitRepository's UID) at the generation the target was
 // made from (its Generation); otherwise the delivery fails, to be replaced

@@ -45,15 +45,18 @@ var ErrInvalidConfig = errors.New("fluxartifact: invalid config")
 // Sink packs, stores and serves GitRepositories' artifacts, and writes
 // their status.
 type Sink struct {
-	cfg   Config
-	dyn   dynamic.Interface
-	store *storage
+	cfg      Config
+	dyn      dynamic.Interface
+	store    *storage
+	failures failures
 }
 
 var (
 	_ watcher.Sink      = (*Sink)(nil)
 	_ watcher.Inventory = (*Sink)(nil)
 	_ watcher.Forgetter = (*Sink)(nil)
+	_ watcher.Observer  = (*Sink)(nil)
+	_ watcher.Runnable  = (*Sink)(nil)
 )
 
 // New returns a sink keeping its artifacts in cfg.Storage and writing the
@@ -77,7 +80,7 @@ func New(dyn dynamic.Interface, cfg Config) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: Storage: %w", ErrInvalidConfig, err)
 	}
-	return &Sink{cfg: cfg, dyn: dyn, store: &storage{root: root, records: cfg.Records, ttl: cfg.TTL}}, nil
+	return &Sink{cfg: cfg, dyn: dyn, store: &storage{root: root, records: cfg.Records, ttl: cfg.TTL}, failures: failures{wake: make(chan struct{}, 1)}}, nil
 }
 
 // Name returns "fluxartifact".
