@@ -354,28 +354,8 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision, Suspend: suspended, Interval: interval,
 		Payload: payload.GitRepository{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), Generation: u.GetGeneration()},
 	}
-	provider, _, _ := unstructured.NestedString(u.Object, "spec", "provider")
-	name, _, _ := unstructured.NestedString(u.Object, "spec", "secretRef", "name")
-	switch {
-	case provider == "github":
-		if name == "" {
-			return nil, errors.New("flux: provider github needs a secretRef with the GitHub App's keys")
-		}
-		used[u.GetNamespace()+"/"+name] = true
-		if t.Auth, err = s.githubAppAuth(ctx, u.GetNamespace(), name, url); err != nil {
-			return nil, err
-		}
-	case provider != "" && provider != "generic":
-		return nil, fmt.Errorf("flux: provider %q is not supported (generic and github are)", provider)
-	case name != "":
-		if t.Auth, err = s.auth(ctx, u.GetNamespace(), name); err != nil {
-			return nil, err
-		}
-	}
-	if proxy, _, _ := unstructured.NestedString(u.Object, "spec", "proxySecretRef", "name"); proxy != "" {
-		if t.Auth, err = s.proxy(ctx, u.GetNamespace(), proxy, t.Auth); err != nil {
-			return nil, err
-		}
+	if t.Auth, err = s.targetAuth(ctx, u, url, used); err != nil {
+		return nil, err
 	}
 	if t.Verify, err = s.verify(ctx, u); err != nil {
 		return nil, err
@@ -387,6 +367,34 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 		return nil, err
 	}
 	return t, nil
+}
+
+// targetAuth reads a GitRepository's credentials: spec.provider's (a
+// GitHub App's installation token by secretRef), spec.secretRef's, and
+// spec.proxySecretRef's proxy. used records the Secrets of GitHub Apps.
+func (s *Source) targetAuth(ctx context.Context, u *unstructured.Unstructured, url string, used map[string]bool) (auth *gitutil.Auth, err error) {
+	provider, _, _ := unstructured.NestedString(u.Object, "spec", "provider")
+	name, _, _ := unstructured.NestedString(u.Object, "spec", "secretRef", "name")
+	switch {
+	case provider == "github":
+		if name == "" {
+			return nil, errors.New("flux: provider github needs a secretRef with the GitHub App's keys")
+		}
+		used[u.GetNamespace()+"/"+name] = true
+		if auth, err = s.githubAppAuth(ctx, u.GetNamespace(), name, url); err != nil {
+			return nil, err
+		}
+	case provider != "" && provider != "generic":
+		return nil, fmt.Errorf("flux: provider %q is not supported (generic and github are)", provider)
+	case name != "":
+		if auth, err = s.auth(ctx, u.GetNamespace(), name); err != nil {
+			return nil, err
+		}
+	}
+	if proxy, _, _ := unstructured.NestedString(u.Object, "spec", "proxySecretRef", "name"); proxy != "" {
+		return s.proxy(ctx, u.GetNamespace(), proxy, auth)
+	}
+	return auth, nil
 }
 
 // Flux's own exclusions (fluxcd/pkg/sourceignore): the VCS files always,
