@@ -155,6 +155,18 @@ func (d *deliverer) seen(t *Target) {
 	}
 }
 
+// leftAs sets whether its target left its set suspended, as the latest
+// set that named it said: its removal is then a Forget.
+func (d *deliverer) leftAs(suspended bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.target.Suspend != suspended {
+		t := *d.target
+		t.Suspend = suspended
+		d.target = &t
+	}
+}
+
 // suspended reports whether its target was suspended when last seen: its
 // removal is then a Forget.
 func (d *deliverer) suspended() bool {

@@ -487,3 +487,58 @@ func TestATargetSuspendedWhileDownIsForgottenAtStart(t *testing.T) {
 	sink.WaitRemoved(t, "b")
 	assert.Equal(t, []string{"b"}, ids(sink.Removed()), "a was never removed")
 }
+
+// stepSource hands each set sent on its channel, in order, each as soon as
+// it comes.
+type stepSource chan []watcher.Target
+
+func (s stepSource) Run(ctx context.Context, update func([]watcher.Target)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ts := <-s:
+			update(ts)
+		}
+	}
+}
+
+// A suspended target that is resumed and then leaves its set, in two sets
+// handed faster than the watcher binds them, left its set resumed: it is
+// removed, not forgotten. One suspended and then gone as fast is
+// forgotten, never removed.
+func TestATargetResumedThenGoneIsRemoved(t *testing.T) {
+	_, c1, ts := fourTargets(t)
+	sink := &forgettingSink{inventorySink: &inventorySink{Sink: watchertest.NewSink("inv"), held: map[string]bool{}}}
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs)
+	src := make(stepSource, 2)
+	src <- ts
+	require.NoError(t, w.Route(src, sink))
+	watchertest.Run(t, w.Run)
+	for _, tg := range ts {
+		sink.WaitCommit(t, tg.ID, hash(c1))
+	}
+	paused := ts[0]
+	paused.Suspend = true
+	src <- []watcher.Target{paused, ts[1], ts[2], ts[3]}
+	obs.WaitFor(t, "a suspended", watchertest.Is(watcher.EventSuspended, "a"))
+
+	// Resumed, then gone: one after the other, at once.
+	src <- ts
+	src <- ts[1:]
+	sink.WaitRemoved(t, "a")
+	sink.mu.Lock()
+	assert.Empty(t, sink.forgot, "a was resumed when it left")
+	sink.mu.Unlock()
+
+	// Suspended, then gone, as fast: b left its set suspended, and what it
+	// applied stays.
+	pausedB := ts[1]
+	pausedB.Suspend = true
+	src <- []watcher.Target{pausedB, ts[2], ts[3]}
+	src <- ts[2:]
+	e := obs.WaitFor(t, "b forgotten", watchertest.Is(watcher.EventForgotten, "b"))
+	require.NoError(t, e.Err)
+	assert.Equal(t, []string{"a"}, ids(sink.Removed()), "b was never removed")
+}

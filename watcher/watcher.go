@@ -73,6 +73,11 @@ type route struct {
 	invalid map[string]string // target ID → why it is invalid; guarded by Watcher.mu
 	synced  bool              // the source has given a set; guarded by Watcher.mu
 	noSet   error             // why the source cannot give its set now (NoSet); guarded by Watcher.mu
+	// suspended is each target's Suspend in the latest set that named it,
+	// kept after it leaves its set until its deliverers are told: sets
+	// can come faster than they are bound, and a target resumed then
+	// removed left its set resumed. Guarded by Watcher.mu.
+	suspended map[string]bool
 }
 
 type namedSink struct {
@@ -414,6 +419,7 @@ func (w *Watcher) update(r *route, ts []Target) {
 	w.mu.Lock()
 	before := r.invalid
 	r.targets, r.urlKeys, r.invalid, r.synced, r.noSet = valid, urlKeys, invalid, true, nil
+	w.noteSuspended(r, valid, ids)
 	w.mu.Unlock()
 	for _, e := range events {
 		if before[e.Target.ID] != e.Err.Error() {
@@ -425,6 +431,43 @@ func (w *Watcher) update(r *route, ts []Target) {
 	case w.changed <- struct{}{}:
 	default:
 	}
+}
+
+// noteSuspended records the Suspend of each target of the route's set,
+// and forgets it for a target that left the set with no deliverer to tell
+// (none bound yet, or told already); the caller holds w.mu.
+func (w *Watcher) noteSuspended(r *route, set []Target, ids map[string]bool) {
+	if r.suspended == nil {
+		r.suspended = make(map[string]bool, len(set))
+	}
+	for _, t := range set {
+		r.suspended[t.ID] = t.Suspend
+	}
+	if len(r.suspended) == len(set) {
+		return // none left the set
+	}
+	bound := map[string]bool{}
+	for k := range w.deliverers {
+		if k.route == int32(r.idx) && !ids[k.id] {
+			bound[k.id] = true
+		}
+	}
+	for id := range r.suspended {
+		if !ids[id] && !bound[id] {
+			delete(r.suspended, id)
+		}
+	}
+}
+
+// leftSuspended reports whether the target of k left its set suspended:
+// as the latest set that named it said, else as its deliverer has it.
+func (w *Watcher) leftSuspended(k sinkKey, d *deliverer) bool {
+	if int(k.route) < len(w.routes) {
+		if s, ok := w.routes[k.route].suspended[k.id]; ok {
+			return s
+		}
+	}
+	return d.suspended()
 }
 
 // admit checks a target from a source and puts it in the form the watcher
@@ -727,7 +770,10 @@ func (w *Watcher) removeGone(gone map[int32][]sinkKey, fresh map[sinkKey]bool) [
 		ids := map[string]bool{}
 		var removing []sinkKey
 		for _, k := range dkeys {
-			if d := w.deliverers[k]; d.suspended() {
+			d := w.deliverers[k]
+			suspended := w.leftSuspended(k, d)
+			d.leftAs(suspended)
+			if suspended {
 				// Forgotten, not removed (see Forgetter): nothing to hold.
 				delete(w.deliverers, k)
 				w.removing[k] = d

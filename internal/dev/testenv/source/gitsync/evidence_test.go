@@ -139,13 +139,24 @@ func TestAGitSyncDeletedWhileSuspendedKeepsItsObjects(t *testing.T) {
 	uid := h.uid("a")
 
 	h.src.SetSettings(gitsync.Settings{ClusterName: "staging-1", Suspend: true})
+	require.Eventually(t, func() bool {
+		a, ok := h.handed.target(gitsync.TargetID(h.ns, "a"))
+		return ok && a.Suspend
+	}, 30*time.Second, 10*time.Millisecond, "a handed suspended")
 	require.NoError(t, env.Dynamic.Resource(gitsync.GVR).Namespace(h.ns).Delete(context.Background(), "a", metav1.DeleteOptions{}))
 	e := h.obs.WaitFor(t, "a forgotten", watchertest.Is(watcher.EventForgotten, gitsync.TargetID(h.ns, "a")))
 	require.NoError(t, e.Err)
 	assert.Equal(t, uid, h.uid("a"), "a suspended GitSync's objects stay")
 	noRemoval(t, h.obs)
 
+	// b is deleted once the source handed it resumed: deleted before, b
+	// would leave its set as the source last handed it, suspended, and be
+	// forgotten (its objects kept), as it should be then.
 	h.src.SetSettings(gitsync.Settings{ClusterName: "staging-1"})
+	require.Eventually(t, func() bool {
+		b, ok := h.handed.target(gitsync.TargetID(h.ns, "b"))
+		return ok && !b.Suspend
+	}, 30*time.Second, 10*time.Millisecond, "b handed resumed")
 	require.NoError(t, env.Dynamic.Resource(gitsync.GVR).Namespace(h.ns).Delete(context.Background(), "b", metav1.DeleteOptions{}))
 	h.obs.WaitFor(t, "b removed", watchertest.Is(watcher.EventRemoved, gitsync.TargetID(h.ns, "b")))
 	_, there := h.value("b")

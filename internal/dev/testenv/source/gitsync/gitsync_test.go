@@ -38,6 +38,7 @@ type harness struct {
 	w        *watcher.Watcher
 	obs      *watchertest.Observer
 	src      *gitsync.Source
+	handed   *handed // the sets src handed the watcher
 	warnings *warnings
 
 	cluster  string
@@ -46,6 +47,35 @@ type harness struct {
 	srcCfg   []func(*gitsync.Config)
 	cacheDir string
 	stop     func()
+}
+
+// handed is a source that records the last set it handed the watcher,
+// once the watcher took it.
+type handed struct {
+	watcher.Source
+	mu   sync.Mutex
+	last []watcher.Target
+}
+
+func (h *handed) Run(ctx context.Context, update func([]watcher.Target)) error {
+	return h.Source.Run(ctx, func(ts []watcher.Target) {
+		update(ts)
+		h.mu.Lock()
+		h.last = ts
+		h.mu.Unlock()
+	})
+}
+
+// target is the target id of the last set handed, if it has it.
+func (h *handed) target(id string) (watcher.Target, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, t := range h.last {
+		if t.ID == id {
+			return t, true
+		}
+	}
+	return watcher.Target{}, false
 }
 
 // warnings records the apiserver's warnings to a client.
@@ -105,7 +135,8 @@ func (h *harness) start() {
 		wopts = append(wopts, watcher.WithCredentials(h.creds))
 	}
 	h.w = watcher.New(wopts...)
-	require.NoError(t, h.w.Route(h.src, sink))
+	h.handed = &handed{Source: h.src}
+	require.NoError(t, h.w.Route(h.handed, sink))
 	h.stop = watchertest.Run(t, h.w.Run)
 }
 
