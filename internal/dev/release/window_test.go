@@ -83,6 +83,7 @@ func consumerMain(pkgs []string) string {
 // it is, the consumer must build, and those modules' own tests (the ones
 // that need no control plane) must pass at that minor.
 func TestKubernetesWindow(t *testing.T) {
+	t.Parallel() // see TestReleaseResolvesOutsideTheTree
 	root := repoRoot(t)
 	all, err := release.Modules(root)
 	require.NoError(t, err)
@@ -97,6 +98,7 @@ func TestKubernetesWindow(t *testing.T) {
 	require.Equal(t, pinned(window[len(window)-1]), workspace, "the window's last minor is the workspace's, where the envtest suites run")
 	for _, m := range window {
 		t.Run(m.k8s, func(t *testing.T) {
+			t.Parallel()
 			ctx := ctxT(t, 30*time.Minute) // a hang's deadline: see TestReleaseResolvesOutsideTheTree
 			dir := t.TempDir()
 			var gomod strings.Builder
