@@ -73,11 +73,11 @@ type route struct {
 	invalid map[string]string // target ID → why it is invalid; guarded by Watcher.mu
 	synced  bool              // the source has given a set; guarded by Watcher.mu
 	noSet   error             // why the source cannot give its set now (NoSet); guarded by Watcher.mu
-	// suspended is each target's Suspend in the latest set that named it,
-	// kept after it leaves its set until its deliverers are told: sets
-	// can come faster than they are bound, and a target resumed then
-	// removed left its set resumed. Guarded by Watcher.mu.
-	suspended map[string]bool
+	// left is the Suspend of each target that left the set, as the last
+	// set that named it had it, until its deliverers are told: sets can
+	// come faster than they are bound, and a target resumed then removed
+	// left its set resumed. Guarded by Watcher.mu.
+	left map[string]bool
 }
 
 type namedSink struct {
@@ -418,8 +418,8 @@ func (w *Watcher) update(r *route, ts []Target) {
 	}
 	w.mu.Lock()
 	before := r.invalid
+	w.noteLeft(r, r.targets, ids)
 	r.targets, r.urlKeys, r.invalid, r.synced, r.noSet = valid, urlKeys, invalid, true, nil
-	w.noteSuspended(r, valid, ids)
 	w.mu.Unlock()
 	for _, e := range events {
 		if before[e.Target.ID] != e.Err.Error() {
@@ -433,28 +433,31 @@ func (w *Watcher) update(r *route, ts []Target) {
 	}
 }
 
-// noteSuspended records the Suspend of each target of the route's set,
-// and forgets it for a target that left the set with no deliverer to tell
-// (none bound yet, or told already); the caller holds w.mu.
-func (w *Watcher) noteSuspended(r *route, set []Target, ids map[string]bool) {
-	if r.suspended == nil {
-		r.suspended = make(map[string]bool, len(set))
+// noteLeft records the Suspend of each target of the route's previous set
+// that the new one (ids) leaves out, and forgets it for a target named
+// again or with no deliverer to tell (none bound, or told already); the
+// caller holds w.mu.
+func (w *Watcher) noteLeft(r *route, previous []Target, ids map[string]bool) {
+	for _, t := range previous {
+		if !ids[t.ID] {
+			if r.left == nil {
+				r.left = map[string]bool{}
+			}
+			r.left[t.ID] = t.Suspend
+		}
 	}
-	for _, t := range set {
-		r.suspended[t.ID] = t.Suspend
-	}
-	if len(r.suspended) == len(set) {
-		return // none left the set
+	if len(r.left) == 0 {
+		return
 	}
 	bound := map[string]bool{}
 	for k := range w.deliverers {
-		if k.route == int32(r.idx) && !ids[k.id] {
+		if _, ok := r.left[k.id]; ok && k.route == int32(r.idx) {
 			bound[k.id] = true
 		}
 	}
-	for id := range r.suspended {
-		if !ids[id] && !bound[id] {
-			delete(r.suspended, id)
+	for id := range r.left {
+		if ids[id] || !bound[id] {
+			delete(r.left, id)
 		}
 	}
 }
@@ -463,7 +466,7 @@ func (w *Watcher) noteSuspended(r *route, set []Target, ids map[string]bool) {
 // as the latest set that named it said, else as its deliverer has it.
 func (w *Watcher) leftSuspended(k sinkKey, d *deliverer) bool {
 	if int(k.route) < len(w.routes) {
-		if s, ok := w.routes[k.route].suspended[k.id]; ok {
+		if s, ok := w.routes[k.route].left[k.id]; ok {
 			return s
 		}
 	}
