@@ -142,36 +142,59 @@ func TestAHintIsNotHeldBehindASlowHost(t *testing.T) {
 	}
 }
 
-// While a host's budget is spent on the start-up of many remotes, a
-// hinted remote of that host goes before the rest of them, and the rate
-// the host sees never exceeds its budget.
+// A push hint for a remote of a host busy with a start-up goes ahead of
+// the host's background polls: once it is in line, the next turn at the
+// host that is not a turn in progress or a fetch is its listing. The
+// host is held still (its answers held at the server) while the hint
+// gets in line, so that no machine's speed decides the order.
 func TestAHintGoesBeforeItsHostsBackgroundPolls(t *testing.T) {
 	t.Parallel()
 	srv := gittest.NewServer(t)
-	const n, rate = 24, 20
+	const n, rate, inFlight = 24, 20, 2
 	_, targets := fleetOn(t, srv, "many", n)
+	host := strings.TrimPrefix(srv.URL(), "http://")
 	obs := watchertest.NewObserver()
 	sink := watchertest.NewSink("rec")
-	w := newWatcher(t, obs, watcher.WithHostBudget("", watcher.HostBudget{PerSecond: rate, Burst: 1, InFlight: 2}))
+	w := newWatcher(t, obs, watcher.WithHostBudget("", watcher.HostBudget{PerSecond: rate, Burst: 1, InFlight: inFlight}))
 	require.NoError(t, w.Route(watchertest.NewSource(targets...), sink))
 	start(t, w)
-	last := targets[n-1]
 	obs.WaitFor(t, "the start-up under way", func(e watcher.Event) bool { return e.Type == watcher.EventListed })
-	hinted := time.Now()
-	require.True(t, w.Trigger(last.URL))
+
+	release := srv.HoldAll()
+	defer release()
+	require.Eventually(t, func() bool { return srv.Held() == inFlight }, time.Minute, 10*time.Millisecond, "the host's turns in progress held")
+	before := srv.Requests()
+	seen := map[string]bool{}
+	for _, r := range before {
+		seen[r.Repo] = true
+	}
+	// The hinted remote: one the start-up has not reached.
+	hinted := -1
+	for i := n - 1; i >= 0 && hinted < 0; i-- {
+		if !seen[fmt.Sprintf("many/r%d.git", i)] {
+			hinted = i
+		}
+	}
+	require.GreaterOrEqual(t, hinted, 0, "a remote the start-up has not reached")
+	require.True(t, w.Trigger(targets[hinted].URL))
+	require.Eventually(t, func() bool { h, _ := w.HostLine(host); return h == 1 }, time.Minute, 10*time.Millisecond, "the hint in its host's line")
+	_, background := w.HostLine(host)
+	require.Positive(t, background, "background polls wait behind the hint")
+	release()
 	sink.WaitDelivered(t, n)
 
-	reqs := srv.Requests()
-	after := slices.IndexFunc(reqs, func(r gittest.Request) bool { return r.Time.After(hinted) })
-	require.GreaterOrEqual(t, after, 0)
-	mine := slices.IndexFunc(reqs[after:], func(r gittest.Request) bool { return r.Kind == "list" && r.Repo == fmt.Sprintf("many/r%d.git", n-1) })
+	reqs := srv.Requests()[len(before):]
+	mine := slices.IndexFunc(reqs, func(r gittest.Request) bool { return r.Repo == fmt.Sprintf("many/r%d.git", hinted) })
 	require.GreaterOrEqual(t, mine, 0, "the hinted remote was listed after the hint")
-	// Ahead of it: what was granted already (its host's two in flight)
-	// and the fetches in line, which go first; not the background polls.
-	assert.LessOrEqual(t, mine, 2+4, "requests to its host after the hint, before its listing")
+	// Ahead of it: the turns in progress (their next requests) and their
+	// fetches, which go first; never a background poll of a remote the
+	// start-up had not reached.
+	for _, r := range reqs[:mine] {
+		assert.True(t, seen[r.Repo], "a background poll of %s (%s) went before the hint", r.Repo, r.Kind)
+	}
 	// The rate, its burst (a first listing's two requests) and the slack
 	// of turns under way at a second's start.
-	assert.LessOrEqual(t, gittest.MaxPerSecond(reqs, time.Second), rate+2+slack, "the host's rate")
+	assert.LessOrEqual(t, gittest.MaxPerSecond(srv.Requests(), time.Second), rate+2+slack, "the host's rate")
 }
 
 // Remotes a host answers 404 or 401 for cost one request a poll, and

@@ -511,3 +511,15 @@ func (g *Gate) Pause(name string, until time.Time, cause error) (begins bool) {
 func remove(line []Waiter, w Waiter) []Waiter {
 	return slices.DeleteFunc(line, func(x Waiter) bool { return x == w })
 }
+
+// Line is how many wait in host's line: hints, background polls and
+// fetches (for tests and debugging).
+func (g *Gate) Line(name string) (hints, background, fetches int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h, ok := g.hosts[name]
+	if !ok {
+		return 0, 0, 0
+	}
+	return len(h.hints), len(h.background), len(h.fetches)
+}
