@@ -11,9 +11,13 @@
 // -storage-path, -storage-addr, -storage-adv-addr,
 // -artifact-retention-ttl, -artifact-retention-records,
 // -watch-all-namespaces (else the namespace of RUNTIME_NAMESPACE), -leader-elect,
-// -metrics-addr, -health-addr. A GitRepository with spec.include, or a
-// spec.timeout other than the default, is not served, and said so in the
-// log (source/flux's Config.Artifacts).
+// -metrics-addr, -health-addr. `flux reconcile source git` works as with
+// source-controller (the request polls at once and is acknowledged), and
+// a GitRepository source-controller served before is deleted as it would
+// be (its finalizer goes with the artifacts). A GitRepository with
+// spec.include, a spec.timeout other than the default, or a spec.ref.semver
+// that is not a range, is not served, and said so in the log (source/flux's
+// Config.Artifacts).
 package main
 
 import (

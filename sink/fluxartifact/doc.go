@@ -37,6 +37,15 @@
 // FetchFailed true with reason GitOperationFailed, Reconciling), keeping
 // its artifact; its next artifact clears them.
 //
+// A reconcile request (`flux reconcile source git`, the
+// reconcile.fluxcd.io/requestedAt annotation, which source/flux hands in
+// payload.GitRepository.RequestedAt) is acknowledged in
+// status.lastHandledReconcileAt with what the poll it caused found: the
+// artifact, or the failure. An artifact delivered again unchanged keeps
+// its lastUpdateTime. A GitRepository being deleted loses source-
+// controller's finalizer ([Finalizer], put there when source-controller
+// served it) once its artifacts are removed, and no other.
+//
 // The sink writes a GitRepository's status only when the object is the
 // target's (payload.GitRepository's UID) at the generation the target was
 // made from (its Generation); otherwise the delivery fails, to be replaced

@@ -103,7 +103,7 @@ func (s *Sink) writeFailure(ctx context.Context, f failure) error {
 		if s.current(u, f.repo) != nil {
 			return nil // another object, or a later spec: not this failure's
 		}
-		if !setFailure(u, f.message, metav1.Now()) {
+		if changed := setFailure(u, f.message, metav1.Now()); !handled(u, f.repo.RequestedAt) && !changed {
 			return nil
 		}
 		_, err = res.UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: "modwatch-fluxartifact"})

@@ -209,3 +209,52 @@ func TestTheAddressIsChecked(t *testing.T) {
 		}
 	}
 }
+
+// Removing a target releases source-controller's finalizer from its
+// GitRepository only when the object is being deleted, and is the
+// target's object: the other finalizers stay; an object not being
+// deleted (it left the set for another reason), another object of the
+// name, or one already gone, is left as it is.
+func TestRemoveReleasesFluxsFinalizerOfADeletedObject(t *testing.T) {
+	for name, tc := range map[string]struct {
+		deleting bool
+		uid      string
+		want     []string
+	}{
+		"being deleted":        {deleting: true, uid: "u1", want: []string{"example.com/keep"}},
+		"not being deleted":    {uid: "u1", want: []string{Finalizer, "example.com/keep"}},
+		"another object":       {deleting: true, uid: "u2", want: []string{Finalizer, "example.com/keep"}},
+		"target without a uid": {deleting: true, want: []string{"example.com/keep"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dyn, repo := fakeRepo(map[string]any{"branch": "main"})
+			client := dyn.Resource(gitRepos).Namespace("ns")
+			u, err := client.Get(context.Background(), "app", metav1.GetOptions{})
+			require.NoError(t, err)
+			u.SetFinalizers([]string{Finalizer, "example.com/keep"})
+			if tc.deleting {
+				now := metav1.Now()
+				u.SetDeletionTimestamp(&now)
+			}
+			_, err = client.Update(context.Background(), u, metav1.UpdateOptions{})
+			require.NoError(t, err)
+			s, err := New(dyn, Config{Storage: t.TempDir(), Address: "h"})
+			require.NoError(t, err)
+			defer s.Close()
+			target := watcher.Target{ID: "flux/ns/app"}
+			if tc.uid != "" {
+				repo.UID = tc.uid
+				target.Payload = repo
+			}
+			require.NoError(t, s.Remove(context.Background(), target))
+			u, err = client.Get(context.Background(), "app", metav1.GetOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, u.GetFinalizers())
+		})
+	}
+	dyn, _ := fakeRepo(map[string]any{"branch": "main"})
+	s, err := New(dyn, Config{Storage: t.TempDir(), Address: "h"})
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.Remove(context.Background(), watcher.Target{ID: "flux/ns/gone"}), "an object already gone")
+}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -155,7 +156,9 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 		if err := s.current(u, repo); err != nil {
 			return err
 		}
-		setStatus(u, statusOf(a, s.url(a.Path), rev, now))
+		st := statusOf(a, s.url(a.Path), rev, now)
+		st.requested = repo.RequestedAt
+		setStatus(u, st)
 		_, err := res.UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: "modwatch-fluxartifact"})
 		if apierrors.IsConflict(err) {
 			if fresh, gerr := res.Get(ctx, repo.Name, metav1.GetOptions{}); gerr == nil {
@@ -196,8 +199,11 @@ const targetPrefix = "flux/"
 
 // Remove removes the target's artifacts from the storage, found by its
 // ID (a target of source/flux's). The GitRepository's status is left as it
-// is (the object is gone, or no longer watched).
-func (s *Sink) Remove(_ context.Context, t watcher.Target) error {
+// is (the object is gone, or no longer watched). When the object is being
+// deleted and holds source-controller's finalizer (it served the object
+// before this program), the finalizer is removed once the artifacts are,
+// as source-controller's deletion does: the object goes.
+func (s *Sink) Remove(ctx context.Context, t watcher.Target) error {
 	rest, ok := strings.CutPrefix(t.ID, targetPrefix)
 	ns, name, ok2 := strings.Cut(rest, "/")
 	if !ok || !ok2 {
@@ -207,7 +213,46 @@ func (s *Sink) Remove(_ context.Context, t watcher.Target) error {
 	if err != nil {
 		return nil // not a name an object can have: nothing stored
 	}
-	return s.store.removeAll(dir)
+	if err := s.store.removeAll(dir); err != nil {
+		return err
+	}
+	return s.releaseFinalizer(ctx, t, ns, name)
+}
+
+// Finalizer is source-controller's finalizer (fluxcd/pkg/apis/meta's
+// SourceFinalizer), which it puts on every GitRepository it serves.
+const Finalizer = "finalizers.fluxcd.io"
+
+// releaseFinalizer removes [Finalizer] from the GitRepository ns/name if
+// it is being deleted (and is the target's object, when the target says
+// which): its artifacts are gone. Other finalizers stay.
+func (s *Sink) releaseFinalizer(ctx context.Context, t watcher.Target, ns, name string) error {
+	repo, _ := payload.Of[payload.GitRepository](t)
+	if repo.APIVersion == "" {
+		repo.APIVersion = "source.toolkit.fluxcd.io/v1" // the version Flux serves today
+	}
+	repo.Namespace, repo.Name = ns, name
+	res := s.resource(repo)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u, err := res.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		fin := u.GetFinalizers()
+		if u.GetDeletionTimestamp() == nil || !slices.Contains(fin, Finalizer) || (repo.UID != "" && string(u.GetUID()) != repo.UID) {
+			return nil // not being deleted, not held by Flux, or another object
+		}
+		u.SetFinalizers(slices.DeleteFunc(slices.Clone(fin), func(f string) bool { return f == Finalizer }))
+		_, err = res.Update(ctx, u, metav1.UpdateOptions{FieldManager: "modwatch-fluxartifact"})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("fluxartifact: GitRepository %s/%s: removing Flux's finalizer: %w", ns, name, err)
+	}
+	return nil
 }
 
 // Forget removes the target's artifacts too: a suspended GitRepository

@@ -25,6 +25,9 @@ type status struct {
 	artifact map[string]any
 	message  string
 	now      metav1.Time
+	// requested is the reconcile request the delivery answers (the
+	// target's payload.GitRepository.RequestedAt), or "".
+	requested string
 }
 
 func statusOf(a artifact, url, rev string, now metav1.Time) status {
@@ -43,7 +46,12 @@ func statusOf(a artifact, url, rev string, now metav1.Time) status {
 // generation and the spec fields the artifact observed.
 func setStatus(u *unstructured.Unstructured, st status) {
 	gen := u.GetGeneration()
+	if old, ok, _ := unstructured.NestedMap(u.Object, "status", "artifact"); ok && old["revision"] == st.artifact["revision"] &&
+		old["digest"] == st.artifact["digest"] && old["url"] == st.artifact["url"] && old["lastUpdateTime"] != nil {
+		st.artifact["lastUpdateTime"] = old["lastUpdateTime"] // the same artifact, delivered again
+	}
 	_ = unstructured.SetNestedField(u.Object, st.artifact, "status", "artifact")
+	handled(u, st.requested)
 	_ = unstructured.SetNestedField(u.Object, gen, "status", "observedGeneration")
 	for field, observed := range map[string]string{
 		"ignore": "observedIgnore", "recurseSubmodules": "observedRecurseSubmodules",
@@ -90,4 +98,17 @@ func condition(conds []any, t string, gen int64, st status) map[string]any {
 		"type": t, "status": "True", "reason": reasonSucceeded, "message": st.message,
 		"observedGeneration": gen, "lastTransitionTime": since,
 	}
+}
+
+// handled acknowledges a reconcile request in u's status
+// (lastHandledReconcileAt, which `flux reconcile` waits for); "" is none.
+func handled(u *unstructured.Unstructured, requested string) bool {
+	if requested == "" {
+		return false
+	}
+	if old, _, _ := unstructured.NestedString(u.Object, "status", "lastHandledReconcileAt"); old == requested {
+		return false
+	}
+	_ = unstructured.SetNestedField(u.Object, requested, "status", "lastHandledReconcileAt")
+	return true
 }

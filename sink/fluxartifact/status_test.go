@@ -59,3 +59,45 @@ func TestAStoredArtifactsStatus(t *testing.T) {
 	assert.Equal(t, "2026-01-01T00:00:00Z", byType["Ready"]["lastTransitionTime"], "true already: its transition kept")
 	assert.Equal(t, "2026-12-05T12:00:00Z", byType["ArtifactInStorage"]["lastTransitionTime"])
 }
+
+// The same artifact delivered again (a reconcile request, a new
+// generation with the same tree) keeps its lastUpdateTime, as
+// source-controller's does; another one takes the delivery's. A request
+// is acknowledged once, a failure's write included.
+func TestTheSameArtifactKeepsItsTimeAndARequestIsAcknowledged(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"generation": int64(1)}}}
+	a := artifact{Path: "gitrepository/ns/app/c.tar.gz", Digest: "sha256:00", Size: 42}
+	url := "http://h/gitrepository/ns/app/c.tar.gz"
+	at := func(h int) metav1.Time { return metav1.NewTime(time.Date(2026, 12, 5, h, 0, 0, 0, time.UTC)) }
+	updated := func() any {
+		v, _, _ := unstructured.NestedFieldCopy(u.Object, "status", "artifact", "lastUpdateTime")
+		return v
+	}
+	handledAt := func() any {
+		v, _, _ := unstructured.NestedFieldCopy(u.Object, "status", "lastHandledReconcileAt")
+		return v
+	}
+
+	setStatus(u, statusOf(a, url, "main@sha1:c", at(1)))
+	assert.Equal(t, "2026-12-05T01:00:00Z", updated())
+	assert.Nil(t, handledAt(), "no request, none acknowledged")
+
+	st := statusOf(a, url, "main@sha1:c", at(2))
+	st.requested = "req-1"
+	setStatus(u, st)
+	assert.Equal(t, "2026-12-05T01:00:00Z", updated(), "the same artifact: its time kept")
+	assert.Equal(t, "req-1", handledAt())
+
+	b := a
+	b.Digest = "sha256:01"
+	setStatus(u, statusOf(b, url, "main@sha1:c", at(3)))
+	assert.Equal(t, "2026-12-05T03:00:00Z", updated(), "another digest: another artifact")
+	assert.Equal(t, "req-1", handledAt(), "no request: the last acknowledged stays")
+	setStatus(u, statusOf(b, url, "main@sha1:d", at(4)))
+	assert.Equal(t, "2026-12-05T04:00:00Z", updated(), "another revision")
+
+	assert.False(t, handled(u, ""), "no request")
+	assert.False(t, handled(u, "req-1"), "acknowledged already")
+	assert.True(t, handled(u, "req-2"))
+	assert.Equal(t, "req-2", handledAt())
+}

@@ -38,3 +38,33 @@ func TestArtifactSpec(t *testing.T) {
 		assert.Equal(t, tc.want, got, "%v", tc.spec)
 	}
 }
+
+// A semver that is not a range fails the GitRepository, as
+// source-controller's semver parse error does, instead of being read as a
+// branch or tag name; a semver a tag, name or commit overrides is not
+// read.
+func TestASemverThatIsNotARangeIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		ref map[string]string
+		err string
+	}{
+		{map[string]string{"semver": ">=1.0.0 <2"}, ""},
+		{map[string]string{"semver": "1.x"}, ""},
+		{map[string]string{"semver": "~1.4"}, ""},
+		{map[string]string{"semver": "main"}, "spec.ref.semver \"main\" is not a semver range"},
+		{map[string]string{"semver": ">=banana"}, "is not a semver range"},
+		{map[string]string{"semver": "main", "tag": "v1.0.0"}, ""},
+		{map[string]string{"semver": "main", "name": "refs/heads/x"}, ""},
+		{map[string]string{"semver": "main", "commit": "0123456789012345678901234567890123456789"}, ""},
+		{map[string]string{"branch": "main"}, ""},
+		{nil, ""},
+	} {
+		revision, _ := Revision(tc.ref)
+		err := semverRange(tc.ref, revision)
+		if tc.err == "" {
+			assert.NoError(t, err, "%v", tc.ref)
+			continue
+		}
+		assert.ErrorContains(t, err, tc.err, "%v", tc.ref)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/Masterminds/semver/v3"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,7 +54,8 @@ type Config struct {
 	// is polled at its spec.interval, a GitRepository pinned to a commit is
 	// a target of that commit, and what such a program does not serve
 	// (spec.include, a spec.timeout other than 60s) makes the GitRepository
-	// not watched, by name.
+	// not watched, by name; a reconcile request (AnnotationRequestedAt) is
+	// handed in the target's payload, for the sink to acknowledge.
 	Artifacts bool
 }
 
@@ -233,7 +235,7 @@ func (s *Source) poke() {
 func (s *Source) handle(ctx context.Context, inf cache.SharedIndexInformer) (<-chan struct{}, error) {
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.poke() },
-		UpdateFunc: func(old, cur any) { specChanged(old, cur, s.poke) },
+		UpdateFunc: func(old, cur any) { s.changed(old, cur) },
 		DeleteFunc: func(any) { s.poke() },
 	}); err != nil {
 		return nil, fmt.Errorf("flux: %w", err)
@@ -284,15 +286,22 @@ func (s *Source) stillServed(gvr schema.GroupVersionResource) bool {
 	return ok || err != nil
 }
 
-// specChanged pokes when a GitRepository's spec changed, not its status
-// (Flux writes that at every reconciliation).
-func specChanged(old, cur any, poke func()) {
+// AnnotationRequestedAt is Flux's reconcile request annotation (`flux
+// reconcile source git`): with Config.Artifacts, a new value is handed in
+// the target's payload (payload.GitRepository.RequestedAt).
+const AnnotationRequestedAt = "reconcile.fluxcd.io/requestedAt"
+
+// changed pokes when a GitRepository's spec changed, not its status
+// (Flux writes that at every reconciliation), or, with Config.Artifacts,
+// when a reconciliation was requested.
+func (s *Source) changed(old, cur any) {
 	o, ok1 := old.(*unstructured.Unstructured)
 	c, ok2 := cur.(*unstructured.Unstructured)
-	if ok1 && ok2 && o.GetGeneration() == c.GetGeneration() && o.GetUID() == c.GetUID() {
+	if ok1 && ok2 && o.GetGeneration() == c.GetGeneration() && o.GetUID() == c.GetUID() &&
+		(!s.cfg.Artifacts || o.GetAnnotations()[AnnotationRequestedAt] == c.GetAnnotations()[AnnotationRequestedAt]) {
 		return
 	}
-	poke()
+	s.poke()
 }
 
 // targets turns the GitRepositories into targets.
@@ -338,7 +347,11 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 	}
 	ref, _, _ := unstructured.NestedStringMap(u.Object, "spec", "ref")
 	revision, watch := Revision(ref)
+	if err := semverRange(ref, revision); err != nil {
+		return nil, err
+	}
 	var interval time.Duration
+	var requested string
 	if s.cfg.Artifacts {
 		if interval, err = artifactSpec(u); err != nil {
 			return nil, err
@@ -346,13 +359,14 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 		if !watch {
 			revision, watch = ref["commit"], true // its artifact is served
 		}
+		requested = u.GetAnnotations()[AnnotationRequestedAt]
 	}
 	if !watch {
 		return nil, nil // pinned to a commit: nothing can change
 	}
 	t := &watcher.Target{
 		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision, Suspend: suspended, Interval: interval,
-		Payload: payload.GitRepository{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), Generation: u.GetGeneration()},
+		Payload: payload.GitRepository{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), Generation: u.GetGeneration(), RequestedAt: requested},
 	}
 	if t.Auth, err = s.targetAuth(ctx, u, url, used); err != nil {
 		return nil, err
@@ -472,6 +486,20 @@ func Revision(ref map[string]string) (revision string, watch bool) {
 		return "refs/heads/" + ref["branch"], true
 	}
 	return "refs/heads/" + DefaultBranch, true
+}
+
+// semverRange fails when the revision Revision chose from ref is its
+// semver, and that is not a range: source-controller fails such a
+// GitRepository (a semver parse error), where the watcher would read it as
+// a branch or tag name.
+func semverRange(ref map[string]string, revision string) error {
+	if ref["semver"] == "" || revision != ref["semver"] {
+		return nil
+	}
+	if _, err := semver.NewConstraint(revision); err != nil {
+		return fmt.Errorf("flux: spec.ref.semver %q is not a semver range: %w", revision, err)
+	}
+	return nil
 }
 
 // DefaultBranch is the branch a GitRepository without a ref follows.

@@ -149,6 +149,13 @@ type GitRepository struct {
 	// selected. A new generation is a new payload, and so a changed
 	// target.
 	Generation int64 `json:"generation,omitempty"`
+	// RequestedAt is the object's reconcile.fluxcd.io/requestedAt
+	// annotation when the target was made (source/flux sets it for a
+	// program that serves artifacts, Config.Artifacts): a new request is a
+	// new payload, a changed target polled at once and delivered again, so
+	// that the sink writing the object's status acknowledges it
+	// (status.lastHandledReconcileAt, which `flux reconcile` waits for).
+	RequestedAt string `json:"requestedAt,omitempty"`
 }
 
 // Validate says which field is missing.

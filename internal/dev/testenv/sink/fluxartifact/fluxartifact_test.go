@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,9 +17,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/internal/dev/gittest"
@@ -97,8 +100,9 @@ func serve(t *testing.T, ns string, cfg fluxartifact.Config) *server {
 	sink, err = fluxartifact.New(env.Dynamic, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sink.Close() })
-	s.w = watchertest.NewWatcher(t)
-	require.NoError(t, s.w.Route(flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns}), sink))
+	s.w = watchertest.NewWatcher(t, watcher.WithObserver(sink)) // its failures' conditions
+	watchertest.Run(t, sink.Run)
+	require.NoError(t, s.w.Route(flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns, Artifacts: true}), sink))
 	watchertest.Run(t, s.w.Run)
 	return s
 }
@@ -173,6 +177,20 @@ func TestTheArtifactIsSourceControllers(t *testing.T) {
 		names = append(names, filepath.Base(p))
 	}
 	assert.ElementsMatch(t, []string{c2 + ".tar.gz", c3 + ".tar.gz", "latest.tar.gz"}, names, "the last two, and the link")
+
+	// Deleted: source-controller's finalizer, which it put on the object,
+	// goes with the artifacts, and so does the object.
+	client := env.Dynamic.Resource(gitRepos).Namespace(ns)
+	u, err := client.Get(context.Background(), "apps", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Contains(t, u.GetFinalizers(), fluxartifact.Finalizer, "source-controller's, on the object it served")
+	require.NoError(t, client.Delete(context.Background(), "apps", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		_, err := client.Get(context.Background(), "apps", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}, time.Minute, 50*time.Millisecond, "the GitRepository gone")
+	_, err = os.Stat(filepath.Join(s.storage, "gitrepository", ns, "apps"))
+	assert.ErrorIs(t, err, fs.ErrNotExist, "its artifacts gone")
 }
 
 // A new generation of the GitRepository is a new target: its artifact is
@@ -213,4 +231,73 @@ func TestAnArtifactObservesItsGeneration(t *testing.T) {
 	after, err := client.Get(context.Background(), "apps", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, field(u, "status"), field(after, "status"), "nothing written")
+}
+
+// requestReconcile sets the GitRepository's reconcile request annotation
+// to at, as `flux reconcile source git` does.
+func requestReconcile(t *testing.T, ns, name, at string) {
+	t.Helper()
+	patch := []byte(`{"metadata":{"annotations":{"reconcile.fluxcd.io/requestedAt":"` + at + `"}}}`)
+	_, err := env.Dynamic.Resource(gitRepos).Namespace(ns).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{})
+	require.NoError(t, err)
+}
+
+// handledAt waits until the GitRepository acknowledges the reconcile
+// request at, and returns the object as it was then.
+func handledAt(t *testing.T, ns, name, at string) *unstructured.Unstructured {
+	t.Helper()
+	var u *unstructured.Unstructured
+	require.Eventually(t, func() bool {
+		var err error
+		u, err = env.Dynamic.Resource(gitRepos).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		require.NoError(t, err)
+		return field(u, "status", "lastHandledReconcileAt") == at
+	}, time.Minute, 20*time.Millisecond, "the request %s acknowledged", at)
+	return u
+}
+
+// A reconcile request (`flux reconcile source git`: the requestedAt
+// annotation) polls the repository at once, and is acknowledged
+// (status.lastHandledReconcileAt) with the artifact of what the poll
+// found: a push made before the request is in the status that
+// acknowledges it, with an interval of ten minutes. A request with no
+// push is acknowledged with the same artifact, its time kept; a request
+// while the repository fails is acknowledged with the failure.
+func TestAReconcileRequestIsAcknowledged(t *testing.T) {
+	ns := env.Namespace(t)
+	git := gittest.NewServer(t)
+	repo := git.NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", gittest.File("deploy/app.yaml", "kind: ConfigMap\n"))
+	createGitRepository(t, ns, "apps", repo.URL())
+	s := serve(t, ns, fluxartifact.Config{})
+	first := artifactOf(t, ns, "apps", "main@sha1:"+c1, s.url)
+	assert.Nil(t, field(first, "status", "lastHandledReconcileAt"), "no request yet")
+
+	c2 := repo.Commit(t, "two", gittest.File("deploy/app.yaml", "kind: ConfigMap\ndata: {}\n"))
+	requestReconcile(t, ns, "apps", "req-1")
+	u := handledAt(t, ns, "apps", "req-1")
+	assert.Equal(t, "main@sha1:"+c2, field(u, "status", "artifact", "revision"), "the push before the request, in the status that acknowledges it")
+	updated := field(u, "status", "artifact", "lastUpdateTime")
+
+	requestReconcile(t, ns, "apps", "req-2")
+	u = handledAt(t, ns, "apps", "req-2")
+	assert.Equal(t, "main@sha1:"+c2, field(u, "status", "artifact", "revision"))
+	assert.Equal(t, updated, field(u, "status", "artifact", "lastUpdateTime"), "the same artifact: its time kept")
+
+	git.Deny("platform/apps.git", 404)
+	requestReconcile(t, ns, "apps", "req-3")
+	u = handledAt(t, ns, "apps", "req-3")
+	assert.Equal(t, "False", conditionOf(u, "Ready")["status"], "acknowledged with the failure")
+	assert.Equal(t, "main@sha1:"+c2, field(u, "status", "artifact", "revision"), "the artifact kept")
+}
+
+// conditionOf is u's condition of type t, or nil.
+func conditionOf(u *unstructured.Unstructured, t string) map[string]any {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == t {
+			return m
+		}
+	}
+	return nil
 }

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/gitutil/mirror"
@@ -353,4 +354,44 @@ func named(commit string) gitutil.Hash {
 		panic(err)
 	}
 	return h
+}
+
+// A reconcile request (the requestedAt annotation) is handed at once in
+// the payload of a program that serves artifacts, which acknowledges it;
+// a program that notifies Flux hands none (its own annotate sink sets the
+// annotation: a request in its payload would deliver again, and annotate
+// again).
+func TestAReconcileRequestIsHandedToAnArtifactsProgram(t *testing.T) {
+	ns := env.Namespace(t)
+	create(t, gitRepository(ns, "apps", "https://git.example.com/apps.git", map[string]any{"ref": map[string]any{"branch": "main"}}))
+	artifacts := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns, Artifacts: true}))
+	notify := run(t, flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns}))
+	requested := func(ts []watcher.Target) string {
+		if len(ts) != 1 {
+			return "no target"
+		}
+		return ts[0].Payload.(payload.GitRepository).RequestedAt
+	}
+	waitSet(t, artifacts, "apps", func(ts []watcher.Target) bool { return requested(ts) == "" })
+	waitSet(t, notify, "apps", func(ts []watcher.Target) bool { return requested(ts) == "" })
+
+	patch := []byte(`{"metadata":{"annotations":{"reconcile.fluxcd.io/requestedAt":"req-1"}}}`)
+	_, err := env.Dynamic.Resource(gitRepos).Namespace(ns).Patch(context.Background(), "apps", types.MergePatchType, patch, metav1.PatchOptions{})
+	require.NoError(t, err)
+	waitSet(t, artifacts, "the request", func(ts []watcher.Target) bool { return requested(ts) == "req-1" })
+	for wait := time.After(time.Second); ; {
+		select {
+		case ts := <-notify:
+			require.Empty(t, requested(ts), "a request handed to a program that notifies Flux")
+			continue
+		case <-wait:
+		}
+		break
+	}
+	// A spec change hands it a set: with no request in it.
+	_, err = env.Dynamic.Resource(gitRepos).Namespace(ns).Patch(context.Background(), "apps", types.MergePatchType, []byte(`{"spec":{"interval":"6m"}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	waitSet(t, notify, "generation 2", func(ts []watcher.Target) bool {
+		return len(ts) == 1 && ts[0].Payload.(payload.GitRepository).Generation == 2 && requested(ts) == ""
+	})
 }
