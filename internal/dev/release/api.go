@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/exp/apidiff"
 	"golang.org/x/tools/go/packages"
@@ -173,12 +174,8 @@ func SinceLastRelease(ctx context.Context, root string) (version string, changes
 	if _, err := git(ctx, root, "cat-file", "-e", commit+"^{commit}"); err != nil {
 		return version, nil, false, fmt.Errorf("CHANGELOG.md says %s is commit %s, which this clone does not have (a shallow clone? fetch its history): %w", version, commit, err)
 	}
-	old, err := os.MkdirTemp("", "release-api-")
+	old, err := releaseTree(ctx, root, commit)
 	if err != nil {
-		return version, nil, false, err
-	}
-	defer os.RemoveAll(old)
-	if err := extract(ctx, root, commit, old); err != nil {
 		return version, nil, false, err
 	}
 	// Both trees' published modules, as each names them.
@@ -199,6 +196,72 @@ func SinceLastRelease(ctx context.Context, root string) (version string, changes
 		return version, nil, false, err
 	}
 	return version, diffAPI(oldPkgs, newPkgs), true, nil
+}
+
+// releaseTree is the tree of commit (a release's), extracted once per
+// machine into the user's cache folder (modwatch/release-api/<commit>),
+// so that its packages' compiled export data, which the build cache keys
+// by their folder too, are compiled once, not at every API check. A tree
+// is put in place whole (extracted beside, then renamed), and never
+// changed: a commit's tree is a commit's. Without a cache folder, it is
+// extracted into a temporary one, which the process leaves.
+func releaseTree(ctx context.Context, root, commit string) (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	base := filepath.Join(cache, "modwatch", "release-api")
+	dir := filepath.Join(base, commit)
+	if _, err := os.Stat(dir); err == nil {
+		now := time.Now()
+		_ = os.Chtimes(dir, now, now) // used: the last kept
+		return dir, nil
+	}
+	defer pruneTrees(base, keptTrees)
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(base, ".extract-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp) // what a failure or a lost race leaves
+	if err := extract(ctx, root, commit, tmp); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(dir); serr == nil {
+			return dir, nil // another check put it in place first
+		}
+		return "", err
+	}
+	return dir, nil
+}
+
+// keptTrees is how many release trees releaseTree keeps: the last used.
+// (The release test checks a new release at every run.)
+const keptTrees = 4
+
+// pruneTrees removes the trees in base past the keep last used.
+func pruneTrees(base string, keep int) {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	type tree struct {
+		name string
+		used time.Time
+	}
+	var trees []tree
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			trees = append(trees, tree{e.Name(), info.ModTime()})
+		}
+	}
+	sort.Slice(trees, func(i, j int) bool { return trees[i].used.After(trees[j].used) })
+	for _, t := range trees[min(keep, len(trees)):] {
+		_ = os.RemoveAll(filepath.Join(base, t.name))
+	}
 }
 
 // extract writes the tree of commit into dir (git archive | tar -x).

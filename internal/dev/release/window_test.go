@@ -1,6 +1,7 @@
 package release_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -132,8 +133,18 @@ func TestKubernetesWindow(t *testing.T) {
 			assertPins(t, dir, pins, "go mod tidy")
 			run(t, ctx, dir, env, "go", append(append([]string{"build"}, flags...), "./...")...)
 			// The modules' tests at this minor; go test adds their own
-			// requirements (testify) to the consumer, never a pin.
-			out := run(t, ctx, dir, env, "go", append(append([]string{"test", "-count=1"}, flags...), pkgs...)...)
+			// requirements (testify) to the consumer, never a pin. At the
+			// workspace's minor, when the consumer selects every module
+			// the tests build as the workspace does, they are make test's
+			// own, run with the same flags by its first phase: not twice.
+			tests := pkgs
+			if maps.Equal(pins, workspace) {
+				tests = differingTests(t, ctx, root, dir, env, pkgs)
+			}
+			out := "none: every one builds from the workspace's versions of every module, and make test's first phase runs it so"
+			if len(tests) > 0 {
+				out = run(t, ctx, dir, env, "go", append(append([]string{"test", "-count=1"}, flags...), tests...)...)
+			}
 			assertPins(t, dir, pins, "go test")
 			after := requirements(t, dir)
 			var got []string
@@ -189,4 +200,59 @@ func sortedMap(m map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// differingTests is those of pkgs whose tests, built in the consumer in
+// dir, build from a version of some module other than the workspace's at
+// root (the tree's own modules aside: the consumer has them by replace).
+// The others' tests are make test's own, run with the same flags in its
+// first phase: the same test binaries. Listing the tests' dependencies
+// adds their requirements to the consumer, as go test does.
+func differingTests(t *testing.T, ctx context.Context, root, dir string, env, pkgs []string) []string {
+	t.Helper()
+	consumer, workspace := testDeps(t, ctx, dir, env, pkgs), testDeps(t, ctx, root, nil, pkgs)
+	var out []string
+	for _, p := range pkgs {
+		c, w := consumer[p], workspace[p]
+		if !maps.Equal(c, w) {
+			for m, v := range c {
+				if w[m] != v {
+					t.Logf("%s: its tests build from %s %s in the consumer, %q in the workspace: run here", p, m, v, w[m])
+					break
+				}
+			}
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// testDeps maps each package of pkgs that has tests to the module
+// versions its test binary builds from, listed in dir.
+func testDeps(t *testing.T, ctx context.Context, dir string, env, pkgs []string) map[string]map[string]string {
+	t.Helper()
+	module := map[string]string{} // package → "module version"
+	args := append([]string{"list", "-deps", "-test", "-f", "{{.ImportPath}} {{with .Module}}{{.Path}} {{.Version}}{{end}}"}, pkgs...)
+	for _, line := range strings.Split(strings.TrimSpace(run(t, ctx, dir, env, "go", args...)), "\n") {
+		if f := strings.Fields(line); len(f) == 3 {
+			module[f[0]] = f[1] + " " + f[2]
+		}
+	}
+	out := map[string]map[string]string{}
+	args = append([]string{"list", "-test", "-f", "{{.ImportPath}} {{join .Deps \" \"}}"}, pkgs...)
+	for _, line := range strings.Split(strings.TrimSpace(run(t, ctx, dir, env, "go", args...)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasSuffix(f[0], ".test") {
+			continue // the test binaries' main packages name every package they build
+		}
+		mods := map[string]string{}
+		for _, d := range f[1:] {
+			d, _, _ = strings.Cut(d, " ") // "p [p.test]"
+			if path, version, ok := strings.Cut(module[d], " "); ok && !strings.HasPrefix(path, "github.com/modwatch/modwatch") {
+				mods[path] = version
+			}
+		}
+		out[strings.TrimSuffix(f[0], ".test")] = mods
+	}
+	return out
 }
