@@ -151,6 +151,7 @@ bench: testbin
 	$(GO) run ./internal/dev/bench/fleet -remotes 1000 -per-remote 10 -out bench-results/fleet-10k-1000.md
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkApply500 -benchtime 5x ./internal/dev/testenv/sink/apply/ | tee bench-results/apply.txt
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkPushToArtifact -benchtime 5x ./internal/dev/testenv/sink/fluxreceiver/ | tee bench-results/fluxartifact.txt
+	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkAgainstSourceController -benchtime 1x -timeout 30m ./internal/dev/testenv/sink/fluxartifact/ | tee bench-results/fluxsource.txt
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkFailover -benchtime 2x -timeout 60m ./internal/dev/testenv/watcher/cluster/ | tee bench-results/failover.txt
 	KUBEBUILDER_ASSETS=$(TESTBIN) $(GO) test -run '^$$' -bench BenchmarkConfigMapStore -benchtime 1x -timeout 30m ./internal/dev/testenv/watcher/cluster/ | tee bench-results/checkpoints.txt
 	$(GO) test -run '^$$' -bench BenchmarkMemoryStoreHeld -benchtime 3x ./watcher/ | tee bench-results/memorystore.txt

@@ -372,6 +372,9 @@ func (d *deliverer) deliver(ctx context.Context, want *commitOffer, resync bool,
 		return d.fail(ctx, ev, nil, err)
 	}
 	dec := decide(cp, have, commit, tree, fp, resync)
+	if dec.action == record && d.sink.every {
+		dec = decision{action: deliver, reason: ReasonNewCommit, from: cp.Commit}
+	}
 	switch dec.action {
 	case skip:
 		if cp.Suspended { // offered, so not suspended now

@@ -187,7 +187,8 @@ type Reason string
 const (
 	// ReasonInitial: the sink has no checkpoint for the target.
 	ReasonInitial Reason = "Initial"
-	// ReasonNewCommit: the revision moved forward and the path changed.
+	// ReasonNewCommit: the revision moved forward and the path changed (or
+	// the sink takes every commit: [EveryCommit]).
 	ReasonNewCommit Reason = "NewCommit"
 	// ReasonForcePush: the new commit does not descend from the delivered
 	// one (history was rewritten, or a tag moved back).
@@ -328,6 +329,18 @@ type Reporter interface {
 	// DeliverReport is Deliver that also returns what it did (for instance
 	// the apply sink's per-object result). The report may be nil.
 	DeliverReport(ctx context.Context, c Change) (report any, err error)
+}
+
+// EveryCommit is a Sink that is handed every new commit of its targets,
+// those that leave what a target reads unchanged too, when EveryCommit
+// returns true. The watcher otherwise records such a commit without a
+// delivery ([EventUpToDate]): right for a sink that acts on the files, not
+// for one that reports the commit it has, as Flux's artifacts name theirs
+// (sink/fluxartifact). Such a commit is delivered as [ReasonNewCommit] (or
+// [ReasonForcePush]).
+type EveryCommit interface {
+	Sink
+	EveryCommit() bool
 }
 
 // Runnable is a Sink or an Observer with work of its own to do while the

@@ -83,6 +83,8 @@ type route struct {
 type namedSink struct {
 	name string
 	sink Sink
+	// every: the sink takes every new commit (see EveryCommit).
+	every bool
 }
 
 // New returns a Watcher configured by opts.
@@ -149,7 +151,8 @@ func routeSinks(sinks []Sink) ([]namedSink, error) {
 			return nil, fmt.Errorf("%w: two sinks are named %q; use watcher.Named", ErrUnnamedSink, name)
 		}
 		seen[name] = true
-		out = append(out, namedSink{name: name, sink: s})
+		every, _ := as[EveryCommit](s)
+		out = append(out, namedSink{name: name, sink: s, every: every != nil && every.EveryCommit()})
 	}
 	return out, nil
 }

@@ -729,3 +729,39 @@ func TestTargetsAtOneCommitRecordItInTheirCheckpoints(t *testing.T) {
 	pollNow(t, w, obs, repo.URL())
 	shared(c2)
 }
+
+// everyCommit is a test sink that takes every commit (watcher.EveryCommit).
+type everyCommit struct{ *watchertest.Sink }
+
+func (everyCommit) EveryCommit() bool { return true }
+
+// A sink that takes every commit is handed a commit outside its target's
+// Path (its tree unchanged: what it has), as a new commit from the one it
+// has; the same route's other sink records it without a delivery; and a
+// wrapper (watcher.Named) keeps the capability.
+func TestASinkOfEveryCommitIsHandedACommitOutsideItsPath(t *testing.T) {
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "g/r")
+	c1 := repo.Commit(t, "init", gittest.File("deploy/app.yaml", "a"), gittest.File("docs/README", "x"))
+	obs := watchertest.NewObserver()
+	every, other := everyCommit{watchertest.NewSink("every")}, watchertest.NewSink("other")
+	w := newWatcher(t, obs)
+	require.NoError(t, w.Route(watchertest.NewSource(watcher.Target{ID: "t", URL: repo.URL(), Path: "deploy"}), watcher.Named("every", every), other))
+	start(t, w)
+	every.WaitCommit(t, "t", hash(c1))
+	other.WaitCommit(t, "t", hash(c1))
+
+	c2 := repo.Commit(t, "docs only", gittest.File("docs/README", "y"))
+	pollNow(t, w, obs, repo.URL())
+	got := every.WaitCommit(t, "t", hash(c2))
+	assert.Equal(t, watcher.ReasonNewCommit, got.Reason)
+	assert.Equal(t, hash(c1), got.From)
+	assert.Empty(t, got.Paths, "nothing of its path changed")
+	data, err := readFile(got, "app.yaml")
+	require.NoError(t, err)
+	assert.Equal(t, "a", data)
+	obs.WaitFor(t, "the other sink up to date at c2", func(e watcher.Event) bool {
+		return e.Type == watcher.EventUpToDate && e.Commit == hash(c2) && e.Sink == "other"
+	})
+	assert.Len(t, other.Delivered(), 1, "recorded, not delivered")
+}

@@ -53,11 +53,12 @@ type Sink struct {
 }
 
 var (
-	_ watcher.Sink      = (*Sink)(nil)
-	_ watcher.Inventory = (*Sink)(nil)
-	_ watcher.Forgetter = (*Sink)(nil)
-	_ watcher.Observer  = (*Sink)(nil)
-	_ watcher.Runnable  = (*Sink)(nil)
+	_ watcher.Sink        = (*Sink)(nil)
+	_ watcher.EveryCommit = (*Sink)(nil)
+	_ watcher.Inventory   = (*Sink)(nil)
+	_ watcher.Forgetter   = (*Sink)(nil)
+	_ watcher.Observer    = (*Sink)(nil)
+	_ watcher.Runnable    = (*Sink)(nil)
 )
 
 // New returns a sink keeping its artifacts in cfg.Storage and writing the
@@ -86,6 +87,12 @@ func New(dyn dynamic.Interface, cfg Config) (*Sink, error) {
 
 // Name returns "fluxartifact".
 func (s *Sink) Name() string { return "fluxartifact" }
+
+// EveryCommit is true: a GitRepository's artifact names its commit, as
+// source-controller's does, so a commit that leaves what the
+// GitRepository selects unchanged makes an artifact too (of the same
+// digest), not a record of the watcher's alone.
+func (s *Sink) EveryCommit() bool { return true }
 
 // Handler serves the stored artifacts at their paths, as
 // source-controller's storage server does.

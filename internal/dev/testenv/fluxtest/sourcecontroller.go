@@ -51,7 +51,11 @@ type SourceController struct {
 	mu   sync.Mutex
 	log  bytes.Buffer
 	stop func()
+	pid  int
 }
+
+// PID is the controller's process.
+func (s *SourceController) PID() int { return s.pid }
 
 // Stop stops the controller, and waits until it has exited: from then on
 // nothing writes the GitRepositories but the test.
@@ -76,6 +80,14 @@ func (s *SourceController) Write(p []byte) (int, error) {
 // its log is shown if the test failed.
 func StartSourceController(t TB, cfg *rest.Config) *SourceController {
 	t.Helper()
+	return StartSourceControllerIn(t, cfg, "")
+}
+
+// StartSourceControllerIn is StartSourceController watching namespace
+// only (its --watch-all-namespaces=false and RUNTIME_NAMESPACE), or every
+// namespace when it is "".
+func StartSourceControllerIn(t TB, cfg *rest.Config, namespace string) *SourceController {
+	t.Helper()
 	dir, err := SourceControllerDir()
 	if err != nil {
 		t.Fatalf("%v", err)
@@ -86,9 +98,9 @@ func StartSourceController(t TB, cfg *rest.Config) *SourceController {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, filepath.Join(dir, "source-controller"),
 		"--storage-path="+filepath.Join(tmp, "storage"), "--storage-addr="+storage, "--storage-adv-addr="+storage,
-		"--metrics-addr=0", "--health-addr="+health, "--enable-leader-election=false", "--watch-all-namespaces=true",
+		"--metrics-addr=0", "--health-addr="+health, "--enable-leader-election=false", fmt.Sprintf("--watch-all-namespaces=%t", namespace == ""),
 		"--concurrent=4", "--log-level=info")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(tmp, "kubeconfig"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(tmp, "kubeconfig"), "RUNTIME_NAMESPACE="+namespace)
 	cmd.Stdout, cmd.Stderr = sc, sc
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 10 * time.Second
@@ -96,6 +108,7 @@ func StartSourceController(t TB, cfg *rest.Config) *SourceController {
 		cancel()
 		t.Fatalf("fluxtest: start source-controller: %v", err)
 	}
+	sc.pid = cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	var once sync.Once
@@ -147,7 +160,7 @@ func scratch(t TB, cfg *rest.Config) (tmp, storage, health string) {
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	if err := writeKubeconfig(cfg, filepath.Join(tmp, "kubeconfig")); err != nil {
+	if err := WriteKubeconfig(cfg, filepath.Join(tmp, "kubeconfig")); err != nil {
 		t.Fatalf("fluxtest: %v", err)
 	}
 	if err := os.Mkdir(filepath.Join(tmp, "storage"), 0o700); err != nil {
@@ -197,9 +210,10 @@ func ready(addr string) bool {
 
 var setLogger sync.Once
 
-// writeKubeconfig writes a kubeconfig with cfg's server and identity (the
-// test control plane's administrator, by client certificate).
-func writeKubeconfig(cfg *rest.Config, path string) error {
+// WriteKubeconfig writes a kubeconfig with cfg's server and identity (the
+// test control plane's administrator, by client certificate), for a
+// program the test runs.
+func WriteKubeconfig(cfg *rest.Config, path string) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{

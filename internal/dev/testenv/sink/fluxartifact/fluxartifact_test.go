@@ -301,3 +301,33 @@ func conditionOf(u *unstructured.Unstructured, t string) map[string]any {
 	}
 	return nil
 }
+
+// A commit that changes nothing a GitRepository selects (spec.ignore
+// leaves it out) makes an artifact of that commit, as source-controller's
+// does: its revision moves, its digest stays.
+func TestACommitOutsideWhatItSelectsKeepsTheDigest(t *testing.T) {
+	ns := env.Namespace(t)
+	repo := gittest.NewServer(t).NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", gittest.File("deploy/app.yaml", "kind: ConfigMap\n"), gittest.File("docs/README.md", "# one\n"))
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+		"metadata": map[string]any{"name": "apps", "namespace": ns},
+		"spec": map[string]any{"url": repo.URL(), "interval": "10m", "ref": map[string]any{"branch": "main"},
+			"ignore": "/*\n!/deploy/\n"},
+	}}
+	_, err := env.Dynamic.Resource(gitRepos).Namespace(ns).Create(context.Background(), u, metav1.CreateOptions{})
+	require.NoError(t, err)
+	s := serve(t, ns, fluxartifact.Config{})
+	first := artifactOf(t, ns, "apps", "main@sha1:"+c1, s.url)
+
+	c2 := repo.Commit(t, "docs", gittest.File("docs/README.md", "# two\n"))
+	s.w.Trigger(repo.URL())
+	second := artifactOf(t, ns, "apps", "main@sha1:"+c2, s.url)
+	assert.Equal(t, field(first, "status", "artifact", "digest"), field(second, "status", "artifact", "digest"), "nothing it selects changed")
+	assert.Equal(t, "gitrepository/"+ns+"/apps/"+c2+".tar.gz", field(second, "status", "artifact", "path"))
+
+	c3 := repo.Commit(t, "deploy", gittest.File("deploy/app.yaml", "kind: ConfigMap\ndata: {}\n"))
+	s.w.Trigger(repo.URL())
+	third := artifactOf(t, ns, "apps", "main@sha1:"+c3, s.url)
+	assert.NotEqual(t, field(second, "status", "artifact", "digest"), field(third, "status", "artifact", "digest"))
+}
