@@ -166,6 +166,35 @@ func TestATargetNamedButNotWatchedIsKept(t *testing.T) {
 	assert.Empty(t, sink.Removed())
 }
 
+// A target named but not watched, then gone from its set (a GitRepository
+// whose spec was refused, then deleted), is removed from the Inventory
+// sinks that hold it: it has no deliverer to be told, and the sinks are
+// swept again for it, as at start; the targets still named are kept.
+func TestATargetNotWatchedThenGoneIsRemoved(t *testing.T) {
+	_, c1, ts := fourTargets(t)
+	sink := &inventorySink{Sink: watchertest.NewSink("inv"), held: map[string]bool{}}
+	obs := watchertest.NewObserver()
+	w := newWatcher(t, obs)
+	src := watchertest.NewSource(ts...)
+	require.NoError(t, w.Route(src, sink))
+	watchertest.Run(t, w.Run)
+	for _, tg := range ts {
+		sink.WaitCommit(t, tg.ID, hash(c1))
+	}
+	src.Set(ts[0], watcher.NotWatched("b", errors.New("spec.include is not served")), ts[2], ts[3])
+	obs.WaitFor(t, "b not watched", watchertest.Is(watcher.EventInvalidTarget, "b"))
+	assert.Empty(t, sink.Removed(), "named: kept")
+
+	src.Set(ts[0], ts[2], ts[3])
+	sink.WaitRemoved(t, "b")
+	ids, err := sink.Targets(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "c", "d"}, ids)
+	for _, r := range sink.Removed() {
+		assert.Equal(t, "b", r.ID, "only b removed")
+	}
+}
+
 // fourTargets commits a repository of four paths and returns a target of
 // each.
 func fourTargets(t *testing.T) (repo *gittest.Repo, commit string, ts []watcher.Target) {

@@ -10,8 +10,10 @@ import (
 // each [Inventory] sink holds for targets that no source wants (deleted
 // while the program was down), within the deletion budget: a sink's
 // orphans over it are held, and the sweep runs again at the next pass. It
-// reports whether it is done; a sink whose inventory cannot be listed is
-// logged and not asked again.
+// runs again, too, when a target named but not watched leaves its set
+// (see resweep): it has no deliverer to be told. It reports whether it is
+// done; a sink whose inventory cannot be listed is logged and not asked
+// again.
 func (w *Watcher) pruneOrphans(ctx context.Context) bool {
 	w.mu.Lock()
 	wanted := map[string]bool{}

@@ -62,6 +62,9 @@ type Watcher struct {
 	cache      *cachedir.Dir          // while running
 	unowned    int                    // targets another replica polls (WithShard)
 	removals   *budget.Budget         // the deletion budget: the removals it holds
+	// resweep: a target that was not watched left its set; the Inventory
+	// sinks are swept again for it (it has no deliverer to be told).
+	resweep bool
 }
 
 type route struct {
@@ -421,6 +424,11 @@ func (w *Watcher) update(r *route, ts []Target) {
 	}
 	w.mu.Lock()
 	before := r.invalid
+	for id := range before {
+		if _, still := invalid[id]; !still && !ids[id] {
+			w.resweep = true // named, not watched, now gone: what sinks hold for it goes too
+		}
+	}
 	w.noteLeft(r, r.targets, ids)
 	r.targets, r.urlKeys, r.invalid, r.synced, r.noSet = valid, urlKeys, invalid, true, nil
 	w.mu.Unlock()
@@ -560,11 +568,21 @@ func (w *Watcher) reconcileLoop(ctx context.Context) error {
 			// Some credentials or mirrors could not be had: try again.
 			retry = time.NewTimer(backoff.Jitter(w.opts.credentialsRetry, w.opts.jitter))
 		}
-		if !pruned {
+		if w.takeResweep() || !pruned {
 			pruned = w.pruneOrphans(ctx)
 		}
 
 	}
+}
+
+// takeResweep reports whether a target that was not watched has left its
+// set since it was last asked (see resweep).
+func (w *Watcher) takeResweep() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	again := w.resweep
+	w.resweep = false
+	return again
 }
 
 // resyncer times the resyncs: what ask (WithResync) says at each; none

@@ -1,6 +1,7 @@
 package fluxartifact
 
 import (
+	"cmp"
 	"context"
 	"io/fs"
 	"os"
@@ -211,45 +212,55 @@ func TestTheAddressIsChecked(t *testing.T) {
 }
 
 // Removing a target releases source-controller's finalizer from its
-// GitRepository only when the object is being deleted, and is the
-// target's object: the other finalizers stay; an object not being
-// deleted (it left the set for another reason), another object of the
-// name, or one already gone, is left as it is.
+// GitRepository only when the object is being deleted, and is the one the
+// sink served: the target's (its UID), or, for a target known by its ID
+// alone (the sweep at start), one whose artifact's URL is the sink's. The
+// other finalizers stay; an object not being deleted (it left the set for
+// another reason), another object of the name, one source-controller
+// served last, or one already gone, is left as it is. A cluster serving
+// Flux's v1beta2 alone is found too.
 func TestRemoveReleasesFluxsFinalizerOfADeletedObject(t *testing.T) {
+	v1beta2 := schema.GroupVersionResource{Group: gitRepos.Group, Version: "v1beta2", Resource: gitRepos.Resource}
 	for name, tc := range map[string]struct {
 		deleting bool
-		uid      string
+		uid      string // the target's; "" for none
+		url      string // the object's artifact's
+		version  schema.GroupVersionResource
 		want     []string
 	}{
-		"being deleted":        {deleting: true, uid: "u1", want: []string{"example.com/keep"}},
-		"not being deleted":    {uid: "u1", want: []string{Finalizer, "example.com/keep"}},
-		"another object":       {deleting: true, uid: "u2", want: []string{Finalizer, "example.com/keep"}},
-		"target without a uid": {deleting: true, want: []string{"example.com/keep"}},
+		"being deleted":                        {deleting: true, uid: "u1", want: []string{"example.com/keep"}},
+		"not being deleted":                    {uid: "u1", want: []string{Finalizer, "example.com/keep"}},
+		"another object":                       {deleting: true, uid: "u2", want: []string{Finalizer, "example.com/keep"}},
+		"no uid, its artifact the sink's":      {deleting: true, url: "http://h/gitrepository/ns/app/c.tar.gz", want: []string{"example.com/keep"}},
+		"no uid, source-controller's artifact": {deleting: true, url: "http://source-controller.flux-system.svc/gitrepository/ns/app/c.tar.gz", want: []string{Finalizer, "example.com/keep"}},
+		"no uid, no artifact":                  {deleting: true, want: []string{Finalizer, "example.com/keep"}},
+		"no uid, v1beta2 served alone":         {deleting: true, url: "http://h/x.tar.gz", version: v1beta2, want: []string{"example.com/keep"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			dyn, repo := fakeRepo(map[string]any{"branch": "main"})
-			client := dyn.Resource(gitRepos).Namespace("ns")
-			u, err := client.Get(context.Background(), "app", metav1.GetOptions{})
-			require.NoError(t, err)
+			gvr := cmp.Or(tc.version, gitRepos)
+			u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": gvr.GroupVersion().String(), "kind": "GitRepository",
+				"metadata": map[string]any{"namespace": "ns", "name": "app", "uid": "u1", "generation": int64(1)},
+				"spec":     map[string]any{"url": "https://example.com/x.git", "interval": "1m"}}}
 			u.SetFinalizers([]string{Finalizer, "example.com/keep"})
 			if tc.deleting {
 				now := metav1.Now()
 				u.SetDeletionTimestamp(&now)
 			}
-			_, err = client.Update(context.Background(), u, metav1.UpdateOptions{})
-			require.NoError(t, err)
+			if tc.url != "" {
+				require.NoError(t, unstructured.SetNestedField(u.Object, tc.url, "status", "artifact", "url"))
+			}
+			dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr: "GitRepositoryList"}, u)
 			s, err := New(dyn, Config{Storage: t.TempDir(), Address: "h"})
 			require.NoError(t, err)
 			defer s.Close()
 			target := watcher.Target{ID: "flux/ns/app"}
 			if tc.uid != "" {
-				repo.UID = tc.uid
-				target.Payload = repo
+				target.Payload = payload.GitRepository{APIVersion: gvr.GroupVersion().String(), Namespace: "ns", Name: "app", UID: tc.uid, Generation: 1}
 			}
 			require.NoError(t, s.Remove(context.Background(), target))
-			u, err = client.Get(context.Background(), "app", metav1.GetOptions{})
+			got, err := dyn.Resource(gvr).Namespace("ns").Get(context.Background(), "app", metav1.GetOptions{})
 			require.NoError(t, err)
-			assert.Equal(t, tc.want, u.GetFinalizers())
+			assert.Equal(t, tc.want, got.GetFinalizers())
 		})
 	}
 	dyn, _ := fakeRepo(map[string]any{"branch": "main"})

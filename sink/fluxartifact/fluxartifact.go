@@ -231,35 +231,58 @@ func (s *Sink) Remove(ctx context.Context, t watcher.Target) error {
 const Finalizer = "finalizers.fluxcd.io"
 
 // releaseFinalizer removes [Finalizer] from the GitRepository ns/name if
-// it is being deleted (and is the target's object, when the target says
-// which): its artifacts are gone. Other finalizers stay.
+// it is being deleted and is the object this sink served: the target's
+// (its UID) or, for a target known by its ID alone (the sweep of
+// GitRepositories deleted while the program was stopped), one whose
+// artifact is this sink's (its URL). Other finalizers stay.
 func (s *Sink) releaseFinalizer(ctx context.Context, t watcher.Target, ns, name string) error {
 	repo, _ := payload.Of[payload.GitRepository](t)
+	versions := []string{repo.APIVersion}
 	if repo.APIVersion == "" {
-		repo.APIVersion = "source.toolkit.fluxcd.io/v1" // the version Flux serves today
+		versions = []string{"source.toolkit.fluxcd.io/v1", "source.toolkit.fluxcd.io/v1beta2"} // Flux's, preferred first
 	}
-	repo.Namespace, repo.Name = ns, name
-	res := s.resource(repo)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		u, err := res.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
+	var err error
+	for _, v := range versions {
+		repo.APIVersion, repo.Namespace, repo.Name = v, ns, name
+		if err = s.release(ctx, repo); !apierrors.IsNotFound(err) {
+			break
 		}
-		fin := u.GetFinalizers()
-		if u.GetDeletionTimestamp() == nil || !slices.Contains(fin, Finalizer) || (repo.UID != "" && string(u.GetUID()) != repo.UID) {
-			return nil // not being deleted, not held by Flux, or another object
-		}
-		u.SetFinalizers(slices.DeleteFunc(slices.Clone(fin), func(f string) bool { return f == Finalizer }))
-		_, err = res.Update(ctx, u, metav1.UpdateOptions{FieldManager: "modwatch-fluxartifact"})
-		return err
-	})
+	}
 	if apierrors.IsNotFound(err) {
-		return nil
+		return nil // gone (or no version of it served)
 	}
 	if err != nil {
 		return fmt.Errorf("fluxartifact: GitRepository %s/%s: removing Flux's finalizer: %w", ns, name, err)
 	}
 	return nil
+}
+
+// release is releaseFinalizer for the object repo names at its version.
+func (s *Sink) release(ctx context.Context, repo payload.GitRepository) error {
+	res := s.resource(repo)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u, err := res.Get(ctx, repo.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		fin := u.GetFinalizers()
+		if u.GetDeletionTimestamp() == nil || !slices.Contains(fin, Finalizer) || !s.served(u, repo.UID) {
+			return nil // not being deleted, not held by Flux, or not this sink's
+		}
+		u.SetFinalizers(slices.DeleteFunc(slices.Clone(fin), func(f string) bool { return f == Finalizer }))
+		_, err = res.Update(ctx, u, metav1.UpdateOptions{FieldManager: "modwatch-fluxartifact"})
+		return err
+	})
+}
+
+// served reports whether u is the object this sink served: of uid when it
+// is known, else one whose artifact's URL is this sink's.
+func (s *Sink) served(u *unstructured.Unstructured, uid string) bool {
+	if uid != "" {
+		return string(u.GetUID()) == uid
+	}
+	url, _, _ := unstructured.NestedString(u.Object, "status", "artifact", "url")
+	return strings.HasPrefix(url, s.url(""))
 }
 
 // Forget removes the target's artifacts too: a suspended GitRepository

@@ -16,6 +16,9 @@ const (
 	reasonSucceeded       = "Succeeded"
 )
 
+// requestedAt is Flux's reconcile request annotation.
+const requestedAt = "reconcile.fluxcd.io/requestedAt"
+
 // cleared are the conditions of a failed or unfinished reconciliation,
 // which a stored artifact ends.
 var cleared = []string{"Reconciling", "Stalled", "FetchFailed", "StorageOperationFailed", "ArtifactOutdated", "IncludeUnavailable"}
@@ -102,8 +105,11 @@ func condition(conds []any, t string, gen int64, st status) map[string]any {
 
 // handled acknowledges a reconcile request in u's status
 // (lastHandledReconcileAt, which `flux reconcile` waits for); "" is none.
+// Only the request the object carries now is acknowledged: a write made
+// for an earlier one (a failure observed before a later request was
+// delivered) never moves the acknowledgement back.
 func handled(u *unstructured.Unstructured, requested string) bool {
-	if requested == "" {
+	if requested == "" || u.GetAnnotations()[requestedAt] != requested {
 		return false
 	}
 	if old, _, _ := unstructured.NestedString(u.Object, "status", "lastHandledReconcileAt"); old == requested {

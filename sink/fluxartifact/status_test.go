@@ -82,6 +82,7 @@ func TestTheSameArtifactKeepsItsTimeAndARequestIsAcknowledged(t *testing.T) {
 	assert.Equal(t, "2026-12-05T01:00:00Z", updated())
 	assert.Nil(t, handledAt(), "no request, none acknowledged")
 
+	u.SetAnnotations(map[string]string{requestedAt: "req-1"})
 	st := statusOf(a, url, "main@sha1:c", at(2))
 	st.requested = "req-1"
 	setStatus(u, st)
@@ -98,6 +99,10 @@ func TestTheSameArtifactKeepsItsTimeAndARequestIsAcknowledged(t *testing.T) {
 
 	assert.False(t, handled(u, ""), "no request")
 	assert.False(t, handled(u, "req-1"), "acknowledged already")
+	assert.False(t, handled(u, "req-2"), "not the request the object carries")
+	u.SetAnnotations(map[string]string{requestedAt: "req-2"})
 	assert.True(t, handled(u, "req-2"))
+	assert.Equal(t, "req-2", handledAt())
+	assert.False(t, handled(u, "req-1"), "an earlier request, written late: never back")
 	assert.Equal(t, "req-2", handledAt())
 }

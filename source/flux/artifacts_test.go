@@ -56,6 +56,8 @@ func TestASemverThatIsNotARangeIsRefused(t *testing.T) {
 		{map[string]string{"semver": "main", "tag": "v1.0.0"}, ""},
 		{map[string]string{"semver": "main", "name": "refs/heads/x"}, ""},
 		{map[string]string{"semver": "main", "commit": "0123456789012345678901234567890123456789"}, ""},
+		{map[string]string{"semver": "main", "name": "main"}, ""},
+		{map[string]string{"semver": "refs/tags/x", "tag": "x"}, ""},
 		{map[string]string{"branch": "main"}, ""},
 		{nil, ""},
 	} {

@@ -493,8 +493,8 @@ func Revision(ref map[string]string) (revision string, watch bool) {
 // GitRepository (a semver parse error), where the watcher would read it as
 // a branch or tag name.
 func semverRange(ref map[string]string, revision string) error {
-	if ref["semver"] == "" || revision != ref["semver"] {
-		return nil
+	if ref["semver"] == "" || ref["commit"] != "" || ref["name"] != "" || ref["tag"] != "" {
+		return nil // not read: what Revision chose comes first
 	}
 	if _, err := semver.NewConstraint(revision); err != nil {
 		return fmt.Errorf("flux: spec.ref.semver %q is not a semver range: %w", revision, err)
