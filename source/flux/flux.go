@@ -347,7 +347,7 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 	}
 	ref, _, _ := unstructured.NestedStringMap(u.Object, "spec", "ref")
 	revision, watch := Revision(ref)
-	if err := semverRange(ref, revision); err != nil {
+	if err := semverRange(ref); err != nil {
 		return nil, err
 	}
 	var interval time.Duration
@@ -488,16 +488,15 @@ func Revision(ref map[string]string) (revision string, watch bool) {
 	return "refs/heads/" + DefaultBranch, true
 }
 
-// semverRange fails when the revision Revision chose from ref is its
-// semver, and that is not a range: source-controller fails such a
-// GitRepository (a semver parse error), where the watcher would read it as
-// a branch or tag name.
-func semverRange(ref map[string]string, revision string) error {
+// semverRange fails when ref's semver is the ref read (see Revision) and
+// is not a range: source-controller fails such a GitRepository (a semver
+// parse error), where the watcher would read it as a branch or tag name.
+func semverRange(ref map[string]string) error {
 	if ref["semver"] == "" || ref["commit"] != "" || ref["name"] != "" || ref["tag"] != "" {
-		return nil // not read: what Revision chose comes first
+		return nil // not read: the commit, name or tag comes first
 	}
-	if _, err := semver.NewConstraint(revision); err != nil {
-		return fmt.Errorf("flux: spec.ref.semver %q is not a semver range: %w", revision, err)
+	if _, err := semver.NewConstraint(ref["semver"]); err != nil {
+		return fmt.Errorf("flux: spec.ref.semver %q is not a semver range: %w", ref["semver"], err)
 	}
 	return nil
 }
