@@ -77,7 +77,9 @@ var (
 // short branch or tag name ("main", "v1.2.0"), a full 40-hex commit SHA, or a
 // semver range over tags (">=1.2 <2", "~1.4", "1.x"). Names are matched
 // exactly against branches and tags first; the semver reading is used only
-// when no branch or tag has that name.
+// when no branch or tag has that name. Hex digits that are not a name
+// (an abbreviated SHA, which is refused) read as a range when tags match
+// it ("2024", CalVer's year).
 func ParseRevision(s string) (Revision, error) {
 	raw := s
 	s = strings.TrimSpace(s)
@@ -162,6 +164,11 @@ func Resolve(rev Revision, refs RefList) (Resolved, error) {
 	case isTag:
 		return Resolved{Ref: tag, Commit: th}, nil
 	case shortSHA.MatchString(rev.Value):
+		if rev.Semver != nil { // "2024": a range of tags (CalVer) when some match
+			if r, err := resolveSemver(rev, refs); err == nil {
+				return r, nil
+			}
+		}
 		return fail(fmt.Errorf("%w: write the full 40-character SHA", ErrAbbreviatedSHA))
 	case rev.Semver != nil:
 		return resolveSemver(rev, refs)

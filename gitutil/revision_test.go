@@ -69,6 +69,22 @@ func TestResolve(t *testing.T) {
 	}
 }
 
+// A revision of digits alone reads as a range when tags match it (a
+// CalVer year, as Flux's semver takes it), and as an abbreviated SHA when
+// none does.
+func TestDigitsAreARangeWhenTagsMatch(t *testing.T) {
+	refs := RefList{Refs: map[string]Hash{"refs/tags/2024.4.1": h('4'), "refs/tags/2024.5.0": h('5'), "refs/tags/2023.9.9": h('3')}}
+	rev, err := ParseRevision("2024")
+	require.NoError(t, err)
+	got, err := Resolve(rev, refs)
+	require.NoError(t, err)
+	assert.Equal(t, Resolved{Ref: "refs/tags/2024.5.0", Commit: h('5')}, got)
+	rev, err = ParseRevision("1234")
+	require.NoError(t, err)
+	_, err = Resolve(rev, refs)
+	require.ErrorIs(t, err, ErrAbbreviatedSHA)
+}
+
 func TestResolveHeadUnknown(t *testing.T) {
 	rev, err := ParseRevision("")
 	require.NoError(t, err)
