@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -160,9 +161,10 @@ func sortedKeys(ms ...map[string]*types.Package) []string {
 
 // SinceLastRelease compares the exported API of the published modules at
 // root with the last release CHANGELOG.md names (ok is false before the
-// first). The release's tree is read from its commit, which the clone must
-// hold; tags are not needed.
-func SinceLastRelease(ctx context.Context, root string) (version string, changes []APIChange, ok bool, err error) {
+// first): those named by their paths in only, or all when only is empty.
+// The release's tree is read from its commit, which the clone must hold;
+// tags are not needed.
+func SinceLastRelease(ctx context.Context, root string, only ...string) (version string, changes []APIChange, ok bool, err error) {
 	cl, err := readChangelog(filepath.Join(root, "CHANGELOG.md"))
 	if err != nil {
 		return "", nil, false, err
@@ -186,6 +188,10 @@ func SinceLastRelease(ctx context.Context, root string) (version string, changes
 	newMods, err := PublishedModules(root)
 	if err != nil {
 		return version, nil, false, err
+	}
+	if len(only) > 0 {
+		named := func(m Module) bool { return !slices.Contains(only, m.Path) }
+		oldMods, newMods = slices.DeleteFunc(oldMods, named), slices.DeleteFunc(newMods, named)
 	}
 	oldPkgs, err := loadAPI(ctx, old, oldMods)
 	if err != nil {
