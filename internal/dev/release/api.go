@@ -209,8 +209,8 @@ func SinceLastRelease(ctx context.Context, root string, only ...string) (version
 // so that its packages' compiled export data, which the build cache keys
 // by their folder too, are compiled once, not at every API check. A tree
 // is put in place whole (extracted beside, then renamed), and never
-// changed: a commit's tree is a commit's. Without a cache folder, it is
-// extracted into a temporary one, which the process leaves.
+// changed: a commit's tree is a commit's. Without a user cache folder,
+// the system's temporary folder holds the trees, kept and pruned alike.
 func releaseTree(ctx context.Context, root, commit string) (string, error) {
 	cache, err := os.UserCacheDir()
 	if err != nil {
