@@ -14,6 +14,10 @@ TESTBIN     := $(TESTBIN_ROOT)/k8s-$(K8S_VERSION)
 # fluxtest.SourceControllerVersion's).
 SC_VERSION  := $(shell sed -n 's/^[[:space:]]*github.com\/fluxcd\/source-controller \(v[^ ]*\).*/\1/p' internal/dev/testbin/sourcecontroller/go.mod)
 SCBIN       := $(TESTBIN_ROOT)/source-controller-$(SC_VERSION)
+# And its kustomize-controller, which applies the artifacts
+# (internal/dev/testbin/kustomizecontroller, fluxtest.KustomizeControllerVersion).
+KC_VERSION  := $(shell sed -n 's/^[[:space:]]*github.com\/fluxcd\/kustomize-controller \(v[^ ]*\).*/\1/p' internal/dev/testbin/kustomizecontroller/go.mod)
+KCBIN       := $(TESTBIN_ROOT)/kustomize-controller-$(KC_VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -count=1 -timeout 20m
 # Every package of every module of the workspace (go.work): the core module
@@ -83,7 +87,8 @@ staticcheck:
 
 # kube-apiserver and etcd, built from their Go modules (internal/dev/testbin),
 # once per version: about ten minutes cold on 2 cores, nothing after. Then
-# Flux's source-controller and the CRDs its module ships (a few minutes).
+# Flux's source-controller and kustomize-controller, and the CRDs their
+# modules ship (a few minutes each).
 # The exported API of every published package against the last release
 # (CHANGELOG.md names its commit): each change is listed; an incompatible
 # one must be named in CHANGELOG.md's Unreleased section.
@@ -116,6 +121,17 @@ testbin:
 		cp "$$(GOWORK=off $(GO) list -m -f '{{.Dir}}' github.com/fluxcd/source-controller)"/config/crd/bases/*.yaml $$tmp/crds/ && \
 		chmod u+w $$tmp/crds/*.yaml && \
 		rm -rf $(SCBIN) && mv $$tmp $(SCBIN); \
+	fi
+	@if [ -x $(KCBIN)/kustomize-controller ] && [ -d $(KCBIN)/crds ]; then \
+		echo "testbin: using $(KCBIN)"; \
+	else \
+		echo "testbin: building Flux's kustomize-controller $(KC_VERSION) into $(KCBIN)"; \
+		mkdir -p $(TESTBIN_ROOT) && tmp=$$(mktemp -d $(KCBIN).tmp.XXXXXX) && mkdir $$tmp/crds && \
+		cd internal/dev/testbin/kustomizecontroller && \
+		GOWORK=off $(GO) build -buildvcs=false -o $$tmp/kustomize-controller github.com/fluxcd/kustomize-controller && \
+		cp "$$(GOWORK=off $(GO) list -m -f '{{.Dir}}' github.com/fluxcd/kustomize-controller)"/config/crd/bases/*.yaml $$tmp/crds/ && \
+		chmod u+w $$tmp/crds/*.yaml && \
+		rm -rf $(KCBIN) && mv $$tmp $(KCBIN); \
 	fi
 
 clean-testbin:

@@ -47,7 +47,12 @@ func SourceControllerDir() (string, error) {
 
 // SourceController is Flux's source-controller, running against a test
 // control plane until the test ends (or Stop).
-type SourceController struct {
+type SourceController = Controller
+
+// Controller is one of Flux's controllers, a process of its own, running
+// against a test control plane until the test ends (or Stop).
+type Controller struct {
+	name string
 	mu   sync.Mutex
 	log  bytes.Buffer
 	stop func()
@@ -55,20 +60,20 @@ type SourceController struct {
 }
 
 // PID is the controller's process.
-func (s *SourceController) PID() int { return s.pid }
+func (s *Controller) PID() int { return s.pid }
 
 // Stop stops the controller, and waits until it has exited: from then on
 // nothing writes the GitRepositories but the test.
-func (s *SourceController) Stop() { s.stop() }
+func (s *Controller) Stop() { s.stop() }
 
 // Log is what the controller wrote so far.
-func (s *SourceController) Log() string {
+func (s *Controller) Log() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.log.String()
 }
 
-func (s *SourceController) Write(p []byte) (int, error) {
+func (s *Controller) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.log.Write(p)
@@ -93,40 +98,54 @@ func StartSourceControllerIn(t TB, cfg *rest.Config, namespace string) *SourceCo
 		t.Fatalf("%v", err)
 	}
 	installCRDs(t, cfg, dir)
-	tmp, storage, health := scratch(t, cfg)
-	sc := &SourceController{}
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "source-controller"),
+	tmp, health := scratch(t, cfg, "source-controller")
+	storage, err := testenv.FreeAddr()
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	if err := os.Mkdir(filepath.Join(tmp, "storage"), 0o700); err != nil {
+		t.Fatalf("%v", err)
+	}
+	return start(t, &Controller{name: "source-controller"}, tmp, health, namespace, filepath.Join(dir, "source-controller"),
 		"--storage-path="+filepath.Join(tmp, "storage"), "--storage-addr="+storage, "--storage-adv-addr="+storage,
-		"--metrics-addr=0", "--health-addr="+health, "--enable-leader-election=false", fmt.Sprintf("--watch-all-namespaces=%t", namespace == ""),
-		"--concurrent=4", "--log-level=info")
+		"--concurrent=4")
+}
+
+// start runs bin with args, and the flags every Flux controller takes
+// (no metrics, its health probe at health, no leader election, the
+// namespaces it watches), with a kubeconfig in tmp, until the test ends.
+func start(t TB, c *Controller, tmp, health, namespace, bin string, args ...string) *Controller {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	args = append(args, "--metrics-addr=0", "--health-addr="+health, "--enable-leader-election=false",
+		fmt.Sprintf("--watch-all-namespaces=%t", namespace == ""), "--log-level=info")
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(tmp, "kubeconfig"), "RUNTIME_NAMESPACE="+namespace)
-	cmd.Stdout, cmd.Stderr = sc, sc
+	cmd.Stdout, cmd.Stderr = c, c
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Start(); err != nil {
 		cancel()
-		t.Fatalf("fluxtest: start source-controller: %v", err)
+		t.Fatalf("fluxtest: start %s: %v", c.name, err)
 	}
-	sc.pid = cmd.Process.Pid
+	c.pid = cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	var once sync.Once
-	sc.stop = func() {
+	c.stop = func() {
 		once.Do(func() {
 			cancel()
 			<-exited
 		})
 	}
 	t.Cleanup(func() {
-		sc.stop()
-		_ = os.RemoveAll(tmp)
+		c.stop()
 		if f, ok := t.(interface{ Failed() bool }); ok && f.Failed() {
-			t.Logf("source-controller's log:\n%s", sc.Log())
+			t.Logf("%s's log:\n%s", c.name, c.Log())
 		}
 	})
-	waitReady(t, sc, health, exited)
-	return sc
+	waitReady(t, c, health, exited)
+	return c
 }
 
 // InstallCRDs installs the CRDs source-controller ships (its GitRepository
@@ -147,51 +166,46 @@ func installCRDs(t TB, cfg *rest.Config, dir string) {
 	// stack and all, when none is set.
 	setLogger.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{filepath.Join(dir, "crds")}, ErrorIfPathMissing: true}); err != nil {
-		t.Fatalf("fluxtest: install source-controller's CRDs: %v", err)
+		t.Fatalf("fluxtest: install the CRDs of %s: %v", dir, err)
 	}
 }
 
-// scratch makes what one source-controller needs: a directory with a
-// kubeconfig of cfg and a storage directory, and two free addresses (its
-// storage server's and its health probe's).
-func scratch(t TB, cfg *rest.Config) (tmp, storage, health string) {
+// scratch makes what one controller needs: a directory with a kubeconfig
+// of cfg, removed when the test ends, and a free address for its health
+// probe.
+func scratch(t TB, cfg *rest.Config, name string) (tmp, health string) {
 	t.Helper()
-	tmp, err := os.MkdirTemp("", "source-controller-")
+	tmp, err := os.MkdirTemp("", name+"-")
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) }) // after the process's stop, which is registered later
 	if err := WriteKubeconfig(cfg, filepath.Join(tmp, "kubeconfig")); err != nil {
 		t.Fatalf("fluxtest: %v", err)
-	}
-	if err := os.Mkdir(filepath.Join(tmp, "storage"), 0o700); err != nil {
-		t.Fatalf("%v", err)
-	}
-	if storage, err = testenv.FreeAddr(); err != nil {
-		t.Fatalf("%v", err)
 	}
 	if health, err = testenv.FreeAddr(); err != nil {
 		t.Fatalf("%v", err)
 	}
-	return tmp, storage, health
+	return tmp, health
 }
 
 // waitReady waits until the controller's manager says it is ready, and
 // fails the test when it exits first or is not ready in a minute.
-func waitReady(t TB, sc *SourceController, health string, exited chan error) {
+func waitReady(t TB, c *Controller, health string, exited chan error) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		select {
 		case err := <-exited:
 			exited <- err
-			t.Fatalf("fluxtest: source-controller exited: %v\n%s", err, sc.Log())
+			t.Fatalf("fluxtest: %s exited: %v\n%s", c.name, err, c.Log())
 		default:
 		}
 		if ready(health) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("fluxtest: source-controller not ready after a minute\n%s", sc.Log())
+			t.Fatalf("fluxtest: %s not ready after a minute\n%s", c.name, c.Log())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

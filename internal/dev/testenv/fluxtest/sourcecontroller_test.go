@@ -10,12 +10,17 @@ import (
 	"github.com/modwatch/modwatch/internal/dev/testenv/fluxtest"
 )
 
-// The version the Makefile builds (from the module's go.mod) is the one
-// the tests look for.
-func TestSourceControllerVersionIsTheBuiltOne(t *testing.T) {
-	data, err := os.ReadFile("../../testbin/sourcecontroller/go.mod")
-	require.NoError(t, err)
-	m := regexp.MustCompile(`(?m)^\s*github\.com/fluxcd/source-controller (v\S+)`).FindSubmatch(data)
-	require.NotNil(t, m, "source-controller is required by internal/dev/testbin/sourcecontroller")
-	require.Equal(t, fluxtest.SourceControllerVersion, string(m[1]))
+// The versions the Makefile builds (from the modules' go.mod) are the
+// ones the tests look for.
+func TestTheControllersVersionsAreTheBuiltOnes(t *testing.T) {
+	for _, c := range []struct{ dir, module, want string }{
+		{"sourcecontroller", "source-controller", fluxtest.SourceControllerVersion},
+		{"kustomizecontroller", "kustomize-controller", fluxtest.KustomizeControllerVersion},
+	} {
+		data, err := os.ReadFile("../../testbin/" + c.dir + "/go.mod")
+		require.NoError(t, err)
+		m := regexp.MustCompile(`(?m)^\s*github\.com/fluxcd/` + c.module + ` (v\S+)`).FindSubmatch(data)
+		require.NotNil(t, m, "%s is required by internal/dev/testbin/%s", c.module, c.dir)
+		require.Equal(t, c.want, string(m[1]), c.module)
+	}
 }
