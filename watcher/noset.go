@@ -16,11 +16,32 @@ func NotWatched(id string, err error) Target {
 	if err == nil {
 		err = errors.New("not watched")
 	}
-	return Target{ID: id, Payload: notWatched{err}}
+	return Target{ID: id, Payload: notWatched{err: err}}
+}
+
+// Refused is [NotWatched] of t's ID, keeping t's Payload, which observers
+// of its EventInvalidTarget read with [Target.RefusedPayload]: so that a
+// sink can say why on the object the target stands for.
+func Refused(t Target, err error) Target {
+	nw := NotWatched(t.ID, err)
+	nw.Payload = notWatched{err: nw.Payload.(notWatched).err, payload: t.Payload}
+	return nw
 }
 
 // notWatched is the Payload of a target NotWatched made.
-type notWatched struct{ err error }
+type notWatched struct {
+	err     error
+	payload any // Refused's
+}
+
+// RefusedPayload returns the Payload of the target its source refused
+// ([Refused]); nil for any other target.
+func (t Target) RefusedPayload() any {
+	if nw, ok := t.Payload.(notWatched); ok {
+		return nw.payload
+	}
+	return nil
+}
 
 // Unwatched returns the reason t's source gave for not watching it
 // ([NotWatched]); nil for a target to watch.

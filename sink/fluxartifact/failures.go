@@ -19,6 +19,8 @@ import (
 const (
 	condReconciling       = "Reconciling"
 	condFetchFailed       = "FetchFailed"
+	condStalled           = "Stalled"
+	condSourceVerified    = "SourceVerified"
 	reasonGitOperation    = "GitOperationFailed"
 	reasonProgressingWith = "ProgressingWithRetry"
 )
@@ -30,24 +32,48 @@ type failures struct {
 	mu      sync.Mutex
 	pending map[string]failure // by GitRepository key
 	wake    chan struct{}
+	// written are the refusals written, which the watcher reports again
+	// at every set the source gives: each is read and written once.
+	written map[string]failure
 }
 
 type failure struct {
 	repo    payload.GitRepository
 	message string
+	reason  string // Flux's
+	stalled bool   // only a change of the spec clears it
+	refused bool   // the source's refusal (watcher.Refused)
+}
+
+// refusal is the failure of a GitRepository its source does not watch
+// (watcher.Refused): its reason, stalled or not, as the source says
+// (payload.GitRepositoryError), else GitOperationFailed, retried.
+func refusal(repo payload.GitRepository, err error) failure {
+	f := failure{repo: repo, message: err.Error(), reason: reasonGitOperation, refused: true}
+	if e, ok := errors.AsType[*payload.GitRepositoryError](err); ok {
+		f.message, f.reason, f.stalled = e.Err.Error(), e.Reason, e.Stalled
+	}
+	return f
 }
 
 // Observe is the sink's [watcher.Observer]: a target that fails (its
 // repository, ref or credentials cannot be read) gets Flux's conditions on
 // its GitRepository, as source-controller writes them for a failed fetch:
 // Ready false and FetchFailed true with reason GitOperationFailed, and
-// Reconciling, its artifact kept. Register the sink as an observer too
-// (watcher.WithObserver) for them; [Sink.Run] writes them.
+// Reconciling, its artifact kept. A GitRepository its source refused
+// (watcher.Refused) gets them with the source's reason
+// (payload.GitRepositoryError), and Stalled instead of Reconciling when
+// only a change of its spec can clear it. Register the sink as an
+// observer too (watcher.WithObserver) for them; [Sink.Run] writes them.
 func (s *Sink) Observe(e watcher.Event) {
-	if e.Target == nil || (e.Type == watcher.EventTargetFailed && e.Err == nil) {
+	if e.Target == nil || e.Err == nil && (e.Type == watcher.EventTargetFailed || e.Type == watcher.EventInvalidTarget) {
 		return
 	}
-	repo, ok := payload.Of[payload.GitRepository](*e.Target)
+	t := *e.Target
+	if e.Type == watcher.EventInvalidTarget {
+		t = watcher.Target{Payload: t.RefusedPayload()}
+	}
+	repo, ok := payload.Of[payload.GitRepository](t)
 	if !ok || repo.Validate() != nil {
 		return
 	}
@@ -55,7 +81,7 @@ func (s *Sink) Observe(e watcher.Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch e.Type {
-	case watcher.EventTargetFailed:
+	case watcher.EventTargetFailed, watcher.EventInvalidTarget:
 		if f.pending == nil {
 			f.pending = map[string]failure{}
 		}
@@ -63,14 +89,32 @@ func (s *Sink) Observe(e watcher.Event) {
 		if r, ok := errors.AsType[*watcher.RetryError](err); ok {
 			err = r.Err // when it is tried next changes at every poll: not written
 		}
-		f.pending[repo.Key()] = failure{repo, "failed to checkout and determine revision: " + err.Error()}
+		if e.Type == watcher.EventInvalidTarget {
+			r := refusal(repo, err)
+			if f.written[repo.Key()] == r {
+				return
+			}
+			f.pending[repo.Key()] = r
+		} else {
+			delete(f.written, repo.Key())
+			f.pending[repo.Key()] = failure{repo: repo, message: "failed to checkout and determine revision: " + err.Error(), reason: reasonGitOperation}
+		}
 		select {
 		case f.wake <- struct{}{}:
 		default:
 		}
 	case watcher.EventDelivered, watcher.EventUpToDate, watcher.EventRemoved, watcher.EventForgotten:
 		delete(f.pending, repo.Key())
+		delete(f.written, repo.Key())
 	}
+}
+
+// forget drops what is kept of the GitRepository key, which is gone.
+func (f *failures) forget(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.pending, key)
+	delete(f.written, key)
 }
 
 // Run writes the failures observed until ctx ends.
@@ -85,8 +129,17 @@ func (s *Sink) Run(ctx context.Context) error {
 		batch := s.failures.pending
 		s.failures.pending = nil
 		s.failures.mu.Unlock()
-		for _, f := range batch {
-			_ = s.writeFailure(ctx, f) // the next failure of the target writes again
+		for k, f := range batch {
+			if s.writeFailure(ctx, f) == nil && f.refused { // else the next failure of the target writes again
+				s.failures.mu.Lock()
+				if _, later := s.failures.pending[k]; !later {
+					if s.failures.written == nil {
+						s.failures.written = map[string]failure{}
+					}
+					s.failures.written[k] = f
+				}
+				s.failures.mu.Unlock()
+			}
 		}
 	}
 }
@@ -103,7 +156,7 @@ func (s *Sink) writeFailure(ctx context.Context, f failure) error {
 		if s.current(u, f.repo) != nil {
 			return nil // another object, or a later spec: not this failure's
 		}
-		if changed := setFailure(u, f.message, metav1.Now()); !handled(u, f.repo.RequestedAt) && !changed {
+		if changed := setFailure(u, f, metav1.Now()); !handled(u, f.repo.RequestedAt) && !changed {
 			return nil
 		}
 		_, err = res.UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: "modwatch-fluxartifact"})
@@ -114,14 +167,28 @@ func (s *Sink) writeFailure(ctx context.Context, f failure) error {
 	})
 }
 
-// setFailure sets the conditions of a failed fetch with message; false
-// when they were so already.
-func setFailure(u *unstructured.Unstructured, message string, now metav1.Time) bool {
+// setFailure sets the conditions of f: Ready false, FetchFailed true,
+// and Reconciling (being retried), or Stalled with observedGeneration
+// (done with this generation); false when they were so already.
+func setFailure(u *unstructured.Unstructured, f failure, now metav1.Time) bool {
 	gen := u.GetGeneration()
+	// What failed: the fetch, or the verification of its signatures (as
+	// source-controller has it: SourceVerified false, nothing fetched
+	// failed).
+	failed, failedWant := condFetchFailed, map[string]any{"status": "True", "reason": f.reason, "message": f.message}
+	if verification[f.reason] {
+		failed, failedWant = condSourceVerified, map[string]any{"status": "False", "reason": f.reason, "message": f.message}
+	}
 	want := map[string]map[string]any{
-		condReconciling: {"status": "True", "reason": reasonProgressingWith, "message": "building artifact"},
-		condReady:       {"status": "False", "reason": reasonGitOperation, "message": message},
-		condFetchFailed: {"status": "True", "reason": reasonGitOperation, "message": message},
+		condReady: {"status": "False", "reason": f.reason, "message": f.message},
+		failed:    failedWant,
+	}
+	drop, order := condStalled, []string{condReconciling, condReady, failed}
+	if f.stalled {
+		want[condStalled] = map[string]any{"status": "True", "reason": f.reason, "message": f.message}
+		drop, order = condReconciling, []string{condStalled, condReady, failed}
+	} else {
+		want[condReconciling] = map[string]any{"status": "True", "reason": reasonProgressingWith, "message": "building artifact"}
 	}
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	changed := false
@@ -132,37 +199,50 @@ func setFailure(u *unstructured.Unstructured, message string, now metav1.Time) b
 			continue
 		}
 		t, _ := m["type"].(string)
-		w, ours := want[t]
-		if !ours {
-			out = append(out, m)
+		if t == drop {
+			changed = true
 			continue
 		}
-		delete(want, t)
-		same := m["status"] == w["status"] && m["reason"] == w["reason"] && m["message"] == w["message"] && m["observedGeneration"] == gen
-		if !same {
-			changed = true
-			if m["status"] != w["status"] {
-				m["lastTransitionTime"] = now.UTC().Format("2006-01-02T15:04:05Z")
-			}
-			for k, v := range w {
-				m[k] = v
-			}
-			m["observedGeneration"] = gen
+		if w, ours := want[t]; ours {
+			delete(want, t)
+			changed = setCondition(m, w, gen, now) || changed
 		}
 		out = append(out, m)
 	}
-	for _, t := range []string{condReconciling, condReady, condFetchFailed} {
+	for _, t := range order {
 		if w, missing := want[t]; missing {
 			changed = true
-			m := map[string]any{"type": t, "observedGeneration": gen, "lastTransitionTime": now.UTC().Format("2006-01-02T15:04:05Z")}
-			for k, v := range w {
-				m[k] = v
-			}
+			m := map[string]any{"type": t}
+			setCondition(m, w, gen, now)
 			out = append(out, m)
+		}
+	}
+	if f.stalled {
+		if g, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration"); g != gen {
+			changed = true
+			_ = unstructured.SetNestedField(u.Object, gen, "status", "observedGeneration")
 		}
 	}
 	if changed {
 		_ = unstructured.SetNestedSlice(u.Object, out, "status", "conditions")
 	}
 	return changed
+}
+
+// verification are Flux's reasons of a verification that failed.
+var verification = map[string]bool{"InvalidVerificationMode": true, "VerificationError": true, "InvalidCommitSignature": true, "InvalidTagSignature": true, "InvalidGitObject": true}
+
+// setCondition makes m say w at generation gen; false when it did.
+func setCondition(m, w map[string]any, gen int64, now metav1.Time) bool {
+	if m["status"] == w["status"] && m["reason"] == w["reason"] && m["message"] == w["message"] && m["observedGeneration"] == gen {
+		return false
+	}
+	if m["status"] != w["status"] || m["lastTransitionTime"] == nil {
+		m["lastTransitionTime"] = now.UTC().Format("2006-01-02T15:04:05Z")
+	}
+	for k, v := range w {
+		m[k] = v
+	}
+	m["observedGeneration"] = gen
+	return true
 }

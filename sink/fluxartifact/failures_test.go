@@ -3,6 +3,7 @@ package fluxartifact
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // A failed fetch's conditions are Flux's; written again only when they
@@ -26,7 +28,8 @@ func TestAFailedFetchsConditionsAreFluxs(t *testing.T) {
 		}},
 	}}
 	t1 := metav1.NewTime(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC))
-	require.True(t, setFailure(u, "no ref", t1))
+	f := func(msg string) failure { return failure{message: msg, reason: reasonGitOperation} }
+	require.True(t, setFailure(u, f("no ref"), t1))
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	got := map[string]map[string]any{}
 	for _, c := range conds {
@@ -38,8 +41,8 @@ func TestAFailedFetchsConditionsAreFluxs(t *testing.T) {
 	assert.Equal(t, "ProgressingWithRetry", got["Reconciling"]["reason"])
 
 	t2 := metav1.NewTime(t1.Add(time.Minute))
-	assert.False(t, setFailure(u, "no ref", t2), "the same failure: nothing to write")
-	require.True(t, setFailure(u, "still no ref", t2))
+	assert.False(t, setFailure(u, f("no ref"), t2), "the same failure: nothing to write")
+	require.True(t, setFailure(u, f("still no ref"), t2))
 	conds, _, _ = unstructured.NestedSlice(u.Object, "status", "conditions")
 	for _, c := range conds {
 		if m := c.(map[string]any); m["type"] == "Ready" {
@@ -47,6 +50,62 @@ func TestAFailedFetchsConditionsAreFluxs(t *testing.T) {
 			assert.Equal(t, "2026-12-05T12:00:00Z", m["lastTransitionTime"], "false since the first failure")
 		}
 	}
+}
+
+// A GitRepository its source refused has the source's reason; Stalled,
+// with its generation observed, when only a change of its spec clears
+// it, and retried (Reconciling) otherwise; each replaces the other.
+func TestARefusedGitRepositoryIsStalledWithItsReason(t *testing.T) {
+	dyn, repo := fakeRepo(map[string]any{"branch": "main"})
+	s, err := New(dyn, Config{Storage: t.TempDir(), Address: "h"})
+	require.NoError(t, err)
+	defer s.Close()
+	refuse := func(err error) {
+		target := watcher.Refused(watcher.Target{ID: "flux/ns/app", Payload: repo}, err)
+		s.Observe(watcher.Event{Type: watcher.EventInvalidTarget, Target: &target, Err: fmt.Errorf("%w flux/ns/app: %w", watcher.ErrInvalidTarget, err)})
+	}
+	conditions := func() map[string]map[string]any {
+		require.NoError(t, s.writeFailure(context.Background(), s.failures.pending["ns/app"]))
+		u, err := dyn.Resource(gitRepos).Namespace("ns").Get(context.Background(), "app", metav1.GetOptions{})
+		require.NoError(t, err)
+		gen, _, _ := unstructured.NestedFieldCopy(u.Object, "status", "observedGeneration")
+		got := map[string]map[string]any{"": {"observedGeneration": gen}}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			got[c.(map[string]any)["type"].(string)] = c.(map[string]any)
+		}
+		return got
+	}
+
+	refuse(&payload.GitRepositoryError{Reason: "URLInvalid", Stalled: true, Err: errors.New("bad url")})
+	got := conditions()
+	for _, c := range []string{"Stalled", "FetchFailed"} {
+		assert.Equal(t, "True", got[c]["status"], c)
+		assert.Equal(t, "URLInvalid", got[c]["reason"], c)
+		assert.Equal(t, "bad url", got[c]["message"], c)
+	}
+	assert.Equal(t, "False", got["Ready"]["status"])
+	assert.Equal(t, "URLInvalid", got["Ready"]["reason"])
+	assert.NotContains(t, got, "Reconciling", "stalled: not being retried")
+	assert.Equal(t, repo.Generation, got[""]["observedGeneration"], "done with this generation")
+
+	refuse(&payload.GitRepositoryError{Reason: "AuthenticationFailed", Err: errors.New("secret ns/creds not found")})
+	got = conditions()
+	assert.NotContains(t, got, "Stalled", "retried")
+	assert.Equal(t, "ProgressingWithRetry", got["Reconciling"]["reason"])
+	assert.Equal(t, "AuthenticationFailed", got["Ready"]["reason"])
+
+	refuse(errors.New("not served")) // a source that says no reason
+	got = conditions()
+	assert.Equal(t, "GitOperationFailed", got["Ready"]["reason"])
+	assert.Contains(t, got["Ready"]["message"], "not served")
+	assert.NotContains(t, got, "Stalled")
+
+	// Another source's refusal (no GitRepository in it) is not this sink's.
+	other := watcher.NotWatched("flux/ns/app", errors.New("x"))
+	s.failures.pending = nil
+	s.Observe(watcher.Event{Type: watcher.EventInvalidTarget, Target: &other, Err: errors.New("x")})
+	assert.Empty(t, s.failures.pending)
 }
 
 // The sink writes a target's latest failure, without the time of its next

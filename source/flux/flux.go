@@ -322,9 +322,10 @@ func (s *Source) targets(ctx context.Context, gvr schema.GroupVersionResource, o
 		}
 		t, err := s.target(ctx, gvr, u, used)
 		if err != nil {
-			// Named, so wanted: what its sinks did for it stays.
+			// Named, so wanted: what its sinks did for it stays. Its
+			// payload goes with it, for a sink to say why on the object.
 			s.log.Info("GitRepository not watched", "gitrepository", u.GetNamespace()+"/"+u.GetName(), "reason", err.Error())
-			out = append(out, watcher.NotWatched("flux/"+u.GetNamespace()+"/"+u.GetName(), err))
+			out = append(out, watcher.Refused(watcher.Target{ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), Payload: s.payload(gvr, u)}, err))
 			continue
 		}
 		if t != nil {
@@ -340,7 +341,7 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 	url, _, _ := unstructured.NestedString(u.Object, "spec", "url")
 	ep, err := gitutil.ParseURL(url)
 	if err != nil {
-		return nil, err
+		return nil, refused(reasonURLInvalid, true, err)
 	}
 	if len(s.cfg.Hosts) > 0 && !slices.ContainsFunc(s.cfg.Hosts, func(h string) bool { return strings.EqualFold(h, ep.Host) }) {
 		return nil, nil
@@ -348,39 +349,66 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 	ref, _, _ := unstructured.NestedStringMap(u.Object, "spec", "ref")
 	revision, watch := Revision(ref)
 	if err := semverRange(ref); err != nil {
-		return nil, err
+		return nil, refused(reasonGitOperation, true, err)
 	}
 	var interval time.Duration
-	var requested string
 	if s.cfg.Artifacts {
 		if interval, err = artifactSpec(u); err != nil {
-			return nil, err
+			return nil, refused(reasonUnsupported, true, err)
 		}
 		if !watch {
 			revision, watch = ref["commit"], true // its artifact is served
 		}
-		requested = u.GetAnnotations()[AnnotationRequestedAt]
 	}
 	if !watch {
 		return nil, nil // pinned to a commit: nothing can change
 	}
 	t := &watcher.Target{
 		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision, Suspend: suspended, Interval: interval,
-		Payload: payload.GitRepository{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), Generation: u.GetGeneration(), RequestedAt: requested},
+		Payload: s.payload(gvr, u),
 	}
 	if t.Auth, err = s.targetAuth(ctx, u, url, used); err != nil {
 		return nil, err
 	}
-	if t.Verify, err = s.verify(ctx, u); err != nil {
+	if t.Verify, err = s.verify(ctx, u, ref); err != nil {
 		return nil, err
 	}
 	t.Paths, _, _ = unstructured.NestedStringSlice(u.Object, "spec", "sparseCheckout")
 	t.Ignore, t.IgnoreFile = ignore(u), ".sourceignore"
 	t.RecurseSubmodules, _, _ = unstructured.NestedBool(u.Object, "spec", "recurseSubmodules")
 	if err := t.Validate(); err != nil {
-		return nil, err
+		return nil, refused(reasonUnsupported, true, err)
 	}
 	return t, nil
+}
+
+// payload is what a target of u carries: the object, at its generation,
+// and, for a program that serves artifacts, its reconcile request.
+func (s *Source) payload(gvr schema.GroupVersionResource, u *unstructured.Unstructured) payload.GitRepository {
+	p := payload.GitRepository{APIVersion: gvr.GroupVersion().String(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), Generation: u.GetGeneration()}
+	if s.cfg.Artifacts {
+		p.RequestedAt = u.GetAnnotations()[AnnotationRequestedAt]
+	}
+	return p
+}
+
+// Flux's reasons for a GitRepository not watched (source-controller's
+// sourcev1 constants), and reasonUnsupported, which is this source's: a
+// field it does not serve.
+const (
+	reasonURLInvalid       = "URLInvalid"
+	reasonAuthentication   = "AuthenticationFailed"
+	reasonGitOperation     = "GitOperationFailed"
+	reasonProvider         = "InvalidProviderConfiguration"
+	reasonVerificationMode = "InvalidVerificationMode"
+	reasonVerification     = "VerificationError"
+	reasonUnsupported      = "UnsupportedSpec"
+)
+
+// refused is err with Flux's reason for it; stalled when only a change
+// of the spec clears it.
+func refused(reason string, stalled bool, err error) error {
+	return &payload.GitRepositoryError{Reason: reason, Stalled: stalled, Err: err}
 }
 
 // targetAuth reads a GitRepository's credentials: spec.provider's (a
@@ -392,21 +420,23 @@ func (s *Source) targetAuth(ctx context.Context, u *unstructured.Unstructured, u
 	switch {
 	case provider == "github":
 		if name == "" {
-			return nil, errors.New("flux: provider github needs a secretRef with the GitHub App's keys")
+			return nil, refused(reasonProvider, true, errors.New("flux: provider github needs a secretRef with the GitHub App's keys"))
 		}
 		used[u.GetNamespace()+"/"+name] = true
 		if auth, err = s.githubAppAuth(ctx, u.GetNamespace(), name, url); err != nil {
-			return nil, err
+			return nil, refused(reasonAuthentication, false, err)
 		}
 	case provider != "" && provider != "generic":
-		return nil, fmt.Errorf("flux: provider %q is not supported (generic and github are)", provider)
+		return nil, refused(reasonProvider, true, fmt.Errorf("flux: provider %q is not supported (generic and github are)", provider))
 	case name != "":
 		if auth, err = s.auth(ctx, u.GetNamespace(), name); err != nil {
-			return nil, err
+			return nil, refused(reasonAuthentication, false, err)
 		}
 	}
 	if proxy, _, _ := unstructured.NestedString(u.Object, "spec", "proxySecretRef", "name"); proxy != "" {
-		return s.proxy(ctx, u.GetNamespace(), proxy, auth)
+		if auth, err = s.proxy(ctx, u.GetNamespace(), proxy, auth); err != nil {
+			return nil, refused(reasonAuthentication, false, err)
+		}
 	}
 	return auth, nil
 }
@@ -442,7 +472,9 @@ func ignore(u *unstructured.Unstructured) []string {
 // TagAndHEAD) and the public keys of its Secret, every value of which is
 // a key, as Flux has it: armored OpenPGP keys, and SSH authorized_keys
 // lines (Flux's ".sshpub" entries).
-func (s *Source) verify(ctx context.Context, u *unstructured.Unstructured) (*watcher.Verify, error) {
+// A tag mode needs a ref that resolves through a tag, as source-controller
+// has it.
+func (s *Source) verify(ctx context.Context, u *unstructured.Unstructured, ref map[string]string) (*watcher.Verify, error) {
 	v, ok, _ := unstructured.NestedMap(u.Object, "spec", "verify")
 	if !ok {
 		return nil, nil
@@ -451,13 +483,20 @@ func (s *Source) verify(ctx context.Context, u *unstructured.Unstructured) (*wat
 	if mode == "head" {
 		mode = string(watcher.VerifyHEAD) // Flux's older spelling
 	}
+	tagged := ref["tag"] != "" || ref["semver"] != "" // commit > name > tag > semver
+	if ref["name"] != "" {
+		tagged = strings.HasPrefix(ref["name"], "refs/tags/")
+	}
+	if (!tagged || ref["commit"] != "") && (mode == string(watcher.VerifyTag) || mode == string(watcher.VerifyTagAndHEAD)) {
+		return nil, refused(reasonVerificationMode, true, errors.New("cannot verify tag object's signature if a tag reference is not specified"))
+	}
 	name, _, _ := unstructured.NestedString(v, "secretRef", "name")
 	if name == "" {
-		return nil, errors.New("flux: verify needs a secretRef with the trusted keys")
+		return nil, refused(reasonVerificationMode, true, errors.New("flux: verify needs a secretRef with the trusted keys"))
 	}
 	sec, err := s.secret(ctx, u.GetNamespace(), name)
 	if err != nil {
-		return nil, err
+		return nil, refused(reasonVerification, false, fmt.Errorf("public keys secret error: %w", err))
 	}
 	keys := make([]string, 0, len(sec.Data))
 	for _, k := range slices.Sorted(maps.Keys(sec.Data)) {

@@ -158,6 +158,22 @@ type GitRepository struct {
 	RequestedAt string `json:"requestedAt,omitempty"`
 }
 
+// GitRepositoryError is why a source does not watch a GitRepository
+// (watcher.Refused), with Flux's reason for it, as source-controller
+// names it in the object's conditions (URLInvalid, AuthenticationFailed,
+// GitOperationFailed, InvalidProviderConfiguration, …), and whether
+// only a change of the object's spec can clear it: Stalled, which a
+// sink writing the object's status says (Flux's Stalled condition), where
+// an error that may clear by itself (a Secret not there yet) is retried.
+type GitRepositoryError struct {
+	Reason  string
+	Stalled bool
+	Err     error
+}
+
+func (e *GitRepositoryError) Error() string { return e.Err.Error() }
+func (e *GitRepositoryError) Unwrap() error { return e.Err }
+
 // Validate says which field is missing.
 func (g GitRepository) Validate() error {
 	if g.Name == "" || g.Namespace == "" || g.UID == "" || g.APIVersion == "" {

@@ -1,0 +1,128 @@
+package fluxartifact_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/modwatch/modwatch/internal/dev/gittest"
+	"github.com/modwatch/modwatch/internal/dev/testenv/fluxtest"
+	"github.com/modwatch/modwatch/sink/fluxartifact"
+)
+
+// conditionsOf waits until every GitRepository of names is not Ready,
+// for a reason other than progressing, and, if Stalled, has observed its
+// generation (the stalled state's last write), and returns each one's
+// conditions, by type, as "status reason", and whether it observed its
+// generation.
+func conditionsOf(t *testing.T, ns string, names ...string) map[string]map[string]string {
+	t.Helper()
+	out := map[string]map[string]string{}
+	require.Eventually(t, func() bool {
+		for _, name := range names {
+			u, err := env.Dynamic.Resource(gitRepos).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+			require.NoError(t, err)
+			if r := conditionOf(u, "Ready"); r == nil || r["status"] != "False" || r["reason"] == "Progressing" {
+				return false
+			}
+			got := map[string]string{}
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, c := range conds {
+				m := c.(map[string]any)
+				got[m["type"].(string)] = m["status"].(string) + " " + m["reason"].(string)
+			}
+			if field(u, "status", "observedGeneration") == u.GetGeneration() {
+				got["observedGeneration"] = "current"
+			} else if got["Stalled"] != "" {
+				return false
+			}
+			out[name] = got
+		}
+		return true
+	}, time.Minute, 50*time.Millisecond, "every GitRepository failed")
+	return out
+}
+
+// clearStatus empties the GitRepository's status.
+func clearStatus(t *testing.T, ns, name string) {
+	t.Helper()
+	client := env.Dynamic.Resource(gitRepos).Namespace(ns)
+	u, err := client.Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	u.Object["status"] = map[string]any{}
+	_, err = client.UpdateStatus(context.Background(), u, metav1.UpdateOptions{})
+	require.NoError(t, err)
+}
+
+// The conditions of a GitRepository that cannot be served are
+// source-controller's: the real source-controller fails each of them and
+// is stopped, their statuses are emptied, and the sink fails them again.
+// A ref that is not there is retried, with the failed fetch's reason; an
+// URL that cannot be parsed, and a tag verification of a branch, are
+// Stalled with Flux's reasons; a Secret not there is retried. One
+// difference is the sink's: a semver that is not a range is Stalled
+// (only a change of the spec clears it; source-controller tries it again
+// and again), and it is served once the spec is fixed.
+func TestFailuresAreSourceControllers(t *testing.T) {
+	ns := env.Namespace(t)
+	repo := gittest.NewServer(t).NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", configMap("1"))
+	repo.Tag(t, "v1.0.0", true)
+	_, key := gittest.SigningKey(t, "Flux")
+	_, err := env.Kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "keys"}, StringData: map[string]string{"flux.asc": key},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	create := func(name, url string, ref map[string]any, more map[string]any) {
+		spec := map[string]any{"url": url, "interval": "10m", "ref": ref}
+		for k, v := range more {
+			spec[k] = v
+		}
+		_, err := env.Dynamic.Resource(gitRepos).Namespace(ns).Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+			"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec,
+		}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	main := map[string]any{"branch": "main"}
+	sc := fluxtest.StartSourceControllerIn(t, env.Config, ns)
+	create("nobranch", repo.URL(), map[string]any{"branch": "missing"}, nil)
+	create("badurl", "https://git.example.com/%zz", main, nil)
+	create("nosecret", repo.URL(), main, map[string]any{"secretRef": map[string]any{"name": "missing"}})
+	create("tagmode", repo.URL(), main, map[string]any{"verify": map[string]any{"mode": "Tag", "secretRef": map[string]any{"name": "keys"}}})
+	create("semver", repo.URL(), map[string]any{"semver": "not a range"}, nil)
+	names := []string{"nobranch", "badurl", "nosecret", "tagmode"}
+	theirs := conditionsOf(t, ns, append(names, "semver")...)
+	sc.Stop()
+	for _, name := range append(names, "semver") {
+		clearStatus(t, ns, name)
+	}
+
+	s := serve(t, ns, fluxartifact.Config{})
+	ours := conditionsOf(t, ns, append(names, "semver")...)
+	for _, name := range names {
+		assert.Equal(t, theirs[name], ours[name], name)
+	}
+	assert.Equal(t, "True URLInvalid", ours["badurl"]["Stalled"])
+	assert.Equal(t, "True InvalidVerificationMode", ours["tagmode"]["Stalled"])
+	assert.NotContains(t, ours["nobranch"], "Stalled", "retried: the branch may come")
+	assert.Equal(t, "True ProgressingWithRetry", ours["nosecret"]["Reconciling"], "retried: the Secret may come")
+
+	assert.Equal(t, "False GitOperationFailed", theirs["semver"]["Ready"])
+	assert.NotContains(t, theirs["semver"], "Stalled", "source-controller tries it again")
+	assert.Equal(t, map[string]string{"Ready": "False GitOperationFailed", "FetchFailed": "True GitOperationFailed",
+		"Stalled": "True GitOperationFailed", "observedGeneration": "current"}, ours["semver"])
+	patch := []byte(`{"spec":{"ref":{"semver":">=1.0.0"}}}`)
+	_, err = env.Dynamic.Resource(gitRepos).Namespace(ns).Patch(context.Background(), "semver", types.MergePatchType, patch, metav1.PatchOptions{})
+	require.NoError(t, err)
+	u := artifactOf(t, ns, "semver", "v1.0.0@sha1:"+c1, s.url)
+	assert.Nil(t, conditionOf(u, "Stalled"), "served: no longer stalled")
+	assert.Equal(t, "True", conditionOf(u, "Ready")["status"])
+}
