@@ -43,6 +43,11 @@ type Config struct {
 // ErrInvalidConfig is returned (wrapped) by [New] for a Config it refuses.
 var ErrInvalidConfig = errors.New("fluxartifact: invalid config")
 
+// ErrStorageInUse is returned (wrapped) by [New] when another sink, in
+// this process or another, holds the storage directory: two would
+// collect each other's artifacts.
+var ErrStorageInUse = errors.New("fluxartifact: the storage directory is in use by another sink")
+
 // Sink packs, stores and serves GitRepositories' artifacts, and writes
 // their status.
 type Sink struct {
@@ -82,7 +87,12 @@ func New(dyn dynamic.Interface, cfg Config) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: Storage: %w", ErrInvalidConfig, err)
 	}
-	return &Sink{cfg: cfg, dyn: dyn, store: &storage{root: root, records: cfg.Records, ttl: cfg.TTL}, failures: failures{wake: make(chan struct{}, 1)}}, nil
+	lock, err := lockStorage(cfg.Storage)
+	if err != nil {
+		_ = root.Close()
+		return nil, err
+	}
+	return &Sink{cfg: cfg, dyn: dyn, store: &storage{root: root, lock: lock, records: cfg.Records, ttl: cfg.TTL}, failures: failures{wake: make(chan struct{}, 1)}}, nil
 }
 
 // Name returns "fluxartifact".
@@ -98,8 +108,11 @@ func (s *Sink) EveryCommit() bool { return true }
 // source-controller's storage server does.
 func (s *Sink) Handler() http.Handler { return s.store.handler() }
 
-// Close releases the storage directory.
-func (s *Sink) Close() error { return s.store.root.Close() }
+// Close releases the storage directory and its lock.
+func (s *Sink) Close() error {
+	err := s.store.root.Close()
+	return errors.Join(err, s.store.lock.Unlock())
+}
 
 // validAddress: a host[:port], or an http(s) URL with a host and no
 // trailing slash, with nothing to escape.
@@ -223,6 +236,7 @@ func (s *Sink) Remove(ctx context.Context, t watcher.Target) error {
 	if err := s.store.removeAll(dir); err != nil {
 		return err
 	}
+	s.failures.forget(ns + "/" + name)
 	return s.releaseFinalizer(ctx, t, ns, name)
 }
 

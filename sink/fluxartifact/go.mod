@@ -3,6 +3,7 @@ module github.com/modwatch/modwatch/sink/fluxartifact
 go 1.26.0
 
 require (
+	github.com/gofrs/flock v0.13.0
 	github.com/modwatch/modwatch v0.1.0
 	github.com/stretchr/testify v1.12.1
 	k8s.io/apimachinery v0.35.0
@@ -26,7 +27,6 @@ require (
 	github.com/go-openapi/jsonpointer v0.21.0 // indirect
 	github.com/go-openapi/jsonreference v0.20.2 // indirect
 	github.com/go-openapi/swag v0.23.0 // indirect
-	github.com/gofrs/flock v0.13.0 // indirect
 	github.com/golang/groupcache v0.0.0-20241129210726-2c02b8208cf8 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/hiddeco/sshsig v0.2.0 // indirect

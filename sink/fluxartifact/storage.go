@@ -12,13 +12,37 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/gofrs/flock"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
+
+// lockName is the storage's lock file, beside kindDir.
+const lockName = ".lock"
+
+// lockStorage takes the exclusive lock of the storage directory dir, a
+// regular file of its own: a link or a named pipe there is refused (a
+// pipe's open would not return).
+func lockStorage(dir string) (*flock.Flock, error) {
+	p := filepath.Join(dir, lockName)
+	if fi, err := os.Lstat(p); err == nil && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: Storage: %s is not a regular file (%s)", ErrInvalidConfig, p, fi.Mode().Type())
+	}
+	lock := flock.New(p, flock.SetPermissions(0o600))
+	ok, err := lock.TryLock()
+	if err != nil {
+		return nil, fmt.Errorf("fluxartifact: lock the storage %s: %w", dir, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrStorageInUse, dir)
+	}
+	return lock, nil
+}
 
 // kindDir is the storage folder of GitRepositories' artifacts.
 const kindDir = "gitrepository"
@@ -39,6 +63,7 @@ type artifact struct {
 // files): they are private repositories' files.
 type storage struct {
 	root    *os.Root
+	lock    *flock.Flock // the storage's, held while the sink is open
 	records int
 	ttl     time.Duration
 	locks   keyedMutex // an object's folder, one writer at a time

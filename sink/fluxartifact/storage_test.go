@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -182,5 +183,34 @@ func TestTheRevisionIsSourceControllers(t *testing.T) {
 		{gr(nil), "refs/heads/master", "master@" + sha},
 	} {
 		assert.Equal(t, tc.want, revision(tc.u, tc.ref, h), "%v %s", tc.u.Object, tc.ref)
+	}
+}
+
+// One sink holds a storage directory at a time, in this process or
+// another: a second fails with ErrStorageInUse until the first is closed.
+// A lock file that is a link or a named pipe is refused, without waiting
+// on the pipe; the lock is not served.
+func TestAStorageIsOneSinks(t *testing.T) {
+	dir := t.TempDir()
+	first, err := New(nil, Config{Storage: dir, Address: "h"})
+	require.NoError(t, err)
+	_, err = New(nil, Config{Storage: dir, Address: "h"})
+	require.ErrorIs(t, err, ErrStorageInUse)
+	rec := httptest.NewRecorder()
+	first.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/.lock", nil))
+	assert.Equal(t, http.StatusNotFound, rec.Code)
+	require.NoError(t, first.Close())
+	second, err := New(nil, Config{Storage: dir, Address: "h"})
+	require.NoError(t, err, "released by Close")
+	require.NoError(t, second.Close())
+
+	for name, make := range map[string]func(p string) error{
+		"link": func(p string) error { return os.Symlink(filepath.Join(t.TempDir(), "elsewhere"), p) },
+		"pipe": func(p string) error { return syscall.Mkfifo(p, 0o600) },
+	} {
+		dir := t.TempDir()
+		require.NoError(t, make(filepath.Join(dir, lockName)), name)
+		_, err := New(nil, Config{Storage: dir, Address: "h"})
+		assert.ErrorIs(t, err, ErrInvalidConfig, name)
 	}
 }
