@@ -42,6 +42,8 @@ type commitOffer struct {
 	// question is set when the mirror may lack commit (tree is unknown):
 	// the deliverer only answers whether its checkpoint holds it.
 	question *question
+	// verified are the signatures checked for commit (Change.Verified).
+	verified []Signature
 }
 
 // errHandedOff ends a delivery whose poller stopped: the target is another
@@ -508,7 +510,7 @@ func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
 // collects what its file systems read through symbolic links.
 func (d *deliverer) change(ctx context.Context, want *commitOffer, dec decision, h *handout.Trees, links *reads.Links) (Change, error) {
 	t := *want.target
-	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commit, Reason: dec.reason}
+	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commit, Reason: dec.reason, Verified: want.verified}
 	if from := dec.from; dec.reason == ReasonNewCommit && !from.IsZero() {
 		// Unknown ancestry (a shallow mirror) counts as a new commit; a
 		// missing From (a rebuilt mirror) leaves Paths unknown.

@@ -175,6 +175,7 @@ func TestVerifiedCommitsOnly(t *testing.T) {
 	c := sink.WaitCommit(t, "app", good)
 	assert.Equal(t, first, c.From, "nothing unverified was delivered in between")
 	assert.Len(t, sink.Delivered(), 2)
+	assert.Equal(t, []watcher.Signature{{Kind: "commit", Name: good.String(), Signer: "Release <release@example.com>"}}, c.Verified, "who signed what is delivered")
 
 	bad := watcher.Target{ID: "x", URL: repo.URL(), Verify: &watcher.Verify{KeyRing: "not a key"}}
 	assert.ErrorIs(t, bad.Validate(), watcher.ErrInvalidTarget)
@@ -210,6 +211,8 @@ func TestVerifiedSSHSignedCommits(t *testing.T) {
 	w.Trigger(repo.URL())
 	c := sink.WaitCommit(t, "app", good)
 	assert.Equal(t, first, c.From, "nothing unverified was delivered in between")
+	require.Len(t, c.Verified, 1)
+	assert.True(t, strings.HasPrefix(c.Verified[0].Signer, "SHA256:"), "an SSH key's fingerprint: %s", c.Verified[0].Signer)
 }
 
 // The tag modes verify the annotated tag the revision resolves through:
@@ -236,7 +239,8 @@ func TestVerifiedTags(t *testing.T) {
 	require.NoError(t, w.Route(watchertest.NewSource(targets...), sink))
 	watchertest.Run(t, w.Run)
 
-	sink.WaitCommit(t, "tag", commit)
+	c := sink.WaitCommit(t, "tag", commit)
+	assert.Equal(t, []watcher.Signature{{Kind: "tag", Name: "v1.0.0", Signer: "Release <release@example.com>"}}, c.Verified, "the tag's alone")
 	for _, id := range []string{"tag-and-head", "unsigned-tag", "branch"} {
 		e := obs.WaitFor(t, id+" refused", watchertest.Is(watcher.EventTargetFailed, id))
 		assert.ErrorIs(t, e.Err, mirror.ErrUnverified, id)

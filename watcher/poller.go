@@ -938,8 +938,10 @@ func (r *remote) hold(j job) {
 // the target's deliverers. A commit that fails either is not offered:
 // the last delivery stays, and the next poll tries again.
 func (r *remote) offer(ctx context.Context, j job, verify bool) {
+	var verified []Signature
 	if verify {
-		if err := r.verify(j, *j.poll.bound.target.Verify); err != nil {
+		var err error
+		if verified, err = r.verify(j, *j.poll.bound.target.Verify); err != nil {
 			r.failJob(ctx, j, err)
 			return
 		}
@@ -952,7 +954,7 @@ func (r *remote) offer(ctx context.Context, j job, verify bool) {
 	r.env.targetPolled(j.poll.bound.target, r.redacted)
 	d := &commitOffer{ // one for all the target's sinks
 		target: &j.poll.bound.target, ref: j.res.Ref, commit: j.res.Commit, tree: tree, fingerprint: j.poll.bound.target.fingerprint(r.urlKey),
-		mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx,
+		mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx, verified: verified,
 	}
 	for _, s := range j.poll.bound.sinks {
 		s.offer(d)
@@ -962,23 +964,30 @@ func (r *remote) offer(ctx context.Context, j job, verify bool) {
 	r.mu.Unlock()
 }
 
-// verify checks the signatures the target's Verify asks for.
-func (r *remote) verify(j job, v Verify) error {
+// verify checks the signatures the target's Verify asks for, and returns
+// them.
+func (r *remote) verify(j job, v Verify) ([]Signature, error) {
+	var out []Signature
 	if v.tag() {
-		if !strings.HasPrefix(j.res.Ref, "refs/tags/") {
-			return fmt.Errorf("%w: verify mode %s needs a revision that resolves through a tag", mirror.ErrUnverified, v.Mode)
+		tag, ok := strings.CutPrefix(j.res.Ref, "refs/tags/")
+		if !ok {
+			return nil, fmt.Errorf("%w: verify mode %s needs a revision that resolves through a tag", mirror.ErrUnverified, v.Mode)
 		}
 		// The mirror's tag, checked to lead to the commit delivered.
-		if _, err := r.mirror.VerifyTag(j.res.Ref, j.res.Commit, v.KeyRing); err != nil {
-			return err
+		signer, err := r.mirror.VerifyTag(j.res.Ref, j.res.Commit, v.KeyRing)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, Signature{Kind: "tag", Name: tag, Signer: signer})
 	}
 	if v.commit() {
-		if _, err := r.mirror.VerifyCommit(j.res.Commit, v.KeyRing); err != nil {
-			return err
+		signer, err := r.mirror.VerifyCommit(j.res.Commit, v.KeyRing)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, Signature{Kind: "commit", Name: j.res.Commit.String(), Signer: signer})
 	}
-	return nil
+	return out, nil
 }
 
 // fetch brings the wanted refs and commits into the mirror, in the fetch

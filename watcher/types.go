@@ -240,6 +240,19 @@ type Change struct {
 	// the watcher reports them ([EventSubmodulesLeftOut]) rather than
 	// deliver an incomplete tree without a word.
 	Submodules []string
+	// Verified are the signatures checked for To, as Target.Verify asked:
+	// its annotated tag's, then its own; nil for a target without Verify.
+	Verified []Signature
+}
+
+// Signature is a signature checked for a commit delivered.
+type Signature struct {
+	// Kind is "tag" or "commit", and Name the tag's name or the commit's
+	// hash.
+	Kind, Name string
+	// Signer is the key that signed it: an OpenPGP key's name or ID, an
+	// SSH key's SHA256 fingerprint (see mirror.Mirror.VerifyCommit).
+	Signer string
 }
 
 // Source says what to watch.

@@ -177,7 +177,7 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 			return err
 		}
 		st := statusOf(a, s.url(a.Path), rev, now)
-		st.requested = repo.RequestedAt
+		st.requested, st.verify, st.verified = repo.RequestedAt, c.Target.Verify, c.Verified
 		setStatus(u, st)
 		_, err := res.UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: "modwatch-fluxartifact"})
 		if apierrors.IsConflict(err) {

@@ -1,11 +1,15 @@
 package fluxartifact
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/modwatch/modwatch/watcher"
 )
 
 // Flux's condition types and reasons a stored artifact sets or clears
@@ -31,6 +35,9 @@ type status struct {
 	// requested is the reconcile request the delivery answers (the
 	// target's payload.GitRepository.RequestedAt), or "".
 	requested string
+	// verify is the target's, and verified the signatures checked.
+	verify   *watcher.Verify
+	verified []watcher.Signature
 }
 
 func statusOf(a artifact, url, rev string, now metav1.Time) status {
@@ -83,7 +90,29 @@ func setStatus(u *unstructured.Unstructured, st status) {
 	for _, t := range []string{condReady, condArtifactInStorage} {
 		out = append(out, condition(conds, t, gen, st))
 	}
+	out = setVerified(u, out, conds, gen, st)
 	_ = unstructured.SetNestedSlice(u.Object, out, "status", "conditions")
+}
+
+// setVerified sets what source-controller writes of a verification: the
+// mode verified (status.sourceVerificationMode) and SourceVerified true,
+// saying which signatures by which keys, in out; or neither, for a
+// target without one.
+func setVerified(u *unstructured.Unstructured, out, conds []any, gen int64, st status) []any {
+	out = slices.DeleteFunc(out, func(c any) bool { m, _ := c.(map[string]any); return m["type"] == condSourceVerified })
+	if st.verify == nil {
+		unstructured.RemoveNestedField(u.Object, "status", "sourceVerificationMode")
+		return out
+	}
+	mode := cmp.Or(string(st.verify.Mode), string(watcher.VerifyHEAD))
+	_ = unstructured.SetNestedField(u.Object, mode, "status", "sourceVerificationMode")
+	var msg strings.Builder
+	msg.WriteString("verified signature of")
+	for _, sig := range st.verified {
+		fmt.Fprintf(&msg, "\n\t- %s '%s' with key '%s'", sig.Kind, sig.Name, sig.Signer)
+	}
+	c := condition(conds, condSourceVerified, gen, status{message: msg.String(), now: st.now})
+	return append(out, c)
 }
 
 // condition is the condition t true with st's message, its transition

@@ -7,11 +7,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/modwatch/modwatch/watcher"
 )
 
 // A stored artifact writes the artifact, Ready and ArtifactInStorage
 // (their transition kept when they were true), ends a failure's
-// conditions, keeps the others, and records the spec it observed.
+// conditions and a verification's, and records the spec it observed.
 func TestAStoredArtifactsStatus(t *testing.T) {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"generation": int64(3)},
@@ -49,7 +51,7 @@ func TestAStoredArtifactsStatus(t *testing.T) {
 		byType[m["type"].(string)] = m
 		order = append(order, m["type"].(string))
 	}
-	assert.Equal(t, []string{"SourceVerified", "Ready", "ArtifactInStorage"}, order)
+	assert.Equal(t, []string{"Ready", "ArtifactInStorage"}, order, "no verification: SourceVerified goes, as source-controller has it")
 	for _, ty := range []string{"Ready", "ArtifactInStorage"} {
 		assert.Equal(t, "True", byType[ty]["status"])
 		assert.Equal(t, "Succeeded", byType[ty]["reason"])
@@ -58,6 +60,49 @@ func TestAStoredArtifactsStatus(t *testing.T) {
 	}
 	assert.Equal(t, "2026-01-01T00:00:00Z", byType["Ready"]["lastTransitionTime"], "true already: its transition kept")
 	assert.Equal(t, "2026-12-05T12:00:00Z", byType["ArtifactInStorage"]["lastTransitionTime"])
+}
+
+// A verified artifact says which signatures were checked, by whose keys,
+// in SourceVerified, and the mode in sourceVerificationMode, as
+// source-controller writes them; a later one without verification
+// drops both.
+func TestAVerifiedArtifactSaysWhoSigned(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"generation": int64(1)},
+		"status": map[string]any{"conditions": []any{map[string]any{"type": "SourceVerified", "status": "False", "reason": "InvalidCommitSignature"}}}}}
+	now := metav1.NewTime(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC))
+	st := statusOf(artifact{Path: "p", Digest: "sha256:00"}, "http://h/p", "v1.0.0@sha1:c", now)
+	st.verify = &watcher.Verify{Mode: watcher.VerifyTagAndHEAD}
+	st.verified = []watcher.Signature{{Kind: "tag", Name: "v1.0.0", Signer: "Flux"}, {Kind: "commit", Name: "c", Signer: "SHA256:abc"}}
+	setStatus(u, st)
+	c := conditionIn(u, "SourceVerified")
+	assert.Equal(t, "True", c["status"])
+	assert.Equal(t, "Succeeded", c["reason"])
+	assert.Equal(t, "verified signature of\n\t- tag 'v1.0.0' with key 'Flux'\n\t- commit 'c' with key 'SHA256:abc'", c["message"])
+	assert.Equal(t, "2026-12-05T12:00:00Z", c["lastTransitionTime"])
+	mode, _, _ := unstructured.NestedString(u.Object, "status", "sourceVerificationMode")
+	assert.Equal(t, "TagAndHEAD", mode)
+
+	st.verify = &watcher.Verify{} // HEAD, Flux's default
+	setStatus(u, st)
+	mode, _, _ = unstructured.NestedString(u.Object, "status", "sourceVerificationMode")
+	assert.Equal(t, "HEAD", mode)
+
+	st.verify, st.verified = nil, nil
+	setStatus(u, st)
+	assert.Nil(t, conditionIn(u, "SourceVerified"))
+	_, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "sourceVerificationMode")
+	assert.False(t, ok)
+}
+
+// conditionIn is u's condition of type t, or nil.
+func conditionIn(u *unstructured.Unstructured, t string) map[string]any {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == t {
+			return m
+		}
+	}
+	return nil
 }
 
 // The same artifact delivered again (a reconcile request, a new
