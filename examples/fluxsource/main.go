@@ -16,8 +16,9 @@
 // a GitRepository source-controller served before is deleted as it would
 // be (its finalizer goes with the artifacts). A GitRepository with
 // spec.include, a spec.timeout other than the default, or a spec.ref.semver
-// that is not a range, is not served, and said so in the log (source/flux's
-// Config.Artifacts).
+// that is not a range, is not served, and says so in its status (Stalled,
+// with the reason) and the log (source/flux's Config.Artifacts). Two
+// programs cannot share one -storage-path: the second exits.
 package main
 
 import (
