@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,11 +64,14 @@ type remote struct {
 	// reads them as they are (a new slice replaces one, never a write).
 	sorted   []*pollState
 	prefixes []string
-	poked    bool // a poll is asked for now
-	hinted   bool // by a push hint: ahead of background polls at its host
-	due      int  // the timer of this generation fired
-	armed    int  // the generation the timer is set for
-	stale    int  // firings that began before the timer was stopped, and are to be ignored
+	// listTimeout and fetchTimeout bound its requests, as its targets'
+	// Timeouts say (see Target.Timeout); made with sorted.
+	listTimeout, fetchTimeout time.Duration
+	poked                     bool // a poll is asked for now
+	hinted                    bool // by a push hint: ahead of background polls at its host
+	due                       int  // the timer of this generation fired
+	armed                     int  // the generation the timer is set for
+	stale                     int  // firings that began before the timer was stopped, and are to be ignored
 }
 
 // pollState is a target's state in its poller.
@@ -257,6 +261,28 @@ func (r *remote) index() {
 	}
 	slices.SortFunc(r.sorted, func(a, b *pollState) int { return a.bound.key.compare(b.bound.key) })
 	r.prefixes = refPrefixes(r.sorted)
+	r.listTimeout, r.fetchTimeout = timeouts(r.sorted, r.env.opts.listTimeout, r.env.opts.fetchTimeout)
+}
+
+// timeouts are the bounds of a remote's listing and fetches: the longest
+// Timeout of its targets, a target without one counting as fetch (the
+// watcher's), and the listing never longer than list.
+func timeouts(targets []*pollState, list, fetch time.Duration) (time.Duration, time.Duration) {
+	longest := time.Duration(0)
+	for _, p := range targets {
+		longest = max(longest, cmp.Or(p.bound.target.Timeout, fetch))
+	}
+	if longest == 0 {
+		return list, fetch // no target: the watcher's
+	}
+	return min(list, longest), longest
+}
+
+// requestTimeouts are the remote's listTimeout and fetchTimeout.
+func (r *remote) requestTimeouts() (list, fetch time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.listTimeout, r.fetchTimeout
 }
 
 func (r *remote) interval() time.Duration {
@@ -744,7 +770,8 @@ func (r *remote) withFetchSlot(ctx context.Context, fn func(context.Context) err
 	}
 	defer r.env.fetches.Release()
 	return r.env.atHost(ctx, r.host, r.redacted, func() error {
-		fctx, cancel := context.WithTimeoutCause(ctx, r.env.opts.fetchTimeout, errFetchTimeout)
+		_, timeout := r.requestTimeouts()
+		fctx, cancel := context.WithTimeoutCause(ctx, timeout, errFetchTimeout)
 		defer cancel()
 		return fn(fctx)
 	})
@@ -795,7 +822,8 @@ func (r *remote) listRefs(ctx context.Context, auth *gitutil.Auth, prefixes []st
 		}
 		defer r.env.hosts.Release(r.host, false)
 	}
-	lctx, cancel := context.WithTimeout(ctx, r.env.opts.listTimeout)
+	timeout, _ := r.requestTimeouts()
+	lctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
 	refs, err := r.env.opts.git.ListRefs(lctx, r.url, auth, prefixes)
@@ -1009,7 +1037,8 @@ func (r *remote) fetch(ctx context.Context, auth *gitutil.Auth, refs map[string]
 		}
 	}()
 	start := time.Now()
-	fctx, cancel := context.WithTimeoutCause(ctx, w.opts.fetchTimeout, errFetchTimeout)
+	_, timeout := r.requestTimeouts()
+	fctx, cancel := context.WithTimeoutCause(ctx, timeout, errFetchTimeout)
 	defer cancel()
 	fctx, abort := context.WithCancelCause(fctx)
 	defer abort(nil)

@@ -56,6 +56,12 @@ type Target struct {
 	// is polled at the shortest interval of its targets, never more often
 	// than the watcher's floor (see [WithMinInterval]).
 	Interval time.Duration
+	// Timeout bounds the git requests of a poll of the target's remote
+	// (Flux's spec.timeout): the remote's listing and fetches take at most
+	// the longest Timeout of its targets, a target without one counting as
+	// the watcher's own ([WithTimeouts]), and a listing never more than the
+	// watcher's list timeout. 0 is the watcher's.
+	Timeout time.Duration
 	// Auth, when set, is used instead of what the watcher's
 	// [gitutil.CredentialResolver] finds for URL.
 	Auth *gitutil.Auth
@@ -140,6 +146,9 @@ func (t Target) validateRest() error {
 	}
 	if t.Interval < 0 {
 		return fmt.Errorf("%w %s: interval is negative", ErrInvalidTarget, t.ID)
+	}
+	if t.Timeout < 0 {
+		return fmt.Errorf("%w %s: timeout is negative", ErrInvalidTarget, t.ID)
 	}
 	if t.Verify != nil {
 		switch t.Verify.Mode {
