@@ -24,6 +24,8 @@ func (r Revision) RefPrefixes() []string {
 		return []string{r.Value}
 	case RevisionCommit:
 		return nil
+	case RevisionSemver:
+		return []string{"refs/tags/"}
 	}
 	if r.Semver != nil {
 		return []string{"refs/heads/" + r.Value, "refs/tags/"}

@@ -47,7 +47,17 @@ const (
 	RevisionName
 	// RevisionCommit is a full 40-hex commit SHA.
 	RevisionCommit
+	// RevisionSemver is a semver range over tags alone, written
+	// SemverPrefix + range ("semver:>=1.2 <2"), as Flux's spec.ref.semver
+	// reads: the highest tag whose name is a version of three parts
+	// (x.y.z, "v" allowed) within the range; a branch or tag named like
+	// the range is not read.
+	RevisionSemver
 )
+
+// SemverPrefix begins a [RevisionSemver]: ':' is in no ref name, so no
+// branch or tag can be named like one.
+const SemverPrefix = "semver:"
 
 // Revision is a parsed target revision.
 type Revision struct {
@@ -60,8 +70,11 @@ type Revision struct {
 
 // String returns the revision as written in canonical form.
 func (r Revision) String() string {
-	if r.Kind == RevisionHead {
+	switch r.Kind {
+	case RevisionHead:
 		return "HEAD"
+	case RevisionSemver:
+		return SemverPrefix + r.Value
 	}
 	return r.Value
 }
@@ -79,7 +92,8 @@ var (
 // exactly against branches and tags first; the semver reading is used only
 // when no branch or tag has that name. Hex digits that are not a name
 // (an abbreviated SHA, which is refused) read as a range when tags match
-// it ("2024", CalVer's year).
+// it ("2024", CalVer's year). SemverPrefix and a range is a range over
+// tags alone ([RevisionSemver]).
 func ParseRevision(s string) (Revision, error) {
 	raw := s
 	s = strings.TrimSpace(s)
@@ -103,6 +117,13 @@ func ParseRevision(s string) (Revision, error) {
 			return fail("not a valid ref name")
 		}
 		return Revision{Kind: RevisionRef, Value: s}, nil
+	case strings.HasPrefix(s, SemverPrefix):
+		rng := strings.TrimSpace(strings.TrimPrefix(s, SemverPrefix))
+		c, err := semver.NewConstraint(rng)
+		if err != nil || rng == "" {
+			return fail("not a semver range after " + SemverPrefix)
+		}
+		return Revision{Kind: RevisionSemver, Value: rng, Semver: c}, nil
 	}
 	r := Revision{Kind: RevisionName, Value: s}
 	if c, err := semver.NewConstraint(s); err == nil {
@@ -152,6 +173,8 @@ func Resolve(rev Revision, refs RefList) (Resolved, error) {
 			return Resolved{Ref: rev.Value, Commit: h}, nil
 		}
 		return fail(ErrRefNotFound)
+	case RevisionSemver:
+		return resolveSemver(rev, refs)
 	}
 	branch, tag := "refs/heads/"+rev.Value, "refs/tags/"+rev.Value
 	bh, isBranch := refs.Commit(branch)
@@ -186,6 +209,9 @@ func resolveSemver(rev Revision, refs RefList) (Resolved, error) {
 		t, ok := strings.CutPrefix(name, "refs/tags/")
 		if !ok {
 			continue
+		}
+		if rev.Kind == RevisionSemver && strings.Count(t, ".") < 2 {
+			continue // Flux's versions have three parts
 		}
 		v, err := semver.NewVersion(t)
 		if err != nil || !rev.Semver.Check(v) {

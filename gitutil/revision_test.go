@@ -85,6 +85,38 @@ func TestDigitsAreARangeWhenTagsMatch(t *testing.T) {
 	require.ErrorIs(t, err, ErrAbbreviatedSHA)
 }
 
+// A semver revision (SemverPrefix) reads tags alone, as Flux's
+// spec.ref.semver does: a branch named like the range is not read, and a
+// tag of two parts is no version.
+func TestASemverRevisionReadsTagsAlone(t *testing.T) {
+	refs := RefList{Refs: map[string]Hash{
+		"refs/heads/1.x": h('b'), "refs/tags/1.x": h('c'), // named like the range
+		"refs/tags/v1.4": h('4'), "refs/tags/v1.3.0": h('3'), "refs/tags/v1.2.9": h('2'),
+	}}
+	rev, err := ParseRevision("semver:1.x")
+	require.NoError(t, err)
+	assert.Equal(t, RevisionSemver, rev.Kind)
+	assert.Equal(t, "semver:1.x", rev.String())
+	assert.Equal(t, []string{"refs/tags/"}, rev.RefPrefixes())
+	got, err := Resolve(rev, refs)
+	require.NoError(t, err)
+	assert.Equal(t, Resolved{Ref: "refs/tags/v1.3.0", Commit: h('3')}, got, "not the branch, not the tag named 1.x, not v1.4")
+
+	plain, err := ParseRevision("1.x") // a name first, as before
+	require.NoError(t, err)
+	_, err = Resolve(plain, refs)
+	require.ErrorIs(t, err, ErrAmbiguousRevision)
+
+	for _, bad := range []string{"semver:", "semver:main", "semver: >=banana"} {
+		_, err := ParseRevision(bad)
+		require.ErrorIs(t, err, ErrInvalidRevision, bad)
+	}
+	rev, err = ParseRevision("semver:>=2")
+	require.NoError(t, err)
+	_, err = Resolve(rev, refs)
+	require.ErrorIs(t, err, ErrNoMatchingTag)
+}
+
 func TestResolveHeadUnknown(t *testing.T) {
 	rev, err := ParseRevision("")
 	require.NoError(t, err)
@@ -106,7 +138,7 @@ func TestParseRevisionRejects(t *testing.T) {
 }
 
 func FuzzParseRevision(f *testing.F) {
-	for _, s := range []string{"", "main", "refs/tags/v1", ">=1.0 <2", strings.Repeat("a", 40), "abc", "~1.2", "a..b", "v1.2.3", "1.x || 2.x"} {
+	for _, s := range []string{"", "main", "refs/tags/v1", ">=1.0 <2", strings.Repeat("a", 40), "abc", "~1.2", "a..b", "v1.2.3", "1.x || 2.x", "semver:>=1", "semver:~1.0"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -14,9 +14,9 @@
 // -metrics-addr, -health-addr. `flux reconcile source git` works as with
 // source-controller (the request polls at once and is acknowledged), and
 // a GitRepository source-controller served before is deleted as it would
-// be (its finalizer goes with the artifacts). A GitRepository with
-// spec.include, a spec.timeout other than the default, or a spec.ref.semver
-// that is not a range, is not served, and says so in its status (Stalled,
+// be (its finalizer goes with the artifacts). spec.timeout bounds the git
+// requests of its repository's polls. A GitRepository with spec.include,
+// or a spec.ref.semver that is not a range, is not served, and says so in its status (Stalled,
 // with the reason) and the log (source/flux's Config.Artifacts). Two
 // programs cannot share one -storage-path: the second exits.
 package main

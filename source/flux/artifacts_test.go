@@ -8,34 +8,37 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// Serving artifacts takes spec.interval, and refuses by name what it does
-// not serve: spec.include, a spec.timeout other than a minute (in any
-// spelling of a minute).
+// Serving artifacts takes spec.interval and spec.timeout (in any
+// spelling of a duration), and refuses by name what it does not serve:
+// spec.include.
 func TestArtifactSpec(t *testing.T) {
 	for _, tc := range []struct {
-		spec map[string]any
-		want time.Duration
-		err  string
+		spec              map[string]any
+		interval, timeout time.Duration
+		err               string
 	}{
-		{map[string]any{"interval": "5m"}, 5 * time.Minute, ""},
-		{map[string]any{"interval": "1m30s", "timeout": "60s"}, 90 * time.Second, ""},
-		{map[string]any{"interval": "1h", "timeout": "1m"}, time.Hour, ""},
-		{map[string]any{"interval": "1h", "timeout": "60000ms"}, time.Hour, ""},
-		{map[string]any{"interval": "1h", "timeout": "2m"}, 0, "spec.timeout \"2m\" is not served"},
-		{map[string]any{"interval": "1h", "timeout": "soon"}, 0, "spec.timeout \"soon\""},
-		{map[string]any{"interval": "1h", "include": []any{map[string]any{"repository": map[string]any{"name": "x"}}}}, 0, "spec.include is not served"},
-		{map[string]any{"interval": "1h", "include": []any{}}, time.Hour, ""},
-		{map[string]any{}, 0, "spec.interval \"\""},
-		{map[string]any{"interval": "0s"}, 0, "spec.interval \"0s\""},
-		{map[string]any{"interval": "-1m"}, 0, "spec.interval \"-1m\""},
+		{map[string]any{"interval": "5m"}, 5 * time.Minute, 0, ""},
+		{map[string]any{"interval": "1m30s", "timeout": "60s"}, 90 * time.Second, time.Minute, ""},
+		{map[string]any{"interval": "1h", "timeout": "60000ms"}, time.Hour, time.Minute, ""},
+		{map[string]any{"interval": "1h", "timeout": "2m"}, time.Hour, 2 * time.Minute, ""},
+		{map[string]any{"interval": "1h", "timeout": "1.5s"}, time.Hour, 1500 * time.Millisecond, ""},
+		{map[string]any{"interval": "1h", "timeout": "soon"}, 0, 0, "spec.timeout \"soon\""},
+		{map[string]any{"interval": "1h", "timeout": "0s"}, 0, 0, "spec.timeout \"0s\""},
+		{map[string]any{"interval": "1h", "timeout": "-1m"}, 0, 0, "spec.timeout \"-1m\""},
+		{map[string]any{"interval": "1h", "include": []any{map[string]any{"repository": map[string]any{"name": "x"}}}}, 0, 0, "spec.include is not served"},
+		{map[string]any{"interval": "1h", "include": []any{}}, time.Hour, 0, ""},
+		{map[string]any{}, 0, 0, "spec.interval \"\""},
+		{map[string]any{"interval": "0s"}, 0, 0, "spec.interval \"0s\""},
+		{map[string]any{"interval": "-1m"}, 0, 0, "spec.interval \"-1m\""},
 	} {
-		got, err := artifactSpec(&unstructured.Unstructured{Object: map[string]any{"spec": tc.spec}})
+		interval, timeout, err := artifactSpec(&unstructured.Unstructured{Object: map[string]any{"spec": tc.spec}})
 		if tc.err != "" {
 			assert.ErrorContains(t, err, tc.err, "%v", tc.spec)
 			continue
 		}
 		assert.NoError(t, err, "%v", tc.spec)
-		assert.Equal(t, tc.want, got, "%v", tc.spec)
+		assert.Equal(t, tc.interval, interval, "%v", tc.spec)
+		assert.Equal(t, tc.timeout, timeout, "%v", tc.spec)
 	}
 }
 

@@ -20,7 +20,7 @@ func ExampleRevision() {
 	// Output:
 	// "refs/heads/main" true
 	// "refs/tags/v1.2.0" true
-	// ">=1.0.0 <2.0.0" true
+	// "semver:>=1.0.0 <2.0.0" true
 	// "" false
 	// "refs/heads/master" true
 }

@@ -52,9 +52,10 @@ type Config struct {
 	// GitRepositories' artifacts in source-controller's place
 	// (sink/fluxartifact), rather than one that notifies Flux: each target
 	// is polled at its spec.interval, a GitRepository pinned to a commit is
-	// a target of that commit, and what such a program does not serve
-	// (spec.include, a spec.timeout other than 60s) makes the GitRepository
-	// not watched, by name; a reconcile request (AnnotationRequestedAt) is
+	// a target of that commit, its spec.timeout bounds its remote's git
+	// requests (watcher.Target.Timeout), and what such a program does not
+	// serve (spec.include) makes the GitRepository not watched, by name and
+	// on its status (watcher.Refused); a reconcile request (AnnotationRequestedAt) is
 	// handed in the target's payload, for the sink to acknowledge.
 	Artifacts bool
 }
@@ -351,9 +352,9 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 	if err := semverRange(ref); err != nil {
 		return nil, refused(reasonGitOperation, true, err)
 	}
-	var interval time.Duration
+	var interval, timeout time.Duration
 	if s.cfg.Artifacts {
-		if interval, err = artifactSpec(u); err != nil {
+		if interval, timeout, err = artifactSpec(u); err != nil {
 			return nil, refused(reasonUnsupported, true, err)
 		}
 		if !watch {
@@ -364,7 +365,7 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 		return nil, nil // pinned to a commit: nothing can change
 	}
 	t := &watcher.Target{
-		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision, Suspend: suspended, Interval: interval,
+		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision, Suspend: suspended, Interval: interval, Timeout: timeout,
 		Payload: s.payload(gvr, u),
 	}
 	if t.Auth, err = s.targetAuth(ctx, u, url, used); err != nil {
@@ -520,7 +521,7 @@ func Revision(ref map[string]string) (revision string, watch bool) {
 	case ref["tag"] != "":
 		return "refs/tags/" + ref["tag"], true
 	case ref["semver"] != "":
-		return ref["semver"], true
+		return gitutil.SemverPrefix + ref["semver"], true // tags alone, as Flux reads it
 	case ref["branch"] != "":
 		return "refs/heads/" + ref["branch"], true
 	}
@@ -647,21 +648,22 @@ func (s *Source) auth(ctx context.Context, namespace, name string) (*gitutil.Aut
 }
 
 // artifactSpec reads what serving u's artifact takes of its spec beyond
-// what a target of it watches: its interval, and no spec.include or
-// spec.timeout but the CRD's default, which are not served.
-func artifactSpec(u *unstructured.Unstructured) (time.Duration, error) {
+// what a target of it watches: its interval, its timeout (the bound of
+// its remote's git requests, watcher.Target.Timeout; the CRD's default
+// is 60s), and no spec.include, which is not served.
+func artifactSpec(u *unstructured.Unstructured) (interval, timeout time.Duration, err error) {
 	if include, ok, _ := unstructured.NestedSlice(u.Object, "spec", "include"); ok && len(include) > 0 {
-		return 0, errors.New("flux: spec.include is not served")
+		return 0, 0, errors.New("flux: spec.include is not served")
 	}
-	if timeout, ok, _ := unstructured.NestedString(u.Object, "spec", "timeout"); ok {
-		if d, err := time.ParseDuration(timeout); err != nil || d != time.Minute {
-			return 0, fmt.Errorf("flux: spec.timeout %q is not served (the watcher's timeouts bound each request; 60s, the default, is taken)", timeout)
+	if t, ok, _ := unstructured.NestedString(u.Object, "spec", "timeout"); ok {
+		if timeout, err = time.ParseDuration(t); err != nil || timeout <= 0 {
+			return 0, 0, fmt.Errorf("flux: spec.timeout %q is not a duration", t)
 		}
 	}
 	iv, _, _ := unstructured.NestedString(u.Object, "spec", "interval")
-	d, err := time.ParseDuration(iv)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("flux: spec.interval %q is not a duration", iv)
+	interval, err = time.ParseDuration(iv)
+	if err != nil || interval <= 0 {
+		return 0, 0, fmt.Errorf("flux: spec.interval %q is not a duration", iv)
 	}
-	return d, nil
+	return interval, timeout, nil
 }

@@ -52,7 +52,7 @@ func TestRevision(t *testing.T) {
 		{map[string]string{"branch": "main"}, "refs/heads/main", true},
 		{map[string]string{"branch": "main", "tag": "v1"}, "refs/tags/v1", true},
 		{map[string]string{"tag": "v1", "semver": ">=1.0.0"}, "refs/tags/v1", true},
-		{map[string]string{"branch": "main", "semver": ">=1.0.0"}, ">=1.0.0", true},
+		{map[string]string{"branch": "main", "semver": ">=1.0.0"}, "semver:>=1.0.0", true},
 		{map[string]string{"semver": ">=1.0.0", "name": "refs/pull/1/head"}, "refs/pull/1/head", true},
 		{map[string]string{"name": "refs/heads/x", "commit": "0123456789012345678901234567890123456789"}, "", false},
 	}
