@@ -266,11 +266,13 @@ func (r *remote) index() {
 
 // timeouts are the bounds of a remote's listing and fetches: the longest
 // Timeout of its targets, a target without one counting as fetch (the
-// watcher's), and the listing never longer than list.
+// watcher's), none longer than fetch (a target shortens its remote's
+// bound, never lengthens it past the program's), and the listing never
+// longer than list.
 func timeouts(targets []*pollState, list, fetch time.Duration) (time.Duration, time.Duration) {
 	longest := time.Duration(0)
 	for _, p := range targets {
-		longest = max(longest, cmp.Or(p.bound.target.Timeout, fetch))
+		longest = max(longest, min(cmp.Or(p.bound.target.Timeout, fetch), fetch))
 	}
 	if longest == 0 {
 		return list, fetch // no target: the watcher's

@@ -59,8 +59,9 @@ type Target struct {
 	// Timeout bounds the git requests of a poll of the target's remote
 	// (Flux's spec.timeout): the remote's listing and fetches take at most
 	// the longest Timeout of its targets, a target without one counting as
-	// the watcher's own ([WithTimeouts]), and a listing never more than the
-	// watcher's list timeout. 0 is the watcher's.
+	// the watcher's own ([WithTimeouts]), which none exceeds, and a
+	// listing never more than the watcher's list timeout. 0 is the
+	// watcher's.
 	Timeout time.Duration
 	// Auth, when set, is used instead of what the watcher's
 	// [gitutil.CredentialResolver] finds for URL.
