@@ -80,19 +80,9 @@ func TestFailuresAreSourceControllers(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "keys"}, StringData: map[string]string{"flux.asc": key},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	create := func(name, url string, ref map[string]any, more map[string]any) {
-		spec := map[string]any{"url": url, "interval": "10m", "ref": ref}
-		for k, v := range more {
-			spec[k] = v
-		}
-		_, err := env.Dynamic.Resource(gitRepos).Namespace(ns).Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
-			"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec,
-		}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
 	main := map[string]any{"branch": "main"}
 	sc := fluxtest.StartSourceControllerIn(t, env.Config, ns)
+	create := func(name, url string, ref, more map[string]any) { gitRepository(t, ns, name, url, ref, more) }
 	create("nobranch", repo.URL(), map[string]any{"branch": "missing"}, nil)
 	create("badurl", "https://git.example.com/%zz", main, nil)
 	create("nosecret", repo.URL(), main, map[string]any{"secretRef": map[string]any{"name": "missing"}})

@@ -21,10 +21,10 @@ import (
 var kustomizations = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}
 
 // gitRepository creates a GitRepository of url, reading ref, with the
-// Secret creds, and the spec fields in more.
+// spec fields in more.
 func gitRepository(t *testing.T, ns, name, url string, ref map[string]any, more map[string]any) {
 	t.Helper()
-	spec := map[string]any{"url": url, "interval": "10m", "ref": ref, "secretRef": map[string]any{"name": "creds"}}
+	spec := map[string]any{"url": url, "interval": "10m", "ref": ref}
 	for k, v := range more {
 		spec[k] = v
 	}
@@ -107,11 +107,11 @@ func TestKustomizeControllerAppliesTheArtifacts(t *testing.T) {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	main := map[string]any{"branch": "main"}
-	gitRepository(t, ns, "apps", repo.URL(), main, map[string]any{"ignore": "/*\n!/deploy/\n"})
-	gitRepository(t, ns, "witness", repo.URL(), main, nil)
-	gitRepository(t, ns, "tag", repo.URL(), map[string]any{"tag": "v1.0.0"}, nil)
-	gitRepository(t, ns, "range", repo.URL(), map[string]any{"semver": ">=1.0.0 <2.0.0"}, nil)
+	main, creds := map[string]any{"branch": "main"}, map[string]any{"secretRef": map[string]any{"name": "creds"}}
+	gitRepository(t, ns, "apps", repo.URL(), main, map[string]any{"ignore": "/*\n!/deploy/\n", "secretRef": creds["secretRef"]})
+	gitRepository(t, ns, "witness", repo.URL(), main, creds)
+	gitRepository(t, ns, "tag", repo.URL(), map[string]any{"tag": "v1.0.0"}, creds)
+	gitRepository(t, ns, "range", repo.URL(), map[string]any{"semver": ">=1.0.0 <2.0.0"}, creds)
 	fluxtest.StartKustomizeControllerIn(t, env.Config, ns)
 	kustomization(t, ns, "apps", "")
 	kustomization(t, ns, "tag", "tag-")
