@@ -42,8 +42,10 @@ type commitOffer struct {
 	// question is set when the mirror may lack commit (tree is unknown):
 	// the deliverer only answers whether its checkpoint holds it.
 	question *question
-	// verified are the signatures checked for commit (Change.Verified).
-	verified []Signature
+	// verified are the signatures checked for commit (Change.Verified),
+	// nil for a target without Verify: a pointer, so that an offer, one
+	// for each target, stays in its size class.
+	verified *[]Signature
 }
 
 // errHandedOff ends a delivery whose poller stopped: the target is another
@@ -382,6 +384,8 @@ func (d *deliverer) deliver(ctx context.Context, want *commitOffer, resync bool,
 		if cp.Suspended { // offered, so not suspended now
 			d.markSuspended(ctx, t, false)
 		}
+		ev.Type = EventUpToDate // the sink has it already (a start, an offer again)
+		d.env.emit(ev)
 		return nil
 	case record:
 		return d.record(ctx, want.live, ev, cp)
@@ -510,7 +514,10 @@ func (d *deliverer) put(ctx, live context.Context, cp Checkpoint) error {
 // collects what its file systems read through symbolic links.
 func (d *deliverer) change(ctx context.Context, want *commitOffer, dec decision, h *handout.Trees, links *reads.Links) (Change, error) {
 	t := *want.target
-	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commit, Reason: dec.reason, Verified: want.verified}
+	c := Change{Target: t, Ref: want.ref, From: dec.from, To: want.commit, Reason: dec.reason}
+	if want.verified != nil {
+		c.Verified = *want.verified
+	}
 	if from := dec.from; dec.reason == ReasonNewCommit && !from.IsZero() {
 		// Unknown ancestry (a shallow mirror) counts as a new commit; a
 		// missing From (a rebuilt mirror) leaves Paths unknown.

@@ -42,8 +42,14 @@ const (
 	// EventSuspended: the target is suspended ([Target.Suspend]) and
 	// resolved to Commit, which is not handed to its sinks.
 	EventSuspended EventType = "Suspended"
+	// EventTargetRecovered: the target, failing before (EventTargetFailed,
+	// EventRefVanished) or not watched (EventInvalidTarget), was brought to
+	// Commit again. Once a recovery, whether or not Commit is delivered:
+	// an observer that said the failure on an object says it ended.
+	EventTargetRecovered EventType = "TargetRecovered"
 	// EventUpToDate: the target resolved to a commit whose tree at Path is
-	// what the sink has; the checkpoint records the commit, nothing is
+	// what the sink has; the checkpoint records the commit (or had it:
+	// the first poll after a start, a target offered again), nothing is
 	// delivered.
 	EventUpToDate EventType = "UpToDate"
 	// EventDelivered: a sink accepted Change.

@@ -932,7 +932,7 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[targe
 		case offerFailed:
 			r.failJob(ctx, j, fetchErr)
 		case offerKept:
-			r.env.targetPolled(j.poll.bound.target, r.redacted)
+			r.env.targetPolled(j.poll.bound.target, r.redacted, j.res)
 		case offerHeld:
 			r.hold(j)
 		case offerCommit:
@@ -956,7 +956,7 @@ func (r *remote) hold(j job) {
 	for _, s := range j.poll.bound.sinks {
 		s.hold()
 	}
-	r.env.targetPolled(j.poll.bound.target, r.redacted)
+	r.env.targetPolled(j.poll.bound.target, r.redacted, j.res)
 	t := j.poll.bound.target
 	r.env.emit(Event{Type: EventSuspended, Target: &t, Remote: r.redacted, Ref: j.res.Ref, Commit: j.res.Commit})
 	r.mu.Lock()
@@ -968,20 +968,21 @@ func (r *remote) hold(j job) {
 // the target's deliverers. A commit that fails either is not offered:
 // the last delivery stays, and the next poll tries again.
 func (r *remote) offer(ctx context.Context, j job, verify bool) {
-	var verified []Signature
+	var verified *[]Signature
 	if verify {
-		var err error
-		if verified, err = r.verify(j, *j.poll.bound.target.Verify); err != nil {
+		sigs, err := r.verify(j, *j.poll.bound.target.Verify)
+		if err != nil {
 			r.failJob(ctx, j, err)
 			return
 		}
+		verified = &sigs
 	}
 	tree, err := r.mirror.TreeHash(ctx, j.res.Commit, j.poll.bound.target.Selection())
 	if err != nil {
 		r.failJob(ctx, j, err)
 		return
 	}
-	r.env.targetPolled(j.poll.bound.target, r.redacted)
+	r.env.targetPolled(j.poll.bound.target, r.redacted, j.res)
 	d := &commitOffer{ // one for all the target's sinks
 		target: &j.poll.bound.target, ref: j.res.Ref, commit: j.res.Commit, tree: tree, fingerprint: j.poll.bound.target.fingerprint(r.urlKey),
 		mirror: r.mirror, remote: r.redacted, seen: time.Now(), live: ctx, verified: verified,

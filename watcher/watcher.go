@@ -424,14 +424,20 @@ func (w *Watcher) update(r *route, ts []Target) {
 	}
 	w.mu.Lock()
 	before := r.invalid
+	var returned []string
 	for id := range before {
 		if _, still := invalid[id]; !still && !ids[id] {
 			w.resweep = true // named, not watched, now gone: what sinks hold for it goes too
+		} else if ids[id] {
+			returned = append(returned, id)
 		}
 	}
 	w.noteLeft(r, r.targets, ids)
 	r.targets, r.urlKeys, r.invalid, r.synced, r.noSet = valid, urlKeys, invalid, true, nil
 	w.mu.Unlock()
+	for _, id := range returned {
+		w.health.Fail(id, string(EventInvalidTarget)) // until polled: then it has recovered
+	}
 	for _, e := range events {
 		if before[e.Target.ID] != e.Err.Error() {
 			w.log.Error(e.Err, "invalid target, not watched", "target", e.Target.ID, "remote", e.Remote)
