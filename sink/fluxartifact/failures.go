@@ -1,16 +1,20 @@
 package fluxartifact
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/payload"
 )
@@ -33,8 +37,39 @@ type failures struct {
 	pending map[string]failure // by GitRepository key
 	wake    chan struct{}
 	// written are the refusals written, which the watcher reports again
-	// at every set the source gives: each is read and written once.
+	// at every set the source gives: each is read and written once. It
+	// holds at most maxWritten (a refused object that is deleted is not
+	// reported; past the bound the map starts again, and a refusal is read
+	// again, written only when the object does not say it).
 	written map[string]failure
+	// epoch counts each object's deliveries (its status written by
+	// Deliver): a failure observed at an earlier epoch is not written.
+	epoch map[string]uint64
+	// failedAt is when each object's target last failed (the poll's
+	// time): news of a recovery from an earlier poll, which a deliverer
+	// may report late, does not end it. Bounded as written is.
+	failedAt map[string]time.Time
+}
+
+// maxWritten bounds failures.written.
+const maxWritten = 4096
+
+// delivered records that key's status was written by a delivery.
+func (f *failures) delivered(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.epoch == nil {
+		f.epoch = map[string]uint64{}
+	}
+	f.epoch[key]++
+}
+
+// current reports whether no delivery wrote key's status since fl was
+// observed.
+func (f *failures) current(key string, fl failure) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.epoch[key] == fl.epoch
 }
 
 type failure struct {
@@ -43,13 +78,37 @@ type failure struct {
 	reason  string // Flux's
 	stalled bool   // only a change of the spec clears it
 	refused bool   // the source's refusal (watcher.Refused)
+	// recovered: no failure, but the end of one: the target is at the
+	// commit its artifact is of again (watcher.EventTargetRecovered, or
+	// EventUpToDate: after a start, nothing says whether a failure was
+	// written before).
+	recovered bool
+	epoch     uint64 // the object's (failures.epoch) when observed
+}
+
+// fetchFailure is the failure of a target that could not be brought to
+// a commit: a signature that does not verify is the verification's, with
+// Flux's reasons (InvalidTagSignature, InvalidCommitSignature), else the
+// fetch's (GitOperationFailed).
+func fetchFailure(repo payload.GitRepository, err error, epoch uint64) failure {
+	f := failure{repo: repo, message: "failed to checkout and determine revision: " + err.Error(), reason: reasonGitOperation, epoch: epoch}
+	if errors.Is(err, mirror.ErrUnverified) {
+		f.message, f.reason = "signature verification failed: "+err.Error(), "InvalidCommitSignature"
+		switch msg := err.Error(); {
+		case strings.Contains(msg, "is not an annotated tag"):
+			f.reason = "InvalidGitObject"
+		case strings.Contains(msg, mirror.ErrUnverified.Error()+": tag "):
+			f.reason = "InvalidTagSignature"
+		}
+	}
+	return f
 }
 
 // refusal is the failure of a GitRepository its source does not watch
 // (watcher.Refused): its reason, stalled or not, as the source says
 // (payload.GitRepositoryError), else GitOperationFailed, retried.
-func refusal(repo payload.GitRepository, err error) failure {
-	f := failure{repo: repo, message: err.Error(), reason: reasonGitOperation, refused: true}
+func refusal(repo payload.GitRepository, err error, epoch uint64) failure {
+	f := failure{repo: repo, message: err.Error(), reason: reasonGitOperation, refused: true, epoch: epoch}
 	if e, ok := errors.AsType[*payload.GitRepositoryError](err); ok {
 		f.message, f.reason, f.stalled = e.Err.Error(), e.Reason, e.Stalled
 	}
@@ -63,8 +122,10 @@ func refusal(repo payload.GitRepository, err error) failure {
 // Reconciling, its artifact kept. A GitRepository its source refused
 // (watcher.Refused) gets them with the source's reason
 // (payload.GitRepositoryError), and Stalled instead of Reconciling when
-// only a change of its spec can clear it. Register the sink as an
-// observer too (watcher.WithObserver) for them; [Sink.Run] writes them.
+// only a change of its spec can clear it. A target that recovers at the
+// commit it was served at (watcher.EventTargetRecovered, EventUpToDate)
+// has its GitRepository Ready again. Register the sink as an observer too
+// (watcher.WithObserver) for them; [Sink.Run] writes them.
 func (s *Sink) Observe(e watcher.Event) {
 	if e.Target == nil || e.Err == nil && (e.Type == watcher.EventTargetFailed || e.Type == watcher.EventInvalidTarget) {
 		return
@@ -80,32 +141,44 @@ func (s *Sink) Observe(e watcher.Event) {
 	f := &s.failures
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	key, epoch := repo.Key(), f.epoch[repo.Key()]
 	switch e.Type {
 	case watcher.EventTargetFailed, watcher.EventInvalidTarget:
-		if f.pending == nil {
-			f.pending = map[string]failure{}
+		if f.failedAt == nil || len(f.failedAt) >= maxWritten {
+			f.failedAt = map[string]time.Time{}
 		}
+		f.failedAt[key] = e.Time
 		err := e.Err
 		if r, ok := errors.AsType[*watcher.RetryError](err); ok {
 			err = r.Err // when it is tried next changes at every poll: not written
 		}
-		if e.Type == watcher.EventInvalidTarget {
-			r := refusal(repo, err)
-			if f.written[repo.Key()] == r {
-				return
-			}
-			f.pending[repo.Key()] = r
-		} else {
-			delete(f.written, repo.Key())
-			f.pending[repo.Key()] = failure{repo: repo, message: "failed to checkout and determine revision: " + err.Error(), reason: reasonGitOperation}
+		if e.Type == watcher.EventTargetFailed {
+			delete(f.written, key)
+			f.queue(key, fetchFailure(repo, err, epoch))
+		} else if r := refusal(repo, err, epoch); f.written[key] != r {
+			f.queue(key, r)
 		}
-		select {
-		case f.wake <- struct{}{}:
-		default:
+	case watcher.EventTargetRecovered, watcher.EventUpToDate:
+		if polled := cmp.Or(e.Seen, e.Time); polled.Before(f.failedAt[key]) {
+			return // the news of an earlier poll than the failure's
 		}
-	case watcher.EventDelivered, watcher.EventUpToDate, watcher.EventRemoved, watcher.EventForgotten:
-		delete(f.pending, repo.Key())
-		delete(f.written, repo.Key())
+		delete(f.written, key)
+		f.queue(key, failure{repo: repo, recovered: true, epoch: epoch})
+	case watcher.EventDelivered, watcher.EventRemoved, watcher.EventForgotten:
+		delete(f.pending, key)
+		delete(f.written, key)
+	}
+}
+
+// queue makes fl the next write of key's status, under f.mu, and wakes Run.
+func (f *failures) queue(key string, fl failure) {
+	if f.pending == nil {
+		f.pending = map[string]failure{}
+	}
+	f.pending[key] = fl
+	select {
+	case f.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -115,6 +188,8 @@ func (f *failures) forget(key string) {
 	defer f.mu.Unlock()
 	delete(f.pending, key)
 	delete(f.written, key)
+	delete(f.epoch, key)
+	delete(f.failedAt, key)
 }
 
 // Run writes the failures observed until ctx ends.
@@ -133,7 +208,7 @@ func (s *Sink) Run(ctx context.Context) error {
 			if s.writeFailure(ctx, f) == nil && f.refused { // else the next failure of the target writes again
 				s.failures.mu.Lock()
 				if _, later := s.failures.pending[k]; !later {
-					if s.failures.written == nil {
+					if s.failures.written == nil || len(s.failures.written) >= maxWritten {
 						s.failures.written = map[string]failure{}
 					}
 					s.failures.written[k] = f
@@ -148,6 +223,11 @@ func (s *Sink) Run(ctx context.Context) error {
 // target's object at the target's generation and they say otherwise.
 func (s *Sink) writeFailure(ctx context.Context, f failure) error {
 	res := s.resource(f.repo)
+	unlock := s.writes.lock(f.repo.Key())
+	defer unlock()
+	if !s.failures.current(f.repo.Key(), f) {
+		return nil // a delivery wrote the status since: this is older
+	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u, err := res.Get(ctx, f.repo.Name, metav1.GetOptions{})
 		if err != nil {
@@ -156,7 +236,11 @@ func (s *Sink) writeFailure(ctx context.Context, f failure) error {
 		if s.current(u, f.repo) != nil {
 			return nil // another object, or a later spec: not this failure's
 		}
-		if changed := setFailure(u, f, metav1.Now()); !handled(u, f.repo.RequestedAt) && !changed {
+		if f.recovered {
+			if !restore(u, s.url(""), f.repo.RequestedAt, metav1.Now()) {
+				return nil
+			}
+		} else if changed := setFailure(u, f, metav1.Now()); !handled(u, f.repo.RequestedAt) && !changed {
 			return nil
 		}
 		_, err = res.UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: "modwatch-fluxartifact"})
@@ -167,29 +251,13 @@ func (s *Sink) writeFailure(ctx context.Context, f failure) error {
 	})
 }
 
-// setFailure sets the conditions of f: Ready false, FetchFailed true,
-// and Reconciling (being retried), or Stalled with observedGeneration
-// (done with this generation); false when they were so already.
+// setFailure sets the conditions of f: Ready false, FetchFailed true
+// (or SourceVerified false), and Reconciling (being retried), or Stalled
+// with observedGeneration (done with this generation); false when they
+// were so already.
 func setFailure(u *unstructured.Unstructured, f failure, now metav1.Time) bool {
 	gen := u.GetGeneration()
-	// What failed: the fetch, or the verification of its signatures (as
-	// source-controller has it: SourceVerified false, nothing fetched
-	// failed).
-	failed, failedWant := condFetchFailed, map[string]any{"status": "True", "reason": f.reason, "message": f.message}
-	if verification[f.reason] {
-		failed, failedWant = condSourceVerified, map[string]any{"status": "False", "reason": f.reason, "message": f.message}
-	}
-	want := map[string]map[string]any{
-		condReady: {"status": "False", "reason": f.reason, "message": f.message},
-		failed:    failedWant,
-	}
-	drop, order := condStalled, []string{condReconciling, condReady, failed}
-	if f.stalled {
-		want[condStalled] = map[string]any{"status": "True", "reason": f.reason, "message": f.message}
-		drop, order = condReconciling, []string{condStalled, condReady, failed}
-	} else {
-		want[condReconciling] = map[string]any{"status": "True", "reason": reasonProgressingWith, "message": "building artifact"}
-	}
+	want, order, drop := failureConditions(f)
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	changed := false
 	var out []any
@@ -199,7 +267,7 @@ func setFailure(u *unstructured.Unstructured, f failure, now metav1.Time) bool {
 			continue
 		}
 		t, _ := m["type"].(string)
-		if t == drop {
+		if drop(t, m) {
 			changed = true
 			continue
 		}
@@ -227,6 +295,34 @@ func setFailure(u *unstructured.Unstructured, f failure, now metav1.Time) bool {
 		_ = unstructured.SetNestedSlice(u.Object, out, "status", "conditions")
 	}
 	return changed
+}
+
+// failureConditions are the conditions f sets, by type and in the order
+// they are added, and the conditions it ends. What failed is the fetch,
+// or the verification of the signatures, as source-controller has it:
+// SourceVerified false, FetchFailed gone (the fetch succeeded); a fetch
+// that failed ends a failed verification (source-controller deletes it
+// at each reconciliation).
+func failureConditions(f failure) (want map[string]map[string]any, order []string, drop func(t string, m map[string]any) bool) {
+	failed, failedWant, ended := condFetchFailed, map[string]any{"status": "True", "reason": f.reason, "message": f.message}, condSourceVerified
+	if verification[f.reason] {
+		failed, failedWant, ended = condSourceVerified, map[string]any{"status": "False", "reason": f.reason, "message": f.message}, condFetchFailed
+	}
+	want = map[string]map[string]any{
+		condReady: {"status": "False", "reason": f.reason, "message": f.message},
+		failed:    failedWant,
+	}
+	progress, gone := condReconciling, condStalled
+	if f.stalled {
+		want[condStalled] = map[string]any{"status": "True", "reason": f.reason, "message": f.message}
+		progress, gone = condStalled, condReconciling
+	} else {
+		want[condReconciling] = map[string]any{"status": "True", "reason": reasonProgressingWith, "message": "building artifact"}
+	}
+	drop = func(t string, m map[string]any) bool {
+		return t == gone || t == ended && (t == condFetchFailed || m["status"] == "False")
+	}
+	return want, []string{progress, condReady, failed}, drop
 }
 
 // verification are Flux's reasons of a verification that failed.

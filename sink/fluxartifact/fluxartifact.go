@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -55,6 +56,9 @@ type Sink struct {
 	dyn      dynamic.Interface
 	store    *storage
 	failures failures
+	// writes: one status write of an object at a time, so that a failure
+	// observed before a delivery is not written after it (failures.epoch).
+	writes keyedMutex
 }
 
 var (
@@ -170,15 +174,29 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 	if err != nil {
 		return fmt.Errorf("fluxartifact: GitRepository %s: storing the artifact: %w", repo.Key(), err)
 	}
-	rev := revision(u, c.Ref, c.To)
-	now := metav1.NewTime(time.Now().UTC())
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	st := statusOf(a, s.url(a.Path), revision(u, c.Ref, c.To), metav1.NewTime(time.Now().UTC()))
+	st.requested, st.verify, st.verified = repo.RequestedAt, c.Target.Verify, c.Verified
+	if err := s.writeStatus(ctx, res, u, repo, st); err != nil {
+		return err
+	}
+	if err := s.store.collect(dir, file, time.Now()); err != nil {
+		return fmt.Errorf("fluxartifact: GitRepository %s: collecting old artifacts: %w", repo.Key(), err)
+	}
+	return nil
+}
+
+// writeStatus writes st into the status of u, the target's object (read
+// again on a conflict), as the object's only status writer meanwhile.
+func (s *Sink) writeStatus(ctx context.Context, res dynamic.ResourceInterface, u *unstructured.Unstructured, repo payload.GitRepository, st status) error {
+	unlock := s.writes.lock(repo.Key())
+	defer unlock()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := s.current(u, repo); err != nil {
 			return err
 		}
-		st := statusOf(a, s.url(a.Path), rev, now)
-		st.requested, st.verify, st.verified = repo.RequestedAt, c.Target.Verify, c.Verified
-		setStatus(u, st)
+		try := st
+		try.artifact = maps.Clone(st.artifact)
+		setStatus(u, try)
 		_, err := res.UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: "modwatch-fluxartifact"})
 		if apierrors.IsConflict(err) {
 			if fresh, gerr := res.Get(ctx, repo.Name, metav1.GetOptions{}); gerr == nil {
@@ -190,9 +208,7 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 	if err != nil {
 		return fmt.Errorf("fluxartifact: GitRepository %s: writing its status: %w", repo.Key(), err)
 	}
-	if err := s.store.collect(dir, file, time.Now()); err != nil {
-		return fmt.Errorf("fluxartifact: GitRepository %s: collecting old artifacts: %w", repo.Key(), err)
-	}
+	s.failures.delivered(repo.Key())
 	return nil
 }
 

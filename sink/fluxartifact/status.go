@@ -74,6 +74,13 @@ func setStatus(u *unstructured.Unstructured, st status) {
 		}
 	}
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	out := setVerified(u, readyConditions(conds, gen, st), conds, gen, st)
+	_ = unstructured.SetNestedSlice(u.Object, out, "status", "conditions")
+}
+
+// readyConditions are conds with Ready and ArtifactInStorage true, saying
+// st's message, and the conditions of a failure cleared.
+func readyConditions(conds []any, gen int64, st status) []any {
 	var out []any
 	for _, c := range conds {
 		m, ok := c.(map[string]any)
@@ -90,8 +97,41 @@ func setStatus(u *unstructured.Unstructured, st status) {
 	for _, t := range []string{condReady, condArtifactInStorage} {
 		out = append(out, condition(conds, t, gen, st))
 	}
-	out = setVerified(u, out, conds, gen, st)
+	return out
+}
+
+// restore ends the failure u's status shows, its artifact (this sink's,
+// whose URL begins with prefix) being current again: the target recovered
+// at the commit it was served at, and nothing new is delivered. A
+// verification that failed is no longer said (its next delivery says
+// who signed); a request is acknowledged. False when there is nothing to
+// write.
+func restore(u *unstructured.Unstructured, prefix, requested string, now metav1.Time) bool {
+	art, ok, _ := unstructured.NestedMap(u.Object, "status", "artifact")
+	rev, _ := art["revision"].(string)
+	if url, _ := art["url"].(string); !ok || rev == "" || !strings.HasPrefix(url, prefix) {
+		return false // no artifact of this sink's to be Ready with
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	failing := false
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		t, _ := m["type"].(string)
+		failing = failing || slices.Contains(cleared, t) || t == condReady && m["status"] != "True" ||
+			t == condSourceVerified && m["status"] == "False"
+	}
+	if !failing {
+		return handled(u, requested)
+	}
+	gen := u.GetGeneration()
+	st := status{message: fmt.Sprintf("stored artifact for revision '%s'", rev), now: now}
+	out := slices.DeleteFunc(readyConditions(conds, gen, st), func(c any) bool {
+		m, _ := c.(map[string]any)
+		return m["type"] == condSourceVerified && m["status"] == "False"
+	})
 	_ = unstructured.SetNestedSlice(u.Object, out, "status", "conditions")
+	handled(u, requested)
+	return true
 }
 
 // setVerified sets what source-controller writes of a verification: the

@@ -116,3 +116,64 @@ func TestFailuresAreSourceControllers(t *testing.T) {
 	assert.Nil(t, conditionOf(u, "Stalled"), "served: no longer stalled")
 	assert.Equal(t, "True", conditionOf(u, "Ready")["status"])
 }
+
+// readyOf waits until the GitRepository's Ready condition has status,
+// and returns the object.
+func readyOf(t *testing.T, ns, name, status string) *unstructured.Unstructured {
+	t.Helper()
+	var u *unstructured.Unstructured
+	require.Eventually(t, func() bool {
+		var err error
+		u, err = env.Dynamic.Resource(gitRepos).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		require.NoError(t, err)
+		return conditionOf(u, "Ready")["status"] == status
+	}, time.Minute, 20*time.Millisecond, "Ready %s", status)
+	return u
+}
+
+// A GitRepository whose repository fails and then comes back at the
+// commit it was served at is Ready again, its artifact kept, though no
+// new commit is delivered: after a failed fetch, after a refusal that
+// cleared (its Secret deleted and made again), and after a restart of
+// the program, which remembers nothing of the failure it wrote.
+func TestARecoveredGitRepositoryIsReadyAgain(t *testing.T) {
+	ns := env.Namespace(t)
+	git := gittest.NewTLSServer(t)
+	repo := git.NewRepo(t, "platform/apps")
+	c1 := repo.Commit(t, "init", configMap("1"))
+	secret := func() {
+		_, err := env.Kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "creds"}, StringData: map[string]string{"ca.crt": string(git.CACert())},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	secret()
+	gitRepository(t, ns, "apps", repo.URL(), map[string]any{"branch": "main"}, map[string]any{"secretRef": map[string]any{"name": "creds"}})
+	s := serve(t, ns, fluxartifact.Config{})
+	served := artifactOf(t, ns, "apps", "main@sha1:"+c1, s.url)
+
+	git.Deny("platform/apps.git", 503)
+	s.w.Trigger(repo.URL())
+	readyOf(t, ns, "apps", "False")
+	git.Deny("platform/apps.git", 0)
+	s.w.Trigger(repo.URL())
+	u := readyOf(t, ns, "apps", "True")
+	assert.Equal(t, field(served, "status", "artifact"), field(u, "status", "artifact"), "the same artifact")
+	assert.Nil(t, conditionOf(u, "FetchFailed"))
+	assert.Nil(t, conditionOf(u, "Reconciling"))
+
+	require.NoError(t, env.Kube.CoreV1().Secrets(ns).Delete(context.Background(), "creds", metav1.DeleteOptions{}))
+	u = readyOf(t, ns, "apps", "False")
+	assert.Equal(t, "AuthenticationFailed", conditionOf(u, "Ready")["reason"])
+	secret()
+	u = readyOf(t, ns, "apps", "True")
+	assert.Equal(t, field(served, "status", "artifact"), field(u, "status", "artifact"))
+
+	git.Deny("platform/apps.git", 503)
+	s.w.Trigger(repo.URL())
+	readyOf(t, ns, "apps", "False")
+	s.stop()
+	git.Deny("platform/apps.git", 0)
+	s.start(t, ns, fluxartifact.Config{}) // the same storage, cache and address: a new program
+	readyOf(t, ns, "apps", "True")
+}

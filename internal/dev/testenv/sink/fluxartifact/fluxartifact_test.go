@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -82,29 +84,49 @@ func artifactOf(t *testing.T, ns, name, revision, prefix string) *unstructured.U
 // server is the sink, served on loopback, and a watcher of the namespace's
 // GitRepositories delivering to it.
 type server struct {
-	url     string
-	storage string
-	w       *watcher.Watcher
+	url         string
+	storage     string
+	cache       string // the watcher's, and its checkpoints'
+	checkpoints string
+	w           *watcher.Watcher
+	sink        atomic.Pointer[fluxartifact.Sink]
+	stop        func() // the program: its watcher and sink
 }
 
 func serve(t *testing.T, ns string, cfg fluxartifact.Config) *server {
 	t.Helper()
-	s := &server{storage: t.TempDir()}
-	cfg.Storage = s.storage
-	var sink *fluxartifact.Sink
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sink.Handler().ServeHTTP(w, r) }))
+	s := &server{storage: t.TempDir(), cache: t.TempDir(), checkpoints: t.TempDir()}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.sink.Load().Handler().ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
 	s.url = srv.URL
-	cfg.Address = strings.TrimPrefix(srv.URL, "http://")
-	var err error
-	sink, err = fluxartifact.New(env.Dynamic, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sink.Close() })
-	s.w = watchertest.NewWatcher(t, watcher.WithObserver(sink)) // its failures' conditions
-	watchertest.Run(t, sink.Run)
-	require.NoError(t, s.w.Route(flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns, Artifacts: true}), sink))
-	watchertest.Run(t, s.w.Run)
+	s.start(t, ns, cfg)
 	return s
+}
+
+// start starts the program: a sink of the server's storage, served at
+// its address, and a watcher of the server's cache delivering to it; its
+// source reads the Secrets again every second.
+func (s *server) start(t *testing.T, ns string, cfg fluxartifact.Config) {
+	t.Helper()
+	cfg.Storage, cfg.Address = s.storage, strings.TrimPrefix(s.url, "http://")
+	sink, err := fluxartifact.New(env.Dynamic, cfg)
+	require.NoError(t, err)
+	s.sink.Store(sink)
+	store, err := watcher.NewFileStore(s.checkpoints) // kept through a restart
+	require.NoError(t, err)
+	s.w = watcher.New(watcher.WithCacheDir(s.cache), watcher.WithStore(store), watcher.WithObserver(sink)) // its failures' conditions
+	stopSink := watchertest.Run(t, sink.Run)
+	require.NoError(t, s.w.Route(flux.New(env.Kube, env.Dynamic, flux.Config{Namespace: ns, Artifacts: true, RefreshInterval: time.Second}), sink))
+	stopWatcher := watchertest.Run(t, s.w.Run)
+	var once sync.Once
+	s.stop = func() {
+		once.Do(func() {
+			stopWatcher()
+			stopSink()
+			_ = sink.Close()
+		})
+	}
+	t.Cleanup(s.stop)
 }
 
 func field(u *unstructured.Unstructured, path ...string) any {
