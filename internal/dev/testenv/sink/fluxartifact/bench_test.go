@@ -3,10 +3,12 @@ package fluxartifact_test
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,13 +41,18 @@ type side struct {
 // repositories, so that what each costs is counted apart. The fleet is
 // BENCH_REPOS repositories (10) of BENCH_PER_REPO GitRepositories each
 // (100), each selecting a folder of its own (spec.ignore), polled every
-// 30s. Reported, for each: the time until every GitRepository has its
+// 30s; with BENCH_BULK_MIB, each repository also holds that many MiB of
+// incompressible files in a folder no GitRepository selects (a monorepo's
+// other parts, which a clone brings all the same); BENCH_WAIT_MIN bounds
+// the wait for every artifact (10 minutes). Reported, for each: the time until every GitRepository has its
 // artifact, its resident memory once they have, the git requests its
 // server sees in one interval after that, and, after a push to one
 // repository, the time until its GitRepositories' artifacts are all at
 // the new commit; and ours against source-controller's.
 func BenchmarkAgainstSourceController(b *testing.B) {
 	repos, per := envInt(b, "BENCH_REPOS", 10), envInt(b, "BENCH_PER_REPO", 100)
+	bulk := bulkFiles(b, envInt(b, "BENCH_BULK_MIB", 0))
+	wait := time.Duration(envInt(b, "BENCH_WAIT_MIN", 10)) * time.Minute
 	const interval = 30 * time.Second
 	bin := buildFluxSource(b)
 	for range b.N {
@@ -55,7 +62,7 @@ func BenchmarkAgainstSourceController(b *testing.B) {
 			s.git = gittest.NewServer(b)
 			for r := range repos {
 				repo := s.git.NewRepo(b, fmt.Sprintf("fleet/r%d", r))
-				var files []gittest.Change
+				files := slices.Clone(bulk)
 				for p := range per {
 					files = append(files, gittest.File(fmt.Sprintf("app-%d/cm.yaml", p), fmt.Sprintf("kind: ConfigMap\nmetadata: {name: app-%d}\n", p)))
 				}
@@ -68,7 +75,7 @@ func BenchmarkAgainstSourceController(b *testing.B) {
 		for _, s := range sides {
 			start := time.Now()
 			createFleet(b, s, per, interval)
-			ready := waitFleet(b, s, per, 10*time.Minute)
+			ready := waitFleet(b, s, per, wait)
 			rows[s.name] = append(rows[s.name], fmt.Sprintf("%.1f s", ready.Sub(start).Seconds()))
 		}
 		time.Sleep(interval) // the first reconciliations' garbage collected
@@ -96,9 +103,23 @@ func BenchmarkAgainstSourceController(b *testing.B) {
 		b.ReportMetric(push[1]/push[0], "push-ours/theirs")
 		b.ReportMetric(rss[0], "MiB-source-controller")
 		b.ReportMetric(rss[1], "MiB-fluxsource")
-		b.Logf("%d GitRepositories on %d repositories, interval %s\n| controller | all artifacts stored | resident memory | git requests in one interval | push → its %d artifacts |\n|---|---|---|---|---|\n| source-controller %s | %s |\n| fluxsource | %s |",
-			repos*per, repos, interval, per, fluxtest.SourceControllerVersion, strings.Join(rows["source-controller"], " | "), strings.Join(rows["fluxsource"], " | "))
+		b.Logf("%d GitRepositories on %d repositories (%d MiB of other files each), interval %s\n| controller | all artifacts stored | resident memory | git requests in one interval | push → its %d artifacts |\n|---|---|---|---|---|\n| source-controller %s | %s |\n| fluxsource | %s |",
+			repos*per, repos, len(bulk), interval, per, fluxtest.SourceControllerVersion, strings.Join(rows["source-controller"], " | "), strings.Join(rows["fluxsource"], " | "))
 	}
+}
+
+// bulkFiles are mib files of 1 MiB of random bytes under bulk/, the
+// same for every repository; none for 0.
+func bulkFiles(b *testing.B, mib int) []gittest.Change {
+	var out []gittest.Change
+	for i := range mib {
+		data := make([]byte, 1<<20)
+		if _, err := rand.Read(data); err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, gittest.File(fmt.Sprintf("bulk/%03d.bin", i), string(data)))
+	}
+	return out
 }
 
 func envInt(b *testing.B, name string, def int) int {
@@ -107,7 +128,7 @@ func envInt(b *testing.B, name string, def int) int {
 		return def
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
+	if err != nil || n < 0 || n < 1 && name != "BENCH_BULK_MIB" {
 		b.Fatalf("%s=%q: a count of at least 1", name, v)
 	}
 	return n
