@@ -35,7 +35,20 @@
 // GitRepository whose repository, ref or credentials cannot be read the
 // conditions source-controller writes for a failed fetch (Ready false and
 // FetchFailed true with reason GitOperationFailed, Reconciling), keeping
-// its artifact; its next artifact clears them.
+// its artifact; its next artifact clears them, and so does its target's
+// recovery at the commit it was served at (watcher.EventTargetRecovered,
+// EventUpToDate), which makes it Ready again. A commit whose signature
+// does not verify fails SourceVerified instead, with Flux's reasons. A
+// GitRepository its source refuses (watcher.Refused) is written the
+// source's reason (payload.GitRepositoryError): Stalled when only a change
+// of its spec clears it, else retried. A failure observed before a
+// delivery is never written after it. With a verification, SourceVerified
+// and status.sourceVerificationMode say what was verified, by which keys
+// (named as the key ring names them, where source-controller gives an
+// OpenPGP key's ID).
+//
+// One sink holds a storage at a time: [New] takes an exclusive lock on
+// its .lock file, and fails with [ErrStorageInUse] while another holds it.
 //
 // A reconcile request (`flux reconcile source git`, the
 // reconcile.fluxcd.io/requestedAt annotation, which source/flux hands in
