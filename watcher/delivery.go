@@ -368,6 +368,8 @@ func (d *deliverer) deliver(ctx context.Context, want *commitOffer, resync bool,
 		if !has {
 			return errUnfetched
 		}
+		ev.Type = EventUpToDate // the sink has it, unfetched (a start on a new cache)
+		d.env.emit(ev)
 		return nil
 	}
 	// What the last delivery read outside the path counts as the path.

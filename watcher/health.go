@@ -24,13 +24,16 @@ func (v *env) targetFailed(e Event) {
 	v.emit(e)
 }
 
-// targetPolled records that a target was brought to a commit, res's: a
-// target that was failing, or not watched, has recovered.
-func (v *env) targetPolled(t Target, remote string, res gitutil.Resolved) {
-	if v.health.OK(t.ID) {
-		v.log.Info("target recovered", "target", t.ID, "remote", remote)
-		v.emit(Event{Type: EventTargetRecovered, Target: &t, Remote: remote, Ref: res.Ref, Commit: res.Commit})
+// targetPolled records that a target was brought to a commit, res's,
+// and reports whether it was failing, or not watched, before: it has
+// recovered.
+func (v *env) targetPolled(t Target, remote string, res gitutil.Resolved) bool {
+	if !v.health.OK(t.ID) {
+		return false
 	}
+	v.log.Info("target recovered", "target", t.ID, "remote", remote)
+	v.emit(Event{Type: EventTargetRecovered, Target: &t, Remote: remote, Ref: res.Ref, Commit: res.Commit})
+	return true
 }
 
 // rateLimited takes a listing's or a fetch's error at host: a rate limit

@@ -44,13 +44,15 @@ const (
 	EventSuspended EventType = "Suspended"
 	// EventTargetRecovered: the target, failing before (EventTargetFailed,
 	// EventRefVanished) or not watched (EventInvalidTarget), was brought to
-	// Commit again. Once a recovery, whether or not Commit is delivered:
-	// an observer that said the failure on an object says it ended.
+	// Commit again; once a recovery. It says nothing of its sinks: each is
+	// offered Commit again, and says what it has (EventUpToDate,
+	// EventDelivered), which is what an observer that said the failure on
+	// an object reads to end it.
 	EventTargetRecovered EventType = "TargetRecovered"
 	// EventUpToDate: the target resolved to a commit whose tree at Path is
 	// what the sink has; the checkpoint records the commit (or had it:
-	// the first poll after a start, a target offered again), nothing is
-	// delivered.
+	// the first poll after a start, a target offered again after it
+	// recovered), nothing is delivered.
 	EventUpToDate EventType = "UpToDate"
 	// EventDelivered: a sink accepted Change.
 	EventDelivered EventType = "Delivered"

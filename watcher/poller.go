@@ -932,7 +932,12 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[targe
 		case offerFailed:
 			r.failJob(ctx, j, fetchErr)
 		case offerKept:
-			r.env.targetPolled(j.poll.bound.target, r.redacted, j.res)
+			if r.env.targetPolled(j.poll.bound.target, r.redacted, j.res) {
+				// Recovered: each deliverer is offered the commit again,
+				// to say whether its sink has it (EventUpToDate), for
+				// an observer that said the failure on an object.
+				r.offer(ctx, j, j.poll.bound.target.Verify != nil)
+			}
 		case offerHeld:
 			r.hold(j)
 		case offerCommit:

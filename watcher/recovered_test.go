@@ -14,10 +14,11 @@ import (
 )
 
 // A target that comes back at the commit its sink has is reported
-// (EventTargetRecovered, with the commit), though nothing is delivered:
-// after a failing remote, and after it was not watched. A new program
-// on the same checkpoints reports each target it finds its sink has
-// (EventUpToDate), where nothing else would be said of it.
+// (EventTargetRecovered, with the commit), and its sink says it has that
+// commit (EventUpToDate), though nothing is delivered: after a failing
+// remote, and after it was not watched. A new program on the same
+// checkpoints reports each target it finds its sink has (EventUpToDate),
+// where nothing else would be said of it.
 func TestATargetBackAtItsCommitIsReported(t *testing.T) {
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "app")
@@ -42,6 +43,9 @@ func TestATargetBackAtItsCommitIsReported(t *testing.T) {
 	e := obs.WaitFor(t, "recovered", watchertest.Is(watcher.EventTargetRecovered, "app"))
 	assert.Equal(t, c1, e.Commit)
 	assert.Equal(t, "refs/heads/main", e.Ref)
+	e = obs.WaitFor(t, "its sink has its commit", watchertest.Is(watcher.EventUpToDate, "app"))
+	assert.Equal(t, c1, e.Commit)
+	assert.Equal(t, "rec", e.Sink)
 
 	src.Set(watcher.NotWatched("app", errors.New("its Secret is gone")))
 	obs.WaitFor(t, "not watched", watchertest.Is(watcher.EventInvalidTarget, "app"))
