@@ -27,11 +27,15 @@ func TestALazyReadHonoursTheRateLimit(t *testing.T) {
 	other := srv.NewRepo(t, "g/other")
 	other.Commit(t, "1", gittest.File("f", "1"))
 
-	proceed := make(chan struct{})
+	proceed, entered := make(chan struct{}), make(chan struct{}, 1)
 	readErr := make(chan error, 1)
 	sink := watcher.Named("read", watcher.SinkFunc(func(ctx context.Context, c watcher.Change) error {
 		if c.Target.ID != "a" {
 			return nil
+		}
+		select {
+		case entered <- struct{}{}:
+		default:
 		}
 		select {
 		case <-proceed:
@@ -52,6 +56,11 @@ func TestALazyReadHonoursTheRateLimit(t *testing.T) {
 		watcher.Target{ID: "o", URL: other.URL(), Revision: "main"}), sink))
 	start(t, w)
 	obs.WaitFor(t, "o delivered", watchertest.Is(watcher.EventDelivered, "o"))
+	select { // a's delivery is under way, its files of the path fetched
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a is not delivered")
+	}
 
 	// The host limits the watcher, and the watcher knows it.
 	srv.Limit(gittest.Limit{Kind: gittest.TooManyRequests, Until: time.Now().Add(time.Minute)})
