@@ -156,21 +156,6 @@ func suspended(gen int64, commit string) mutation {
 	}
 }
 
-// recovered: the target, which failed to be polled (SyncFailed,
-// RefVanished), is at commit again; when commit is the one applied
-// before, it is synced again (nothing else would say so: nothing is
-// delivered). Otherwise the delivery that follows says.
-func recovered(gen int64, commit string) mutation {
-	return func(s *Status, now time.Time) {
-		c := meta.FindStatusCondition(s.Conditions, ConditionSynced)
-		if c == nil || c.Status != metav1.ConditionFalse || (c.Reason != "SyncFailed" && c.Reason != "RefVanished") ||
-			s.CommitStatus == nil || s.CommitStatus.Hash != commit {
-			return
-		}
-		synced(gen, commit, "recovered: "+short(commit)+" is applied")(s, now)
-	}
-}
-
 // failed: the commit (if known) could not be synced.
 func failed(gen int64, commit, reason string, err error) mutation {
 	return func(s *Status, now time.Time) {
@@ -207,8 +192,6 @@ func eventMutation(e watcher.Event) (m mutation, ok bool) {
 		return synced(gen, commit, msg), true
 	case watcher.EventUpToDate:
 		return synced(gen, commit, "the path is unchanged at "+short(commit)), true
-	case watcher.EventTargetRecovered:
-		return recovered(gen, commit), true
 	case watcher.EventDeliveryFailed:
 		return failed(gen, commit, "ApplyFailed", e.Err), true
 	case watcher.EventTargetFailed:
