@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/payload"
@@ -36,40 +38,52 @@ type failures struct {
 	mu      sync.Mutex
 	pending map[string]failure // by GitRepository key
 	wake    chan struct{}
-	// written are the refusals written, which the watcher reports again
-	// at every set the source gives: each is read and written once. It
-	// holds at most maxWritten (a refused object that is deleted is not
-	// reported; past the bound the map starts again, and a refusal is read
-	// again, written only when the object does not say it).
-	written map[string]failure
-	// epoch counts each object's deliveries (its status written by
-	// Deliver): a failure observed at an earlier epoch is not written.
-	epoch map[string]uint64
-	// failedAt is when each object's target last failed (the poll's
-	// time): news of a recovery from an earlier poll, which a deliverer
-	// may report late, does not end it. Bounded as written is.
+	// written are the refusals written (a digest of each), which the
+	// watcher reports again at every set the source gives: each is read
+	// and written once. A refused object that is deleted is not reported:
+	// past maxWritten objects the map starts again (a refusal is then read
+	// again, and written only when the object does not say it).
+	written map[string]uint64
+	// delivering is when the last delivery of each object began: a
+	// failure observed before it is older than what it writes.
+	delivering map[string]time.Time
+	// failedAt is when each object's target last failed: news that its
+	// sink has the commit, from an earlier poll (a deliverer may report
+	// it late), does not end it. Bounded as written is.
 	failedAt map[string]time.Time
 }
 
-// maxWritten bounds failures.written.
-const maxWritten = 4096
+// maxWritten bounds what failures keeps of each object.
+const maxWritten = 1 << 16
 
-// delivered records that key's status was written by a delivery.
-func (f *failures) delivered(key string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.epoch == nil {
-		f.epoch = map[string]uint64{}
+// keep sets m[key] = v, m made or started again at maxWritten.
+func keep[V any](m *map[string]V, key string, v V) {
+	if *m == nil || len(*m) >= maxWritten {
+		*m = map[string]V{}
 	}
-	f.epoch[key]++
+	(*m)[key] = v
 }
 
-// current reports whether no delivery wrote key's status since fl was
-// observed.
-func (f *failures) current(key string, fl failure) bool {
+// delivery records that a delivery of key began at.
+func (f *failures) delivery(key string, at time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.epoch[key] == fl.epoch
+	keep(&f.delivering, key, at)
+}
+
+// superseded reports whether a delivery of key began after fl was
+// observed: what it wrote is newer.
+func (f *failures) superseded(key string, fl failure) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return fl.at.Before(f.delivering[key])
+}
+
+// digest is what written keeps of a refusal.
+func (fl failure) digest() uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%d\x00%s\x00%s\x00%s\x00%t", fl.repo.UID, fl.repo.Generation, fl.repo.RequestedAt, fl.reason, fl.message, fl.stalled)
+	return h.Sum64()
 }
 
 type failure struct {
@@ -83,15 +97,17 @@ type failure struct {
 	// EventUpToDate: after a start, nothing says whether a failure was
 	// written before).
 	recovered bool
-	epoch     uint64 // the object's (failures.epoch) when observed
+	commit    gitutil.Hash // the commit its sink has, when recovered
+	at        time.Time    // when it was observed
+	tries     int          // a recovery's writes that failed
 }
 
 // fetchFailure is the failure of a target that could not be brought to
 // a commit: a signature that does not verify is the verification's, with
 // Flux's reasons (InvalidTagSignature, InvalidCommitSignature), else the
 // fetch's (GitOperationFailed).
-func fetchFailure(repo payload.GitRepository, err error, epoch uint64) failure {
-	f := failure{repo: repo, message: "failed to checkout and determine revision: " + err.Error(), reason: reasonGitOperation, epoch: epoch}
+func fetchFailure(repo payload.GitRepository, err error, at time.Time) failure {
+	f := failure{repo: repo, message: "failed to checkout and determine revision: " + err.Error(), reason: reasonGitOperation, at: at}
 	if errors.Is(err, mirror.ErrUnverified) {
 		f.message, f.reason = "signature verification failed: "+err.Error(), "InvalidCommitSignature"
 		switch msg := err.Error(); {
@@ -107,8 +123,8 @@ func fetchFailure(repo payload.GitRepository, err error, epoch uint64) failure {
 // refusal is the failure of a GitRepository its source does not watch
 // (watcher.Refused): its reason, stalled or not, as the source says
 // (payload.GitRepositoryError), else GitOperationFailed, retried.
-func refusal(repo payload.GitRepository, err error, epoch uint64) failure {
-	f := failure{repo: repo, message: err.Error(), reason: reasonGitOperation, refused: true, epoch: epoch}
+func refusal(repo payload.GitRepository, err error, at time.Time) failure {
+	f := failure{repo: repo, message: err.Error(), reason: reasonGitOperation, refused: true, at: at}
 	if e, ok := errors.AsType[*payload.GitRepositoryError](err); ok {
 		f.message, f.reason, f.stalled = e.Err.Error(), e.Reason, e.Stalled
 	}
@@ -141,29 +157,26 @@ func (s *Sink) Observe(e watcher.Event) {
 	f := &s.failures
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	key, epoch := repo.Key(), f.epoch[repo.Key()]
+	key, at := repo.Key(), cmp.Or(e.Time, time.Now())
 	switch e.Type {
 	case watcher.EventTargetFailed, watcher.EventInvalidTarget:
-		if f.failedAt == nil || len(f.failedAt) >= maxWritten {
-			f.failedAt = map[string]time.Time{}
-		}
-		f.failedAt[key] = e.Time
+		keep(&f.failedAt, key, at)
 		err := e.Err
 		if r, ok := errors.AsType[*watcher.RetryError](err); ok {
 			err = r.Err // when it is tried next changes at every poll: not written
 		}
 		if e.Type == watcher.EventTargetFailed {
 			delete(f.written, key)
-			f.queue(key, fetchFailure(repo, err, epoch))
-		} else if r := refusal(repo, err, epoch); f.written[key] != r {
+			f.queue(key, fetchFailure(repo, err, at))
+		} else if r := refusal(repo, err, at); f.written[key] != r.digest() {
 			f.queue(key, r)
 		}
-	case watcher.EventTargetRecovered, watcher.EventUpToDate:
-		if polled := cmp.Or(e.Seen, e.Time); polled.Before(f.failedAt[key]) {
+	case watcher.EventUpToDate: // its sink has e.Commit: a failure it said ends
+		if polled := cmp.Or(e.Seen, at); polled.Before(f.failedAt[key]) {
 			return // the news of an earlier poll than the failure's
 		}
 		delete(f.written, key)
-		f.queue(key, failure{repo: repo, recovered: true, epoch: epoch})
+		f.queue(key, failure{repo: repo, recovered: true, commit: e.Commit, at: at})
 	case watcher.EventDelivered, watcher.EventRemoved, watcher.EventForgotten:
 		delete(f.pending, key)
 		delete(f.written, key)
@@ -188,9 +201,13 @@ func (f *failures) forget(key string) {
 	defer f.mu.Unlock()
 	delete(f.pending, key)
 	delete(f.written, key)
-	delete(f.epoch, key)
+	delete(f.delivering, key)
 	delete(f.failedAt, key)
 }
+
+// writeTimeout bounds the writing of one failure or recovery, its turn
+// at the object included.
+const writeTimeout = 30 * time.Second
 
 // Run writes the failures observed until ctx ends.
 func (s *Sink) Run(ctx context.Context) error {
@@ -205,17 +222,33 @@ func (s *Sink) Run(ctx context.Context) error {
 		s.failures.pending = nil
 		s.failures.mu.Unlock()
 		for k, f := range batch {
-			if s.writeFailure(ctx, f) == nil && f.refused { // else the next failure of the target writes again
-				s.failures.mu.Lock()
-				if _, later := s.failures.pending[k]; !later {
-					if s.failures.written == nil || len(s.failures.written) >= maxWritten {
-						s.failures.written = map[string]failure{}
-					}
-					s.failures.written[k] = f
-				}
-				s.failures.mu.Unlock()
-			}
+			s.failures.wrote(k, f, s.writeFailure(ctx, f))
 		}
+	}
+}
+
+// wrote takes the outcome of fl's write: a refusal written is kept (not
+// read again while it holds); a recovery that failed is tried again, a
+// few times, later (nothing else would say it: no event follows); a
+// failure that failed is written again by the next one, at the next poll.
+func (f *failures) wrote(key string, fl failure, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, later := f.pending[key]; later {
+		return
+	}
+	switch {
+	case err == nil && fl.refused:
+		keep(&f.written, key, fl.digest())
+	case err != nil && fl.recovered && fl.tries < 5:
+		fl.tries++
+		time.AfterFunc(time.Duration(fl.tries)*2*time.Second, func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if _, later := f.pending[key]; !later && !fl.at.Before(f.failedAt[key]) {
+				f.queue(key, fl)
+			}
+		})
 	}
 }
 
@@ -223,10 +256,15 @@ func (s *Sink) Run(ctx context.Context) error {
 // target's object at the target's generation and they say otherwise.
 func (s *Sink) writeFailure(ctx context.Context, f failure) error {
 	res := s.resource(f.repo)
-	unlock := s.writes.lock(f.repo.Key())
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	unlock, err := s.writes.lockCtx(ctx, f.repo.Key())
+	if err != nil {
+		return err
+	}
 	defer unlock()
-	if !s.failures.current(f.repo.Key(), f) {
-		return nil // a delivery wrote the status since: this is older
+	if s.failures.superseded(f.repo.Key(), f) {
+		return nil // a delivery began since: what it wrote is newer
 	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u, err := res.Get(ctx, f.repo.Name, metav1.GetOptions{})
@@ -237,7 +275,7 @@ func (s *Sink) writeFailure(ctx context.Context, f failure) error {
 			return nil // another object, or a later spec: not this failure's
 		}
 		if f.recovered {
-			if !restore(u, s.url(""), f.repo.RequestedAt, metav1.Now()) {
+			if !restore(u, s.url(""), f.commit, f.repo.RequestedAt, metav1.Now()) {
 				return nil
 			}
 		} else if changed := setFailure(u, f, metav1.Now()); !handled(u, f.repo.RequestedAt) && !changed {

@@ -142,6 +142,7 @@ func (s *Sink) url(p string) string {
 // Deliver stores the artifact of c and writes it into its GitRepository's
 // status.
 func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
+	began := time.Now()
 	repo, ok := payload.Of[payload.GitRepository](c.Target)
 	if !ok {
 		return watcher.Permanent(fmt.Errorf("fluxartifact: target %s: payload %T is not a payload.GitRepository", c.Target.ID, c.Target.Payload))
@@ -176,7 +177,7 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 	}
 	st := statusOf(a, s.url(a.Path), revision(u, c.Ref, c.To), metav1.NewTime(time.Now().UTC()))
 	st.requested, st.verify, st.verified = repo.RequestedAt, c.Target.Verify, c.Verified
-	if err := s.writeStatus(ctx, res, u, repo, st); err != nil {
+	if err := s.writeStatus(ctx, res, u, repo, st, began); err != nil {
 		return err
 	}
 	if err := s.store.collect(dir, file, time.Now()); err != nil {
@@ -187,10 +188,15 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 
 // writeStatus writes st into the status of u, the target's object (read
 // again on a conflict), as the object's only status writer meanwhile.
-func (s *Sink) writeStatus(ctx context.Context, res dynamic.ResourceInterface, u *unstructured.Unstructured, repo payload.GitRepository, st status) error {
-	unlock := s.writes.lock(repo.Key())
+// A failure observed before the delivery began (at began) is not written
+// after it.
+func (s *Sink) writeStatus(ctx context.Context, res dynamic.ResourceInterface, u *unstructured.Unstructured, repo payload.GitRepository, st status, began time.Time) error {
+	unlock, err := s.writes.lockCtx(ctx, repo.Key())
+	if err != nil {
+		return fmt.Errorf("fluxartifact: GitRepository %s: waiting to write its status: %w", repo.Key(), err)
+	}
 	defer unlock()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := s.current(u, repo); err != nil {
 			return err
 		}
@@ -208,7 +214,7 @@ func (s *Sink) writeStatus(ctx context.Context, res dynamic.ResourceInterface, u
 	if err != nil {
 		return fmt.Errorf("fluxartifact: GitRepository %s: writing its status: %w", repo.Key(), err)
 	}
-	s.failures.delivered(repo.Key())
+	s.failures.delivery(repo.Key(), began)
 	return nil
 }
 

@@ -82,8 +82,9 @@ func TestAnUnverifiedCommitFailsTheVerification(t *testing.T) {
 	}
 }
 
-// A failure observed before a delivery wrote the object's status is not
-// written after it: the artifact delivered stays Ready.
+// A failure observed before a delivery began is not written after it:
+// the artifact delivered stays Ready. One observed while the delivery
+// was packing is newer than what it wrote, and is written.
 func TestAFailureOlderThanADeliveryIsNotWritten(t *testing.T) {
 	dyn, repo := fakeRepo(map[string]any{"branch": "main"})
 	s, err := New(dyn, Config{Storage: t.TempDir(), Address: "h"})
@@ -101,7 +102,7 @@ func TestAFailureOlderThanADeliveryIsNotWritten(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "True Succeeded", condsOf(u)["Ready"], "delivered after the refusal was observed")
 
-	s.Observe(watcher.Event{Type: watcher.EventInvalidTarget, Target: &refused, Err: why}) // refused again, after
+	s.Observe(watcher.Event{Type: watcher.EventInvalidTarget, Target: &refused, Err: why, Time: time.Now().Add(time.Second)}) // refused again, after
 	require.NoError(t, s.writeFailure(context.Background(), s.failures.pending["ns/app"]))
 	u, err = dyn.Resource(gitRepos).Namespace("ns").Get(context.Background(), "app", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -116,9 +117,9 @@ func TestTheRefusalsKeptAreBounded(t *testing.T) {
 	s, err := New(dyn, Config{Storage: t.TempDir(), Address: "h"})
 	require.NoError(t, err)
 	defer s.Close()
-	s.failures.written = map[string]failure{}
+	s.failures.written = map[string]uint64{}
 	for i := range maxWritten {
-		s.failures.written[fmt.Sprintf("ns/gone-%d", i)] = failure{message: "x"}
+		s.failures.written[fmt.Sprintf("ns/gone-%d", i)] = 1
 	}
 	why := &payload.GitRepositoryError{Reason: "URLInvalid", Stalled: true, Err: errors.New("bad url")}
 	refused := watcher.Refused(watcher.Target{ID: "flux/ns/app", Payload: repo}, why)
@@ -150,6 +151,62 @@ func TestLateNewsOfARecoveryDoesNotEndALaterFailure(t *testing.T) {
 	s.Observe(watcher.Event{Type: watcher.EventTargetFailed, Target: target, Err: errors.New("503"), Time: t0.Add(time.Second)})
 	s.Observe(watcher.Event{Type: watcher.EventUpToDate, Target: target, Seen: t0, Time: t0.Add(2 * time.Second)})
 	assert.False(t, s.failures.pending["ns/app"].recovered, "the failure stays")
-	s.Observe(watcher.Event{Type: watcher.EventTargetRecovered, Target: target, Time: t0.Add(3 * time.Second)})
-	assert.True(t, s.failures.pending["ns/app"].recovered, "a later poll's recovery ends it")
+	s.Observe(watcher.Event{Type: watcher.EventUpToDate, Target: target, Seen: t0.Add(3 * time.Second), Time: t0.Add(3 * time.Second)})
+	assert.True(t, s.failures.pending["ns/app"].recovered, "a later poll's news ends it")
+}
+
+// A recovery makes the GitRepository Ready again only when its artifact
+// is of the commit the sink has (EventUpToDate's): not from another
+// commit's news, nor for an artifact that is not the sink's.
+func TestARecoveryIsOfTheArtifactsCommit(t *testing.T) {
+	failing := func(url, rev string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"generation": int64(1)}, "status": map[string]any{
+			"artifact":   map[string]any{"url": url, "revision": rev},
+			"conditions": []any{map[string]any{"type": "Ready", "status": "False", "reason": "GitOperationFailed"}, map[string]any{"type": "FetchFailed", "status": "True"}},
+		}}}
+	}
+	c1, c2 := gitutil.Hash{1}, gitutil.Hash{2}
+	now := metav1.Now()
+	u := failing("http://h/gitrepository/ns/app/x.tar.gz", "main@sha1:"+c1.String())
+	assert.False(t, restore(u, "http://h/", c2, "", now), "another commit")
+	assert.False(t, restore(u, "http://other/", c1, "", now), "not this sink's artifact")
+	assert.False(t, restore(u, "http://h/", gitutil.Hash{}, "", now), "no commit")
+	require.True(t, restore(u, "http://h/", c1, "", now))
+	got := condsOf(u)
+	assert.Equal(t, "True Succeeded", got["Ready"])
+	assert.NotContains(t, got, "FetchFailed")
+	u = failing("http://h/p", "sha1:"+c1.String()) // a commit alone
+	assert.True(t, restore(u, "http://h/", c1, "", now))
+}
+
+// A recovery whose write fails is tried again later: no other event
+// would say it.
+func TestARecoveryThatFailsToBeWrittenIsTriedAgain(t *testing.T) {
+	dyn, repo := fakeRepo(map[string]any{"branch": "main"})
+	s, err := New(dyn, Config{Storage: t.TempDir(), Address: "h"})
+	require.NoError(t, err)
+	defer s.Close()
+	fl := failure{repo: repo, recovered: true, commit: gitutil.Hash{1}, at: time.Now()}
+	s.failures.wrote("ns/app", fl, errors.New("apiserver: 500"))
+	require.Eventually(t, func() bool {
+		s.failures.mu.Lock()
+		defer s.failures.mu.Unlock()
+		p, ok := s.failures.pending["ns/app"]
+		return ok && p.recovered && p.tries == 1
+	}, 10*time.Second, 10*time.Millisecond, "queued again")
+}
+
+// A write that waits for the object's turn gives up when its ctx ends:
+// a delivery never waits past its deadline behind a stuck write.
+func TestAWriteWaitsForItsTurnNoLongerThanItsContext(t *testing.T) {
+	var k keyedMutex
+	unlock := k.lock("ns/app")
+	defer unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := k.lockCtx(ctx, "ns/app")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	other, err := k.lockCtx(context.Background(), "ns/other")
+	require.NoError(t, err, "another object's turn is its own")
+	other()
 }

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
 )
 
@@ -100,17 +101,18 @@ func readyConditions(conds []any, gen int64, st status) []any {
 	return out
 }
 
-// restore ends the failure u's status shows, its artifact (this sink's,
-// whose URL begins with prefix) being current again: the target recovered
-// at the commit it was served at, and nothing new is delivered. A
-// verification that failed is no longer said (its next delivery says
-// who signed); a request is acknowledged. False when there is nothing to
-// write.
-func restore(u *unstructured.Unstructured, prefix, requested string, now metav1.Time) bool {
+// restore ends the failure u's status shows when its artifact is this
+// sink's (its URL begins with prefix) and of commit, which the sink has
+// (watcher.EventUpToDate): the target is at the commit it was served at
+// again, and nothing new is delivered. A verification that failed is no
+// longer said (its next delivery says who signed); a request is
+// acknowledged. False when there is nothing to write.
+func restore(u *unstructured.Unstructured, prefix string, commit gitutil.Hash, requested string, now metav1.Time) bool {
 	art, ok, _ := unstructured.NestedMap(u.Object, "status", "artifact")
 	rev, _ := art["revision"].(string)
-	if url, _ := art["url"].(string); !ok || rev == "" || !strings.HasPrefix(url, prefix) {
-		return false // no artifact of this sink's to be Ready with
+	if url, _ := art["url"].(string); !ok || !strings.HasPrefix(url, prefix) || commit.IsZero() ||
+		rev != "sha1:"+commit.String() && !strings.HasSuffix(rev, "@sha1:"+commit.String()) {
+		return false // no artifact of this sink's, of that commit, to be Ready with
 	}
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	failing := false

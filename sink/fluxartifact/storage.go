@@ -221,6 +221,12 @@ type keyedMutex struct {
 
 // lock waits until key is free, takes it, and returns its release.
 func (k *keyedMutex) lock(key string) (unlock func()) {
+	unlock, _ = k.lockCtx(context.Background(), key)
+	return unlock
+}
+
+// lockCtx is lock, giving up when ctx ends.
+func (k *keyedMutex) lockCtx(ctx context.Context, key string) (unlock func(), err error) {
 	for {
 		k.mu.Lock()
 		if k.held == nil {
@@ -236,10 +242,14 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 				delete(k.held, key)
 				k.mu.Unlock()
 				close(c)
-			}
+			}, nil
 		}
 		k.mu.Unlock()
-		<-c
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 }
 
