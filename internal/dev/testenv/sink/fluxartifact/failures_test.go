@@ -121,14 +121,7 @@ func TestFailuresAreSourceControllers(t *testing.T) {
 // and returns the object.
 func readyOf(t *testing.T, ns, name, status string) *unstructured.Unstructured {
 	t.Helper()
-	var u *unstructured.Unstructured
-	require.Eventually(t, func() bool {
-		var err error
-		u, err = env.Dynamic.Resource(gitRepos).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
-		require.NoError(t, err)
-		return conditionOf(u, "Ready")["status"] == status
-	}, time.Minute, 20*time.Millisecond, "Ready %s", status)
-	return u
+	return waitFor(t, ns, name, "Ready "+status, func(u *unstructured.Unstructured) bool { return conditionOf(u, "Ready")["status"] == status })
 }
 
 // A GitRepository whose repository fails and then comes back at the

@@ -268,13 +268,21 @@ func requestReconcile(t *testing.T, ns, name, at string) {
 // request at, and returns the object as it was then.
 func handledAt(t *testing.T, ns, name, at string) *unstructured.Unstructured {
 	t.Helper()
+	return waitFor(t, ns, name, "the request "+at+" acknowledged", func(u *unstructured.Unstructured) bool {
+		return field(u, "status", "lastHandledReconcileAt") == at
+	})
+}
+
+// waitFor waits until the GitRepository is as done says, and returns it.
+func waitFor(t *testing.T, ns, name, what string, done func(*unstructured.Unstructured) bool) *unstructured.Unstructured {
+	t.Helper()
 	var u *unstructured.Unstructured
 	require.Eventually(t, func() bool {
 		var err error
 		u, err = env.Dynamic.Resource(gitRepos).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
 		require.NoError(t, err)
-		return field(u, "status", "lastHandledReconcileAt") == at
-	}, time.Minute, 20*time.Millisecond, "the request %s acknowledged", at)
+		return done(u)
+	}, time.Minute, 20*time.Millisecond, what)
 	return u
 }
 
