@@ -343,7 +343,7 @@ func setFailure(u *unstructured.Unstructured, f failure, now metav1.Time) bool {
 // at each reconciliation).
 func failureConditions(f failure) (want map[string]map[string]any, order []string, drop func(t string, m map[string]any) bool) {
 	failed, failedWant, ended := condFetchFailed, map[string]any{"status": "True", "reason": f.reason, "message": f.message}, condSourceVerified
-	if verification[f.reason] {
+	if verification(f.reason) {
 		failed, failedWant, ended = condSourceVerified, map[string]any{"status": "False", "reason": f.reason, "message": f.message}, condFetchFailed
 	}
 	want = map[string]map[string]any{
@@ -363,8 +363,15 @@ func failureConditions(f failure) (want map[string]map[string]any, order []strin
 	return want, []string{progress, condReady, failed}, drop
 }
 
-// verification are Flux's reasons of a verification that failed.
-var verification = map[string]bool{"InvalidVerificationMode": true, "VerificationError": true, "InvalidCommitSignature": true, "InvalidTagSignature": true, "InvalidGitObject": true}
+// verification reports whether reason is Flux's for a verification that
+// failed.
+func verification(reason string) bool {
+	switch reason {
+	case "InvalidVerificationMode", "VerificationError", "InvalidCommitSignature", "InvalidTagSignature", "InvalidGitObject":
+		return true
+	}
+	return false
+}
 
 // setCondition makes m say w at generation gen; false when it did.
 func setCondition(m, w map[string]any, gen int64, now metav1.Time) bool {
