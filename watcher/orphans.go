@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // pruneOrphans removes, once every route's source has given a set, what
@@ -100,6 +101,10 @@ func (w *Watcher) sweep(ctx context.Context, x inventorySink, key string, wanted
 	return true
 }
 
+// sweepAgain is how long the sweep waits to look again at an orphan whose
+// deliverer is still going.
+const sweepAgain = 2 * time.Second
+
 // removeOrphan tells the deliverer of id to x to remove it, unless the
 // target is wanted since or already being removed.
 func (w *Watcher) removeOrphan(ctx context.Context, x inventorySink, id string) {
@@ -108,8 +113,18 @@ func (w *Watcher) removeOrphan(ctx context.Context, x inventorySink, id string) 
 	dkey := keyOf(x.route, id).sink(x.idx)
 	w.mu.Lock()
 	if _, busy := w.deliverers[dkey]; busy || w.removing[dkey] != nil {
+		// Wanted since, or its deliverer is still going (it left its set
+		// not watched, and is let go of): the sweep looks again once it
+		// may have gone, and then removes it if it is still not wanted.
+		w.resweep = true
 		w.mu.Unlock()
-		return // wanted since, or already being removed
+		time.AfterFunc(sweepAgain, func() {
+			select {
+			case w.changed <- struct{}{}:
+			default:
+			}
+		})
+		return
 	}
 	d := newDeliverer(w.env, dkey, &t, x.sink, nil)
 	w.removing[dkey] = d
