@@ -932,10 +932,11 @@ func (r *remote) offerAll(ctx context.Context, jobs []job, fetchFailed map[targe
 		case offerFailed:
 			r.failJob(ctx, j, fetchErr)
 		case offerKept:
-			if r.env.targetPolled(j.poll.bound.target, r.redacted, j.res) {
+			if r.env.targetPolled(j.poll.bound.target, r.redacted, j.res) && !j.missing {
 				// Recovered: each deliverer is offered the commit again,
 				// to say whether its sink has it (EventUpToDate), for
-				// an observer that said the failure on an object.
+				// an observer that said the failure on an object. One
+				// the mirror lacks was asked just now, unfetched (askFirst).
 				r.offer(ctx, j, j.poll.bound.target.Verify != nil)
 			}
 		case offerHeld:

@@ -58,7 +58,7 @@ func TestATargetBackAtItsCommitIsReported(t *testing.T) {
 			}
 		}
 		return len(recovered) == 2 && recovered[1].Commit == c1
-	}, 10*time.Second, 10*time.Millisecond, "watched again: recovered a second time, at its commit")
+	}, watchertest.DefaultTimeout, 10*time.Millisecond, "watched again: recovered a second time, at its commit")
 	assert.Len(t, sink.Delivered(), 1, "nothing delivered again")
 
 	stop()

@@ -424,19 +424,29 @@ func (w *Watcher) update(r *route, ts []Target) {
 	}
 	w.mu.Lock()
 	before := r.invalid
-	var returned []string
+	returned := 0
 	for id := range before {
 		if _, still := invalid[id]; !still && !ids[id] {
 			w.resweep = true // named, not watched, now gone: what sinks hold for it goes too
 		} else if ids[id] {
-			returned = append(returned, id)
+			returned++
 		}
 	}
 	w.noteLeft(r, r.targets, ids)
 	r.targets, r.urlKeys, r.invalid, r.synced, r.noSet = valid, urlKeys, invalid, true, nil
+	var polls []*remote
+	for _, t := range valid {
+		if _, was := before[t.ID]; was && returned > 0 {
+			// Watched again: failing until polled, which it is now (its
+			// remote may not have noticed it was gone), and then it has
+			// recovered.
+			w.health.Fail(t.ID, string(EventInvalidTarget))
+			polls = append(polls, w.byURL[urlKeys[t.URL]]...)
+		}
+	}
 	w.mu.Unlock()
-	for _, id := range returned {
-		w.health.Fail(id, string(EventInvalidTarget)) // until polled: then it has recovered
+	for _, rm := range polls {
+		rm.poke()
 	}
 	for _, e := range events {
 		if before[e.Target.ID] != e.Err.Error() {
