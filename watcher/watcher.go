@@ -422,32 +422,7 @@ func (w *Watcher) update(r *route, ts []Target) {
 			valid = append(valid, t)
 		}
 	}
-	w.mu.Lock()
-	before := r.invalid
-	returned := 0
-	for id := range before {
-		if _, still := invalid[id]; !still && !ids[id] {
-			w.resweep = true // named, not watched, now gone: what sinks hold for it goes too
-		} else if ids[id] {
-			returned++
-		}
-	}
-	w.noteLeft(r, r.targets, ids)
-	r.targets, r.urlKeys, r.invalid, r.synced, r.noSet = valid, urlKeys, invalid, true, nil
-	var polls []*remote
-	for _, t := range valid {
-		if _, was := before[t.ID]; was && returned > 0 {
-			// Watched again: failing until polled, which it is now (its
-			// remote may not have noticed it was gone), and then it has
-			// recovered.
-			w.health.Fail(t.ID, string(EventInvalidTarget))
-			polls = append(polls, w.byURL[urlKeys[t.URL]]...)
-		}
-	}
-	w.mu.Unlock()
-	for _, rm := range polls {
-		rm.poke()
-	}
+	before := w.takeSet(r, valid, ids, invalid, urlKeys)
 	for _, e := range events {
 		if before[e.Target.ID] != e.Err.Error() {
 			w.log.Error(e.Err, "invalid target, not watched", "target", e.Target.ID, "remote", e.Remote)
@@ -535,6 +510,35 @@ func (w *Watcher) admit(given Target) (Target, gitutil.Endpoint, error) {
 		}
 	}
 	return t, ep, nil
+}
+
+// takeSet makes valid (ids), invalid and urlKeys the route's set, and
+// returns the targets it had not watched before. A target not watched
+// that is gone sweeps again (what sinks hold for it goes too); one watched
+// again is failing until polled, which it is at once (its remote may not
+// have noticed it was gone), and then it has recovered.
+func (w *Watcher) takeSet(r *route, valid []Target, ids map[string]bool, invalid, urlKeys map[string]string) (before map[string]string) {
+	w.mu.Lock()
+	before = r.invalid
+	for id := range before {
+		if _, still := invalid[id]; !still && !ids[id] {
+			w.resweep = true
+		}
+	}
+	w.noteLeft(r, r.targets, ids)
+	r.targets, r.urlKeys, r.invalid, r.synced, r.noSet = valid, urlKeys, invalid, true, nil
+	var polls []*remote
+	for i := 0; len(before) > 0 && i < len(valid); i++ { // none: the common case, 100,000 targets
+		if t := valid[i]; before[t.ID] != "" {
+			w.health.Fail(t.ID, string(EventInvalidTarget))
+			polls = append(polls, w.byURL[urlKeys[t.URL]]...)
+		}
+	}
+	w.mu.Unlock()
+	for _, rm := range polls {
+		rm.poke()
+	}
+	return before
 }
 
 // sameAdmitted reports whether admit left t as the source gave it.
