@@ -57,7 +57,8 @@ type Sink struct {
 	store    *storage
 	failures failures
 	// writes: one status write of an object at a time, so that a failure
-	// observed before a delivery is not written after it (failures.epoch).
+	// observed before a delivery began is not written after it
+	// (failures.delivering).
 	writes keyedMutex
 }
 
