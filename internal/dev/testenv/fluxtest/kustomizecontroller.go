@@ -2,13 +2,9 @@ package fluxtest
 
 import (
 	"errors"
-	"fmt"
-	"os"
 	"path/filepath"
 
 	"k8s.io/client-go/rest"
-
-	"github.com/modwatch/modwatch/internal/dev/testenv"
 )
 
 // KustomizeControllerVersion is the version of Flux's kustomize-controller
@@ -25,15 +21,7 @@ var ErrNoKustomizeController = errors.New("fluxtest: kustomize-controller not fo
 // kustomize-controller binary and the CRDs it ships (crds/):
 // kustomize-controller-<version>, beside the control plane's binaries.
 func KustomizeControllerDir() (string, error) {
-	assets, err := testenv.AssetsDir()
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(filepath.Dir(assets), "kustomize-controller-"+KustomizeControllerVersion)
-	if fi, err := os.Stat(filepath.Join(dir, "kustomize-controller")); err != nil || fi.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("%w (looked in %s)", ErrNoKustomizeController, dir)
-	}
-	return dir, nil
+	return controllerDir("kustomize-controller", KustomizeControllerVersion, ErrNoKustomizeController)
 }
 
 // StartKustomizeControllerIn installs the CRDs of source-controller and

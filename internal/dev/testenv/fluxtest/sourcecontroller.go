@@ -34,13 +34,19 @@ var ErrNoSourceController = errors.New("fluxtest: source-controller not found; r
 // binary and the CRDs it ships (crds/): source-controller-<version>, beside the control
 // plane's binaries (testenv.TestbinRoot).
 func SourceControllerDir() (string, error) {
+	return controllerDir("source-controller", SourceControllerVersion, ErrNoSourceController)
+}
+
+// controllerDir is the directory <name>-<version> beside the control
+// plane's binaries, holding the executable name; notFound when it does not.
+func controllerDir(name, version string, notFound error) (string, error) {
 	assets, err := testenv.AssetsDir()
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(filepath.Dir(assets), "source-controller-"+SourceControllerVersion)
-	if fi, err := os.Stat(filepath.Join(dir, "source-controller")); err != nil || fi.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("%w (looked in %s)", ErrNoSourceController, dir)
+	dir := filepath.Join(filepath.Dir(assets), name+"-"+version)
+	if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%w (looked in %s)", notFound, dir)
 	}
 	return dir, nil
 }
