@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -192,13 +193,22 @@ func TestTheArtifactIsSourceControllers(t *testing.T) {
 	c3 := repo.Commit(t, "three", gittest.File("deploy/app.yaml", "kind: ConfigMap\ndata: {a: b}\n"))
 	s.w.Trigger(repo.URL())
 	artifactOf(t, ns, "apps", "main@sha1:"+c3, s.url)
-	stored, err := filepath.Glob(filepath.Join(s.storage, "gitrepository", ns, "apps", "*.tar.gz"))
-	require.NoError(t, err)
+	// The old ones are collected after the status is written.
+	want := []string{c2 + ".tar.gz", c3 + ".tar.gz", "latest.tar.gz"}
+	slices.Sort(want)
 	var names []string
-	for _, p := range stored {
-		names = append(names, filepath.Base(p))
-	}
-	assert.ElementsMatch(t, []string{c2 + ".tar.gz", c3 + ".tar.gz", "latest.tar.gz"}, names, "the last two, and the link")
+	require.Eventually(t, func() bool {
+		stored, err := filepath.Glob(filepath.Join(s.storage, "gitrepository", ns, "apps", "*.tar.gz"))
+		if err != nil {
+			return false
+		}
+		names = names[:0]
+		for _, p := range stored {
+			names = append(names, filepath.Base(p))
+		}
+		slices.Sort(names)
+		return slices.Equal(want, names)
+	}, 30*time.Second, 20*time.Millisecond, "the last two, and the link")
 
 	// Deleted: source-controller's finalizer, which it put on the object,
 	// goes with the artifacts, and so does the object.
