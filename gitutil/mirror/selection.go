@@ -259,6 +259,12 @@ func (s *selector) enter(parent rules, rel []string, t *object.Tree, read func(p
 	if err != nil {
 		return rules{}, err
 	}
+	return s.parseIgnoreFile(parent, rel, data, e.Hash.String())
+}
+
+// parseIgnoreFile returns parent's rules with those of data, the ignore
+// file of directory rel, added; id names data (its hash).
+func (s *selector) parseIgnoreFile(parent rules, rel []string, data []byte, id string) (rules, error) {
 	where := strings.Join(append(slices.Clip(rel), s.file), "/")
 	if len(data) > maxIgnoreFile {
 		return rules{}, fmt.Errorf("%w: %s is larger than %d bytes", ErrInvalidSelection, where, maxIgnoreFile)
@@ -278,7 +284,7 @@ func (s *selector) enter(parent rules, rel []string, t *object.Tree, read func(p
 	}
 	return rules{
 		patterns: append(slices.Clip(parent.patterns), ps...),
-		id:       parent.id + e.Hash.String(),
+		id:       parent.id + id,
 	}, nil
 }
 
