@@ -53,10 +53,13 @@ type Config struct {
 	// (sink/fluxartifact), rather than one that notifies Flux: each target
 	// is polled at its spec.interval, a GitRepository pinned to a commit is
 	// a target of that commit, its spec.timeout bounds its remote's git
-	// requests (watcher.Target.Timeout), and what such a program does not
-	// serve (spec.include) makes the GitRepository not watched, by name and
-	// on its status (watcher.Refused); a reconcile request (AnnotationRequestedAt) is
-	// handed in the target's payload, for the sink to acknowledge.
+	// requests (watcher.Target.Timeout), its spec.include is handed in its
+	// payload with the artifacts it includes (payload.GitRepositoryInclude;
+	// a new artifact included is a new set of targets), and what such a
+	// program does not serve makes the GitRepository not watched, by name
+	// and on its status (watcher.Refused); a reconcile request
+	// (AnnotationRequestedAt) is handed in the target's payload, for the
+	// sink to acknowledge.
 	Artifacts bool
 }
 
@@ -68,6 +71,9 @@ type Source struct {
 	log     logr.Logger
 	timeout time.Duration
 	dirty   chan struct{}
+
+	// included are the GitRepositories others include (Config.Artifacts).
+	included included
 
 	// apps are the GitHub App resolvers of `provider: github`, by Secret,
 	// kept while the Secret is unchanged so that a token lives its hour;
@@ -299,7 +305,8 @@ func (s *Source) changed(old, cur any) {
 	o, ok1 := old.(*unstructured.Unstructured)
 	c, ok2 := cur.(*unstructured.Unstructured)
 	if ok1 && ok2 && o.GetGeneration() == c.GetGeneration() && o.GetUID() == c.GetUID() &&
-		(!s.cfg.Artifacts || o.GetAnnotations()[AnnotationRequestedAt] == c.GetAnnotations()[AnnotationRequestedAt]) {
+		(!s.cfg.Artifacts || o.GetAnnotations()[AnnotationRequestedAt] == c.GetAnnotations()[AnnotationRequestedAt] &&
+			!s.newArtifactIncluded(o, c)) {
 		return
 	}
 	s.poke()
@@ -309,6 +316,15 @@ func (s *Source) changed(old, cur any) {
 func (s *Source) targets(ctx context.Context, gvr schema.GroupVersionResource, objs []any) []watcher.Target {
 	var out []watcher.Target
 	used := map[string]bool{}
+	byKey := make(map[string]*unstructured.Unstructured, len(objs))
+	includedKeys := map[string]bool{}
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok && u.GetDeletionTimestamp() == nil {
+			byKey[u.GetNamespace()+"/"+u.GetName()] = u
+			includedBy(u, includedKeys)
+		}
+	}
+	s.included.set(includedKeys)
 	defer func() {
 		for k := range s.apps {
 			if !used[k] {
@@ -321,7 +337,7 @@ func (s *Source) targets(ctx context.Context, gvr schema.GroupVersionResource, o
 		if !ok || u.GetDeletionTimestamp() != nil {
 			continue
 		}
-		t, err := s.target(ctx, gvr, u, used)
+		t, err := s.target(ctx, gvr, u, used, byKey)
 		if err != nil {
 			// Named, so wanted: what its sinks did for it stays. Its
 			// payload goes with it, for a sink to say why on the object.
@@ -337,7 +353,9 @@ func (s *Source) targets(ctx context.Context, gvr schema.GroupVersionResource, o
 }
 
 // target reads one GitRepository; nil when there is nothing to watch.
-func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured, used map[string]bool) (*watcher.Target, error) {
+// objs are the GitRepositories by namespace/name, which its includes are
+// read from.
+func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured, used map[string]bool, objs map[string]*unstructured.Unstructured) (*watcher.Target, error) {
 	suspended, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend")
 	url, _, _ := unstructured.NestedString(u.Object, "spec", "url")
 	ep, err := gitutil.ParseURL(url)
@@ -353,9 +371,13 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 		return nil, refused(reasonGitOperation, true, err)
 	}
 	var interval, timeout time.Duration
+	var incl []payload.GitRepositoryInclude
 	if s.cfg.Artifacts {
 		if interval, timeout, err = artifactSpec(u); err != nil {
 			return nil, refused(reasonUnsupported, true, err)
+		}
+		if incl, err = includes(u, objs); err != nil {
+			return nil, err
 		}
 		if !watch {
 			revision, watch = ref["commit"], true // its artifact is served
@@ -367,6 +389,11 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 	t := &watcher.Target{
 		ID: "flux/" + u.GetNamespace() + "/" + u.GetName(), URL: url, Revision: revision, Suspend: suspended, Interval: interval, Timeout: timeout,
 		Payload: s.payload(gvr, u),
+	}
+	if len(incl) > 0 {
+		p := t.Payload.(payload.GitRepository)
+		p.Includes = incl
+		t.Payload = p
 	}
 	if t.Auth, err = s.targetAuth(ctx, u, url, used); err != nil {
 		return nil, err
@@ -650,11 +677,8 @@ func (s *Source) auth(ctx context.Context, namespace, name string) (*gitutil.Aut
 // artifactSpec reads what serving u's artifact takes of its spec beyond
 // what a target of it watches: its interval, its timeout (the bound of
 // its remote's git requests, watcher.Target.Timeout; the CRD's default
-// is 60s), and no spec.include, which is not served.
+// is 60s).
 func artifactSpec(u *unstructured.Unstructured) (interval, timeout time.Duration, err error) {
-	if include, ok, _ := unstructured.NestedSlice(u.Object, "spec", "include"); ok && len(include) > 0 {
-		return 0, 0, errors.New("flux: spec.include is not served")
-	}
 	if t, ok, _ := unstructured.NestedString(u.Object, "spec", "timeout"); ok {
 		if timeout, err = time.ParseDuration(t); err != nil || timeout <= 0 {
 			return 0, 0, fmt.Errorf("flux: spec.timeout %q is not a duration", t)

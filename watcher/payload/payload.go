@@ -156,6 +156,45 @@ type GitRepository struct {
 	// that the sink writing the object's status acknowledges it
 	// (status.lastHandledReconcileAt, which `flux reconcile` waits for).
 	RequestedAt string `json:"requestedAt,omitempty"`
+	// Includes are the object's spec.include, in order, each with the
+	// artifact of the GitRepository it includes when the target was made
+	// (source/flux sets them for a program that serves artifacts): a new
+	// artifact included is a new payload, and the target is delivered
+	// again.
+	Includes []GitRepositoryInclude `json:"includes,omitempty"`
+}
+
+// GitRepositoryInclude is one of a GitRepository's spec.include: what
+// another GitRepository's artifact, of the same namespace, puts into its
+// own (Flux's GitRepositoryInclude).
+type GitRepositoryInclude struct {
+	// Name is the GitRepository included.
+	Name string `json:"name"`
+	// FromPath is the directory (or file) of its artifact that is put in;
+	// "" is the whole artifact.
+	FromPath string `json:"fromPath,omitempty"`
+	// ToPath is where it goes in the including artifact; "" is Name.
+	ToPath string `json:"toPath,omitempty"`
+	// Artifact is the included GitRepository's status.artifact.
+	Artifact Artifact `json:"artifact"`
+}
+
+// At is where the include goes: ToPath, or Name when it is "".
+func (i GitRepositoryInclude) At() string {
+	if i.ToPath == "" {
+		return i.Name
+	}
+	return i.ToPath
+}
+
+// Artifact is a GitRepository's status.artifact, as Flux writes it.
+type Artifact struct {
+	Path           string `json:"path"`
+	URL            string `json:"url"`
+	Revision       string `json:"revision"`
+	Digest         string `json:"digest,omitempty"`
+	LastUpdateTime string `json:"lastUpdateTime"`
+	Size           int64  `json:"size,omitempty"`
 }
 
 // GitRepositoryError is why a source does not watch a GitRepository

@@ -1,0 +1,110 @@
+package flux
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/modwatch/modwatch/watcher/payload"
+)
+
+func gitRepo(name string, include []any, artifact map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"interval": "1m"}}}
+	u.SetNamespace("ns")
+	u.SetName(name)
+	if include != nil {
+		u.Object["spec"].(map[string]any)["include"] = include
+	}
+	if artifact != nil {
+		u.Object["status"] = map[string]any{"artifact": artifact}
+	}
+	return u
+}
+
+func inc(name string, kv ...string) any {
+	m := map[string]any{"repository": map[string]any{"name": name}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
+// spec.include is read with the artifacts of the GitRepositories it names,
+// as they are; what cannot be served is said with Flux's reasons.
+func TestIncludes(t *testing.T) {
+	art := map[string]any{"path": "gitrepository/ns/base/abc.tar.gz", "url": "http://x/gitrepository/ns/base/abc.tar.gz",
+		"revision": "main@sha1:abc", "digest": "sha256:def", "lastUpdateTime": "2026-12-06T00:00:00Z", "size": int64(42)}
+	objs := map[string]*unstructured.Unstructured{}
+	add := func(u *unstructured.Unstructured) *unstructured.Unstructured { objs["ns/"+u.GetName()] = u; return u }
+	add(gitRepo("base", nil, art))
+	add(gitRepo("new", nil, nil))
+	add(gitRepo("a", []any{inc("b")}, art))
+	add(gitRepo("b", []any{inc("c")}, art))
+	add(gitRepo("c", []any{inc("a")}, art))
+	add(gitRepo("d", []any{inc("c")}, art)) // leads into a cycle it is not on
+
+	got, err := includes(add(gitRepo("app", []any{inc("base", "fromPath", "deploy", "toPath", "vendor/base"), inc("base")}, nil)), objs)
+	require.NoError(t, err)
+	want := payload.Artifact{Path: art["path"].(string), URL: art["url"].(string), Revision: "main@sha1:abc", Digest: "sha256:def",
+		LastUpdateTime: "2026-12-06T00:00:00Z", Size: 42}
+	assert.Equal(t, []payload.GitRepositoryInclude{
+		{Name: "base", FromPath: "deploy", ToPath: "vendor/base", Artifact: want},
+		{Name: "base", Artifact: want},
+	}, got)
+	assert.Equal(t, "base", got[1].At(), "toPath defaults to the name")
+
+	none, err := includes(add(gitRepo("plain", nil, nil)), objs)
+	assert.NoError(t, err)
+	assert.Nil(t, none)
+	_, err = includes(gitRepo("d", []any{inc("c")}, art), objs)
+	assert.NoError(t, err, "a cycle d is not on is not d's")
+
+	many := make([]any, maxIncludes+1)
+	for i := range many {
+		many[i] = inc("base")
+	}
+	for _, tc := range []struct {
+		u       *unstructured.Unstructured
+		reason  string
+		stalled bool
+		msg     string
+	}{
+		{gitRepo("x", []any{inc("gone")}, nil), ReasonIncludeNotFound, false, "could not get resource for include 'gone'"},
+		{gitRepo("x", []any{inc("new")}, nil), ReasonIncludeNoArtifact, false, "no artifact available for include 'new'"},
+		{gitRepo("a", []any{inc("b")}, nil), reasonUnsupported, true, "a cycle: a includes b includes c includes a"},
+		{gitRepo("self", []any{inc("self")}, nil), reasonUnsupported, true, "a cycle: self includes self"},
+		{gitRepo("x", []any{inc("")}, nil), reasonUnsupported, true, "spec.include[0].repository.name is empty"},
+		{gitRepo("x", []any{inc("base", "copyOperations", "x")}, nil), reasonUnsupported, true, "spec.include[0].copyOperations is not served"},
+		{gitRepo("x", []any{map[string]any{"repository": map[string]any{"name": "base", "namespace": "other"}}}, nil), reasonUnsupported, true, "spec.include[0].repository.namespace is not served"},
+		{gitRepo("x", []any{"base"}, nil), reasonUnsupported, true, "spec.include[0] is not an object"},
+		{gitRepo("x", many, nil), reasonUnsupported, true, "at most 32"},
+	} {
+		_, err := includes(tc.u, objs)
+		var ge *payload.GitRepositoryError
+		require.True(t, errors.As(err, &ge), "%s: %v", tc.msg, err)
+		assert.Equal(t, tc.reason, ge.Reason, tc.msg)
+		assert.Equal(t, tc.stalled, ge.Stalled, tc.msg)
+		assert.ErrorContains(t, err, tc.msg)
+	}
+	withSubmodules := gitRepo("x", []any{inc("base")}, nil)
+	withSubmodules.Object["spec"].(map[string]any)["recurseSubmodules"] = true
+	_, err = includes(withSubmodules, objs)
+	assert.ErrorContains(t, err, "spec.include with spec.recurseSubmodules is not served")
+}
+
+// A new artifact of a GitRepository another includes is a new set; of
+// one none includes, or the same artifact written again, is not.
+func TestANewArtifactIncludedIsNews(t *testing.T) {
+	s := &Source{}
+	keys := map[string]bool{}
+	includedBy(gitRepo("app", []any{inc("base")}, nil), keys)
+	s.included.set(keys)
+	art := func(d string) map[string]any { return map[string]any{"digest": d, "revision": "main@sha1:" + d} }
+	assert.True(t, s.newArtifactIncluded(gitRepo("base", nil, art("1")), gitRepo("base", nil, art("2"))))
+	assert.True(t, s.newArtifactIncluded(gitRepo("base", nil, nil), gitRepo("base", nil, art("2"))), "a first artifact")
+	assert.False(t, s.newArtifactIncluded(gitRepo("base", nil, art("1")), gitRepo("base", nil, art("1"))))
+	assert.False(t, s.newArtifactIncluded(gitRepo("other", nil, art("1")), gitRepo("other", nil, art("2"))))
+}
