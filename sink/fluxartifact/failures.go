@@ -343,6 +343,9 @@ func setFailure(u *unstructured.Unstructured, f failure, now metav1.Time) bool {
 // at each reconciliation).
 func failureConditions(f failure) (want map[string]map[string]any, order []string, drop func(t string, m map[string]any) bool) {
 	failed, failedWant, ended := condFetchFailed, map[string]any{"status": "True", "reason": f.reason, "message": f.message}, condSourceVerified
+	if c := includeCondition(f.reason); c != "" {
+		failed, ended = c, condFetchFailed // fetched: what failed is an include
+	}
 	if verification(f.reason) {
 		failed, failedWant, ended = condSourceVerified, map[string]any{"status": "False", "reason": f.reason, "message": f.message}, condFetchFailed
 	}
@@ -361,6 +364,41 @@ func failureConditions(f failure) (want map[string]map[string]any, order []strin
 		return t == gone || t == ended && (t == condFetchFailed || m["status"] == "False")
 	}
 	return want, []string{progress, condReady, failed}, drop
+}
+
+// includeCondition is the condition source-controller says a failed
+// include with (IncludeUnavailable, or StorageOperationFailed for one
+// that could not be put in), "" when reason is not an include's.
+func includeCondition(reason string) string {
+	switch reason {
+	case "NotFound", "NoArtifact":
+		return "IncludeUnavailable"
+	case reasonCopyFailure, reasonIllegalPath:
+		return "StorageOperationFailed"
+	}
+	return ""
+}
+
+// includeFailed has the failure to put repo's includes in written, and
+// returns it for the delivery to be tried again (a delivery given up on
+// writes nothing).
+func (s *Sink) includeFailed(ctx context.Context, repo payload.GitRepository, err error) error {
+	err = fmt.Errorf("fluxartifact: GitRepository %s: %w", repo.Key(), err)
+	if ctx.Err() != nil {
+		return err
+	}
+	reason := reasonCopyFailure
+	if e, ok := errors.AsType[*includeError](err); ok {
+		reason = e.reason
+	}
+	f := &s.failures
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at := time.Now()
+	keep(&f.failedAt, repo.Key(), at)
+	delete(f.written, repo.Key())
+	f.queue(repo.Key(), failure{repo: repo, message: err.Error(), reason: reason, at: at})
+	return err
 }
 
 // verification reports whether reason is Flux's for a verification that

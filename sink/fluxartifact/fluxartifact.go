@@ -167,7 +167,16 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 		return err
 	}
 	file := c.To.String() + ".tar.gz"
-	a, err := s.store.store(ctx, dir, file, c.FS)
+	fsys := c.FS
+	if len(repo.Includes) > 0 {
+		withIncludes, done, err := s.withIncludes(ctx, c, repo)
+		if err != nil {
+			return s.includeFailed(ctx, repo, err)
+		}
+		defer done()
+		fsys = withIncludes
+	}
+	a, err := s.store.store(ctx, dir, file, fsys)
 	if errors.Is(err, fs.ErrInvalid) {
 		// A name the tree lists but cannot be opened by (not UTF-8): this
 		// commit has no artifact; the next one is tried.
@@ -178,6 +187,9 @@ func (s *Sink) Deliver(ctx context.Context, c watcher.Change) error {
 	}
 	st := statusOf(a, s.url(a.Path), revision(u, c.Ref, c.To), metav1.NewTime(time.Now().UTC()))
 	st.requested, st.verify, st.verified = repo.RequestedAt, c.Target.Verify, c.Verified
+	for _, inc := range repo.Includes {
+		st.included = append(st.included, inc.Artifact)
+	}
 	if err := s.writeStatus(ctx, res, u, repo, st, began); err != nil {
 		return err
 	}

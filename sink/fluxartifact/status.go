@@ -11,6 +11,7 @@ import (
 
 	"github.com/modwatch/modwatch/gitutil"
 	"github.com/modwatch/modwatch/watcher"
+	"github.com/modwatch/modwatch/watcher/payload"
 )
 
 // Flux's condition types and reasons a stored artifact sets or clears
@@ -39,6 +40,8 @@ type status struct {
 	// verify is the target's, and verified the signatures checked.
 	verify   *watcher.Verify
 	verified []watcher.Signature
+	// included are the artifacts of the includes put in, in order.
+	included []payload.Artifact
 }
 
 func statusOf(a artifact, url, rev string, now metav1.Time) status {
@@ -64,6 +67,7 @@ func setStatus(u *unstructured.Unstructured, st status) {
 	_ = unstructured.SetNestedField(u.Object, st.artifact, "status", "artifact")
 	handled(u, st.requested)
 	_ = unstructured.SetNestedField(u.Object, gen, "status", "observedGeneration")
+	setIncluded(u, st.included)
 	for field, observed := range map[string]string{
 		"ignore": "observedIgnore", "recurseSubmodules": "observedRecurseSubmodules",
 		"include": "observedInclude", "sparseCheckout": "observedSparseCheckout",
@@ -188,4 +192,25 @@ func handled(u *unstructured.Unstructured, requested string) bool {
 	}
 	_ = unstructured.SetNestedField(u.Object, requested, "status", "lastHandledReconcileAt")
 	return true
+}
+
+// setIncluded writes the artifacts included (status.includedArtifacts,
+// as source-controller has them), or removes them when there are none.
+func setIncluded(u *unstructured.Unstructured, included []payload.Artifact) {
+	if len(included) == 0 {
+		unstructured.RemoveNestedField(u.Object, "status", "includedArtifacts")
+		return
+	}
+	list := make([]any, 0, len(included))
+	for _, a := range included {
+		m := map[string]any{"path": a.Path, "url": a.URL, "revision": a.Revision, "lastUpdateTime": a.LastUpdateTime}
+		if a.Digest != "" {
+			m["digest"] = a.Digest
+		}
+		if a.Size != 0 {
+			m["size"] = a.Size
+		}
+		list = append(list, m)
+	}
+	_ = unstructured.SetNestedSlice(u.Object, list, "status", "includedArtifacts")
 }
