@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -69,8 +70,8 @@ func files(t *testing.T, url string) []string {
 
 // The program serves GitRepositories as source-controller does, on Flux's
 // own CRD: a branch and a commit pin get their artifacts, a push a new one
-// at the GitRepository's interval; a suspended one and one with
-// spec.include get none.
+// at the GitRepository's interval, and to one that includes it; a
+// suspended one and one that includes itself get none.
 func TestGitRepositoriesAreServed(t *testing.T) {
 	fluxtest.InstallCRDs(t, env.Config)
 	ns := env.Namespace(t)
@@ -88,7 +89,7 @@ func TestGitRepositoriesAreServed(t *testing.T) {
 	create(t, ns, "apps", map[string]any{"url": repo.URL(), "interval": "1s", "ref": map[string]any{"branch": "main"}})
 	create(t, ns, "pinned", map[string]any{"url": repo.URL(), "interval": "1h", "ref": map[string]any{"commit": c1}})
 	create(t, ns, "paused", map[string]any{"url": repo.URL(), "interval": "1s", "suspend": true})
-	create(t, ns, "included", map[string]any{"url": repo.URL(), "interval": "1s",
+	create(t, ns, "included", map[string]any{"url": repo.URL(), "interval": "1s", "ref": map[string]any{"branch": "main"},
 		"include": []any{map[string]any{"repository": map[string]any{"name": "apps"}}}})
 
 	artifact := func(name, revision string) string {
@@ -135,10 +136,21 @@ func TestGitRepositoriesAreServed(t *testing.T) {
 	}
 	assert.Contains(t, conds["Ready"]["message"], "refs/heads/nope")
 
-	obs.WaitFor(t, "include refused by name", func(e watcher.Event) bool {
-		return e.Target.ID == "flux/"+ns+"/included" && e.Err != nil && strings.Contains(e.Err.Error(), "spec.include is not served")
+	// An include: apps' artifact in the including one's, at apps/, and
+	// its new artifact after a push put in again.
+	require.Eventually(t, func() bool {
+		u, err := env.Dynamic.Resource(gitRepos).Namespace(ns).Get(context.Background(), "included", metav1.GetOptions{})
+		require.NoError(t, err)
+		url, _, _ := unstructured.NestedString(u.Object, "status", "artifact", "url")
+		return url != "" && slices.Equal(files(t, url), []string{"apps/deploy/app.yaml", "apps/deploy/more.yaml", "deploy/app.yaml", "deploy/more.yaml"})
+	}, time.Minute, 100*time.Millisecond, "apps included")
+
+	create(t, ns, "selfish", map[string]any{"url": repo.URL(), "interval": "1s",
+		"include": []any{map[string]any{"repository": map[string]any{"name": "selfish"}}}})
+	obs.WaitFor(t, "an include of itself refused by name", func(e watcher.Event) bool {
+		return e.Target != nil && e.Target.ID == "flux/"+ns+"/selfish" && e.Err != nil && strings.Contains(e.Err.Error(), "a cycle: selfish includes selfish")
 	})
-	for _, name := range []string{"paused", "included", "nobranch"} {
+	for _, name := range []string{"paused", "selfish", "nobranch"} {
 		u, err := env.Dynamic.Resource(gitRepos).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
 		require.NoError(t, err)
 		_, has, _ := unstructured.NestedMap(u.Object, "status", "artifact")
