@@ -99,4 +99,3 @@ func TestIncludesAreSourceControllers(t *testing.T) {
 	again := includedAt(t, ns, "apps", "main@sha1:"+a1, s.url, "main@sha1:"+b2)
 	assert.NotEqual(t, field(ours, "status", "artifact", "digest"), field(again, "status", "artifact", "digest"))
 }
-
