@@ -15,10 +15,13 @@
 // source-controller (the request polls at once and is acknowledged), and
 // a GitRepository source-controller served before is deleted as it would
 // be (its finalizer goes with the artifacts). spec.timeout bounds the git
-// requests of its repository's polls. A GitRepository with spec.include,
-// or a spec.ref.semver that is not a range, is not served, and says so in its status (Stalled,
-// with the reason) and the log (source/flux's Config.Artifacts). Two
-// programs cannot share one -storage-path: the second exits.
+// requests of its repository's polls; spec.include puts the included
+// artifacts in, and a new artifact included makes a new one of the
+// GitRepository including it. A GitRepository with a spec.ref.semver
+// that is not a range, or an include of itself, is not served, and says
+// so in its status (Stalled, with the reason) and the log (source/flux's
+// Config.Artifacts). Two programs cannot share one -storage-path: the
+// second exits.
 package main
 
 import (

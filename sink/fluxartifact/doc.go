@@ -15,6 +15,25 @@
 // ignore rules (spec.ignore, .sourceignore, its default exclusions) and
 // sparseCheckout are the target's (source/flux).
 //
+// A GitRepository's spec.include (payload.GitRepository.Includes, which
+// source/flux fills with the artifacts included) is served as
+// source-controller serves it: each included artifact, this sink's own,
+// read from its storage and checked against its digest, is unpacked and
+// put into the repository's tree at the include's toPath (its fromPath
+// only) as a rename would put it there: the directories on the way made,
+// a file over a file, a directory over an empty one only; then the
+// target's ignore rules apply to the whole, the included .sourceignore
+// files read too (mirror.Selection.FS), and status.includedArtifacts
+// names them. The bytes are source-controller's
+// (TestIncludesAreSourceControllers). An include that cannot be put in
+// fails with StorageOperationFailed (CopyFailure), is retried, and so is
+// one whose artifact this sink does not hold (another replica's, or one
+// collected meanwhile: the next set names the new one). Differences: a
+// symbolic link of the repository on the way to toPath, or at it, is
+// refused, where source-controller follows it inside the checkout; and,
+// as for a repository's own .sourceignore (see source/flux), an included
+// one does not drop Flux's default exclusions when spec.ignore is unset.
+//
 // The storage is laid out as source-controller's:
 // gitrepository/<namespace>/<name>/<commit>.tar.gz, with latest.tar.gz a
 // link to the last one, and old artifacts collected as source-controller
