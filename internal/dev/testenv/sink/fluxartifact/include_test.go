@@ -38,8 +38,9 @@ func includedAt(t *testing.T, ns, name, revision, prefix string, includedRevisio
 // the same bytes, for a directory of another's artifact put at a path
 // made for it, a whole artifact at the default path (its name), and a
 // file put over a file; the included .sourceignore hides in its own
-// folder, and the includer's spec.ignore everywhere. A push to the included repository makes a new artifact of the
-// one including it.
+// folder, and the includer's spec.ignore everywhere. A push to the
+// included repository makes a new artifact of the one including it, of
+// the same bytes for one whose include it leaves unchanged.
 func TestIncludesAreSourceControllers(t *testing.T) {
 	sc := fluxtest.StartSourceController(t, env.Config)
 	ns := env.Namespace(t)
@@ -71,7 +72,11 @@ func TestIncludesAreSourceControllers(t *testing.T) {
 		map[string]any{"repository": map[string]any{"name": "base"}},
 		map[string]any{"repository": map[string]any{"name": "base"}, "fromPath": "deploy/base.yaml", "toPath": "deploy/app.yaml"},
 	}})
+	gitRepository(t, ns, "narrow", apps.URL(), main, map[string]any{"include": []any{
+		map[string]any{"repository": map[string]any{"name": "base"}, "fromPath": "deploy/nested", "toPath": "deploy/nested"},
+	}})
 	theirs := includedAt(t, ns, "apps", "main@sha1:"+a1, "http://", "main@sha1:"+b1)
+	theirNarrow := includedAt(t, ns, "narrow", "main@sha1:"+a1, "http://", "main@sha1:"+b1)
 	theirBase := artifactOf(t, ns, "base", "main@sha1:"+b1, "http://")
 	sc.Stop()
 
@@ -92,10 +97,16 @@ func TestIncludesAreSourceControllers(t *testing.T) {
 	}
 	assert.Equal(t, field(theirs, "status", "observedInclude"), field(ours, "status", "observedInclude"))
 	assert.Equal(t, "True", conditionOf(ours, "Ready")["status"])
+	narrow := includedAt(t, ns, "narrow", "main@sha1:"+a1, s.url, "main@sha1:"+b1)
+	assert.Equal(t, field(theirNarrow, "status", "artifact", "digest"), field(narrow, "status", "artifact", "digest"))
 
 	// A push to what is included: a new artifact of what includes it.
 	b2 := base.Commit(t, "more", gittest.File("deploy/base.yaml", "kind: ConfigMap\ndata: {b: \"2\"}\n"))
 	s.w.Trigger(base.URL())
 	again := includedAt(t, ns, "apps", "main@sha1:"+a1, s.url, "main@sha1:"+b2)
 	assert.NotEqual(t, field(ours, "status", "artifact", "digest"), field(again, "status", "artifact", "digest"))
+	// What narrow includes did not change: its artifact, made again, is
+	// the same bytes.
+	narrowAgain := includedAt(t, ns, "narrow", "main@sha1:"+a1, s.url, "main@sha1:"+b2)
+	assert.Equal(t, field(narrow, "status", "artifact", "digest"), field(narrowAgain, "status", "artifact", "digest"))
 }
