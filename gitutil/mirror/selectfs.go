@@ -137,10 +137,15 @@ func (f *selectedFS) Open(name string) (fs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d, ok := file.(fs.ReadDirFile); ok {
+	fi, err := file.Stat()
+	if err != nil {
+		_ = file.Close()
+		return nil, err
+	}
+	if d, ok := file.(fs.ReadDirFile); ok && fi.IsDir() {
 		return &selectedDir{ReadDirFile: d, fs: f, name: name}, nil
 	}
-	return file, nil
+	return file, nil // a file as it is: its Seek and ReadAt kept
 }
 
 func (f *selectedFS) Stat(name string) (fs.FileInfo, error) {

@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"io"
 	"io/fs"
 	"strings"
 	"testing"
@@ -101,6 +102,12 @@ func TestSelectionFSRefusesHostileInput(t *testing.T) {
 	require.NoError(t, err)
 	got, err = sel.FS(context.Background(), fstest.MapFS{"a": {Data: []byte("a")}, "b": {Data: []byte("b")}})
 	require.NoError(t, err)
+	f, err := got.Open("a")
+	require.NoError(t, err)
+	_, seeks := f.(io.Seeker)
+	assert.True(t, seeks, "a file is handed as it is")
+	require.NoError(t, f.Close())
+	assert.NoError(t, fstest.TestFS(got, "a", "b"))
 	for _, name := range []string{"../a", "/a", "c"} {
 		_, err := got.Open(name)
 		assert.Error(t, err, name)

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 
+	"github.com/modwatch/modwatch/gitutil/mirror"
 	"github.com/modwatch/modwatch/watcher"
 	"github.com/modwatch/modwatch/watcher/payload"
 )
@@ -69,21 +70,44 @@ func (s *Sink) withIncludes(ctx context.Context, c watcher.Change, repo payload.
 			cleanup()
 		}
 	}()
-	o := newOverlay(c.Root)
+	sel := c.Target.Selection()
+	base, err := sparse(ctx, c.Root, sel)
+	if err != nil {
+		return nil, nil, err
+	}
+	o := newOverlay(base)
+	budget := int64(maxIncludeBytes) // all the includes' bytes together
 	for i, inc := range repo.Includes {
+		if err := inc.Validate(); err != nil {
+			return nil, nil, &includeError{reasonIllegalPath, err}
+		}
 		dir := path.Join(tmp, strconv.Itoa(i))
-		if err := s.unpack(ctx, repo.Namespace, inc, dir); err != nil {
+		if err := s.unpack(ctx, repo.Namespace, inc, dir, &budget); err != nil {
 			return nil, nil, err
 		}
 		if err := o.put(os.DirFS(dir), cleanRel(inc.FromPath), cleanRel(inc.At())); err != nil {
 			return nil, nil, &includeError{reasonCopyFailure, fmt.Errorf("failed to copy '%s' include from %s to %s: %w", inc.Name, inc.FromPath, inc.At(), err)}
 		}
 	}
-	fsys, err = c.Target.Selection().FS(ctx, o)
+	fsys, err = mirror.Selection{Ignore: sel.Ignore, IgnoreFile: sel.IgnoreFile}.FS(ctx, o)
 	if err != nil {
 		return nil, nil, err
 	}
 	return fsys, cleanup, nil
+}
+
+// sparse is what source-controller's checkout of root holds for sel, the
+// tree the includes are put into: sel's Path, narrowed to its Paths
+// (Flux's sparseCheckout), its ignore rules not yet applied (they apply
+// to the includes too).
+func sparse(ctx context.Context, root fs.FS, sel mirror.Selection) (fs.FS, error) {
+	if len(sel.Paths) == 0 {
+		if sel.Path == "" {
+			return root, nil
+		}
+		return fs.Sub(root, sel.Path)
+	}
+	return mirror.Selection{Path: sel.Path, Paths: sel.Paths}.FS(ctx, root)
 }
 
 // cleanRel is p as a path inside a directory, as securejoin reads it:
@@ -98,8 +122,8 @@ func cleanRel(p string) string {
 
 // unpack unpacks the artifact inc names, of the GitRepository inc.Name in
 // namespace ns, into dir: the file of this sink's storage its path names,
-// its digest checked.
-func (s *Sink) unpack(ctx context.Context, ns string, inc payload.GitRepositoryInclude, dir string) error {
+// its digest checked, its bytes taken from budget.
+func (s *Sink) unpack(ctx context.Context, ns string, inc payload.GitRepositoryInclude, dir string, budget *int64) error {
 	objDir, err := objectDir(ns, inc.Name)
 	if err != nil {
 		return &includeError{reasonIllegalPath, err}
@@ -117,7 +141,7 @@ func (s *Sink) unpack(ctx context.Context, ns string, inc payload.GitRepositoryI
 		return fmt.Errorf("fluxartifact: include '%s': its artifact %s is not a regular file", inc.Name, inc.Artifact.Path)
 	}
 	h := sha256.New()
-	if err := untar(ctx, io.TeeReader(f, h), dir); err != nil {
+	if err := untar(ctx, io.TeeReader(f, h), dir, budget); err != nil {
 		return fmt.Errorf("fluxartifact: include '%s': unpacking its artifact: %w", inc.Name, err)
 	}
 	if _, err := io.Copy(h, f); err != nil { // what follows the archive is in the digest too
@@ -130,8 +154,9 @@ func (s *Sink) unpack(ctx context.Context, ns string, inc payload.GitRepositoryI
 }
 
 // untar unpacks a gzipped archive of directories and regular files into
-// dir, which it makes, within the bounds and while ctx lasts.
-func untar(ctx context.Context, r io.Reader, dir string) error {
+// dir, which it makes, within the bounds (its files' bytes taken from
+// budget) and while ctx lasts.
+func untar(ctx context.Context, r io.Reader, dir string, budget *int64) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
@@ -145,7 +170,6 @@ func untar(ctx context.Context, r io.Reader, dir string) error {
 		return err
 	}
 	tr := tar.NewReader(gz)
-	var total int64
 	for n := 0; ; n++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -170,8 +194,8 @@ func untar(ctx context.Context, r io.Reader, dir string) error {
 				return err
 			}
 		case tar.TypeReg:
-			if total += hdr.Size; total > maxIncludeBytes {
-				return fmt.Errorf("more than %d bytes", int64(maxIncludeBytes))
+			if *budget -= hdr.Size; hdr.Size < 0 || *budget < 0 {
+				return fmt.Errorf("more than %d bytes included", int64(maxIncludeBytes))
 			}
 			if err := writeEntry(ctx, root, name, hdr, tr); err != nil {
 				return err

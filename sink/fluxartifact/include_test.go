@@ -186,7 +186,7 @@ func TestAnIncludedArtifactIsPutIn(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	dir := filepath.Join(t.TempDir(), "x")
-	require.NoError(t, untar(context.Background(), f, dir))
+	require.NoError(t, untar(context.Background(), f, dir, ptr(int64(1<<20))))
 	assert.Equal(t, []string{"app.yaml", "vendor/", "vendor/base.yaml", "vendor/more/", "vendor/more/x.yaml"}, listing(t, os.DirFS(dir)))
 	included, _, _ := unstructured.NestedSlice(u.Object, "status", "includedArtifacts")
 	require.Len(t, included, 1)
@@ -262,3 +262,65 @@ func TestAnIncludeUnavailableIsSaidSo(t *testing.T) {
 		assert.True(t, drop("FetchFailed", map[string]any{"status": "True"}))
 	}
 }
+
+// Flux's sparseCheckout narrows the checkout the includes are put into:
+// an include goes where its toPath says, outside the paths too.
+func TestAnIncludeIsPutIntoASparseCheckout(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	s, dyn, art := includeSink(t, archiveOf(t, map[string]string{"base.yaml": "b"}))
+	c := includeChange(art, fstest.MapFS{"app/app.yaml": {Data: []byte("a")}, "other/x": {Data: []byte("x")}, "vendor/y": {Data: []byte("y")}})
+	c.Target.Paths = []string{"app"}
+	require.NoError(t, s.Deliver(context.Background(), c), "vendor/ is not in the sparse checkout: not in the way")
+	u, err := dyn.Resource(gitRepos).Namespace("ns").Get(context.Background(), "app", metav1.GetOptions{})
+	require.NoError(t, err)
+	p, _, _ := unstructured.NestedString(u.Object, "status", "artifact", "path")
+	f, err := os.Open(filepath.Join(s.cfg.Storage, p))
+	require.NoError(t, err)
+	defer f.Close()
+	dir := filepath.Join(t.TempDir(), "x")
+	require.NoError(t, untar(context.Background(), f, dir, ptr(int64(1<<20))))
+	assert.Equal(t, []string{"app/", "app/app.yaml", "vendor/", "vendor/base.yaml"}, listing(t, os.DirFS(dir)))
+}
+
+// A path past its bounds is refused before anything is read or made: a
+// deep toPath would make a directory for each of its elements.
+func TestAnIncludesPathsAreBounded(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	for _, edit := range []func(*payload.GitRepositoryInclude){
+		func(i *payload.GitRepositoryInclude) {
+			i.ToPath = strings.Repeat("a/", payload.MaxIncludePathElems) + "a"
+		},
+		func(i *payload.GitRepositoryInclude) { i.FromPath = strings.Repeat("a", payload.MaxIncludePath+1) },
+		func(i *payload.GitRepositoryInclude) { i.ToPath = "a\x00b" },
+	} {
+		s, _, art := includeSink(t, archiveOf(t, map[string]string{"base.yaml": "b"}))
+		c := includeChange(art, fstest.MapFS{"app.yaml": {Data: []byte("a")}})
+		repo := c.Target.Payload.(payload.GitRepository)
+		edit(&repo.Includes[0])
+		c.Target.Payload = repo
+		err := s.Deliver(context.Background(), c)
+		require.ErrorIs(t, err, payload.ErrInvalid)
+		s.failures.mu.Lock()
+		assert.Equal(t, reasonIllegalPath, s.failures.pending["ns/app"].reason)
+		s.failures.mu.Unlock()
+	}
+}
+
+// The overlay, and a selection of it, are file systems as io/fs has them.
+func TestTheOverlayIsAFileSystem(t *testing.T) {
+	o := newOverlay(fstest.MapFS{"deploy/app.yaml": {Data: []byte("a")}})
+	require.NoError(t, o.put(fstest.MapFS{"sub/orig.yaml": {Data: []byte("b")}}, "sub/orig.yaml", "deploy/renamed.yaml"))
+	require.NoError(t, o.put(fstest.MapFS{"d/x": {Data: []byte("x")}}, "d", "new/dir"))
+	f, err := o.Open("deploy/renamed.yaml")
+	require.NoError(t, err)
+	fi, err := f.Stat()
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	assert.Equal(t, "renamed.yaml", fi.Name())
+	assert.NoError(t, fstest.TestFS(o, "deploy/app.yaml", "deploy/renamed.yaml", "new/dir/x"))
+	sel, err := mirror.Selection{}.FS(context.Background(), o)
+	require.NoError(t, err)
+	assert.NoError(t, fstest.TestFS(sel, "deploy/app.yaml", "deploy/renamed.yaml", "new/dir/x"))
+}
+
+func ptr[T any](v T) *T { return &v }

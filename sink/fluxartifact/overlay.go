@@ -18,6 +18,8 @@ type overlay struct {
 	base   fs.FS
 	points map[string]graft // by the path put at
 	made   map[string]bool  // directories made on the way to a point
+	// kids are the points and directories made, by their parent.
+	kids map[string]map[string]bool
 }
 
 // graft is what is at a point: name in fsys.
@@ -27,7 +29,7 @@ type graft struct {
 }
 
 func newOverlay(base fs.FS) *overlay {
-	return &overlay{base: base, points: map[string]graft{}, made: map[string]bool{}}
+	return &overlay{base: base, points: map[string]graft{}, made: map[string]bool{}, kids: map[string]map[string]bool{}}
 }
 
 var (
@@ -78,10 +80,20 @@ func (o *overlay) put(fsys fs.FS, from, to string) error {
 	}
 	for _, d := range made {
 		o.made[d] = true
+		o.kid(d)
 	}
-	delete(o.made, to)
 	o.points[to] = graft{fsys, from}
+	o.kid(to)
 	return nil
+}
+
+// kid records p in its parent's kids.
+func (o *overlay) kid(p string) {
+	parent := path.Dir(p)
+	if o.kids[parent] == nil {
+		o.kids[parent] = map[string]bool{}
+	}
+	o.kids[parent][p] = true
 }
 
 // replaceable says whether a rename of a directory (or a file) may
@@ -134,15 +146,8 @@ func (o *overlay) route(op, name string) (fsys fs.FS, rel string, err error) {
 // children are the points and the directories made directly in dir.
 func (o *overlay) children(dir string) []string {
 	var out []string
-	for p := range o.points {
-		if path.Dir(p) == dir && p != "." {
-			out = append(out, p)
-		}
-	}
-	for p := range o.made {
-		if path.Dir(p) == dir {
-			out = append(out, p)
-		}
+	for p := range o.kids[dir] {
+		out = append(out, p)
 	}
 	return out
 }
@@ -212,7 +217,11 @@ func (o *overlay) Open(name string) (fs.File, error) {
 			return nil, err
 		}
 		if !fi.IsDir() {
-			return fsys.Open(rel)
+			f, err := fsys.Open(rel)
+			if err != nil {
+				return nil, err
+			}
+			return namedFile{f, path.Base(name)}, nil
 		}
 	}
 	entries, err := o.ReadDir(name)
@@ -233,6 +242,20 @@ type named struct {
 }
 
 func (n named) Name() string { return n.name }
+
+// namedFile is an open file under the name it has in the overlay.
+type namedFile struct {
+	fs.File
+	name string
+}
+
+func (f namedFile) Stat() (fs.FileInfo, error) {
+	fi, err := f.File.Stat()
+	if err != nil {
+		return nil, err
+	}
+	return named{fi, f.name}, nil
+}
 
 // madeDir describes a directory made on the way to a point.
 type madeDir string

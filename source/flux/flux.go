@@ -325,6 +325,10 @@ func (s *Source) targets(ctx context.Context, gvr schema.GroupVersionResource, o
 		}
 	}
 	s.included.set(includedKeys)
+	var cycles map[string]component
+	if s.cfg.Artifacts && len(includedKeys) > 0 {
+		cycles = includeCycles(byKey)
+	}
 	defer func() {
 		for k := range s.apps {
 			if !used[k] {
@@ -337,7 +341,7 @@ func (s *Source) targets(ctx context.Context, gvr schema.GroupVersionResource, o
 		if !ok || u.GetDeletionTimestamp() != nil {
 			continue
 		}
-		t, err := s.target(ctx, gvr, u, used, byKey)
+		t, err := s.target(ctx, gvr, u, used, byKey, cycles)
 		if err != nil {
 			// Named, so wanted: what its sinks did for it stays. Its
 			// payload goes with it, for a sink to say why on the object.
@@ -354,8 +358,8 @@ func (s *Source) targets(ctx context.Context, gvr schema.GroupVersionResource, o
 
 // target reads one GitRepository; nil when there is nothing to watch.
 // objs are the GitRepositories by namespace/name, which its includes are
-// read from.
-func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured, used map[string]bool, objs map[string]*unstructured.Unstructured) (*watcher.Target, error) {
+// read from, and cycles the components of their cycles of includes.
+func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured, used map[string]bool, objs map[string]*unstructured.Unstructured, cycles map[string]component) (*watcher.Target, error) {
 	suspended, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend")
 	url, _, _ := unstructured.NestedString(u.Object, "spec", "url")
 	ep, err := gitutil.ParseURL(url)
@@ -376,7 +380,7 @@ func (s *Source) target(ctx context.Context, gvr schema.GroupVersionResource, u 
 		if interval, timeout, err = artifactSpec(u); err != nil {
 			return nil, refused(reasonUnsupported, true, err)
 		}
-		if incl, err = includes(u, objs); err != nil {
+		if incl, err = includes(u, objs, cycles); err != nil {
 			return nil, err
 		}
 		if !watch {

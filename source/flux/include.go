@@ -3,6 +3,7 @@ package flux
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -31,12 +32,13 @@ var (
 )
 
 // includes reads u's spec.include: each GitRepository included, in u's
-// namespace, with its artifact, as objs (by namespace/name) have it. One
+// namespace, with its artifact, as objs (by namespace/name, u among them)
+// have it, cycles the components of their cycles (includeCycles). One
 // not there or without an artifact yet is Flux's IncludeUnavailable
 // (NotFound, NoArtifact), retried; a key not read, a name missing, or an
 // include that leads back to u, however far, is refused (Stalled): each
 // of its artifacts would hold the last, without end.
-func includes(u *unstructured.Unstructured, objs map[string]*unstructured.Unstructured) ([]payload.GitRepositoryInclude, error) {
+func includes(u *unstructured.Unstructured, objs map[string]*unstructured.Unstructured, cycles map[string]component) ([]payload.GitRepositoryInclude, error) {
 	raw, _, _ := unstructured.NestedSlice(u.Object, "spec", "include")
 	if len(raw) == 0 {
 		return nil, nil
@@ -51,8 +53,8 @@ func includes(u *unstructured.Unstructured, objs map[string]*unstructured.Unstru
 	if err != nil {
 		return nil, refused(reasonUnsupported, true, err)
 	}
-	if path := includeCycle(u, objs); path != nil {
-		return nil, refused(reasonUnsupported, true, fmt.Errorf("flux: spec.include: a cycle: %s", strings.Join(path, " includes ")))
+	if _, on := cycles[u.GetNamespace()+"/"+u.GetName()]; on {
+		return nil, refused(reasonUnsupported, true, cycleError(u.GetNamespace()+"/"+u.GetName(), objs, cycles))
 	}
 	out := make([]payload.GitRepositoryInclude, 0, len(specs))
 	for _, inc := range specs {
@@ -103,46 +105,148 @@ func includeSpecs(raw []any) ([]payload.GitRepositoryInclude, error) {
 		if inc.Name == "" {
 			return nil, fmt.Errorf("flux: spec.include[%d].repository.name is empty", i)
 		}
+		if err := inc.Validate(); err != nil {
+			return nil, fmt.Errorf("flux: spec.include[%d]: %w", i, err)
+		}
 		out = append(out, inc)
 	}
 	return out, nil
 }
 
-// includeCycle returns the names on the way from u back to u through
-// spec.include, or nil when there is none.
-func includeCycle(u *unstructured.Unstructured, objs map[string]*unstructured.Unstructured) []string {
-	ns := u.GetNamespace()
-	seen := map[string]bool{}
-	var visit func(name string, path []string) []string
-	visit = func(name string, path []string) []string {
-		path = append(slices.Clip(path), name)
-		if len(path) > 1 && name == u.GetName() {
-			return path
+// includeNames are the names u's spec.include names, read in place.
+func includeNames(u *unstructured.Unstructured) []string {
+	spec, _ := u.Object["spec"].(map[string]any)
+	raw, _ := spec["include"].([]any)
+	var out []string
+	for _, r := range raw {
+		m, _ := r.(map[string]any)
+		ref, _ := m["repository"].(map[string]any)
+		if n, _ := ref["name"].(string); n != "" {
+			out = append(out, n)
 		}
-		if seen[name] {
-			return nil
+	}
+	return out
+}
+
+// includeCycles finds the GitRepositories of objs (by namespace/name) on
+// a cycle of includes, once for a set: each is mapped to the component
+// of the include graph it is in (Tarjan's strongly connected components,
+// linear in objects and includes); one not on a cycle is not mapped.
+func includeCycles(objs map[string]*unstructured.Unstructured) map[string]component {
+	t := &tarjan{objs: objs, index: map[string]int{}, low: map[string]int{}, on: map[string]bool{}, comp: map[string]component{}}
+	keys := slices.Sorted(maps.Keys(objs))
+	for _, k := range keys {
+		if _, seen := t.index[k]; !seen && len(includeNames(objs[k])) > 0 {
+			t.visit(k)
 		}
-		seen[name] = true
-		dep, ok := objs[ns+"/"+name]
-		if name == u.GetName() {
-			dep, ok = u, true // as it is now
+	}
+	return t.comp
+}
+
+type tarjan struct {
+	objs       map[string]*unstructured.Unstructured
+	next       int
+	index, low map[string]int
+	on         map[string]bool
+	stack      []string
+	comp       map[string]component
+	comps      int
+}
+
+// component is a strongly connected component of the include graph: its
+// number, and how many GitRepositories it holds.
+type component struct{ id, size int }
+
+// edges are the GitRepositories k includes that are there.
+func (t *tarjan) edges(k string) []string {
+	u := t.objs[k]
+	var out []string
+	for _, n := range includeNames(u) {
+		if d := u.GetNamespace() + "/" + n; t.objs[d] != nil {
+			out = append(out, d)
 		}
-		if !ok {
-			return nil
+	}
+	return out
+}
+
+func (t *tarjan) visit(k string) {
+	t.index[k], t.low[k] = t.next, t.next
+	t.next++
+	t.stack = append(t.stack, k)
+	t.on[k] = true
+	self := false
+	for _, d := range t.edges(k) {
+		self = self || d == k
+		if _, seen := t.index[d]; !seen {
+			t.visit(d)
+			t.low[k] = min(t.low[k], t.low[d])
+		} else if t.on[d] {
+			t.low[k] = min(t.low[k], t.index[d])
 		}
-		raw, _, _ := unstructured.NestedSlice(dep.Object, "spec", "include")
-		for _, r := range raw {
-			m, _ := r.(map[string]any)
-			ref, _ := m["repository"].(map[string]any)
-			if n, _ := ref["name"].(string); n != "" {
-				if p := visit(n, path); p != nil {
-					return p
+	}
+	if t.low[k] != t.index[k] {
+		return
+	}
+	i := len(t.stack) - 1
+	for t.stack[i] != k {
+		i--
+	}
+	members := t.stack[i:]
+	t.stack = t.stack[:i]
+	for _, m := range members {
+		t.on[m] = false
+	}
+	if len(members) > 1 || self {
+		t.comps++
+		for _, m := range members {
+			t.comp[m] = component{t.comps, len(members)}
+		}
+	}
+}
+
+// cycleError says the cycle key is on: the way round, or, on a
+// component of more than maxCycleWay, its size (finding each member's
+// way would cost the square of it).
+func cycleError(key string, objs map[string]*unstructured.Unstructured, cycles map[string]component) error {
+	if n := cycles[key].size; n > maxCycleWay {
+		return fmt.Errorf("flux: spec.include: a cycle: %s is one of %d GitRepositories that include each other", objs[key].GetName(), n)
+	}
+	return fmt.Errorf("flux: spec.include: a cycle: %s", strings.Join(cyclePath(key, objs, cycles), " includes "))
+}
+
+// maxCycleWay is the largest cycle a refusal names the way round of.
+const maxCycleWay = 16
+
+// cyclePath is a way from key back to itself through the includes of
+// its component (comp), as names.
+func cyclePath(key string, objs map[string]*unstructured.Unstructured, comp map[string]component) []string {
+	from := map[string]string{}
+	queue := []string{key}
+	for len(queue) > 0 {
+		k := queue[0]
+		queue = queue[1:]
+		u := objs[k]
+		for _, n := range includeNames(u) {
+			d := u.GetNamespace() + "/" + n
+			if comp[d] != comp[key] {
+				continue
+			}
+			if d == key { // back: the way, reversed
+				way := []string{objs[key].GetName()}
+				for at := k; at != key; at = from[at] {
+					way = append(way, objs[at].GetName())
 				}
+				way = append(way, objs[key].GetName())
+				slices.Reverse(way)
+				return way
+			}
+			if _, seen := from[d]; !seen {
+				from[d] = k
+				queue = append(queue, d)
 			}
 		}
-		return nil
 	}
-	return visit(u.GetName(), nil)
+	return nil
 }
 
 // included are the GitRepositories some other includes, by
@@ -166,13 +270,8 @@ func (i *included) has(key string) bool {
 
 // includedBy adds to keys the GitRepositories u includes.
 func includedBy(u *unstructured.Unstructured, keys map[string]bool) {
-	raw, _, _ := unstructured.NestedSlice(u.Object, "spec", "include")
-	for _, r := range raw {
-		m, _ := r.(map[string]any)
-		ref, _ := m["repository"].(map[string]any)
-		if n, _ := ref["name"].(string); n != "" {
-			keys[u.GetNamespace()+"/"+n] = true
-		}
+	for _, n := range includeNames(u) {
+		keys[u.GetNamespace()+"/"+n] = true
 	}
 }
 

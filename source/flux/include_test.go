@@ -2,7 +2,11 @@ package flux
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"testing"
+
+	"strings"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -46,6 +50,11 @@ func TestIncludes(t *testing.T) {
 	add(gitRepo("c", []any{inc("a")}, art))
 	add(gitRepo("d", []any{inc("c")}, art)) // leads into a cycle it is not on
 
+	includes := func(u *unstructured.Unstructured, objs map[string]*unstructured.Unstructured) ([]payload.GitRepositoryInclude, error) {
+		all := maps.Clone(objs)
+		all["ns/"+u.GetName()] = u // as the set has it
+		return includes(u, all, includeCycles(all))
+	}
 	got, err := includes(add(gitRepo("app", []any{inc("base", "fromPath", "deploy", "toPath", "vendor/base"), inc("base")}, nil)), objs)
 	require.NoError(t, err)
 	want := payload.Artifact{Path: art["path"].(string), URL: art["url"].(string), Revision: "main@sha1:abc", Digest: "sha256:def",
@@ -107,4 +116,37 @@ func TestANewArtifactIncludedIsNews(t *testing.T) {
 	assert.True(t, s.newArtifactIncluded(gitRepo("base", nil, nil), gitRepo("base", nil, art("2"))), "a first artifact")
 	assert.False(t, s.newArtifactIncluded(gitRepo("base", nil, art("1")), gitRepo("base", nil, art("1"))))
 	assert.False(t, s.newArtifactIncluded(gitRepo("other", nil, art("1")), gitRepo("other", nil, art("2"))))
+}
+
+// Cycles are found in one pass over a set: a chain of thousands of
+// includes, and a cycle of thousands, each GitRepository on the cycle
+// refused with the way round, and those leading into it not.
+func TestIncludeCyclesOfALargeSet(t *testing.T) {
+	const n = 3000
+	objs := map[string]*unstructured.Unstructured{}
+	name := func(kind string, i int) string { return fmt.Sprintf("%s%d", kind, i) }
+	for i := range n {
+		var chain, ring []any
+		if i+1 < n {
+			chain = []any{inc(name("chain", i+1))}
+		}
+		ring = []any{inc(name("ring", (i+1)%n))}
+		objs["ns/"+name("chain", i)] = gitRepo(name("chain", i), chain, map[string]any{"path": "p"})
+		objs["ns/"+name("ring", i)] = gitRepo(name("ring", i), ring, map[string]any{"path": "p"})
+	}
+	objs["ns/into"] = gitRepo("into", []any{inc("ring0")}, map[string]any{"path": "p"})
+	cycles := includeCycles(objs)
+	assert.Len(t, cycles, n, "the ring's, only")
+	for k, u := range objs {
+		_, err := includes(u, objs, cycles)
+		if strings.HasPrefix(k, "ns/ring") {
+			require.ErrorContains(t, err, "a cycle: "+u.GetName()+" is one of 3000 GitRepositories that include each other")
+			continue
+		}
+		require.NoError(t, err, k)
+	}
+	way := cyclePath("ns/ring7", objs, cycles)
+	require.Len(t, way, n+1)
+	assert.Equal(t, []string{"ring7", "ring8"}, way[:2])
+	assert.Equal(t, "ring7", way[n])
 }

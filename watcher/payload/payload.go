@@ -3,6 +3,7 @@ package payload
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/modwatch/modwatch/watcher"
@@ -177,6 +178,26 @@ type GitRepositoryInclude struct {
 	ToPath string `json:"toPath,omitempty"`
 	// Artifact is the included GitRepository's status.artifact.
 	Artifact Artifact `json:"artifact"`
+}
+
+// MaxIncludePath bounds an include's FromPath and ToPath: each element
+// of one is a directory that reading or making it walks.
+const (
+	MaxIncludePath      = 1024 // bytes
+	MaxIncludePathElems = 64
+)
+
+// Validate says what is wrong with i, naming the field.
+func (i GitRepositoryInclude) Validate() error {
+	if i.Name == "" {
+		return fmt.Errorf("%w: include: repository.name is empty", ErrInvalid)
+	}
+	for field, p := range map[string]string{"fromPath": i.FromPath, "toPath": i.ToPath} {
+		if len(p) > MaxIncludePath || strings.Count(p, "/") >= MaxIncludePathElems || strings.ContainsRune(p, 0) {
+			return fmt.Errorf("%w: include '%s': %s is longer than %d bytes or %d elements, or holds a NUL byte", ErrInvalid, i.Name, field, MaxIncludePath, MaxIncludePathElems)
+		}
+	}
+	return nil
 }
 
 // At is where the include goes: ToPath, or Name when it is "".
