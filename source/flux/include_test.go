@@ -90,6 +90,8 @@ func TestIncludes(t *testing.T) {
 		{gitRepo("x", []any{map[string]any{"repository": map[string]any{"name": "base", "namespace": "other"}}}, nil), reasonUnsupported, true, "spec.include[0].repository.namespace is not served"},
 		{gitRepo("x", []any{"base"}, nil), reasonUnsupported, true, "spec.include[0] is not an object"},
 		{gitRepo("x", many, nil), reasonUnsupported, true, "at most 32"},
+		{gitRepo("x", []any{inc("base", "toPath", strings.Repeat("a/", 64)+"a")}, nil), reasonUnsupported, true, "toPath is longer than"},
+		{gitRepo("x", []any{inc("base", "fromPath", strings.Repeat("a", 1025))}, nil), reasonUnsupported, true, "fromPath is longer than"},
 	} {
 		_, err := includes(tc.u, objs)
 		var ge *payload.GitRepositoryError
