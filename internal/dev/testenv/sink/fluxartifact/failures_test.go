@@ -66,7 +66,8 @@ func clearStatus(t *testing.T, ns, name string) {
 // is stopped, their statuses are emptied, and the sink fails them again.
 // A ref that is not there is retried, with the failed fetch's reason; an
 // URL that cannot be parsed, and a tag verification of a branch, are
-// Stalled with Flux's reasons; a Secret not there is retried. One
+// Stalled with Flux's reasons; a Secret not there is retried, and so is
+// an include of a GitRepository not there. One
 // difference is the sink's: a semver that is not a range is Stalled
 // (only a change of the spec clears it; source-controller tries it again
 // and again), and it is served once the spec is fixed.
@@ -88,7 +89,8 @@ func TestFailuresAreSourceControllers(t *testing.T) {
 	create("nosecret", repo.URL(), main, map[string]any{"secretRef": map[string]any{"name": "missing"}})
 	create("tagmode", repo.URL(), main, map[string]any{"verify": map[string]any{"mode": "Tag", "secretRef": map[string]any{"name": "keys"}}})
 	create("semver", repo.URL(), map[string]any{"semver": "not a range"}, nil)
-	names := []string{"nobranch", "badurl", "nosecret", "tagmode"}
+	create("noinclude", repo.URL(), main, map[string]any{"include": []any{map[string]any{"repository": map[string]any{"name": "gone"}}}})
+	names := []string{"nobranch", "badurl", "nosecret", "tagmode", "noinclude"}
 	theirs := conditionsOf(t, ns, append(names, "semver")...)
 	sc.Stop()
 	for _, name := range append(names, "semver") {
@@ -104,6 +106,7 @@ func TestFailuresAreSourceControllers(t *testing.T) {
 	assert.Equal(t, "True InvalidVerificationMode", ours["tagmode"]["Stalled"])
 	assert.NotContains(t, ours["nobranch"], "Stalled", "retried: the branch may come")
 	assert.Equal(t, "True ProgressingWithRetry", ours["nosecret"]["Reconciling"], "retried: the Secret may come")
+	assert.Equal(t, "True NotFound", ours["noinclude"]["IncludeUnavailable"], "retried: the GitRepository may come")
 
 	assert.Equal(t, "False GitOperationFailed", theirs["semver"]["Ready"])
 	assert.NotContains(t, theirs["semver"], "Stalled", "source-controller tries it again")
