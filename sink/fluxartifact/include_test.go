@@ -179,15 +179,8 @@ func TestAnIncludedArtifactIsPutIn(t *testing.T) {
 	t.Setenv("TMPDIR", tmp)
 	s, dyn, art := includeSink(t, archiveOf(t, map[string]string{"base.yaml": "b", "more/": "", "more/x.yaml": "x"}))
 	require.NoError(t, s.Deliver(context.Background(), includeChange(art, fstest.MapFS{"app.yaml": {Data: []byte("a")}})))
-	u, err := dyn.Resource(gitRepos).Namespace("ns").Get(context.Background(), "app", metav1.GetOptions{})
-	require.NoError(t, err)
-	p, _, _ := unstructured.NestedString(u.Object, "status", "artifact", "path")
-	f, err := os.Open(filepath.Join(s.cfg.Storage, p))
-	require.NoError(t, err)
-	defer f.Close()
-	dir := filepath.Join(t.TempDir(), "x")
-	require.NoError(t, untar(context.Background(), f, dir, ptr(int64(1<<20))))
-	assert.Equal(t, []string{"app.yaml", "vendor/", "vendor/base.yaml", "vendor/more/", "vendor/more/x.yaml"}, listing(t, os.DirFS(dir)))
+	u, files := stored(t, s, dyn)
+	assert.Equal(t, []string{"app.yaml", "vendor/", "vendor/base.yaml", "vendor/more/", "vendor/more/x.yaml"}, files)
 	included, _, _ := unstructured.NestedSlice(u.Object, "status", "includedArtifacts")
 	require.Len(t, included, 1)
 	assert.Equal(t, art.Digest, included[0].(map[string]any)["digest"])
@@ -271,15 +264,8 @@ func TestAnIncludeIsPutIntoASparseCheckout(t *testing.T) {
 	c := includeChange(art, fstest.MapFS{"app/app.yaml": {Data: []byte("a")}, "other/x": {Data: []byte("x")}, "vendor/y": {Data: []byte("y")}})
 	c.Target.Paths = []string{"app"}
 	require.NoError(t, s.Deliver(context.Background(), c), "vendor/ is not in the sparse checkout: not in the way")
-	u, err := dyn.Resource(gitRepos).Namespace("ns").Get(context.Background(), "app", metav1.GetOptions{})
-	require.NoError(t, err)
-	p, _, _ := unstructured.NestedString(u.Object, "status", "artifact", "path")
-	f, err := os.Open(filepath.Join(s.cfg.Storage, p))
-	require.NoError(t, err)
-	defer f.Close()
-	dir := filepath.Join(t.TempDir(), "x")
-	require.NoError(t, untar(context.Background(), f, dir, ptr(int64(1<<20))))
-	assert.Equal(t, []string{"app/", "app/app.yaml", "vendor/", "vendor/base.yaml"}, listing(t, os.DirFS(dir)))
+	_, files := stored(t, s, dyn)
+	assert.Equal(t, []string{"app/", "app/app.yaml", "vendor/", "vendor/base.yaml"}, files)
 }
 
 // A path past its bounds is refused before anything is read or made: a
@@ -324,3 +310,17 @@ func TestTheOverlayIsAFileSystem(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// stored is ns/app, and what its artifact holds.
+func stored(t *testing.T, s *Sink, dyn *dynfake.FakeDynamicClient) (*unstructured.Unstructured, []string) {
+	t.Helper()
+	u, err := dyn.Resource(gitRepos).Namespace("ns").Get(context.Background(), "app", metav1.GetOptions{})
+	require.NoError(t, err)
+	p, _, _ := unstructured.NestedString(u.Object, "status", "artifact", "path")
+	f, err := os.Open(filepath.Join(s.cfg.Storage, p))
+	require.NoError(t, err)
+	defer f.Close()
+	dir := filepath.Join(t.TempDir(), "x")
+	require.NoError(t, untar(context.Background(), f, dir, ptr(int64(1<<20))))
+	return u, listing(t, os.DirFS(dir))
+}
