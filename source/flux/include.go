@@ -24,12 +24,14 @@ const (
 // read whole at every delivery.
 const maxIncludes = 32
 
-// includeKeys are the keys of one spec.include entry, and of its
-// repository.
-var (
-	includeKeys    = []string{"repository", "fromPath", "toPath"}
-	includeRefKeys = []string{"name"}
-)
+// includeKeys are the keys of one spec.include entry (what is ""), or
+// of its repository ("repository.").
+func includeKeys(what string) []string {
+	if what == "" {
+		return []string{"repository", "fromPath", "toPath"}
+	}
+	return []string{"name"}
+}
 
 // includes reads u's spec.include: each GitRepository included, in u's
 // namespace, with its artifact, as objs (by namespace/name, u among them)
@@ -87,13 +89,13 @@ func includeSpecs(raw []any) ([]payload.GitRepositoryInclude, error) {
 			return nil, fmt.Errorf("flux: spec.include[%d] is not an object", i)
 		}
 		ref, _ := m["repository"].(map[string]any)
-		for what, keys := range map[string][]string{"": includeKeys, "repository.": includeRefKeys} {
+		for _, what := range []string{"", "repository."} {
 			obj := m
 			if what != "" {
 				obj = ref
 			}
 			for k := range obj {
-				if !slices.Contains(keys, k) {
+				if !slices.Contains(includeKeys(what), k) {
 					return nil, fmt.Errorf("flux: spec.include[%d].%s%s is not served", i, what, k)
 				}
 			}
