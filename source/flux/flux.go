@@ -316,19 +316,7 @@ func (s *Source) changed(old, cur any) {
 func (s *Source) targets(ctx context.Context, gvr schema.GroupVersionResource, objs []any) []watcher.Target {
 	var out []watcher.Target
 	used := map[string]bool{}
-	byKey := make(map[string]*unstructured.Unstructured, len(objs))
-	includedKeys := map[string]bool{}
-	for _, o := range objs {
-		if u, ok := o.(*unstructured.Unstructured); ok && u.GetDeletionTimestamp() == nil {
-			byKey[u.GetNamespace()+"/"+u.GetName()] = u
-			includedBy(u, includedKeys)
-		}
-	}
-	s.included.set(includedKeys)
-	var cycles map[string]component
-	if s.cfg.Artifacts && len(includedKeys) > 0 {
-		cycles = includeCycles(byKey)
-	}
+	byKey, cycles := s.includeIndex(objs)
 	defer func() {
 		for k := range s.apps {
 			if !used[k] {

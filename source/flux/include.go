@@ -287,3 +287,26 @@ func (s *Source) newArtifactIncluded(old, cur *unstructured.Unstructured) bool {
 	}
 	return s.included.has(cur.GetNamespace() + "/" + cur.GetName())
 }
+
+// includeIndex is what the targets of objs read their includes from, for
+// a program that serves artifacts (nil otherwise, and when none
+// includes another): the GitRepositories by namespace/name, and the
+// components of their cycles of includes. It notes which are included.
+func (s *Source) includeIndex(objs []any) (map[string]*unstructured.Unstructured, map[string]component) {
+	if !s.cfg.Artifacts {
+		return nil, nil
+	}
+	byKey := make(map[string]*unstructured.Unstructured, len(objs))
+	keys := map[string]bool{}
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok && u.GetDeletionTimestamp() == nil {
+			byKey[u.GetNamespace()+"/"+u.GetName()] = u
+			includedBy(u, keys)
+		}
+	}
+	s.included.set(keys)
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	return byKey, includeCycles(byKey)
+}
