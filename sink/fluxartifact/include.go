@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"strconv"
 
@@ -81,7 +82,7 @@ func (s *Sink) withIncludes(ctx context.Context, c watcher.Change, repo payload.
 		if err := inc.Validate(); err != nil {
 			return nil, nil, &includeError{reasonIllegalPath, err}
 		}
-		dir := path.Join(tmp, strconv.Itoa(i))
+		dir := filepath.Join(tmp, strconv.Itoa(i))
 		if err := s.unpack(ctx, repo.Namespace, inc, dir, &budget); err != nil {
 			return nil, nil, err
 		}
