@@ -21,7 +21,7 @@ const maxSelectFSEntries = 1 << 22
 // commit's tree, the ignore files read from fsys, regular files only.
 // The walk is done here, once, within the selection's budget and ctx;
 // the result reads fsys for the entries kept and implements
-// fs.ReadDirFS and fs.StatFS.
+// fs.ReadDirFS, fs.StatFS and fs.ReadLinkFS.
 func (s Selection) FS(ctx context.Context, fsys fs.FS) (fs.FS, error) {
 	sel, err := s.compile()
 	if err != nil {
@@ -115,9 +115,24 @@ type selectedFS struct {
 }
 
 var (
-	_ fs.ReadDirFS = (*selectedFS)(nil)
-	_ fs.StatFS    = (*selectedFS)(nil)
+	_ fs.ReadDirFS  = (*selectedFS)(nil)
+	_ fs.StatFS     = (*selectedFS)(nil)
+	_ fs.ReadLinkFS = (*selectedFS)(nil)
 )
+
+func (f *selectedFS) Lstat(name string) (fs.FileInfo, error) {
+	if err := f.check("lstat", name); err != nil {
+		return nil, err
+	}
+	return fs.Lstat(f.fsys, name)
+}
+
+func (f *selectedFS) ReadLink(name string) (string, error) {
+	if err := f.check("readlink", name); err != nil {
+		return "", err
+	}
+	return fs.ReadLink(f.fsys, name)
+}
 
 func (f *selectedFS) check(op, name string) error {
 	if !fs.ValidPath(name) {

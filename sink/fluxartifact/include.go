@@ -77,13 +77,13 @@ func (s *Sink) withIncludes(ctx context.Context, c watcher.Change, repo payload.
 		return nil, nil, err
 	}
 	o := newOverlay(base)
-	budget := int64(maxIncludeBytes) // all the includes' bytes together
+	budget := &unpackBudget{bytes: maxIncludeBytes, entries: maxIncludeEntries} // all the includes' together
 	for i, inc := range repo.Includes {
 		if err := inc.Validate(); err != nil {
 			return nil, nil, &includeError{reasonIllegalPath, err}
 		}
 		dir := filepath.Join(tmp, strconv.Itoa(i))
-		if err := s.unpack(ctx, repo.Namespace, inc, dir, &budget); err != nil {
+		if err := s.unpack(ctx, repo.Namespace, inc, dir, budget); err != nil {
 			return nil, nil, err
 		}
 		if err := o.put(os.DirFS(dir), cleanRel(inc.FromPath), cleanRel(inc.At())); err != nil {
@@ -124,7 +124,7 @@ func cleanRel(p string) string {
 // unpack unpacks the artifact inc names, of the GitRepository inc.Name in
 // namespace ns, into dir: the file of this sink's storage its path names,
 // its digest checked, its bytes taken from budget.
-func (s *Sink) unpack(ctx context.Context, ns string, inc payload.GitRepositoryInclude, dir string, budget *int64) error {
+func (s *Sink) unpack(ctx context.Context, ns string, inc payload.GitRepositoryInclude, dir string, budget *unpackBudget) error {
 	objDir, err := objectDir(ns, inc.Name)
 	if err != nil {
 		return &includeError{reasonIllegalPath, err}
@@ -154,10 +154,12 @@ func (s *Sink) unpack(ctx context.Context, ns string, inc payload.GitRepositoryI
 	return nil
 }
 
+// unpackBudget is what unpacking may still write: bytes and entries.
+type unpackBudget struct{ bytes, entries int64 }
+
 // untar unpacks a gzipped archive of directories and regular files into
-// dir, which it makes, within the bounds (its files' bytes taken from
-// budget) and while ctx lasts.
-func untar(ctx context.Context, r io.Reader, dir string, budget *int64) error {
+// dir, which it makes, within budget and while ctx lasts.
+func untar(ctx context.Context, r io.Reader, dir string, budget *unpackBudget) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
@@ -171,7 +173,7 @@ func untar(ctx context.Context, r io.Reader, dir string, budget *int64) error {
 		return err
 	}
 	tr := tar.NewReader(gz)
-	for n := 0; ; n++ {
+	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -186,8 +188,11 @@ func untar(ctx context.Context, r io.Reader, dir string, budget *int64) error {
 		if name == "." && hdr.Typeflag == tar.TypeDir {
 			continue // the root, as source-controller archives it
 		}
-		if n >= maxIncludeEntries || !fs.ValidPath(name) || name == "." {
-			return fmt.Errorf("entry %q: not a path inside the archive, or more than %d entries", hdr.Name, maxIncludeEntries)
+		if budget.entries--; budget.entries < 0 {
+			return fmt.Errorf("more than %d entries included", maxIncludeEntries)
+		}
+		if !fs.ValidPath(name) || name == "." {
+			return fmt.Errorf("entry %q: not a path inside the archive", hdr.Name)
 		}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
@@ -195,7 +200,7 @@ func untar(ctx context.Context, r io.Reader, dir string, budget *int64) error {
 				return err
 			}
 		case tar.TypeReg:
-			if *budget -= hdr.Size; hdr.Size < 0 || *budget < 0 {
+			if budget.bytes -= hdr.Size; hdr.Size < 0 || budget.bytes < 0 {
 				return fmt.Errorf("more than %d bytes included", int64(maxIncludeBytes))
 			}
 			if err := writeEntry(ctx, root, name, hdr, tr); err != nil {

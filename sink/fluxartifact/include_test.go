@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -70,26 +71,29 @@ func TestAnIncludeIsPutWhereARenameWouldPutIt(t *testing.T) {
 	require.NoError(t, o.put(includedTree(), ".", "vendor/base"))
 	require.NoError(t, o.put(includedTree(), "a.yaml", "README.md"), "a file replaces a file")
 	require.NoError(t, o.put(fstest.MapFS{"empty": {Mode: fs.ModeDir | 0o755}}, "empty", "vendor/empty"))
-	require.NoError(t, o.put(includedTree(), "sub", "vendor/empty"), "a directory replaces an empty one")
+	require.ErrorIs(t, o.put(includedTree(), "sub", "vendor/empty"), fs.ErrExist, "not even an empty directory is replaced, as by Go's os.Rename")
 	sel := mirror.Selection{Ignore: []string{"/link"}, IgnoreFile: ".sourceignore"}
 	got, err := sel.FS(context.Background(), o)
 	require.NoError(t, err)
 	assert.Equal(t, []string{
 		"README.md", "deploy/", "deploy/app.yaml",
 		"vendor/", "vendor/base/", "vendor/base/.sourceignore", "vendor/base/a.yaml", "vendor/base/sub/", "vendor/base/sub/b.yaml",
-		"vendor/empty/", "vendor/empty/b.yaml", "vendor/empty/c.skip",
+		"vendor/empty/",
 	}, listing(t, got), "the included .sourceignore hides in its own folder only")
 	data, err := fs.ReadFile(got, "README.md")
 	require.NoError(t, err)
 	assert.Equal(t, "a", string(data))
 
 	for _, tc := range []struct{ from, to, err string }{
-		{".", "deploy", "directory not empty"},
-		{".", ".", "directory not empty"},
-		{".", ".git", "directory not empty"},
-		{".", "vendor/base", "directory not empty"},
+		{".", "deploy", "file already exists"},
+		{".", ".", "file already exists"},
+		{".", ".git", "file already exists"},
+		{".", "vendor/base", "file already exists"},
+		{".", "vendor", "file already exists"},
 		{".", "README.md", "not a directory"},
-		{"a.yaml", "deploy", "is a directory"},
+		{"a.yaml", "deploy", "file already exists"},
+		{"a.yaml", "vendor/base/a.yaml", ""},
+		{".", "vendor/base/a.yaml/x", "not a directory"},
 		{".", "README.md/x", "not a directory"},
 		{".", "link/x", "symbolic link"},
 		{"a.yaml", "link", "symbolic link"},
@@ -97,7 +101,15 @@ func TestAnIncludeIsPutWhereARenameWouldPutIt(t *testing.T) {
 	} {
 		o := newOverlay(includeBase())
 		require.NoError(t, o.put(includedTree(), ".", "vendor/base"))
-		assert.ErrorContains(t, o.put(includedTree(), tc.from, tc.to), tc.err, "%s to %s", tc.from, tc.to)
+		err := o.put(includedTree(), tc.from, tc.to)
+		if tc.err == "" {
+			assert.NoError(t, err, "%s to %s", tc.from, tc.to)
+			continue
+		}
+		assert.ErrorContains(t, err, tc.err, "%s to %s", tc.from, tc.to)
+		if !strings.Contains(tc.to, "link") && tc.to != ".git" {
+			assert.Equal(t, renameOnDisk(t, includeBase(), tc.from, tc.to) != nil, err != nil, "as on disk: %s to %s", tc.from, tc.to)
+		}
 	}
 	for _, name := range []string{"../x", "/x", "vendor/../x"} {
 		_, err := o.Open(name)
@@ -217,7 +229,7 @@ func TestAnIncludedArtifactIsChecked(t *testing.T) {
 		{"too large", rawArchive(t, tar.Header{Name: "x", Typeflag: tar.TypeReg, Size: maxIncludeBytes + 1, Mode: 0o600}), nil, nil, "more than", reasonCopyFailure},
 		{"twice the same name", rawArchive(t, tar.Header{Name: "x", Typeflag: tar.TypeReg, Size: 1, Mode: 0o600}, tar.Header{Name: "x", Typeflag: tar.TypeReg, Size: 1, Mode: 0o600}), nil, nil, "file exists", reasonCopyFailure},
 		{"not gzip", []byte("not an archive"), nil, nil, "gzip", reasonCopyFailure},
-		{"in the way", good, nil, root, "directory not empty", reasonCopyFailure},
+		{"in the way", good, nil, root, "file already exists", reasonCopyFailure},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _, art := includeSink(t, tc.data)
@@ -309,8 +321,6 @@ func TestTheOverlayIsAFileSystem(t *testing.T) {
 	assert.NoError(t, fstest.TestFS(sel, "deploy/app.yaml", "deploy/renamed.yaml", "new/dir/x"))
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // stored is ns/app, and what its artifact holds.
 func stored(t *testing.T, s *Sink, dyn *dynfake.FakeDynamicClient) (*unstructured.Unstructured, []string) {
 	t.Helper()
@@ -321,6 +331,75 @@ func stored(t *testing.T, s *Sink, dyn *dynfake.FakeDynamicClient) (*unstructure
 	require.NoError(t, err)
 	defer f.Close()
 	dir := filepath.Join(t.TempDir(), "x")
-	require.NoError(t, untar(context.Background(), f, dir, ptr(int64(1<<20))))
+	require.NoError(t, untar(context.Background(), f, dir, &unpackBudget{bytes: 1 << 20, entries: 1 << 10}))
 	return u, listing(t, os.DirFS(dir))
+}
+
+// renameOnDisk does what source-controller does on disk: base written out
+// as a checkout, with includedTree put at vendor/base first, then from
+// (of includedTree, unpacked) at to, with os.MkdirAll and os.Rename.
+func renameOnDisk(t *testing.T, base fstest.MapFS, from, to string) error {
+	t.Helper()
+	disk := t.TempDir()
+	write := func(dir string, m fstest.MapFS) {
+		for name, f := range m {
+			if f.Mode&fs.ModeSymlink != 0 {
+				continue
+			}
+			p := filepath.Join(disk, dir, name)
+			require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+			require.NoError(t, os.WriteFile(p, f.Data, 0o644))
+		}
+	}
+	write("checkout", base)
+	write("first", includedTree())
+	write("second", includedTree())
+	checkout := filepath.Join(disk, "checkout")
+	require.NoError(t, os.MkdirAll(filepath.Join(checkout, "vendor"), 0o755))
+	require.NoError(t, os.Rename(filepath.Join(disk, "first"), filepath.Join(checkout, "vendor/base")))
+	dst := filepath.Join(checkout, to)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return os.Rename(filepath.Join(disk, "second", from), dst)
+}
+
+// One budget is shared by all the includes of a delivery: entries and
+// bytes of one are not there for the next.
+func TestTheIncludesShareABudget(t *testing.T) {
+	archive := rawArchive(t, tar.Header{Name: "d", Typeflag: tar.TypeDir, Mode: 0o700}, tar.Header{Name: "d/f", Typeflag: tar.TypeReg, Size: 10, Mode: 0o600})
+	for _, tc := range []struct {
+		budget unpackBudget
+		err    string
+	}{
+		{unpackBudget{bytes: 20, entries: 4}, ""},
+		{unpackBudget{bytes: 20, entries: 3}, "entries included"},
+		{unpackBudget{bytes: 19, entries: 4}, "bytes included"},
+	} {
+		b := tc.budget
+		var err error
+		for i := range 2 {
+			if err = untar(context.Background(), bytes.NewReader(archive), filepath.Join(t.TempDir(), strconv.Itoa(i)), &b); err != nil {
+				break
+			}
+		}
+		if tc.err == "" {
+			assert.NoError(t, err, "%+v", tc.budget)
+			continue
+		}
+		assert.ErrorContains(t, err, tc.err, "%+v", tc.budget)
+	}
+}
+
+// A link in a sparse checkout is a link still: an include is not put
+// through it, as in the whole checkout.
+func TestASparseCheckoutKeepsItsLinks(t *testing.T) {
+	root := fstest.MapFS{"app/app.yaml": {Data: []byte("a")}, "app/dir/y": {Data: []byte("y")},
+		"app/link": {Data: []byte("dir"), Mode: fs.ModeSymlink}}
+	inc := fstest.MapFS{"x": {Data: []byte("x")}}
+	for _, sel := range []mirror.Selection{{}, {Paths: []string{"app"}}} {
+		base, err := sparse(context.Background(), root, sel)
+		require.NoError(t, err)
+		assert.ErrorContains(t, newOverlay(base).put(inc, "x", "app/link/x"), "symbolic link", "%+v", sel)
+	}
 }

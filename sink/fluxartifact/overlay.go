@@ -39,25 +39,25 @@ var (
 
 // Errors of put, as a rename says them.
 var (
-	errNotEmpty = errors.New("directory not empty")
-	errNotDir   = errors.New("not a directory")
-	errIsDir    = errors.New("is a directory")
-	errLink     = errors.New("a symbolic link (not followed here)")
+	errNotDir = errors.New("not a directory")
+	errIsDir  = errors.New("is a directory")
+	errLink   = errors.New("a symbolic link (not followed here)")
 )
 
-// put puts from, of fsys, at to, as renaming it there would: the
-// directories on the way are made; what is at to is replaced when it is
-// a file and from is one, or an empty directory and from is a directory;
-// anything else fails. A symbolic link on the way or at to is refused
-// (source-controller's securejoin would follow it, inside the checkout).
-// A checkout's root, and its .git, are never empty.
+// put puts from, of fsys, at to, as source-controller's os.Rename puts
+// it there: the directories on the way are made; a file at to is
+// replaced by a file; a directory at to, empty or not, is never replaced
+// (Go's os.Rename fails with "file exists" there); anything else fails.
+// A symbolic link on the way or at to is refused (source-controller's
+// securejoin would follow it, inside the checkout). A checkout's root,
+// and its .git, are directories.
 func (o *overlay) put(fsys fs.FS, from, to string) error {
 	src, err := fs.Stat(fsys, from)
 	if err != nil {
 		return err
 	}
 	if to == "." || to == ".git" {
-		return &fs.PathError{Op: "rename", Path: to, Err: errNotEmpty}
+		return &fs.PathError{Op: "rename", Path: to, Err: fs.ErrExist}
 	}
 	elems := strings.Split(to, "/")
 	var made []string
@@ -97,7 +97,7 @@ func (o *overlay) kid(p string) {
 }
 
 // replaceable says whether a rename of a directory (or a file) may
-// replace what is at to.
+// replace what is at to: only a file by a file.
 func (o *overlay) replaceable(to string, dir bool) error {
 	fi, err := o.lstat(to)
 	switch {
@@ -107,18 +107,10 @@ func (o *overlay) replaceable(to string, dir bool) error {
 		return err
 	case fi.Mode()&fs.ModeSymlink != 0:
 		return &fs.PathError{Op: "rename", Path: to, Err: errLink}
-	case fi.IsDir() && !dir:
-		return &fs.PathError{Op: "rename", Path: to, Err: errIsDir}
-	case !fi.IsDir() && dir:
-		return &fs.PathError{Op: "rename", Path: to, Err: errNotDir}
+	case fi.IsDir():
+		return &fs.PathError{Op: "rename", Path: to, Err: fs.ErrExist}
 	case dir:
-		entries, err := o.ReadDir(to)
-		if err != nil {
-			return err
-		}
-		if len(entries) > 0 {
-			return &fs.PathError{Op: "rename", Path: to, Err: errNotEmpty}
-		}
+		return &fs.PathError{Op: "rename", Path: to, Err: errNotDir}
 	}
 	return nil
 }

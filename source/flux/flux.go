@@ -74,6 +74,9 @@ type Source struct {
 
 	// included are the GitRepositories others include (Config.Artifacts).
 	included included
+	// store is the informer's, read by the goroutine that builds
+	// targets: what an included GitRepository is now.
+	store cache.Store
 
 	// apps are the GitHub App resolvers of `provider: github`, by Secret,
 	// kept while the Secret is unchanged so that a token lives its hour;
@@ -189,6 +192,7 @@ func (s *Source) watch(ctx context.Context, gvr schema.GroupVersionResource, upd
 	if err != nil {
 		return err
 	}
+	s.store = inf.GetStore()
 	ctx, cancel := context.WithCancel(ctx)
 	factory.Start(ctx.Done())
 	defer func() {

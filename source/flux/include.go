@@ -41,7 +41,10 @@ func includeKeys(what string) []string {
 // include that leads back to u, however far, is refused (Stalled): each
 // of its artifacts would hold the last, without end.
 func includes(u *unstructured.Unstructured, objs map[string]*unstructured.Unstructured, cycles map[string]component) ([]payload.GitRepositoryInclude, error) {
-	raw, _, _ := unstructured.NestedSlice(u.Object, "spec", "include")
+	raw, _, err := unstructured.NestedSlice(u.Object, "spec", "include")
+	if err != nil {
+		return nil, refused(reasonUnsupported, true, errors.New("flux: spec.include is not a list"))
+	}
 	if len(raw) == 0 {
 		return nil, nil
 	}
@@ -88,7 +91,10 @@ func includeSpecs(raw []any) ([]payload.GitRepositoryInclude, error) {
 		if !ok {
 			return nil, fmt.Errorf("flux: spec.include[%d] is not an object", i)
 		}
-		ref, _ := m["repository"].(map[string]any)
+		ref, ok := m["repository"].(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("flux: spec.include[%d].repository is not an object", i)
+		}
 		for _, what := range []string{"", "repository."} {
 			obj := m
 			if what != "" {
@@ -101,9 +107,16 @@ func includeSpecs(raw []any) ([]payload.GitRepositoryInclude, error) {
 			}
 		}
 		var inc payload.GitRepositoryInclude
-		inc.Name, _ = ref["name"].(string)
-		inc.FromPath, _ = m["fromPath"].(string)
-		inc.ToPath, _ = m["toPath"].(string)
+		for _, f := range []struct {
+			obj  map[string]any
+			key  string
+			into *string
+		}{{ref, "name", &inc.Name}, {m, "fromPath", &inc.FromPath}, {m, "toPath", &inc.ToPath}} {
+			v, set := f.obj[f.key]
+			if *f.into, ok = v.(string); set && !ok {
+				return nil, fmt.Errorf("flux: spec.include[%d]: %s is not a string", i, f.key)
+			}
+		}
 		if inc.Name == "" {
 			return nil, fmt.Errorf("flux: spec.include[%d].repository.name is empty", i)
 		}
@@ -280,9 +293,7 @@ func includedBy(u *unstructured.Unstructured, keys map[string]bool) {
 // newArtifactIncluded reports whether cur, which another GitRepository
 // includes, has another artifact than old.
 func (s *Source) newArtifactIncluded(old, cur *unstructured.Unstructured) bool {
-	a, _, _ := unstructured.NestedMap(old.Object, "status", "artifact")
-	b, _, _ := unstructured.NestedMap(cur.Object, "status", "artifact")
-	if a["digest"] == b["digest"] && a["revision"] == b["revision"] && a["path"] == b["path"] && a["url"] == b["url"] {
+	if artifactOf(old) == artifactOf(cur) {
 		return false
 	}
 	return s.included.has(cur.GetNamespace() + "/" + cur.GetName())
@@ -308,5 +319,39 @@ func (s *Source) includeIndex(objs []any) (map[string]*unstructured.Unstructured
 	if len(keys) == 0 {
 		return nil, nil
 	}
+	s.caughtUp(byKey, keys)
 	return byKey, includeCycles(byKey)
+}
+
+// caughtUp pokes when an included GitRepository has a new artifact since
+// objs were listed: its update, seen before it was known to be
+// included, poked nothing (newArtifactIncluded).
+func (s *Source) caughtUp(objs map[string]*unstructured.Unstructured, keys map[string]bool) {
+	if s.store == nil {
+		return
+	}
+	for k := range keys {
+		listed, ok := objs[k]
+		if !ok {
+			continue
+		}
+		cur, exists, err := s.store.GetByKey(k)
+		if u, isU := cur.(*unstructured.Unstructured); err == nil && exists && isU && artifactOf(u) != artifactOf(listed) {
+			s.poke()
+			return
+		}
+	}
+}
+
+// artifactOf is what tells u's artifact from another: its digest,
+// revision, path and URL, read as strings (a value of another type is
+// none).
+func artifactOf(u *unstructured.Unstructured) [4]string {
+	status, _ := u.Object["status"].(map[string]any)
+	a, _ := status["artifact"].(map[string]any)
+	var out [4]string
+	for i, k := range []string{"digest", "revision", "path", "url"} {
+		out[i], _ = a[k].(string)
+	}
+	return out
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/modwatch/modwatch/watcher/payload"
 )
@@ -151,4 +152,70 @@ func TestIncludeCyclesOfALargeSet(t *testing.T) {
 	require.Len(t, way, n+1)
 	assert.Equal(t, []string{"ring7", "ring8"}, way[:2])
 	assert.Equal(t, "ring7", way[n])
+}
+
+// An included GitRepository's new artifact, seen while a set was being
+// made from a listing before it, and before it was known to be included,
+// makes another set: nothing else would hand it.
+func TestANewArtifactSeenWhileASetIsMadeMakesAnother(t *testing.T) {
+	s := New(nil, nil, Config{Artifacts: true})
+	oldA := gitRepo("base", nil, map[string]any{"digest": "1", "revision": "r1"})
+	newA := gitRepo("base", nil, map[string]any{"digest": "2", "revision": "r2"})
+	b := gitRepo("app", []any{inc("base")}, nil)
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	require.NoError(t, store.Add(oldA))
+	require.NoError(t, store.Add(b))
+	s.store = store
+	list := store.List()
+	require.NoError(t, store.Update(newA))
+	s.changed(oldA, newA) // not known to be included yet: no poke
+	select {
+	case <-s.dirty:
+		t.Fatal("poked before the set was made")
+	default:
+	}
+	byKey, cycles := s.includeIndex(list)
+	incl, err := includes(b, byKey, cycles)
+	require.NoError(t, err)
+	assert.Equal(t, "1", incl[0].Artifact.Digest, "this set holds the listed artifact")
+	select {
+	case <-s.dirty:
+	default:
+		t.Fatal("no other set: base's new artifact would wait for the next refresh")
+	}
+	s.includeIndex(store.List())
+	select {
+	case <-s.dirty:
+		t.Fatal("caught up: no other set")
+	default:
+	}
+}
+
+// What spec.include holds that is not what the CRD says is refused by
+// name, never read as unset.
+func TestAnIncludeOfAnotherShapeIsRefused(t *testing.T) {
+	objs := map[string]*unstructured.Unstructured{"ns/base": gitRepo("base", nil, map[string]any{"path": "p"})}
+	for _, tc := range []struct {
+		include any
+		err     string
+	}{
+		{"base", "spec.include is not a list"},
+		{int64(3), "spec.include is not a list"},
+		{map[string]any{"repository": map[string]any{"name": "base"}}, "spec.include is not a list"},
+		{[]any{map[string]any{"repository": "base"}}, "spec.include[0].repository is not an object"},
+		{[]any{map[string]any{"repository": map[string]any{"name": int64(1)}}}, "spec.include[0]: name is not a string"},
+		{[]any{map[string]any{"repository": map[string]any{"name": "base"}, "toPath": int64(5)}}, "spec.include[0]: toPath is not a string"},
+		{[]any{map[string]any{"repository": map[string]any{"name": "base"}, "fromPath": true}}, "spec.include[0]: fromPath is not a string"},
+	} {
+		u := gitRepo("x", nil, nil)
+		u.Object["spec"].(map[string]any)["include"] = tc.include
+		all := maps.Clone(objs)
+		all["ns/x"] = u
+		_, err := includes(u, all, includeCycles(all))
+		assert.ErrorContains(t, err, tc.err, "%v", tc.include)
+	}
+	odd := map[string]any{"digest": map[string]any{"x": "1"}}
+	s := &Source{}
+	s.included.set(map[string]bool{"ns/base": true})
+	assert.NotPanics(t, func() { s.newArtifactIncluded(gitRepo("base", nil, odd), gitRepo("base", nil, odd)) })
 }
