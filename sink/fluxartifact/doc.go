@@ -20,8 +20,8 @@
 // source-controller serves it: each included artifact, this sink's own,
 // read from its storage and checked against its digest, is unpacked and
 // put into the repository's tree at the include's toPath (its fromPath
-// only) as a rename would put it there: the directories on the way made,
-// a file over a file, a directory over an empty one only; then the
+// only) as source-controller's rename puts it there: the directories on
+// the way made, a file over a file, never over a directory; then the
 // target's ignore rules apply to the whole, the included .sourceignore
 // files read too (mirror.Selection.FS), and status.includedArtifacts
 // names them. The bytes are source-controller's

@@ -52,8 +52,8 @@ var artifactFile = regexp.MustCompile(`^[0-9a-f]{40}(?:[0-9a-f]{24})?\.tar\.gz$`
 // withIncludes returns the tree c's target delivers with repo's includes
 // put in, as source-controller copies them into its checkout before it
 // archives it: each included artifact's FromPath at its ToPath, in order,
-// as a rename would put it there (a file replaces a file, a directory
-// only an empty one), and then the target's selection applied to the
+// as source-controller's rename puts it there (a file replaces a file,
+// nothing a directory), and then the target's selection applied to the
 // whole, the included files' ignore files read too. The artifacts are
 // this sink's own, read from its storage and checked against their
 // digests. done removes what was unpacked.
